@@ -1,0 +1,167 @@
+//! The backend trait: the small set of operations every storage engine provides.
+//!
+//! A backend stores two things: small **records** (manifests and saltblob's own bookkeeping), each a value
+//! under a key in a [`Namespace`], written atomically and optionally conditionally; and **chunks**, addressed by
+//! (key, version, salt, index). Everything else (layout, codecs, checksums, versioning, streaming, reclaim)
+//! lives in [`crate::BlobStore`] on top of this trait, so every backend gets the same semantics.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::Result;
+use crate::version::VersionId;
+
+/// A keyspace of small records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Namespace {
+    /// Blob key → encoded manifest of its current version. Listing by prefix scans it.
+    Manifest,
+    /// Deferred deletions of superseded versions' chunks, keyed by due time.
+    Reclaim,
+}
+
+impl Namespace {
+    /// The tag byte of the namespace, where a backend needs one. Part of the format: never renumber.
+    pub fn tag(self) -> u8 {
+        match self {
+            Namespace::Manifest => 0,
+            Namespace::Reclaim => 1,
+        }
+    }
+
+    /// Every namespace.
+    pub const ALL: [Namespace; 2] = [Namespace::Manifest, Namespace::Reclaim];
+}
+
+/// A condition on the current value of a record, checked atomically with the write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// Write unconditionally.
+    None,
+    /// Write only if the record does not exist.
+    Absent,
+    /// Write only if the record's current value is exactly these bytes.
+    Equals(Bytes),
+}
+
+/// What a record write found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordWrite {
+    /// The write happened; this is what it replaced.
+    Done(Previous),
+    /// The precondition did not hold; nothing was written. Carries the current value.
+    ConditionFailed(Option<Bytes>),
+}
+
+/// The value a record write replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Previous {
+    /// There was no record.
+    Absent,
+    /// This was the record's value, observed atomically with the write.
+    Value(Bytes),
+    /// The backend cannot tell without extra cost (see [`BackendInfo::reports_previous`]).
+    Unknown,
+}
+
+/// Which blob version chunks belong to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlobRef {
+    /// The blob's key.
+    pub key: Bytes,
+    /// The version.
+    pub version: VersionId,
+}
+
+/// One chunk to store.
+#[derive(Clone, Debug)]
+pub struct ChunkWrite {
+    /// Partition within the version, `index % salt_count`.
+    pub salt: u32,
+    /// Chunk index.
+    pub index: u64,
+    /// Encoded chunk (header and payload).
+    pub data: Bytes,
+}
+
+/// The address of one chunk within a version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkId {
+    /// Partition within the version.
+    pub salt: u32,
+    /// Chunk index.
+    pub index: u64,
+}
+
+/// What a backend is and can do.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct BackendInfo {
+    /// Short name, e.g. `rocksdb`, used in errors.
+    pub name: &'static str,
+    /// Largest encoded chunk the backend accepts, header included. Chunk sizes are validated against it.
+    pub max_chunk_bytes: u32,
+    /// Largest number of encoded bytes to pass in one [`ChunkStore::put_chunks`] call.
+    pub max_batch_bytes: usize,
+    /// Whether [`ChunkStore::put_record`] and [`ChunkStore::delete_record`] report the replaced value
+    /// (otherwise they return [`Previous::Unknown`] for unconditional writes).
+    pub reports_previous: bool,
+}
+
+impl BackendInfo {
+    /// Describes a backend.
+    pub fn new(name: &'static str, max_chunk_bytes: u32, max_batch_bytes: usize, reports_previous: bool) -> Self {
+        Self { name, max_chunk_bytes, max_batch_bytes, reports_previous }
+    }
+}
+
+/// A storage engine for saltblob.
+///
+/// # Contract
+/// - Keys of records and blobs are 1 to [`crate::MAX_KEY_LEN`] bytes (record keys of internal namespaces may be
+///   longer, up to 2 KiB).
+/// - **Ordering and durability**: chunks accepted by `put_chunks` must be at least as durable as any record
+///   written after `put_chunks` returned: after a crash, a record is never present while chunks written before
+///   it are lost. The manifest record is saltblob's commit point and relies on this.
+/// - Record writes are atomic: a reader sees the old value or the new one. A [`Precondition`] is checked
+///   atomically with the write.
+/// - `put_chunks` is idempotent: writing the same chunk again stores the same bytes.
+/// - Missing things are not errors: a missing record is `None`, a missing chunk is `None` in its slot, deleting
+///   what does not exist succeeds.
+/// - Errors say whether a retry may help ([`crate::Error::is_retryable`]).
+#[async_trait]
+pub trait ChunkStore: Send + Sync + Debug + 'static {
+    /// What the backend is and its limits.
+    fn info(&self) -> BackendInfo;
+
+    /// Reads one record.
+    async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>>;
+
+    /// Writes one record if `cond` holds.
+    async fn put_record(&self, ns: Namespace, key: &[u8], value: Bytes, cond: &Precondition) -> Result<RecordWrite>;
+
+    /// Deletes one record if `cond` holds (`Precondition::Absent` is meaningless here and always holds).
+    async fn delete_record(&self, ns: Namespace, key: &[u8], cond: &Precondition) -> Result<RecordWrite>;
+
+    /// Up to `limit` records whose key starts with `prefix`, in ascending key order, starting after
+    /// `start_after` when given.
+    async fn scan_records(
+        &self,
+        ns: Namespace,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>>;
+
+    /// Stores chunks of one version (possibly of several salts), at most [`BackendInfo::max_batch_bytes`].
+    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()>;
+
+    /// Reads chunks of one version; the result has one slot per requested chunk, in request order.
+    async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>>;
+
+    /// Deletes every chunk of one version (all salts below `salt_count`; `chunk_count` bounds the indexes).
+    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()>;
+}

@@ -1,0 +1,234 @@
+//! The stored chunk format: a 12-byte header (format version, codec tag, decoded length, CRC32C) and the payload.
+//! See `docs/format.md` for the byte layout.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::version::VersionId;
+use crate::{Error, KeyDisplay, Result};
+
+/// Format version byte of a stored chunk.
+pub const CHUNK_FORMAT_V1: u8 = 1;
+/// Bytes of a chunk header.
+pub const CHUNK_HEADER_LEN: usize = 12;
+/// zstd level used for chunks: fast, with most of zstd's ratio.
+const ZSTD_LEVEL: i32 = 3;
+
+/// How a chunk's payload is encoded. The tag byte is part of the format: never renumber.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Codec {
+    /// Stored as is. Tag 0.
+    #[default]
+    None,
+    /// zstd, level 3. Tag 1.
+    Zstd,
+    /// LZ4 block format. Tag 2.
+    Lz4,
+}
+
+impl Codec {
+    /// The tag byte stored in chunk headers and manifests.
+    pub fn tag(self) -> u8 {
+        match self {
+            Codec::None => 0,
+            Codec::Zstd => 1,
+            Codec::Lz4 => 2,
+        }
+    }
+
+    /// The codec of a tag byte, or `None` for an unknown tag.
+    pub fn from_tag(tag: u8) -> Option<Self> {
+        match tag {
+            0 => Some(Codec::None),
+            1 => Some(Codec::Zstd),
+            2 => Some(Codec::Lz4),
+            _ => None,
+        }
+    }
+
+    /// Lowercase name, as accepted by [`Codec::from_str`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Zstd => "zstd",
+            Codec::Lz4 => "lz4",
+        }
+    }
+}
+
+impl fmt::Display for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Codec {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "raw" | "off" => Ok(Codec::None),
+            "zstd" => Ok(Codec::Zstd),
+            "lz4" => Ok(Codec::Lz4),
+            _ => Err(Error::invalid("codec", format!("\"{s}\"; use none, zstd or lz4"))),
+        }
+    }
+}
+
+/// Where a chunk belongs; bound into its checksum so that a chunk stored under the wrong address fails it.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkPlace<'a> {
+    /// The blob's key (for error messages).
+    pub key: &'a [u8],
+    /// The version the chunk belongs to.
+    pub version: VersionId,
+    /// The chunk's index.
+    pub index: u64,
+}
+
+/// Encodes one chunk: tries `codec`, keeps the raw bytes when compression does not shrink them.
+pub fn encode_chunk(place: ChunkPlace<'_>, raw: &[u8], codec: Codec) -> Bytes {
+    let compressed = match codec {
+        Codec::None => None,
+        Codec::Zstd => zstd::bulk::compress(raw, ZSTD_LEVEL).ok(),
+        Codec::Lz4 => Some(lz4_flex::block::compress(raw)),
+    };
+    let (codec, payload): (Codec, &[u8]) = match &compressed {
+        Some(c) if c.len() < raw.len() => (codec, c),
+        _ => (Codec::None, raw),
+    };
+    let raw_len = u32::try_from(raw.len()).unwrap_or(u32::MAX);
+    let mut out = BytesMut::with_capacity(CHUNK_HEADER_LEN + payload.len());
+    out.put_u8(CHUNK_FORMAT_V1);
+    out.put_u8(codec.tag());
+    out.put_u16_le(0);
+    out.put_u32_le(raw_len);
+    let crc = chunk_crc(place, &out, payload);
+    out.put_u32_le(crc);
+    out.put_slice(payload);
+    out.freeze()
+}
+
+/// Decodes one stored chunk, verifying its format byte, codec tag, CRC32C and decoded length.
+pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes) -> Result<Bytes> {
+    let corrupt = |detail: String| {
+        Error::corrupt(
+            format!("chunk {} of key \"{}\" version {}", place.index, KeyDisplay::from(place.key), place.version),
+            detail,
+        )
+    };
+    let header = stored
+        .get(..CHUNK_HEADER_LEN)
+        .ok_or_else(|| corrupt(format!("{} bytes, shorter than the {CHUNK_HEADER_LEN}-byte header", stored.len())))?;
+    let [format, tag, _, _, l0, l1, l2, l3, c0, c1, c2, c3] = header else {
+        return Err(corrupt("short header".into()));
+    };
+    if *format != CHUNK_FORMAT_V1 {
+        return Err(corrupt(format!("unknown chunk format version {format} (this build reads {CHUNK_FORMAT_V1})")));
+    }
+    let raw_len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
+    let expected = u32::from_le_bytes([*c0, *c1, *c2, *c3]);
+    let payload = stored.slice(CHUNK_HEADER_LEN..);
+    let actual = chunk_crc(place, header.get(..8).unwrap_or_default(), &payload);
+    if actual != expected {
+        return Err(Error::ChecksumMismatch {
+            key: place.key.into(),
+            version: place.version,
+            chunk: place.index,
+            expected,
+            actual,
+        });
+    }
+    let codec = Codec::from_tag(*tag).ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
+    let raw = match codec {
+        Codec::None => payload,
+        Codec::Zstd => zstd::bulk::decompress(&payload, raw_len)
+            .map(Bytes::from)
+            .map_err(|e| corrupt(format!("zstd payload does not decode: {e}")))?,
+        Codec::Lz4 => lz4_flex::block::decompress(&payload, raw_len)
+            .map(Bytes::from)
+            .map_err(|e| corrupt(format!("lz4 payload does not decode: {e}")))?,
+    };
+    if raw.len() != raw_len {
+        return Err(corrupt(format!("decoded to {} bytes, header says {raw_len}", raw.len())));
+    }
+    Ok(raw)
+}
+
+/// CRC32C over the version id, the chunk index (both little-endian), the first 8 header bytes and the payload.
+fn chunk_crc(place: ChunkPlace<'_>, header8: &[u8], payload: &[u8]) -> u32 {
+    let mut crc = crc32c::crc32c(&place.version.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &place.index.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, header8);
+    crc32c::crc32c_append(crc, payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn place(index: u64) -> ChunkPlace<'static> {
+        ChunkPlace { key: b"k", version: VersionId(42), index }
+    }
+
+    #[test]
+    fn compressible_chunks_shrink_and_random_ones_stay_raw() {
+        let zeros = vec![0u8; 65536];
+        for codec in [Codec::Zstd, Codec::Lz4] {
+            let enc = encode_chunk(place(0), &zeros, codec);
+            assert!(enc.len() < 2000, "{codec} left {} bytes", enc.len());
+            assert_eq!(enc.get(1).copied(), Some(codec.tag()));
+            assert_eq!(decode_chunk(place(0), &enc).ok().as_deref(), Some(&zeros[..]));
+        }
+        let random: Vec<u8> = (0..65536).map(|_| rand::random::<u8>()).collect();
+        let enc = encode_chunk(place(0), &random, Codec::Zstd);
+        assert_eq!(enc.get(1).copied(), Some(Codec::None.tag()));
+        assert_eq!(enc.len(), random.len() + CHUNK_HEADER_LEN);
+    }
+
+    #[test]
+    fn a_chunk_under_another_address_fails_its_checksum() {
+        let enc = encode_chunk(place(3), b"hello world", Codec::None);
+        assert!(matches!(decode_chunk(place(4), &enc), Err(Error::ChecksumMismatch { chunk: 4, .. })));
+        let other_version = ChunkPlace { version: VersionId(43), ..place(3) };
+        assert!(matches!(decode_chunk(other_version, &enc), Err(Error::ChecksumMismatch { .. })));
+    }
+
+    #[test]
+    fn damaged_headers_are_reported_with_evidence() {
+        let enc = encode_chunk(place(0), b"abc", Codec::None);
+        let short = enc.slice(..5);
+        let err = decode_chunk(place(0), &short).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("shorter than the 12-byte header"), "{err}");
+        let mut v = enc.to_vec();
+        v[0] = 9;
+        let err = decode_chunk(place(0), &Bytes::from(v)).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("unknown chunk format version 9"), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn encode_decode_round_trips(data in proptest::collection::vec(any::<u8>(), 0..20_000), rep in 0usize..4, codec_tag in 0u8..3, index in any::<u64>()) {
+            let data: Vec<u8> = data.iter().flat_map(|b| std::iter::repeat_n(*b, rep + 1)).collect();
+            let codec = Codec::from_tag(codec_tag).unwrap_or_default();
+            let enc = encode_chunk(place(index), &data, codec);
+            prop_assert!(enc.len() <= data.len() + CHUNK_HEADER_LEN);
+            let dec = decode_chunk(place(index), &enc).ok();
+            prop_assert_eq!(dec.as_deref(), Some(&data[..]));
+        }
+
+        #[test]
+        fn any_single_bit_flip_is_detected(data in proptest::collection::vec(any::<u8>(), 1..2000), bit in any::<usize>(), codec_tag in 0u8..3) {
+            let codec = Codec::from_tag(codec_tag).unwrap_or_default();
+            let enc = encode_chunk(place(1), &data, codec);
+            let mut v = enc.to_vec();
+            let bit = bit % (v.len() * 8);
+            v[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(decode_chunk(place(1), &Bytes::from(v)).is_err());
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Store-wide configuration and per-request options, as consuming `#[must_use]` builders with documented defaults.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::codec::Codec;
+use crate::layout::{LayoutPolicy, MIB};
+use crate::version::VersionId;
+
+/// Configuration of a [`crate::BlobStore`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct StoreConfig {
+    /// How blobs are laid out. Defaults to [`LayoutPolicy::default`].
+    pub policy: LayoutPolicy,
+    /// Raw bytes of chunks a put or get keeps in flight at once, across all salts; bounds streaming memory.
+    /// Defaults to 16 MiB.
+    pub inflight_bytes: usize,
+    /// Raw bytes of chunks sent to the backend in one call. Defaults to 1 MiB (capped by the backend).
+    pub batch_bytes: usize,
+    /// How long a replaced or deleted version's chunks stay readable, for readers that started before.
+    /// Defaults to 5 minutes.
+    pub grace: Duration,
+    /// Largest blob accepted, in bytes. Defaults to no limit.
+    pub max_blob_size: Option<u64>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            policy: LayoutPolicy::default(),
+            inflight_bytes: 16 * MIB as usize,
+            batch_bytes: MIB as usize,
+            grace: Duration::from_secs(300),
+            max_blob_size: None,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Sets [`StoreConfig::policy`].
+    pub fn with_policy(mut self, policy: LayoutPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets [`StoreConfig::inflight_bytes`].
+    pub fn with_inflight_bytes(mut self, bytes: usize) -> Self {
+        self.inflight_bytes = bytes;
+        self
+    }
+
+    /// Sets [`StoreConfig::batch_bytes`].
+    pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
+        self.batch_bytes = bytes;
+        self
+    }
+
+    /// Sets [`StoreConfig::grace`].
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Sets [`StoreConfig::max_blob_size`].
+    pub fn with_max_blob_size(mut self, bytes: u64) -> Self {
+        self.max_blob_size = Some(bytes);
+        self
+    }
+}
+
+/// When a put may commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PutCondition {
+    /// Always (last commit wins). The default.
+    #[default]
+    None,
+    /// Only if the key holds no blob; otherwise [`crate::Error::AlreadyExists`].
+    IfAbsent,
+    /// Only if the key's current version is this one; otherwise [`crate::Error::PreconditionFailed`].
+    IfVersion(VersionId),
+}
+
+/// Options of one put. Unset layout fields fall back to the store's [`LayoutPolicy`].
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct PutOptions {
+    /// Chunk size for this blob. Defaults to the policy's.
+    pub chunk_size: Option<u32>,
+    /// Largest salt count for this blob. Defaults to the policy's.
+    pub max_salt: Option<u32>,
+    /// Compression tried on each chunk. Defaults to the policy's.
+    pub codec: Option<Codec>,
+    /// Commit condition. Defaults to none.
+    pub condition: PutCondition,
+    /// The stream's length, when known in advance: the layout is then exact from the first byte, and a stream
+    /// of another length fails with [`crate::Error::SizeMismatch`]. Defaults to unknown.
+    pub size_hint: Option<u64>,
+    /// MIME type stored in the manifest. Defaults to none.
+    pub content_type: Option<String>,
+    /// User metadata stored in the manifest (at most 8 KiB). Defaults to empty.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl PutOptions {
+    /// Default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`PutOptions::chunk_size`].
+    pub fn with_chunk_size(mut self, bytes: u32) -> Self {
+        self.chunk_size = Some(bytes);
+        self
+    }
+
+    /// Sets [`PutOptions::max_salt`].
+    pub fn with_max_salt(mut self, salts: u32) -> Self {
+        self.max_salt = Some(salts);
+        self
+    }
+
+    /// Sets [`PutOptions::codec`].
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = Some(codec);
+        self
+    }
+
+    /// Sets [`PutOptions::condition`].
+    pub fn with_condition(mut self, condition: PutCondition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets [`PutOptions::size_hint`].
+    pub fn with_size_hint(mut self, bytes: u64) -> Self {
+        self.size_hint = Some(bytes);
+        self
+    }
+
+    /// Sets [`PutOptions::content_type`].
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Adds one entry to [`PutOptions::metadata`].
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+}

@@ -1,0 +1,283 @@
+//! The layout policy (inline / one partition / salted fan-out) and the arithmetic of chunks, salts and ranges.
+
+use std::ops::Range;
+
+use crate::codec::Codec;
+use crate::{Error, Result};
+
+/// 1 KiB.
+pub const KIB: u64 = 1024;
+/// 1 MiB.
+pub const MIB: u64 = 1024 * KIB;
+
+/// Smallest accepted chunk size: 4 KiB, the physical sector of common devices.
+pub const MIN_CHUNK_SIZE: u32 = 4096;
+/// Largest accepted salt count.
+pub const MAX_SALT_LIMIT: u32 = 65_536;
+/// Largest accepted inline limit: an inline value lives in one manifest record.
+pub const MAX_INLINE_LIMIT: u64 = MIB;
+
+/// How a blob of a given size is laid out. Every field has a documented default; all are configurable per
+/// store, and `chunk_size`, `max_salt` and `codec` may be overridden per put.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct LayoutPolicy {
+    /// Blobs of at most this many bytes are stored inside their manifest. Defaults to 16 KiB.
+    pub inline_limit: u64,
+    /// Chunked blobs of at most this many bytes use one partition (salt count 1). Defaults to 8 MiB.
+    pub fanout_threshold: u64,
+    /// Bytes per chunk. Defaults to 64 KiB.
+    pub chunk_size: u32,
+    /// Largest salt count for blobs above the fan-out threshold. Defaults to 100.
+    pub max_salt: u32,
+    /// Compression tried on each chunk (kept only where it shrinks the chunk). Defaults to none.
+    pub codec: Codec,
+}
+
+impl Default for LayoutPolicy {
+    fn default() -> Self {
+        Self {
+            inline_limit: 16 * KIB,
+            fanout_threshold: 8 * MIB,
+            chunk_size: 64 * 1024,
+            max_salt: 100,
+            codec: Codec::None,
+        }
+    }
+}
+
+impl LayoutPolicy {
+    /// Sets [`LayoutPolicy::inline_limit`].
+    pub fn with_inline_limit(mut self, bytes: u64) -> Self {
+        self.inline_limit = bytes;
+        self
+    }
+
+    /// Sets [`LayoutPolicy::fanout_threshold`].
+    pub fn with_fanout_threshold(mut self, bytes: u64) -> Self {
+        self.fanout_threshold = bytes;
+        self
+    }
+
+    /// Sets [`LayoutPolicy::chunk_size`].
+    pub fn with_chunk_size(mut self, bytes: u32) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// Sets [`LayoutPolicy::max_salt`].
+    pub fn with_max_salt(mut self, salts: u32) -> Self {
+        self.max_salt = salts;
+        self
+    }
+
+    /// Sets [`LayoutPolicy::codec`].
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// Checks every field against fixed bounds and the backend's largest chunk.
+    pub fn validate(&self, max_chunk_bytes: u32) -> Result<()> {
+        if self.chunk_size < MIN_CHUNK_SIZE || self.chunk_size > max_chunk_bytes {
+            return Err(Error::invalid(
+                "chunk size",
+                format!(
+                    "{} bytes; it must be between {MIN_CHUNK_SIZE} and {max_chunk_bytes} bytes (the backend's largest chunk)",
+                    self.chunk_size
+                ),
+            ));
+        }
+        if self.max_salt == 0 || self.max_salt > MAX_SALT_LIMIT {
+            return Err(Error::invalid(
+                "max salt",
+                format!("{}; it must be between 1 and {MAX_SALT_LIMIT}", self.max_salt),
+            ));
+        }
+        if self.inline_limit > MAX_INLINE_LIMIT {
+            return Err(Error::invalid(
+                "inline limit",
+                format!("{} bytes; it must be at most {MAX_INLINE_LIMIT} bytes", self.inline_limit),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The layout for a blob of exactly `size` bytes.
+    pub fn layout_for(&self, size: u64) -> Layout {
+        if size <= self.inline_limit {
+            return Layout::Inline;
+        }
+        let chunk_count = chunk_count(size, self.chunk_size);
+        let salt_count = if size <= self.fanout_threshold {
+            1
+        } else {
+            u32::try_from(chunk_count.min(u64::from(self.max_salt))).unwrap_or(self.max_salt)
+        };
+        Layout::Chunked(ChunkLayout { chunk_size: self.chunk_size, chunk_count, salt_count })
+    }
+}
+
+/// How one blob is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Inside the manifest.
+    Inline,
+    /// In chunks.
+    Chunked(ChunkLayout),
+}
+
+/// The geometry of a chunked blob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkLayout {
+    /// Bytes per chunk (the last may be shorter).
+    pub chunk_size: u32,
+    /// Number of chunks, at least 1.
+    pub chunk_count: u64,
+    /// Number of partitions the chunks are spread over, `1..=chunk_count`.
+    pub salt_count: u32,
+}
+
+impl ChunkLayout {
+    /// The salt (partition) of chunk `index`: `index % salt_count`.
+    pub fn salt_of(&self, index: u64) -> u32 {
+        salt_of(index, self.salt_count)
+    }
+
+    /// The byte range of the blob that chunk `index` holds, for a blob of `size` bytes.
+    pub fn chunk_span(&self, index: u64, size: u64) -> Range<u64> {
+        let start = index.saturating_mul(u64::from(self.chunk_size)).min(size);
+        start..start.saturating_add(u64::from(self.chunk_size)).min(size)
+    }
+
+    /// The chunks holding bytes `range` (half-open, non-empty, within the blob).
+    pub fn chunks_covering(&self, range: &Range<u64>) -> Range<u64> {
+        chunks_covering(range, self.chunk_size)
+    }
+
+    /// Logical bytes stored under each salt, for a blob of `size` bytes.
+    pub fn bytes_per_salt(&self, size: u64) -> Vec<u64> {
+        let cs = u64::from(self.chunk_size);
+        let salts = u64::from(self.salt_count.max(1));
+        (0..salts)
+            .map(|salt| {
+                // Chunks salt, salt + S, salt + 2S, ... below chunk_count.
+                let full_chunks = size / cs;
+                let n = if salt < self.chunk_count { (self.chunk_count - 1 - salt) / salts + 1 } else { 0 };
+                let mut bytes = n * cs;
+                let last = self.chunk_count.saturating_sub(1);
+                if n > 0 && last % salts == salt && full_chunks < self.chunk_count {
+                    bytes -= cs - (size - full_chunks * cs);
+                }
+                bytes
+            })
+            .collect()
+    }
+}
+
+/// The number of chunks of `chunk_size` bytes needed for `size` bytes.
+pub fn chunk_count(size: u64, chunk_size: u32) -> u64 {
+    size.div_ceil(u64::from(chunk_size.max(1)))
+}
+
+/// The salt of chunk `index` among `salt_count` partitions.
+pub fn salt_of(index: u64, salt_count: u32) -> u32 {
+    // The remainder is below salt_count, so it fits.
+    u32::try_from(index % u64::from(salt_count.max(1))).unwrap_or(0)
+}
+
+/// The chunk indexes holding bytes `range` (half-open) with chunks of `chunk_size` bytes; empty for an empty range.
+pub fn chunks_covering(range: &Range<u64>, chunk_size: u32) -> Range<u64> {
+    if range.is_empty() {
+        return 0..0;
+    }
+    let cs = u64::from(chunk_size.max(1));
+    range.start / cs..(range.end - 1) / cs + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn default_policy_matches_the_design() {
+        let p = LayoutPolicy::default();
+        assert_eq!(p.layout_for(0), Layout::Inline);
+        assert_eq!(p.layout_for(16 * KIB), Layout::Inline);
+        assert_eq!(
+            p.layout_for(16 * KIB + 1),
+            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 1, salt_count: 1 })
+        );
+        assert_eq!(
+            p.layout_for(8 * MIB),
+            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 128, salt_count: 1 })
+        );
+        assert_eq!(
+            p.layout_for(8 * MIB + 1),
+            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 129, salt_count: 100 })
+        );
+        assert_eq!(
+            p.clone().with_max_salt(1000).layout_for(60 * MIB),
+            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 960, salt_count: 960 })
+        );
+    }
+
+    #[test]
+    fn validate_rejects_out_of_range_values() {
+        let p = LayoutPolicy::default();
+        assert!(p.validate(1 << 20).is_ok());
+        assert!(p.clone().with_chunk_size(0).validate(1 << 20).is_err());
+        assert!(p.clone().with_chunk_size(2 << 20).validate(1 << 20).is_err());
+        assert!(p.clone().with_max_salt(0).validate(1 << 20).is_err());
+        assert!(p.with_inline_limit(2 * MIB).validate(1 << 20).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn chunks_cover_exactly_the_range(size in 1u64..10_000_000, cs in 4096u32..300_000, a in any::<u64>(), b in any::<u64>()) {
+            let (x, y) = (a % size, b % size);
+            let range = x.min(y)..x.max(y) + 1;
+            let layout = ChunkLayout { chunk_size: cs, chunk_count: chunk_count(size, cs), salt_count: 7 };
+            let chunks = layout.chunks_covering(&range);
+            prop_assert!(chunks.start < chunks.end && chunks.end <= layout.chunk_count);
+            // The first and last chunks hold the range's ends; the chunks around them do not.
+            prop_assert!(layout.chunk_span(chunks.start, size).contains(&range.start));
+            prop_assert!(layout.chunk_span(chunks.end - 1, size).contains(&(range.end - 1)));
+            if chunks.start > 0 {
+                prop_assert!(layout.chunk_span(chunks.start - 1, size).end <= range.start);
+            }
+            prop_assert!(layout.chunk_span(chunks.end, size).start >= range.end);
+        }
+
+        #[test]
+        fn spans_tile_the_blob_and_salts_balance(size in 1u64..5_000_000, cs in 4096u32..100_000, salts in 1u32..200) {
+            let n = chunk_count(size, cs);
+            let layout = ChunkLayout { chunk_size: cs, chunk_count: n, salt_count: salts.min(u32::try_from(n).unwrap_or(u32::MAX)) };
+            let mut next = 0;
+            let mut per_salt = vec![0u64; layout.salt_count as usize];
+            for i in 0..n {
+                let span = layout.chunk_span(i, size);
+                prop_assert_eq!(span.start, next);
+                prop_assert!(!span.is_empty());
+                next = span.end;
+                let salt = layout.salt_of(i);
+                prop_assert!(salt < layout.salt_count);
+                per_salt[salt as usize] += span.end - span.start;
+            }
+            prop_assert_eq!(next, size);
+            prop_assert_eq!(layout.bytes_per_salt(size), per_salt.clone());
+            let (min, max) = (per_salt.iter().min().copied().unwrap_or(0), per_salt.iter().max().copied().unwrap_or(0));
+            prop_assert!(max - min <= u64::from(cs), "salts differ by more than one chunk: {min}..{max}");
+        }
+
+        #[test]
+        fn planned_salt_places_chunks_where_the_final_salt_count_says(planned in 1u32..300, n in 1u64..1000) {
+            let final_salt = u32::try_from(u64::from(planned).min(n)).unwrap_or(planned);
+            for i in 0..n {
+                prop_assert_eq!(salt_of(i, planned), salt_of(i, final_salt));
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! # saltblob core
+//!
+//! One key-value API for values of any size, from a few bytes to many gigabytes. This crate holds everything
+//! that does not depend on a storage engine: the [`BlobStore`] API, the layout policy, the manifest and chunk
+//! format, codecs, the [`ChunkStore`] backend trait, an in-memory backend ([`MemoryStore`]) and, behind the
+//! `conformance` feature, the conformance suite every backend runs.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use saltblob_core::{BlobStore, MemoryStore, PutOptions, StoreConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> saltblob_core::Result<()> {
+//! let store = BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default())?;
+//! let big = vec![7u8; 20 << 20]; // 20 MiB: chunked and fanned out over 100 salts
+//! let m = store.put("videos/cat.mp4", big.clone(), &PutOptions::new()).await?;
+//! assert_eq!(store.get("videos/cat.mp4").await?, big);
+//! assert_eq!(store.get_range("videos/cat.mp4", 10..20).await?, &big[10..20]);
+//! let d = store.describe("videos/cat.mp4").await?;
+//! assert_eq!((d.layout_kind, d.bytes_per_salt.len()), ("salted", 100));
+//! assert_eq!(store.delete("videos/cat.mp4").await?, Some(m.version));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//! - [`store`]: [`BlobStore`], the write pipeline, commit and streaming reads, reclaim of replaced versions.
+//! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract.
+//! - [`layout`]: the layout policy (inline, one partition, salted fan-out) and chunk/salt/range arithmetic.
+//! - [`manifest`], [`codec`]: the versioned on-disk format (`docs/format.md`).
+//! - [`memory`]: [`MemoryStore`], the in-memory reference backend.
+//! - `conformance` (feature `conformance`): the suite of behaviour every backend must pass.
+
+pub mod backend;
+pub mod codec;
+pub mod config;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod error;
+pub mod layout;
+pub mod manifest;
+pub mod memory;
+pub mod store;
+pub mod version;
+
+pub use backend::{BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous, RecordWrite};
+pub use codec::Codec;
+pub use config::{PutCondition, PutOptions, StoreConfig};
+pub use error::{Error, KeyDisplay, Result};
+pub use layout::{ChunkLayout, Layout, LayoutPolicy};
+pub use manifest::{Manifest, ManifestBody};
+pub use memory::MemoryStore;
+pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN, ReclaimReport, ReclaimerHandle};
+pub use version::VersionId;

@@ -1,0 +1,129 @@
+//! An in-memory backend: the reference implementation of [`ChunkStore`] for fast tests of the core.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::backend::{BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous, RecordWrite};
+use crate::version::VersionId;
+use crate::{Error, Result};
+
+type ChunkKey = (Bytes, VersionId, u32, u64);
+
+/// A [`ChunkStore`] in process memory. Nothing survives the process; for tests and examples.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    records: BTreeMap<(Namespace, Bytes), Bytes>,
+    chunks: BTreeMap<ChunkKey, Bytes>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of chunks held, of every version.
+    pub fn chunk_count(&self) -> Result<usize> {
+        Ok(self.lock()?.chunks.len())
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>> {
+        self.state.lock().map_err(|_| Error::backend("memory", "state lock poisoned by a panic", false))
+    }
+}
+
+/// Applies `cond` to `current`; the shared precondition logic of record writes.
+pub fn check_precondition(cond: &Precondition, current: Option<&Bytes>) -> bool {
+    match cond {
+        Precondition::None => true,
+        Precondition::Absent => current.is_none(),
+        Precondition::Equals(expected) => current == Some(expected),
+    }
+}
+
+#[async_trait]
+impl ChunkStore for MemoryStore {
+    fn info(&self) -> BackendInfo {
+        BackendInfo::new("memory", 64 << 20, 8 << 20, true)
+    }
+
+    async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self.lock()?.records.get(&(ns, Bytes::copy_from_slice(key))).cloned())
+    }
+
+    async fn put_record(&self, ns: Namespace, key: &[u8], value: Bytes, cond: &Precondition) -> Result<RecordWrite> {
+        let mut state = self.lock()?;
+        let k = (ns, Bytes::copy_from_slice(key));
+        let current = state.records.get(&k);
+        if !check_precondition(cond, current) {
+            return Ok(RecordWrite::ConditionFailed(current.cloned()));
+        }
+        let previous = state.records.insert(k, value);
+        Ok(RecordWrite::Done(previous.map_or(Previous::Absent, Previous::Value)))
+    }
+
+    async fn delete_record(&self, ns: Namespace, key: &[u8], cond: &Precondition) -> Result<RecordWrite> {
+        let mut state = self.lock()?;
+        let k = (ns, Bytes::copy_from_slice(key));
+        let current = state.records.get(&k);
+        if !matches!(cond, Precondition::Absent) && !check_precondition(cond, current) {
+            return Ok(RecordWrite::ConditionFailed(current.cloned()));
+        }
+        let previous = state.records.remove(&k);
+        Ok(RecordWrite::Done(previous.map_or(Previous::Absent, Previous::Value)))
+    }
+
+    async fn scan_records(
+        &self,
+        ns: Namespace,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let state = self.lock()?;
+        let start = (ns, Bytes::copy_from_slice(start_after.unwrap_or(prefix)));
+        Ok(state
+            .records
+            .range(start..)
+            .filter(|((_, k), _)| start_after != Some(k.as_ref()))
+            .take_while(|((n, k), _)| *n == ns && k.starts_with(prefix))
+            .take(limit)
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        let mut state = self.lock()?;
+        for c in chunks {
+            state.chunks.insert((blob.key.clone(), blob.version, c.salt, c.index), c.data);
+        }
+        Ok(())
+    }
+
+    async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
+        let state = self.lock()?;
+        Ok(chunks
+            .iter()
+            .map(|c| state.chunks.get(&(blob.key.clone(), blob.version, c.salt, c.index)).cloned())
+            .collect())
+    }
+
+    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, _chunk_count: u64) -> Result<()> {
+        let mut state = self.lock()?;
+        let lo = (blob.key.clone(), blob.version, 0, 0);
+        let hi = (blob.key.clone(), blob.version, salt_count, 0);
+        let doomed: Vec<ChunkKey> = state.chunks.range(lo..hi).map(|(k, _)| k.clone()).collect();
+        for k in doomed {
+            state.chunks.remove(&k);
+        }
+        Ok(())
+    }
+}

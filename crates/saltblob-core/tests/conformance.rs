@@ -1,0 +1,8 @@
+//! The conformance suite against the in-memory reference backend.
+
+use std::sync::Arc;
+
+use saltblob_core::MemoryStore;
+use saltblob_core::conformance::Fixture;
+
+saltblob_core::conformance_suite!(async { Fixture::new(Arc::new(MemoryStore::new())) });
