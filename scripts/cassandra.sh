@@ -3,7 +3,7 @@
 # for saltblob's integration and fault tests. See docs/cassandra.md.
 #
 #   scripts/cassandra.sh install | start1 | start3 | stop | status
-#   scripts/cassandra.sh kill N | restart N | nodetool N ARGS... | log N
+#   scripts/cassandra.sh kill N | wait-down N | restart N | nodetool N ARGS...
 set -euo pipefail
 
 CASSANDRA_VERSION="${SALTBLOB_CASSANDRA_VERSION:-5.0.9}"
@@ -123,8 +123,10 @@ EOF
     # Maven runs on the Java 17 found above, whatever the default java is.
     JAVA_HOME="$(dirname "$(dirname "$(readlink -f "$JAVA")")")" \
         mvn -B -q -Dstyle.color=never -f "$dir/pom.xml" "$DEP_PLUGIN:copy-dependencies" \
-        -DincludeScope=runtime -DoutputDirectory="$dir/lib.tmp" \
-        || die "mvn could not fetch cassandra-all $CASSANDRA_VERSION"
+        -DincludeScope=runtime -DoutputDirectory="$dir/lib.tmp" >"$dir/mvn.log" 2>&1 || {
+        tail -n 50 "$dir/mvn.log" >&2
+        die "mvn could not fetch cassandra-all $CASSANDRA_VERSION (log: $dir/mvn.log)"
+    }
     [[ -f "$dir/lib.tmp/cassandra-all-$CASSANDRA_VERSION.jar" ]] \
         || die "cassandra-all-$CASSANDRA_VERSION.jar missing after mvn"
     rm -rf "$LIB"
@@ -504,10 +506,7 @@ start_and_wait() {
     local n=$1 size=$2 t0=$SECONDS
     write_config "$n" "$size"
     launch_node "$n"
-    if ! wait_cql "$n" $((t0 + TIMEOUT)); then
-        cmd_stop
-        exit 1
-    fi
+    wait_cql "$n" $((t0 + TIMEOUT)) || exit 1
     log "node $n answers CQL on $(node_ip "$n"):$CQL_PORT after $((SECONDS - t0)) s"
 }
 
@@ -526,15 +525,15 @@ start_cluster() {
     wipe_nodes
     write_tools_logback
     echo "$size" >"$WORK/cluster-size"
-    trap 'log "interrupted"; cmd_stop; exit 130' INT TERM
+    # Whatever fails from here on (timeout, dead node, port in use, ^C)
+    # stops the nodes started so far.
+    trap 'log "interrupted"; exit 130' INT TERM
+    trap 'cmd_stop' EXIT
     for ((n = 1; n <= size; n++)); do
         start_and_wait "$n" "$size"
     done
-    if ! wait_ring $((SECONDS + TIMEOUT)); then
-        cmd_stop
-        exit 1
-    fi
-    trap - INT TERM
+    wait_ring $((SECONDS + TIMEOUT)) || exit 1
+    trap - INT TERM EXIT
     log "$size-node cluster up in $((SECONDS - t0)) s"
     cmd_status
 }
@@ -542,8 +541,13 @@ start_cluster() {
 # ---------------------------------------------------------------- commands
 
 cmd_stop() {
+    stop_nodes 1 2 3
+}
+
+# SIGTERM the given nodes, SIGKILL those still alive after STOP_TIMEOUT.
+stop_nodes() {
     local n pid pids=() nodes=() deadline
-    for n in 1 2 3; do
+    for n in "$@"; do
         if pid=$(node_pid "$n"); then
             kill -TERM "$pid" 2>/dev/null || true
             pids+=("$pid")
@@ -568,7 +572,7 @@ cmd_stop() {
             while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
         done
     fi
-    for n in 1 2 3; do
+    for n in "$@"; do
         rm -f "$(pid_file "$n")"
     done
     return 0
@@ -635,19 +639,17 @@ cmd_restart() {
     [[ -f "$MARKER" ]] || die "Cassandra is not installed"
     if pid=$(node_pid "$n"); then
         log "node $n runs (pid $pid): stopping it first"
-        kill -TERM "$pid"
-        local deadline=$((SECONDS + STOP_TIMEOUT))
-        while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.5; done
-        kill -KILL "$pid" 2>/dev/null || true
-        while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+        stop_nodes "$n"
     fi
     write_tools_logback
     write_config "$n" "$size"
+    trap 'log "interrupted"; exit 130' INT TERM
+    # shellcheck disable=SC2064 # $n (a digit) is meant to expand now
+    trap "stop_nodes $n" EXIT
     launch_node "$n"
-    if ! wait_cql "$n" $((t0 + TIMEOUT)) || ! wait_ring $((SECONDS + TIMEOUT)) "$n"; then
-        cmd_stop
-        exit 1
-    fi
+    wait_cql "$n" $((SECONDS + TIMEOUT)) || exit 1
+    wait_ring $((SECONDS + TIMEOUT)) "$n" || exit 1
+    trap - INT TERM EXIT
     log "node $n restarted in $((SECONDS - t0)) s"
 }
 

@@ -47,6 +47,17 @@ pub enum Precondition {
     Equals(Bytes),
 }
 
+impl Precondition {
+    /// Whether the condition holds for a record whose current value is `current`.
+    pub fn holds(&self, current: Option<&Bytes>) -> bool {
+        match self {
+            Precondition::None => true,
+            Precondition::Absent => current.is_none(),
+            Precondition::Equals(expected) => current == Some(expected),
+        }
+    }
+}
+
 /// What a record write found and did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordWrite {
@@ -113,8 +124,18 @@ pub struct BackendInfo {
 
 impl BackendInfo {
     /// Describes a backend.
-    pub fn new(name: &'static str, max_chunk_bytes: u32, max_batch_bytes: usize, reports_previous: bool) -> Self {
-        Self { name, max_chunk_bytes, max_batch_bytes, reports_previous }
+    pub fn new(
+        name: &'static str,
+        max_chunk_bytes: u32,
+        max_batch_bytes: usize,
+        reports_previous: bool,
+    ) -> Self {
+        Self {
+            name,
+            max_chunk_bytes,
+            max_batch_bytes,
+            reports_previous,
+        }
     }
 }
 
@@ -141,10 +162,21 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>>;
 
     /// Writes one record if `cond` holds.
-    async fn put_record(&self, ns: Namespace, key: &[u8], value: Bytes, cond: &Precondition) -> Result<RecordWrite>;
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite>;
 
     /// Deletes one record if `cond` holds (`Precondition::Absent` is meaningless here and always holds).
-    async fn delete_record(&self, ns: Namespace, key: &[u8], cond: &Precondition) -> Result<RecordWrite>;
+    async fn delete_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+    ) -> Result<RecordWrite>;
 
     /// Up to `limit` records whose key starts with `prefix`, in ascending key order, starting after
     /// `start_after` when given.

@@ -72,7 +72,10 @@ impl FromStr for Codec {
             "none" | "raw" | "off" => Ok(Codec::None),
             "zstd" => Ok(Codec::Zstd),
             "lz4" => Ok(Codec::Lz4),
-            _ => Err(Error::invalid("codec", format!("\"{s}\"; use none, zstd or lz4"))),
+            _ => Err(Error::invalid(
+                "codec",
+                format!("\"{s}\"; use none, zstd or lz4"),
+            )),
         }
     }
 }
@@ -115,18 +118,28 @@ pub fn encode_chunk(place: ChunkPlace<'_>, raw: &[u8], codec: Codec) -> Bytes {
 pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes) -> Result<Bytes> {
     let corrupt = |detail: String| {
         Error::corrupt(
-            format!("chunk {} of key \"{}\" version {}", place.index, KeyDisplay::from(place.key), place.version),
+            format!(
+                "chunk {} of key \"{}\" version {}",
+                place.index,
+                KeyDisplay::from(place.key),
+                place.version
+            ),
             detail,
         )
     };
-    let header = stored
-        .get(..CHUNK_HEADER_LEN)
-        .ok_or_else(|| corrupt(format!("{} bytes, shorter than the {CHUNK_HEADER_LEN}-byte header", stored.len())))?;
+    let header = stored.get(..CHUNK_HEADER_LEN).ok_or_else(|| {
+        corrupt(format!(
+            "{} bytes, shorter than the {CHUNK_HEADER_LEN}-byte header",
+            stored.len()
+        ))
+    })?;
     let [format, tag, _, _, l0, l1, l2, l3, c0, c1, c2, c3] = header else {
         return Err(corrupt("short header".into()));
     };
     if *format != CHUNK_FORMAT_V1 {
-        return Err(corrupt(format!("unknown chunk format version {format} (this build reads {CHUNK_FORMAT_V1})")));
+        return Err(corrupt(format!(
+            "unknown chunk format version {format} (this build reads {CHUNK_FORMAT_V1})"
+        )));
     }
     let raw_len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
     let expected = u32::from_le_bytes([*c0, *c1, *c2, *c3]);
@@ -152,7 +165,10 @@ pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes) -> Result<Bytes> {
             .map_err(|e| corrupt(format!("lz4 payload does not decode: {e}")))?,
     };
     if raw.len() != raw_len {
-        return Err(corrupt(format!("decoded to {} bytes, header says {raw_len}", raw.len())));
+        return Err(corrupt(format!(
+            "decoded to {} bytes, header says {raw_len}",
+            raw.len()
+        )));
     }
     Ok(raw)
 }
@@ -172,7 +188,11 @@ mod tests {
     use super::*;
 
     fn place(index: u64) -> ChunkPlace<'static> {
-        ChunkPlace { key: b"k", version: VersionId(42), index }
+        ChunkPlace {
+            key: b"k",
+            version: VersionId(42),
+            index,
+        }
     }
 
     #[test]
@@ -182,7 +202,10 @@ mod tests {
             let enc = encode_chunk(place(0), &zeros, codec);
             assert!(enc.len() < 2000, "{codec} left {} bytes", enc.len());
             assert_eq!(enc.get(1).copied(), Some(codec.tag()));
-            assert_eq!(decode_chunk(place(0), &enc).ok().as_deref(), Some(&zeros[..]));
+            assert_eq!(
+                decode_chunk(place(0), &enc).ok().as_deref(),
+                Some(&zeros[..])
+            );
         }
         let random: Vec<u8> = (0..65536).map(|_| rand::random::<u8>()).collect();
         let enc = encode_chunk(place(0), &random, Codec::Zstd);
@@ -193,20 +216,35 @@ mod tests {
     #[test]
     fn a_chunk_under_another_address_fails_its_checksum() {
         let enc = encode_chunk(place(3), b"hello world", Codec::None);
-        assert!(matches!(decode_chunk(place(4), &enc), Err(Error::ChecksumMismatch { chunk: 4, .. })));
-        let other_version = ChunkPlace { version: VersionId(43), ..place(3) };
-        assert!(matches!(decode_chunk(other_version, &enc), Err(Error::ChecksumMismatch { .. })));
+        assert!(matches!(
+            decode_chunk(place(4), &enc),
+            Err(Error::ChecksumMismatch { chunk: 4, .. })
+        ));
+        let other_version = ChunkPlace {
+            version: VersionId(43),
+            ..place(3)
+        };
+        assert!(matches!(
+            decode_chunk(other_version, &enc),
+            Err(Error::ChecksumMismatch { .. })
+        ));
     }
 
     #[test]
     fn damaged_headers_are_reported_with_evidence() {
         let enc = encode_chunk(place(0), b"abc", Codec::None);
         let short = enc.slice(..5);
-        let err = decode_chunk(place(0), &short).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = decode_chunk(place(0), &short)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("shorter than the 12-byte header"), "{err}");
         let mut v = enc.to_vec();
         v[0] = 9;
-        let err = decode_chunk(place(0), &Bytes::from(v)).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = decode_chunk(place(0), &Bytes::from(v))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("unknown chunk format version 9"), "{err}");
     }
 

@@ -30,7 +30,10 @@ pub struct Fixture {
 impl Fixture {
     /// A fixture with nothing to keep alive.
     pub fn new(backend: Arc<dyn ChunkStore>) -> Self {
-        Self { backend, guard: Box::new(()) }
+        Self {
+            backend,
+            guard: Box::new(()),
+        }
     }
 }
 
@@ -117,22 +120,51 @@ impl AsyncRead for Trickle {
 }
 
 fn trickle(data: &Bytes) -> Trickle {
-    Trickle { data: data.clone(), step: 1 }
+    Trickle {
+        data: data.clone(),
+        step: 1,
+    }
 }
 
 async fn assert_holds(store: &BlobStore, key: &str, expected: &Bytes) -> Manifest {
-    let got = store.get(key).await.unwrap_or_else(|e| panic!("get {key}: {e}"));
-    assert!(got == *expected, "{key}: read {} bytes that differ from the {} written", got.len(), expected.len());
+    let got = store
+        .get(key)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    assert!(
+        got == *expected,
+        "{key}: read {} bytes that differ from the {} written",
+        got.len(),
+        expected.len()
+    );
     let m = store.head(key).await.expect("head");
     assert_eq!(m.size, expected.len() as u64, "{key}: size");
-    assert_eq!(m.digest, *blake3::hash(expected).as_bytes(), "{key}: digest");
+    assert_eq!(
+        m.digest,
+        *blake3::hash(expected).as_bytes(),
+        "{key}: digest"
+    );
     m
 }
 
 async fn chunk_present(backend: &Arc<dyn ChunkStore>, key: &str, m: &Manifest, index: u64) -> bool {
-    let Layout::Chunked(l) = m.layout() else { return false };
-    let blob = BlobRef { key: Bytes::copy_from_slice(key.as_bytes()), version: m.version };
-    let slots = backend.get_chunks(&blob, &[ChunkId { salt: l.salt_of(index), index }]).await.expect("get_chunks");
+    let Layout::Chunked(l) = m.layout() else {
+        return false;
+    };
+    let blob = BlobRef {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        version: m.version,
+    };
+    let slots = backend
+        .get_chunks(
+            &blob,
+            &[ChunkId {
+                salt: l.salt_of(index),
+                index,
+            }],
+        )
+        .await
+        .expect("get_chunks");
     slots.into_iter().next().flatten().is_some()
 }
 
@@ -149,12 +181,30 @@ fn expected_kind(size: u64) -> &'static str {
 pub async fn roundtrip_sizes(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let p = prefix("roundtrip");
-    let sizes = [0, 1, 999, 1000, 1001, 4095, 4096, 4097, 8191, 8192, 8193, 64 * 1024, 64 * 1024 + 1, 100_003, 300_000];
+    let sizes = [
+        0,
+        1,
+        999,
+        1000,
+        1001,
+        4095,
+        4096,
+        4097,
+        8191,
+        8192,
+        8193,
+        64 * 1024,
+        64 * 1024 + 1,
+        100_003,
+        300_000,
+    ];
     for (i, size) in sizes.into_iter().enumerate() {
         let payload = data(size as usize, i as u64);
         for streamed in [false, true] {
             let key = format!("{p}{size}-{streamed}");
-            let opts = PutOptions::new().with_content_type("application/x-test").with_metadata("size", size.to_string());
+            let opts = PutOptions::new()
+                .with_content_type("application/x-test")
+                .with_metadata("size", size.to_string());
             let m = if streamed {
                 store.put_stream(&key, trickle(&payload), &opts).await
             } else {
@@ -169,7 +219,11 @@ pub async fn roundtrip_sizes(backend: Arc<dyn ChunkStore>) {
             assert_eq!(d.layout_kind, expected_kind(size), "{key}: layout");
             if let Layout::Chunked(l) = head.layout() {
                 assert_eq!(l.chunk_count, size.div_ceil(4096), "{key}: chunk count");
-                let want_salt = if size <= 64 * KIB { 1 } else { l.chunk_count.min(7) as u32 };
+                let want_salt = if size <= 64 * KIB {
+                    1
+                } else {
+                    l.chunk_count.min(7) as u32
+                };
                 assert_eq!(l.salt_count, want_salt, "{key}: salt count");
             }
             let mut stream = store.get_stream(&key).await.expect("get_stream");
@@ -180,7 +234,10 @@ pub async fn roundtrip_sizes(backend: Arc<dyn ChunkStore>) {
                 pieces += 1;
             }
             assert_eq!(joined, payload, "{key}: streamed bytes");
-            assert!(pieces <= size.div_ceil(4096).max(1), "{key}: at most one piece per chunk");
+            assert!(
+                pieces <= size.div_ceil(4096).max(1),
+                "{key}: at most one piece per chunk"
+            );
         }
     }
 }
@@ -190,17 +247,44 @@ pub async fn roundtrip_default_policy_large(backend: Arc<dyn ChunkStore>) {
     let p = prefix("default-large");
     let payload = data(20 * MIB as usize + 123, 7);
     let key = format!("{p}20mib");
-    store.put_stream(&key, trickle(&payload), &PutOptions::new()).await.expect("put 20 MiB");
+    store
+        .put_stream(&key, trickle(&payload), &PutOptions::new())
+        .await
+        .expect("put 20 MiB");
     assert_holds(&store, &key, &payload).await;
     let d = store.describe(&key).await.expect("describe");
     assert_eq!(d.layout_kind, "salted");
     assert_eq!(d.bytes_per_salt.len(), 100, "default max salt");
     assert_eq!(d.bytes_per_salt.iter().sum::<u64>(), payload.len() as u64);
     let small = data(16 * KIB as usize, 8);
-    store.put(format!("{p}16k"), small, &PutOptions::new()).await.expect("put 16 KiB");
-    assert_eq!(store.describe(format!("{p}16k")).await.expect("describe").layout_kind, "inline");
-    store.put(format!("{p}8m"), data(8 * MIB as usize, 9), &PutOptions::new()).await.expect("put 8 MiB");
-    assert_eq!(store.describe(format!("{p}8m")).await.expect("describe").layout_kind, "single-partition");
+    store
+        .put(format!("{p}16k"), small, &PutOptions::new())
+        .await
+        .expect("put 16 KiB");
+    assert_eq!(
+        store
+            .describe(format!("{p}16k"))
+            .await
+            .expect("describe")
+            .layout_kind,
+        "inline"
+    );
+    store
+        .put(
+            format!("{p}8m"),
+            data(8 * MIB as usize, 9),
+            &PutOptions::new(),
+        )
+        .await
+        .expect("put 8 MiB");
+    assert_eq!(
+        store
+            .describe(format!("{p}8m"))
+            .await
+            .expect("describe")
+            .layout_kind,
+        "single-partition"
+    );
 }
 
 pub async fn overwrite_larger_smaller_larger(backend: Arc<dyn ChunkStore>) {
@@ -209,13 +293,19 @@ pub async fn overwrite_larger_smaller_larger(backend: Arc<dyn ChunkStore>) {
     let mut previous: Option<Manifest> = None;
     for (i, size) in [200_000usize, 500, 300_000, 5000].into_iter().enumerate() {
         let payload = data(size, 100 + i as u64);
-        let m = store.put(&key, payload.clone(), &PutOptions::new()).await.expect("put");
+        let m = store
+            .put(&key, payload.clone(), &PutOptions::new())
+            .await
+            .expect("put");
         assert_holds(&store, &key, &payload).await;
         if let Some(prev) = previous {
             assert!(m.version > prev.version, "versions increase");
             store.reclaim_due().await.expect("reclaim");
             if matches!(prev.body, ManifestBody::Chunked { .. }) {
-                assert!(!chunk_present(&backend, &key, &prev, 0).await, "chunks of replaced version are reclaimed");
+                assert!(
+                    !chunk_present(&backend, &key, &prev, 0).await,
+                    "chunks of replaced version are reclaimed"
+                );
             }
         }
         assert_holds(&store, &key, &payload).await;
@@ -226,17 +316,39 @@ pub async fn overwrite_larger_smaller_larger(backend: Arc<dyn ChunkStore>) {
 pub async fn delete_then_get(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let key = format!("{}gone", prefix("delete"));
-    let m = store.put(&key, data(100_000, 1), &PutOptions::new()).await.expect("put");
+    let m = store
+        .put(&key, data(100_000, 1), &PutOptions::new())
+        .await
+        .expect("put");
     assert!(chunk_present(&backend, &key, &m, 0).await);
     assert_eq!(store.delete(&key).await.expect("delete"), Some(m.version));
-    assert!(matches!(store.get(&key).await, Err(Error::NotFound { .. })), "get after delete");
-    assert!(matches!(store.head(&key).await, Err(Error::NotFound { .. })), "head after delete");
-    assert_eq!(store.delete(&key).await.expect("delete again"), None, "deleting nothing is fine");
+    assert!(
+        matches!(store.get(&key).await, Err(Error::NotFound { .. })),
+        "get after delete"
+    );
+    assert!(
+        matches!(store.head(&key).await, Err(Error::NotFound { .. })),
+        "head after delete"
+    );
+    assert_eq!(
+        store.delete(&key).await.expect("delete again"),
+        None,
+        "deleting nothing is fine"
+    );
     let report = store.reclaim_due().await.expect("reclaim");
-    assert!(report.versions >= 1, "reclaim deleted the version: {report:?}");
-    assert!(!chunk_present(&backend, &key, &m, 0).await, "chunks of deleted blob are reclaimed");
+    assert!(
+        report.versions >= 1,
+        "reclaim deleted the version: {report:?}"
+    );
+    assert!(
+        !chunk_present(&backend, &key, &m, 0).await,
+        "chunks of deleted blob are reclaimed"
+    );
     let err = store.get(&key).await.expect_err("missing");
-    assert!(err.to_string().contains("not found") && err.to_string().contains("gone"), "{err}");
+    assert!(
+        err.to_string().contains("not found") && err.to_string().contains("gone"),
+        "{err}"
+    );
 }
 
 pub async fn range_reads(backend: Arc<dyn ChunkStore>) {
@@ -245,7 +357,10 @@ pub async fn range_reads(backend: Arc<dyn ChunkStore>) {
     for (size, name) in [(50_000u64, "salted"), (20_000, "single"), (700, "inline")] {
         let key = format!("{p}{name}");
         let payload = data(size as usize, size);
-        store.put(&key, payload.clone(), &PutOptions::new()).await.expect("put");
+        store
+            .put(&key, payload.clone(), &PutOptions::new())
+            .await
+            .expect("put");
         let ranges = [
             0..1,
             0..size,
@@ -258,8 +373,15 @@ pub async fn range_reads(backend: Arc<dyn ChunkStore>) {
             (size / 2)..(size / 2 + 4096 * 3).min(size),
         ];
         for r in ranges {
-            let got = store.get_range(&key, r.clone()).await.unwrap_or_else(|e| panic!("{name} {r:?}: {e}"));
-            assert_eq!(&got[..], &payload[r.start as usize..r.end as usize], "{name} range {r:?}");
+            let got = store
+                .get_range(&key, r.clone())
+                .await
+                .unwrap_or_else(|e| panic!("{name} {r:?}: {e}"));
+            assert_eq!(
+                &got[..],
+                &payload[r.start as usize..r.end as usize],
+                "{name} range {r:?}"
+            );
         }
         for bad in [size..size + 1, 0..size + 1, size + 10..size + 20] {
             match store.get_range(&key, bad.clone()).await {
@@ -274,54 +396,124 @@ pub async fn list_by_prefix(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let p = prefix("list");
     for k in ["a/1", "a/2", "a/3/x", "ab", "b/1"] {
-        store.put(format!("{p}{k}"), data(10, 1), &PutOptions::new()).await.expect("put");
+        store
+            .put(format!("{p}{k}"), data(10, 1), &PutOptions::new())
+            .await
+            .expect("put");
     }
-    store.put(format!("{p}a/big"), data(70_000, 2), &PutOptions::new()).await.expect("put");
+    store
+        .put(format!("{p}a/big"), data(70_000, 2), &PutOptions::new())
+        .await
+        .expect("put");
     let keys = |entries: Vec<crate::ListEntry>| -> Vec<String> {
-        entries.into_iter().map(|e| String::from_utf8_lossy(&e.key).into_owned()).collect()
+        entries
+            .into_iter()
+            .map(|e| String::from_utf8_lossy(&e.key).into_owned())
+            .collect()
     };
     let a = keys(store.list(format!("{p}a/")).await.expect("list"));
-    assert_eq!(a, ["a/1", "a/2", "a/3/x", "a/big"].map(|k| format!("{p}{k}")), "prefix a/ excludes ab and b/");
+    assert_eq!(
+        a,
+        ["a/1", "a/2", "a/3/x", "a/big"].map(|k| format!("{p}{k}")),
+        "prefix a/ excludes ab and b/"
+    );
     assert_eq!(keys(store.list(&p).await.expect("list")).len(), 6);
-    assert!(store.list(format!("{p}zzz")).await.expect("list").is_empty());
+    assert!(
+        store
+            .list(format!("{p}zzz"))
+            .await
+            .expect("list")
+            .is_empty()
+    );
     let entries = store.list(format!("{p}a/big")).await.expect("list");
-    assert_eq!(entries.first().map(|e| e.manifest.size), Some(70_000), "entries carry manifests");
+    assert_eq!(
+        entries.first().map(|e| e.manifest.size),
+        Some(70_000),
+        "entries carry manifests"
+    );
     // More than one page.
     let many = format!("{p}many/");
     for i in 0..600 {
-        store.put(format!("{many}{i:04}"), Bytes::from(vec![1u8; 3]), &PutOptions::new()).await.expect("put");
+        store
+            .put(
+                format!("{many}{i:04}"),
+                Bytes::from(vec![1u8; 3]),
+                &PutOptions::new(),
+            )
+            .await
+            .expect("put");
     }
     let listed = keys(store.list(&many).await.expect("list many"));
     assert_eq!(listed.len(), 600);
-    assert!(listed.windows(2).all(|w| w[0] < w[1]), "listing is in key order");
+    assert!(
+        listed.windows(2).all(|w| w[0] < w[1]),
+        "listing is in key order"
+    );
     store.delete(format!("{many}0300")).await.expect("delete");
-    assert_eq!(store.list(&many).await.expect("list").len(), 599, "deleted keys are not listed");
+    assert_eq!(
+        store.list(&many).await.expect("list").len(),
+        599,
+        "deleted keys are not listed"
+    );
 }
 
 pub async fn describe_layouts(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let p = prefix("describe");
-    for (size, kind, salts) in [(10u64, "inline", 0usize), (9000, "single-partition", 1), (70_000, "salted", 7)] {
+    for (size, kind, salts) in [
+        (10u64, "inline", 0usize),
+        (9000, "single-partition", 1),
+        (70_000, "salted", 7),
+    ] {
         let key = format!("{p}{size}");
-        store.put(&key, data(size as usize, 3), &PutOptions::new()).await.expect("put");
+        store
+            .put(&key, data(size as usize, 3), &PutOptions::new())
+            .await
+            .expect("put");
         let d = store.describe(&key).await.expect("describe");
         assert_eq!(d.layout_kind, kind);
         assert_eq!(d.bytes_per_salt.len(), salts);
         if salts > 0 {
             assert_eq!(d.bytes_per_salt.iter().sum::<u64>(), size);
-            let ManifestBody::Chunked { stored_bytes, layout, .. } = d.manifest.body else { panic!("chunked") };
+            let ManifestBody::Chunked {
+                stored_bytes,
+                layout,
+                ..
+            } = d.manifest.body
+            else {
+                panic!("chunked")
+            };
             assert!(stored_bytes >= size, "stored bytes count headers too");
             // Every chunk is stored under salt index % salt_count, and under no other salt.
-            let blob = BlobRef { key: Bytes::copy_from_slice(key.as_bytes()), version: d.manifest.version };
+            let blob = BlobRef {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                version: d.manifest.version,
+            };
             for index in 0..layout.chunk_count {
-                let right = ChunkId { salt: u32::try_from(index % u64::from(layout.salt_count)).expect("salt"), index };
-                let wrong = ChunkId { salt: (right.salt + 1) % (layout.salt_count + 1), index };
-                let slots = backend.get_chunks(&blob, &[right, wrong]).await.expect("get_chunks");
-                assert!(slots[0].is_some() && slots[1].is_none(), "chunk {index} of {size} bytes is under salt {}", right.salt);
+                let right = ChunkId {
+                    salt: u32::try_from(index % u64::from(layout.salt_count)).expect("salt"),
+                    index,
+                };
+                let wrong = ChunkId {
+                    salt: (right.salt + 1) % (layout.salt_count + 1),
+                    index,
+                };
+                let slots = backend
+                    .get_chunks(&blob, &[right, wrong])
+                    .await
+                    .expect("get_chunks");
+                assert!(
+                    slots[0].is_some() && slots[1].is_none(),
+                    "chunk {index} of {size} bytes is under salt {}",
+                    right.salt
+                );
             }
         }
     }
-    assert!(matches!(store.describe(format!("{p}none")).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        store.describe(format!("{p}none")).await,
+        Err(Error::NotFound { .. })
+    ));
 }
 
 pub async fn streaming_put_of_unknown_length(backend: Arc<dyn ChunkStore>) {
@@ -331,15 +523,25 @@ pub async fn streaming_put_of_unknown_length(backend: Arc<dyn ChunkStore>) {
     for size in [1000usize, 1001, 65_536, 65_537, 1_000_000] {
         let payload = data(size, size as u64);
         let key = format!("{p}{size}");
-        store.put_stream(&key, trickle(&payload), &PutOptions::new()).await.expect("put_stream");
+        store
+            .put_stream(&key, trickle(&payload), &PutOptions::new())
+            .await
+            .expect("put_stream");
         assert_holds(&store, &key, &payload).await;
-        assert_eq!(store.describe(&key).await.expect("describe").layout_kind, expected_kind(size as u64), "{size}");
+        assert_eq!(
+            store.describe(&key).await.expect("describe").layout_kind,
+            expected_kind(size as u64),
+            "{size}"
+        );
     }
     // A known length beyond the window is exact too.
     let payload = data(500_000, 5);
     let key = format!("{p}hinted");
     let opts = PutOptions::new().with_size_hint(500_000);
-    store.put_stream(&key, trickle(&payload), &opts).await.expect("put_stream hinted");
+    store
+        .put_stream(&key, trickle(&payload), &opts)
+        .await
+        .expect("put_stream hinted");
     assert_holds(&store, &key, &payload).await;
 }
 
@@ -347,8 +549,16 @@ pub async fn size_hint_mismatch_changes_nothing(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let key = format!("{}k", prefix("hint"));
     let original = data(5000, 1);
-    store.put(&key, original.clone(), &PutOptions::new()).await.expect("put");
-    for (len, hint) in [(100_000usize, 90_000u64), (100_000, 200_000), (10, 5000), (5000, 10)] {
+    store
+        .put(&key, original.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    for (len, hint) in [
+        (100_000usize, 90_000u64),
+        (100_000, 200_000),
+        (10, 5000),
+        (5000, 10),
+    ] {
         let opts = PutOptions::new().with_size_hint(hint);
         match store.put_stream(&key, trickle(&data(len, 2)), &opts).await {
             Err(Error::SizeMismatch { expected, .. }) => assert_eq!(expected, hint),
@@ -362,50 +572,119 @@ pub async fn conditional_puts(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let key = format!("{}k", prefix("cond"));
     let if_absent = PutOptions::new().with_condition(PutCondition::IfAbsent);
-    let v1 = store.put(&key, data(70_000, 1), &if_absent).await.expect("if-absent on absent key");
+    let v1 = store
+        .put(&key, data(70_000, 1), &if_absent)
+        .await
+        .expect("if-absent on absent key");
     match store.put(&key, data(100, 2), &if_absent).await {
         Err(Error::AlreadyExists { current, .. }) => assert_eq!(current, v1.version),
         other => panic!("expected AlreadyExists, got {other:?}"),
     }
     let v2 = store
-        .put(&key, data(200, 3), &PutOptions::new().with_condition(PutCondition::IfVersion(v1.version)))
+        .put(
+            &key,
+            data(200, 3),
+            &PutOptions::new().with_condition(PutCondition::IfVersion(v1.version)),
+        )
         .await
         .expect("if-version current");
-    match store.put(&key, data(300, 4), &PutOptions::new().with_condition(PutCondition::IfVersion(v1.version))).await {
-        Err(Error::PreconditionFailed { expected, actual, .. }) => {
+    match store
+        .put(
+            &key,
+            data(300, 4),
+            &PutOptions::new().with_condition(PutCondition::IfVersion(v1.version)),
+        )
+        .await
+    {
+        Err(Error::PreconditionFailed {
+            expected, actual, ..
+        }) => {
             assert_eq!((expected, actual), (v1.version, Some(v2.version)));
         }
         other => panic!("expected PreconditionFailed, got {other:?}"),
     }
     assert_holds(&store, &key, &data(200, 3)).await;
     let absent = format!("{key}-absent");
-    let r = store.put(&absent, data(10, 5), &PutOptions::new().with_condition(PutCondition::IfVersion(v1.version))).await;
-    assert!(matches!(r, Err(Error::PreconditionFailed { actual: None, .. })), "{r:?}");
-    assert!(matches!(store.head(&absent).await, Err(Error::NotFound { .. })));
+    let r = store
+        .put(
+            &absent,
+            data(10, 5),
+            &PutOptions::new().with_condition(PutCondition::IfVersion(v1.version)),
+        )
+        .await;
+    assert!(
+        matches!(r, Err(Error::PreconditionFailed { actual: None, .. })),
+        "{r:?}"
+    );
+    assert!(matches!(
+        store.head(&absent).await,
+        Err(Error::NotFound { .. })
+    ));
 }
 
 pub async fn corrupt_chunk_is_detected(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let key = format!("{}k", prefix("corrupt"));
     let payload = data(100_000, 9);
-    let m = store.put(&key, payload.clone(), &PutOptions::new()).await.expect("put");
-    let Layout::Chunked(l) = m.layout() else { panic!("chunked") };
-    let blob = BlobRef { key: Bytes::copy_from_slice(key.as_bytes()), version: m.version };
+    let m = store
+        .put(&key, payload.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let Layout::Chunked(l) = m.layout() else {
+        panic!("chunked")
+    };
+    let blob = BlobRef {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        version: m.version,
+    };
     // Chunk 3 holds the bytes of chunk 4: right format, wrong place.
-    let four = backend.get_chunks(&blob, &[ChunkId { salt: l.salt_of(4), index: 4 }]).await.expect("read");
+    let four = backend
+        .get_chunks(
+            &blob,
+            &[ChunkId {
+                salt: l.salt_of(4),
+                index: 4,
+            }],
+        )
+        .await
+        .expect("read");
     let four = four.into_iter().next().flatten().expect("chunk 4 exists");
-    backend.put_chunks(&blob, vec![ChunkWrite { salt: l.salt_of(3), index: 3, data: four }]).await.expect("write");
+    backend
+        .put_chunks(
+            &blob,
+            vec![ChunkWrite {
+                salt: l.salt_of(3),
+                index: 3,
+                data: four,
+            }],
+        )
+        .await
+        .expect("write");
     match store.get(&key).await {
-        Err(Error::ChecksumMismatch { chunk, version, .. }) => assert_eq!((chunk, version), (3, m.version)),
-        other => panic!("expected ChecksumMismatch, got {:?}", other.map(|b| b.len())),
+        Err(Error::ChecksumMismatch { chunk, version, .. }) => {
+            assert_eq!((chunk, version), (3, m.version))
+        }
+        other => panic!(
+            "expected ChecksumMismatch, got {:?}",
+            other.map(|b| b.len())
+        ),
     }
     let err = store.get(&key).await.expect_err("corrupt").to_string();
-    assert!(err.contains("chunk 3") && err.contains(&m.version.to_string()), "error names chunk and version: {err}");
+    assert!(
+        err.contains("chunk 3") && err.contains(&m.version.to_string()),
+        "error names chunk and version: {err}"
+    );
     // Ranges that avoid the damaged chunk still read.
-    let ok = store.get_range(&key, 0..3 * 4096).await.expect("range before the damage");
+    let ok = store
+        .get_range(&key, 0..3 * 4096)
+        .await
+        .expect("range before the damage");
     assert_eq!(&ok[..], &payload[..3 * 4096]);
     // A lost chunk is reported as such.
-    backend.delete_chunks(&blob, l.salt_count, l.chunk_count).await.expect("delete chunks");
+    backend
+        .delete_chunks(&blob, l.salt_count, l.chunk_count)
+        .await
+        .expect("delete chunks");
     match store.get_range(&key, 10 * 4096..10 * 4096 + 1).await {
         Err(Error::MissingChunk { chunk, .. }) => assert_eq!(chunk, 10),
         other => panic!("expected MissingChunk, got {other:?}"),
@@ -415,23 +694,47 @@ pub async fn corrupt_chunk_is_detected(backend: Arc<dyn ChunkStore>) {
 pub async fn corrupt_manifest_is_detected(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let key = format!("{}k", prefix("corrupt-manifest"));
-    store.put(&key, data(10, 1), &PutOptions::new()).await.expect("put");
-    let raw = backend.get_record(Namespace::Manifest, key.as_bytes()).await.expect("read").expect("present");
+    store
+        .put(&key, data(10, 1), &PutOptions::new())
+        .await
+        .expect("put");
+    let raw = backend
+        .get_record(Namespace::Manifest, key.as_bytes())
+        .await
+        .expect("read")
+        .expect("present");
     let mut bad = raw.to_vec();
     bad[20] ^= 0x40;
-    backend.put_record(Namespace::Manifest, key.as_bytes(), Bytes::from(bad), &Precondition::None).await.expect("write");
+    backend
+        .put_record(
+            Namespace::Manifest,
+            key.as_bytes(),
+            Bytes::from(bad),
+            &Precondition::None,
+        )
+        .await
+        .expect("write");
     let err = store.get(&key).await.expect_err("corrupt manifest");
     assert!(err.is_corruption() && !err.is_retryable(), "{err:?}");
-    assert!(err.to_string().contains(&key) && err.to_string().contains("crc32c"), "{err}");
+    assert!(
+        err.to_string().contains(&key) && err.to_string().contains("crc32c"),
+        "{err}"
+    );
 }
 
 pub async fn bad_input_changes_nothing(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let p = prefix("bad");
-    assert!(matches!(store.put("", data(1, 1), &PutOptions::new()).await, Err(Error::InvalidKey { .. })));
+    assert!(matches!(
+        store.put("", data(1, 1), &PutOptions::new()).await,
+        Err(Error::InvalidKey { .. })
+    ));
     assert!(matches!(store.get("").await, Err(Error::InvalidKey { .. })));
     let long = "k".repeat(1025);
-    assert!(matches!(store.put(&long, data(1, 1), &PutOptions::new()).await, Err(Error::InvalidKey { .. })));
+    assert!(matches!(
+        store.put(&long, data(1, 1), &PutOptions::new()).await,
+        Err(Error::InvalidKey { .. })
+    ));
     let key = format!("{p}k");
     let max = backend.info().max_chunk_bytes;
     for opts in [
@@ -446,25 +749,59 @@ pub async fn bad_input_changes_nothing(backend: Arc<dyn ChunkStore>) {
         }
     }
     let meta = PutOptions::new().with_metadata("m", "x".repeat(9000));
-    assert!(matches!(store.put(&key, data(1, 1), &meta).await, Err(Error::InvalidArgument { .. })));
-    let capped = BlobStore::new(Arc::clone(&backend), small_config().with_max_blob_size(50_000)).expect("config");
-    assert!(matches!(capped.put(&key, data(60_000, 1), &PutOptions::new()).await, Err(Error::TooLarge { .. })));
-    assert!(matches!(capped.put_stream(&key, trickle(&data(60_000, 1)), &PutOptions::new()).await, Err(Error::TooLarge { .. })));
-    assert!(store.list(&p).await.expect("list").is_empty(), "nothing was stored");
+    assert!(matches!(
+        store.put(&key, data(1, 1), &meta).await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    let capped = BlobStore::new(
+        Arc::clone(&backend),
+        small_config().with_max_blob_size(50_000),
+    )
+    .expect("config");
+    assert!(matches!(
+        capped.put(&key, data(60_000, 1), &PutOptions::new()).await,
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(matches!(
+        capped
+            .put_stream(&key, trickle(&data(60_000, 1)), &PutOptions::new())
+            .await,
+        Err(Error::TooLarge { .. })
+    ));
+    assert!(
+        store.list(&p).await.expect("list").is_empty(),
+        "nothing was stored"
+    );
     let bad_config = small_config().with_policy(LayoutPolicy::default().with_chunk_size(1));
-    assert!(matches!(BlobStore::new(Arc::clone(&backend), bad_config), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        BlobStore::new(Arc::clone(&backend), bad_config),
+        Err(Error::InvalidArgument { .. })
+    ));
 }
 
 pub async fn concurrent_puts_same_key(backend: Arc<dyn ChunkStore>) {
-    let store = store(&backend, small_config().with_grace(Duration::from_secs(3600)));
+    let store = store(
+        &backend,
+        small_config().with_grace(Duration::from_secs(3600)),
+    );
     let key = format!("{}hot", prefix("concurrent"));
-    let values: Vec<Bytes> = [500usize, 5000, 70_000, 150_000, 3000, 90_000].iter().enumerate().map(|(i, n)| data(*n, i as u64)).collect();
+    let values: Vec<Bytes> = [500usize, 5000, 70_000, 150_000, 3000, 90_000]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| data(*n, i as u64))
+        .collect();
     let digests: Vec<[u8; 32]> = values.iter().map(|v| *blake3::hash(v).as_bytes()).collect();
     let mut tasks = tokio::task::JoinSet::new();
     for round in 0..3 {
         for v in &values {
             let (store, key, v) = (store.clone(), key.clone(), v.clone());
-            tasks.spawn(async move { store.put(&key, v, &PutOptions::new()).await.map(|_| ()).map_err(|e| format!("put {round}: {e}")) });
+            tasks.spawn(async move {
+                store
+                    .put(&key, v, &PutOptions::new())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("put {round}: {e}"))
+            });
         }
         for _ in 0..4 {
             let (store, key, digests) = (store.clone(), key.clone(), digests.clone());
@@ -483,53 +820,114 @@ pub async fn concurrent_puts_same_key(backend: Arc<dyn ChunkStore>) {
     }
     let last = store.get(&key).await.expect("final get");
     let m = store.head(&key).await.expect("head");
-    assert!(digests.contains(blake3::hash(&last).as_bytes()) && m.digest == *blake3::hash(&last).as_bytes());
+    assert!(
+        digests.contains(blake3::hash(&last).as_bytes())
+            && m.digest == *blake3::hash(&last).as_bytes()
+    );
 }
 
 pub async fn compression_round_trips(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let p = prefix("codec");
-    let text: Bytes = b"saltblob stores values of any size. ".iter().copied().cycle().take(200_000).collect();
+    let text: Bytes = b"saltblob stores values of any size. "
+        .iter()
+        .copied()
+        .cycle()
+        .take(200_000)
+        .collect();
     for codec in [Codec::Zstd, Codec::Lz4, Codec::None] {
         let key = format!("{p}{codec}");
-        let m = store.put(&key, text.clone(), &PutOptions::new().with_codec(codec)).await.expect("put");
+        let m = store
+            .put(&key, text.clone(), &PutOptions::new().with_codec(codec))
+            .await
+            .expect("put");
         assert_holds(&store, &key, &text).await;
-        let ManifestBody::Chunked { stored_bytes, codec: stored_codec, .. } = m.body else { panic!("chunked") };
+        let ManifestBody::Chunked {
+            stored_bytes,
+            codec: stored_codec,
+            ..
+        } = m.body
+        else {
+            panic!("chunked")
+        };
         assert_eq!(stored_codec, codec);
         if codec == Codec::None {
             assert!(stored_bytes > 200_000);
         } else {
-            assert!(stored_bytes < 200_000 / 5, "{codec} stored {stored_bytes} bytes");
+            assert!(
+                stored_bytes < 200_000 / 5,
+                "{codec} stored {stored_bytes} bytes"
+            );
         }
-        let got = store.get_range(&key, 4000..9000).await.expect("range of compressed blob");
+        let got = store
+            .get_range(&key, 4000..9000)
+            .await
+            .expect("range of compressed blob");
         assert_eq!(&got[..], &text[4000..9000]);
     }
     let random = data(100_000, 4);
-    let m = store.put(format!("{p}random"), random.clone(), &PutOptions::new().with_codec(Codec::Zstd)).await.expect("put");
-    let ManifestBody::Chunked { stored_bytes, .. } = m.body else { panic!("chunked") };
-    assert!(stored_bytes <= 100_000 + 25 * 12, "incompressible chunks are stored raw: {stored_bytes}");
+    let m = store
+        .put(
+            format!("{p}random"),
+            random.clone(),
+            &PutOptions::new().with_codec(Codec::Zstd),
+        )
+        .await
+        .expect("put");
+    let ManifestBody::Chunked { stored_bytes, .. } = m.body else {
+        panic!("chunked")
+    };
+    assert!(
+        stored_bytes <= 100_000 + 25 * 12,
+        "incompressible chunks are stored raw: {stored_bytes}"
+    );
 }
 
 pub async fn readers_survive_overwrite_within_grace(backend: Arc<dyn ChunkStore>) {
     let key = format!("{}k", prefix("grace"));
     let old = data(300_000, 1);
-    let patient = store(&backend, small_config().with_grace(Duration::from_secs(3600)).with_inflight_bytes(8192));
-    patient.put(&key, old.clone(), &PutOptions::new()).await.expect("put");
+    let patient = store(
+        &backend,
+        small_config()
+            .with_grace(Duration::from_secs(3600))
+            .with_inflight_bytes(8192),
+    );
+    patient
+        .put(&key, old.clone(), &PutOptions::new())
+        .await
+        .expect("put");
     // A reader starts, the key is overwritten, reclaim runs: the reader still gets the old version whole.
     let mut stream = patient.get_stream(&key).await.expect("get_stream");
-    let mut got = stream.next().await.expect("first piece").expect("ok").to_vec();
-    patient.put(&key, data(2000, 2), &PutOptions::new()).await.expect("overwrite");
+    let mut got = stream
+        .next()
+        .await
+        .expect("first piece")
+        .expect("ok")
+        .to_vec();
+    patient
+        .put(&key, data(2000, 2), &PutOptions::new())
+        .await
+        .expect("overwrite");
     let report = patient.reclaim_due().await.expect("reclaim");
-    assert!(report.pending >= 1 && report.versions == 0, "grace period respected: {report:?}");
+    assert!(
+        report.pending >= 1 && report.versions == 0,
+        "grace period respected: {report:?}"
+    );
     while let Some(piece) = stream.next().await {
         got.extend_from_slice(&piece.expect("piece of the old version"));
     }
     assert!(got == old, "the old version read whole after the overwrite");
     // With the grace period over, a reader of a reclaimed version is told to read again.
-    patient.put(&key, old.clone(), &PutOptions::new()).await.expect("put");
+    patient
+        .put(&key, old.clone(), &PutOptions::new())
+        .await
+        .expect("put");
     let mut stream = patient.get_stream(&key).await.expect("get_stream");
     stream.next().await.expect("first piece").expect("ok");
-    patient.put(&key, data(2000, 3), &PutOptions::new()).await.expect("overwrite");
+    patient
+        .put(&key, data(2000, 3), &PutOptions::new())
+        .await
+        .expect("overwrite");
     patient.reclaim_all().await.expect("reclaim all");
     let mut outcome = Ok(());
     while let Some(piece) = stream.next().await {
@@ -553,7 +951,9 @@ pub async fn per_put_overrides(backend: Arc<dyn ChunkStore>) {
     let m = store.put(&key, payload.clone(), &opts).await.expect("put");
     assert_holds(&store, &key, &payload).await;
     match m.layout() {
-        Layout::Chunked(l) => assert_eq!((l.chunk_size, l.chunk_count, l.salt_count), (8192, 49, 3)),
+        Layout::Chunked(l) => {
+            assert_eq!((l.chunk_size, l.chunk_count, l.salt_count), (8192, 49, 3))
+        }
         Layout::Inline => panic!("chunked expected"),
     }
     // A store whose policy changes later still reads what was written before.

@@ -16,7 +16,12 @@ impl fmt::Display for KeyDisplay {
         let escaped = self.0.escape_ascii().to_string();
         if escaped.len() > 120 {
             // `escape_ascii` yields ASCII only, so any byte offset is a char boundary.
-            write!(f, "{}… ({} bytes)", escaped.get(..120).unwrap_or_default(), self.0.len())
+            write!(
+                f,
+                "{}… ({} bytes)",
+                escaped.get(..120).unwrap_or_default(),
+                self.0.len()
+            )
         } else {
             f.write_str(&escaped)
         }
@@ -81,7 +86,9 @@ pub enum Error {
         actual: Option<VersionId>,
     },
     /// A byte range does not lie within the blob.
-    #[error("range not satisfiable: bytes {start}..{end} of key \"{key}\", which holds {size} bytes")]
+    #[error(
+        "range not satisfiable: bytes {start}..{end} of key \"{key}\", which holds {size} bytes"
+    )]
     RangeNotSatisfiable {
         /// The key read.
         key: KeyDisplay,
@@ -93,7 +100,9 @@ pub enum Error {
         size: u64,
     },
     /// A blob exceeds the configured maximum size.
-    #[error("too large: key \"{key}\" would hold {size} bytes, over the configured maximum of {max} bytes")]
+    #[error(
+        "too large: key \"{key}\" would hold {size} bytes, over the configured maximum of {max} bytes"
+    )]
     TooLarge {
         /// The key written.
         key: KeyDisplay,
@@ -103,7 +112,9 @@ pub enum Error {
         max: u64,
     },
     /// A streamed put ended at another length than the caller announced.
-    #[error("size mismatch for key \"{key}\": announced {expected} bytes, the stream held {actual}")]
+    #[error(
+        "size mismatch for key \"{key}\": announced {expected} bytes, the stream held {actual}"
+    )]
     SizeMismatch {
         /// The key written.
         key: KeyDisplay,
@@ -129,7 +140,9 @@ pub enum Error {
         actual: u32,
     },
     /// A full read's BLAKE3 digest differs from the manifest's.
-    #[error("digest mismatch: key \"{key}\" version {version}: manifest says {expected}, data hashes to {actual}")]
+    #[error(
+        "digest mismatch: key \"{key}\" version {version}: manifest says {expected}, data hashes to {actual}"
+    )]
     DigestMismatch {
         /// The blob's key.
         key: KeyDisplay,
@@ -141,7 +154,9 @@ pub enum Error {
         actual: String,
     },
     /// A chunk the manifest lists is not in the store.
-    #[error("missing chunk: key \"{key}\" version {version} chunk {chunk} (salt {salt}) is not in the store")]
+    #[error(
+        "missing chunk: key \"{key}\" version {version} chunk {chunk} (salt {salt}) is not in the store"
+    )]
     MissingChunk {
         /// The blob's key.
         key: KeyDisplay,
@@ -153,7 +168,9 @@ pub enum Error {
         salt: u32,
     },
     /// The version being read was replaced and reclaimed during the read; reading again returns the new one.
-    #[error("key \"{key}\" version {version} was overwritten and reclaimed while it was being read; read again")]
+    #[error(
+        "key \"{key}\" version {version} was overwritten and reclaimed while it was being read; read again"
+    )]
     VersionReclaimed {
         /// The blob's key.
         key: KeyDisplay,
@@ -227,16 +244,26 @@ impl Error {
 
     /// Builds an [`Error::Corrupt`].
     pub fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        Error::Corrupt { what: what.into(), detail: detail.into() }
+        Error::Corrupt {
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
 
     /// Builds an [`Error::InvalidArgument`].
     pub fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument { what, reason: reason.into() }
+        Error::InvalidArgument {
+            what,
+            reason: reason.into(),
+        }
     }
 
     /// Builds an [`Error::Backend`].
     pub fn backend(backend: &'static str, message: impl fmt::Display, retryable: bool) -> Self {
-        Error::Backend { backend, message: message.to_string(), retryable }
+        Error::Backend {
+            backend,
+            message: message.to_string(),
+            retryable,
+        }
     }
 }

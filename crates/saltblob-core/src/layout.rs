@@ -91,13 +91,19 @@ impl LayoutPolicy {
         if self.max_salt == 0 || self.max_salt > MAX_SALT_LIMIT {
             return Err(Error::invalid(
                 "max salt",
-                format!("{}; it must be between 1 and {MAX_SALT_LIMIT}", self.max_salt),
+                format!(
+                    "{}; it must be between 1 and {MAX_SALT_LIMIT}",
+                    self.max_salt
+                ),
             ));
         }
         if self.inline_limit > MAX_INLINE_LIMIT {
             return Err(Error::invalid(
                 "inline limit",
-                format!("{} bytes; it must be at most {MAX_INLINE_LIMIT} bytes", self.inline_limit),
+                format!(
+                    "{} bytes; it must be at most {MAX_INLINE_LIMIT} bytes",
+                    self.inline_limit
+                ),
             ));
         }
         Ok(())
@@ -114,7 +120,11 @@ impl LayoutPolicy {
         } else {
             u32::try_from(chunk_count.min(u64::from(self.max_salt))).unwrap_or(self.max_salt)
         };
-        Layout::Chunked(ChunkLayout { chunk_size: self.chunk_size, chunk_count, salt_count })
+        Layout::Chunked(ChunkLayout {
+            chunk_size: self.chunk_size,
+            chunk_count,
+            salt_count,
+        })
     }
 }
 
@@ -163,7 +173,11 @@ impl ChunkLayout {
             .map(|salt| {
                 // Chunks salt, salt + S, salt + 2S, ... below chunk_count.
                 let full_chunks = size / cs;
-                let n = if salt < self.chunk_count { (self.chunk_count - 1 - salt) / salts + 1 } else { 0 };
+                let n = if salt < self.chunk_count {
+                    (self.chunk_count - 1 - salt) / salts + 1
+                } else {
+                    0
+                };
                 let mut bytes = n * cs;
                 let last = self.chunk_count.saturating_sub(1);
                 if n > 0 && last % salts == salt && full_chunks < self.chunk_count {
@@ -208,19 +222,35 @@ mod tests {
         assert_eq!(p.layout_for(16 * KIB), Layout::Inline);
         assert_eq!(
             p.layout_for(16 * KIB + 1),
-            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 1, salt_count: 1 })
+            Layout::Chunked(ChunkLayout {
+                chunk_size: 65536,
+                chunk_count: 1,
+                salt_count: 1
+            })
         );
         assert_eq!(
             p.layout_for(8 * MIB),
-            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 128, salt_count: 1 })
+            Layout::Chunked(ChunkLayout {
+                chunk_size: 65536,
+                chunk_count: 128,
+                salt_count: 1
+            })
         );
         assert_eq!(
             p.layout_for(8 * MIB + 1),
-            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 129, salt_count: 100 })
+            Layout::Chunked(ChunkLayout {
+                chunk_size: 65536,
+                chunk_count: 129,
+                salt_count: 100
+            })
         );
         assert_eq!(
             p.clone().with_max_salt(1000).layout_for(60 * MIB),
-            Layout::Chunked(ChunkLayout { chunk_size: 65536, chunk_count: 960, salt_count: 960 })
+            Layout::Chunked(ChunkLayout {
+                chunk_size: 65536,
+                chunk_count: 960,
+                salt_count: 960
+            })
         );
     }
 
@@ -229,7 +259,12 @@ mod tests {
         let p = LayoutPolicy::default();
         assert!(p.validate(1 << 20).is_ok());
         assert!(p.clone().with_chunk_size(0).validate(1 << 20).is_err());
-        assert!(p.clone().with_chunk_size(2 << 20).validate(1 << 20).is_err());
+        assert!(
+            p.clone()
+                .with_chunk_size(2 << 20)
+                .validate(1 << 20)
+                .is_err()
+        );
         assert!(p.clone().with_max_salt(0).validate(1 << 20).is_err());
         assert!(p.with_inline_limit(2 * MIB).validate(1 << 20).is_err());
     }

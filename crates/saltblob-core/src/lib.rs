@@ -43,12 +43,17 @@ pub mod memory;
 pub mod store;
 pub mod version;
 
-pub use backend::{BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous, RecordWrite};
+pub use backend::{
+    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
+    RecordWrite,
+};
 pub use codec::Codec;
 pub use config::{PutCondition, PutOptions, StoreConfig};
 pub use error::{Error, KeyDisplay, Result};
 pub use layout::{ChunkLayout, Layout, LayoutPolicy};
 pub use manifest::{Manifest, ManifestBody};
 pub use memory::MemoryStore;
-pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN, ReclaimReport, ReclaimerHandle};
+pub use store::{
+    BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN, ReclaimReport, ReclaimerHandle,
+};
 pub use version::VersionId;

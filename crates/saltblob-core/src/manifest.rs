@@ -89,7 +89,10 @@ impl Manifest {
         }
         let meta: usize = self.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
         if meta > MAX_METADATA_BYTES {
-            return Err(Error::invalid("metadata", format!("{meta} bytes; at most {MAX_METADATA_BYTES}")));
+            return Err(Error::invalid(
+                "metadata",
+                format!("{meta} bytes; at most {MAX_METADATA_BYTES}"),
+            ));
         }
         Ok(())
     }
@@ -114,7 +117,11 @@ impl Manifest {
                 b.put_u32_le(u32::try_from(data.len()).unwrap_or(u32::MAX));
                 b.put_slice(data);
             }
-            ManifestBody::Chunked { layout, codec, stored_bytes } => {
+            ManifestBody::Chunked {
+                layout,
+                codec,
+                stored_bytes,
+            } => {
                 b.put_u32_le(layout.chunk_size);
                 b.put_u64_le(layout.chunk_count);
                 b.put_u32_le(layout.salt_count);
@@ -141,7 +148,11 @@ impl Manifest {
             .checked_sub(4)
             .map(|n| bytes.split_at(n))
             .ok_or_else(|| corrupt(format!("{} bytes, too short to be a manifest", bytes.len())))?;
-        let stored_crc = u32::from_le_bytes(trailer.try_into().map_err(|_| corrupt("no trailer".into()))?);
+        let stored_crc = u32::from_le_bytes(
+            trailer
+                .try_into()
+                .map_err(|_| corrupt("no trailer".into()))?,
+        );
         let crc = crc32c::crc32c(body);
         if crc != stored_crc {
             return Err(corrupt(format!(
@@ -149,7 +160,10 @@ impl Manifest {
                 body.len()
             )));
         }
-        let mut r = Reader { buf: bytes.slice(..body.len()), corrupt: &corrupt };
+        let mut r = Reader {
+            buf: bytes.slice(..body.len()),
+            corrupt: &corrupt,
+        };
         let format = r.u8()?;
         if format != MANIFEST_FORMAT_V1 {
             return Err(corrupt(format!(
@@ -163,26 +177,42 @@ impl Manifest {
         let expires_micros = Some(r.u64()?).filter(|t| *t != 0);
         let digest_tag = r.u8()?;
         if digest_tag != DIGEST_BLAKE3 {
-            return Err(corrupt(format!("unknown digest algorithm tag {digest_tag}")));
+            return Err(corrupt(format!(
+                "unknown digest algorithm tag {digest_tag}"
+            )));
         }
-        let digest: [u8; 32] = r.take(32)?.as_ref().try_into().map_err(|_| corrupt("short digest".into()))?;
+        let digest: [u8; 32] = r
+            .take(32)?
+            .as_ref()
+            .try_into()
+            .map_err(|_| corrupt("short digest".into()))?;
         let body = match kind {
             TAG_INLINE => {
                 let tag = r.u8()?;
                 if tag != Codec::None.tag() {
-                    return Err(corrupt(format!("inline payload has codec tag {tag}; only 0 (none) is defined")));
+                    return Err(corrupt(format!(
+                        "inline payload has codec tag {tag}; only 0 (none) is defined"
+                    )));
                 }
                 let len = r.u32()? as usize;
                 let data = r.take(len)?;
                 if data.len() as u64 != size {
-                    return Err(corrupt(format!("inline payload holds {} bytes, size says {size}", data.len())));
+                    return Err(corrupt(format!(
+                        "inline payload holds {} bytes, size says {size}",
+                        data.len()
+                    )));
                 }
                 ManifestBody::Inline(data)
             }
             TAG_CHUNKED => {
-                let layout = ChunkLayout { chunk_size: r.u32()?, chunk_count: r.u64()?, salt_count: r.u32()? };
+                let layout = ChunkLayout {
+                    chunk_size: r.u32()?,
+                    chunk_count: r.u64()?,
+                    salt_count: r.u32()?,
+                };
                 let tag = r.u8()?;
-                let codec = Codec::from_tag(tag).ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
+                let codec = Codec::from_tag(tag)
+                    .ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
                 let stored_bytes = r.u64()?;
                 let expected_chunks = size.div_ceil(u64::from(layout.chunk_size.max(1)));
                 if layout.chunk_size == 0
@@ -195,7 +225,11 @@ impl Manifest {
                         layout.chunk_size, layout.chunk_count, layout.salt_count
                     )));
                 }
-                ManifestBody::Chunked { layout, codec, stored_bytes }
+                ManifestBody::Chunked {
+                    layout,
+                    codec,
+                    stored_bytes,
+                }
             }
             other => return Err(corrupt(format!("unknown layout tag {other}"))),
         };
@@ -206,9 +240,21 @@ impl Manifest {
             metadata.insert(k, r.str()?);
         }
         if r.buf.has_remaining() {
-            return Err(corrupt(format!("{} unexpected bytes after the metadata", r.buf.remaining())));
+            return Err(corrupt(format!(
+                "{} unexpected bytes after the metadata",
+                r.buf.remaining()
+            )));
         }
-        Ok(Manifest { version, size, created_micros, expires_micros, digest, body, content_type, metadata })
+        Ok(Manifest {
+            version,
+            size,
+            created_micros,
+            expires_micros,
+            digest,
+            body,
+            content_type,
+            metadata,
+        })
     }
 }
 
@@ -232,7 +278,10 @@ struct Reader<'a> {
 impl Reader<'_> {
     fn need(&self, n: usize) -> Result<()> {
         if self.buf.remaining() < n {
-            return Err((self.corrupt)(format!("truncated: needed {n} more bytes, {} left", self.buf.remaining())));
+            return Err((self.corrupt)(format!(
+                "truncated: needed {n} more bytes, {} left",
+                self.buf.remaining()
+            )));
         }
         Ok(())
     }
@@ -263,7 +312,8 @@ impl Reader<'_> {
     fn str(&mut self) -> Result<String> {
         let n = usize::from(self.u16()?);
         let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|e| (self.corrupt)(format!("string is not UTF-8: {e}")))
+        String::from_utf8(b.to_vec())
+            .map_err(|e| (self.corrupt)(format!("string is not UTF-8: {e}")))
     }
 }
 
@@ -294,7 +344,11 @@ mod tests {
     fn chunked_manifest_round_trips_and_has_a_stable_encoding() {
         let m = sample(
             ManifestBody::Chunked {
-                layout: ChunkLayout { chunk_size: 65536, chunk_count: 3, salt_count: 1 },
+                layout: ChunkLayout {
+                    chunk_size: 65536,
+                    chunk_count: 3,
+                    salt_count: 1,
+                },
                 codec: Codec::Zstd,
                 stored_bytes: 150_000,
             },
@@ -311,9 +365,18 @@ mod tests {
         let enc = sample(ManifestBody::Inline(Bytes::from_static(b"hi")), 2).encode();
         let mut v = enc.to_vec();
         v[5] ^= 0xff;
-        let err = Manifest::decode(&Bytes::from(v), &what).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("corrupt test manifest: trailer crc32c"), "{err}");
-        let err = Manifest::decode(&enc.slice(..3), &what).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = Manifest::decode(&Bytes::from(v), &what)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("corrupt test manifest: trailer crc32c"),
+            "{err}"
+        );
+        let err = Manifest::decode(&enc.slice(..3), &what)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("too short"), "{err}");
     }
 

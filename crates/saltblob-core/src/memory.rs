@@ -6,7 +6,10 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::backend::{BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous, RecordWrite};
+use crate::backend::{
+    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
+    RecordWrite,
+};
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -36,16 +39,9 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>> {
-        self.state.lock().map_err(|_| Error::backend("memory", "state lock poisoned by a panic", false))
-    }
-}
-
-/// Applies `cond` to `current`; the shared precondition logic of record writes.
-pub fn check_precondition(cond: &Precondition, current: Option<&Bytes>) -> bool {
-    match cond {
-        Precondition::None => true,
-        Precondition::Absent => current.is_none(),
-        Precondition::Equals(expected) => current == Some(expected),
+        self.state
+            .lock()
+            .map_err(|_| Error::backend("memory", "state lock poisoned by a panic", false))
     }
 }
 
@@ -56,29 +52,48 @@ impl ChunkStore for MemoryStore {
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self.lock()?.records.get(&(ns, Bytes::copy_from_slice(key))).cloned())
+        Ok(self
+            .lock()?
+            .records
+            .get(&(ns, Bytes::copy_from_slice(key)))
+            .cloned())
     }
 
-    async fn put_record(&self, ns: Namespace, key: &[u8], value: Bytes, cond: &Precondition) -> Result<RecordWrite> {
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
         let mut state = self.lock()?;
         let k = (ns, Bytes::copy_from_slice(key));
         let current = state.records.get(&k);
-        if !check_precondition(cond, current) {
+        if !cond.holds(current) {
             return Ok(RecordWrite::ConditionFailed(current.cloned()));
         }
         let previous = state.records.insert(k, value);
-        Ok(RecordWrite::Done(previous.map_or(Previous::Absent, Previous::Value)))
+        Ok(RecordWrite::Done(
+            previous.map_or(Previous::Absent, Previous::Value),
+        ))
     }
 
-    async fn delete_record(&self, ns: Namespace, key: &[u8], cond: &Precondition) -> Result<RecordWrite> {
+    async fn delete_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
         let mut state = self.lock()?;
         let k = (ns, Bytes::copy_from_slice(key));
         let current = state.records.get(&k);
-        if !matches!(cond, Precondition::Absent) && !check_precondition(cond, current) {
+        if !matches!(cond, Precondition::Absent) && !cond.holds(current) {
             return Ok(RecordWrite::ConditionFailed(current.cloned()));
         }
         let previous = state.records.remove(&k);
-        Ok(RecordWrite::Done(previous.map_or(Previous::Absent, Previous::Value)))
+        Ok(RecordWrite::Done(
+            previous.map_or(Previous::Absent, Previous::Value),
+        ))
     }
 
     async fn scan_records(
@@ -103,7 +118,9 @@ impl ChunkStore for MemoryStore {
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
         let mut state = self.lock()?;
         for c in chunks {
-            state.chunks.insert((blob.key.clone(), blob.version, c.salt, c.index), c.data);
+            state
+                .chunks
+                .insert((blob.key.clone(), blob.version, c.salt, c.index), c.data);
         }
         Ok(())
     }
@@ -112,11 +129,21 @@ impl ChunkStore for MemoryStore {
         let state = self.lock()?;
         Ok(chunks
             .iter()
-            .map(|c| state.chunks.get(&(blob.key.clone(), blob.version, c.salt, c.index)).cloned())
+            .map(|c| {
+                state
+                    .chunks
+                    .get(&(blob.key.clone(), blob.version, c.salt, c.index))
+                    .cloned()
+            })
             .collect())
     }
 
-    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, _chunk_count: u64) -> Result<()> {
+    async fn delete_chunks(
+        &self,
+        blob: &BlobRef,
+        salt_count: u32,
+        _chunk_count: u64,
+    ) -> Result<()> {
         let mut state = self.lock()?;
         let lo = (blob.key.clone(), blob.version, 0, 0);
         let hi = (blob.key.clone(), blob.version, salt_count, 0);

@@ -14,7 +14,10 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::backend::{BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous, RecordWrite};
+use crate::backend::{
+    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
+    RecordWrite,
+};
 use crate::codec::{CHUNK_HEADER_LEN, ChunkPlace, Codec, decode_chunk, encode_chunk};
 use crate::config::{PutCondition, PutOptions, StoreConfig};
 use crate::layout::{ChunkLayout, Layout, LayoutPolicy, salt_of};
@@ -34,11 +37,16 @@ const PAGE: usize = 512;
 /// Checks a key: 1 to [`MAX_KEY_LEN`] bytes.
 pub fn validate_key(key: &[u8]) -> Result<Bytes> {
     if key.is_empty() {
-        return Err(Error::InvalidKey { reason: "the key is empty; keys are 1 to 1024 bytes".into() });
+        return Err(Error::InvalidKey {
+            reason: "the key is empty; keys are 1 to 1024 bytes".into(),
+        });
     }
     if key.len() > MAX_KEY_LEN {
         return Err(Error::InvalidKey {
-            reason: format!("the key is {} bytes long; keys are 1 to {MAX_KEY_LEN} bytes", key.len()),
+            reason: format!(
+                "the key is {} bytes long; keys are 1 to {MAX_KEY_LEN} bytes",
+                key.len()
+            ),
         });
     }
     Ok(Bytes::copy_from_slice(key))
@@ -113,7 +121,10 @@ pub struct BlobStream {
 
 impl std::fmt::Debug for BlobStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlobStream").field("manifest", &self.manifest).field("range", &self.range).finish()
+        f.debug_struct("BlobStream")
+            .field("manifest", &self.manifest)
+            .field("range", &self.range)
+            .finish()
     }
 }
 
@@ -162,9 +173,18 @@ impl BlobStore {
             ));
         }
         if config.batch_bytes == 0 {
-            return Err(Error::invalid("batch size", "0 bytes; it must be at least 1"));
+            return Err(Error::invalid(
+                "batch size",
+                "0 bytes; it must be at least 1",
+            ));
         }
-        Ok(Self { inner: Arc::new(Inner { backend, info, config }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend,
+                info,
+                config,
+            }),
+        })
     }
 
     /// The backend.
@@ -178,7 +198,12 @@ impl BlobStore {
     }
 
     /// Stores `data` under `key` as a new version; returns its manifest.
-    pub async fn put(&self, key: impl AsRef<[u8]>, data: impl Into<Bytes>, opts: &PutOptions) -> Result<Manifest> {
+    pub async fn put(
+        &self,
+        key: impl AsRef<[u8]>,
+        data: impl Into<Bytes>,
+        opts: &PutOptions,
+    ) -> Result<Manifest> {
         let data: Bytes = data.into();
         let opts = opts.clone().with_size_hint(data.len() as u64);
         self.put_stream(key, &data[..], &opts).await
@@ -192,7 +217,12 @@ impl BlobStore {
     ///
     /// The new version becomes visible atomically when its manifest commits, after all its chunks are stored. On
     /// error the previous version stays current and the chunks written so far are deleted.
-    pub async fn put_stream<R>(&self, key: impl AsRef<[u8]>, mut reader: R, opts: &PutOptions) -> Result<Manifest>
+    pub async fn put_stream<R>(
+        &self,
+        key: impl AsRef<[u8]>,
+        mut reader: R,
+        opts: &PutOptions,
+    ) -> Result<Manifest>
     where
         R: AsyncRead + Unpin + Send,
     {
@@ -214,18 +244,33 @@ impl BlobStore {
         let inline_probe = policy.inline_limit + 1;
         let lookahead = match opts.size_hint {
             Some(_) => inline_probe,
-            None => (policy.fanout_threshold + 1).min(self.inner.config.inflight_bytes as u64).max(inline_probe),
+            None => (policy.fanout_threshold + 1)
+                .min(self.inner.config.inflight_bytes as u64)
+                .max(inline_probe),
         };
         let mut head = Vec::new();
-        let eof = fill(&mut reader, &mut head, usize::try_from(lookahead).unwrap_or(usize::MAX)).await?;
+        let eof = fill(
+            &mut reader,
+            &mut head,
+            usize::try_from(lookahead).unwrap_or(usize::MAX),
+        )
+        .await?;
         let head_len = head.len() as u64;
         self.check_max_size(&key, head_len)?;
         let known_size = match (opts.size_hint, eof) {
             (Some(hint), true) if hint != head_len => {
-                return Err(Error::SizeMismatch { key: key.as_ref().into(), expected: hint, actual: head_len });
+                return Err(Error::SizeMismatch {
+                    key: key.as_ref().into(),
+                    expected: hint,
+                    actual: head_len,
+                });
             }
             (Some(hint), false) if hint < head_len => {
-                return Err(Error::SizeMismatch { key: key.as_ref().into(), expected: hint, actual: head_len });
+                return Err(Error::SizeMismatch {
+                    key: key.as_ref().into(),
+                    expected: hint,
+                    actual: head_len,
+                });
             }
             (Some(hint), _) => Some(hint),
             (None, true) => Some(head_len),
@@ -250,10 +295,28 @@ impl BlobStore {
             Some(Layout::Chunked(l)) => l.salt_count,
             _ => policy.max_salt,
         };
-        let blob = BlobRef { key: key.clone(), version: manifest.version };
-        let mut writer = ChunkWriter::new(&self.inner, blob.clone(), planned_salt, policy.codec, policy.chunk_size);
-        let written =
-            self.write_chunks(&key, &mut reader, Bytes::from(head), eof, &mut writer, &mut hasher, policy.chunk_size).await;
+        let blob = BlobRef {
+            key: key.clone(),
+            version: manifest.version,
+        };
+        let mut writer = ChunkWriter::new(
+            &self.inner,
+            blob.clone(),
+            planned_salt,
+            policy.codec,
+            policy.chunk_size,
+        );
+        let written = self
+            .write_chunks(
+                &key,
+                &mut reader,
+                Bytes::from(head),
+                eof,
+                &mut writer,
+                &mut hasher,
+                policy.chunk_size,
+            )
+            .await;
         let (size, stored_bytes) = match written {
             Ok(v) => v,
             Err(e) => {
@@ -265,14 +328,23 @@ impl BlobStore {
             && hint != size
         {
             writer.abort().await;
-            return Err(Error::SizeMismatch { key: key.as_ref().into(), expected: hint, actual: size });
+            return Err(Error::SizeMismatch {
+                key: key.as_ref().into(),
+                expected: hint,
+                actual: size,
+            });
         }
         let chunk_count = writer.next_index;
-        let salt_count = u32::try_from(u64::from(planned_salt).min(chunk_count)).unwrap_or(planned_salt);
+        let salt_count =
+            u32::try_from(u64::from(planned_salt).min(chunk_count)).unwrap_or(planned_salt);
         manifest.size = size;
         manifest.digest = *hasher.finalize().as_bytes();
         manifest.body = ManifestBody::Chunked {
-            layout: ChunkLayout { chunk_size: policy.chunk_size, chunk_count, salt_count },
+            layout: ChunkLayout {
+                chunk_size: policy.chunk_size,
+                chunk_count,
+                salt_count,
+            },
             codec: policy.codec,
             stored_bytes,
         };
@@ -281,7 +353,10 @@ impl BlobStore {
     }
 
     /// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk; returns (size, stored bytes).
-    #[expect(clippy::too_many_arguments, reason = "one private step of put_stream, sharing its state")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one private step of put_stream, sharing its state"
+    )]
     async fn write_chunks<R: AsyncRead + Unpin + Send>(
         &self,
         key: &Bytes,
@@ -317,7 +392,12 @@ impl BlobStore {
     /// Reads the current manifest of `key`.
     pub async fn head(&self, key: impl AsRef<[u8]>) -> Result<Manifest> {
         let key = validate_key(key.as_ref())?;
-        self.inner.read_manifest(&key).await?.ok_or_else(|| Error::NotFound { key: key.as_ref().into() })
+        self.inner
+            .read_manifest(&key)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                key: key.as_ref().into(),
+            })
     }
 
     /// Reads the whole current version of `key`, verifying every chunk and the digest.
@@ -335,12 +415,19 @@ impl BlobStore {
 
     /// Reads bytes `range` (half-open) of the current version of `key`, fetching only the chunks that cover it.
     pub async fn get_range(&self, key: impl AsRef<[u8]>, range: Range<u64>) -> Result<Bytes> {
-        self.get_range_stream(key, range).await?.collect_bytes().await
+        self.get_range_stream(key, range)
+            .await?
+            .collect_bytes()
+            .await
     }
 
     /// Streams bytes `range` (half-open) of the current version of `key`. A range that does not lie within the
     /// blob fails with [`Error::RangeNotSatisfiable`].
-    pub async fn get_range_stream(&self, key: impl AsRef<[u8]>, range: Range<u64>) -> Result<BlobStream> {
+    pub async fn get_range_stream(
+        &self,
+        key: impl AsRef<[u8]>,
+        range: Range<u64>,
+    ) -> Result<BlobStream> {
         let key = validate_key(key.as_ref())?;
         let manifest = self.head(&key).await?;
         if range.start > range.end || range.end > manifest.size {
@@ -358,10 +445,20 @@ impl BlobStore {
     /// reclaimed after the grace period.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
         let key = validate_key(key.as_ref())?;
-        let pre_read =
-            if self.inner.info.reports_previous { None } else { self.inner.read_manifest(&key).await.ok().flatten() };
-        let previous = match self.inner.backend.delete_record(Namespace::Manifest, &key, &Precondition::None).await? {
-            RecordWrite::Done(Previous::Value(bytes)) => Some(self.inner.decode_manifest(&key, &bytes)?),
+        let pre_read = if self.inner.info.reports_previous {
+            None
+        } else {
+            self.inner.read_manifest(&key).await.ok().flatten()
+        };
+        let previous = match self
+            .inner
+            .backend
+            .delete_record(Namespace::Manifest, &key, &Precondition::None)
+            .await?
+        {
+            RecordWrite::Done(Previous::Value(bytes)) => {
+                Some(self.inner.decode_manifest(&key, &bytes)?)
+            }
             RecordWrite::Done(Previous::Absent) => None,
             RecordWrite::Done(Previous::Unknown) | RecordWrite::ConditionFailed(_) => pre_read,
         };
@@ -376,7 +473,9 @@ impl BlobStore {
         let mut all = Vec::new();
         let mut after: Option<Bytes> = None;
         loop {
-            let page = self.list_page(prefix.as_ref(), after.as_deref(), PAGE).await?;
+            let page = self
+                .list_page(prefix.as_ref(), after.as_deref(), PAGE)
+                .await?;
             let Some(last) = page.last() else { break };
             after = Some(last.key.clone());
             let full = page.len() == PAGE;
@@ -389,9 +488,18 @@ impl BlobStore {
     }
 
     /// Up to `limit` blobs whose key starts with `prefix`, in key order, after `start_after` when given.
-    pub async fn list_page(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<ListEntry>> {
+    pub async fn list_page(
+        &self,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ListEntry>> {
         let now = now_micros();
-        let records = self.inner.backend.scan_records(Namespace::Manifest, prefix, start_after, limit).await?;
+        let records = self
+            .inner
+            .backend
+            .scan_records(Namespace::Manifest, prefix, start_after, limit)
+            .await?;
         let mut out = Vec::with_capacity(records.len());
         for (key, bytes) in records {
             let manifest = self.inner.decode_manifest(&key, &bytes)?;
@@ -408,11 +516,21 @@ impl BlobStore {
         let manifest = self.head(&key).await?;
         let (layout_kind, bytes_per_salt) = match manifest.layout() {
             Layout::Inline => ("inline", Vec::new()),
-            Layout::Chunked(l) => {
-                (if l.salt_count == 1 { "single-partition" } else { "salted" }, l.bytes_per_salt(manifest.size))
-            }
+            Layout::Chunked(l) => (
+                if l.salt_count == 1 {
+                    "single-partition"
+                } else {
+                    "salted"
+                },
+                l.bytes_per_salt(manifest.size),
+            ),
         };
-        Ok(Description { key, manifest, layout_kind, bytes_per_salt })
+        Ok(Description {
+            key,
+            manifest,
+            layout_kind,
+            bytes_per_salt,
+        })
     }
 
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
@@ -457,7 +575,11 @@ impl BlobStore {
 
     fn check_max_size(&self, key: &[u8], size: u64) -> Result<()> {
         match self.inner.config.max_blob_size {
-            Some(max) if size > max => Err(Error::TooLarge { key: key.into(), size, max }),
+            Some(max) if size > max => Err(Error::TooLarge {
+                key: key.into(),
+                size,
+                max,
+            }),
             _ => Ok(()),
         }
     }
@@ -466,24 +588,39 @@ impl BlobStore {
     async fn precheck(&self, key: &Bytes, condition: PutCondition) -> Result<PreCheck> {
         let read_raw = || self.inner.backend.get_record(Namespace::Manifest, key);
         match condition {
-            PutCondition::None if self.inner.info.reports_previous => {
-                Ok(PreCheck { condition: Precondition::None, expected: condition, current: None })
-            }
+            PutCondition::None if self.inner.info.reports_previous => Ok(PreCheck {
+                condition: Precondition::None,
+                expected: condition,
+                current: None,
+            }),
             PutCondition::None => {
                 let current = self.inner.read_manifest(key).await.ok().flatten();
-                Ok(PreCheck { condition: Precondition::None, expected: condition, current })
+                Ok(PreCheck {
+                    condition: Precondition::None,
+                    expected: condition,
+                    current,
+                })
             }
             PutCondition::IfAbsent => match read_raw().await? {
                 Some(bytes) => Err(self.inner.condition_error(key, condition, Some(&bytes))),
-                None => Ok(PreCheck { condition: Precondition::Absent, expected: condition, current: None }),
+                None => Ok(PreCheck {
+                    condition: Precondition::Absent,
+                    expected: condition,
+                    current: None,
+                }),
             },
             PutCondition::IfVersion(v) => {
                 let raw = read_raw().await?;
-                let current = raw.as_ref().map(|b| self.inner.decode_manifest(key, b)).transpose()?;
+                let current = raw
+                    .as_ref()
+                    .map(|b| self.inner.decode_manifest(key, b))
+                    .transpose()?;
                 match (raw, current) {
-                    (Some(raw), Some(m)) if m.version == v => {
-                        Ok(PreCheck { condition: Precondition::Equals(raw), expected: condition, current: Some(m) })
-                    }
+                    (Some(raw), Some(m)) if m.version == v => Ok(PreCheck {
+                        condition: Precondition::Equals(raw),
+                        expected: condition,
+                        current: Some(m),
+                    }),
                     (raw, _) => Err(self.inner.condition_error(key, condition, raw.as_ref())),
                 }
             }
@@ -493,9 +630,14 @@ impl BlobStore {
     /// Writes the manifest: the commit point. Schedules the replaced version for reclaim.
     async fn commit(&self, key: &Bytes, manifest: &Manifest, pre: PreCheck) -> Result<()> {
         let inner = &self.inner;
-        let outcome = inner.backend.put_record(Namespace::Manifest, key, manifest.encode(), &pre.condition).await;
+        let outcome = inner
+            .backend
+            .put_record(Namespace::Manifest, key, manifest.encode(), &pre.condition)
+            .await;
         let replaced = match outcome {
-            Ok(RecordWrite::Done(Previous::Value(bytes))) => inner.decode_manifest(key, &bytes).ok(),
+            Ok(RecordWrite::Done(Previous::Value(bytes))) => {
+                inner.decode_manifest(key, &bytes).ok()
+            }
             Ok(RecordWrite::Done(Previous::Absent)) => None,
             Ok(RecordWrite::Done(Previous::Unknown)) => pre.current,
             Ok(RecordWrite::ConditionFailed(current)) => {
@@ -525,14 +667,23 @@ impl BlobStore {
                     let (s, e) = (usize::try_from(range.start), usize::try_from(range.end));
                     match (s, e) {
                         (Ok(s), Ok(e)) if s <= e && e <= data.len() => Ok(data.slice(s..e)),
-                        _ => Err(Error::corrupt("inline manifest", "range outside the inline payload")),
+                        _ => Err(Error::corrupt(
+                            "inline manifest",
+                            "range outside the inline payload",
+                        )),
                     }
                 };
                 stream::once(async move { item }).boxed()
             }
-            ManifestBody::Chunked { layout, .. } => self.stream_chunks(key, &manifest, *layout, range.clone(), full),
+            ManifestBody::Chunked { layout, .. } => {
+                self.stream_chunks(key, &manifest, *layout, range.clone(), full)
+            }
         };
-        BlobStream { manifest, range, stream }
+        BlobStream {
+            manifest,
+            range,
+            stream,
+        }
     }
 
     fn stream_chunks(
@@ -545,14 +696,19 @@ impl BlobStore {
     ) -> BoxStream<'static, Result<Bytes>> {
         let chunks = layout.chunks_covering(&range);
         let per_segment = self.inner.chunks_per_segment(layout.chunk_size);
-        let depth = (self.inner.config.inflight_bytes / (per_segment as usize * layout.chunk_size as usize)).max(1);
+        let depth = (self.inner.config.inflight_bytes
+            / (per_segment as usize * layout.chunk_size as usize))
+            .max(1);
         let segments: Vec<Range<u64>> = (chunks.start..chunks.end)
             .step_by(usize::try_from(per_segment).unwrap_or(1))
             .map(|s| s..(s + per_segment).min(chunks.end))
             .collect();
         let inner = Arc::clone(&self.inner);
         let (version, size) = (manifest.version, manifest.size);
-        let blob = BlobRef { key: key.clone(), version };
+        let blob = BlobRef {
+            key: key.clone(),
+            version,
+        };
         let fetches = stream::iter(segments)
             .map(move |segment| {
                 let task = tokio::spawn(Arc::clone(&inner).fetch_segment(
@@ -562,7 +718,11 @@ impl BlobStore {
                     segment,
                     range.clone(),
                 ));
-                async move { task.await.map_err(|e| Error::backend("saltblob", format!("read task failed: {e}"), false))? }
+                async move {
+                    task.await.map_err(|e| {
+                        Error::backend("saltblob", format!("read task failed: {e}"), false)
+                    })?
+                }
             })
             .buffered(depth);
         let state = ReadState {
@@ -644,7 +804,11 @@ fn max_chunk_payload(info: &BackendInfo) -> u32 {
 }
 
 /// Reads from `reader` until `buf` holds `target` bytes or the stream ends; returns whether it ended.
-async fn fill<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut Vec<u8>, target: usize) -> Result<bool> {
+async fn fill<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    target: usize,
+) -> Result<bool> {
     while buf.len() < target {
         let want = target - buf.len();
         let n = reader.take(want as u64).read_buf(buf).await?;
@@ -683,33 +847,62 @@ impl Inner {
     }
 
     fn decode_manifest(&self, key: &[u8], bytes: &Bytes) -> Result<Manifest> {
-        Manifest::decode(bytes, &|| format!("manifest of key \"{}\"", KeyDisplay::from(key)))
+        Manifest::decode(bytes, &|| {
+            format!("manifest of key \"{}\"", KeyDisplay::from(key))
+        })
     }
 
     /// The current manifest of `key`, or `None` if there is none or it has expired.
     async fn read_manifest(&self, key: &[u8]) -> Result<Option<Manifest>> {
-        let Some(bytes) = self.backend.get_record(Namespace::Manifest, key).await? else { return Ok(None) };
+        let Some(bytes) = self.backend.get_record(Namespace::Manifest, key).await? else {
+            return Ok(None);
+        };
         let manifest = self.decode_manifest(key, &bytes)?;
         Ok(Some(manifest).filter(|m| !m.is_expired(now_micros())))
     }
 
-    fn condition_error(&self, key: &[u8], expected: PutCondition, current: Option<&Bytes>) -> Error {
-        let actual = current.and_then(|b| self.decode_manifest(key, b).ok()).map(|m| m.version);
+    fn condition_error(
+        &self,
+        key: &[u8],
+        expected: PutCondition,
+        current: Option<&Bytes>,
+    ) -> Error {
+        let actual = current
+            .and_then(|b| self.decode_manifest(key, b).ok())
+            .map(|m| m.version);
         match (expected, actual) {
-            (PutCondition::IfVersion(v), actual) => {
-                Error::PreconditionFailed { key: key.into(), expected: v, actual }
-            }
-            (_, Some(current)) => Error::AlreadyExists { key: key.into(), current },
-            (_, None) => Error::AlreadyExists { key: key.into(), current: VersionId(0) },
+            (PutCondition::IfVersion(v), actual) => Error::PreconditionFailed {
+                key: key.into(),
+                expected: v,
+                actual,
+            },
+            (_, Some(current)) => Error::AlreadyExists {
+                key: key.into(),
+                current,
+            },
+            (_, None) => Error::AlreadyExists {
+                key: key.into(),
+                current: VersionId(0),
+            },
         }
     }
 
     /// Deletes the chunks of a version that was never committed (best effort; leftovers are orphans for GC).
     async fn discard(&self, key: &Bytes, manifest: &Manifest) {
         if let ManifestBody::Chunked { layout, .. } = &manifest.body {
-            let blob = BlobRef { key: key.clone(), version: manifest.version };
-            if let Err(e) = self.backend.delete_chunks(&blob, layout.salt_count, layout.chunk_count).await {
-                tracing::warn!("could not delete the chunks of uncommitted version {}: {e}", manifest.version);
+            let blob = BlobRef {
+                key: key.clone(),
+                version: manifest.version,
+            };
+            if let Err(e) = self
+                .backend
+                .delete_chunks(&blob, layout.salt_count, layout.chunk_count)
+                .await
+            {
+                tracing::warn!(
+                    "could not delete the chunks of uncommitted version {}: {e}",
+                    manifest.version
+                );
             }
         }
     }
@@ -717,7 +910,14 @@ impl Inner {
     /// Queues the chunks of `manifest` for deletion after the grace period; failures are logged, not returned,
     /// because the operation that replaced the version has already succeeded.
     async fn schedule_reclaim_logged(&self, key: &Bytes, manifest: &Manifest) {
-        let ManifestBody::Chunked { layout, stored_bytes, .. } = &manifest.body else { return };
+        let ManifestBody::Chunked {
+            layout,
+            stored_bytes,
+            ..
+        } = &manifest.body
+        else {
+            return;
+        };
         let grace = u64::try_from(self.config.grace.as_micros()).unwrap_or(u64::MAX);
         let entry = ReclaimEntry {
             due_micros: now_micros().saturating_add(grace),
@@ -728,8 +928,15 @@ impl Inner {
             stored_bytes: *stored_bytes,
         };
         let (k, v) = entry.encode();
-        if let Err(e) = self.backend.put_record(Namespace::Reclaim, &k, v, &Precondition::None).await {
-            tracing::warn!("could not queue version {} for reclaim (left for gc): {e}", manifest.version);
+        if let Err(e) = self
+            .backend
+            .put_record(Namespace::Reclaim, &k, v, &Precondition::None)
+            .await
+        {
+            tracing::warn!(
+                "could not queue version {} for reclaim (left for gc): {e}",
+                manifest.version
+            );
         }
     }
 
@@ -737,7 +944,10 @@ impl Inner {
         let mut report = ReclaimReport::default();
         let mut after: Option<Bytes> = None;
         loop {
-            let page = self.backend.scan_records(Namespace::Reclaim, b"", after.as_deref(), PAGE).await?;
+            let page = self
+                .backend
+                .scan_records(Namespace::Reclaim, b"", after.as_deref(), PAGE)
+                .await?;
             let full = page.len() == PAGE;
             for (k, v) in page {
                 after = Some(k.clone());
@@ -758,13 +968,20 @@ impl Inner {
                 if current == Some(entry.version) {
                     report.still_current += 1;
                 } else {
-                    let blob = BlobRef { key: entry.key.clone(), version: entry.version };
-                    self.backend.delete_chunks(&blob, entry.salt_count, entry.chunk_count).await?;
+                    let blob = BlobRef {
+                        key: entry.key.clone(),
+                        version: entry.version,
+                    };
+                    self.backend
+                        .delete_chunks(&blob, entry.salt_count, entry.chunk_count)
+                        .await?;
                     report.versions += 1;
                     report.chunks += entry.chunk_count;
                     report.bytes += entry.stored_bytes;
                 }
-                self.backend.delete_record(Namespace::Reclaim, &k, &Precondition::None).await?;
+                self.backend
+                    .delete_record(Namespace::Reclaim, &k, &Precondition::None)
+                    .await?;
             }
             if !full {
                 return Ok(report);
@@ -781,7 +998,12 @@ impl Inner {
         segment: Range<u64>,
         range: Range<u64>,
     ) -> Result<Vec<Bytes>> {
-        let ids: Vec<ChunkId> = segment.map(|index| ChunkId { salt: layout.salt_of(index), index }).collect();
+        let ids: Vec<ChunkId> = segment
+            .map(|index| ChunkId {
+                salt: layout.salt_of(index),
+                index,
+            })
+            .collect();
         let slots = with_retry(|| self.backend.get_chunks(&blob, &ids)).await?;
         if slots.len() != ids.len() {
             return Err(Error::backend(
@@ -792,14 +1014,29 @@ impl Inner {
         }
         let mut out = Vec::with_capacity(ids.len());
         for (id, slot) in ids.iter().zip(slots) {
-            let Some(stored) = slot else { return Err(self.missing_chunk(&blob, *id).await) };
-            let place = ChunkPlace { key: &blob.key, version: blob.version, index: id.index };
+            let Some(stored) = slot else {
+                return Err(self.missing_chunk(&blob, *id).await);
+            };
+            let place = ChunkPlace {
+                key: &blob.key,
+                version: blob.version,
+                index: id.index,
+            };
             let raw = decode_chunk(place, &stored)?;
             let span = layout.chunk_span(id.index, size);
             if raw.len() as u64 != span.end - span.start {
                 return Err(Error::corrupt(
-                    format!("chunk {} of key \"{}\" version {}", id.index, KeyDisplay::from(&blob.key[..]), blob.version),
-                    format!("holds {} bytes, the layout says {}", raw.len(), span.end - span.start),
+                    format!(
+                        "chunk {} of key \"{}\" version {}",
+                        id.index,
+                        KeyDisplay::from(&blob.key[..]),
+                        blob.version
+                    ),
+                    format!(
+                        "holds {} bytes, the layout says {}",
+                        raw.len(),
+                        span.end - span.start
+                    ),
                 ));
             }
             let lo = range.start.max(span.start) - span.start;
@@ -814,9 +1051,17 @@ impl Inner {
     async fn missing_chunk(&self, blob: &BlobRef, id: ChunkId) -> Error {
         match self.read_manifest(&blob.key).await {
             Ok(current) if current.as_ref().map(|m| m.version) != Some(blob.version) => {
-                Error::VersionReclaimed { key: blob.key[..].into(), version: blob.version }
+                Error::VersionReclaimed {
+                    key: blob.key[..].into(),
+                    version: blob.version,
+                }
             }
-            _ => Error::MissingChunk { key: blob.key[..].into(), version: blob.version, chunk: id.index, salt: id.salt },
+            _ => Error::MissingChunk {
+                key: blob.key[..].into(),
+                version: blob.version,
+                chunk: id.index,
+                salt: id.salt,
+            },
         }
     }
 }
@@ -878,14 +1123,27 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|_| Error::backend("saltblob", "write window closed", false))?;
-        let (backend, blob, salt_count, codec) = (Arc::clone(&self.backend), self.blob.clone(), self.salt_count, self.codec);
+        let (backend, blob, salt_count, codec) = (
+            Arc::clone(&self.backend),
+            self.blob.clone(),
+            self.salt_count,
+            self.codec,
+        );
         self.tasks.spawn(async move {
             let _permit = permit;
             let writes: Vec<ChunkWrite> = segment
                 .iter()
                 .map(|(index, raw)| {
-                    let place = ChunkPlace { key: &blob.key, version: blob.version, index: *index };
-                    ChunkWrite { salt: salt_of(*index, salt_count), index: *index, data: encode_chunk(place, raw, codec) }
+                    let place = ChunkPlace {
+                        key: &blob.key,
+                        version: blob.version,
+                        index: *index,
+                    };
+                    ChunkWrite {
+                        salt: salt_of(*index, salt_count),
+                        index: *index,
+                        data: encode_chunk(place, raw, codec),
+                    }
                 })
                 .collect();
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
@@ -909,9 +1167,15 @@ impl ChunkWriter {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
         if self.next_index > 0
-            && let Err(e) = self.backend.delete_chunks(&self.blob, self.salt_count, self.next_index).await
+            && let Err(e) = self
+                .backend
+                .delete_chunks(&self.blob, self.salt_count, self.next_index)
+                .await
         {
-            tracing::warn!("could not delete the chunks of failed put {}: {e}", self.blob.version);
+            tracing::warn!(
+                "could not delete the chunks of failed put {}: {e}",
+                self.blob.version
+            );
         }
     }
 }
@@ -980,17 +1244,29 @@ mod tests {
             stored_bytes: 1000,
         };
         let (k, v) = e.encode();
-        assert_eq!(ReclaimEntry::decode(&Bytes::from(k.clone()), &v), Some(e.clone()));
-        let later = ReclaimEntry { due_micros: 256, ..e };
+        assert_eq!(
+            ReclaimEntry::decode(&Bytes::from(k.clone()), &v),
+            Some(e.clone())
+        );
+        let later = ReclaimEntry {
+            due_micros: 256,
+            ..e
+        };
         assert!(k < later.encode().0);
-        assert_eq!(ReclaimEntry::decode(&Bytes::from_static(b"short"), &v), None);
+        assert_eq!(
+            ReclaimEntry::decode(&Bytes::from_static(b"short"), &v),
+            None
+        );
     }
 
     #[test]
     fn keys_are_validated() {
         assert!(matches!(validate_key(b""), Err(Error::InvalidKey { .. })));
         assert!(validate_key(&[b'k'; MAX_KEY_LEN]).is_ok());
-        let err = validate_key(&[b'k'; MAX_KEY_LEN + 1]).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = validate_key(&[b'k'; MAX_KEY_LEN + 1])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("1025 bytes long"), "{err}");
     }
 }

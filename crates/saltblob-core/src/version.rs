@@ -51,11 +51,14 @@ impl FromStr for VersionId {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.len() != 32 {
-            return Err(crate::Error::invalid("version id", format!("\"{s}\" is not 32 hex digits")));
+            return Err(crate::Error::invalid(
+                "version id",
+                format!("\"{s}\" is not 32 hex digits"),
+            ));
         }
-        u128::from_str_radix(s, 16)
-            .map(VersionId)
-            .map_err(|_| crate::Error::invalid("version id", format!("\"{s}\" is not 32 hex digits")))
+        u128::from_str_radix(s, 16).map(VersionId).map_err(|_| {
+            crate::Error::invalid("version id", format!("\"{s}\" is not 32 hex digits"))
+        })
     }
 }
 

@@ -1,1 +1,31 @@
-//! placeholder
+//! # saltblob on RocksDB
+//!
+//! The embedded backend of saltblob: one directory on one machine. Chunk data is kept in RocksDB blob files
+//! (key-value separation), so large values do not churn the LSM tree; manifests and internal records live in
+//! small column families of their own.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use saltblob_core::{BlobStore, PutOptions, StoreConfig};
+//! use saltblob_rocksdb::{RocksConfig, RocksStore};
+//!
+//! # #[tokio::main] async fn main() -> saltblob_core::Result<()> {
+//! let backend = RocksStore::open(RocksConfig::from_url("rocksdb:///var/lib/saltblob")?)?;
+//! let store = BlobStore::new(Arc::new(backend), StoreConfig::default())?;
+//! store.put("hello", &b"world"[..], &PutOptions::new()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`config`]: [`RocksConfig`] and its `rocksdb://` URL.
+//! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation.
+//! - [`keys`]: storage key encoding.
+//! - [`error`]: mapping of RocksDB errors.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod keys;
+
+pub use backend::RocksStore;
+pub use config::{BlobCompression, RocksConfig, SCHEME};

@@ -1,0 +1,240 @@
+//! Parsing and printing sizes, ranges and layouts for people.
+
+use std::ops::Range;
+
+use saltblob::{Description, Manifest, ManifestBody};
+
+/// Parses a byte count: `65536`, `64k`, `64KiB`, `8m`, `8MiB`, `1g` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a size (e.g. 65536, 64KiB, 8MiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "\"{s}\" has an unknown unit (use B, KiB, MiB or GiB)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("\"{s}\" is too large"))
+}
+
+/// Parses an HTTP-style inclusive range against a blob of `size` bytes: `START-END`, `START-` (to the end) or
+/// `-N` (the last N bytes). Returns a half-open range; `None` end means "to the end".
+pub fn parse_range(s: &str) -> Result<RangeSpec, String> {
+    let bad = || {
+        format!(
+            "\"{s}\" is not a byte range; use START-END (inclusive, e.g. 0-1023), START- or -SUFFIX"
+        )
+    };
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let num = |x: &str| x.trim().parse::<u64>().map_err(|_| bad());
+    match (a.trim().is_empty(), b.trim().is_empty()) {
+        (false, false) => {
+            let (start, end) = (num(a)?, num(b)?);
+            if end < start {
+                return Err(format!("\"{s}\": the end comes before the start"));
+            }
+            Ok(RangeSpec::Bounded(start, end))
+        }
+        (false, true) => Ok(RangeSpec::From(num(a)?)),
+        (true, false) => Ok(RangeSpec::Suffix(num(b)?)),
+        (true, true) => Err(bad()),
+    }
+}
+
+/// A byte range as given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeSpec {
+    /// `START-END`, inclusive.
+    Bounded(u64, u64),
+    /// `START-`.
+    From(u64),
+    /// `-N`.
+    Suffix(u64),
+}
+
+impl RangeSpec {
+    /// The half-open range for a blob of `size` bytes (may lie outside it; the store reports that).
+    pub fn resolve(self, size: u64) -> Range<u64> {
+        match self {
+            RangeSpec::Bounded(a, b) => a..b.saturating_add(1),
+            RangeSpec::From(a) => a..size.max(a),
+            RangeSpec::Suffix(n) => size.saturating_sub(n)..size,
+        }
+    }
+}
+
+/// `62914560 (60.0 MiB)`.
+pub fn bytes(n: u64) -> String {
+    let units = ["KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = None;
+    for u in units {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        Some(u) => format!("{n} ({v:.1} {u})"),
+        None => format!("{n} B"),
+    }
+}
+
+/// Short size: `60.0 MiB`.
+pub fn short(n: u64) -> String {
+    let s = bytes(n);
+    match s.split_once(" (") {
+        Some((_, rest)) => rest.trim_end_matches(')').to_owned(),
+        None => s,
+    }
+}
+
+/// RFC 3339 time of Unix microseconds.
+pub fn time(micros: u64) -> String {
+    humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + std::time::Duration::from_micros(micros),
+    )
+    .to_string()
+}
+
+/// Run-length summary of bytes per salt: `655360 x60, 589824 x40`.
+pub fn per_salt_summary(per_salt: &[u64]) -> String {
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for &b in per_salt {
+        match runs.last_mut() {
+            Some((v, n)) if *v == b => *n += 1,
+            _ => runs.push((b, 1)),
+        }
+    }
+    runs.iter()
+        .map(|(v, n)| {
+            if *n == 1 {
+                v.to_string()
+            } else {
+                format!("{v} x{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The manifest as a JSON value.
+pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "key": String::from_utf8_lossy(key),
+        "version": m.version.to_string(),
+        "size": m.size,
+        "created": time(m.created_micros),
+        "digest": format!("blake3:{}", m.digest_hex()),
+        "content_type": m.content_type,
+        "metadata": m.metadata,
+    });
+    match &m.body {
+        ManifestBody::Inline(_) => v["layout"] = "inline".into(),
+        ManifestBody::Chunked {
+            layout,
+            codec,
+            stored_bytes,
+        } => {
+            v["layout"] = if layout.salt_count == 1 {
+                "single-partition"
+            } else {
+                "salted"
+            }
+            .into();
+            v["chunk_size"] = layout.chunk_size.into();
+            v["chunk_count"] = layout.chunk_count.into();
+            v["salt_count"] = layout.salt_count.into();
+            v["codec"] = codec.name().into();
+            v["stored_bytes"] = (*stored_bytes).into();
+        }
+    }
+    v
+}
+
+/// The description as a JSON value.
+pub fn describe_json(d: &Description) -> serde_json::Value {
+    let mut v = manifest_json(&d.key, &d.manifest);
+    v["layout"] = d.layout_kind.into();
+    v["bytes_per_salt"] = d.bytes_per_salt.clone().into();
+    v
+}
+
+/// The manifest as aligned `name: value` lines.
+pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
+    let mut lines = vec![
+        format!("key:          {}", String::from_utf8_lossy(key)),
+        format!("version:      {}", m.version),
+        format!("size:         {}", bytes(m.size)),
+        format!("created:      {}", time(m.created_micros)),
+        format!("digest:       blake3:{}", m.digest_hex()),
+    ];
+    match &m.body {
+        ManifestBody::Inline(_) => {
+            lines.push("layout:       inline (stored in the manifest)".into())
+        }
+        ManifestBody::Chunked {
+            layout,
+            codec,
+            stored_bytes,
+        } => {
+            let kind = if layout.salt_count == 1 {
+                "single-partition"
+            } else {
+                "salted"
+            };
+            lines.push(format!("layout:       {kind}"));
+            lines.push(format!(
+                "chunk size:   {}",
+                bytes(u64::from(layout.chunk_size))
+            ));
+            lines.push(format!("chunk count:  {}", layout.chunk_count));
+            lines.push(format!("salt count:   {}", layout.salt_count));
+            lines.push(format!("codec:        {codec}"));
+            lines.push(format!("stored bytes: {}", bytes(*stored_bytes)));
+        }
+    }
+    if let Some(ct) = &m.content_type {
+        lines.push(format!("content type: {ct}"));
+    }
+    for (k, v) in &m.metadata {
+        lines.push(format!("meta {k}: {v}"));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_ranges_parse() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("8m"), Ok(8 << 20));
+        assert!(
+            parse_size("").is_err()
+                && parse_size("12 parsecs").is_err()
+                && parse_size("-1").is_err()
+        );
+        assert_eq!(parse_range("0-1023").map(|r| r.resolve(5000)), Ok(0..1024));
+        assert_eq!(parse_range("100-").map(|r| r.resolve(5000)), Ok(100..5000));
+        assert_eq!(parse_range("-10").map(|r| r.resolve(5000)), Ok(4990..5000));
+        assert!(
+            parse_range("5-4").is_err() && parse_range("-").is_err() && parse_range("a-b").is_err()
+        );
+        assert_eq!(per_salt_summary(&[5, 5, 5, 3]), "5 x3, 3");
+        assert_eq!(short(60 << 20), "60.0 MiB");
+    }
+}

@@ -1,0 +1,82 @@
+//! Progress bars for transfers: shown on stderr only when it is a terminal, and only once a transfer has
+//! taken more than a moment.
+
+use std::io::IsTerminal;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// How long a transfer runs before its bar appears.
+const DELAY: Duration = Duration::from_millis(700);
+
+/// A progress bar that stays hidden for the first [`DELAY`] and when stderr is not a terminal.
+pub struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    visible: bool,
+    enabled: bool,
+}
+
+impl Progress {
+    /// A bar for `total` bytes (a spinner with a byte count when unknown), labelled `label`.
+    pub fn new(label: &str, total: Option<u64>, quiet: bool) -> Self {
+        let bar = match total {
+            Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::hidden())
+                .with_style(
+                    ProgressStyle::with_template(
+                        "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                ),
+            None => ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()).with_style(
+                ProgressStyle::with_template("{msg} {spinner} {bytes} {binary_bytes_per_sec}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        };
+        bar.set_message(label.to_owned());
+        Self {
+            bar,
+            started: Instant::now(),
+            visible: false,
+            enabled: !quiet && std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Counts `n` more bytes.
+    pub fn add(&mut self, n: u64) {
+        self.bar.inc(n);
+        if self.enabled && !self.visible && self.started.elapsed() > DELAY {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.visible = true;
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// An [`AsyncRead`] that reports the bytes read through it to a [`Progress`].
+pub struct CountingReader<R> {
+    pub inner: R,
+    pub progress: Progress,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for CountingReader<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.progress.add(n as u64);
+        poll
+    }
+}

@@ -1,0 +1,101 @@
+//! Helpers: running the binary, making random files, hashing.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// A `saltblob` command on the embedded store in `store`, without progress bars.
+pub fn saltblob(store: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+    c.arg("--store")
+        .arg(format!("rocksdb://{}", store.display()))
+        .arg("--quiet");
+    c.env_remove("SALTBLOB_STORE");
+    c
+}
+
+/// Runs `cmd` and returns its output, failing the test with its stderr if it did not succeed.
+pub fn ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run saltblob");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A deterministic pseudo-random byte generator (xorshift64*), fast enough for gigabytes.
+pub struct Noise(u64);
+
+impl Noise {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Writes `size` pseudo-random bytes to `path`; returns their BLAKE3 digest.
+pub fn random_file(path: &Path, size: u64, seed: u64) -> blake3::Hash {
+    let mut w = BufWriter::new(File::create(path).expect("create file"));
+    let mut noise = Noise::new(seed);
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        noise.fill(&mut buf[..n]);
+        hasher.update(&buf[..n]);
+        w.write_all(&buf[..n]).expect("write file");
+        left -= n as u64;
+    }
+    w.flush().expect("flush");
+    hasher.finalize()
+}
+
+/// BLAKE3 of a file.
+pub fn hash_file(path: &Path) -> blake3::Hash {
+    let mut f = File::open(path).expect("open file");
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).expect("read file");
+        if n == 0 {
+            return hasher.finalize();
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Bytes `range` of a file.
+pub fn file_range(path: &Path, range: std::ops::Range<usize>) -> Vec<u8> {
+    let data = std::fs::read(path).expect("read file");
+    data[range].to_vec()
+}
+
+/// Parses the JSON that `head --json` / `describe --json` print.
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+/// The peak resident memory a command reported with `SALTBLOB_REPORT_PEAK_RSS`, in MiB.
+pub fn peak_rss_mib(stderr: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(stderr);
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_rss_kib="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak_rss_kib line in: {text}"));
+    kib as f64 / 1024.0
+}

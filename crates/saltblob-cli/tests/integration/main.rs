@@ -1,0 +1,7 @@
+//! End-to-end tests of the `saltblob` binary on the embedded store (one test binary, topic modules).
+
+mod bad_input;
+mod common;
+mod crash;
+mod memory;
+mod roundtrip;

@@ -1,0 +1,359 @@
+//! [`RocksStore`]: the [`ChunkStore`] implementation on RocksDB.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rocksdb::{
+    BlockBasedOptions, ColumnFamilyDescriptor, DB, DBCompressionType, DBRecoveryMode, Direction,
+    IteratorMode, Options, WriteBatch, WriteOptions,
+};
+use saltblob_core::backend::{
+    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
+    RecordWrite,
+};
+use saltblob_core::{Error, Result};
+
+use crate::config::{BlobCompression, RocksConfig};
+use crate::{error, keys};
+
+/// Backend name used in errors.
+pub const NAME: &str = "rocksdb";
+/// Largest encoded chunk accepted.
+pub const MAX_CHUNK_BYTES: u32 = 64 << 20;
+/// Largest batch of chunk bytes written in one `WriteBatch`.
+const MAX_BATCH_BYTES: usize = 16 << 20;
+/// Format of the database layout (column families and keys); stored at first open, checked at every open.
+const DB_FORMAT: u8 = 1;
+
+const CF_MANIFESTS: &str = "manifests";
+const CF_CHUNKS: &str = "chunks";
+const CF_SYSTEM: &str = "system";
+const LOCK_STRIPES: usize = 64;
+
+/// The embedded backend: RocksDB with blob files for chunk data.
+///
+/// Column families: `manifests` (blob key → manifest), `chunks` (chunk key → encoded chunk, in blob files),
+/// `system` (internal records and the format marker). Chunk writes go through the write-ahead log unsynced;
+/// the manifest commit is written after them and synced (by default), and RocksDB recovers the log in order
+/// (point-in-time recovery), so a recovered manifest always has its chunks.
+pub struct RocksStore {
+    db: Arc<DB>,
+    config: RocksConfig,
+    stripes: Arc<Vec<Mutex<()>>>,
+    hasher: RandomState,
+}
+
+impl std::fmt::Debug for RocksStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStore")
+            .field("path", &self.config.path)
+            .finish()
+    }
+}
+
+impl RocksStore {
+    /// Opens (creating if missing) the database described by `config`.
+    pub fn open(config: RocksConfig) -> Result<Self> {
+        if config.path.is_file() {
+            return Err(Error::backend(
+                NAME,
+                format!(
+                    "cannot open the store at {}: it is a file, not a directory",
+                    config.path.display()
+                ),
+                false,
+            ));
+        }
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+        db_opts.increase_parallelism(
+            i32::try_from(std::thread::available_parallelism().map_or(2, |n| n.get())).unwrap_or(2),
+        );
+        db_opts.set_max_background_jobs(4);
+        db_opts.set_bytes_per_sync(1 << 20);
+        db_opts.set_wal_bytes_per_sync(1 << 20);
+        db_opts.set_max_total_wal_size(512 << 20);
+
+        let mut chunk_opts = Options::default();
+        chunk_opts.set_enable_blob_files(true);
+        chunk_opts.set_min_blob_size(config.min_blob_size);
+        chunk_opts.set_blob_file_size(config.blob_file_size);
+        chunk_opts.set_blob_compression_type(match config.blob_compression {
+            BlobCompression::None => DBCompressionType::None,
+            BlobCompression::Lz4 => DBCompressionType::Lz4,
+            BlobCompression::Zstd => DBCompressionType::Zstd,
+        });
+        chunk_opts.set_enable_blob_gc(config.blob_gc);
+        chunk_opts.set_blob_gc_age_cutoff(config.blob_gc_age_cutoff);
+        chunk_opts.set_blob_gc_force_threshold(config.blob_gc_force_threshold);
+        chunk_opts.set_write_buffer_size(config.write_buffer_size);
+        chunk_opts.set_max_write_buffer_number(3);
+        chunk_opts.set_compression_type(DBCompressionType::None);
+
+        let mut small_opts = Options::default();
+        let mut table = BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        small_opts.set_block_based_table_factory(&table);
+        small_opts.set_compression_type(DBCompressionType::Lz4);
+
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(CF_MANIFESTS, small_opts.clone()),
+            ColumnFamilyDescriptor::new(CF_CHUNKS, chunk_opts),
+            ColumnFamilyDescriptor::new(CF_SYSTEM, small_opts),
+        ];
+        let db = DB::open_cf_descriptors(&db_opts, &config.path, cfs)
+            .map_err(|e| error::open(&config.path, e))?;
+        let store = Self {
+            db: Arc::new(db),
+            config,
+            stripes: Arc::new((0..LOCK_STRIPES).map(|_| Mutex::new(())).collect()),
+            hasher: RandomState::new(),
+        };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &RocksConfig {
+        &self.config
+    }
+
+    /// Flushes memtables and syncs the write-ahead log (for tests and orderly shutdown).
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(error::map)?;
+        for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
+            self.db.flush_cf(&cf(&self.db, name)?).map_err(error::map)?;
+        }
+        Ok(())
+    }
+
+    fn check_format(&self) -> Result<()> {
+        let system = cf(&self.db, CF_SYSTEM)?;
+        match self
+            .db
+            .get_cf(&system, keys::FORMAT_MARKER_KEY)
+            .map_err(error::map)?
+        {
+            None => {
+                let mut wo = WriteOptions::default();
+                wo.set_sync(true);
+                self.db
+                    .put_cf_opt(&system, keys::FORMAT_MARKER_KEY, [DB_FORMAT], &wo)
+                    .map_err(error::map)
+            }
+            Some(v) if v == [DB_FORMAT] => Ok(()),
+            Some(v) => Err(Error::corrupt(
+                format!("store at {}", self.config.path.display()),
+                format!(
+                    "database format marker is {v:?}; this build reads format [{DB_FORMAT}] (is it from a newer saltblob?)"
+                ),
+            )),
+        }
+    }
+
+    /// Runs `f` on a blocking thread with the database.
+    async fn blocking<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&DB) -> Result<T> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(error::join)?
+    }
+
+    /// The record's column family and storage key.
+    fn record_location(ns: Namespace, key: &[u8]) -> (&'static str, Vec<u8>) {
+        match ns {
+            Namespace::Manifest => (CF_MANIFESTS, key.to_vec()),
+            _ => (CF_SYSTEM, keys::system_key(ns, key)),
+        }
+    }
+
+    fn stripe_of(&self, cf_name: &str, key: &[u8]) -> usize {
+        (self.hasher.hash_one((cf_name, key)) % LOCK_STRIPES as u64) as usize
+    }
+
+    /// Whether writes to `ns` are synced: manifests (the commit point) follow the `sync` setting; internal
+    /// records are rebuilt or collected if lost.
+    fn write_options(&self, ns: Namespace) -> WriteOptions {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(ns == Namespace::Manifest && self.config.sync);
+        wo
+    }
+
+    /// Reads, checks `cond` and applies `write` under the record's lock stripe.
+    async fn conditional(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+        write: impl FnOnce(&mut WriteBatch, &rocksdb::ColumnFamily, &[u8]) + Send + 'static,
+    ) -> Result<RecordWrite> {
+        let (cf_name, storage_key) = Self::record_location(ns, key);
+        let stripe = self.stripe_of(cf_name, &storage_key);
+        let stripes = Arc::clone(&self.stripes);
+        let wo = self.write_options(ns);
+        let cond = cond.clone();
+        self.blocking(move |db| {
+            let _guard: MutexGuard<'_, ()> = stripes
+                .get(stripe)
+                .ok_or_else(|| Error::backend(NAME, "lock stripe out of range", false))?
+                .lock()
+                .map_err(|_| Error::backend(NAME, "record lock poisoned by a panic", false))?;
+            let handle = cf(db, cf_name)?;
+            let current = db
+                .get_cf(&handle, &storage_key)
+                .map_err(error::map)?
+                .map(Bytes::from);
+            if !cond.holds(current.as_ref()) {
+                return Ok(RecordWrite::ConditionFailed(current));
+            }
+            let mut batch = WriteBatch::default();
+            write(&mut batch, handle, &storage_key);
+            db.write_opt(batch, &wo).map_err(error::map)?;
+            Ok(RecordWrite::Done(
+                current.map_or(Previous::Absent, Previous::Value),
+            ))
+        })
+        .await
+    }
+}
+
+fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily> {
+    db.cf_handle(name)
+        .ok_or_else(|| Error::backend(NAME, format!("column family {name} is missing"), false))
+}
+
+#[async_trait]
+impl ChunkStore for RocksStore {
+    fn info(&self) -> BackendInfo {
+        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true)
+    }
+
+    async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+        let (cf_name, storage_key) = Self::record_location(ns, key);
+        self.blocking(move |db| {
+            Ok(db
+                .get_cf(cf(db, cf_name)?, storage_key)
+                .map_err(error::map)?
+                .map(Bytes::from))
+        })
+        .await
+    }
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        self.conditional(ns, key, cond, move |batch, handle, k| {
+            batch.put_cf(handle, k, &value)
+        })
+        .await
+    }
+
+    async fn delete_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        let cond = if matches!(cond, Precondition::Absent) {
+            &Precondition::None
+        } else {
+            cond
+        };
+        self.conditional(ns, key, cond, |batch, handle, k| batch.delete_cf(handle, k))
+            .await
+    }
+
+    async fn scan_records(
+        &self,
+        ns: Namespace,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let (cf_name, storage_prefix) = Self::record_location(ns, prefix);
+        let strip = storage_prefix.len() - prefix.len();
+        let start = start_after.map(|s| Self::record_location(ns, s).1);
+        self.blocking(move |db| {
+            let from = start.as_deref().unwrap_or(&storage_prefix);
+            let mut out = Vec::new();
+            for item in db.iterator_cf(
+                cf(db, cf_name)?,
+                IteratorMode::From(from, Direction::Forward),
+            ) {
+                let (k, v) = item.map_err(error::map)?;
+                if Some(&*k) == start.as_deref() {
+                    continue;
+                }
+                if !k.starts_with(&storage_prefix) || out.len() >= limit {
+                    break;
+                }
+                out.push((
+                    Bytes::copy_from_slice(k.get(strip..).unwrap_or_default()),
+                    Bytes::from(v),
+                ));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        let blob = blob.clone();
+        self.blocking(move |db| {
+            let handle = cf(db, CF_CHUNKS)?;
+            let mut batch = WriteBatch::default();
+            for c in &chunks {
+                batch.put_cf(handle, keys::chunk_key(&blob, c.salt, c.index), &c.data);
+            }
+            // Unsynced: the synced manifest commit that follows makes these durable too (one ordered WAL).
+            db.write_opt(batch, &WriteOptions::default())
+                .map_err(error::map)
+        })
+        .await
+    }
+
+    async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
+        let keys: Vec<Vec<u8>> = chunks
+            .iter()
+            .map(|c| keys::chunk_key(blob, c.salt, c.index))
+            .collect();
+        self.blocking(move |db| {
+            db.batched_multi_get_cf(cf(db, CF_CHUNKS)?, &keys, false)
+                .into_iter()
+                .map(|slot| {
+                    slot.map(|v| v.map(|s| Bytes::copy_from_slice(&s)))
+                        .map_err(error::map)
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn delete_chunks(
+        &self,
+        blob: &BlobRef,
+        salt_count: u32,
+        _chunk_count: u64,
+    ) -> Result<()> {
+        let (start, end) = keys::version_range(blob, salt_count);
+        self.blocking(move |db| {
+            let mut batch = WriteBatch::default();
+            batch.delete_range_cf(cf(db, CF_CHUNKS)?, start, end);
+            db.write_opt(batch, &WriteOptions::default())
+                .map_err(error::map)
+        })
+        .await
+    }
+}

@@ -1,0 +1,86 @@
+//! Storage keys of the embedded backend. Integers in keys are big-endian so that RocksDB's byte order sorts
+//! chunks by (key, version, salt, index) and a version's chunks form one contiguous range.
+
+use saltblob_core::{BlobRef, Namespace};
+
+/// Key of one chunk: key length (u16 BE), key, version (u128 BE), salt (u32 BE), index (u64 BE).
+pub fn chunk_key(blob: &BlobRef, salt: u32, index: u64) -> Vec<u8> {
+    let mut k = version_prefix(blob);
+    k.extend_from_slice(&salt.to_be_bytes());
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// The chunk keys of salts `0..salt_count` of one version lie in `[start, end)`.
+pub fn version_range(blob: &BlobRef, salt_count: u32) -> (Vec<u8>, Vec<u8>) {
+    let mut start = version_prefix(blob);
+    let mut end = start.clone();
+    start.extend_from_slice(&0u32.to_be_bytes());
+    end.extend_from_slice(&salt_count.to_be_bytes());
+    (start, end)
+}
+
+fn version_prefix(blob: &BlobRef) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + blob.key.len() + 16 + 12);
+    // Keys are at most 1024 bytes, so the length fits.
+    k.extend_from_slice(
+        &u16::try_from(blob.key.len())
+            .unwrap_or(u16::MAX)
+            .to_be_bytes(),
+    );
+    k.extend_from_slice(&blob.key);
+    k.extend_from_slice(&blob.version.to_be_bytes());
+    k
+}
+
+/// Key of a record of an internal namespace in the `system` column family: namespace tag, then the key.
+/// (Manifests have their own column family, keyed by the blob key alone.)
+pub fn system_key(ns: Namespace, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(ns.tag());
+    k.extend_from_slice(key);
+    k
+}
+
+/// Key of the format marker in the `system` column family (outside every namespace tag).
+pub const FORMAT_MARKER_KEY: &[u8] = b"\xffsaltblob-format";
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use saltblob_core::VersionId;
+
+    use super::*;
+
+    #[test]
+    fn a_version_is_one_contiguous_range_sorted_by_salt_then_index() {
+        let blob = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: VersionId(5),
+        };
+        let (start, end) = version_range(&blob, 3);
+        let keys: Vec<Vec<u8>> = (0..3)
+            .flat_map(|s| (0..300).map(move |i| (s, i)))
+            .map(|(s, i)| chunk_key(&blob, s, i))
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert!(keys.iter().all(|k| *k >= start && *k < end));
+        assert!(chunk_key(&blob, 3, 0) >= end);
+        let other = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: VersionId(6),
+        };
+        assert!(
+            chunk_key(&other, 0, 0) >= end,
+            "the next version lies outside"
+        );
+        let longer = BlobRef {
+            key: Bytes::from_static(b"k2"),
+            version: VersionId(5),
+        };
+        assert!(
+            chunk_key(&longer, 0, 0) >= end,
+            "a key with the same start lies outside"
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! # saltblob
+//!
+//! One key-value API for values of any size — a few bytes to many gigabytes — embedded on one machine
+//! (RocksDB) or on a cluster, with the same semantics everywhere. This crate re-exports the API of
+//! [`saltblob_core`] and opens a store from a URL:
+//!
+//! | URL | backend | feature |
+//! |---|---|---|
+//! | `rocksdb:///path/to/dir?sync=true` | embedded RocksDB with blob files | `rocksdb` (default) |
+//! | `memory://` | in process memory, gone at exit (tests, examples) | always |
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> saltblob::Result<()> {
+//! use saltblob::{PutOptions, StoreConfig};
+//! let store = saltblob::open("rocksdb:///tmp/saltblob-example", StoreConfig::default()).await?;
+//! store.put("greeting", &b"hello"[..], &PutOptions::new()).await?;
+//! assert_eq!(store.get("greeting").await?, &b"hello"[..]);
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+
+pub use saltblob_core::*;
+
+/// The store used when none is named: the embedded store in `./saltblob-data`.
+pub const DEFAULT_STORE_URL: &str = "rocksdb://saltblob-data";
+
+/// The URL schemes this build can open.
+pub fn supported_schemes() -> Vec<&'static str> {
+    let mut schemes = vec!["memory"];
+    #[cfg(feature = "rocksdb")]
+    schemes.push(saltblob_rocksdb::SCHEME);
+    schemes
+}
+
+/// The directory of an embedded store URL when that directory does not exist yet, so that read-only commands
+/// can report "not found" instead of creating an empty store.
+pub fn missing_local_store(url: &str) -> Option<std::path::PathBuf> {
+    #[cfg(feature = "rocksdb")]
+    if let Ok(config) = saltblob_rocksdb::RocksConfig::from_url(url) {
+        return (!config.path.exists()).then_some(config.path);
+    }
+    let _ = url;
+    None
+}
+
+/// Opens the backend a URL names.
+pub async fn open_backend(url: &str) -> Result<Arc<dyn ChunkStore>> {
+    let scheme = url
+        .split_once("://")
+        .map(|(s, _)| s)
+        .ok_or_else(|| Error::InvalidUrl {
+            url: url.to_owned(),
+            reason: format!(
+                "a store URL looks like scheme://...; supported schemes: {}",
+                supported_schemes().join(", ")
+            ),
+        })?;
+    match scheme {
+        "memory" => Ok(Arc::new(MemoryStore::new())),
+        #[cfg(feature = "rocksdb")]
+        saltblob_rocksdb::SCHEME => {
+            let config = saltblob_rocksdb::RocksConfig::from_url(url)?;
+            let store =
+                tokio::task::spawn_blocking(move || saltblob_rocksdb::RocksStore::open(config))
+                    .await
+                    .map_err(|e| {
+                        Error::backend("rocksdb", format!("open task failed: {e}"), false)
+                    })??;
+            Ok(Arc::new(store))
+        }
+        other => Err(Error::InvalidUrl {
+            url: url.to_owned(),
+            reason: format!(
+                "unknown scheme \"{other}\"; supported schemes: {} (e.g. rocksdb:///var/lib/saltblob)",
+                supported_schemes().join(", ")
+            ),
+        }),
+    }
+}
+
+/// Opens the store a URL names, with `config`.
+pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
+    BlobStore::new(open_backend(url).await?, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bad_urls_are_explained() {
+        for (url, needle) in [
+            ("nope", "scheme://"),
+            ("s3://bucket", "unknown scheme \"s3\""),
+            ("rocksdb://", "path is empty"),
+        ] {
+            let err = open(url, StoreConfig::default())
+                .await
+                .expect_err(url)
+                .to_string();
+            assert!(err.contains(needle), "{url}: {err}");
+        }
+        assert!(open("memory://", StoreConfig::default()).await.is_ok());
+    }
+}
