@@ -100,8 +100,8 @@ pub struct ReclaimReport {
     pub bytes: u64,
     /// Entries dropped because their version turned out to be the current one.
     pub still_current: u64,
-    /// Entries not yet due.
-    pub pending: u64,
+    /// When the next queued version becomes due (Unix microseconds), if any is queued.
+    pub next_due_micros: Option<u64>,
     /// Entries that do not decode (left in place, reported).
     pub undecodable: u64,
 }
@@ -197,7 +197,7 @@ impl BlobStore {
         &self.inner.config
     }
 
-    /// Stores `data` under `key` as a new version; returns its manifest.
+    /// Stores `data` under `key` as a new version; returns its manifest. The chunks are slices of `data`: no copy.
     pub async fn put(
         &self,
         key: impl AsRef<[u8]>,
@@ -206,7 +206,8 @@ impl BlobStore {
     ) -> Result<Manifest> {
         let data: Bytes = data.into();
         let opts = opts.clone().with_size_hint(data.len() as u64);
-        self.put_stream(key, &data[..], &opts).await
+        self.put_from(key.as_ref(), data, true, tokio::io::empty(), &opts)
+            .await
     }
 
     /// Stores everything `reader` yields under `key` as a new version; returns its manifest.
@@ -226,8 +227,54 @@ impl BlobStore {
     where
         R: AsyncRead + Unpin + Send,
     {
-        let key = validate_key(key.as_ref())?;
+        // Bad input fails before any of the stream is consumed.
+        validate_key(key.as_ref())?;
         let policy = self.effective_policy(opts)?;
+        let inline_probe = policy.inline_limit + 1;
+        let lookahead = match opts.size_hint {
+            Some(_) => inline_probe,
+            None => (policy.fanout_threshold + 1)
+                .min(self.inner.config.inflight_bytes as u64)
+                .max(inline_probe),
+        };
+        let mut head = Vec::new();
+        let target = usize::try_from(lookahead).unwrap_or(usize::MAX);
+        let eof = fill(&mut reader, &mut head, target).await?;
+        self.put_from(key.as_ref(), Bytes::from(head), eof, reader, opts)
+            .await
+    }
+
+    /// The put pipeline: `head` is the start of the blob (all of it when `eof`), `reader` the rest.
+    async fn put_from<R>(
+        &self,
+        key: &[u8],
+        head: Bytes,
+        eof: bool,
+        mut reader: R,
+        opts: &PutOptions,
+    ) -> Result<Manifest>
+    where
+        R: AsyncRead + Unpin + Send,
+    {
+        let key = validate_key(key)?;
+        let policy = self.effective_policy(opts)?;
+        let head_len = head.len() as u64;
+        self.check_size(&key, head_len, opts.size_hint)?;
+        let known_size = match (opts.size_hint, eof) {
+            (Some(hint), true) if hint != head_len => {
+                return Err(Error::SizeMismatch {
+                    key: key.as_ref().into(),
+                    expected: hint,
+                    actual: head_len,
+                });
+            }
+            (Some(hint), _) => Some(hint),
+            (None, true) => Some(head_len),
+            (None, false) => None,
+        };
+        if let Some(size) = known_size {
+            self.check_size(&key, size, None)?;
+        }
         let pre = self.precheck(&key, opts.condition).await?;
         let mut manifest = Manifest {
             version: VersionId::generate(),
@@ -241,52 +288,13 @@ impl BlobStore {
         };
         manifest.validate_attributes()?;
 
-        let inline_probe = policy.inline_limit + 1;
-        let lookahead = match opts.size_hint {
-            Some(_) => inline_probe,
-            None => (policy.fanout_threshold + 1)
-                .min(self.inner.config.inflight_bytes as u64)
-                .max(inline_probe),
-        };
-        let mut head = Vec::new();
-        let eof = fill(
-            &mut reader,
-            &mut head,
-            usize::try_from(lookahead).unwrap_or(usize::MAX),
-        )
-        .await?;
-        let head_len = head.len() as u64;
-        self.check_max_size(&key, head_len)?;
-        let known_size = match (opts.size_hint, eof) {
-            (Some(hint), true) if hint != head_len => {
-                return Err(Error::SizeMismatch {
-                    key: key.as_ref().into(),
-                    expected: hint,
-                    actual: head_len,
-                });
-            }
-            (Some(hint), false) if hint < head_len => {
-                return Err(Error::SizeMismatch {
-                    key: key.as_ref().into(),
-                    expected: hint,
-                    actual: head_len,
-                });
-            }
-            (Some(hint), _) => Some(hint),
-            (None, true) => Some(head_len),
-            (None, false) => None,
-        };
-        if let Some(size) = known_size {
-            self.check_max_size(&key, size)?;
-        }
-
         let mut hasher = blake3::Hasher::new();
         let layout = known_size.map(|s| policy.layout_for(s));
         if layout == Some(Layout::Inline) {
             hasher.update(&head);
             manifest.size = head_len;
             manifest.digest = *hasher.finalize().as_bytes();
-            manifest.body = ManifestBody::Inline(Bytes::from(head));
+            manifest.body = ManifestBody::Inline(head);
             self.commit(&key, &manifest, pre).await?;
             return Ok(manifest);
         }
@@ -310,11 +318,12 @@ impl BlobStore {
             .write_chunks(
                 &key,
                 &mut reader,
-                Bytes::from(head),
+                head,
                 eof,
                 &mut writer,
                 &mut hasher,
                 policy.chunk_size,
+                opts.size_hint,
             )
             .await;
         let (size, stored_bytes) = match written {
@@ -366,6 +375,7 @@ impl BlobStore {
         writer: &mut ChunkWriter,
         hasher: &mut blake3::Hasher,
         chunk_size: u32,
+        size_hint: Option<u64>,
     ) -> Result<(u64, u64)> {
         let cs = chunk_size as usize;
         let mut size = 0u64;
@@ -382,7 +392,7 @@ impl BlobStore {
             let mut buf = Vec::with_capacity(cs);
             buf.extend_from_slice(&head);
             eof = fill(reader, &mut buf, cs).await?;
-            self.check_max_size(key, size + buf.len() as u64)?;
+            self.check_size(key, size + buf.len() as u64, size_hint)?;
             head = Bytes::from(buf);
         }
         let stored = writer.finish().await?;
@@ -573,12 +583,22 @@ impl BlobStore {
         Ok(policy)
     }
 
-    fn check_max_size(&self, key: &[u8], size: u64) -> Result<()> {
-        match self.inner.config.max_blob_size {
-            Some(max) if size > max => Err(Error::TooLarge {
+    /// Fails as soon as a put has seen more bytes than the configured maximum or its announced size.
+    fn check_size(&self, key: &[u8], seen: u64, size_hint: Option<u64>) -> Result<()> {
+        if let Some(max) = self.inner.config.max_blob_size
+            && seen > max
+        {
+            return Err(Error::TooLarge {
                 key: key.into(),
-                size,
+                size: seen,
                 max,
+            });
+        }
+        match size_hint {
+            Some(hint) if seen > hint => Err(Error::SizeMismatch {
+                key: key.into(),
+                expected: hint,
+                actual: seen,
             }),
             _ => Ok(()),
         }
@@ -711,13 +731,13 @@ impl BlobStore {
         };
         let fetches = stream::iter(segments)
             .map(move |segment| {
-                let task = tokio::spawn(Arc::clone(&inner).fetch_segment(
+                let task = AbortOnDrop(tokio::spawn(Arc::clone(&inner).fetch_segment(
                     blob.clone(),
                     layout,
                     size,
                     segment,
                     range.clone(),
-                ));
+                )));
                 async move {
                     task.await.map_err(|e| {
                         Error::backend("saltblob", format!("read task failed: {e}"), false)
@@ -769,6 +789,24 @@ impl BlobStore {
             }
         })
         .boxed()
+    }
+}
+
+/// A spawned task that is aborted when its handle is dropped, so that a reader who stops early does not leave
+/// chunk fetches running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -956,8 +994,9 @@ impl Inner {
                     continue;
                 };
                 if entry.due_micros > now {
-                    report.pending += 1;
-                    continue;
+                    // The queue is sorted by due time: nothing after this entry is due either.
+                    report.next_due_micros = Some(entry.due_micros);
+                    return Ok(report);
                 }
                 let current = match self.read_manifest(&entry.key).await {
                     Ok(m) => m.map(|m| m.version),
