@@ -7,7 +7,7 @@ mod demo;
 mod human;
 mod progress;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -333,6 +333,9 @@ async fn put(store: &BlobStore, args: PutArgs, quiet: bool) -> Result<(), Failur
     let label = format!("put {}", args.key);
     let manifest = match args.file.as_deref() {
         None | Some("-") => {
+            if std::io::stdin().is_terminal() {
+                eprintln!("saltblob: reading {} from standard input; end with Ctrl-D", args.key);
+            }
             let reader = CountingReader {
                 inner: tokio::io::stdin(),
                 progress: Progress::new(&label, None, quiet),

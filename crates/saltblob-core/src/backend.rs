@@ -56,6 +56,14 @@ impl Precondition {
             Precondition::Equals(expected) => current == Some(expected),
         }
     }
+
+    /// The condition a delete checks: `Absent` means nothing for a delete and is treated as `None`.
+    pub fn for_delete(&self) -> &Precondition {
+        match self {
+            Precondition::Absent => &Precondition::None,
+            other => other,
+        }
+    }
 }
 
 /// What a record write found and did.

@@ -87,7 +87,7 @@ impl ChunkStore for MemoryStore {
         let mut state = self.lock()?;
         let k = (ns, Bytes::copy_from_slice(key));
         let current = state.records.get(&k);
-        if !matches!(cond, Precondition::Absent) && !cond.holds(current) {
+        if !cond.for_delete().holds(current) {
             return Ok(RecordWrite::ConditionFailed(current.cloned()));
         }
         let previous = state.records.remove(&k);

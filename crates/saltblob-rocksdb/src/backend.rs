@@ -266,13 +266,10 @@ impl ChunkStore for RocksStore {
         key: &[u8],
         cond: &Precondition,
     ) -> Result<RecordWrite> {
-        let cond = if matches!(cond, Precondition::Absent) {
-            &Precondition::None
-        } else {
-            cond
-        };
-        self.conditional(ns, key, cond, |batch, handle, k| batch.delete_cf(handle, k))
-            .await
+        self.conditional(ns, key, cond.for_delete(), |batch, handle, k| {
+            batch.delete_cf(handle, k)
+        })
+        .await
     }
 
     async fn scan_records(
