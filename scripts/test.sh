@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit, property, conformance, CLI end-to-end and crash tests.
+# The whole test suite: formatting, lints, unit, property, conformance, CLI end-to-end, crash and memory tests,
+# then the cluster backend on a real Cassandra (one node, then three for the node-loss test).
 # Installs what it needs first. Every step is bounded in time.
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -19,3 +20,14 @@ step format cargo fmt --all -- --check
 step lint timeout 3600 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 step build timeout 3600 cargo build --release --locked --workspace --all-targets
 step tests timeout 1800 cargo test --release --locked --workspace
+
+# The cluster backend against a real Apache Cassandra 5.0 (jars from Maven Central, run by this machine's JVM on
+# loopback; see docs/cassandra.md). Every start has a bounded wait; the nodes are stopped on exit, even on failure.
+trap 'scripts/cassandra.sh stop >/dev/null 2>&1 || true' EXIT
+step cassandra-one-node timeout 600 scripts/cassandra.sh start1
+step cql-suite env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cql
+step cql-cli env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cli --test integration cql::
+step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3
+step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 1200 \
+  cargo test --release --locked -p saltblob-cql --test integration cluster:: -- --nocapture
+step cassandra-stop scripts/cassandra.sh stop

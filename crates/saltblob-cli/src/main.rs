@@ -85,6 +85,22 @@ enum Command {
         #[arg(long)]
         small: bool,
     },
+    /// Copy every blob of a table in the salting article's schema ((key, salt), chunk_id; chunk, total_chunks,
+    /// salt_cardinality) into the store, verifying each is complete; incomplete blobs are reported, not copied.
+    ImportSalted {
+        /// The source table, KEYSPACE.TABLE.
+        table: String,
+        /// The cluster holding the table (cql://host1,host2:9042/any). Defaults to the --store URL when it is a
+        /// cql:// store.
+        #[arg(long, value_name = "URL")]
+        source: Option<String>,
+    },
+    /// Benchmark the store: large blobs vs the same volume of small ones (and, optionally, unchunked and mixed
+    /// phases), with the probe's hardware reference; deletes its keys at the end.
+    Bench(saltblob_bench::BenchArgs),
+    /// Measure the storage under the store: sector sizes and O_DIRECT bandwidth of the embedded store's device,
+    /// or single-row throughput of a cluster store.
+    Probe(saltblob_bench::ProbeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -236,12 +252,24 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         | Command::Head { key, .. }
         | Command::Rm { key }
         | Command::Describe { key, .. } => Some(key.clone()),
-        Command::Ls { .. } | Command::Demo { .. } => None,
+        Command::Ls { .. }
+        | Command::Demo { .. }
+        | Command::ImportSalted { .. }
+        | Command::Bench(_)
+        | Command::Probe(_) => None,
     };
     if let Some(key) = &key {
         saltblob::store::validate_key(key.as_bytes())?;
     }
-    let read_only = !matches!(cli.command, Command::Put(_) | Command::Demo { .. });
+    // `bench` writes; `probe` measures the device of a store that may not exist yet (it creates nothing).
+    let read_only = !matches!(
+        cli.command,
+        Command::Put(_)
+            | Command::Demo { .. }
+            | Command::ImportSalted { .. }
+            | Command::Bench(_)
+            | Command::Probe(_)
+    );
     if read_only && let Some(path) = saltblob::missing_local_store(&url) {
         return match key {
             Some(key) => Err(Failure {
@@ -253,6 +281,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }),
             None => Ok(()),
         };
+    }
+    // bench and probe open the store themselves, with their own configuration (an embedded store can be open
+    // only once per process).
+    match cli.command {
+        Command::Bench(args) => {
+            saltblob_bench::bench(&url, &args, cli.quiet).await?;
+            return Ok(());
+        }
+        Command::Probe(args) => {
+            saltblob_bench::probe(&url, &args, cli.quiet).await?;
+            return Ok(());
+        }
+        _ => {}
     }
     let store = saltblob::open(&url, StoreConfig::default()).await?;
     let quiet = cli.quiet;
@@ -294,6 +335,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Demo { small } => demo::run(&store, small).await?,
+        Command::ImportSalted { table, source } => {
+            import_salted(&store, &table, source.as_deref().unwrap_or(&url)).await?
+        }
+        // Run above, before the store is opened.
+        Command::Bench(_) | Command::Probe(_) => {}
     }
     // Reclaim replaced versions whose grace period has passed; a failure here does not fail the command.
     if let Err(e) = store.reclaim_due().await {
@@ -302,6 +348,52 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// `import-salted`: copies an article-schema table into the store, one line per blob, and fails (exit 4) if
+/// any blob was incomplete.
+async fn import_salted(store: &BlobStore, table: &str, source: &str) -> Result<(), Failure> {
+    if !source.starts_with("cql://") {
+        return Err(usage(format!(
+            "import-salted reads a table on a cluster: pass --source cql://HOST:9042/KEYSPACE (the store is {source})"
+        )));
+    }
+    let config = saltblob::cql::CqlConfig::from_url(source)?;
+    let session = saltblob::cql::CqlStore::open_session(&config).await?;
+    let mut report_line = |key: &[u8], outcome: &saltblob::cql::import::Outcome| match outcome {
+        Ok(size) => println!(
+            "imported {} ({})",
+            String::from_utf8_lossy(key),
+            human::short(*size)
+        ),
+        Err(reason) => println!("REJECTED {}: {reason}", String::from_utf8_lossy(key)),
+    };
+    let report = saltblob::cql::import::import_salted(
+        &session,
+        table,
+        config.read_consistency,
+        store,
+        &mut report_line,
+    )
+    .await?;
+    let bytes: u64 = report.imported.iter().map(|(_, n)| n).sum();
+    eprintln!(
+        "imported {} blob(s), {}; rejected {} incomplete blob(s)",
+        report.imported.len(),
+        human::short(bytes),
+        report.rejected.len()
+    );
+    if report.rejected.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure {
+            message: format!(
+                "{} blob(s) of {table} are incomplete and were not imported (listed above)",
+                report.rejected.len()
+            ),
+            code: 4,
+        })
+    }
 }
 
 async fn put(store: &BlobStore, args: PutArgs, quiet: bool) -> Result<(), Failure> {
@@ -334,7 +426,10 @@ async fn put(store: &BlobStore, args: PutArgs, quiet: bool) -> Result<(), Failur
     let manifest = match args.file.as_deref() {
         None | Some("-") => {
             if std::io::stdin().is_terminal() {
-                eprintln!("saltblob: reading {} from standard input; end with Ctrl-D", args.key);
+                eprintln!(
+                    "saltblob: reading {} from standard input; end with Ctrl-D",
+                    args.key
+                );
             }
             let reader = CountingReader {
                 inner: tokio::io::stdin(),

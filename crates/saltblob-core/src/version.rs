@@ -10,11 +10,24 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct VersionId(pub u128);
 
 impl VersionId {
-    /// Draws a new id for the current time.
+    /// Draws a new id for the current time. Ids drawn in one process strictly increase, also within one
+    /// millisecond and when the clock steps back (the id then continues from the last one).
     pub fn generate() -> Self {
+        static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
         let millis = u128::from(now_micros() / 1000) & ((1 << 48) - 1);
         let random = rand::random::<u128>() & ((1 << 80) - 1);
-        Self((millis << 80) | random)
+        let candidate = (millis << 80) | random;
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Within the same millisecond, step by a random amount so that ids stay hard to guess.
+        let id = if candidate > *last {
+            candidate
+        } else {
+            last.saturating_add(1 + (random & 0xffff))
+        };
+        *last = id;
+        Self(id)
     }
 
     /// Unix milliseconds at which the id was drawn.
@@ -73,6 +86,15 @@ pub fn now_micros() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_strictly_increase_within_a_process() {
+        let ids: Vec<VersionId> = (0..10_000).map(|_| VersionId::generate()).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids drawn in one millisecond still increase"
+        );
+    }
 
     #[test]
     fn ids_are_time_ordered_and_round_trip_through_hex() {

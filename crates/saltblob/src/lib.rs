@@ -7,6 +7,7 @@
 //! | URL | backend | feature |
 //! |---|---|---|
 //! | `rocksdb:///path/to/dir?sync=true` | embedded RocksDB with blob files | `rocksdb` (default) |
+//! | `cql://host1,host2:9042/keyspace?rf=3&consistency=local_quorum` | ScyllaDB or Apache Cassandra | `cql` (default) |
 //! | `memory://` | in process memory, gone at exit (tests, examples) | always |
 //!
 //! ```no_run
@@ -21,6 +22,9 @@
 use std::sync::Arc;
 
 pub use saltblob_core::*;
+/// The cluster backend (feature `cql`).
+#[cfg(feature = "cql")]
+pub use saltblob_cql as cql;
 
 /// The store used when none is named: the embedded store in `./saltblob-data`.
 pub const DEFAULT_STORE_URL: &str = "rocksdb://saltblob-data";
@@ -30,6 +34,8 @@ pub fn supported_schemes() -> Vec<&'static str> {
     let mut schemes = vec!["memory"];
     #[cfg(feature = "rocksdb")]
     schemes.push(saltblob_rocksdb::SCHEME);
+    #[cfg(feature = "cql")]
+    schemes.push(saltblob_cql::SCHEME);
     schemes
 }
 
@@ -68,6 +74,11 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn ChunkStore>> {
                         Error::backend("rocksdb", format!("open task failed: {e}"), false)
                     })??;
             Ok(Arc::new(store))
+        }
+        #[cfg(feature = "cql")]
+        saltblob_cql::SCHEME => {
+            let config = saltblob_cql::CqlConfig::from_url(url)?;
+            Ok(Arc::new(saltblob_cql::CqlStore::connect(config).await?))
         }
         other => Err(Error::InvalidUrl {
             url: url.to_owned(),

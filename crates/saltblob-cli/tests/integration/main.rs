@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod common;
+mod cql;
 mod crash;
 mod memory;
 mod roundtrip;

@@ -1,0 +1,318 @@
+//! The text output: a cassandra-stress-like block per phase, the side-by-side table, the ratios, the probe.
+
+use std::fmt::Write;
+
+use crate::bench::{BenchConfig, BenchReport, Ratio};
+use crate::probe::ProbeReport;
+use crate::stats::{Latency, PhaseReport};
+
+/// The opening lines of a bench run.
+pub fn bench_header(url: &str, c: &BenchConfig) -> String {
+    let mut s = format!(
+        "saltblob bench on {url} ({} backend, {} CPUs), run {}\n",
+        c.backend, c.cpus, c.run_id
+    );
+    let _ = writeln!(
+        s,
+        "  large: {} x {} MiB, one at a time: {}",
+        c.count, c.large_mb, c.large_layout
+    );
+    let _ = writeln!(
+        s,
+        "  small: {} x {} KiB, {} in flight: {}",
+        c.small_count, c.small_kb, c.concurrency, c.small_layout
+    );
+    if c.unchunked {
+        let _ = writeln!(
+            s,
+            "  unchunked: {} x {} MiB as one value each (largest chunk: {} bytes)",
+            c.count, c.large_mb, c.largest_chunk_bytes
+        );
+    }
+    if let Some(m) = c.mixed_seconds {
+        let _ = writeln!(
+            s,
+            "  mixed: {m} s of small gets/puts alone, then {m} s under large-blob load"
+        );
+    }
+    s
+}
+
+fn hms(seconds: f64) -> String {
+    let ms = (seconds * 1000.0).round() as u64;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
+}
+
+/// One phase, in the shape of cassandra-stress's summary.
+pub fn phase_block(p: &PhaseReport) -> String {
+    let mut s = format!("Results: {} ({})\n", p.name, p.description);
+    let line = |s: &mut String, label: &str, value: String| {
+        let _ = writeln!(s, "{label:<26}: {value}");
+    };
+    line(&mut s, "Op rate", format!("{:>12.2} op/s", p.ops_per_s));
+    line(
+        &mut s,
+        "Throughput",
+        format!("{:>12.1} MiB/s", p.throughput_mib_s),
+    );
+    let ms = |v: Option<f64>| v.map_or_else(|| format!("{:>12}", "-"), |v| format!("{v:>12.3} ms"));
+    let l = p.latency_ms;
+    let get = |f: fn(&Latency) -> f64| l.as_ref().map(f);
+    line(&mut s, "Latency mean", ms(get(|l| l.mean)));
+    line(&mut s, "Latency min", ms(get(|l| l.min)));
+    line(&mut s, "Latency median", ms(get(|l| l.p50)));
+    line(&mut s, "Latency 95th percentile", ms(get(|l| l.p95)));
+    line(&mut s, "Latency 99th percentile", ms(get(|l| l.p99)));
+    line(&mut s, "Latency 99.9th percentile", ms(get(|l| l.p999)));
+    line(&mut s, "Latency max", ms(get(|l| l.max)));
+    line(&mut s, "Total operations", format!("{:>12}", p.ops));
+    line(
+        &mut s,
+        "Total bytes",
+        format!("{:>12} ({})", p.bytes, mib(p.bytes)),
+    );
+    line(&mut s, "Total errors", format!("{:>12}", p.errors));
+    for m in &p.error_messages {
+        line(&mut s, "  error", m.clone());
+    }
+    if let Some(v) = p.verified {
+        line(
+            &mut s,
+            "Verified",
+            if v {
+                "every read: length, stamp, BLAKE3 digest".to_owned()
+            } else {
+                "NO: see errors".to_owned()
+            },
+        );
+    }
+    if let Some(d) = &p.details {
+        if let Some(how) = d.get("how").and_then(|h| h.as_str()) {
+            line(&mut s, "Mode", how.to_owned());
+        }
+        if let Some(bg) = d.get("background") {
+            line(
+                &mut s,
+                "Background load",
+                format!(
+                    "{} large puts + {} large gets, {:.1} MiB/s, {} errors",
+                    bg["large_puts"],
+                    bg["large_gets"],
+                    bg["throughput_mib_s"].as_f64().unwrap_or(0.0),
+                    bg["errors"]
+                ),
+            );
+        }
+    }
+    line(&mut s, "Total operation time", hms(p.seconds));
+    s
+}
+
+/// Every phase side by side, then the article's comparison (one value vs chunked) when it ran.
+pub fn summary_table(r: &BenchReport) -> String {
+    let mut s = String::from("Summary (latency in ms)\n");
+    let _ = writeln!(
+        s,
+        "{:<18} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "phase", "ops", "MiB/s", "mean", "p50", "p95", "p99", "p99.9", "max", "errors"
+    );
+    for p in &r.phases {
+        let l = |f: fn(&Latency) -> f64| {
+            p.latency_ms
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |l| format!("{:.2}", f(l)))
+        };
+        let _ = writeln!(
+            s,
+            "{:<18} {:>7} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            p.name,
+            p.ops,
+            p.throughput_mib_s,
+            l(|l| l.mean),
+            l(|l| l.p50),
+            l(|l| l.p95),
+            l(|l| l.p99),
+            l(|l| l.p999),
+            l(|l| l.max),
+            p.errors
+        );
+    }
+    let find = |n: &str| r.phases.iter().find(|p| p.name == n);
+    if let (Some(uw), Some(ur), Some(cw), Some(cr)) = (
+        find("unchunked_write"),
+        find("unchunked_read"),
+        find("large_write"),
+        find("large_read"),
+    ) {
+        let cell = |p: &PhaseReport| match p.latency_ms {
+            Some(l) => format!("{:.1} / {:.1} ms", l.mean, l.p99),
+            None => format!("refused ({} errors)", p.errors),
+        };
+        let _ = writeln!(
+            s,
+            "\nThe article's comparison, {} MiB blobs (mean / P99):",
+            r.config.large_mb
+        );
+        let _ = writeln!(
+            s,
+            "{:<8} {:>28} {:>36}",
+            "",
+            "one value (unchunked)",
+            format!(
+                "chunked ({} KiB, max {} salts)",
+                r.config.chunk_size >> 10,
+                r.config.max_salt
+            )
+        );
+        let _ = writeln!(s, "{:<8} {:>28} {:>36}", "write", cell(uw), cell(cw));
+        let _ = writeln!(s, "{:<8} {:>28} {:>36}", "read", cell(ur), cell(cr));
+    }
+    s
+}
+
+/// The ratios, one per line with their operands.
+pub fn ratios_text(ratios: &[Ratio]) -> String {
+    let mut s = String::from("Ratios (this run)\n");
+    for r in ratios {
+        let v = r
+            .value
+            .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"));
+        let _ = writeln!(s, "  {:<64} {:>8}   {}", r.what, v, r.computed);
+    }
+    s
+}
+
+/// The probe's results.
+pub fn probe_text(r: &ProbeReport) -> String {
+    let mut s = String::new();
+    match r {
+        ProbeReport::Device(d) => {
+            let dev = &d.device;
+            let _ = writeln!(
+                s,
+                "Probe: {} on {} ({}, {}), device {} [{}]",
+                dev.dir.display(),
+                dev.mount_point.as_deref().unwrap_or("?"),
+                dev.filesystem.as_deref().unwrap_or("?"),
+                dev.mount_source.as_deref().unwrap_or("?"),
+                dev.device.as_deref().unwrap_or("?"),
+                dev.device_dev.as_deref().unwrap_or("?"),
+            );
+            let size = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+            let _ = writeln!(
+                s,
+                "  sectors: physical {} B, logical {} B; rotational {}; max request {} KiB",
+                size(dev.physical_block_size),
+                size(dev.logical_block_size),
+                dev.rotational
+                    .map_or_else(|| "?".to_owned(), |r| r.to_string()),
+                size(dev.max_sectors_kb)
+            );
+            for n in &dev.notes {
+                let _ = writeln!(s, "  note: {n}");
+            }
+            for w in &dev.warnings {
+                let _ = writeln!(s, "  WARNING: {w}");
+            }
+            let _ = writeln!(
+                s,
+                "  O_DIRECT on a {} MiB {} file (first pass, allocating: {:.0} MiB/s)",
+                d.file_bytes >> 20,
+                if d.preallocated {
+                    "fallocated"
+                } else {
+                    "sparse (fallocate unsupported)"
+                },
+                d.prefill_mib_s
+            );
+            let _ = writeln!(
+                s,
+                "  {:<6} {:>8} {}",
+                "op",
+                "request",
+                d.knees
+                    .first()
+                    .map(|_| {
+                        crate::probe::DEPTHS
+                            .iter()
+                            .map(|q| format!("{:>15}", format!("QD{q} MiB/s")))
+                            .collect::<String>()
+                    })
+                    .unwrap_or_default()
+            );
+            for k in &d.knees {
+                let row: String = d
+                    .points
+                    .iter()
+                    .filter(|p| p.op == k.op && p.request_bytes == k.request_bytes)
+                    .map(|p| format!("{:>15.0}", p.mib_s))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  {:<6} {:>5} KiB {row}   knee: QD{}{}",
+                    k.op,
+                    k.request_bytes >> 10,
+                    k.depth,
+                    if k.still_growing {
+                        " (still growing)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  dd's pattern (1 MiB, QD1, appending to a new file, not pre-sized): {:.0} MiB/s; the same on \
+                 the pre-sized file: {:.0} MiB/s",
+                d.append_1mib_depth1_mib_s, d.write_1mib_depth1_mib_s
+            );
+            let _ = writeln!(
+                s,
+                "  reference: write {:.0} MiB/s, read {:.0} MiB/s (best points), measured in {:.1} s",
+                d.write_mib_s, d.read_mib_s, d.seconds
+            );
+        }
+        ProbeReport::Rows(r) => {
+            let _ = writeln!(
+                s,
+                "Probe: single-row writes and reads of {} KiB through the {} backend, {} in flight",
+                r.value_bytes >> 10,
+                r.backend,
+                r.concurrency
+            );
+            for p in [&r.write, &r.read] {
+                let p99 = p.latency_ms.map_or(f64::NAN, |l| l.p99);
+                let _ = writeln!(
+                    s,
+                    "  {:<12} {:>8} rows {:>9.1} MiB/s  p99 {:>8.2} ms  errors {}",
+                    p.name, p.ops, p.throughput_mib_s, p99, p.errors
+                );
+                for m in &p.error_messages {
+                    let _ = writeln!(s, "    error: {m}");
+                }
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_clock_time() {
+        assert_eq!(hms(0.0), "00:00:00.000");
+        assert_eq!(hms(3723.5), "01:02:03.500");
+    }
+}

@@ -1,0 +1,4 @@
+//! End-to-end runs of tiny benches and probes (one test binary). Performance is never asserted here: these check
+//! that every phase runs, the JSON has every field, and the numbers are consistent.
+
+mod tiny;

@@ -1,0 +1,302 @@
+use clap::Parser;
+use saltblob_bench::{BenchArgs, ProbeArgs};
+use serde_json::Value;
+
+#[derive(Parser)]
+struct BenchCli {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+#[derive(Parser)]
+struct ProbeCli {
+    #[command(flatten)]
+    args: ProbeArgs,
+}
+
+fn bench_args(extra: &[&str]) -> BenchArgs {
+    let base = [
+        "bench",
+        "--count",
+        "2",
+        "--large-mb",
+        "2",
+        "--small-kb",
+        "16",
+        "--concurrency",
+        "4",
+        "--probe-size",
+        "8MiB",
+        "--probe-seconds",
+        "0.1",
+    ];
+    BenchCli::parse_from(base.iter().chain(extra)).args
+}
+
+const PHASES: [&str; 8] = [
+    "large_write",
+    "large_read",
+    "small_write",
+    "small_read",
+    "unchunked_write",
+    "unchunked_read",
+    "small_alone",
+    "small_under_load",
+];
+
+/// Every field of the JSON shape, and consistent numbers.
+fn check_shape(json: &Value, store: &str) {
+    assert_eq!(json["store"], store);
+    for field in ["store", "config", "reference", "phases"] {
+        assert!(json.get(field).is_some(), "{field} missing");
+    }
+    assert!(json["reference"].is_object(), "{}", json["reference"]);
+    assert!(
+        json["reference"].get("error").is_none(),
+        "{}",
+        json["reference"]
+    );
+    let phases = json["phases"].as_array().expect("phases is an array");
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, PHASES);
+    for p in phases {
+        let name = p["name"].as_str().expect("name");
+        for field in [
+            "ops",
+            "bytes",
+            "seconds",
+            "throughput_mib_s",
+            "errors",
+            "latency_ms",
+        ] {
+            assert!(p.get(field).is_some(), "{name}: {field} missing");
+        }
+        assert_eq!(p["errors"], 0, "{name}: {}", p["error_messages"]);
+        let lat = &p["latency_ms"];
+        let v = |f: &str| {
+            lat[f]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: latency {f}: {lat}"))
+        };
+        assert!(v("min") <= v("p50"), "{name}: {lat}");
+        assert!(
+            v("p50") <= v("p95") && v("p95") <= v("p99"),
+            "{name}: {lat}"
+        );
+        assert!(
+            v("p99") <= v("p999") && v("p999") <= v("max"),
+            "{name}: {lat}"
+        );
+        assert!(v("mean") >= 0.0 && v("mean") <= v("max"), "{name}: {lat}");
+        let (bytes, seconds) = (
+            p["bytes"].as_f64().expect("bytes"),
+            p["seconds"].as_f64().expect("seconds"),
+        );
+        let tput = p["throughput_mib_s"].as_f64().expect("throughput");
+        assert!(seconds > 0.0, "{name}");
+        let expected = bytes / 1_048_576.0 / seconds;
+        assert!(
+            (tput - expected).abs() <= expected * 1e-9,
+            "{name}: {tput} vs {expected}"
+        );
+        assert!(p["ops"].as_u64().expect("ops") > 0, "{name}");
+        if name.ends_with("_read") || name.starts_with("small_a") || name.ends_with("load") {
+            assert_eq!(p["verified"], true, "{name}");
+        }
+    }
+    let ops = |n: usize| phases[n]["ops"].as_u64().expect("ops");
+    let bytes = |n: usize| phases[n]["bytes"].as_u64().expect("bytes");
+    assert_eq!((ops(0), ops(1)), (2, 2));
+    assert_eq!(bytes(0), 4 << 20);
+    // The small phases move the same volume as the large ones: 4 MiB in 16 KiB blobs.
+    assert_eq!((ops(2), ops(3), bytes(2)), (256, 256, 4 << 20));
+    assert_eq!(phases[4]["details"]["mode"], "saltblob_single_chunk");
+    let background = &phases[7]["details"]["background"];
+    assert!(background["large_puts"].as_u64().is_some(), "{background}");
+    let ratios = json["ratios"].as_array().expect("ratios");
+    assert_eq!(ratios.len(), 9);
+    for r in ratios {
+        assert!(r["value"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    }
+    assert_eq!(json["config"]["small_count"], 256);
+    assert!(json["cleanup"]["deleted_keys"].as_u64().expect("deleted") >= 2 + 256 + 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_bench_on_memory_reports_every_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("out.json");
+    let plot_path = dir.path().join("out.svg");
+    let (j, p) = (
+        json_path.to_string_lossy().into_owned(),
+        plot_path.to_string_lossy().into_owned(),
+    );
+    let args = bench_args(&["--unchunked", "--mixed", "0.5", "--json", &j, "--plot", &p]);
+    let report = saltblob_bench::bench("memory://", &args, true)
+        .await
+        .expect("bench runs");
+    assert_eq!(report.phases.len(), 8);
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
+            .expect("valid json");
+    check_shape(&json, "memory://");
+    assert_eq!(json["reference"]["kind"], "rows");
+    assert_eq!(json["reference"]["read"]["verified"], true);
+    let svg = std::fs::read_to_string(&plot_path).expect("plot written");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("large_write"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("rocksdb://{}?sync=false", dir.path().join("db").display());
+    let json_path = dir.path().join("out.json");
+    let j = json_path.to_string_lossy().into_owned();
+    let args = bench_args(&["--unchunked", "--mixed", "0.5", "--json", &j]);
+    saltblob_bench::bench(&url, &args, true)
+        .await
+        .expect("bench runs");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
+            .expect("valid json");
+    let reference = &json["reference"];
+    if reference.get("error").is_some() {
+        // A file system without O_DIRECT: the bench still runs and says why there is no reference.
+        assert!(
+            reference["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("O_DIRECT")),
+            "{reference}"
+        );
+        return;
+    }
+    check_shape(&json, &url);
+    assert_eq!(reference["kind"], "device");
+    assert!(reference["device"]["st_dev"].as_str().is_some());
+    assert_eq!(reference["points"].as_array().map(Vec::len), Some(20));
+    let store = saltblob::open(&url, saltblob::StoreConfig::default())
+        .await
+        .expect("reopens");
+    assert!(
+        store
+            .list("saltblob-bench/")
+            .await
+            .expect("lists")
+            .is_empty()
+    );
+    // No probe file left in the data directory.
+    for entry in std::fs::read_dir(dir.path().join("db")).expect("lists") {
+        let name = entry.expect("entry").file_name();
+        assert!(
+            !name.to_string_lossy().starts_with(".saltblob-probe"),
+            "{name:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_png_plot_is_refused_before_anything_runs() {
+    let bad = BenchCli::try_parse_from(["bench", "--plot", "x.png"])
+        .expect("parses")
+        .args;
+    let err = saltblob_bench::bench("memory://", &bad, true)
+        .await
+        .expect_err("png refused");
+    assert!(err.to_string().contains("SVG"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchunked_over_the_largest_chunk_goes_raw_to_the_backend() {
+    // 65 MiB is over the memory backend's 64 MiB chunk: saltblob would refuse it, so the value goes to the
+    // backend as one raw value and the backend decides (the memory backend accepts it).
+    let args = BenchCli::parse_from([
+        "bench",
+        "--count",
+        "1",
+        "--large-mb",
+        "65",
+        "--small-kb",
+        "4096",
+        "--unchunked",
+        "--no-probe",
+    ])
+    .args;
+    let report = saltblob_bench::bench("memory://", &args, true)
+        .await
+        .expect("bench runs");
+    let w = report
+        .phases
+        .iter()
+        .find(|p| p.name == "unchunked_write")
+        .expect("ran");
+    let r = report
+        .phases
+        .iter()
+        .find(|p| p.name == "unchunked_read")
+        .expect("ran");
+    assert_eq!((w.ops, w.errors, r.ops, r.errors), (1, 0, 1, 0));
+    assert_eq!(
+        w.details.as_ref().map(|d| d["mode"].clone()),
+        Some("raw_single_value".into())
+    );
+    assert_eq!(r.verified, Some(true));
+    assert_eq!(report.cleanup.deleted_raw_values, 1);
+    assert!(report.reference.is_null());
+}
+
+#[tokio::test]
+async fn probe_on_a_directory_and_on_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_string_lossy().into_owned();
+    let json_path = dir.path().join("probe.json");
+    let j = json_path.to_string_lossy().into_owned();
+    let args = ProbeCli::parse_from([
+        "probe",
+        "--dir",
+        &d,
+        "--probe-size",
+        "8MiB",
+        "--probe-seconds",
+        "0.1",
+        "--json",
+        &j,
+    ])
+    .args;
+    match saltblob_bench::probe("memory://", &args, true).await {
+        Ok(_) => {
+            let json: Value =
+                serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
+                    .expect("valid json");
+            assert_eq!(json["kind"], "device");
+            for field in [
+                "device",
+                "points",
+                "knees",
+                "write_mib_s",
+                "read_mib_s",
+                "file_bytes",
+            ] {
+                assert!(json.get(field).is_some(), "{field} missing");
+            }
+            let dev = &json["device"];
+            for field in [
+                "physical_block_size",
+                "logical_block_size",
+                "notes",
+                "warnings",
+            ] {
+                assert!(dev.get(field).is_some(), "{field} missing");
+            }
+        }
+        Err(e) => assert!(e.to_string().contains("O_DIRECT"), "{e}"),
+    }
+    let args = ProbeCli::parse_from(["probe", "--probe-size", "1MiB", "--concurrency", "2"]).args;
+    let r = saltblob_bench::probe("memory://", &args, true)
+        .await
+        .expect("row probe");
+    assert!(r.write_mib_s() > 0.0 && r.read_mib_s() > 0.0);
+}

@@ -1,0 +1,145 @@
+//! The CLI on a real Cassandra (`TEST_CQL=127.0.0.1:9042`, started with `scripts/cassandra.sh start1`): a 200 MiB
+//! file round-trips through put/get/ls/describe/rm, 30 and 100 MiB blobs (beyond the 16 MiB mutation limit)
+//! store and read back, and `import-salted` imports an article-schema table and rejects an incomplete blob.
+
+use std::fs::File;
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+fn cluster() -> Option<String> {
+    std::env::var("TEST_CQL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+fn cql(url: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+    c.arg("--store").arg(url).arg("--quiet");
+    c.env_remove("SALTBLOB_STORE");
+    c
+}
+
+#[test]
+fn the_cli_round_trips_large_blobs_on_cassandra() {
+    let Some(host) = cluster() else {
+        eprintln!("skipped: set TEST_CQL=host:port to run against a real cluster");
+        return;
+    };
+    let url = format!("cql://{host}/cli_{:08x}?rf=1", rand::random::<u32>());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.bin");
+    let digest = random_file(&input, 200 << 20, 5);
+    ok(cql(&url).args(["put", "big"]).arg(&input));
+    let out = dir.path().join("out.bin");
+    ok(cql(&url).args(["get", "big", "-o"]).arg(&out));
+    assert_eq!(hash_file(&out), digest, "200 MiB through a file");
+    ok(cql(&url)
+        .args(["put", "piped", "-"])
+        .stdin(Stdio::from(File::open(&input).expect("open"))));
+    let piped = dir.path().join("piped.bin");
+    ok(cql(&url)
+        .args(["get", "piped"])
+        .stdout(Stdio::from(File::create(&piped).expect("create"))));
+    assert_eq!(hash_file(&piped), digest, "200 MiB through stdin/stdout");
+    let d = json(&ok(cql(&url).args(["describe", "big", "--json"])));
+    assert_eq!(
+        (d["layout"].as_str(), d["salt_count"].as_u64()),
+        (Some("salted"), Some(100))
+    );
+    let range = ok(cql(&url).args(["get", "big", "--range", "65530-65545"]));
+    assert_eq!(range.stdout, file_range(&input, 65530..65546));
+    for mib in [30u64, 100] {
+        let path = dir.path().join(format!("{mib}.bin"));
+        let digest = random_file(&path, mib << 20, mib);
+        ok(cql(&url).args(["put", &format!("m{mib}")]).arg(&path));
+        let out = ok(cql(&url).args(["get", &format!("m{mib}")]));
+        assert_eq!(blake3::hash(&out.stdout), digest, "{mib} MiB read back");
+    }
+    let listing = String::from_utf8_lossy(&ok(cql(&url).args(["ls"])).stdout).into_owned();
+    assert_eq!(listing, "big\nm100\nm30\npiped\n");
+    ok(cql(&url).args(["rm", "big"]));
+    let out = cql(&url).args(["get", "big"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(3), "get after rm: not found");
+}
+
+#[test]
+fn import_salted_copies_complete_blobs_and_names_missing_chunks() {
+    let Some(host) = cluster() else {
+        eprintln!("skipped: set TEST_CQL=host:port to run against a real cluster");
+        return;
+    };
+    let ks = format!("article_{:08x}", rand::random::<u32>());
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let payload = random_bytes(300_000, 9);
+    runtime.block_on(async {
+        let config = saltblob::cql::CqlConfig::from_url(&format!("cql://{host}/{ks}")).expect("url");
+        let session = saltblob::cql::CqlStore::open_session(&config).await.expect("session");
+        for ddl in [
+            format!("CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"),
+            format!(
+                "CREATE TABLE {ks}.blobs (key text, salt int, chunk_id int, chunk blob, total_chunks int, \
+                 salt_cardinality int, PRIMARY KEY ((key, salt), chunk_id))"
+            ),
+        ] {
+            session.query_unpaged(ddl, ()).await.expect("ddl");
+            session.await_schema_agreement().await.expect("agreement");
+        }
+        let insert = format!(
+            "INSERT INTO {ks}.blobs (key, salt, chunk_id, chunk, total_chunks, salt_cardinality) VALUES (?, ?, ?, ?, ?, ?)"
+        );
+        // "whole" is complete; "partial" lacks chunk ids 2 and 4. Both: 5 chunks of 65536 bytes over 3 salts.
+        for (key, skip) in [("whole", vec![]), ("partial", vec![2, 4])] {
+            for (i, piece) in payload.chunks(65536).enumerate() {
+                let id = i32::try_from(i).expect("id");
+                if skip.contains(&id) {
+                    continue;
+                }
+                let layout = (id == 0).then_some(5i32);
+                let salts = (id == 0).then_some(3i32);
+                session
+                    .query_unpaged(insert.clone(), (key, id % 3, id, piece, layout, salts))
+                    .await
+                    .expect("insert");
+            }
+        }
+    });
+    let url = format!("cql://{host}/{ks}?rf=1");
+    let out = cql(&url)
+        .args(["import-salted", &format!("{ks}.blobs")])
+        .output()
+        .expect("run import");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "an incomplete blob makes the import fail: {stdout}{stderr}"
+    );
+    assert!(stdout.contains("imported whole"), "{stdout}");
+    assert!(
+        stdout.contains("REJECTED partial: missing chunk ids 2, 4 of 0..5"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("imported 1 blob(s)") && stderr.contains("rejected 1"),
+        "{stderr}"
+    );
+    let got = ok(cql(&url).args(["get", "whole"]));
+    assert!(got.stdout == payload, "imported blob is byte-identical");
+    assert_eq!(
+        cql(&url)
+            .args(["head", "partial"])
+            .output()
+            .expect("run")
+            .status
+            .code(),
+        Some(3)
+    );
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    Noise::new(seed).fill(&mut v);
+    v
+}

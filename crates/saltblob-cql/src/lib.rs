@@ -1,0 +1,48 @@
+//! # saltblob on ScyllaDB or Apache Cassandra
+//!
+//! The cluster backend of saltblob, over CQL with the official `scylla` driver (token-aware; shard-aware on
+//! ScyllaDB). Chunks of one version are spread over `salt_count` partitions `(key, version, salt)`, which land on
+//! different nodes and are written and read in parallel; manifests and internal records live in small tables
+//! of their own. Everything above the [`saltblob_core::ChunkStore`] trait — layout, codecs, checksums,
+//! versioning, streaming — is the core's, so this backend behaves exactly like the embedded one.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use saltblob_core::{BlobStore, PutOptions, StoreConfig};
+//! use saltblob_cql::{CqlConfig, CqlStore};
+//!
+//! # #[tokio::main] async fn main() -> saltblob_core::Result<()> {
+//! let config = CqlConfig::from_url("cql://10.0.0.1,10.0.0.2:9042/media?rf=3&consistency=local_quorum")?;
+//! let store = BlobStore::new(Arc::new(CqlStore::connect(config).await?), StoreConfig::default())?;
+//! store.put("videos/cat.mp4", vec![7u8; 60 << 20], &PutOptions::new()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Behaviour worth knowing
+//! - **Limits**: chunks are at most 8 MiB ([`backend::MAX_CHUNK_BYTES`]), so no request or mutation approaches
+//!   Cassandra's 16 MiB limits; a larger chunk size is refused by the core with a clear error.
+//! - **Batching**: chunks of one partition go in unlogged batches of at most [`CqlConfig::batch_bytes`]
+//!   (32 KiB, below Cassandra's 50 KiB `batch_size_fail_threshold`); a larger chunk (64 KiB by default) is one
+//!   insert. Every partition of a call is written concurrently.
+//! - **Backpressure**: chunk writes in flight to one node are bounded ([`CqlConfig::inflight_per_host`]); more
+//!   wait. Idempotent requests are retried on timeouts, unavailable replicas, overload and broken connections.
+//! - **Commit order**: plain writes carry a client timestamp from a strictly increasing process clock, so of
+//!   two commits the later wins. Conditional puts are lightweight transactions (slower: four round trips).
+//! - **Listing** scans the whole manifest table (see `docs/format.md`); internal namespaces are range scans.
+//!
+//! # Layout
+//! - [`config`]: [`CqlConfig`] and its `cql://` URL.
+//! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
+//! - [`schema`]: the keyspace and tables, and their creation.
+//! - [`error`]: mapping of driver errors, with retryability and explanations.
+//! - [`import`]: import of tables in the salting article's original schema.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod import;
+pub mod schema;
+
+pub use backend::CqlStore;
+pub use config::{CqlConfig, Credentials, SCHEME};
+pub use scylla::statement::{Consistency, SerialConsistency};

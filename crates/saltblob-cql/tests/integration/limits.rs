@@ -1,0 +1,190 @@
+//! Blobs beyond Cassandra's 16 MiB mutation limit, at default settings, and chunk sizes beyond the backend's.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use saltblob_core::conformance::data;
+use saltblob_core::{BlobStore, Error, LayoutPolicy, PutOptions, StoreConfig};
+use saltblob_cql::backend::MAX_CHUNK_BYTES;
+
+use crate::connect;
+
+async fn default_store() -> BlobStore {
+    BlobStore::new(Arc::new(connect("").await), StoreConfig::default())
+        .expect("default config fits the backend")
+}
+
+/// Puts, reads back and verifies a blob of `mib` MiB with default settings; deletes it after.
+async fn round_trip(store: &BlobStore, mib: usize) {
+    let key = format!("limits-{:016x}/{mib}mib", rand::random::<u64>());
+    let payload = data((mib << 20) + 4321, mib as u64);
+    let t0 = Instant::now();
+    let m = store
+        .put(&key, payload.clone(), &PutOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("put {mib} MiB: {e}"));
+    let put = t0.elapsed();
+    let t1 = Instant::now();
+    let got = store
+        .get(&key)
+        .await
+        .unwrap_or_else(|e| panic!("get {mib} MiB: {e}"));
+    let get = t1.elapsed();
+    assert!(got == payload, "{mib} MiB read back differs");
+    assert_eq!(
+        m.digest,
+        *blake3::hash(&got).as_bytes(),
+        "digest of what was read"
+    );
+    let d = store.describe(&key).await.expect("describe");
+    assert_eq!(
+        (d.layout_kind, d.bytes_per_salt.len()),
+        ("salted", 100),
+        "fanned out over the default 100 salts"
+    );
+    let rate = |t: std::time::Duration| (mib as f64) / t.as_secs_f64();
+    eprintln!(
+        "{mib} MiB: put {put:.2?} ({:.0} MiB/s), get {get:.2?} ({:.0} MiB/s)",
+        rate(put),
+        rate(get)
+    );
+    store.delete(&key).await.expect("delete");
+    store.reclaim_all().await.expect("reclaim");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blobs_of_30_and_100_mib_with_defaults() {
+    maybe_skip!();
+    let store = default_store().await;
+    round_trip(&store, 30).await;
+    round_trip(&store, 100).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_60_mib_puts_wait_instead_of_failing() {
+    maybe_skip!();
+    let store = default_store().await;
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..3u64 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let key = format!("limits-{:016x}/60mib-{i}", rand::random::<u64>());
+            let payload = data(60 << 20, 60 + i);
+            store
+                .put(&key, payload.clone(), &PutOptions::new())
+                .await
+                .map_err(|e| format!("put {key}: {e}"))?;
+            let got = store
+                .get(&key)
+                .await
+                .map_err(|e| format!("get {key}: {e}"))?;
+            if got != payload {
+                return Err(format!("{key}: read back differs"));
+            }
+            store
+                .delete(&key)
+                .await
+                .map_err(|e| format!("delete {key}: {e}"))?;
+            Ok::<_, String>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task").expect("a 60 MiB put under load succeeds");
+    }
+    eprintln!("3 concurrent 60 MiB puts and gets: {:.2?}", t0.elapsed());
+    store.reclaim_all().await.expect("reclaim");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn largest_chunks_round_trip_and_larger_are_refused() {
+    maybe_skip!();
+    let store = default_store().await;
+    let largest = MAX_CHUNK_BYTES - 12;
+    let key = format!("limits-{:016x}/big-chunks", rand::random::<u64>());
+    let payload = data(20 << 20, 3);
+    store
+        .put(
+            &key,
+            payload.clone(),
+            &PutOptions::new().with_chunk_size(largest),
+        )
+        .await
+        .expect("8 MiB chunks");
+    assert!(store.get(&key).await.expect("get") == payload);
+    store.delete(&key).await.expect("delete");
+
+    for chunk_size in [largest + 1, 16 << 20, 64 << 20] {
+        match store
+            .put(
+                &key,
+                payload.clone(),
+                &PutOptions::new().with_chunk_size(chunk_size),
+            )
+            .await
+        {
+            Err(e @ Error::InvalidArgument { .. }) => {
+                assert!(e.to_string().contains("chunk size"), "{e}");
+            }
+            other => panic!("chunk size {chunk_size}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    let too_big =
+        StoreConfig::default().with_policy(LayoutPolicy::default().with_chunk_size(16 << 20));
+    let backend = Arc::clone(store.backend());
+    match BlobStore::new(backend, too_big) {
+        Err(e @ Error::InvalidArgument { .. }) => eprintln!("refused as expected: {e}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(
+        matches!(store.head(&key).await, Err(Error::NotFound { .. })),
+        "nothing stored by refused puts"
+    );
+    store.reclaim_all().await.expect("reclaim");
+}
+
+/// Heavier than CI needs: six processes' worth of clients (one session and throttle each) putting 60 MiB at
+/// once. Run with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "stress: run by hand with --ignored"]
+async fn six_clients_putting_60_mib_at_once() {
+    maybe_skip!();
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..6u64 {
+        let store = default_store().await;
+        tasks.spawn(async move {
+            let key = format!("limits-{:016x}/stress-{i}", rand::random::<u64>());
+            let payload = data(60 << 20, 600 + i);
+            let t = Instant::now();
+            store
+                .put(&key, payload.clone(), &PutOptions::new())
+                .await
+                .map_err(|e| format!("put {key}: {e}"))?;
+            let put = t.elapsed();
+            let got = store
+                .get(&key)
+                .await
+                .map_err(|e| format!("get {key}: {e}"))?;
+            if got != payload {
+                return Err(format!("{key}: read back differs"));
+            }
+            store
+                .delete(&key)
+                .await
+                .map_err(|e| format!("delete {key}: {e}"))?;
+            store
+                .reclaim_all()
+                .await
+                .map_err(|e| format!("reclaim: {e}"))?;
+            Ok::<_, String>(put)
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        let put = r
+            .expect("task")
+            .expect("a 60 MiB put under heavy load succeeds");
+        eprintln!("one 60 MiB put took {put:.2?}");
+    }
+    eprintln!("6 clients x 60 MiB put + get: {:.2?}", t0.elapsed());
+}
