@@ -128,6 +128,9 @@ pub struct BackendInfo {
     /// Whether [`ChunkStore::put_record`] and [`ChunkStore::delete_record`] report the replaced value
     /// (otherwise they return [`Previous::Unknown`] for unconditional writes).
     pub reports_previous: bool,
+    /// Whether the backend already retries transient failures itself; the core then does not retry on top
+    /// (which would multiply the attempts and the delays). Defaults to `false`.
+    pub retries_internally: bool,
 }
 
 impl BackendInfo {
@@ -143,7 +146,15 @@ impl BackendInfo {
             max_chunk_bytes,
             max_batch_bytes,
             reports_previous,
+            retries_internally: false,
         }
+    }
+
+    /// Declares that the backend retries transient failures itself ([`BackendInfo::retries_internally`]).
+    #[must_use]
+    pub fn with_internal_retries(mut self) -> Self {
+        self.retries_internally = true;
+        self
     }
 }
 

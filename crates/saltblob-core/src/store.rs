@@ -857,8 +857,8 @@ async fn fill<R: AsyncRead + Unpin>(
     Ok(false)
 }
 
-/// Runs `op` until it succeeds, fails with a non-retryable error, or [`ATTEMPTS`] attempts have failed.
-async fn with_retry<T, F, Fut>(mut op: F) -> Result<T>
+/// Runs `op` until it succeeds, fails with a non-retryable error, or `attempts` attempts have failed.
+async fn with_retry<T, F, Fut>(attempts: u32, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -867,7 +867,7 @@ where
     let mut attempt = 1;
     loop {
         match op().await {
-            Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
+            Err(e) if e.is_retryable() && attempt < attempts => {
                 tracing::debug!("retrying after transient error (attempt {attempt}): {e}");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
@@ -879,6 +879,15 @@ where
 }
 
 impl Inner {
+    /// Attempts of a chunk read or write: one when the backend retries by itself.
+    fn attempts(&self) -> u32 {
+        if self.info.retries_internally {
+            1
+        } else {
+            ATTEMPTS
+        }
+    }
+
     fn chunks_per_segment(&self, chunk_size: u32) -> u64 {
         let budget = self.config.batch_bytes.min(self.info.max_batch_bytes);
         (budget / (chunk_size as usize + CHUNK_HEADER_LEN)).max(1) as u64
@@ -1043,7 +1052,7 @@ impl Inner {
                 index,
             })
             .collect();
-        let slots = with_retry(|| self.backend.get_chunks(&blob, &ids)).await?;
+        let slots = with_retry(self.attempts(), || self.backend.get_chunks(&blob, &ids)).await?;
         if slots.len() != ids.len() {
             return Err(Error::backend(
                 self.info.name,
@@ -1113,6 +1122,7 @@ struct ChunkWriter {
     salt_count: u32,
     codec: Codec,
     per_segment: usize,
+    attempts: u32,
     window: Arc<Semaphore>,
     window_bytes: usize,
     tasks: JoinSet<Result<u64>>,
@@ -1130,6 +1140,7 @@ impl ChunkWriter {
             salt_count,
             codec,
             per_segment: usize::try_from(inner.chunks_per_segment(chunk_size)).unwrap_or(1),
+            attempts: inner.attempts(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,
             tasks: JoinSet::new(),
@@ -1162,11 +1173,12 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|_| Error::backend("saltblob", "write window closed", false))?;
-        let (backend, blob, salt_count, codec) = (
+        let (backend, blob, salt_count, codec, attempts) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.salt_count,
             self.codec,
+            self.attempts,
         );
         self.tasks.spawn(async move {
             let _permit = permit;
@@ -1186,7 +1198,7 @@ impl ChunkWriter {
                 })
                 .collect();
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
-            with_retry(|| backend.put_chunks(&blob, writes.clone())).await?;
+            with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
             Ok(stored)
         });
         Ok(())

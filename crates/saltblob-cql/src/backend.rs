@@ -965,7 +965,7 @@ fn lwt_outcome(result: QueryResult, what: &str) -> Result<(bool, Option<Bytes>)>
 #[async_trait]
 impl ChunkStore for CqlStore {
     fn info(&self) -> BackendInfo {
-        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false)
+        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false).with_internal_retries()
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
