@@ -6,12 +6,17 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 saltblob_setup
 
+# Every step's output is also logged, so that the last line can sum up every test binary's result.
+log=$(mktemp -t saltblob-test.XXXXXX)
+# Cassandra nodes started below are stopped on exit, even on failure.
+trap 'scripts/cassandra.sh stop >/dev/null 2>&1 || true; rm -f "$log"' EXIT
+
 step() {
   local name=$1
   shift
   echo "== $name: $*"
   local t0=$SECONDS
-  "$@"
+  "$@" 2>&1 | tee -a "$log"
   echo "== $name passed in $((SECONDS - t0)) s"
 }
 
@@ -22,8 +27,7 @@ step build timeout 3600 cargo build --release --locked --workspace --all-targets
 step tests timeout 1800 cargo test --release --locked --workspace
 
 # The cluster backend against a real Apache Cassandra 5.0 (jars from Maven Central, run by this machine's JVM on
-# loopback; see docs/cassandra.md). Every start has a bounded wait; the nodes are stopped on exit, even on failure.
-trap 'scripts/cassandra.sh stop >/dev/null 2>&1 || true' EXIT
+# loopback; see docs/cassandra.md). Every start has a bounded wait.
 step cassandra-one-node timeout 600 scripts/cassandra.sh start1
 step cql-suite env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cql
 step cql-cli env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cli --test integration cql::
@@ -31,3 +35,5 @@ step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3
 step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 1200 \
   cargo test --release --locked -p saltblob-cql --test integration cluster:: -- --nocapture
 step cassandra-stop scripts/cassandra.sh stop
+awk '/^test result:/ { p += $4; f += $6; i += $8 }
+     END { printf "saltblob: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

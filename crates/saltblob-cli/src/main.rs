@@ -23,7 +23,8 @@ use crate::progress::{CountingReader, Progress};
 #[derive(Parser, Debug)]
 #[command(name = "saltblob", version, about, long_about = None)]
 struct Cli {
-    /// Store URL: rocksdb:///path/to/dir (embedded) or memory://. Defaults to the embedded store in
+    /// Store URL: rocksdb:///path/to/dir (embedded), cql://host1,host2:9042/keyspace (ScyllaDB or Cassandra)
+    /// or memory://. Defaults to the embedded store in
     /// ./saltblob-data.
     #[arg(long, global = true, env = "SALTBLOB_STORE", value_name = "URL")]
     store: Option<String>,
