@@ -4,28 +4,7 @@ use std::ops::Range;
 
 use saltblob::{Description, Manifest, ManifestBody};
 
-/// Parses a byte count: `65536`, `64k`, `64KiB`, `8m`, `8MiB`, `1g` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a size (e.g. 65536, 64KiB, 8MiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "\"{s}\" has an unknown unit (use B, KiB, MiB or GiB)"
-            ));
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("\"{s}\" is too large"))
-}
+pub use saltblob::layout::parse_size;
 
 /// Parses an HTTP-style inclusive range against a blob of `size` bytes: `START-END`, `START-` (to the end) or
 /// `-N` (the last N bytes). Returns a half-open range; `None` end means "to the end".
@@ -219,7 +198,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_ranges_parse() {
+    fn ranges_parse() {
         assert_eq!(parse_size("65536"), Ok(65536));
         assert_eq!(parse_size("64KiB"), Ok(65536));
         assert_eq!(parse_size("8m"), Ok(8 << 20));

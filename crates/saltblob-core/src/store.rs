@@ -275,7 +275,6 @@ impl BlobStore {
         if let Some(size) = known_size {
             self.check_size(&key, size, None)?;
         }
-        let pre = self.precheck(&key, opts.condition).await?;
         let mut manifest = Manifest {
             version: VersionId::generate(),
             size: 0,
@@ -287,6 +286,7 @@ impl BlobStore {
             metadata: opts.metadata.clone(),
         };
         manifest.validate_attributes()?;
+        let pre = self.precheck(&key, opts.condition).await?;
 
         let mut hasher = blake3::Hasher::new();
         let layout = known_size.map(|s| policy.layout_for(s));

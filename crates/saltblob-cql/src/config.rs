@@ -477,19 +477,8 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 }
 
 fn parse_size(s: &str) -> std::result::Result<usize, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num
-        .parse()
-        .map_err(|_| "use a size like 32768, 32KiB or 16MiB".to_owned())?;
-    let mul: usize = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" | "kb" => 1 << 10,
-        "m" | "mib" | "mb" => 1 << 20,
-        "g" | "gib" | "gb" => 1 << 30,
-        _ => return Err(format!("unknown unit \"{unit}\"; use KiB, MiB or GiB")),
-    };
-    n.checked_mul(mul).ok_or_else(|| "too large".to_owned())
+    let n = saltblob_core::layout::parse_size(s)?;
+    usize::try_from(n).map_err(|_| format!("\"{s}\" is too large"))
 }
 
 fn percent_decode(s: &str) -> Option<String> {
