@@ -48,6 +48,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use saltblob::layout::parse_size;
 
 pub mod bench;
 pub mod device;
@@ -146,30 +147,6 @@ impl Default for ProbeOptions {
     }
 }
 
-/// Parses a byte size: a whole number with an optional unit (B, KiB, MiB, GiB; K/KB, M/MB, G/GB are taken as
-/// binary units too).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a size (e.g. 65536, 64KiB, 1GiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "\"{s}\" has an unknown unit (use B, KiB, MiB or GiB)"
-            ));
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("\"{s}\" is too large"))
-}
-
 /// Writes `text` to `path`, or to standard output when `path` is "-".
 pub(crate) fn write_output(path: &std::path::Path, text: &str) -> saltblob::Result<()> {
     if path.as_os_str() == "-" {
@@ -182,18 +159,4 @@ pub(crate) fn write_output(path: &std::path::Path, text: &str) -> saltblob::Resu
             format!("cannot write {}: {e}", path.display()),
         ))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("65536"), Ok(65536));
-        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
-        assert_eq!(parse_size("1gib"), Ok(1 << 30));
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("").is_err());
-    }
 }

@@ -21,6 +21,8 @@ pub enum Namespace {
     Manifest,
     /// Deferred deletions of superseded versions' chunks, keyed by due time.
     Reclaim,
+    /// A few store-wide bookkeeping values (e.g. how far the reclaim queue has been processed).
+    Meta,
 }
 
 impl Namespace {
@@ -29,11 +31,12 @@ impl Namespace {
         match self {
             Namespace::Manifest => 0,
             Namespace::Reclaim => 1,
+            Namespace::Meta => 2,
         }
     }
 
     /// Every namespace.
-    pub const ALL: [Namespace; 2] = [Namespace::Manifest, Namespace::Reclaim];
+    pub const ALL: [Namespace; 3] = [Namespace::Manifest, Namespace::Reclaim, Namespace::Meta];
 }
 
 /// A condition on the current value of a record, checked atomically with the write.

@@ -34,6 +34,13 @@ const ATTEMPTS: u32 = 4;
 /// Records read per page when listing or reclaiming.
 const PAGE: usize = 512;
 
+/// Key of the reclaim queue's low-water mark in [`Namespace::Meta`].
+const RECLAIM_WATERMARK: &[u8] = b"reclaim-watermark";
+
+/// How far behind this process's clock another client's clock may run without its queued reclaims being
+/// skipped by the low-water mark (they would then be left to `gc`): one minute.
+const RECLAIM_CLOCK_MARGIN_MICROS: u64 = 60_000_000;
+
 /// Checks a key: 1 to [`MAX_KEY_LEN`] bytes.
 pub fn validate_key(key: &[u8]) -> Result<Bytes> {
     if key.is_empty() {
@@ -987,9 +994,54 @@ impl Inner {
         }
     }
 
+    /// Processes the reclaim queue up to due time `now`. The scan starts at the low-water mark left by the last
+    /// pass that removed entries, so that the deletion markers of processed entries (tombstones on Cassandra)
+    /// are not read again and again.
     async fn reclaim(&self, now: u64) -> Result<ReclaimReport> {
+        let started = now_micros();
         let mut report = ReclaimReport::default();
-        let mut after: Option<Bytes> = None;
+        let mut after = self.reclaim_watermark().await.map(|w| {
+            // "After" this 8-byte key is every entry due at or after `w`.
+            Bytes::copy_from_slice(&w.saturating_sub(1).to_be_bytes())
+        });
+        let outcome = self.reclaim_from(now, &mut after, &mut report).await;
+        if outcome.is_ok() && report.versions + report.still_current > 0 {
+            // Every entry due before the pass started was processed. Entries queued from now on are due at
+            // or after their queueing time; the margin covers clocks of other clients that run behind.
+            let mark = started.saturating_sub(RECLAIM_CLOCK_MARGIN_MICROS);
+            let value = Bytes::copy_from_slice(&mark.to_le_bytes());
+            if let Err(e) = self
+                .backend
+                .put_record(
+                    Namespace::Meta,
+                    RECLAIM_WATERMARK,
+                    value,
+                    &Precondition::None,
+                )
+                .await
+            {
+                tracing::warn!("could not record the reclaim low-water mark: {e}");
+            }
+        }
+        outcome.map(|()| report)
+    }
+
+    /// Where the last reclaim pass left off (Unix microseconds), if it recorded it.
+    async fn reclaim_watermark(&self) -> Option<u64> {
+        let value = self
+            .backend
+            .get_record(Namespace::Meta, RECLAIM_WATERMARK)
+            .await
+            .ok()??;
+        Some(u64::from_le_bytes(value.as_ref().try_into().ok()?))
+    }
+
+    async fn reclaim_from(
+        &self,
+        now: u64,
+        after: &mut Option<Bytes>,
+        report: &mut ReclaimReport,
+    ) -> Result<()> {
         loop {
             let page = self
                 .backend
@@ -997,7 +1049,7 @@ impl Inner {
                 .await?;
             let full = page.len() == PAGE;
             for (k, v) in page {
-                after = Some(k.clone());
+                *after = Some(k.clone());
                 let Some(entry) = ReclaimEntry::decode(&k, &v) else {
                     report.undecodable += 1;
                     continue;
@@ -1005,7 +1057,7 @@ impl Inner {
                 if entry.due_micros > now {
                     // The queue is sorted by due time: nothing after this entry is due either.
                     report.next_due_micros = Some(entry.due_micros);
-                    return Ok(report);
+                    return Ok(());
                 }
                 let current = match self.read_manifest(&entry.key).await {
                     Ok(m) => m.map(|m| m.version),
@@ -1032,7 +1084,7 @@ impl Inner {
                     .await?;
             }
             if !full {
-                return Ok(report);
+                return Ok(());
             }
         }
     }
