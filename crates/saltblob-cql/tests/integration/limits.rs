@@ -60,6 +60,32 @@ async fn blobs_of_30_and_100_mib_with_defaults() {
     round_trip(&store, 100).await;
 }
 
+/// Puts `payload` under `key`, reads it back and compares, then deletes it; returns how long the put took.
+async fn put_get_delete(
+    store: &BlobStore,
+    key: &str,
+    payload: bytes::Bytes,
+) -> Result<std::time::Duration, String> {
+    let t = Instant::now();
+    store
+        .put(key, payload.clone(), &PutOptions::new())
+        .await
+        .map_err(|e| format!("put {key}: {e}"))?;
+    let put = t.elapsed();
+    let got = store
+        .get(key)
+        .await
+        .map_err(|e| format!("get {key}: {e}"))?;
+    if got != payload {
+        return Err(format!("{key}: read back differs"));
+    }
+    store
+        .delete(key)
+        .await
+        .map_err(|e| format!("delete {key}: {e}"))?;
+    Ok(put)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_60_mib_puts_wait_instead_of_failing() {
     maybe_skip!();
@@ -70,22 +96,7 @@ async fn concurrent_60_mib_puts_wait_instead_of_failing() {
         let store = store.clone();
         tasks.spawn(async move {
             let key = format!("limits-{:016x}/60mib-{i}", rand::random::<u64>());
-            let payload = data(60 << 20, 60 + i);
-            store
-                .put(&key, payload.clone(), &PutOptions::new())
-                .await
-                .map_err(|e| format!("put {key}: {e}"))?;
-            let got = store
-                .get(&key)
-                .await
-                .map_err(|e| format!("get {key}: {e}"))?;
-            if got != payload {
-                return Err(format!("{key}: read back differs"));
-            }
-            store
-                .delete(&key)
-                .await
-                .map_err(|e| format!("delete {key}: {e}"))?;
+            put_get_delete(&store, &key, data(60 << 20, 60 + i)).await?;
             Ok::<_, String>(())
         });
     }
@@ -156,23 +167,7 @@ async fn six_clients_putting_60_mib_at_once() {
         tasks.spawn(async move {
             let key = format!("limits-{:016x}/stress-{i}", rand::random::<u64>());
             let payload = data(60 << 20, 600 + i);
-            let t = Instant::now();
-            store
-                .put(&key, payload.clone(), &PutOptions::new())
-                .await
-                .map_err(|e| format!("put {key}: {e}"))?;
-            let put = t.elapsed();
-            let got = store
-                .get(&key)
-                .await
-                .map_err(|e| format!("get {key}: {e}"))?;
-            if got != payload {
-                return Err(format!("{key}: read back differs"));
-            }
-            store
-                .delete(&key)
-                .await
-                .map_err(|e| format!("delete {key}: {e}"))?;
+            let put = put_get_delete(&store, &key, payload).await?;
             store
                 .reclaim_all()
                 .await
