@@ -5,6 +5,7 @@
 
 mod demo;
 mod human;
+mod maintenance;
 mod progress;
 
 use std::io::{IsTerminal, Write};
@@ -31,6 +32,11 @@ struct Cli {
     /// No progress bars.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// How long a put's intent stays valid without renewal (renewed every third of it while the put runs); gc
+    /// reclaims the chunks of a put whose writer died once it expires. Defaults to 60s.
+    #[arg(long, global = true, env = "SALTBLOB_INTENT_LEASE", value_name = "DURATION",
+          value_parser = humantime::parse_duration)]
+    intent_lease: Option<std::time::Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -102,6 +108,12 @@ enum Command {
     /// Measure the storage under the store: sector sizes and O_DIRECT bandwidth of the embedded store's device,
     /// or single-row throughput of a cluster store.
     Probe(saltblob_bench::ProbeArgs),
+    /// Reclaim space: replaced and deleted versions past the grace period, and puts abandoned by a writer that
+    /// died (intent expired); then let the engine return the space to the file system.
+    Gc(maintenance::GcArgs),
+    /// Check every blob (manifest, every chunk present once and in place, checksums, digest) and list orphaned
+    /// chunks; exit code 4 if a blob is damaged. --repair removes orphans and nothing else.
+    Fsck(maintenance::FsckArgs),
 }
 
 #[derive(Args, Debug)]
@@ -257,7 +269,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         | Command::Demo { .. }
         | Command::ImportSalted { .. }
         | Command::Bench(_)
-        | Command::Probe(_) => None,
+        | Command::Probe(_)
+        | Command::Gc(_)
+        | Command::Fsck(_) => None,
     };
     if let Some(key) = &key {
         saltblob::store::validate_key(key.as_bytes())?;
@@ -296,7 +310,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         _ => {}
     }
-    let store = saltblob::open(&url, StoreConfig::default()).await?;
+    let mut config = StoreConfig::default();
+    if let Some(lease) = cli.intent_lease {
+        config = config.with_intent_lease(lease);
+    }
+    let store = saltblob::open(&url, config).await?;
     let quiet = cli.quiet;
     match cli.command {
         Command::Put(args) => put(&store, args, quiet).await?,
@@ -339,6 +357,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::ImportSalted { table, source } => {
             import_salted(&store, &table, source.as_deref().unwrap_or(&url)).await?
         }
+        Command::Gc(args) => return maintenance::gc(&store, &args).await,
+        Command::Fsck(args) => return maintenance::fsck(&store, &args).await,
         // Run above, before the store is opened.
         Command::Bench(_) | Command::Probe(_) => {}
     }

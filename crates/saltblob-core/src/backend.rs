@@ -9,6 +9,7 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::stream::BoxStream;
 
 use crate::Result;
 use crate::version::VersionId;
@@ -23,6 +24,9 @@ pub enum Namespace {
     Reclaim,
     /// A few store-wide bookkeeping values (e.g. how far the reclaim queue has been processed).
     Meta,
+    /// Intents of puts in progress: written before a put's first chunk, renewed while it runs, removed after
+    /// its commit. An expired intent marks an abandoned put whose chunks garbage collection may reclaim.
+    Intent,
 }
 
 impl Namespace {
@@ -32,11 +36,17 @@ impl Namespace {
             Namespace::Manifest => 0,
             Namespace::Reclaim => 1,
             Namespace::Meta => 2,
+            Namespace::Intent => 3,
         }
     }
 
     /// Every namespace.
-    pub const ALL: [Namespace; 3] = [Namespace::Manifest, Namespace::Reclaim, Namespace::Meta];
+    pub const ALL: [Namespace; 4] = [
+        Namespace::Manifest,
+        Namespace::Reclaim,
+        Namespace::Meta,
+        Namespace::Intent,
+    ];
 }
 
 /// A condition on the current value of a record, checked atomically with the write.
@@ -116,6 +126,30 @@ pub struct ChunkId {
     pub salt: u32,
     /// Chunk index.
     pub index: u64,
+}
+
+/// Where one stored chunk lies, as listed by [`ChunkStore::scan_chunks`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChunkAddress {
+    /// The blob's key.
+    pub key: Bytes,
+    /// The version the chunk belongs to.
+    pub version: VersionId,
+    /// The partition (salt) it is stored under.
+    pub salt: u32,
+    /// Its chunk index.
+    pub index: u64,
+}
+
+/// Disk space before and after [`ChunkStore::reclaim_space`], for engines that can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpaceReport {
+    /// Bytes the engine's files took before.
+    pub bytes_before: u64,
+    /// Bytes they take after.
+    pub bytes_after: u64,
+    /// Whether live chunk data was rewritten to free partly-garbage files.
+    pub rewrote_live_data: bool,
 }
 
 /// What a backend is and can do.
@@ -218,4 +252,16 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
 
     /// Deletes every chunk of one version (all salts below `salt_count`; `chunk_count` bounds the indexes).
     async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()>;
+
+    /// The address of every stored chunk, of every version, in no particular order; for `fsck`, which compares
+    /// them with the manifests. Reads no more than it must (engines that cannot list keys alone may read
+    /// values); memory stays bounded however many chunks there are.
+    fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>>;
+
+    /// Asks the engine to return the space of deleted chunks to the file system, after garbage collection
+    /// deleted some. The default does nothing (engines that reclaim space on their own, e.g. by compaction
+    /// after the tombstone grace period).
+    async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
+        Ok(None)
+    }
 }

@@ -23,6 +23,11 @@ pub struct StoreConfig {
     pub grace: Duration,
     /// Largest blob accepted, in bytes. Defaults to no limit.
     pub max_blob_size: Option<u64>,
+    /// How long a chunked put's intent record stays valid without renewal. A running put renews it every third
+    /// of this; garbage collection reclaims the chunks of a put whose intent has expired, and a put that could
+    /// not renew in time fails instead of committing. Clocks of clients sharing a store must agree to well
+    /// within a third of it. Defaults to 60 seconds.
+    pub intent_lease: Duration,
 }
 
 impl Default for StoreConfig {
@@ -33,6 +38,7 @@ impl Default for StoreConfig {
             batch_bytes: MIB as usize,
             grace: Duration::from_secs(300),
             max_blob_size: None,
+            intent_lease: Duration::from_secs(60),
         }
     }
 }
@@ -59,6 +65,12 @@ impl StoreConfig {
     /// Sets [`StoreConfig::grace`].
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Sets [`StoreConfig::intent_lease`].
+    pub fn with_intent_lease(mut self, lease: Duration) -> Self {
+        self.intent_lease = lease;
         self
     }
 

@@ -177,6 +177,20 @@ pub enum Error {
         /// The version that went away.
         version: VersionId,
     },
+    /// A put could not keep its intent lease (it was stalled, or the backend failed, for longer than the lease,
+    /// or garbage collection took the intent over) and did not commit, so that it cannot publish chunks that gc
+    /// may be deleting. The previous version stays current; putting again may succeed.
+    #[error(
+        "put of key \"{key}\" version {version} lost its intent lease and did not commit: {detail}"
+    )]
+    IntentLost {
+        /// The key written.
+        key: KeyDisplay,
+        /// The version that was not committed.
+        version: VersionId,
+        /// Why.
+        detail: String,
+    },
     /// Stored bytes do not decode: a manifest, chunk or record is damaged or of an unknown format.
     #[error("corrupt {what}: {detail}")]
     Corrupt {
@@ -226,7 +240,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Backend { retryable, .. } => *retryable,
-            Error::VersionReclaimed { .. } => true,
+            Error::VersionReclaimed { .. } | Error::IntentLost { .. } => true,
             _ => false,
         }
     }

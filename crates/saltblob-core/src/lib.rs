@@ -24,7 +24,9 @@
 //! ```
 //!
 //! # Layout
-//! - [`store`]: [`BlobStore`], the write pipeline, commit and streaming reads, reclaim of replaced versions.
+//! - [`store`]: [`BlobStore`], the write pipeline (with its intent lease), commit and streaming reads, the
+//!   reclaim queue of replaced versions.
+//! - [`maintenance`]: garbage collection ([`BlobStore::gc`]) and the consistency check ([`BlobStore::fsck`]).
 //! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract.
 //! - [`layout`]: the layout policy (inline, one partition, salted fan-out) and chunk/salt/range arithmetic.
 //! - [`manifest`], [`codec`]: the versioned on-disk format (`docs/format.md`).
@@ -38,22 +40,24 @@ pub mod config;
 pub mod conformance;
 pub mod error;
 pub mod layout;
+pub mod maintenance;
 pub mod manifest;
 pub mod memory;
 pub mod store;
 pub mod version;
 
 pub use backend::{
-    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
-    RecordWrite,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
+    Previous, RecordWrite, SpaceReport,
 };
 pub use codec::Codec;
 pub use config::{PutCondition, PutOptions, StoreConfig};
 pub use error::{Error, KeyDisplay, Result};
 pub use layout::{ChunkLayout, Layout, LayoutPolicy};
+pub use maintenance::{
+    Damage, FsckOptions, FsckReport, GcHandle, GcOptions, GcReport, Orphan, OrphanReason,
+};
 pub use manifest::{Manifest, ManifestBody};
 pub use memory::MemoryStore;
-pub use store::{
-    BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN, ReclaimReport, ReclaimerHandle,
-};
+pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN, ReclaimReport};
 pub use version::VersionId;

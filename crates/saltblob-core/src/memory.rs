@@ -6,9 +6,11 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use futures::stream::{self, BoxStream, StreamExt};
+
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
-    RecordWrite,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
+    Previous, RecordWrite,
 };
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -152,5 +154,24 @@ impl ChunkStore for MemoryStore {
             state.chunks.remove(&k);
         }
         Ok(())
+    }
+
+    fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
+        let listed: Result<Vec<ChunkAddress>> = self.lock().map(|state| {
+            state
+                .chunks
+                .keys()
+                .map(|(key, version, salt, index)| ChunkAddress {
+                    key: key.clone(),
+                    version: *version,
+                    salt: *salt,
+                    index: *index,
+                })
+                .collect()
+        });
+        match listed {
+            Ok(all) => stream::iter(all.into_iter().map(Ok)).boxed(),
+            Err(e) => stream::once(async move { Err(e) }).boxed(),
+        }
     }
 }

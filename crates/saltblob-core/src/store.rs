@@ -21,6 +21,7 @@ use crate::backend::{
 use crate::codec::{CHUNK_HEADER_LEN, ChunkPlace, Codec, decode_chunk, encode_chunk};
 use crate::config::{PutCondition, PutOptions, StoreConfig};
 use crate::layout::{ChunkLayout, Layout, LayoutPolicy, salt_of};
+use crate::maintenance::{IntentLease, Progress};
 use crate::manifest::{Manifest, ManifestBody, hex};
 use crate::version::{VersionId, now_micros};
 use crate::{Error, KeyDisplay, Result};
@@ -40,6 +41,9 @@ const RECLAIM_WATERMARK: &[u8] = b"reclaim-watermark";
 /// How far behind this process's clock another client's clock may run without its queued reclaims being
 /// skipped by the low-water mark (they would then be left to `gc`): one minute.
 const RECLAIM_CLOCK_MARGIN_MICROS: u64 = 60_000_000;
+
+/// Shortest accepted [`StoreConfig::intent_lease`].
+const MIN_INTENT_LEASE: Duration = Duration::from_millis(300);
 
 /// Checks a key: 1 to [`MAX_KEY_LEN`] bytes.
 pub fn validate_key(key: &[u8]) -> Result<Bytes> {
@@ -64,14 +68,14 @@ pub fn validate_key(key: &[u8]) -> Result<Bytes> {
 /// Cloning is cheap and shares the backend.
 #[derive(Clone, Debug)]
 pub struct BlobStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    backend: Arc<dyn ChunkStore>,
-    info: BackendInfo,
-    config: StoreConfig,
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn ChunkStore>,
+    pub(crate) info: BackendInfo,
+    pub(crate) config: StoreConfig,
 }
 
 /// A blob listed by [`BlobStore::list`].
@@ -111,6 +115,8 @@ pub struct ReclaimReport {
     pub next_due_micros: Option<u64>,
     /// Entries that do not decode (left in place, reported).
     pub undecodable: u64,
+    /// Due entries left in place because a put of that version still holds a live intent.
+    pub in_flight: u64,
 }
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
@@ -155,16 +161,6 @@ impl BlobStream {
     }
 }
 
-/// Stops the background reclaimer started by [`BlobStore::spawn_reclaimer`] when dropped.
-#[derive(Debug)]
-pub struct ReclaimerHandle(tokio::task::JoinHandle<()>);
-
-impl Drop for ReclaimerHandle {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl BlobStore {
     /// A store on `backend` with `config`, which is checked against the backend's limits.
     pub fn new(backend: Arc<dyn ChunkStore>, config: StoreConfig) -> Result<Self> {
@@ -176,6 +172,15 @@ impl BlobStore {
                 format!(
                     "{} bytes; it must hold at least one chunk ({} bytes)",
                     config.inflight_bytes, config.policy.chunk_size
+                ),
+            ));
+        }
+        if config.intent_lease < MIN_INTENT_LEASE {
+            return Err(Error::invalid(
+                "intent lease",
+                format!(
+                    "{:?}; it must be at least {MIN_INTENT_LEASE:?}",
+                    config.intent_lease
                 ),
             ));
         }
@@ -314,12 +319,15 @@ impl BlobStore {
             key: key.clone(),
             version: manifest.version,
         };
+        // The intent goes first: a writer that dies from here on leaves a record that lets gc find its chunks.
+        let lease = IntentLease::acquire(&self.inner, &blob, planned_salt).await?;
         let mut writer = ChunkWriter::new(
             &self.inner,
             blob.clone(),
             planned_salt,
             policy.codec,
             policy.chunk_size,
+            lease.progress(),
         );
         let written = self
             .write_chunks(
@@ -333,23 +341,23 @@ impl BlobStore {
                 opts.size_hint,
             )
             .await;
-        let (size, stored_bytes) = match written {
-            Ok(v) => v,
-            Err(e) => {
-                writer.abort().await;
-                return Err(e);
-            }
-        };
-        if let Some(hint) = opts.size_hint
-            && hint != size
-        {
-            writer.abort().await;
-            return Err(Error::SizeMismatch {
+        let written = written.and_then(|(size, stored)| match opts.size_hint {
+            Some(hint) if hint != size => Err(Error::SizeMismatch {
                 key: key.as_ref().into(),
                 expected: hint,
                 actual: size,
-            });
-        }
+            }),
+            _ => Ok((size, stored)),
+        });
+        // A put whose lease lapsed must not commit: gc may already be deleting its chunks.
+        let (size, stored_bytes) = match written.and_then(|w| lease.confirm().map(|()| w)) {
+            Ok(v) => v,
+            Err(e) => {
+                writer.abort().await;
+                lease.release().await;
+                return Err(e);
+            }
+        };
         let chunk_count = writer.next_index;
         let salt_count =
             u32::try_from(u64::from(planned_salt).min(chunk_count)).unwrap_or(planned_salt);
@@ -364,8 +372,9 @@ impl BlobStore {
             codec: policy.codec,
             stored_bytes,
         };
-        self.commit(&key, &manifest, pre).await?;
-        Ok(manifest)
+        let committed = self.commit(&key, &manifest, pre).await;
+        lease.release().await;
+        committed.map(|()| manifest)
     }
 
     /// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk; returns (size, stored bytes).
@@ -552,27 +561,12 @@ impl BlobStore {
 
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
     pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
-        self.inner.reclaim(now_micros()).await
+        self.inner.reclaim(now_micros(), false, b"").await
     }
 
     /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
     pub async fn reclaim_all(&self) -> Result<ReclaimReport> {
-        self.inner.reclaim(u64::MAX).await
-    }
-
-    /// Runs [`BlobStore::reclaim_due`] every `every` in a background task until the handle is dropped.
-    /// Needs a Tokio runtime.
-    pub fn spawn_reclaimer(&self, every: Duration) -> ReclaimerHandle {
-        let store = self.clone();
-        ReclaimerHandle(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                if let Err(e) = store.reclaim_due().await {
-                    tracing::warn!("background reclaim failed (will retry): {e}");
-                }
-            }
-        }))
+        self.inner.reclaim(u64::MAX, false, b"").await
     }
 
     fn effective_policy(&self, opts: &PutOptions) -> Result<LayoutPolicy> {
@@ -684,7 +678,12 @@ impl BlobStore {
         Ok(())
     }
 
-    fn stream_version(&self, key: Bytes, manifest: Manifest, range: Range<u64>) -> BlobStream {
+    pub(crate) fn stream_version(
+        &self,
+        key: Bytes,
+        manifest: Manifest,
+        range: Range<u64>,
+    ) -> BlobStream {
         let full = range.start == 0 && range.end == manifest.size;
         let stream: BoxStream<'static, Result<Bytes>> = match &manifest.body {
             ManifestBody::Inline(data) => {
@@ -900,14 +899,14 @@ impl Inner {
         (budget / (chunk_size as usize + CHUNK_HEADER_LEN)).max(1) as u64
     }
 
-    fn decode_manifest(&self, key: &[u8], bytes: &Bytes) -> Result<Manifest> {
+    pub(crate) fn decode_manifest(&self, key: &[u8], bytes: &Bytes) -> Result<Manifest> {
         Manifest::decode(bytes, &|| {
             format!("manifest of key \"{}\"", KeyDisplay::from(key))
         })
     }
 
     /// The current manifest of `key`, or `None` if there is none or it has expired.
-    async fn read_manifest(&self, key: &[u8]) -> Result<Option<Manifest>> {
+    pub(crate) async fn read_manifest(&self, key: &[u8]) -> Result<Option<Manifest>> {
         let Some(bytes) = self.backend.get_record(Namespace::Manifest, key).await? else {
             return Ok(None);
         };
@@ -963,7 +962,7 @@ impl Inner {
 
     /// Queues the chunks of `manifest` for deletion after the grace period; failures are logged, not returned,
     /// because the operation that replaced the version has already succeeded.
-    async fn schedule_reclaim_logged(&self, key: &Bytes, manifest: &Manifest) {
+    pub(crate) async fn schedule_reclaim_logged(&self, key: &Bytes, manifest: &Manifest) {
         let ManifestBody::Chunked {
             layout,
             stored_bytes,
@@ -994,21 +993,36 @@ impl Inner {
         }
     }
 
-    /// Processes the reclaim queue up to due time `now`. The scan starts at the low-water mark left by the last
-    /// pass that removed entries, so that the deletion markers of processed entries (tombstones on Cassandra)
-    /// are not read again and again.
-    async fn reclaim(&self, now: u64) -> Result<ReclaimReport> {
+    /// Processes the reclaim queue up to due time `cutoff` for keys starting with `prefix` (only counting what
+    /// it would do when `dry_run`). The scan starts at the low-water mark left by the last full pass that
+    /// removed entries, so that the deletion markers of processed entries (tombstones on Cassandra) are not
+    /// read again and again.
+    pub(crate) async fn reclaim(
+        &self,
+        cutoff: u64,
+        dry_run: bool,
+        prefix: &[u8],
+    ) -> Result<ReclaimReport> {
         let started = now_micros();
         let mut report = ReclaimReport::default();
         let mut after = self.reclaim_watermark().await.map(|w| {
             // "After" this 8-byte key is every entry due at or after `w`.
             Bytes::copy_from_slice(&w.saturating_sub(1).to_be_bytes())
         });
-        let outcome = self.reclaim_from(now, &mut after, &mut report).await;
-        if outcome.is_ok() && report.versions + report.still_current > 0 {
-            // Every entry due before the pass started was processed. Entries queued from now on are due at
+        let outcome = self
+            .reclaim_from(cutoff, dry_run, prefix, &mut after, &mut report)
+            .await;
+        if outcome.is_ok()
+            && !dry_run
+            && prefix.is_empty()
+            && report.in_flight == 0
+            && report.versions + report.still_current > 0
+        {
+            // Every entry due before min(start, cutoff) was processed. Entries queued from now on are due at
             // or after their queueing time; the margin covers clocks of other clients that run behind.
-            let mark = started.saturating_sub(RECLAIM_CLOCK_MARGIN_MICROS);
+            let mark = started
+                .min(cutoff)
+                .saturating_sub(RECLAIM_CLOCK_MARGIN_MICROS);
             let value = Bytes::copy_from_slice(&mark.to_le_bytes());
             if let Err(e) = self
                 .backend
@@ -1038,7 +1052,9 @@ impl Inner {
 
     async fn reclaim_from(
         &self,
-        now: u64,
+        cutoff: u64,
+        dry_run: bool,
+        prefix: &[u8],
         after: &mut Option<Bytes>,
         report: &mut ReclaimReport,
     ) -> Result<()> {
@@ -1054,10 +1070,13 @@ impl Inner {
                     report.undecodable += 1;
                     continue;
                 };
-                if entry.due_micros > now {
+                if entry.due_micros > cutoff {
                     // The queue is sorted by due time: nothing after this entry is due either.
                     report.next_due_micros = Some(entry.due_micros);
                     return Ok(());
+                }
+                if !entry.key.starts_with(prefix) {
+                    continue;
                 }
                 let current = match self.read_manifest(&entry.key).await {
                     Ok(m) => m.map(|m| m.version),
@@ -1065,23 +1084,31 @@ impl Inner {
                     Err(e) if e.is_corruption() => Some(entry.version),
                     Err(e) => return Err(e),
                 };
+                let blob = BlobRef {
+                    key: entry.key.clone(),
+                    version: entry.version,
+                };
                 if current == Some(entry.version) {
                     report.still_current += 1;
+                } else if self.live_intent(&blob).await? {
+                    // Only when a gc pass died between queueing an abandoned put and fencing its intent.
+                    report.in_flight += 1;
+                    continue;
                 } else {
-                    let blob = BlobRef {
-                        key: entry.key.clone(),
-                        version: entry.version,
-                    };
-                    self.backend
-                        .delete_chunks(&blob, entry.salt_count, entry.chunk_count)
-                        .await?;
+                    if !dry_run {
+                        self.backend
+                            .delete_chunks(&blob, entry.salt_count, entry.chunk_count)
+                            .await?;
+                    }
                     report.versions += 1;
                     report.chunks += entry.chunk_count;
                     report.bytes += entry.stored_bytes;
                 }
-                self.backend
-                    .delete_record(Namespace::Reclaim, &k, &Precondition::None)
-                    .await?;
+                if !dry_run {
+                    self.backend
+                        .delete_record(Namespace::Reclaim, &k, &Precondition::None)
+                        .await?;
+                }
             }
             if !full {
                 return Ok(());
@@ -1181,10 +1208,19 @@ struct ChunkWriter {
     segment: Vec<(u64, Bytes)>,
     next_index: u64,
     stored: u64,
+    /// Shared with the put's intent lease, which records it at each renewal.
+    progress: Arc<Progress>,
 }
 
 impl ChunkWriter {
-    fn new(inner: &Inner, blob: BlobRef, salt_count: u32, codec: Codec, chunk_size: u32) -> Self {
+    fn new(
+        inner: &Inner,
+        blob: BlobRef,
+        salt_count: u32,
+        codec: Codec,
+        chunk_size: u32,
+        progress: Arc<Progress>,
+    ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
         Self {
             backend: Arc::clone(&inner.backend),
@@ -1199,7 +1235,18 @@ impl ChunkWriter {
             segment: Vec::new(),
             next_index: 0,
             stored: 0,
+            progress,
         }
+    }
+
+    fn add_stored(
+        &mut self,
+        done: std::result::Result<Result<u64>, tokio::task::JoinError>,
+    ) -> Result<()> {
+        let bytes = join_result(done)?;
+        self.stored += bytes;
+        self.progress.record(self.next_index, self.stored);
+        Ok(())
     }
 
     async fn push(&mut self, raw: Bytes) -> Result<()> {
@@ -1209,7 +1256,7 @@ impl ChunkWriter {
             self.flush().await?;
         }
         while let Some(done) = self.tasks.try_join_next() {
-            self.stored += join_result(done)?;
+            self.add_stored(done)?;
         }
         Ok(())
     }
@@ -1260,7 +1307,7 @@ impl ChunkWriter {
     async fn finish(&mut self) -> Result<u64> {
         self.flush().await?;
         while let Some(done) = self.tasks.join_next().await {
-            self.stored += join_result(done)?;
+            self.add_stored(done)?;
         }
         Ok(self.stored)
     }
@@ -1291,17 +1338,17 @@ fn join_result(done: std::result::Result<Result<u64>, tokio::task::JoinError>) -
 /// due time), version (u128 big-endian), blob key. Value: format byte 1, salt count (u32 LE), chunk count
 /// (u64 LE), stored bytes (u64 LE).
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct ReclaimEntry {
-    due_micros: u64,
-    version: VersionId,
-    key: Bytes,
-    salt_count: u32,
-    chunk_count: u64,
-    stored_bytes: u64,
+pub(crate) struct ReclaimEntry {
+    pub(crate) due_micros: u64,
+    pub(crate) version: VersionId,
+    pub(crate) key: Bytes,
+    pub(crate) salt_count: u32,
+    pub(crate) chunk_count: u64,
+    pub(crate) stored_bytes: u64,
 }
 
 impl ReclaimEntry {
-    fn encode(&self) -> (Vec<u8>, Bytes) {
+    pub(crate) fn encode(&self) -> (Vec<u8>, Bytes) {
         let mut k = Vec::with_capacity(24 + self.key.len());
         k.extend_from_slice(&self.due_micros.to_be_bytes());
         k.extend_from_slice(&self.version.to_be_bytes());
@@ -1314,7 +1361,7 @@ impl ReclaimEntry {
         (k, Bytes::from(v))
     }
 
-    fn decode(k: &Bytes, v: &Bytes) -> Option<Self> {
+    pub(crate) fn decode(k: &Bytes, v: &Bytes) -> Option<Self> {
         let due_micros = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
         let version = VersionId(u128::from_be_bytes(k.get(8..24)?.try_into().ok()?));
         let key = k.slice(24..);

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
-    RecordWrite,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
+    Previous, RecordWrite,
 };
+use saltblob_core::version::VersionId;
 use saltblob_core::version::now_micros;
 use saltblob_core::{Error, KeyDisplay, Result};
 use scylla::client::PoolSize;
@@ -114,6 +115,8 @@ struct Statements {
     put_chunk: PreparedStatement,
     get_chunks: PreparedStatement,
     delete_chunks: PreparedStatement,
+    /// Every chunk's address (the primary key alone: no chunk data is read).
+    scan_chunks: PreparedStatement,
 }
 
 /// A bound value: the few CQL types saltblob uses, without copying blobs.
@@ -324,6 +327,14 @@ impl Statements {
         )
         .await?;
         delete_chunks.set_consistency(write);
+        let mut scan_chunks = prepare(
+            session,
+            format!("SELECT key, version, salt, idx FROM {ks}.{CHUNKS}"),
+            true,
+        )
+        .await?;
+        scan_chunks.set_consistency(read);
+        scan_chunks.set_page_size(SCAN_PAGE);
         Ok(Self {
             manifests,
             records,
@@ -332,6 +343,7 @@ impl Statements {
             put_chunk,
             get_chunks,
             delete_chunks,
+            scan_chunks,
         })
     }
 }
@@ -1204,6 +1216,39 @@ impl ChunkStore for CqlStore {
             .try_collect::<Vec<()>>()
             .await?;
         Ok(())
+    }
+
+    fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
+        let failed = |e: &dyn std::fmt::Display| {
+            Error::backend(NAME, format!("listing the chunks table: {e}"), true)
+        };
+        stream::once(async move {
+            let pager = self
+                .session
+                .execute_iter(self.st.scan_chunks.clone(), ())
+                .await
+                .map_err(|e| failed(&e))?;
+            let rows = pager
+                .rows_stream::<(Vec<u8>, Vec<u8>, i32, i64)>()
+                .map_err(|e| error::shape("chunk listing", e))?;
+            Ok::<_, Error>(rows.map(move |row| -> Result<ChunkAddress> {
+                let (key, version, salt, idx) = row.map_err(|e| failed(&e))?;
+                let bad = |what: &str| error::shape("chunk listing", what.to_owned());
+                Ok(ChunkAddress {
+                    key: Bytes::from(key),
+                    version: VersionId(u128::from_be_bytes(
+                        version
+                            .as_slice()
+                            .try_into()
+                            .map_err(|_| bad("a version is not 16 bytes"))?,
+                    )),
+                    salt: u32::try_from(salt).map_err(|_| bad("a salt is negative"))?,
+                    index: u64::try_from(idx).map_err(|_| bad("a chunk index is negative"))?,
+                })
+            }))
+        })
+        .try_flatten()
+        .boxed()
     }
 }
 

@@ -5,13 +5,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
 use rocksdb::{
-    BlockBasedOptions, ColumnFamilyDescriptor, DB, DBCompressionType, DBRecoveryMode, Direction,
-    IteratorMode, Options, WriteBatch, WriteOptions,
+    BlockBasedOptions, BottommostLevelCompaction, ColumnFamilyDescriptor, CompactOptions, DB,
+    DBCompressionType, DBRecoveryMode, Direction, IteratorMode, Options, WriteBatch, WriteOptions,
 };
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, Previous,
-    RecordWrite,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
+    Previous, RecordWrite, SpaceReport,
 };
 use saltblob_core::{Error, Result};
 
@@ -43,6 +44,8 @@ pub struct RocksStore {
     config: RocksConfig,
     stripes: Arc<Vec<Mutex<()>>>,
     hasher: RandomState,
+    /// Held while space is being reclaimed: one compaction of that kind at a time.
+    compacting: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for RocksStore {
@@ -77,6 +80,7 @@ impl RocksStore {
         db_opts.set_bytes_per_sync(1 << 20);
         db_opts.set_wal_bytes_per_sync(1 << 20);
         db_opts.set_max_total_wal_size(512 << 20);
+        db_opts.set_keep_log_file_num(4);
 
         let mut chunk_opts = Options::default();
         chunk_opts.set_enable_blob_files(true);
@@ -105,13 +109,16 @@ impl RocksStore {
             ColumnFamilyDescriptor::new(CF_CHUNKS, chunk_opts),
             ColumnFamilyDescriptor::new(CF_SYSTEM, small_opts),
         ];
+        let opening = std::time::SystemTime::now();
         let db = DB::open_cf_descriptors(&db_opts, &config.path, cfs)
             .map_err(|e| error::open(&config.path, e))?;
+        remove_unfinished_blob_files(&config.path, opening);
         let store = Self {
             db: Arc::new(db),
             config,
             stripes: Arc::new((0..LOCK_STRIPES).map(|_| Mutex::new(())).collect()),
             hasher: RandomState::new(),
+            compacting: Arc::new(Mutex::new(())),
         };
         store.check_format()?;
         Ok(store)
@@ -223,6 +230,126 @@ impl RocksStore {
         })
         .await
     }
+}
+
+/// Magic number at the start of a finished blob file's footer (RocksDB's blob log format).
+const BLOB_FOOTER_MAGIC: u32 = 0x0024_8f37;
+/// Sizes of a blob file's header and footer.
+const BLOB_HEADER_LEN: u64 = 30;
+const BLOB_FOOTER_LEN: u64 = 32;
+
+/// Deletes blob files that a process killed in the middle of a flush or compaction left unfinished (no
+/// footer). RocksDB keeps such files forever (it cannot tell them from files being written by blob direct
+/// writes, which saltblob does not use), so every crash during a flush would leak up to a memtable's worth of
+/// disk. A blob file joins the database only after its footer is written, so a footer-less file is never
+/// live; only files last modified before this open started are considered, so that files the background jobs
+/// of this process are writing are left alone. Best effort: a file that cannot be checked is kept.
+fn remove_unfinished_blob_files(dir: &std::path::Path, opening: std::time::SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("blob") {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        let before_open = meta.modified().is_ok_and(|m| m < opening);
+        if before_open && !has_blob_footer(&path, meta.len()) {
+            removed += usize::from(std::fs::remove_file(&path).is_ok());
+        }
+    }
+    removed
+}
+
+/// Whether the blob file at `path` (of `len` bytes) ends with a footer; `true` when it cannot be read.
+fn has_blob_footer(path: &std::path::Path, len: u64) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    if len < BLOB_HEADER_LEN + BLOB_FOOTER_LEN {
+        return false;
+    }
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        f.seek(SeekFrom::Start(len - BLOB_FOOTER_LEN))?;
+        f.read_exact(&mut magic)
+    });
+    read.is_err() || u32::from_le_bytes(magic) == BLOB_FOOTER_MAGIC
+}
+
+/// Bytes of SST and blob files of every column family.
+fn disk_bytes(db: &DB) -> Result<u64> {
+    let mut total = 0;
+    for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
+        let handle = cf(db, name)?;
+        for property in [
+            "rocksdb.total-sst-files-size",
+            "rocksdb.total-blob-file-size",
+        ] {
+            total += db
+                .property_int_value_cf(handle, property)
+                .map_err(error::map)?
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+/// Compacts all of column family `name`, down to the bottommost level.
+fn compact_all(db: &DB, name: &str) -> Result<()> {
+    let mut opts = CompactOptions::default();
+    opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+    db.compact_range_cf_opt(cf(db, name)?, None::<&[u8]>, None::<&[u8]>, &opts);
+    Ok(())
+}
+
+/// Returns the space of deleted chunks: compacts the chunk index (small: blob files hold the data), so that
+/// deleted ranges are dropped and blob files holding only garbage are removed; then, when more than
+/// `space_reclaim_threshold` of the remaining blob bytes are garbage, compacts again with blob garbage collection over every
+/// blob file, which moves the live chunks out of partly-garbage files (rewriting live data).
+fn reclaim_space_blocking(db: &DB, config: &RocksConfig) -> Result<SpaceReport> {
+    let threshold = config.space_reclaim_threshold;
+    let bytes_before = disk_bytes(db)?;
+    db.flush_wal(true).map_err(error::map)?;
+    compact_all(db, CF_SYSTEM)?;
+    compact_all(db, CF_MANIFESTS)?;
+    compact_all(db, CF_CHUNKS)?;
+    let chunks = cf(db, CF_CHUNKS)?;
+    let live = db
+        .property_int_value_cf(chunks, "rocksdb.live-blob-file-size")
+        .map_err(error::map)?
+        .unwrap_or(0);
+    let garbage = db
+        .property_int_value_cf(chunks, "rocksdb.live-blob-file-garbage-size")
+        .map_err(error::map)?
+        .unwrap_or(0);
+    #[expect(clippy::cast_precision_loss, reason = "a ratio of byte counts")]
+    let rewrite = live > 0 && garbage as f64 > threshold * live as f64;
+    if rewrite {
+        let on = |enabled: bool, cutoff: f64| {
+            db.set_options_cf(
+                chunks,
+                &[
+                    (
+                        "enable_blob_garbage_collection",
+                        if enabled { "true" } else { "false" },
+                    ),
+                    ("blob_garbage_collection_age_cutoff", &cutoff.to_string()),
+                ],
+            )
+            .map_err(error::map)
+        };
+        on(true, 1.0)?;
+        let compacted = compact_all(db, CF_CHUNKS);
+        let restored = on(config.blob_gc, config.blob_gc_age_cutoff);
+        compacted?;
+        restored?;
+    }
+    Ok(SpaceReport {
+        bytes_before,
+        bytes_after: disk_bytes(db)?,
+        rewrote_live_data: rewrite,
+    })
 }
 
 fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily> {
@@ -350,6 +477,51 @@ impl ChunkStore for RocksStore {
             batch.delete_range_cf(cf(db, CF_CHUNKS)?, start, end);
             db.write_opt(batch, &WriteOptions::default())
                 .map_err(error::map)
+        })
+        .await
+    }
+
+    fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<ChunkAddress>>(1024);
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || {
+            let handle = match cf(&db, CF_CHUNKS) {
+                Ok(h) => h,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            };
+            for item in db.iterator_cf(handle, IteratorMode::Start) {
+                let addr = item.map_err(error::map).and_then(|(k, _)| {
+                    keys::parse_chunk_key(&k).ok_or_else(|| {
+                        Error::corrupt(
+                            "chunk index of the embedded store",
+                            format!("key {:?} does not decode", k.escape_ascii().to_string()),
+                        )
+                    })
+                });
+                let failed = addr.is_err();
+                // Stop when the consumer went away or after reporting an error.
+                if tx.blocking_send(addr).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
+        .boxed()
+    }
+
+    async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
+        let config = self.config.clone();
+        let compacting = Arc::clone(&self.compacting);
+        self.blocking(move |db| {
+            let _one_at_a_time = compacting
+                .lock()
+                .map_err(|_| Error::backend(NAME, "compaction lock poisoned by a panic", false))?;
+            reclaim_space_blocking(db, &config).map(Some)
         })
         .await
     }

@@ -63,6 +63,11 @@ pub struct RocksConfig {
     /// Size of one memtable of the chunk column family (at most 3 exist at once, so this bounds the memory that
     /// buffered chunk data takes). Defaults to 16 MiB.
     pub write_buffer_size: usize,
+    /// When garbage collection has freed chunks and more than this fraction of the remaining blob-file bytes is
+    /// garbage, it compacts with blob garbage collection over every blob file, rewriting the live chunks so that
+    /// disk usage comes back to the live data. Lower keeps the disk tighter, higher rewrites less. Defaults to
+    /// 0.1.
+    pub space_reclaim_threshold: f64,
 }
 
 impl RocksConfig {
@@ -78,6 +83,7 @@ impl RocksConfig {
             blob_gc_age_cutoff: 0.25,
             blob_gc_force_threshold: 0.5,
             write_buffer_size: 16 << 20,
+            space_reclaim_threshold: 0.1,
         }
     }
 
@@ -89,7 +95,7 @@ impl RocksConfig {
 
     /// Parses `rocksdb:///absolute/path?key=value&...` (or `rocksdb://relative/path`). Keys: `sync`,
     /// `min_blob_size`, `blob_file_size`, `blob_compression`, `blob_gc`, `blob_gc_age_cutoff`,
-    /// `blob_gc_force_threshold`, `write_buffer_size`.
+    /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -135,6 +141,7 @@ impl RocksConfig {
                 "blob_gc" => config.blob_gc = flag(k)?,
                 "blob_gc_age_cutoff" => config.blob_gc_age_cutoff = ratio(k)?,
                 "blob_gc_force_threshold" => config.blob_gc_force_threshold = ratio(k)?,
+                "space_reclaim_threshold" => config.space_reclaim_threshold = ratio(k)?,
                 "write_buffer_size" => {
                     config.write_buffer_size =
                         usize::try_from(num(k)?.max(1 << 20)).unwrap_or(usize::MAX)
@@ -142,7 +149,8 @@ impl RocksConfig {
                 _ => {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: sync, min_blob_size, blob_file_size, blob_compression, \
-                         blob_gc, blob_gc_age_cutoff, blob_gc_force_threshold, write_buffer_size"
+                         blob_gc, blob_gc_age_cutoff, blob_gc_force_threshold, write_buffer_size, \
+                         space_reclaim_threshold"
                     )));
                 }
             }

@@ -1,7 +1,8 @@
 //! Storage keys of the embedded backend. Integers in keys are big-endian so that RocksDB's byte order sorts
 //! chunks by (key, version, salt, index) and a version's chunks form one contiguous range.
 
-use saltblob_core::{BlobRef, Namespace};
+use bytes::Bytes;
+use saltblob_core::{BlobRef, ChunkAddress, Namespace, VersionId};
 
 /// Key of one chunk: key length (u16 BE), key, version (u128 BE), salt (u32 BE), index (u64 BE).
 pub fn chunk_key(blob: &BlobRef, salt: u32, index: u64) -> Vec<u8> {
@@ -9,6 +10,21 @@ pub fn chunk_key(blob: &BlobRef, salt: u32, index: u64) -> Vec<u8> {
     k.extend_from_slice(&salt.to_be_bytes());
     k.extend_from_slice(&index.to_be_bytes());
     k
+}
+
+/// The address a chunk key encodes, or `None` if it is not a chunk key of this format.
+pub fn parse_chunk_key(k: &[u8]) -> Option<ChunkAddress> {
+    let key_len = usize::from(u16::from_be_bytes(k.get(..2)?.try_into().ok()?));
+    let rest = k.get(2 + key_len..)?;
+    if rest.len() != 16 + 4 + 8 || key_len == 0 {
+        return None;
+    }
+    Some(ChunkAddress {
+        key: Bytes::copy_from_slice(k.get(2..2 + key_len)?),
+        version: VersionId(u128::from_be_bytes(rest.get(..16)?.try_into().ok()?)),
+        salt: u32::from_be_bytes(rest.get(16..20)?.try_into().ok()?),
+        index: u64::from_be_bytes(rest.get(20..28)?.try_into().ok()?),
+    })
 }
 
 /// The chunk keys of salts `0..salt_count` of one version lie in `[start, end)`.
@@ -47,10 +63,27 @@ pub const FORMAT_MARKER_KEY: &[u8] = b"\xffsaltblob-format";
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-    use saltblob_core::VersionId;
-
     use super::*;
+
+    #[test]
+    fn chunk_keys_parse_back() {
+        let blob = BlobRef {
+            key: Bytes::from_static(b"some/key"),
+            version: VersionId(77),
+        };
+        let k = chunk_key(&blob, 3, 12);
+        assert_eq!(
+            parse_chunk_key(&k),
+            Some(ChunkAddress {
+                key: blob.key.clone(),
+                version: blob.version,
+                salt: 3,
+                index: 12
+            })
+        );
+        assert_eq!(parse_chunk_key(&k[..k.len() - 1]), None);
+        assert_eq!(parse_chunk_key(b""), None);
+    }
 
     #[test]
     fn a_version_is_one_contiguous_range_sorted_by_salt_then_index() {
