@@ -397,6 +397,13 @@ launch_node() {
             >>"$(out_log "$n")" 2>&1 </dev/null
     ) &
     echo $! >"$(pid_file "$n")"
+    # The background subshell becomes the JVM only once `exec` has run: until then its command line is this
+    # script's, and the liveness check would take the node for dead. Wait (bounded) for the exec.
+    local tries=0
+    until node_pid "$n" >/dev/null || ((tries >= 100)); do
+        sleep 0.1
+        tries=$((tries + 1))
+    done
     log "node $n starting on $ip (pid $!, JMX 127.0.0.1:$(jmx_port "$n"), log $(sys_log "$n"))"
 }
 

@@ -27,3 +27,15 @@ saltblob_setup() {
     exit 1
   fi
 }
+
+# What only the test suite needs: libfiu's fiu-run and fiu-ctrl (Debian's fiu-utils), which inject write and
+# fsync failures into a running process for the fault-injection test.
+saltblob_test_setup() {
+  if ! command -v fiu-run >/dev/null 2>&1 || ! command -v fiu-ctrl >/dev/null 2>&1; then
+    echo "== installing fiu-utils (Debian package)"
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq fiu-utils >/dev/null
+  fi
+}

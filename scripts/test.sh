@@ -5,6 +5,7 @@
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 saltblob_setup
+saltblob_test_setup
 
 # Every step's output is also logged, so that the last line can sum up every test binary's result.
 log=$(mktemp -t saltblob-test.XXXXXX)

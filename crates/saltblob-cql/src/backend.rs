@@ -674,15 +674,28 @@ impl CqlStore {
         lwt_outcome(result, what)
     }
 
-    /// After a conditional write of `written` applied: reads the row back and moves the process clock past its
-    /// write time, so that later plain writes of this process order after it even if the cluster's clock is
-    /// ahead of ours.
-    async fn settle_lwt(&self, ns: Namespace, key: &[u8], written: &Bytes) {
+    /// After a conditional write applied (`written`: the new value, `None` for a delete; `before`: the value its
+    /// condition matched, `None` for "absent"): reads the row back. Cassandra stamps a conditional write with the
+    /// cluster's clock and plain writes carry this process's, so a plain write made just before (to the value
+    /// the condition saw) can carry a later timestamp and shadow the conditional one when the clocks differ by
+    /// more than the gap. The read-back detects that and writes the same outcome again, plainly, with a
+    /// timestamp after the shadowing one. It also moves the process clock past the conditional write's time,
+    /// so that later plain writes of this process order after it.
+    async fn settle_lwt(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        written: Option<&Bytes>,
+        before: Option<&Bytes>,
+    ) {
         let values = key_values(ns, key);
         let what = || "reading back a conditional write".to_owned();
-        let st = &self.records(ns).get_with_writetime;
+        let st = self.records(ns);
         let outcome = self
-            .run(what, true, || self.session.execute_unpaged(st, &values))
+            .run(what, true, || {
+                self.session
+                    .execute_unpaged(&st.get_with_writetime, &values)
+            })
             .await;
         let row = outcome.and_then(|r| {
             r.into_rows_result()
@@ -690,14 +703,55 @@ impl CqlStore {
                 .maybe_first_row::<(Option<Bytes>, Option<i64>)>()
                 .map_err(|e| error::shape("read-back", e))
         });
-        match row {
-            Ok(Some((Some(value), Some(ts)))) if value == *written => observe_timestamp(ts),
-            Ok(_) => tracing::warn!(
-                "conditional write of key \"{}\" was replaced right away (by a concurrent write, or by a write with \
-                 a later client timestamp: check that clocks are synchronised)",
-                KeyDisplay::from(key)
-            ),
-            Err(e) => tracing::debug!("could not read back a conditional write: {e}"),
+        let (found, ts) = match row {
+            Ok(Some((value, ts))) => (value, ts),
+            Ok(None) => (None, None),
+            Err(e) => {
+                tracing::debug!("could not read back a conditional write: {e}");
+                return;
+            }
+        };
+        if found.as_ref() == written {
+            if let Some(ts) = ts {
+                observe_timestamp(ts);
+            }
+            return;
+        }
+        let shown = KeyDisplay::from(key);
+        if found.as_ref() != before {
+            tracing::warn!(
+                "conditional write of key \"{shown}\" was replaced right away by a concurrent write"
+            );
+            return;
+        }
+        // Shadowed by the write the condition saw: write the outcome again, after it.
+        let at = ts.map_or_else(next_timestamp, |t| {
+            observe_timestamp(t);
+            next_timestamp()
+        });
+        tracing::debug!(
+            "conditional write of key \"{shown}\" was shadowed by an earlier write with a later timestamp \
+             (client and cluster clocks differ); writing it again at {at}"
+        );
+        let what = || format!("re-asserting the conditional write of \"{shown}\"");
+        let again = match written {
+            Some(value) => {
+                let mut row = key_values(ns, key);
+                row.extend([V::Blob(value.clone()), V::Big(at)]);
+                self.run(what, true, || self.session.execute_unpaged(&st.put, &row))
+                    .await
+            }
+            None => {
+                let mut row = vec![V::Big(at)];
+                row.extend(key_values(ns, key));
+                self.run(what, true, || {
+                    self.session.execute_unpaged(&st.delete, &row)
+                })
+                .await
+            }
+        };
+        if let Err(e) = again {
+            tracing::warn!("could not re-assert the conditional write of \"{shown}\": {e}");
         }
     }
 
@@ -1015,7 +1069,7 @@ impl ChunkStore for CqlStore {
                 let what = format!("conditional (if absent) write of {ns:?} record \"{shown}\"");
                 match self.lwt(&what, &st.put_if_absent, row).await? {
                     (true, _) => {
-                        self.settle_lwt(ns, key, &value).await;
+                        self.settle_lwt(ns, key, Some(&value), None).await;
                         Ok(RecordWrite::Done(Previous::Absent))
                     }
                     (false, current) => Ok(RecordWrite::ConditionFailed(current)),
@@ -1028,7 +1082,7 @@ impl ChunkStore for CqlStore {
                 let what = format!("conditional (if equal) write of {ns:?} record \"{shown}\"");
                 match self.lwt(&what, &st.put_if_equal, row).await? {
                     (true, _) => {
-                        self.settle_lwt(ns, key, &value).await;
+                        self.settle_lwt(ns, key, Some(&value), Some(expected)).await;
                         Ok(RecordWrite::Done(Previous::Value(expected.clone())))
                     }
                     (false, current) => Ok(RecordWrite::ConditionFailed(current)),
@@ -1061,7 +1115,10 @@ impl ChunkStore for CqlStore {
                 row.push(V::Blob(expected.clone()));
                 let what = format!("conditional delete of {ns:?} record \"{shown}\"");
                 match self.lwt(&what, &st.delete_if_equal, row).await? {
-                    (true, _) => Ok(RecordWrite::Done(Previous::Value(expected.clone()))),
+                    (true, _) => {
+                        self.settle_lwt(ns, key, None, Some(expected)).await;
+                        Ok(RecordWrite::Done(Previous::Value(expected.clone())))
+                    }
                     (false, current) => Ok(RecordWrite::ConditionFailed(current)),
                 }
             }

@@ -99,3 +99,13 @@ pub fn peak_rss_mib(stderr: &[u8]) -> f64 {
         .unwrap_or_else(|| panic!("no peak_rss_kib line in: {text}"));
     kib as f64 / 1024.0
 }
+
+/// Bytes of the files directly under `dir` (an embedded store's directory has no subdirectories).
+pub fn disk_usage(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("read store dir")
+        .map(|e| e.expect("dir entry").metadata().expect("metadata"))
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}

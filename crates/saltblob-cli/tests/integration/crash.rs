@@ -2,7 +2,6 @@
 //! the new one, whole, with its digest. Afterwards `fsck` finds no damage, and `gc` reclaims what the killed
 //! puts left behind: no orphan remains and the disk holds little more than the live blob.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -13,16 +12,6 @@ const SIZE: u64 = 200 << 20;
 const CYCLES: usize = 20;
 /// Intent lease of the puts: short, so that gc may take over the killed puts' intents soon after.
 const LEASE: &str = "1s";
-
-/// Bytes of the files under `dir`.
-fn disk_usage(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .expect("read store dir")
-        .map(|e| e.expect("dir entry").metadata().expect("metadata"))
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
-}
 
 #[test]
 fn a_killed_overwrite_leaves_the_old_or_the_new_version_whole() {

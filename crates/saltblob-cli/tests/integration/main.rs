@@ -4,5 +4,7 @@ mod bad_input;
 mod common;
 mod cql;
 mod crash;
+mod crash_loop;
+mod fault_injection;
 mod memory;
 mod roundtrip;

@@ -1,14 +1,17 @@
 //! On the three-node cluster (`TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3`, started with
 //! `scripts/cassandra.sh start3`) at rf=3 and QUORUM: 64 MiB blobs are written and read with one node killed,
-//! and their chunks are spread over the salts.
+//! and their chunks are spread over the salts; then a checked mixed load of concurrent clients keeps running
+//! while a node is killed with SIGKILL and restarted: no operation fails (the client's retries absorb the
+//! loss) and the history checker finds nothing lost, torn or stale.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use saltblob_check::{MemorySink, SizeMix, WorkloadConfig, check, final_reads, key_set, run};
 use saltblob_core::conformance::data;
-use saltblob_core::{BlobStore, PutOptions, StoreConfig};
+use saltblob_core::{BlobStore, LayoutPolicy, PutOptions, StoreConfig};
 use saltblob_cql::{CqlConfig, CqlStore};
 
 fn cassandra_script(args: &[&str]) {
@@ -21,8 +24,9 @@ fn cassandra_script(args: &[&str]) {
     assert!(status.success(), "cassandra.sh {args:?} failed: {status}");
 }
 
+/// One test, two phases in order: both kill node 2, so they must not run at the same time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quorum_reads_and_writes_survive_a_killed_node() {
+async fn quorum_survives_a_killed_node() {
     let Some(hosts) = std::env::var("TEST_CQL_CLUSTER")
         .ok()
         .filter(|h| !h.is_empty())
@@ -38,7 +42,11 @@ async fn quorum_reads_and_writes_survive_a_killed_node() {
         .await
         .expect("connect");
     let store = BlobStore::new(Arc::new(backend), StoreConfig::default()).expect("store");
+    big_blobs_with_a_node_down(&store).await;
+    checked_load_while_a_node_is_killed_and_restarted(&store).await;
+}
 
+async fn big_blobs_with_a_node_down(store: &BlobStore) {
     let before = data(64 << 20, 1);
     store
         .put("before", before.clone(), &PutOptions::new())
@@ -87,4 +95,51 @@ async fn quorum_reads_and_writes_survive_a_killed_node() {
         store.get("during").await.expect("get after restart").len(),
         64 << 20
     );
+}
+
+async fn checked_load_while_a_node_is_killed_and_restarted(store: &BlobStore) {
+    let sink = MemorySink::new();
+    let keys = key_set("node-loss/", 4);
+    let mut load = WorkloadConfig::new(keys.clone());
+    load.clients = 4;
+    // Inline, one-partition and salted values (the fan-out threshold is 8 MiB).
+    load.sizes = SizeMix::boundaries(&LayoutPolicy::default(), 10 << 20);
+    load.duration = None;
+    load.seed = rand::random();
+    let stop = load.stop.clone();
+    let running = tokio::spawn({
+        let (store, sink) = (store.clone(), Arc::new(sink.clone()));
+        async move { run(store, &load, sink).await }
+    });
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let killed_at = t.elapsed();
+    cassandra_script_async(&["kill", "2"]).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let restart_at = t.elapsed();
+    cassandra_script_async(&["restart", "2"]).await;
+    let up_at = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.stop();
+    let stats = running.await.expect("workload task");
+    let reads = final_reads(store.clone(), &keys, Arc::new(sink.clone())).await;
+    let report = check(&sink.history());
+    println!(
+        "node loss under load: node 2 SIGKILLed at {killed_at:.1?}, restarted at {restart_at:.1?}, up at {up_at:.1?}; \
+         load: {stats}; final reads: {reads}; checker: {}",
+        report.summary()
+    );
+    assert!(report.is_clean(), "{:#?}", report.violations);
+    assert_eq!(
+        (stats.failed, reads.failed),
+        (0, 0),
+        "no operation fails after the client's retries"
+    );
+    assert!(stats.puts > 0 && stats.gets_with_value > 0, "{stats}");
+}
+
+async fn cassandra_script_async(args: &'static [&'static str]) {
+    tokio::task::spawn_blocking(move || cassandra_script(args))
+        .await
+        .expect("cassandra.sh task");
 }

@@ -23,6 +23,7 @@ macro_rules! maybe_skip {
 mod cluster;
 mod conformance;
 mod errors;
+mod history;
 mod import;
 mod limits;
 mod records;

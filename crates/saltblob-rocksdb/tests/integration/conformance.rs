@@ -5,7 +5,7 @@ use std::sync::Arc;
 use saltblob_core::conformance::Fixture;
 use saltblob_rocksdb::{RocksConfig, RocksStore};
 
-async fn fixture() -> Fixture {
+pub async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("temporary directory");
     let store = RocksStore::open(RocksConfig::new(dir.path())).expect("open RocksDB");
     Fixture {

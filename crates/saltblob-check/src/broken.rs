@@ -1,0 +1,517 @@
+//! Deliberately broken backends: [`ChunkStore`] wrappers that each break one guarantee saltblob relies on,
+//! so that tests can show the checker catches real bugs. Each wraps any backend and delegates everything
+//! else unchanged.
+//!
+//! - [`ManifestFirst`]: commits the manifest before the chunks it lists → readers hit missing chunks
+//!   ([`crate::ViolationKind::Corrupt`]).
+//! - [`StaleReads`]: manifest reads sometimes return the key's previous record, like a lagging replica →
+//!   [`crate::ViolationKind::Stale`] (or [`crate::ViolationKind::Lost`] when the previous state was absent).
+//! - [`LostAck`]: sometimes acknowledges a manifest write without doing it →
+//!   [`crate::ViolationKind::Stale`] or [`crate::ViolationKind::Lost`].
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use saltblob_core::backend::{ChunkAddress, SpaceReport};
+use saltblob_core::{
+    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Manifest, Namespace, Precondition,
+    Previous, RecordWrite, Result,
+};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A seeded coin, shared by the tasks using one wrapper.
+#[derive(Debug)]
+struct Coin {
+    probability: f64,
+    rng: Mutex<StdRng>,
+}
+
+impl Coin {
+    fn new(probability: f64, seed: u64) -> Self {
+        Self {
+            probability: probability.clamp(0.0, 1.0),
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+        }
+    }
+
+    fn flip(&self) -> bool {
+        lock(&self.rng).random_bool(self.probability)
+    }
+
+    fn duration(&self, range: &Range<Duration>) -> Duration {
+        if range.start >= range.end {
+            return range.start;
+        }
+        let micros = lock(&self.rng).random_range(range.start.as_micros()..range.end.as_micros());
+        Duration::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
+    }
+}
+
+/// Implements [`ChunkStore`] for a wrapper with a field `inner: Arc<dyn ChunkStore>`: the methods given in
+/// the braces as written, the methods listed in brackets delegated to `inner`. (`#[async_trait]` must see
+/// every method literally, so the delegated ones are accumulated first and the impl emitted at the end.)
+macro_rules! impl_chunk_store {
+    ($ty:ty, [$($m:ident),* $(,)?], { $($custom:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($m),*], { $($custom)* });
+    };
+    (@acc $ty:ty, [], { $($body:tt)* }) => {
+        #[async_trait]
+        impl ChunkStore for $ty {
+            $($body)*
+        }
+    };
+    (@acc $ty:ty, [$first:ident $(, $rest:ident)*], { $($body:tt)* }) => {
+        impl_chunk_store!(@one $first, $ty, [$($rest),*], { $($body)* });
+    };
+    (@one info, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            fn info(&self) -> BackendInfo {
+                self.inner.info()
+            }
+        });
+    };
+    (@one get_record, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+                self.inner.get_record(ns, key).await
+            }
+        });
+    };
+    (@one delete_record, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            async fn delete_record(
+                &self,
+                ns: Namespace,
+                key: &[u8],
+                cond: &Precondition,
+            ) -> Result<RecordWrite> {
+                self.inner.delete_record(ns, key, cond).await
+            }
+        });
+    };
+    (@one scan_records, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            async fn scan_records(
+                &self,
+                ns: Namespace,
+                prefix: &[u8],
+                start_after: Option<&[u8]>,
+                limit: usize,
+            ) -> Result<Vec<(Bytes, Bytes)>> {
+                self.inner.scan_records(ns, prefix, start_after, limit).await
+            }
+        });
+    };
+    (@one put_chunks, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+                self.inner.put_chunks(blob, chunks).await
+            }
+        });
+    };
+    (@one get_chunks, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            async fn get_chunks(
+                &self,
+                blob: &BlobRef,
+                chunks: &[ChunkId],
+            ) -> Result<Vec<Option<Bytes>>> {
+                self.inner.get_chunks(blob, chunks).await
+            }
+        });
+    };
+    (@one delete_chunks, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            async fn delete_chunks(
+                &self,
+                blob: &BlobRef,
+                salt_count: u32,
+                chunk_count: u64,
+            ) -> Result<()> {
+                self.inner.delete_chunks(blob, salt_count, chunk_count).await
+            }
+        });
+    };
+    (@one maintenance, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
+        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
+            fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
+                self.inner.scan_chunks()
+            }
+
+            async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
+                self.inner.reclaim_space().await
+            }
+        });
+    };
+}
+
+/// Commits the manifest before the chunks: `put_chunks` only buffers the chunks and returns at once; the
+/// manifest write is done first and the buffered chunks of that version are written only after a random
+/// delay. Readers that find the new manifest in that window miss its chunks.
+#[derive(Debug)]
+pub struct ManifestFirst {
+    inner: Arc<dyn ChunkStore>,
+    delay: Range<Duration>,
+    coin: Coin,
+    /// Buffered `put_chunks` calls per version, in call order (each within the backend's batch limit).
+    pending: Mutex<HashMap<BlobRef, Vec<Vec<ChunkWrite>>>>,
+}
+
+impl ManifestFirst {
+    /// Wraps `inner`; chunks are written 2 to 20 ms after their manifest.
+    pub fn new(inner: Arc<dyn ChunkStore>) -> Self {
+        Self::with_delay(
+            inner,
+            Duration::from_millis(2)..Duration::from_millis(20),
+            0,
+        )
+    }
+
+    /// Wraps `inner`; chunks are written a random delay within `delay` (seeded by `seed`) after their manifest.
+    pub fn with_delay(inner: Arc<dyn ChunkStore>, delay: Range<Duration>, seed: u64) -> Self {
+        Self {
+            inner,
+            delay,
+            coin: Coin::new(0.0, seed),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Versions whose chunks are buffered, not yet written.
+    pub fn pending_versions(&self) -> usize {
+        lock(&self.pending).len()
+    }
+}
+
+impl_chunk_store!(
+    ManifestFirst,
+    [
+        info,
+        get_record,
+        delete_record,
+        scan_records,
+        get_chunks,
+        maintenance
+    ],
+    {
+        async fn put_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            value: Bytes,
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            let version = (ns == Namespace::Manifest)
+                .then(|| Manifest::decode(&value, &|| "manifest".to_owned()).ok())
+                .flatten()
+                .map(|m| m.version);
+            let written = self.inner.put_record(ns, key, value, cond).await?;
+            let Some(version) = version else {
+                return Ok(written);
+            };
+            let blob = BlobRef {
+                key: Bytes::copy_from_slice(key),
+                version,
+            };
+            let batches = lock(&self.pending).remove(&blob).unwrap_or_default();
+            if matches!(written, RecordWrite::Done(_)) && !batches.is_empty() {
+                tokio::time::sleep(self.coin.duration(&self.delay)).await;
+                for batch in batches {
+                    self.inner.put_chunks(&blob, batch).await?;
+                }
+            }
+            Ok(written)
+        }
+
+        async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+            lock(&self.pending)
+                .entry(blob.clone())
+                .or_default()
+                .push(chunks);
+            Ok(())
+        }
+
+        async fn delete_chunks(
+            &self,
+            blob: &BlobRef,
+            salt_count: u32,
+            chunk_count: u64,
+        ) -> Result<()> {
+            lock(&self.pending).remove(blob);
+            self.inner
+                .delete_chunks(blob, salt_count, chunk_count)
+                .await
+        }
+    }
+);
+
+/// Reads manifests from a "lagging replica": with probability `p`, reading a manifest returns the record the
+/// key held before its latest write (or nothing, if it held none), as a read at consistency ONE might.
+#[derive(Debug)]
+pub struct StaleReads {
+    inner: Arc<dyn ChunkStore>,
+    coin: Coin,
+    /// Key → its manifest record before the latest write through this wrapper.
+    previous: Mutex<HashMap<Bytes, Option<Bytes>>>,
+}
+
+impl StaleReads {
+    /// Wraps `inner`; a manifest read is stale with probability `p` (seeded by `seed`).
+    pub fn new(inner: Arc<dyn ChunkStore>, p: f64, seed: u64) -> Self {
+        Self {
+            inner,
+            coin: Coin::new(p, seed),
+            previous: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Remembers what a manifest write replaced (reading it first when the backend does not report it).
+    async fn remember(&self, key: &[u8], before: Option<Option<Bytes>>, written: &RecordWrite) {
+        let replaced = match written {
+            RecordWrite::Done(Previous::Value(v)) => Some(v.clone()),
+            RecordWrite::Done(Previous::Absent) => None,
+            RecordWrite::Done(Previous::Unknown) => match before {
+                Some(b) => b,
+                None => return,
+            },
+            RecordWrite::ConditionFailed(_) => return,
+        };
+        lock(&self.previous).insert(Bytes::copy_from_slice(key), replaced);
+    }
+
+    async fn read_before(&self, ns: Namespace, key: &[u8]) -> Option<Option<Bytes>> {
+        if ns != Namespace::Manifest || self.inner.info().reports_previous {
+            return None;
+        }
+        self.inner.get_record(ns, key).await.ok()
+    }
+}
+
+impl_chunk_store!(
+    StaleReads,
+    [
+        info,
+        scan_records,
+        put_chunks,
+        get_chunks,
+        delete_chunks,
+        maintenance
+    ],
+    {
+        async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+            if ns == Namespace::Manifest && self.coin.flip() {
+                let stale = lock(&self.previous).get(key).cloned();
+                if let Some(stale) = stale {
+                    return Ok(stale);
+                }
+            }
+            self.inner.get_record(ns, key).await
+        }
+
+        async fn put_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            value: Bytes,
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            let before = self.read_before(ns, key).await;
+            let written = self.inner.put_record(ns, key, value, cond).await?;
+            if ns == Namespace::Manifest {
+                self.remember(key, before, &written).await;
+            }
+            Ok(written)
+        }
+
+        async fn delete_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            let before = self.read_before(ns, key).await;
+            let written = self.inner.delete_record(ns, key, cond).await?;
+            if ns == Namespace::Manifest {
+                self.remember(key, before, &written).await;
+            }
+            Ok(written)
+        }
+    }
+);
+
+/// Loses acknowledged commits: with probability `p`, a manifest write returns success (replacing nothing)
+/// without being performed.
+#[derive(Debug)]
+pub struct LostAck {
+    inner: Arc<dyn ChunkStore>,
+    coin: Coin,
+    lost: Mutex<u64>,
+}
+
+impl LostAck {
+    /// Wraps `inner`; a manifest write is dropped with probability `p` (seeded by `seed`).
+    pub fn new(inner: Arc<dyn ChunkStore>, p: f64, seed: u64) -> Self {
+        Self {
+            inner,
+            coin: Coin::new(p, seed),
+            lost: Mutex::new(0),
+        }
+    }
+
+    /// Manifest writes dropped so far.
+    pub fn lost(&self) -> u64 {
+        *lock(&self.lost)
+    }
+}
+
+impl_chunk_store!(
+    LostAck,
+    [
+        info,
+        get_record,
+        delete_record,
+        scan_records,
+        put_chunks,
+        get_chunks,
+        delete_chunks,
+        maintenance
+    ],
+    {
+        async fn put_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            value: Bytes,
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            if ns == Namespace::Manifest && self.coin.flip() {
+                *lock(&self.lost) += 1;
+                return Ok(RecordWrite::Done(Previous::Absent));
+            }
+            self.inner.put_record(ns, key, value, cond).await
+        }
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saltblob_core::{BlobStore, Error, LayoutPolicy, MemoryStore, PutOptions, StoreConfig};
+
+    fn store(backend: Arc<dyn ChunkStore>) -> BlobStore {
+        let policy = LayoutPolicy::default()
+            .with_inline_limit(1024)
+            .with_chunk_size(4096);
+        BlobStore::new(backend, StoreConfig::default().with_policy(policy)).expect("valid config")
+    }
+
+    #[tokio::test]
+    async fn manifest_first_exposes_a_manifest_without_chunks() {
+        let wrapper = Arc::new(ManifestFirst::with_delay(
+            Arc::new(MemoryStore::new()),
+            Duration::from_millis(300)..Duration::from_millis(300),
+            1,
+        ));
+        let s = store(wrapper.clone());
+        let writer = {
+            let s = s.clone();
+            tokio::spawn(async move { s.put("k", vec![1u8; 10_000], &PutOptions::new()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(wrapper.pending_versions(), 0, "taken at commit");
+        match s.get("k").await {
+            Err(e) => assert!(e.is_corruption(), "{e}"),
+            Ok(v) => panic!(
+                "read {} bytes of a manifest whose chunks are not written",
+                v.len()
+            ),
+        }
+        writer.await.expect("joins").expect("put succeeds");
+        assert_eq!(s.get("k").await.expect("chunks written").len(), 10_000);
+        // Inline values have no chunks and are not affected; records of other namespaces pass through.
+        s.put("small", vec![2u8; 10], &PutOptions::new())
+            .await
+            .expect("inline put");
+        assert_eq!(s.get("small").await.expect("inline get").len(), 10);
+        assert!(s.delete("small").await.expect("delete").is_some());
+    }
+
+    #[tokio::test]
+    async fn manifest_first_forgets_chunks_of_failed_puts() {
+        let wrapper = Arc::new(ManifestFirst::new(Arc::new(MemoryStore::new())));
+        let blob = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: saltblob_core::VersionId(1),
+        };
+        wrapper
+            .put_chunks(
+                &blob,
+                vec![ChunkWrite {
+                    salt: 0,
+                    index: 0,
+                    data: Bytes::from_static(b"x"),
+                }],
+            )
+            .await
+            .expect("buffered");
+        assert_eq!(wrapper.pending_versions(), 1);
+        wrapper.delete_chunks(&blob, 1, 1).await.expect("deleted");
+        assert_eq!(wrapper.pending_versions(), 0);
+    }
+
+    #[tokio::test]
+    async fn stale_reads_return_the_previous_record() {
+        let s = store(Arc::new(StaleReads::new(
+            Arc::new(MemoryStore::new()),
+            1.0,
+            0,
+        )));
+        s.put("k", vec![1u8; 10], &PutOptions::new())
+            .await
+            .expect("put 1");
+        assert!(matches!(s.get("k").await, Err(Error::NotFound { .. })));
+        s.put("k", vec![2u8; 10], &PutOptions::new())
+            .await
+            .expect("put 2");
+        assert_eq!(s.get("k").await.expect("stale read"), vec![1u8; 10]);
+        s.delete("k").await.expect("delete");
+        assert_eq!(s.get("k").await.expect("stale read"), vec![2u8; 10]);
+        // Never stale with probability 0.
+        let s = store(Arc::new(StaleReads::new(
+            Arc::new(MemoryStore::new()),
+            0.0,
+            0,
+        )));
+        s.put("k", vec![1u8; 10], &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(s.get("k").await.expect("fresh read"), vec![1u8; 10]);
+    }
+
+    #[tokio::test]
+    async fn lost_ack_drops_acknowledged_manifest_writes() {
+        let wrapper = Arc::new(LostAck::new(Arc::new(MemoryStore::new()), 1.0, 0));
+        let s = store(wrapper.clone());
+        s.put("k", vec![1u8; 5000], &PutOptions::new())
+            .await
+            .expect("acknowledged");
+        assert!(matches!(s.get("k").await, Err(Error::NotFound { .. })));
+        assert_eq!(wrapper.lost(), 1);
+        assert_eq!(
+            futures::StreamExt::count(wrapper.scan_chunks()).await,
+            2,
+            "chunks were written, only the commit lost"
+        );
+        assert_eq!(wrapper.reclaim_space().await.expect("delegated"), None);
+    }
+}

@@ -1,0 +1,67 @@
+//! # saltblob-check: history checking for saltblob
+//!
+//! Test tooling that checks saltblob's guarantees from the outside, the way Jepsen-style checkers do:
+//! concurrent clients record everything they did, and a checker decides whether a correct store could have
+//! returned what they read.
+//!
+//! # Model
+//! - **Values describe themselves** ([`value`]): every put writes a value generated from (key, writer id,
+//!   sequence number) whose header names all three and its length, and whose body is regenerable from them.
+//!   A reader identifies a value on its own and detects torn, mixed, truncated or foreign bytes; values too
+//!   short for a header are identified by their raw bytes.
+//! - **Histories** ([`history`]): each operation is recorded as an invocation (before it starts) and a
+//!   completion (after it ends) with wall-clock microsecond times, as JSON lines or in memory. Completions
+//!   say ok (with what a get read), failed (with whether the error was corruption) or are missing: the
+//!   operation is then *indeterminate* (process killed, still running) and may take effect at any later time,
+//!   unless a barrier recorded that its process is gone.
+//! - **Workload** ([`workload`]): concurrent clients doing random puts, gets and deletes on a few hot keys,
+//!   with sizes at the layout's boundaries; [`workload::final_reads`] reads every key once at the end or after
+//!   a crash.
+//! - **Checker** ([`checker`]): acknowledged writes (ok puts and deletes) must be respected; failed and
+//!   indeterminate ones may or may not have happened. For every successful get:
+//!   - it must have returned exactly one whole value that some put wrote to that key (else *torn* or
+//!     *unknown*), of a put invoked before the get completed (else *future*);
+//!   - that value must not have been certainly replaced: no acknowledged put or delete may have both
+//!     begun after the value's put ended and completed before the get began (else *stale*: last committed
+//!     wins, deletes are not undone);
+//!   - NotFound is wrong if an acknowledged put completed before the get began and no delete could have
+//!     taken effect after it (else *lost*);
+//!   - a corruption error is always a violation (*corrupt*).
+//! - **Scenarios** ([`scenario`]): ready-made checked loads the backends' suites share (hot keys with a
+//!   background gc).
+//! - **Broken backends** ([`broken`]): wrappers that commit the manifest before the chunks, serve stale
+//!   manifests or lose acknowledged commits, to show that the checker catches each.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use saltblob_check::{MemorySink, WorkloadConfig, check, key_set, run};
+//! use saltblob_core::{BlobStore, MemoryStore, StoreConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+//! let sink = MemorySink::new();
+//! let mut config = WorkloadConfig::new(key_set("hot/", 2));
+//! config.ops_per_client = Some(50);
+//! run(store, &config, Arc::new(sink.clone())).await;
+//! let report = check(&sink.history());
+//! assert!(report.is_clean(), "{report}");
+//! # }
+//! ```
+
+pub mod broken;
+pub mod checker;
+pub mod history;
+pub mod scenario;
+pub mod value;
+pub mod workload;
+
+pub use checker::{Report, Violation, ViolationKind, check, context, describe_op};
+pub use history::{
+    Event, FileSink, GetResult, History, HistorySink, MemorySink, Op, OpId, OpKind, OpResult,
+    Outcome,
+};
+pub use value::{Identified, StreamVerifier, ValueId, generate, verify};
+pub use workload::{
+    Client, OpMix, SizeMix, Stats, Stop, WorkloadConfig, final_reads, key_set, run,
+};

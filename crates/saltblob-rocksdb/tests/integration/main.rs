@@ -1,0 +1,4 @@
+//! Integration tests of the embedded backend on real directories (one test binary, topic modules).
+
+mod conformance;
+mod history;
