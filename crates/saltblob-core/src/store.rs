@@ -29,6 +29,10 @@ use crate::{Error, KeyDisplay, Result};
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
+/// Compare-and-set attempts of an unconditional commit that keeps losing races to other puts of the same key,
+/// before it commits plainly.
+const COMMIT_CAS_ATTEMPTS: u32 = 8;
+
 /// Attempts of a chunk read or write that fails with a retryable error.
 const ATTEMPTS: u32 = 4;
 
@@ -471,11 +475,11 @@ impl BlobStore {
     /// reclaimed after the grace period.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
         let key = validate_key(key.as_ref())?;
-        let pre_read = if self.inner.info.reports_previous {
-            None
-        } else {
-            self.inner.read_manifest(&key).await.ok().flatten()
-        };
+        // Queued before the delete, as in a put's commit, so that a crash right after it orphans nothing.
+        let pre_read = self.inner.read_manifest(&key).await.ok().flatten();
+        if let Some(old) = &pre_read {
+            self.inner.schedule_reclaim(&key, old).await?;
+        }
         let previous = match self
             .inner
             .backend
@@ -486,9 +490,14 @@ impl BlobStore {
                 Some(self.inner.decode_manifest(&key, &bytes)?)
             }
             RecordWrite::Done(Previous::Absent) => None,
-            RecordWrite::Done(Previous::Unknown) | RecordWrite::ConditionFailed(_) => pre_read,
+            RecordWrite::Done(Previous::Unknown) | RecordWrite::ConditionFailed(_) => {
+                pre_read.clone()
+            }
         };
-        if let Some(old) = &previous {
+        if let Some(old) = previous
+            .as_ref()
+            .filter(|p| Some(p.version) != pre_read.as_ref().map(|r| r.version))
+        {
             self.inner.schedule_reclaim_logged(&key, old).await;
         }
         Ok(previous.map(|m| m.version))
@@ -609,25 +618,16 @@ impl BlobStore {
     async fn precheck(&self, key: &Bytes, condition: PutCondition) -> Result<PreCheck> {
         let read_raw = || self.inner.backend.get_record(Namespace::Manifest, key);
         match condition {
-            PutCondition::None if self.inner.info.reports_previous => Ok(PreCheck {
+            // What an unconditional put replaces is read right before its commit.
+            PutCondition::None => Ok(PreCheck {
                 condition: Precondition::None,
                 expected: condition,
-                current: None,
             }),
-            PutCondition::None => {
-                let current = self.inner.read_manifest(key).await.ok().flatten();
-                Ok(PreCheck {
-                    condition: Precondition::None,
-                    expected: condition,
-                    current,
-                })
-            }
             PutCondition::IfAbsent => match read_raw().await? {
                 Some(bytes) => Err(self.inner.condition_error(key, condition, Some(&bytes))),
                 None => Ok(PreCheck {
                     condition: Precondition::Absent,
                     expected: condition,
-                    current: None,
                 }),
             },
             PutCondition::IfVersion(v) => {
@@ -640,7 +640,6 @@ impl BlobStore {
                     (Some(raw), Some(m)) if m.version == v => Ok(PreCheck {
                         condition: Precondition::Equals(raw),
                         expected: condition,
-                        current: Some(m),
                     }),
                     (raw, _) => Err(self.inner.condition_error(key, condition, raw.as_ref())),
                 }
@@ -648,34 +647,80 @@ impl BlobStore {
         }
     }
 
-    /// Writes the manifest: the commit point. Schedules the replaced version for reclaim.
+    /// Writes the manifest: the commit point. The version it replaces is queued for reclaim first, so that a
+    /// crash right after the commit cannot orphan it (if the commit does not happen, the reclaimer finds that
+    /// version still current and drops the entry); a failure to queue fails the put before anything changed.
+    ///
+    /// On backends whose conditional writes are cheap (those that report the replaced record), an unconditional
+    /// put commits with a compare-and-set on the manifest it read and queued, and reads, queues and tries again
+    /// when another put committed in between, so that what it replaces is always queued first. Elsewhere (CQL,
+    /// where a condition costs a Paxos round) it writes plainly: a put committing in between is queued after the
+    /// commit, and left to `fsck --repair` if this process dies in that moment.
     async fn commit(&self, key: &Bytes, manifest: &Manifest, pre: PreCheck) -> Result<()> {
         let inner = &self.inner;
-        let outcome = inner
-            .backend
-            .put_record(Namespace::Manifest, key, manifest.encode(), &pre.condition)
-            .await;
-        let replaced = match outcome {
-            Ok(RecordWrite::Done(Previous::Value(bytes))) => {
-                inner.decode_manifest(key, &bytes).ok()
-            }
-            Ok(RecordWrite::Done(Previous::Absent)) => None,
-            Ok(RecordWrite::Done(Previous::Unknown)) => pre.current,
-            Ok(RecordWrite::ConditionFailed(current)) => {
+        let cas = pre.condition == Precondition::None && inner.info.reports_previous;
+        let mut raw = match &pre.condition {
+            Precondition::None => inner
+                .backend
+                .get_record(Namespace::Manifest, key)
+                .await
+                .ok()
+                .flatten(),
+            Precondition::Equals(expected) => Some(expected.clone()),
+            Precondition::Absent => None,
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let before = raw
+                .as_ref()
+                .and_then(|b| inner.decode_manifest(key, b).ok());
+            if let Some(old) = &before
+                && let Err(e) = inner.schedule_reclaim(key, old).await
+            {
                 inner.discard(key, manifest).await;
-                return Err(inner.condition_error(key, pre.expected, current.as_ref()));
-            }
-            Err(e) => {
-                // The commit may or may not have happened. Queue this version for reclaim: the reclaimer
-                // leaves it alone if it did become current.
-                inner.schedule_reclaim_logged(key, manifest).await;
                 return Err(e);
             }
-        };
-        if let Some(old) = replaced.filter(|old| old.version != manifest.version) {
-            inner.schedule_reclaim_logged(key, &old).await;
+            let condition = if cas && attempt <= COMMIT_CAS_ATTEMPTS {
+                raw.clone()
+                    .map_or(Precondition::Absent, Precondition::Equals)
+            } else {
+                pre.condition.clone()
+            };
+            let outcome = inner
+                .backend
+                .put_record(Namespace::Manifest, key, manifest.encode(), &condition)
+                .await;
+            let replaced = match outcome {
+                Ok(RecordWrite::Done(Previous::Value(bytes))) => {
+                    inner.decode_manifest(key, &bytes).ok()
+                }
+                Ok(RecordWrite::Done(Previous::Absent)) => None,
+                Ok(RecordWrite::Done(Previous::Unknown)) => before.clone(),
+                // Another put committed since the read: queue what it committed and try again.
+                Ok(RecordWrite::ConditionFailed(current)) if condition != pre.condition => {
+                    raw = current;
+                    continue;
+                }
+                Ok(RecordWrite::ConditionFailed(current)) => {
+                    inner.discard(key, manifest).await;
+                    return Err(inner.condition_error(key, pre.expected, current.as_ref()));
+                }
+                Err(e) => {
+                    // The commit may or may not have happened. Queue this version for reclaim: the reclaimer
+                    // leaves it alone if it did become current.
+                    inner.schedule_reclaim_logged(key, manifest).await;
+                    return Err(e);
+                }
+            };
+            if let Some(old) = replaced.filter(|old| {
+                old.version != manifest.version
+                    && Some(old.version) != before.as_ref().map(|b| b.version)
+            }) {
+                inner.schedule_reclaim_logged(key, &old).await;
+            }
+            return Ok(());
         }
-        Ok(())
     }
 
     pub(crate) fn stream_version(
@@ -820,8 +865,6 @@ impl<T> Drop for AbortOnDrop<T> {
 struct PreCheck {
     condition: Precondition,
     expected: PutCondition,
-    /// The current manifest, when it had to be read (backends that do not report the replaced record).
-    current: Option<Manifest>,
 }
 
 struct ReadState {
@@ -960,16 +1003,26 @@ impl Inner {
         }
     }
 
-    /// Queues the chunks of `manifest` for deletion after the grace period; failures are logged, not returned,
-    /// because the operation that replaced the version has already succeeded.
+    /// Like [`Inner::schedule_reclaim`], but failures are logged, not returned: for when the operation that
+    /// replaced the version has already succeeded (the version is then left to `fsck --repair`).
     pub(crate) async fn schedule_reclaim_logged(&self, key: &Bytes, manifest: &Manifest) {
+        if let Err(e) = self.schedule_reclaim(key, manifest).await {
+            tracing::warn!(
+                "could not queue version {} for reclaim (left to fsck --repair): {e}",
+                manifest.version
+            );
+        }
+    }
+
+    /// Queues the chunks of `manifest` for deletion after the grace period (inline versions have none).
+    pub(crate) async fn schedule_reclaim(&self, key: &Bytes, manifest: &Manifest) -> Result<()> {
         let ManifestBody::Chunked {
             layout,
             stored_bytes,
             ..
         } = &manifest.body
         else {
-            return;
+            return Ok(());
         };
         let grace = u64::try_from(self.config.grace.as_micros()).unwrap_or(u64::MAX);
         let entry = ReclaimEntry {
@@ -981,16 +1034,10 @@ impl Inner {
             stored_bytes: *stored_bytes,
         };
         let (k, v) = entry.encode();
-        if let Err(e) = self
-            .backend
+        self.backend
             .put_record(Namespace::Reclaim, &k, v, &Precondition::None)
             .await
-        {
-            tracing::warn!(
-                "could not queue version {} for reclaim (left for gc): {e}",
-                manifest.version
-            );
-        }
+            .map(|_| ())
     }
 
     /// Processes the reclaim queue up to due time `cutoff` for keys starting with `prefix` (only counting what
