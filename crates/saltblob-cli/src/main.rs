@@ -294,7 +294,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ),
                 code: 3,
             }),
-            None => Ok(()),
+            None => {
+                if matches!(cli.command, Command::Gc(_) | Command::Fsck(_)) {
+                    eprintln!(
+                        "saltblob: there is no store at {} yet: nothing to do",
+                        path.display()
+                    );
+                }
+                Ok(())
+            }
         };
     }
     // bench and probe open the store themselves, with their own configuration (an embedded store can be open

@@ -115,7 +115,7 @@ fn print_gc(r: &GcReport, as_json: bool) {
         short(r.reclaim.bytes)
     );
     println!(
-        "{tag}: abandoned puts {} ({} chunk(s) at their last renewal), puts in flight {}, stale intents {}",
+        "{tag}: abandoned puts {} (at least {} chunk(s), counted at their last lease renewal), puts in flight {}, stale intents {}",
         r.abandoned_puts, r.abandoned_chunks, r.puts_in_flight, r.stale_intents
     );
     if let Some(due) = r.reclaim.next_due_micros {

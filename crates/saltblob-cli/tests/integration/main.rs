@@ -6,5 +6,6 @@ mod cql;
 mod crash;
 mod crash_loop;
 mod fault_injection;
+mod maintenance;
 mod memory;
 mod roundtrip;

@@ -1,0 +1,73 @@
+//! `saltblob gc` and `saltblob fsck` from the command line: reports, dry runs, the grace period.
+
+use crate::common::*;
+
+#[test]
+fn gc_reports_dry_runs_and_honours_the_grace_period() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let file = dir.path().join("blob.bin");
+    random_file(&file, 3 << 20, 7);
+    for _ in 0..3 {
+        ok(saltblob(&store).args(["put", "k"]).arg(&file));
+    }
+    let gc = |args: &[&str]| json(&ok(saltblob(&store).args(["gc", "--json"]).args(args)));
+
+    // Inside the default grace period (5 minutes) nothing goes.
+    let r = gc(&[]);
+    assert_eq!(r["reclaimed_versions"], 0, "{r}");
+    assert!(r["next_due_micros"].is_u64(), "{r}");
+    let r = gc(&["--grace", "0s", "--dry-run"]);
+    assert_eq!(
+        (&r["reclaimed_versions"], &r["dry_run"]),
+        (&2.into(), &true.into()),
+        "{r}"
+    );
+    let fsck = json(&ok(saltblob(&store).args(["fsck", "--json"])));
+    assert_eq!(
+        fsck["awaiting_reclaim"], 2,
+        "a dry run deletes nothing: {fsck}"
+    );
+
+    let r = gc(&["--grace", "0s"]);
+    assert_eq!(r["reclaimed_versions"], 2, "{r}");
+    assert_eq!(
+        r["reclaimed_bytes"].as_u64(),
+        Some(2 * ((3 << 20) + 48 * 12)),
+        "{r}"
+    );
+    let fsck = json(&ok(saltblob(&store).args(["fsck", "--json"])));
+    assert_eq!(
+        (&fsck["blobs"], &fsck["awaiting_reclaim"], &fsck["chunks"]),
+        (&1.into(), &0.into(), &48.into()),
+        "{fsck}"
+    );
+    let out = ok(saltblob(&store).args(["get", "k"]));
+    assert_eq!(blake3::hash(&out.stdout), hash_file(&file));
+
+    let text = String::from_utf8_lossy(&ok(saltblob(&store).arg("fsck")).stdout).into_owned();
+    assert!(
+        text.contains("1 blob(s) checked") && text.contains("damaged 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn gc_and_fsck_reject_bad_durations_and_create_no_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("never");
+    let out = saltblob(&store)
+        .args(["gc", "--grace", "soon"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    for command in ["fsck", "gc"] {
+        let out = ok(saltblob(&store).arg(command));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("no store at"), "{command}: {said}");
+    }
+    assert!(
+        !store.exists(),
+        "read-only maintenance commands create no store"
+    );
+}
