@@ -18,6 +18,28 @@ pub struct Outcome {
     pub report: Report,
 }
 
+impl Outcome {
+    /// Prints the stats and the verdict under `label`, then panics unless the history is clean and the load
+    /// did work (puts, and gets that returned values): for tests.
+    pub fn assert_clean(&self, label: &str) {
+        println!(
+            "{label}: {}; checker: {}",
+            self.stats,
+            self.report.summary()
+        );
+        assert!(
+            self.report.is_clean(),
+            "{label}: {:#?}",
+            self.report.violations
+        );
+        assert!(
+            self.stats.puts > 0 && self.stats.gets_with_value > 0,
+            "{label}: the load did no work: {}",
+            self.stats
+        );
+    }
+}
+
 /// Concurrent writers and readers on a few hot keys: `clients` clients do random puts (sizes at every layout
 /// boundary of `store`'s policy, up to `max_size`), gets and deletes on `keys` keys under `prefix` for
 /// `duration`, while a background gc runs every 200 ms; then every key is read once and the whole history is

@@ -982,6 +982,31 @@ async fn chunks_by_version(
     out
 }
 
+/// Starts a put of `key` that streams from a pipe, feeds it `first` bytes and waits until its new version has
+/// stored at least `chunks` chunks. Returns the pipe (write more, or drop it to end the stream), the put's task
+/// and the new version.
+async fn running_put(
+    store: &BlobStore,
+    backend: &Arc<dyn ChunkStore>,
+    key: &str,
+    committed: VersionId,
+    first: usize,
+    chunks: u64,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::task::JoinHandle<crate::Result<Manifest>>,
+    VersionId,
+) {
+    let (mut w, r) = tokio::io::duplex(16 * KIB as usize);
+    let put = tokio::spawn({
+        let (store, key) = (store.clone(), key.to_owned());
+        async move { store.put_stream(&key, r, &PutOptions::new()).await }
+    });
+    w.write_all(&data(first, 2)).await.expect("feed");
+    let version = wait_for_uncommitted_chunks(backend, key, committed, chunks).await;
+    (w, put, version)
+}
+
 /// Polls `chunks_by_version` until some version other than `committed` has at least `at_least` chunks.
 async fn wait_for_uncommitted_chunks(
     backend: &Arc<dyn ChunkStore>,
@@ -1072,15 +1097,15 @@ pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
         .put(&key, kept.clone(), &PutOptions::new())
         .await
         .expect("put");
-    let (mut w, r) = tokio::io::duplex(16 * KIB as usize);
-    let put = tokio::spawn({
-        let (store, key) = (store.clone(), key.clone());
-        async move { store.put_stream(&key, r, &PutOptions::new()).await }
-    });
-    w.write_all(&data(200 * KIB as usize, 2))
-        .await
-        .expect("feed");
-    let abandoned = wait_for_uncommitted_chunks(&backend, &key, committed.version, 10).await;
+    let (w, put, abandoned) = running_put(
+        &store,
+        &backend,
+        &key,
+        committed.version,
+        200 * KIB as usize,
+        10,
+    )
+    .await;
     let opts = GcOptions::new().with_prefix(p.clone());
     // Stalled for longer than its lease, but alive: it renews, and gc leaves it alone.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -1125,15 +1150,15 @@ pub async fn put_without_its_lease_does_not_commit(backend: Arc<dyn ChunkStore>)
         .put(&key, kept.clone(), &PutOptions::new())
         .await
         .expect("put");
-    let (mut w, r) = tokio::io::duplex(16 * KIB as usize);
-    let put = tokio::spawn({
-        let (store, key) = (store.clone(), key.clone());
-        async move { store.put_stream(&key, r, &PutOptions::new()).await }
-    });
-    w.write_all(&data(100 * KIB as usize, 2))
-        .await
-        .expect("feed");
-    let running = wait_for_uncommitted_chunks(&backend, &key, committed.version, 5).await;
+    let (mut w, put, running) = running_put(
+        &store,
+        &backend,
+        &key,
+        committed.version,
+        100 * KIB as usize,
+        5,
+    )
+    .await;
     // Do what gc does to an expired intent: take it over (here: remove it) so that the writer cannot commit.
     let intents = backend
         .scan_records(Namespace::Intent, b"", None, 100_000)

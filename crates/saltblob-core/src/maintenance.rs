@@ -23,13 +23,11 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::backend::{BlobRef, ChunkStore, Namespace, Precondition, RecordWrite, SpaceReport};
+use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody};
-use crate::store::{BlobStore, Inner, ReclaimEntry, ReclaimReport};
+use crate::store::{BlobStore, CLOCK_MARGIN_MICROS, Inner, PAGE, ReclaimEntry, ReclaimReport};
 use crate::version::{VersionId, now_micros};
 use crate::{Error, KeyDisplay, Result};
-
-/// Records read per page when scanning.
-const PAGE: usize = 512;
 
 /// Blobs verified concurrently by `fsck`.
 const FSCK_CONCURRENCY: usize = 4;
@@ -38,10 +36,6 @@ const FSCK_CONCURRENCY: usize = 4;
 /// intent has been processed, so that gc passes do not read the deletion markers (tombstones on Cassandra) of
 /// the intents of long-committed puts again and again.
 const INTENT_WATERMARK: &[u8] = b"intent-watermark";
-
-/// How far behind this process's clock another client's clock may run (its new puts' version ids then lie in the
-/// past): one minute.
-const CLOCK_MARGIN_MICROS: u64 = 60_000_000;
 
 /// Format byte of an intent record's value.
 const INTENT_FORMAT: u8 = 1;
@@ -501,19 +495,9 @@ impl BlobStore {
             }
         }
         if !opts.dry_run && opts.prefix.is_empty() && Some(oldest_live) > watermark {
-            let value = Bytes::copy_from_slice(&oldest_live.to_le_bytes());
-            if let Err(e) = inner
-                .backend
-                .put_record(
-                    Namespace::Meta,
-                    INTENT_WATERMARK,
-                    value,
-                    &Precondition::None,
-                )
-                .await
-            {
-                tracing::warn!("could not record the intent scan's low-water mark: {e}");
-            }
+            inner
+                .write_mark(INTENT_WATERMARK, &oldest_live.to_le_bytes())
+                .await;
         }
         let config_grace = micros(inner.config.grace);
         let cutoff = match opts.grace.map(micros) {
@@ -530,13 +514,14 @@ impl BlobStore {
 
     /// Where the last full gc pass left the intent scan, if it recorded it.
     async fn intent_watermark(&self) -> Option<u128> {
-        let value = self
-            .inner
-            .backend
-            .get_record(Namespace::Meta, INTENT_WATERMARK)
-            .await
-            .ok()??;
-        Some(u128::from_le_bytes(value.as_ref().try_into().ok()?))
+        Some(u128::from_le_bytes(
+            self.inner
+                .read_mark(INTENT_WATERMARK)
+                .await?
+                .as_ref()
+                .try_into()
+                .ok()?,
+        ))
     }
 
     /// Handles one intent; returns whether it stays (a put in flight, or an intent left in place).
@@ -657,10 +642,11 @@ impl BlobStore {
             entry.max_salt = entry.max_salt.max(addr.salt);
             entry.max_index = entry.max_index.max(addr.index);
             let in_place = match committed.get(&(addr.key, addr.version)) {
-                Some(ManifestBody::Chunked { layout, .. }) => {
+                Some(Some(layout)) => {
                     addr.index < layout.chunk_count && layout.salt_of(addr.index) == addr.salt
                 }
-                Some(ManifestBody::Inline(_)) => false,
+                // An inline version has no chunks.
+                Some(None) => false,
                 None => true,
             };
             if !in_place {
@@ -725,12 +711,12 @@ impl BlobStore {
         Ok(report)
     }
 
-    /// Reads and verifies every committed blob; returns the committed versions' bodies.
+    /// Reads and verifies every committed blob; returns the committed versions' chunk layouts (`None`: inline).
     async fn fsck_manifests(
         &self,
         prefix: &[u8],
         report: &mut FsckReport,
-    ) -> Result<HashMap<(Bytes, VersionId), ManifestBody>> {
+    ) -> Result<HashMap<(Bytes, VersionId), Option<ChunkLayout>>> {
         let inner = &self.inner;
         let mut committed = HashMap::new();
         let mut after: Option<Bytes> = None;
@@ -778,7 +764,11 @@ impl BlobStore {
                     }
                     Err(e) => return Err(e),
                 }
-                committed.insert((key, m.version), m.body);
+                let layout = match m.body {
+                    ManifestBody::Chunked { layout, .. } => Some(layout),
+                    ManifestBody::Inline(_) => None,
+                };
+                committed.insert((key, m.version), layout);
             }
             if !full {
                 return Ok(committed);

@@ -37,14 +37,15 @@ const COMMIT_CAS_ATTEMPTS: u32 = 8;
 const ATTEMPTS: u32 = 4;
 
 /// Records read per page when listing or reclaiming.
-const PAGE: usize = 512;
+pub(crate) const PAGE: usize = 512;
 
 /// Key of the reclaim queue's low-water mark in [`Namespace::Meta`].
 const RECLAIM_WATERMARK: &[u8] = b"reclaim-watermark";
 
-/// How far behind this process's clock another client's clock may run without its queued reclaims being
-/// skipped by the low-water mark (they would then be left to `gc`): one minute.
-const RECLAIM_CLOCK_MARGIN_MICROS: u64 = 60_000_000;
+/// How far behind this process's clock another client's clock may run: the low-water marks of the reclaim queue
+/// and of the intent scan stay this far behind what they have seen, so that entries such a client writes are not
+/// skipped. One minute.
+pub(crate) const CLOCK_MARGIN_MICROS: u64 = 60_000_000;
 
 /// Shortest accepted [`StoreConfig::intent_lease`].
 const MIN_INTENT_LEASE: Duration = Duration::from_millis(300);
@@ -1067,34 +1068,43 @@ impl Inner {
         {
             // Every entry due before min(start, cutoff) was processed. Entries queued from now on are due at
             // or after their queueing time; the margin covers clocks of other clients that run behind.
-            let mark = started
-                .min(cutoff)
-                .saturating_sub(RECLAIM_CLOCK_MARGIN_MICROS);
-            let value = Bytes::copy_from_slice(&mark.to_le_bytes());
-            if let Err(e) = self
-                .backend
-                .put_record(
-                    Namespace::Meta,
-                    RECLAIM_WATERMARK,
-                    value,
-                    &Precondition::None,
-                )
-                .await
-            {
-                tracing::warn!("could not record the reclaim low-water mark: {e}");
-            }
+            let mark = started.min(cutoff).saturating_sub(CLOCK_MARGIN_MICROS);
+            self.write_mark(RECLAIM_WATERMARK, &mark.to_le_bytes())
+                .await;
         }
         outcome.map(|()| report)
     }
 
     /// Where the last reclaim pass left off (Unix microseconds), if it recorded it.
     async fn reclaim_watermark(&self) -> Option<u64> {
-        let value = self
+        Some(u64::from_le_bytes(
+            self.read_mark(RECLAIM_WATERMARK)
+                .await?
+                .as_ref()
+                .try_into()
+                .ok()?,
+        ))
+    }
+
+    /// A low-water mark recorded in [`Namespace::Meta`]; `None` if absent or unreadable (the scan it bounds
+    /// then starts from the beginning).
+    pub(crate) async fn read_mark(&self, key: &[u8]) -> Option<Bytes> {
+        self.backend.get_record(Namespace::Meta, key).await.ok()?
+    }
+
+    /// Records a low-water mark in [`Namespace::Meta`]; a failure is logged (the next pass scans more).
+    pub(crate) async fn write_mark(&self, key: &'static [u8], value: &[u8]) {
+        let value = Bytes::copy_from_slice(value);
+        if let Err(e) = self
             .backend
-            .get_record(Namespace::Meta, RECLAIM_WATERMARK)
+            .put_record(Namespace::Meta, key, value, &Precondition::None)
             .await
-            .ok()??;
-        Some(u64::from_le_bytes(value.as_ref().try_into().ok()?))
+        {
+            tracing::warn!(
+                "could not record the low-water mark {}: {e}",
+                key.escape_ascii()
+            );
+        }
     }
 
     async fn reclaim_from(

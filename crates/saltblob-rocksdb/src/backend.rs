@@ -244,6 +244,7 @@ const BLOB_FOOTER_LEN: u64 = 32;
 /// disk. A blob file joins the database only after its footer is written, so a footer-less file is never
 /// live; only files last modified before this open started are considered, so that files the background jobs
 /// of this process are writing are left alone. Best effort: a file that cannot be checked is kept.
+/// Returns how many files it removed.
 fn remove_unfinished_blob_files(dir: &std::path::Path, opening: std::time::SystemTime) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -524,5 +525,36 @@ impl ChunkStore for RocksStore {
             reclaim_space_blocking(db, &config).map(Some)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_footerless_blob_files_older_than_the_open_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, bytes: &[u8]| {
+            std::fs::write(dir.path().join(name), bytes).expect("write file");
+        };
+        let mut finished = vec![0u8; 200];
+        let footer_at = finished.len() - BLOB_FOOTER_LEN as usize;
+        finished[footer_at..footer_at + 4].copy_from_slice(&BLOB_FOOTER_MAGIC.to_le_bytes());
+        write("000010.blob", &finished);
+        write("000011.blob", &[0u8; 200]);
+        write("000012.blob", b"short");
+        write("000013.sst", &[0u8; 200]);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        assert_eq!(remove_unfinished_blob_files(dir.path(), later), 2);
+        let exists = |name: &str| dir.path().join(name).exists();
+        assert!(exists("000010.blob") && exists("000013.sst"));
+        assert!(!exists("000011.blob") && !exists("000012.blob"));
+
+        // Files written after the open started (by this process's own flushes) are left alone.
+        write("000014.blob", &[0u8; 200]);
+        let earlier = std::time::SystemTime::UNIX_EPOCH;
+        assert_eq!(remove_unfinished_blob_files(dir.path(), earlier), 0);
+        assert!(exists("000014.blob"));
     }
 }

@@ -157,23 +157,11 @@ fn crash_loop_loses_and_tears_nothing() {
     );
 
     // fsck: nothing damaged. gc (once the killed puts' leases are over): no orphan left, disk near live data.
-    let fsck = json(&ok(saltblob(&store_dir).args(["fsck", "--json"])));
-    assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
-    std::thread::sleep(LEASE + Duration::from_millis(200));
-    let gc = ok(saltblob(&store_dir).args(["gc", "--grace", "0s"]));
-    let fsck = json(&ok(saltblob(&store_dir).args(["fsck", "--json"])));
-    assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
-    assert_eq!(
-        fsck["orphans"],
-        serde_json::json!([]),
-        "no orphan after gc: {fsck}"
-    );
-    assert_eq!(fsck["awaiting_reclaim"], 0, "{fsck}");
+    let (gc, fsck) = fsck_gc_fsck(&store_dir, LEASE);
     let live = fsck["bytes"].as_u64().expect("live bytes");
     let disk = disk_usage(&store_dir);
     println!(
-        "after the loop: {}fsck: {} blobs, {live} live bytes, 0 damaged, 0 orphans; disk {disk} bytes",
-        String::from_utf8_lossy(&gc.stdout).replace('\n', "; "),
+        "after the loop: {gc}; fsck: {} blobs, {live} live bytes, 0 damaged, 0 orphans; disk {disk} bytes",
         fsck["blobs"]
     );
     // Within 10% of the live data, plus the engine's own files (logs, manifest, options, small tables).

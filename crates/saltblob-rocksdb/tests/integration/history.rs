@@ -16,21 +16,7 @@ async fn checked(keys: usize) {
     )
     .expect("store");
     let outcome = hot_keys(&store, "hot/", keys, 8, 300 << 10, Duration::from_secs(3)).await;
-    println!(
-        "rocksdb, {keys} hot key(s): {}; checker: {}",
-        outcome.stats,
-        outcome.report.summary()
-    );
-    assert!(
-        outcome.report.is_clean(),
-        "{:#?}",
-        outcome.report.violations
-    );
-    assert!(
-        outcome.stats.puts > 0 && outcome.stats.gets_with_value > 0,
-        "{}",
-        outcome.stats
-    );
+    outcome.assert_clean(&format!("rocksdb, {keys} hot key(s)"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
