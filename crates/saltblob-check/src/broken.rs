@@ -8,6 +8,10 @@
 //!   [`crate::ViolationKind::Stale`] (or [`crate::ViolationKind::Lost`] when the previous state was absent).
 //! - [`LostAck`]: sometimes acknowledges a manifest write without doing it →
 //!   [`crate::ViolationKind::Stale`] or [`crate::ViolationKind::Lost`].
+//! - [`RefusedButApplied`]: sometimes performs a conditional manifest write although its condition does not
+//!   hold, and reports it refused, like a lightweight transaction whose outcome was misread →
+//!   [`crate::ViolationKind::Refused`] (or [`crate::ViolationKind::Corrupt`] when the refused put already
+//!   deleted its chunks).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -399,6 +403,67 @@ impl_chunk_store!(
                 return Ok(RecordWrite::Done(Previous::Absent));
             }
             self.inner.put_record(ns, key, value, cond).await
+        }
+    }
+);
+
+/// Misreports conditional manifest writes: with probability `p`, one whose condition does not hold is
+/// performed anyway and reported refused.
+#[derive(Debug)]
+pub struct RefusedButApplied {
+    inner: Arc<dyn ChunkStore>,
+    coin: Coin,
+    applied: Mutex<u64>,
+}
+
+impl RefusedButApplied {
+    /// Wraps `inner`; a refused conditional manifest write is applied with probability `p` (seeded by `seed`).
+    pub fn new(inner: Arc<dyn ChunkStore>, p: f64, seed: u64) -> Self {
+        Self {
+            inner,
+            coin: Coin::new(p, seed),
+            applied: Mutex::new(0),
+        }
+    }
+
+    /// Refused writes applied so far.
+    pub fn applied(&self) -> u64 {
+        *lock(&self.applied)
+    }
+}
+
+impl_chunk_store!(
+    RefusedButApplied,
+    [
+        info,
+        get_record,
+        delete_record,
+        scan_records,
+        put_chunks,
+        get_chunks,
+        delete_chunks,
+        maintenance
+    ],
+    {
+        async fn put_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            value: Bytes,
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            let outcome = self.inner.put_record(ns, key, value.clone(), cond).await?;
+            if ns != Namespace::Manifest
+                || !matches!(outcome, RecordWrite::ConditionFailed(_))
+                || !self.coin.flip()
+            {
+                return Ok(outcome);
+            }
+            *lock(&self.applied) += 1;
+            self.inner
+                .put_record(ns, key, value, &Precondition::None)
+                .await?;
+            Ok(outcome)
         }
     }
 );

@@ -9,6 +9,7 @@
 //!   and length.
 //! - [`ViolationKind::Unknown`]: a whole value no put wrote to that key.
 //! - [`ViolationKind::Future`]: the value of a put invoked after the get completed.
+//! - [`ViolationKind::Refused`]: the value of a conditional put that was refused (its condition did not hold).
 //! - [`ViolationKind::Stale`]: the value of a put P although an acknowledged write W completed before the get
 //!   was invoked and W was invoked after P ended: P was certainly overwritten or deleted before the get
 //!   began (last committed wins; deletes are not undone).
@@ -44,17 +45,20 @@ pub enum ViolationKind {
     Unknown,
     /// The value of a put invoked after the get completed.
     Future,
+    /// The value of a conditional put that was refused, so it never took effect.
+    Refused,
 }
 
 impl ViolationKind {
     /// Every kind, in the order of [`Report::summary`].
-    pub const ALL: [ViolationKind; 6] = [
+    pub const ALL: [ViolationKind; 7] = [
         ViolationKind::Lost,
         ViolationKind::Torn,
         ViolationKind::Stale,
         ViolationKind::Corrupt,
         ViolationKind::Unknown,
         ViolationKind::Future,
+        ViolationKind::Refused,
     ];
 
     /// Lowercase name.
@@ -66,6 +70,7 @@ impl ViolationKind {
             ViolationKind::Corrupt => "corrupt",
             ViolationKind::Unknown => "unknown",
             ViolationKind::Future => "future",
+            ViolationKind::Refused => "refused",
         }
     }
 }
@@ -114,6 +119,8 @@ pub struct Report {
     pub ok: usize,
     /// Operations that returned an error.
     pub failed: usize,
+    /// Conditional puts refused by their condition.
+    pub refused: usize,
     /// Operations without completion.
     pub indeterminate: usize,
     /// Successful gets that returned a value (whole or small, torn ones excluded).
@@ -145,13 +152,14 @@ impl Report {
             .map(|k| format!("{k} {}", self.count(*k)))
             .collect();
         format!(
-            "ops {} (puts {}, gets {}, deletes {}): ok {}, failed {}, indeterminate {}; violations: {}",
+            "ops {} (puts {}, gets {}, deletes {}): ok {}, failed {}, refused {}, indeterminate {}; violations: {}",
             self.ops,
             self.puts,
             self.gets,
             self.deletes,
             self.ok,
             self.failed,
+            self.refused,
             self.indeterminate,
             violations.join(", ")
         )
@@ -263,6 +271,7 @@ fn describe(op: &Op) -> String {
         None => "indeterminate",
         Some(Outcome::Ok(_)) => "ok",
         Some(Outcome::Failed { .. }) => "failed",
+        Some(Outcome::Refused { .. }) => "refused",
     };
     format!(
         "{} {} ({outcome}, invoked {}, ended {})",
@@ -275,6 +284,15 @@ fn describe(op: &Op) -> String {
 
 /// Whether `get` may have returned the value of `put`; if not, why.
 fn check_candidate(get: &Op, put: &Op, ix: &KeyIndex<'_>) -> Option<(ViolationKind, String)> {
+    if put.is_refused() {
+        return Some((
+            ViolationKind::Refused,
+            format!(
+                "returned the value of {}, whose condition did not hold",
+                describe(put)
+            ),
+        ));
+    }
     if put.invoke > get.end {
         return Some((
             ViolationKind::Future,
@@ -390,6 +408,7 @@ pub fn check(history: &History) -> Report {
             None => report.indeterminate += 1,
             Some(Outcome::Ok(_)) => report.ok += 1,
             Some(Outcome::Failed { .. }) => report.failed += 1,
+            Some(Outcome::Refused { .. }) => report.refused += 1,
         }
         let OpKind::Get { key } = &op.kind else {
             continue;
@@ -543,6 +562,24 @@ mod tests {
                 at,
                 done,
             );
+            id
+        }
+
+        /// A conditional put refused at `done`, of a whole value (len 100) or a small one.
+        fn refused_put(&mut self, at: u64, done: u64, len: u64) -> ValueId {
+            let id = ValueId {
+                writer: W,
+                seq: self.next,
+            };
+            let refused = Outcome::Refused {
+                error: "precondition failed".into(),
+            };
+            let kind = OpKind::Put {
+                key: K.into(),
+                id,
+                len,
+            };
+            self.op(kind, at, Some((done, refused)));
             id
         }
 
@@ -919,6 +956,29 @@ mod tests {
     }
 
     #[test]
+    fn the_value_of_a_refused_put_is_never_read() {
+        let mut h = H::default();
+        let a = h.put(0, Some((10, true)));
+        let refused = h.refused_put(20, 30, 100);
+        let small = h.refused_put(40, 50, 3);
+        h.get_value(60, 70, a);
+        h.get_value(80, 90, refused);
+        small_get(&mut h, 100, 110, &generate(K.as_bytes(), small, 3));
+        let r = h.report();
+        assert_eq!(r.refused, 2);
+        assert_eq!(
+            h.kinds(),
+            vec![ViolationKind::Refused, ViolationKind::Refused],
+            "{r:?}"
+        );
+        // While a failed put may have taken effect.
+        let mut h = H::default();
+        let b = h.put(0, Some((10, false)));
+        h.get_value(20, 30, b);
+        assert!(h.report().is_clean());
+    }
+
+    #[test]
     fn summary_line_has_every_count() {
         let mut h = H::default();
         h.put(0, Some((10, true)));
@@ -926,8 +986,8 @@ mod tests {
         h.delete(40, None);
         assert_eq!(
             h.report().to_string(),
-            "ops 3 (puts 1, gets 1, deletes 1): ok 2, failed 0, indeterminate 1; violations: \
-             lost 1, torn 0, stale 0, corrupt 0, unknown 0, future 0"
+            "ops 3 (puts 1, gets 1, deletes 1): ok 2, failed 0, refused 0, indeterminate 1; violations: \
+             lost 1, torn 0, stale 0, corrupt 0, unknown 0, future 0, refused 0"
         );
         let json = serde_json::to_string(&h.report()).expect("serializes");
         assert!(json.contains("\"kind\":\"lost\""), "{json}");

@@ -149,6 +149,11 @@ pub enum Outcome {
         /// Whether it was evidence of corrupt stored data (`saltblob_core::Error::is_corruption`).
         corrupt: bool,
     },
+    /// A conditional put was refused because its condition did not hold: it certainly took no effect.
+    Refused {
+        /// The error, as displayed.
+        error: String,
+    },
 }
 
 /// One line of a history.
@@ -379,6 +384,11 @@ impl Op {
     /// Whether it completed without an error.
     pub fn is_ok(&self) -> bool {
         matches!(self.outcome, Some(Outcome::Ok(_)))
+    }
+
+    /// Whether it was a conditional put refused by its condition.
+    pub fn is_refused(&self) -> bool {
+        matches!(self.outcome, Some(Outcome::Refused { .. }))
     }
 }
 

@@ -7,7 +7,7 @@ use saltblob_core::{BlobStore, GcOptions};
 
 use crate::checker::{Report, check};
 use crate::history::MemorySink;
-use crate::workload::{SizeMix, Stats, WorkloadConfig, final_reads, key_set, run};
+use crate::workload::{OpMix, SizeMix, Stats, WorkloadConfig, final_reads, key_set, run};
 
 /// What [`hot_keys`] did and what the checker found.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ impl Outcome {
 }
 
 /// Concurrent writers and readers on a few hot keys: `clients` clients do random puts (sizes at every layout
-/// boundary of `store`'s policy, up to `max_size`), gets and deletes on `keys` keys under `prefix` for
+/// boundary of `store`'s policy, up to `max_size`), conditional puts, gets and deletes on `keys` keys under `prefix` for
 /// `duration`, while a background gc runs every 200 ms; then every key is read once and the whole history is
 /// checked. Returns the clients' stats and the checker's report (a correct store has no violation).
 pub async fn hot_keys(
@@ -57,6 +57,12 @@ pub async fn hot_keys(
     let mut load = WorkloadConfig::new(keys.clone());
     load.clients = clients;
     load.sizes = SizeMix::boundaries(&store.config().policy, max_size);
+    load.mix = OpMix {
+        put: 35,
+        get: 45,
+        delete: 10,
+        conditional_put: 10,
+    };
     load.duration = Some(duration);
     load.seed = rand::random();
     let _gc = store.spawn_gc(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use saltblob_core::{BlobStore, Error, LayoutPolicy, PutOptions};
+use saltblob_core::{BlobStore, Error, LayoutPolicy, PutCondition, PutOptions};
 use serde::Serialize;
 
 use crate::history::{Event, GetResult, HistorySink, OpId, OpKind, OpResult, Outcome, now_micros};
@@ -82,15 +82,24 @@ pub struct OpMix {
     pub get: u32,
     /// Weight of deletes.
     pub delete: u32,
+    /// Weight of conditional puts (see [`Client::put_conditional`]).
+    pub conditional_put: u32,
+}
+
+impl OpMix {
+    fn total(&self) -> u32 {
+        self.put + self.get + self.delete + self.conditional_put
+    }
 }
 
 impl Default for OpMix {
-    /// 45 % puts, 45 % gets, 10 % deletes.
+    /// 45 % puts, 45 % gets, 10 % deletes, no conditional puts.
     fn default() -> Self {
         Self {
             put: 45,
             get: 45,
             delete: 10,
+            conditional_put: 0,
         }
     }
 }
@@ -175,6 +184,8 @@ pub struct Stats {
     pub ok: u64,
     /// Operations that returned an error.
     pub failed: u64,
+    /// Conditional puts refused by their condition (not counted as failed).
+    pub refused: u64,
     /// Failures that were corruption errors.
     pub corrupt: u64,
     /// Gets that returned a value that verified.
@@ -205,6 +216,7 @@ impl Stats {
                 self.failed += 1;
                 self.corrupt += u64::from(*corrupt);
             }
+            Outcome::Refused { .. } => self.refused += 1,
         }
     }
 
@@ -215,6 +227,7 @@ impl Stats {
         self.deletes += other.deletes;
         self.ok += other.ok;
         self.failed += other.failed;
+        self.refused += other.refused;
         self.corrupt += other.corrupt;
         self.gets_with_value += other.gets_with_value;
         self.torn_reads += other.torn_reads;
@@ -226,7 +239,8 @@ impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} puts, {} gets ({} with a value, {} torn), {} deletes: {} ok, {} failed ({} corrupt) in {:.2?}",
+            "{} puts, {} gets ({} with a value, {} torn), {} deletes: {} ok, {} failed ({} corrupt), {} refused \
+             by their condition in {:.2?}",
             self.puts,
             self.gets,
             self.gets_with_value,
@@ -235,6 +249,7 @@ impl std::fmt::Display for Stats {
             self.ok,
             self.failed,
             self.corrupt,
+            self.refused,
             self.elapsed
         )
     }
@@ -310,6 +325,11 @@ impl Client {
 
     /// Puts a fresh self-describing value of `len` bytes under `key`.
     pub async fn put(&mut self, key: &str, len: u64) -> Outcome {
+        let opts = self.put_options.clone();
+        self.put_with(key, len, &opts).await
+    }
+
+    async fn put_with(&mut self, key: &str, len: u64, opts: &PutOptions) -> Outcome {
         let id = ValueId {
             writer: self.id,
             seq: self.seq,
@@ -324,11 +344,30 @@ impl Client {
             id,
             len,
         });
-        let outcome = match self.store.put(key, value, &self.put_options).await {
+        let outcome = match self.store.put(key, value, opts).await {
             Ok(_) => Outcome::Ok(OpResult::Put),
+            Err(e @ (Error::AlreadyExists { .. } | Error::PreconditionFailed { .. })) => {
+                Outcome::Refused {
+                    error: e.to_string(),
+                }
+            }
             Err(e) => failed(&e),
         };
         self.end(op, &kind, outcome)
+    }
+
+    /// A conditional put of a fresh value: reads `key`'s current version, then puts on the condition that it is
+    /// still that version (or that the key is still absent). Another writer in between makes the store refuse
+    /// it ([`Outcome::Refused`]), and the checker then verifies that its value never shows.
+    pub async fn put_conditional(&mut self, key: &str, len: u64) -> Outcome {
+        let condition = match self.store.head(key).await {
+            Ok(m) => PutCondition::IfVersion(m.version),
+            Err(Error::NotFound { .. }) => PutCondition::IfAbsent,
+            // Nothing was written: not an operation of the history.
+            Err(e) => return failed(&e),
+        };
+        let opts = self.put_options.clone().with_condition(condition);
+        self.put_with(key, len, &opts).await
     }
 
     /// Reads the whole value of `key`, verifying it as it streams in.
@@ -412,7 +451,7 @@ pub async fn run(store: BlobStore, config: &WorkloadConfig, sink: Arc<dyn Histor
             .wrapping_add((n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         tasks.spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
-            let total = config.mix.put + config.mix.get + config.mix.delete;
+            let total = config.mix.total();
             let mut done = 0u64;
             while !config.stop.is_stopped()
                 && config.ops_per_client.is_none_or(|max| done < max)
@@ -427,8 +466,11 @@ pub async fn run(store: BlobStore, config: &WorkloadConfig, sink: Arc<dyn Histor
                     client.put(key, len).await;
                 } else if roll < config.mix.put + config.mix.get {
                     client.get(key).await;
-                } else {
+                } else if roll < config.mix.put + config.mix.get + config.mix.delete {
                     client.delete(key).await;
+                } else {
+                    let len = config.sizes.pick(&mut rng);
+                    client.put_conditional(key, len).await;
                 }
                 done += 1;
                 // Operations on an in-memory store may never suspend: let the timer and other tasks run.

@@ -95,6 +95,7 @@ fn print_gc(r: &GcReport, as_json: bool) {
             "reclaimed_chunks": r.reclaim.chunks,
             "reclaimed_bytes": r.reclaim.bytes,
             "still_current": r.reclaim.still_current,
+            "awaiting_commit": r.reclaim.awaiting_commit,
             "in_flight_skipped": r.reclaim.in_flight,
             "undecodable_entries": r.reclaim.undecodable,
             "next_due_micros": r.reclaim.next_due_micros,

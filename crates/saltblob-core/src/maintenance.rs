@@ -228,6 +228,19 @@ impl IntentLease {
             );
         }
     }
+
+    /// Ends the lease of a put that is over: removes the intent when the put's chunks are `settled` (committed,
+    /// deleted or queued for reclaim), or else leaves it to expire, after which gc reclaims them.
+    pub(crate) async fn end(self, settled: bool) {
+        if settled {
+            self.release().await;
+        } else {
+            tracing::warn!(
+                "left the intent of version {} to expire: gc will reclaim its chunks",
+                self.blob.version
+            );
+        }
+    }
 }
 
 impl Drop for IntentLease {

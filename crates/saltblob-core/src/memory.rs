@@ -27,12 +27,25 @@ pub struct MemoryStore {
 struct State {
     records: BTreeMap<(Namespace, Bytes), Bytes>,
     chunks: BTreeMap<ChunkKey, Bytes>,
+    /// Record writes (puts and deletes) in these namespaces fail (see [`MemoryStore::fail_writes`]).
+    failing_records: Vec<Namespace>,
+    /// Chunk deletions fail.
+    failing_chunk_deletes: bool,
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// From now on, makes record writes (puts and deletes) in `namespaces` fail, and chunk deletions too when
+    /// `chunk_deletes`, with a non-retryable error; for tests of error paths. `fail_writes(&[], false)` heals.
+    pub fn fail_writes(&self, namespaces: &[Namespace], chunk_deletes: bool) -> Result<()> {
+        let mut state = self.lock()?;
+        state.failing_records = namespaces.to_vec();
+        state.failing_chunk_deletes = chunk_deletes;
+        Ok(())
     }
 
     /// Number of chunks held, of every version.
@@ -44,6 +57,15 @@ impl MemoryStore {
         self.state
             .lock()
             .map_err(|_| Error::backend("memory", "state lock poisoned by a panic", false))
+    }
+
+    /// The state, for a record write in `ns`: an injected failure if writes there are set to fail.
+    fn lock_for_record_write(&self, ns: Namespace) -> Result<std::sync::MutexGuard<'_, State>> {
+        let state = self.lock()?;
+        if state.failing_records.contains(&ns) {
+            return Err(injected(&format!("write of a {ns:?} record")));
+        }
+        Ok(state)
     }
 }
 
@@ -68,7 +90,7 @@ impl ChunkStore for MemoryStore {
         value: Bytes,
         cond: &Precondition,
     ) -> Result<RecordWrite> {
-        let mut state = self.lock()?;
+        let mut state = self.lock_for_record_write(ns)?;
         let k = (ns, Bytes::copy_from_slice(key));
         let current = state.records.get(&k);
         if !cond.holds(current) {
@@ -86,7 +108,7 @@ impl ChunkStore for MemoryStore {
         key: &[u8],
         cond: &Precondition,
     ) -> Result<RecordWrite> {
-        let mut state = self.lock()?;
+        let mut state = self.lock_for_record_write(ns)?;
         let k = (ns, Bytes::copy_from_slice(key));
         let current = state.records.get(&k);
         if !cond.for_delete().holds(current) {
@@ -147,6 +169,9 @@ impl ChunkStore for MemoryStore {
         _chunk_count: u64,
     ) -> Result<()> {
         let mut state = self.lock()?;
+        if state.failing_chunk_deletes {
+            return Err(injected("chunk deletion"));
+        }
         let lo = (blob.key.clone(), blob.version, 0, 0);
         let hi = (blob.key.clone(), blob.version, salt_count, 0);
         let doomed: Vec<ChunkKey> = state.chunks.range(lo..hi).map(|(k, _)| k.clone()).collect();
@@ -174,4 +199,8 @@ impl ChunkStore for MemoryStore {
             Err(e) => stream::once(async move { Err(e) }).boxed(),
         }
     }
+}
+
+fn injected(what: &str) -> Error {
+    Error::backend("memory", format!("injected failure: {what}"), false)
 }

@@ -47,6 +47,12 @@ const RECLAIM_WATERMARK: &[u8] = b"reclaim-watermark";
 /// skipped. One minute.
 pub(crate) const CLOCK_MARGIN_MICROS: u64 = 60_000_000;
 
+/// How long after its due time a reclaim entry whose version is still current is kept: a commit or delete queues
+/// the version it replaces just before writing, so such an entry may belong to a write that has not landed yet
+/// (a stalled engine, a slow cluster). Dropping it earlier would orphan that version once the write lands. A
+/// commit that lands later than half this window after queueing queues its replaced version again. Ten minutes.
+pub(crate) const COMMIT_WINDOW_MICROS: u64 = 600_000_000;
+
 /// Shortest accepted [`StoreConfig::intent_lease`].
 const MIN_INTENT_LEASE: Duration = Duration::from_millis(300);
 
@@ -114,8 +120,12 @@ pub struct ReclaimReport {
     pub chunks: u64,
     /// Stored bytes freed.
     pub bytes: u64,
-    /// Entries dropped because their version turned out to be the current one.
+    /// Entries dropped because their version is the current one and the write that queued them is over (see
+    /// `awaiting_commit`).
     pub still_current: u64,
+    /// Due entries left in place whose version is still current: the commit or delete that queued them may
+    /// not have landed yet. They are dropped ten minutes after they fell due, or reclaimed once replaced.
+    pub awaiting_commit: u64,
     /// When the next queued version becomes due (Unix microseconds), if any is queued.
     pub next_due_micros: Option<u64>,
     /// Entries that do not decode (left in place, reported).
@@ -312,7 +322,7 @@ impl BlobStore {
             manifest.size = head_len;
             manifest.digest = *hasher.finalize().as_bytes();
             manifest.body = ManifestBody::Inline(head);
-            self.commit(&key, &manifest, pre).await?;
+            self.commit(&key, &manifest, pre, None).await?;
             return Ok(manifest);
         }
 
@@ -358,8 +368,8 @@ impl BlobStore {
         let (size, stored_bytes) = match written.and_then(|w| lease.confirm().map(|()| w)) {
             Ok(v) => v,
             Err(e) => {
-                writer.abort().await;
-                lease.release().await;
+                let deleted = writer.abort().await;
+                lease.end(deleted).await;
                 return Err(e);
             }
         };
@@ -377,9 +387,8 @@ impl BlobStore {
             codec: policy.codec,
             stored_bytes,
         };
-        let committed = self.commit(&key, &manifest, pre).await;
-        lease.release().await;
-        committed.map(|()| manifest)
+        self.commit(&key, &manifest, pre, Some(lease)).await?;
+        Ok(manifest)
     }
 
     /// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk; returns (size, stored bytes).
@@ -477,7 +486,13 @@ impl BlobStore {
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
         let key = validate_key(key.as_ref())?;
         // Queued before the delete, as in a put's commit, so that a crash right after it orphans nothing.
-        let pre_read = self.inner.read_manifest(&key).await.ok().flatten();
+        let pre_read = match self.inner.read_manifest(&key).await {
+            Ok(m) => m,
+            // A damaged manifest must stay deletable; its chunks are left to `fsck --repair`.
+            Err(e) if e.is_corruption() => None,
+            Err(e) => return Err(e),
+        };
+        let queued_at = now_micros();
         if let Some(old) = &pre_read {
             self.inner.schedule_reclaim(&key, old).await?;
         }
@@ -495,13 +510,11 @@ impl BlobStore {
                 pre_read.clone()
             }
         };
-        if let Some(old) = previous
-            .as_ref()
-            .filter(|p| Some(p.version) != pre_read.as_ref().map(|r| r.version))
-        {
-            self.inner.schedule_reclaim_logged(&key, old).await;
-        }
-        Ok(previous.map(|m| m.version))
+        let version = previous.as_ref().map(|m| m.version);
+        self.inner
+            .queue_replaced(&key, None, previous, pre_read.as_ref(), queued_at)
+            .await;
+        Ok(version)
     }
 
     /// Every blob whose key starts with `prefix`, in key order.
@@ -657,16 +670,27 @@ impl BlobStore {
     /// when another put committed in between, so that what it replaces is always queued first. Elsewhere (CQL,
     /// where a condition costs a Paxos round) it writes plainly: a put committing in between is queued after the
     /// commit, and left to `fsck --repair` if this process dies in that moment.
-    async fn commit(&self, key: &Bytes, manifest: &Manifest, pre: PreCheck) -> Result<()> {
+    ///
+    /// `lease` (a chunked put's) is ended once the chunks are committed, deleted or queued for reclaim; if
+    /// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks.
+    async fn commit(
+        &self,
+        key: &Bytes,
+        manifest: &Manifest,
+        pre: PreCheck,
+        lease: Option<IntentLease>,
+    ) -> Result<()> {
         let inner = &self.inner;
         let cas = pre.condition == Precondition::None && inner.info.reports_previous;
         let mut raw = match &pre.condition {
-            Precondition::None => inner
-                .backend
-                .get_record(Namespace::Manifest, key)
-                .await
-                .ok()
-                .flatten(),
+            // Not knowing what the commit replaces would leave it unqueued: fail instead.
+            Precondition::None => match inner.backend.get_record(Namespace::Manifest, key).await {
+                Ok(raw) => raw,
+                Err(e) => {
+                    end_lease(lease, inner.discard(key, manifest).await).await;
+                    return Err(e);
+                }
+            },
             Precondition::Equals(expected) => Some(expected.clone()),
             Precondition::Absent => None,
         };
@@ -676,10 +700,11 @@ impl BlobStore {
             let before = raw
                 .as_ref()
                 .and_then(|b| inner.decode_manifest(key, b).ok());
+            let queued_at = now_micros();
             if let Some(old) = &before
                 && let Err(e) = inner.schedule_reclaim(key, old).await
             {
-                inner.discard(key, manifest).await;
+                end_lease(lease, inner.discard(key, manifest).await).await;
                 return Err(e);
             }
             let condition = if cas && attempt <= COMMIT_CAS_ATTEMPTS {
@@ -704,22 +729,26 @@ impl BlobStore {
                     continue;
                 }
                 Ok(RecordWrite::ConditionFailed(current)) => {
-                    inner.discard(key, manifest).await;
+                    end_lease(lease, inner.discard(key, manifest).await).await;
                     return Err(inner.condition_error(key, pre.expected, current.as_ref()));
                 }
                 Err(e) => {
                     // The commit may or may not have happened. Queue this version for reclaim: the reclaimer
                     // leaves it alone if it did become current.
-                    inner.schedule_reclaim_logged(key, manifest).await;
+                    end_lease(lease, inner.schedule_reclaim_logged(key, manifest).await).await;
                     return Err(e);
                 }
             };
-            if let Some(old) = replaced.filter(|old| {
-                old.version != manifest.version
-                    && Some(old.version) != before.as_ref().map(|b| b.version)
-            }) {
-                inner.schedule_reclaim_logged(key, &old).await;
-            }
+            inner
+                .queue_replaced(
+                    key,
+                    Some(manifest.version),
+                    replaced,
+                    before.as_ref(),
+                    queued_at,
+                )
+                .await;
+            end_lease(lease, true).await;
             return Ok(());
         }
     }
@@ -878,6 +907,13 @@ struct ReadState {
     done: bool,
 }
 
+/// Ends a chunked put's lease, if any (see [`IntentLease::end`]).
+async fn end_lease(lease: Option<IntentLease>, settled: bool) {
+    if let Some(lease) = lease {
+        lease.end(settled).await;
+    }
+}
+
 fn digest_error(key: &[u8], manifest: &Manifest, got: blake3::Hash) -> Error {
     Error::DigestMismatch {
         key: key.into(),
@@ -984,8 +1020,8 @@ impl Inner {
         }
     }
 
-    /// Deletes the chunks of a version that was never committed (best effort; leftovers are orphans for GC).
-    async fn discard(&self, key: &Bytes, manifest: &Manifest) {
+    /// Deletes the chunks of a version that was never committed; false if that failed (logged).
+    async fn discard(&self, key: &Bytes, manifest: &Manifest) -> bool {
         if let ManifestBody::Chunked { layout, .. } = &manifest.body {
             let blob = BlobRef {
                 key: key.clone(),
@@ -1000,18 +1036,45 @@ impl Inner {
                     "could not delete the chunks of uncommitted version {}: {e}",
                     manifest.version
                 );
+                return false;
             }
+        }
+        true
+    }
+
+    /// After a commit of `written` (`None`: a delete) that the backend says replaced `replaced`, having queued
+    /// `queued` at `queued_at` before writing: queues what it replaced when that is not what it queued (another
+    /// write landed in between), or when this write landed so late that the reclaimer may have dropped the first
+    /// entry as still current (see [`COMMIT_WINDOW_MICROS`]).
+    async fn queue_replaced(
+        &self,
+        key: &Bytes,
+        written: Option<VersionId>,
+        replaced: Option<Manifest>,
+        queued: Option<&Manifest>,
+        queued_at: u64,
+    ) {
+        let Some(old) = replaced.filter(|old| Some(old.version) != written) else {
+            return;
+        };
+        let late = now_micros().saturating_sub(queued_at) > COMMIT_WINDOW_MICROS / 2;
+        if late || Some(old.version) != queued.map(|q| q.version) {
+            self.schedule_reclaim_logged(key, &old).await;
         }
     }
 
     /// Like [`Inner::schedule_reclaim`], but failures are logged, not returned: for when the operation that
-    /// replaced the version has already succeeded (the version is then left to `fsck --repair`).
-    pub(crate) async fn schedule_reclaim_logged(&self, key: &Bytes, manifest: &Manifest) {
-        if let Err(e) = self.schedule_reclaim(key, manifest).await {
-            tracing::warn!(
-                "could not queue version {} for reclaim (left to fsck --repair): {e}",
-                manifest.version
-            );
+    /// replaced the version has already succeeded. False if queueing failed.
+    pub(crate) async fn schedule_reclaim_logged(&self, key: &Bytes, manifest: &Manifest) -> bool {
+        match self.schedule_reclaim(key, manifest).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "could not queue version {} for reclaim: {e}",
+                    manifest.version
+                );
+                false
+            }
         }
     }
 
@@ -1057,18 +1120,29 @@ impl Inner {
             // "After" this 8-byte key is every entry due at or after `w`.
             Bytes::copy_from_slice(&w.saturating_sub(1).to_be_bytes())
         });
+        let mut first_kept = None;
         let outcome = self
-            .reclaim_from(cutoff, dry_run, prefix, &mut after, &mut report)
+            .reclaim_from(
+                cutoff,
+                dry_run,
+                prefix,
+                &mut after,
+                &mut report,
+                &mut first_kept,
+            )
             .await;
         if outcome.is_ok()
             && !dry_run
             && prefix.is_empty()
-            && report.in_flight == 0
             && report.versions + report.still_current > 0
         {
-            // Every entry due before min(start, cutoff) was processed. Entries queued from now on are due at
-            // or after their queueing time; the margin covers clocks of other clients that run behind.
-            let mark = started.min(cutoff).saturating_sub(CLOCK_MARGIN_MICROS);
+            // Every entry due before min(start, cutoff) was processed, except those left in place (the first of
+            // which is due at `first_kept`). Entries queued from now on are due at or after their queueing time;
+            // the margin covers clocks of other clients that run behind.
+            let mark = started
+                .min(cutoff)
+                .min(first_kept.unwrap_or(u64::MAX))
+                .saturating_sub(CLOCK_MARGIN_MICROS);
             self.write_mark(RECLAIM_WATERMARK, &mark.to_le_bytes())
                 .await;
         }
@@ -1114,7 +1188,9 @@ impl Inner {
         prefix: &[u8],
         after: &mut Option<Bytes>,
         report: &mut ReclaimReport,
+        first_kept: &mut Option<u64>,
     ) -> Result<()> {
+        let now = now_micros();
         loop {
             let page = self
                 .backend
@@ -1146,10 +1222,17 @@ impl Inner {
                     version: entry.version,
                 };
                 if current == Some(entry.version) {
+                    if now < entry.due_micros.saturating_add(COMMIT_WINDOW_MICROS) {
+                        // The commit or delete that queued it may not have landed yet.
+                        report.awaiting_commit += 1;
+                        first_kept.get_or_insert(entry.due_micros);
+                        continue;
+                    }
                     report.still_current += 1;
                 } else if self.live_intent(&blob).await? {
                     // Only when a gc pass died between queueing an abandoned put and fencing its intent.
                     report.in_flight += 1;
+                    first_kept.get_or_insert(entry.due_micros);
                     continue;
                 } else {
                     if !dry_run {
@@ -1369,8 +1452,8 @@ impl ChunkWriter {
         Ok(self.stored)
     }
 
-    /// Stops outstanding writes and deletes what was written (best effort).
-    async fn abort(mut self) {
+    /// Stops outstanding writes and deletes what was written; false if that failed (logged).
+    async fn abort(mut self) -> bool {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
         if self.next_index > 0
@@ -1383,7 +1466,9 @@ impl ChunkWriter {
                 "could not delete the chunks of failed put {}: {e}",
                 self.blob.version
             );
+            return false;
         }
+        true
     }
 }
 
@@ -1464,6 +1549,144 @@ mod tests {
             ReclaimEntry::decode(&Bytes::from_static(b"short"), &v),
             None
         );
+    }
+
+    fn memory_store() -> (Arc<crate::MemoryStore>, BlobStore) {
+        let backend = Arc::new(crate::MemoryStore::new());
+        let config = StoreConfig::default().with_grace(Duration::ZERO);
+        let store = BlobStore::new(backend.clone(), config).expect("store");
+        (backend, store)
+    }
+
+    async fn put_chunked(store: &BlobStore, key: &Bytes) -> Manifest {
+        let m = store
+            .put(key, Bytes::from(vec![1u8; 300_000]), &PutOptions::new())
+            .await
+            .expect("put");
+        assert!(matches!(m.body, ManifestBody::Chunked { .. }));
+        m
+    }
+
+    /// A commit queues the version it replaces before its manifest write. A reclaim pass that runs before that
+    /// write lands finds the version still current: it must keep the entry, or the version is orphaned once
+    /// the write lands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_queued_by_a_pending_commit_outlives_the_pass() {
+        let (backend, store) = memory_store();
+        let key = Bytes::from_static(b"k");
+        let old = put_chunked(&store, &key).await;
+        store
+            .inner
+            .schedule_reclaim(&key, &old)
+            .await
+            .expect("queue");
+        let during = store.reclaim_all().await.expect("reclaim");
+        assert_eq!(
+            (
+                during.awaiting_commit,
+                during.still_current,
+                during.versions
+            ),
+            (1, 0, 0),
+            "{during:?}"
+        );
+        // The stalled commit (of an inline value) lands.
+        let body = Bytes::from_static(b"new");
+        let new = Manifest {
+            version: VersionId::generate(),
+            size: body.len() as u64,
+            created_micros: now_micros(),
+            expires_micros: None,
+            digest: *blake3::hash(&body).as_bytes(),
+            body: ManifestBody::Inline(body.clone()),
+            content_type: None,
+            metadata: Default::default(),
+        };
+        backend
+            .put_record(Namespace::Manifest, &key, new.encode(), &Precondition::None)
+            .await
+            .expect("the commit lands");
+        let after = store.reclaim_all().await.expect("reclaim");
+        assert_eq!((after.versions, after.awaiting_commit), (1, 0), "{after:?}");
+        assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
+        assert_eq!(store.get(&key).await.expect("get"), body);
+    }
+
+    /// An entry whose version is still current long after it fell due belongs to a write that never landed: it
+    /// is dropped, and the version's chunks stay.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_of_a_commit_that_never_landed_is_dropped_after_the_window() {
+        let (backend, store) = memory_store();
+        let key = Bytes::from_static(b"k");
+        let current = put_chunked(&store, &key).await;
+        let ManifestBody::Chunked { layout, .. } = &current.body else {
+            unreachable!("checked by put_chunked")
+        };
+        let stale = ReclaimEntry {
+            due_micros: now_micros() - COMMIT_WINDOW_MICROS - 1,
+            version: current.version,
+            key: key.clone(),
+            salt_count: layout.salt_count,
+            chunk_count: layout.chunk_count,
+            stored_bytes: 0,
+        };
+        let (k, v) = stale.encode();
+        backend
+            .put_record(Namespace::Reclaim, &k, v, &Precondition::None)
+            .await
+            .expect("queue");
+        let chunks = backend.chunk_count().expect("count");
+        let report = store.reclaim_all().await.expect("reclaim");
+        assert_eq!(
+            (
+                report.still_current,
+                report.awaiting_commit,
+                report.versions
+            ),
+            (1, 0, 0),
+            "{report:?}"
+        );
+        assert_eq!(backend.chunk_count().expect("count"), chunks);
+        let queue = backend
+            .scan_records(Namespace::Reclaim, b"", None, 10)
+            .await
+            .expect("scan");
+        assert!(queue.is_empty(), "dropped: {queue:?}");
+        assert_eq!(store.get(&key).await.expect("get").len(), 300_000);
+    }
+
+    /// A put whose commit fails and whose cleanup fails too (chunks not deleted, not queued) keeps its intent,
+    /// so that gc reclaims the chunks once the lease is over; removing the intent would orphan them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_that_cannot_clean_up_leaves_its_intent_to_gc() {
+        let backend = Arc::new(crate::MemoryStore::new());
+        let lease = Duration::from_millis(300);
+        let config = StoreConfig::default()
+            .with_grace(Duration::ZERO)
+            .with_intent_lease(lease);
+        let store = BlobStore::new(backend.clone(), config).expect("store");
+        backend
+            .fail_writes(&[Namespace::Manifest, Namespace::Reclaim], true)
+            .expect("inject");
+        let failed = store
+            .put("k", Bytes::from(vec![1u8; 300_000]), &PutOptions::new())
+            .await;
+        assert!(failed.is_err(), "the commit failed: {failed:?}");
+        backend.fail_writes(&[], false).expect("heal");
+        assert!(backend.chunk_count().expect("count") > 0);
+        let intents = backend
+            .scan_records(Namespace::Intent, b"", None, 10)
+            .await
+            .expect("scan");
+        assert_eq!(intents.len(), 1, "the intent stays");
+
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        let gc = store
+            .gc(&crate::GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc");
+        assert_eq!((gc.abandoned_puts, gc.reclaim.versions), (1, 1), "{gc:?}");
+        assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saltblob_check::ViolationKind;
-use saltblob_check::broken::{LostAck, ManifestFirst, StaleReads};
+use saltblob_check::broken::{LostAck, ManifestFirst, RefusedButApplied, StaleReads};
 use saltblob_check::{OpMix, SizeMix};
 use saltblob_core::MemoryStore;
 
@@ -48,6 +48,7 @@ async fn stale_manifest_reads_are_caught() {
         put: 30,
         get: 60,
         delete: 10,
+        conditional_put: 0,
     };
     let report = run_until(
         "stale reads",
@@ -79,6 +80,38 @@ async fn lost_acknowledged_commits_are_caught() {
     assert!(backend.lost() > 0);
     assert!(
         report.count(ViolationKind::Lost) + report.count(ViolationKind::Stale) > 0,
+        "not caught: {report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_conditional_puts_that_took_effect_are_caught() {
+    let backend = Arc::new(RefusedButApplied::new(
+        Arc::new(MemoryStore::new()),
+        0.3,
+        40,
+    ));
+    let store = store_on(backend.clone());
+    let mut config = hot_keys(1, 4, Duration::from_millis(300), 40);
+    // Inline values only: a refused chunked put deletes its chunks, and its read then fails as corrupt.
+    config.sizes = SizeMix::fixed([100, 1000]);
+    config.mix = OpMix {
+        put: 10,
+        get: 50,
+        delete: 5,
+        conditional_put: 35,
+    };
+    let report = run_until(
+        "refused but applied",
+        &store,
+        &config,
+        &[ViolationKind::Refused],
+        ROUNDS,
+    )
+    .await;
+    assert!(backend.applied() > 0);
+    assert!(
+        report.count(ViolationKind::Refused) > 0,
         "not caught: {report:?}"
     );
 }

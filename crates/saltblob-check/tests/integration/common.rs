@@ -34,9 +34,10 @@ pub fn hot_keys(keys: usize, clients: usize, duration: Duration, seed: u64) -> W
     config.clients = clients;
     config.sizes = SizeMix::boundaries(&policy(), 160 * 1024);
     config.mix = OpMix {
-        put: 40,
+        put: 30,
         get: 50,
         delete: 10,
+        conditional_put: 10,
     };
     config.duration = Some(duration);
     config.seed = seed;

@@ -65,9 +65,10 @@ fn crash_loop_child() {
         load.clients = 4;
         load.sizes = SizeMix::boundaries(&LayoutPolicy::default(), MAX_SIZE);
         load.mix = OpMix {
-            put: 45,
+            put: 35,
             get: 45,
             delete: 10,
+            conditional_put: 10,
         };
         load.duration = None;
         load.seed = seed;

@@ -68,9 +68,10 @@ fn fault_child() {
         load.clients = 3;
         load.sizes = SizeMix::boundaries(&LayoutPolicy::default(), 12 << 20);
         load.mix = OpMix {
-            put: 50,
+            put: 40,
             get: 40,
             delete: 10,
+            conditional_put: 10,
         };
         load.duration = None;
         load.seed = rand::random();
