@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -33,11 +34,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A seeded coin, shared by the tasks using one wrapper.
+/// A seeded coin, shared by the tasks using one wrapper; it counts the heads it threw.
 #[derive(Debug)]
 struct Coin {
     probability: f64,
     rng: Mutex<StdRng>,
+    heads: AtomicU64,
 }
 
 impl Coin {
@@ -45,11 +47,18 @@ impl Coin {
         Self {
             probability: probability.clamp(0.0, 1.0),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            heads: AtomicU64::new(0),
         }
     }
 
+    fn heads(&self) -> u64 {
+        self.heads.load(Ordering::Relaxed)
+    }
+
     fn flip(&self) -> bool {
-        lock(&self.rng).random_bool(self.probability)
+        let heads = lock(&self.rng).random_bool(self.probability);
+        self.heads.fetch_add(u64::from(heads), Ordering::Relaxed);
+        heads
     }
 
     fn duration(&self, range: &Range<Duration>) -> Duration {
@@ -359,7 +368,6 @@ impl_chunk_store!(
 pub struct LostAck {
     inner: Arc<dyn ChunkStore>,
     coin: Coin,
-    lost: Mutex<u64>,
 }
 
 impl LostAck {
@@ -368,13 +376,12 @@ impl LostAck {
         Self {
             inner,
             coin: Coin::new(p, seed),
-            lost: Mutex::new(0),
         }
     }
 
     /// Manifest writes dropped so far.
     pub fn lost(&self) -> u64 {
-        *lock(&self.lost)
+        self.coin.heads()
     }
 }
 
@@ -399,7 +406,6 @@ impl_chunk_store!(
             cond: &Precondition,
         ) -> Result<RecordWrite> {
             if ns == Namespace::Manifest && self.coin.flip() {
-                *lock(&self.lost) += 1;
                 return Ok(RecordWrite::Done(Previous::Absent));
             }
             self.inner.put_record(ns, key, value, cond).await
@@ -413,7 +419,6 @@ impl_chunk_store!(
 pub struct RefusedButApplied {
     inner: Arc<dyn ChunkStore>,
     coin: Coin,
-    applied: Mutex<u64>,
 }
 
 impl RefusedButApplied {
@@ -422,13 +427,12 @@ impl RefusedButApplied {
         Self {
             inner,
             coin: Coin::new(p, seed),
-            applied: Mutex::new(0),
         }
     }
 
     /// Refused writes applied so far.
     pub fn applied(&self) -> u64 {
-        *lock(&self.applied)
+        self.coin.heads()
     }
 }
 
@@ -459,7 +463,6 @@ impl_chunk_store!(
             {
                 return Ok(outcome);
             }
-            *lock(&self.applied) += 1;
             self.inner
                 .put_record(ns, key, value, &Precondition::None)
                 .await?;
