@@ -48,45 +48,19 @@ check_index() {
 
 # ---------------------------------------------------------------- toolchain
 
-java_major() {
-    local v
-    v=$("$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java\.specification\.version = //p')
-    printf '%s' "${v:-0}"
-}
-
-apt_install() {
-    local sudo=()
-    if ((EUID != 0)); then
-        command -v sudo >/dev/null || die "need root or sudo to apt-get install $*"
-        sudo=(sudo)
-    fi
-    log "installing $* with apt-get"
-    "${sudo[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$@" >/dev/null
-}
-
-# Cassandra 5.0 supports Java 11 and 17; this script uses Java 17.
-find_java17() {
-    local c
-    for c in "${JAVA_HOME:+$JAVA_HOME/bin/java}" "$(command -v java || true)" /usr/lib/jvm/java-17-openjdk-*/bin/java; do
-        if [[ -n "$c" && -x "$c" && "$(java_major "$c")" == 17 ]]; then
-            printf '%s' "$c"
-            return 0
-        fi
-    done
-    return 1
-}
+# Java 17 (Cassandra 5.0 supports 11 and 17; this script uses 17) and Maven, installed with apt-get when
+# missing: see prereqs.sh, which the test suite's set-up shares.
+source "$(dirname "${BASH_SOURCE[0]}")/prereqs.sh"
 
 ensure_java() {
     [[ -n "$JAVA" ]] && return 0
-    if ! JAVA=$(find_java17); then
-        apt_install openjdk-17-jre-headless
-        JAVA=$(find_java17) || die "no Java 17 found even after installing openjdk-17-jre-headless"
-    fi
+    JAVA=$(prereq_find_java17) && return 0
+    prereq_ensure cassandra >&2 || die "could not install Java 17"
+    JAVA=$(prereq_find_java17) || die "no Java 17 found even after installing openjdk-17-jre-headless"
 }
 
 ensure_maven() {
-    command -v mvn >/dev/null || apt_install maven
+    prereq_ensure cassandra >&2 || die "could not install Maven"
 }
 
 # ---------------------------------------------------------------- install
