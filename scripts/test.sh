@@ -21,6 +21,8 @@ step() {
   echo "== $name passed in $((SECONDS - t0)) s"
 }
 
+# The set-up's own detection, against faked machines, and this machine after its set-up (scripts/prereqs.sh).
+step setup-checks timeout 120 scripts/test-setup.sh --this-machine
 step format cargo fmt --all -- --check
 # One profile (release) for lints, tests and the CLI, so that RocksDB is compiled once.
 step lint timeout 3600 cargo clippy --release --locked --workspace --all-targets -- -D warnings
@@ -43,4 +45,5 @@ step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 12
   cargo test --release --locked -p saltblob-cql --test integration cluster:: -- --nocapture
 step cassandra-stop scripts/cassandra.sh stop
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
+     /^setup: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      END { printf "saltblob: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

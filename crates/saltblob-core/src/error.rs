@@ -227,8 +227,14 @@ pub enum Error {
         message: String,
         /// Whether the same call may succeed later (timeouts, overload, unavailable replicas).
         retryable: bool,
+        /// The engine's or driver's own error, kept for callers that walk the chain (`Error::source`).
+        #[source]
+        source: Option<BoxError>,
     },
 }
+
+/// An error of a storage engine or driver, kept as the cause of an [`Error::Backend`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 fn fmt_opt(v: &Option<VersionId>) -> String {
     v.map_or_else(|| "no blob".to_owned(), |v| v.to_string())
@@ -272,12 +278,29 @@ impl Error {
         }
     }
 
-    /// Builds an [`Error::Backend`].
+    /// Builds an [`Error::Backend`] with no underlying error (the backend's own finding).
     pub fn backend(backend: &'static str, message: impl fmt::Display, retryable: bool) -> Self {
         Error::Backend {
             backend,
             message: message.to_string(),
             retryable,
+            source: None,
+        }
+    }
+
+    /// Builds an [`Error::Backend`] caused by the engine's or driver's error `source`, which is kept (the
+    /// message says what saltblob was doing; the source says what failed).
+    pub fn backend_caused(
+        backend: &'static str,
+        message: impl fmt::Display,
+        retryable: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Backend {
+            backend,
+            message: message.to_string(),
+            retryable,
+            source: Some(source.into()),
         }
     }
 }

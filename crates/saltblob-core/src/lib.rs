@@ -52,7 +52,7 @@ pub use backend::{
 };
 pub use codec::Codec;
 pub use config::{PutCondition, PutOptions, StoreConfig};
-pub use error::{Error, KeyDisplay, Result};
+pub use error::{BoxError, Error, KeyDisplay, Result};
 pub use layout::{ChunkLayout, Layout, LayoutPolicy};
 pub use maintenance::{
     Damage, FsckOptions, FsckReport, GcHandle, GcOptions, GcReport, Orphan, OrphanReason,

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Tests of the set-up's detection (scripts/prereqs.sh) against faked machines: a fake package query answers
+# from a list of installed packages, a scratch root and PATH hold fake java binaries. Each case states which
+# packages the set-up must ask for; the real machine's own packages do not matter, so a wrong predicate fails
+# here even where the package happens to be installed.
+#
+#   scripts/test-setup.sh           run the cases, print one line each and "setup: N passed, N failed"
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/prereqs.sh
+
+scratch=$(mktemp -d -t saltblob-setup.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+passed=0
+failed=0
+
+# A fake dpkg-query: answers `-W -f='${Status}' PKG` from $scratch/dpkg-db (lines "PKG STATUS..."), and like
+# the real one fails with "no packages found" for a package it does not know.
+mkdir -p "$scratch/bin"
+cat >"$scratch/bin/dpkg-query" <<'EOF'
+#!/usr/bin/env bash
+pkg=${!#}
+line=$(grep -m1 "^$pkg " "$FAKE_DPKG_DB") || { echo "dpkg-query: no packages found matching $pkg" >&2; exit 1; }
+printf '%s' "${line#* }"
+EOF
+chmod +x "$scratch/bin/dpkg-query"
+export SALTBLOB_DPKG_QUERY="$scratch/bin/dpkg-query" FAKE_DPKG_DB="$scratch/dpkg-db"
+
+# A fake java binary at $1 that reports Java version $2 the way `java -XshowSettings:properties` does.
+fake_java() {
+  mkdir -p "$(dirname "$1")"
+  printf '#!/bin/sh\necho "    java.specification.version = %s" >&2\n' "$2" >"$1"
+  chmod +x "$1"
+}
+
+# The fresh machine of this project's kind: a C/C++ toolchain, Debian's Java 17 and Maven, and libclang-cpp14
+# (a look-alike of libclang) but neither libclang-dev nor libclang1-14 nor fiu-utils.
+FRESH=(gcc g++ make maven libclang-cpp14 openjdk-17-jre-headless)
+
+# machine PKG...: the fake package database holds exactly these packages as installed, plus some in other states.
+machine() {
+  {
+    local p
+    for p in "$@"; do echo "$p install ok installed"; done
+    echo "libclang1-14 deinstall ok config-files"
+    echo "libclang-14-dev unknown ok not-installed"
+  } >"$FAKE_DPKG_DB"
+}
+
+# expect NAME WANT GROUP...: prereq_missing for the groups must ask for exactly the packages WANT (space-separated).
+expect() {
+  local name=$1 want=$2 got
+  shift 2
+  got=$(prereq_missing "$@" 2>/dev/null | cut -f1 | sort | xargs)
+  want=$(tr ' ' '\n' <<<"$want" | sort | xargs)
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $name: asked for '${got}', expected '${want}'"
+    failed=$((failed + 1))
+  fi
+}
+
+# Java: no JAVA_HOME, a PATH whose java is a fake, a scratch root with no /usr/lib/jvm unless a case adds one.
+export SALTBLOB_PREREQ_ROOT="$scratch/root"
+unset JAVA_HOME
+fake_java "$scratch/java11/java" 11
+fake_java "$scratch/java17/java" 17
+PATH="$scratch/java17:$PATH"
+
+machine "${FRESH[@]}"
+expect "fresh machine (libclang-cpp14 only): the build asks for libclang-dev" "libclang-dev" build
+expect "fresh machine: the tests ask for fiu-utils" "fiu-utils" test
+expect "fresh machine: Cassandra needs nothing more" "" cassandra
+
+machine "${FRESH[@]}" libclang1-14 libclang-common-14-dev
+expect "libclang1-14 and clang's headers without libclang-dev: still asks for libclang-dev" "libclang-dev" build
+
+machine "${FRESH[@]}" libclang-dev fiu-utils
+expect "everything installed: asks for nothing" "" build test cassandra
+
+# Each Debian prerequisite alone missing: exactly that one is asked for, by its group.
+for entry in "${SALTBLOB_PREREQS[@]}"; do
+  group=${entry%% *}
+  pkg=${entry#* }
+  pkg=${pkg%% *}
+  others=()
+  for p in "${FRESH[@]}" libclang-dev fiu-utils; do [ "$p" = "$pkg" ] || others+=("$p"); done
+  machine "${others[@]}"
+  expect "$pkg missing: the $group set-up asks for it" "$pkg" "$group"
+  expect "$pkg missing: the other groups do not" "" $(printf '%s\n' build test cassandra | grep -vx "$group")
+done
+
+machine "${FRESH[@]}" libclang-dev fiu-utils
+echo "gcc deinstall ok config-files" >>"$FAKE_DPKG_DB"
+sed -i '/^gcc install/d' "$FAKE_DPKG_DB"
+expect "a removed package (configuration files left) counts as missing" "gcc" build
+echo "fiu-utils unknown ok not-installed" >>"$FAKE_DPKG_DB"
+sed -i '/^fiu-utils install/d' "$FAKE_DPKG_DB"
+expect "a package known to apt but not installed counts as missing" "fiu-utils" test
+
+# Java 17 is decided by running the candidates cassandra.sh would run.
+machine "${FRESH[@]}" libclang-dev fiu-utils
+PATH="$scratch/java11:$PATH" expect "only Java 11 on PATH: asks for openjdk-17-jre-headless" "openjdk-17-jre-headless" cassandra
+PATH="$scratch/java11:$PATH" JAVA_HOME="$scratch/jdk17" expect "JAVA_HOME without a java: asks for it" \
+  "openjdk-17-jre-headless" cassandra
+fake_java "$scratch/jdk17/bin/java" 17
+PATH="$scratch/java11:$PATH" JAVA_HOME="$scratch/jdk17" expect "Java 17 in JAVA_HOME: asks for nothing" "" cassandra
+fake_java "$SALTBLOB_PREREQ_ROOT/usr/lib/jvm/java-17-openjdk-amd64/bin/java" 17
+PATH="$scratch/java11:$PATH" expect "Debian's Java 17 beside a default Java 11: asks for nothing" "" cassandra
+
+# What the set-up prints: one line per package it installs, saying why (a dry run installs nothing).
+machine "${FRESH[@]}"
+out=$(SALTBLOB_SETUP_DRY_RUN=1 prereq_ensure build test 2>&1)
+if grep -qx "== installing libclang-dev (Debian package): libclang.so and clang's headers, which bindgen loads to generate RocksDB's bindings" <<<"$out" \
+  && grep -q "^== installing fiu-utils (Debian package): " <<<"$out" && [ "$(wc -l <<<"$out")" = 2 ]; then
+  echo "ok   the set-up prints one line per package it installs, with the reason"
+  passed=$((passed + 1))
+else
+  echo "FAIL the set-up's lines: $out"
+  failed=$((failed + 1))
+fi
+
+# And the real machine, after the set-up of scripts/test.sh: nothing is missing.
+unset SALTBLOB_DPKG_QUERY SALTBLOB_PREREQ_ROOT
+PATH=${PATH#"$scratch/java17:"}
+if [ "${1:-}" = --this-machine ]; then
+  expect "this machine after its set-up: nothing missing" "" build test cassandra
+fi
+
+echo "setup: $passed passed, $failed failed"
+[ "$failed" = 0 ]
