@@ -4,18 +4,18 @@
 //! chunk and compares the two: chunks of no committed version, no put in flight and no queued reclaim are
 //! **orphans**, which `--repair` removes (and nothing else).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use crate::backend::{BlobRef, Namespace, Precondition, RecordWrite};
-use crate::intent::{Intent, intent_key, parse_intent_key};
+use crate::backend::{BlobRef, Namespace};
+use crate::intent::{self, Intent, intent_key};
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody};
-use crate::reclaim::ReclaimEntry;
+use crate::reclaim;
 use crate::records::{Inner, micros};
 use crate::store::read;
 use crate::version::{VersionId, now_micros};
@@ -166,8 +166,8 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
     drop(chunks);
 
     // Read after the listing, so that a put that wrote chunks before it shows here as in flight or done.
-    let intents = scan_intents(inner).await?;
-    let queued = scan_queue(inner).await?;
+    let intents = intent::all(inner).await?;
+    let queued = reclaim::queued_versions(inner).await?;
     let now = now_micros();
     let min_age = micros(opts.min_age.unwrap_or(inner.config.grace));
     let mut versions: Vec<_> = stored.into_iter().collect();
@@ -285,34 +285,6 @@ async fn verify_version(inner: &Arc<Inner>, key: Bytes, manifest: Manifest) -> R
     Ok(total)
 }
 
-/// Every intent record that decodes, by blob.
-async fn scan_intents(inner: &Inner) -> Result<HashMap<(Bytes, VersionId), Intent>> {
-    let mut out = HashMap::new();
-    let mut pages = inner.scan(Namespace::Intent, b"", None);
-    while let Some(page) = pages.next_page().await? {
-        for (k, v) in &page {
-            if let (Some(blob), Some(intent)) = (parse_intent_key(k), Intent::decode(v)) {
-                out.insert((blob.key, blob.version), intent);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Every version in the reclaim queue.
-async fn scan_queue(inner: &Inner) -> Result<HashSet<(Bytes, VersionId)>> {
-    let mut out = HashSet::new();
-    let mut pages = inner.scan(Namespace::Reclaim, b"", None);
-    while let Some(page) = pages.next_page().await? {
-        for (k, v) in &page {
-            if let Some(e) = ReclaimEntry::decode(k, v) {
-                out.insert((e.key, e.version));
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Deletes an orphan's chunks after re-checking that it is still one; returns whether it did.
 async fn remove_orphan(
     inner: &Inner,
@@ -325,11 +297,7 @@ async fn remove_orphan(
         key: key.clone(),
         version,
     };
-    let record_key = intent_key(&blob);
-    let intent_now = inner
-        .backend
-        .get_record(Namespace::Intent, &record_key)
-        .await?;
+    let intent_now = intent::read_record(inner, &blob).await?;
     let fenced = match (&intent, &intent_now) {
         (None, None) => true,
         (Some(seen), Some(now)) => Intent::decode(now) == Some(*seen),
@@ -339,15 +307,11 @@ async fn remove_orphan(
     if !fenced || current == Some(version) {
         return Ok(false);
     }
-    if let Some(raw) = intent_now {
-        // Take the expired intent over first, so that its writer cannot renew it and commit.
-        let taken = inner
-            .backend
-            .delete_record(Namespace::Intent, &record_key, &Precondition::Equals(raw))
-            .await?;
-        if matches!(taken, RecordWrite::ConditionFailed(_)) {
-            return Ok(false);
-        }
+    // Take the expired intent over first, so that its writer cannot renew it and commit.
+    if let Some(raw) = intent_now
+        && !intent::take_over(inner, &intent_key(&blob), raw).await?
+    {
+        return Ok(false);
     }
     inner
         .backend

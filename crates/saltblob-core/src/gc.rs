@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::backend::{Namespace, Precondition, RecordWrite, SpaceReport};
-use crate::intent::{Intent, parse_intent_key};
+use crate::backend::{Namespace, SpaceReport};
+use crate::intent::{self, Intent, parse_intent_key};
 use crate::reclaim::{self, ChunkSet, ReclaimReport};
 use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
 use crate::version::now_micros;
@@ -184,14 +184,10 @@ async fn gc_intent(
         Err(e) if e.is_corruption() => return Ok(true),
         Err(e) => return Err(e),
     };
-    let fence = Precondition::Equals(v.clone());
     if current == Some(blob.version) {
         report.stale_intents += 1;
         if !dry_run {
-            inner
-                .backend
-                .delete_record(Namespace::Intent, k, &fence)
-                .await?;
+            intent::take_over(inner, k, v.clone()).await?;
         }
         return Ok(dry_run);
     }
@@ -200,32 +196,23 @@ async fn gc_intent(
     if dry_run {
         return Ok(true);
     }
-    // Queue first, then fence the writer off by removing its intent with a compare-and-set: a writer that
-    // renewed in between keeps its put (and the queue entry goes again). A crash in between leaves a queue
-    // entry that the reclaimer skips while the intent is live.
+    // Queue first, then fence the writer off by taking its intent over: a writer that renewed in between keeps
+    // its put (and the queue entry goes again). A crash in between leaves a queue entry that the reclaimer
+    // skips while the intent is live.
     let chunks = ChunkSet {
         salt_count: intent.salt_count,
         chunk_count: intent.chunks,
         stored_bytes: intent.stored_bytes,
     };
-    let qk = reclaim::enqueue(inner, &blob, chunks, now).await?;
-    match inner
-        .backend
-        .delete_record(Namespace::Intent, k, &fence)
-        .await?
-    {
-        RecordWrite::Done(_) => Ok(false),
-        RecordWrite::ConditionFailed(_) => {
-            report.abandoned_puts -= 1;
-            report.abandoned_chunks -= intent.chunks;
-            report.puts_in_flight += 1;
-            inner
-                .backend
-                .delete_record(Namespace::Reclaim, &qk, &Precondition::None)
-                .await?;
-            Ok(true)
-        }
+    let entry_key = reclaim::enqueue(inner, &blob, chunks, now).await?;
+    if intent::take_over(inner, k, v.clone()).await? {
+        return Ok(false);
     }
+    report.abandoned_puts -= 1;
+    report.abandoned_chunks -= intent.chunks;
+    report.puts_in_flight += 1;
+    reclaim::withdraw(inner, &entry_key).await?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! gc never reclaims chunks that a live put is about to publish. Renewals and gc's takeover are compare-and-set
 //! writes on the intent record: whichever comes second sees the other's write.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -267,15 +268,45 @@ async fn renew(
     }
 }
 
-/// Whether a put of `blob` still holds an unexpired intent.
-pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
-    let raw = inner
+/// The intent record of `blob` as stored, if there is one.
+pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<Bytes>> {
+    inner
         .backend
         .get_record(Namespace::Intent, &intent_key(blob))
-        .await?;
-    Ok(raw
+        .await
+}
+
+/// Whether a put of `blob` still holds an unexpired intent.
+pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
+    Ok(read_record(inner, blob)
+        .await?
         .and_then(|v| Intent::decode(&v))
         .is_some_and(|i| !i.expired(now_micros())))
+}
+
+/// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,
+/// so that its writer can no longer renew it and commit. False if the writer renewed it in between (it keeps
+/// its put).
+pub(crate) async fn take_over(inner: &Inner, record_key: &[u8], seen: Bytes) -> Result<bool> {
+    let outcome = inner
+        .backend
+        .delete_record(Namespace::Intent, record_key, &Precondition::Equals(seen))
+        .await?;
+    Ok(matches!(outcome, RecordWrite::Done(_)))
+}
+
+/// Every intent record that decodes, by blob.
+pub(crate) async fn all(inner: &Inner) -> Result<HashMap<(Bytes, VersionId), Intent>> {
+    let mut out = HashMap::new();
+    let mut pages = inner.scan(Namespace::Intent, b"", None);
+    while let Some(page) = pages.next_page().await? {
+        for (k, v) in &page {
+            if let (Some(blob), Some(intent)) = (parse_intent_key(k), Intent::decode(v)) {
+                out.insert((blob.key, blob.version), intent);
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

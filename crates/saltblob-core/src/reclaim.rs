@@ -4,6 +4,8 @@
 //! before may still be reading it); gc queues the chunks of abandoned puts. A reclaim pass deletes the chunks of
 //! every due entry whose version is no longer current and that no live put still holds, then the entry.
 
+use std::collections::HashSet;
+
 use bytes::Bytes;
 
 use crate::Result;
@@ -120,6 +122,29 @@ pub(crate) async fn enqueue(
         .put_record(Namespace::Reclaim, &k, v, &Precondition::None)
         .await?;
     Ok(k)
+}
+
+/// Removes the entry [`enqueue`] wrote under `entry_key`.
+pub(crate) async fn withdraw(inner: &Inner, entry_key: &[u8]) -> Result<()> {
+    inner
+        .backend
+        .delete_record(Namespace::Reclaim, entry_key, &Precondition::None)
+        .await
+        .map(|_| ())
+}
+
+/// Every version in the queue, due or not.
+pub(crate) async fn queued_versions(inner: &Inner) -> Result<HashSet<(Bytes, VersionId)>> {
+    let mut out = HashSet::new();
+    let mut pages = inner.scan(Namespace::Reclaim, b"", None);
+    while let Some(page) = pages.next_page().await? {
+        for (k, v) in &page {
+            if let Some(e) = ReclaimEntry::decode(k, v) {
+                out.insert((e.key, e.version));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Queues the chunks of `manifest` for deletion after the grace period (inline versions have none).
@@ -291,10 +316,7 @@ async fn process(
                 report.bytes += entry.stored_bytes;
             }
             if !dry_run {
-                inner
-                    .backend
-                    .delete_record(Namespace::Reclaim, &k, &Precondition::None)
-                    .await?;
+                withdraw(inner, &k).await?;
             }
         }
     }

@@ -339,6 +339,41 @@ impl BlobStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Precondition;
+    use crate::manifest::ManifestBody;
+    use crate::records::PAGE;
+    use crate::{MemoryStore, PutOptions};
+
+    /// An expired manifest in a full page of the scan does not end the listing early (it did when the listing
+    /// counted the entries it kept to tell a full page).
+    #[tokio::test]
+    async fn list_reads_past_a_page_with_an_expired_blob() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        let total = PAGE + 10;
+        for i in 0..total {
+            let m = store
+                .put(format!("k{i:05}"), &b"v"[..], &PutOptions::new())
+                .await
+                .expect("put");
+            assert!(matches!(m.body, ManifestBody::Inline(_)));
+        }
+        let expired = Manifest {
+            expires_micros: Some(1),
+            ..store.head("k00001").await.expect("head")
+        };
+        backend
+            .put_record(
+                Namespace::Manifest,
+                b"k00001",
+                expired.encode(),
+                &Precondition::None,
+            )
+            .await
+            .expect("expire");
+        let listed = store.list("k").await.expect("list");
+        assert_eq!(listed.len(), total - 1);
+    }
 
     #[test]
     fn keys_are_validated() {

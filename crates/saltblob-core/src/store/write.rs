@@ -24,6 +24,22 @@ use crate::{Error, Result};
 /// before it commits plainly.
 const COMMIT_CAS_ATTEMPTS: u32 = 8;
 
+/// The store's layout policy with the put's overrides, checked.
+pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
+    let mut policy = inner.config.policy.clone();
+    if let Some(cs) = opts.chunk_size {
+        policy.chunk_size = cs;
+    }
+    if let Some(s) = opts.max_salt {
+        policy.max_salt = s;
+    }
+    if let Some(c) = opts.codec {
+        policy.codec = c;
+    }
+    policy.validate(max_chunk_payload(&inner.info))?;
+    Ok(policy)
+}
+
 /// Reads the start of a put's stream: enough to choose the layout. Returns it and whether the stream ended.
 ///
 /// When the length is known ([`PutOptions::size_hint`]), that is the inline limit + 1 bytes; otherwise up to the
@@ -194,22 +210,6 @@ async fn write_chunks<R: AsyncRead + Unpin + Send>(
     }
     let stored = writer.finish().await?;
     Ok((size, stored))
-}
-
-/// The store's layout policy with the put's overrides, checked.
-pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
-    let mut policy = inner.config.policy.clone();
-    if let Some(cs) = opts.chunk_size {
-        policy.chunk_size = cs;
-    }
-    if let Some(s) = opts.max_salt {
-        policy.max_salt = s;
-    }
-    if let Some(c) = opts.codec {
-        policy.codec = c;
-    }
-    policy.validate(max_chunk_payload(&inner.info))?;
-    Ok(policy)
 }
 
 /// Fails as soon as a put has seen more bytes than the configured maximum or its announced size.
