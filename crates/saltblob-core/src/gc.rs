@@ -30,7 +30,7 @@ const INTENT_WATERMARK: &[u8] = b"intent-watermark";
 #[must_use]
 pub struct GcOptions {
     /// How long replaced and deleted versions stay readable before their chunks go. `Some(ZERO)` reclaims them
-    /// at once (readers still streaming them then fail with [`Error::VersionReclaimed`]). Defaults to the
+    /// at once (readers still streaming them then fail with [`crate::Error::VersionReclaimed`]). Defaults to the
     /// store's [`crate::StoreConfig::grace`]. Entries are assumed to have been queued with the store's grace.
     pub grace: Option<Duration>,
     /// Report what would be reclaimed without deleting anything. Defaults to `false`.

@@ -24,16 +24,18 @@
 //! ```
 //!
 //! # Layout
-//! Dependencies run one way, from the API down to the backend trait:
+//! One module per protocol; dependencies run one way: the API, then the protocols, then the base they share,
+//! then the backend trait.
 //! - [`store`]: [`BlobStore`], the API. Each method checks its input once and hands over to a protocol:
-//!   `store/write.rs` (a put's pipeline: pre-check, intent, chunk writer, commit; and delete),
-//!   `store/read.rs` (streaming reads, [`BlobStream`]), [`gc`] or [`fsck`].
+//!   `store/write.rs` (a put: pre-check, intent lease, chunks through `store/chunk_writer.rs`, commit; and
+//!   delete), `store/read.rs` (streaming reads, [`BlobStream`]), [`reclaim`], [`gc`] or [`fsck`].
+//! - [`gc`]: garbage collection ([`BlobStore::gc`]): takes over the intents of abandoned puts, then runs a
+//!   reclaim pass.
+//! - [`fsck`]: the consistency check ([`BlobStore::fsck`]); reads blobs through `store/read.rs`.
+//! - [`reclaim`]: the reclaim queue of replaced, deleted and abandoned versions, and the reclaim pass.
 //! - `intent.rs`: the intent lease a chunked put holds while it writes, which tells gc a put in flight from an
 //!   abandoned one.
-//! - [`reclaim`]: the reclaim queue of replaced, deleted and abandoned versions, and the reclaim pass.
-//! - [`gc`]: garbage collection ([`BlobStore::gc`]): abandoned puts' intents, then a reclaim pass.
-//! - [`fsck`]: the consistency check ([`BlobStore::fsck`]).
-//! - `records.rs`: the base they share: the store's state, manifest reads, the one paged scan of records,
+//! - `records.rs`: the shared base: the store's state, manifest reads, the one paged scan of records, the
 //!   low-water marks.
 //! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract.
 //! - [`layout`]: the layout policy (inline, one partition, salted fan-out) and chunk/salt/range arithmetic.

@@ -1,8 +1,9 @@
 //! [`BlobStore`]: the saltblob API on top of any [`ChunkStore`].
 //!
-//! Each method checks its input once and hands over to the protocol that does the work: [`write`] (put and
-//! delete), [`read`] (streaming reads), the reclaim queue ([`crate::reclaim`]), [`crate::gc`] and
-//! [`crate::fsck`]. None of those depends on this module.
+//! Each method checks its input once and hands over to the protocol that does the work: `write.rs` (put and
+//! delete, with the chunk writer of `chunk_writer.rs`), `read.rs` (streaming reads), the reclaim queue
+//! ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`]; `chunk_io.rs` holds the retry and batching rules
+//! the write and read pipelines share. None of those depends on this module.
 
 mod chunk_io;
 mod chunk_writer;
