@@ -48,7 +48,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use saltblob::layout::parse_size;
+use saltblob::parse_size;
 
 pub mod bench;
 pub mod device;

@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use saltblob::{Description, Manifest, ManifestBody};
 
-pub use saltblob::layout::parse_size;
+pub use saltblob::parse_size;
 
 /// Parses an HTTP-style inclusive range against a blob of `size` bytes: `START-END`, `START-` (to the end) or
 /// `-N` (the last N bytes). Returns a half-open range; `None` end means "to the end".

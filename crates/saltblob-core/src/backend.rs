@@ -39,14 +39,6 @@ impl Namespace {
             Namespace::Intent => 3,
         }
     }
-
-    /// Every namespace.
-    pub const ALL: [Namespace; 4] = [
-        Namespace::Manifest,
-        Namespace::Reclaim,
-        Namespace::Meta,
-        Namespace::Intent,
-    ];
 }
 
 /// A condition on the current value of a record, checked atomically with the write.

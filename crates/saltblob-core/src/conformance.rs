@@ -16,8 +16,9 @@ use tokio::io::{AsyncRead, AsyncWriteExt};
 use crate::backend::{BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition};
 use crate::codec::Codec;
 use crate::config::{PutCondition, PutOptions, StoreConfig};
+use crate::fsck::{FsckOptions, OrphanReason};
+use crate::gc::GcOptions;
 use crate::layout::{KIB, Layout, LayoutPolicy, MIB};
-use crate::maintenance::{FsckOptions, GcOptions, OrphanReason};
 use crate::manifest::ManifestBody;
 use crate::store::BlobStore;
 use crate::version::VersionId;
@@ -581,7 +582,7 @@ pub async fn conditional_puts(backend: Arc<dyn ChunkStore>) {
         .await
         .expect("if-absent on absent key");
     match store.put(&key, data(100, 2), &if_absent).await {
-        Err(Error::AlreadyExists { current, .. }) => assert_eq!(current, v1.version),
+        Err(Error::AlreadyExists { current, .. }) => assert_eq!(current, Some(v1.version)),
         other => panic!("expected AlreadyExists, got {other:?}"),
     }
     let v2 = store

@@ -68,12 +68,13 @@ pub enum Error {
         key: KeyDisplay,
     },
     /// A put with `if_absent` found a committed version.
-    #[error("already exists: key \"{key}\" already holds version {current}")]
+    #[error("already exists: key \"{key}\" already holds {}", fmt_current(.current))]
     AlreadyExists {
         /// The key written.
         key: KeyDisplay,
-        /// The version that is there.
-        current: VersionId,
+        /// The version that is there; `None` when it is not known (its manifest does not decode, or the
+        /// backend refused the write without returning the record).
+        current: Option<VersionId>,
     },
     /// A conditional operation found another current version than it expected.
     #[error("precondition failed for key \"{key}\": expected version {expected}, found {}", fmt_opt(.actual))]
@@ -207,14 +208,6 @@ pub enum Error {
         /// What is wrong and what is accepted.
         reason: String,
     },
-    /// The backend does not support an operation.
-    #[error("unsupported: {op} is not supported by the {backend} backend")]
-    Unsupported {
-        /// The operation.
-        op: &'static str,
-        /// The backend's name.
-        backend: &'static str,
-    },
     /// Reading the caller's input or writing its output failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
@@ -231,6 +224,16 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+    /// A failure of saltblob itself, not of the storage: one of its tasks panicked or was cancelled (e.g. the
+    /// runtime is shutting down). Not retryable; the operation did not complete.
+    #[error("internal error: {what}: {source}")]
+    Internal {
+        /// What saltblob was doing, e.g. `read task failed`.
+        what: &'static str,
+        /// The underlying failure (a task's join error).
+        #[source]
+        source: BoxError,
+    },
 }
 
 /// An error of a storage engine or driver, kept as the cause of an [`Error::Backend`].
@@ -240,9 +243,18 @@ fn fmt_opt(v: &Option<VersionId>) -> String {
     v.map_or_else(|| "no blob".to_owned(), |v| v.to_string())
 }
 
+fn fmt_current(v: &Option<VersionId>) -> String {
+    v.map_or_else(
+        || "a version that could not be read".to_owned(),
+        |v| format!("version {v}"),
+    )
+}
+
 impl Error {
     /// Whether the same call may succeed if retried: true for transient backend failures and for reads that
-    /// raced a reclaimed overwrite; false for bad input, missing data, failed preconditions and corruption.
+    /// raced a reclaimed overwrite; false for bad input, missing data, failed preconditions, corruption and
+    /// saltblob's own failures ([`Error::Internal`]: a task that panicked will panic again, a runtime that shuts
+    /// down runs nothing more).
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Backend { retryable, .. } => *retryable,
@@ -275,6 +287,14 @@ impl Error {
         Error::InvalidArgument {
             what,
             reason: reason.into(),
+        }
+    }
+
+    /// Builds an [`Error::Internal`] caused by `source`.
+    pub fn internal(what: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Internal {
+            what,
+            source: source.into(),
         }
     }
 

@@ -24,12 +24,24 @@
 //! ```
 //!
 //! # Layout
-//! - [`store`]: [`BlobStore`], the write pipeline (with its intent lease), commit and streaming reads, the
-//!   reclaim queue of replaced versions.
-//! - [`maintenance`]: garbage collection ([`BlobStore::gc`]) and the consistency check ([`BlobStore::fsck`]).
+//! One module per protocol; dependencies run one way: the API, then the protocols, then the base they share,
+//! then the backend trait.
+//! - [`store`]: [`BlobStore`], the API. Each method checks its input once and hands over to a protocol:
+//!   `store/write.rs` (a put: pre-check, intent lease, chunks through `store/chunk_writer.rs`, commit; and
+//!   delete), `store/read.rs` (streaming reads, [`BlobStream`]), [`reclaim`], [`gc`] or [`fsck`].
+//! - [`gc`]: garbage collection ([`BlobStore::gc`]): takes over the intents of abandoned puts, then runs a
+//!   reclaim pass.
+//! - [`fsck`]: the consistency check ([`BlobStore::fsck`]); reads blobs through `store/read.rs`.
+//! - [`reclaim`]: the reclaim queue of replaced, deleted and abandoned versions, and the reclaim pass.
+//! - `intent.rs`: the intent lease a chunked put holds while it writes, which tells gc a put in flight from an
+//!   abandoned one.
+//! - `records.rs`: the shared base: the store's state, manifest reads, the one paged scan of records, the
+//!   low-water marks.
 //! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract.
 //! - [`layout`]: the layout policy (inline, one partition, salted fan-out) and chunk/salt/range arithmetic.
 //! - [`manifest`], [`codec`]: the versioned on-disk format (`docs/format.md`).
+//! - [`config`]: [`StoreConfig`], [`PutOptions`] and [`parse_size`]; [`error`]: [`Error`]; [`version`]:
+//!   [`VersionId`].
 //! - [`memory`]: [`MemoryStore`], the in-memory reference backend.
 //! - `conformance` (feature `conformance`): the suite of behaviour every backend must pass.
 
@@ -39,10 +51,14 @@ pub mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
+pub mod fsck;
+pub mod gc;
+mod intent;
 pub mod layout;
-pub mod maintenance;
 pub mod manifest;
 pub mod memory;
+pub mod reclaim;
+mod records;
 pub mod store;
 pub mod version;
 
@@ -51,13 +67,13 @@ pub use backend::{
     Previous, RecordWrite, SpaceReport,
 };
 pub use codec::Codec;
-pub use config::{PutCondition, PutOptions, StoreConfig};
+pub use config::{PutCondition, PutOptions, StoreConfig, parse_size};
 pub use error::{BoxError, Error, KeyDisplay, Result};
+pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
+pub use gc::{GcHandle, GcOptions, GcReport};
 pub use layout::{ChunkLayout, Layout, LayoutPolicy};
-pub use maintenance::{
-    Damage, FsckOptions, FsckReport, GcHandle, GcOptions, GcReport, Orphan, OrphanReason,
-};
 pub use manifest::{Manifest, ManifestBody};
 pub use memory::MemoryStore;
-pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN, ReclaimReport};
+pub use reclaim::ReclaimReport;
+pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN};
 pub use version::VersionId;

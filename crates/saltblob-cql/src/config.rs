@@ -477,7 +477,7 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 }
 
 fn parse_size(s: &str) -> std::result::Result<usize, String> {
-    let n = saltblob_core::layout::parse_size(s)?;
+    let n = saltblob_core::parse_size(s)?;
     usize::try_from(n).map_err(|_| format!("\"{s}\" is too large"))
 }
 

@@ -1,0 +1,321 @@
+//! The consistency check ([`crate::BlobStore::fsck`]).
+//!
+//! `fsck` reads every committed blob in full (chunk checksums, lengths, the blob digest), lists every stored
+//! chunk and compares the two: chunks of no committed version, no put in flight and no queued reclaim are
+//! **orphans**, which `--repair` removes (and nothing else).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use crate::backend::{BlobRef, Namespace};
+use crate::intent::{self, Intent, intent_key};
+use crate::layout::ChunkLayout;
+use crate::manifest::{Manifest, ManifestBody};
+use crate::reclaim;
+use crate::records::{Inner, micros};
+use crate::store::read;
+use crate::version::{VersionId, now_micros};
+use crate::{Error, Result};
+
+/// Blobs verified concurrently by `fsck`.
+const FSCK_CONCURRENCY: usize = 4;
+
+/// Options of [`crate::BlobStore::fsck`].
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct FsckOptions {
+    /// Remove orphaned chunks (and nothing else). Defaults to `false`.
+    pub repair: bool,
+    /// Orphans younger than this (by version time) are reported but not removed, in case a reader or a
+    /// superseding put is still working with them. Defaults to the store's grace period.
+    pub min_age: Option<Duration>,
+    /// Only check blobs (and chunks) whose key starts with this. Defaults to empty: every blob.
+    pub prefix: Bytes,
+}
+
+impl FsckOptions {
+    /// Default options: check only.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`FsckOptions::repair`].
+    pub fn with_repair(mut self, repair: bool) -> Self {
+        self.repair = repair;
+        self
+    }
+
+    /// Sets [`FsckOptions::min_age`].
+    pub fn with_min_age(mut self, age: Duration) -> Self {
+        self.min_age = Some(age);
+        self
+    }
+
+    /// Sets [`FsckOptions::prefix`].
+    pub fn with_prefix(mut self, prefix: impl Into<Bytes>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+}
+
+/// A committed blob that does not read back whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The blob's key.
+    pub key: Bytes,
+    /// The version, when the manifest decoded.
+    pub version: Option<VersionId>,
+    /// What is wrong, with the evidence.
+    pub problem: String,
+}
+
+/// Why chunks are orphans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrphanReason {
+    /// A put that died before its commit: its intent has expired (gc also reclaims these).
+    Abandoned,
+    /// No manifest, intent or reclaim entry refers to the version (bookkeeping lost, e.g. a killed gc).
+    Unreferenced,
+}
+
+/// Chunks of one version that nothing needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Orphan {
+    /// The blob's key.
+    pub key: Bytes,
+    /// The version the chunks belong to.
+    pub version: VersionId,
+    /// Chunks found.
+    pub chunks: u64,
+    /// Why they are orphans.
+    pub reason: OrphanReason,
+    /// Whether `--repair` removed them.
+    pub removed: bool,
+}
+
+/// What [`crate::BlobStore::fsck`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    /// Committed blobs checked (damaged ones included).
+    pub blobs: u64,
+    /// Logical bytes of the blobs that read back whole.
+    pub bytes: u64,
+    /// Stored chunks listed.
+    pub chunks: u64,
+    /// Committed blobs that do not read back whole, and chunks stored outside their version's layout.
+    pub damaged: Vec<Damage>,
+    /// Chunks that nothing refers to.
+    pub orphans: Vec<Orphan>,
+    /// Versions of puts in progress (live intent): not orphans.
+    pub puts_in_flight: u64,
+    /// Replaced or deleted versions waiting in the reclaim queue: not orphans.
+    pub awaiting_reclaim: u64,
+}
+
+impl FsckReport {
+    /// Orphans still present (not removed by this run).
+    pub fn orphans_left(&self) -> usize {
+        self.orphans.iter().filter(|o| !o.removed).count()
+    }
+}
+
+/// What `fsck` learns about one stored version from the chunk listing.
+#[derive(Debug, Default)]
+struct Stored {
+    chunks: u64,
+    max_salt: u32,
+    max_index: u64,
+    /// Chunks outside the committed layout, with the first one as evidence.
+    stray: u64,
+    first_stray: Option<(u32, u64)>,
+}
+
+/// One check; see [`crate::BlobStore::fsck`].
+pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckReport> {
+    let mut report = FsckReport::default();
+    let committed = check_manifests(inner, &opts.prefix, &mut report).await?;
+
+    let mut stored: HashMap<(Bytes, VersionId), Stored> = HashMap::new();
+    let mut chunks = inner.backend.scan_chunks();
+    while let Some(addr) = chunks.try_next().await? {
+        if !addr.key.starts_with(&opts.prefix) {
+            continue;
+        }
+        report.chunks += 1;
+        let entry = stored.entry((addr.key.clone(), addr.version)).or_default();
+        entry.chunks += 1;
+        entry.max_salt = entry.max_salt.max(addr.salt);
+        entry.max_index = entry.max_index.max(addr.index);
+        let in_place = match committed.get(&(addr.key, addr.version)) {
+            Some(Some(layout)) => {
+                addr.index < layout.chunk_count && layout.salt_of(addr.index) == addr.salt
+            }
+            // An inline version has no chunks.
+            Some(None) => false,
+            None => true,
+        };
+        if !in_place {
+            entry.stray += 1;
+            entry.first_stray.get_or_insert((addr.salt, addr.index));
+        }
+    }
+    drop(chunks);
+
+    // Read after the listing, so that a put that wrote chunks before it shows here as in flight or done.
+    let intents = intent::all(inner).await?;
+    let queued = reclaim::queued_versions(inner).await?;
+    let now = now_micros();
+    let min_age = micros(opts.min_age.unwrap_or(inner.config.grace));
+    let mut versions: Vec<_> = stored.into_iter().collect();
+    versions.sort_by(|a, b| a.0.cmp(&b.0));
+    for ((key, version), s) in versions {
+        if committed.contains_key(&(key.clone(), version)) {
+            if let Some((salt, index)) = s.first_stray {
+                report.damaged.push(Damage {
+                    key,
+                    version: Some(version),
+                    problem: format!(
+                        "{} chunk(s) stored outside the layout, e.g. chunk {index} under salt {salt}",
+                        s.stray
+                    ),
+                });
+            }
+            continue;
+        }
+        let intent = intents.get(&(key.clone(), version));
+        if intent.is_some_and(|i| !i.expired(now)) {
+            report.puts_in_flight += 1;
+            continue;
+        }
+        if queued.contains(&(key.clone(), version)) {
+            report.awaiting_reclaim += 1;
+            continue;
+        }
+        let reason = if intent.is_some() {
+            OrphanReason::Abandoned
+        } else {
+            OrphanReason::Unreferenced
+        };
+        let old_enough = version.timestamp_millis().saturating_mul(1000) + min_age <= now;
+        let removed = opts.repair
+            && old_enough
+            && remove_orphan(inner, &key, version, &s, intent.copied()).await?;
+        report.orphans.push(Orphan {
+            key,
+            version,
+            chunks: s.chunks,
+            reason,
+            removed,
+        });
+    }
+    if report.orphans.iter().any(|o| o.removed) {
+        inner.backend.reclaim_space().await?;
+    }
+    Ok(report)
+}
+
+/// Reads and verifies every committed blob; returns the committed versions' chunk layouts (`None`: inline).
+async fn check_manifests(
+    inner: &Arc<Inner>,
+    prefix: &[u8],
+    report: &mut FsckReport,
+) -> Result<HashMap<(Bytes, VersionId), Option<ChunkLayout>>> {
+    let mut committed = HashMap::new();
+    let mut pages = inner.scan(Namespace::Manifest, prefix, None);
+    while let Some(page) = pages.next_page().await? {
+        let mut manifests = Vec::with_capacity(page.len());
+        for (key, bytes) in page {
+            match inner.decode_manifest(&key, &bytes) {
+                Ok(m) => manifests.push((key, m)),
+                Err(e) => report.damaged.push(Damage {
+                    key,
+                    version: None,
+                    problem: e.to_string(),
+                }),
+            }
+        }
+        let checked: Vec<(Bytes, Manifest, Result<u64>)> = stream::iter(manifests)
+            .map(|(key, m)| async move {
+                let read = verify_version(inner, key.clone(), m.clone()).await;
+                (key, m, read)
+            })
+            .buffer_unordered(FSCK_CONCURRENCY)
+            .collect()
+            .await;
+        for (key, m, read) in checked {
+            match read {
+                Ok(bytes) => {
+                    report.blobs += 1;
+                    report.bytes += bytes;
+                }
+                // Replaced (and reclaimed) while being checked: not damage.
+                Err(Error::VersionReclaimed { .. }) => {}
+                Err(e) if e.is_corruption() => {
+                    report.blobs += 1;
+                    report.damaged.push(Damage {
+                        key: key.clone(),
+                        version: Some(m.version),
+                        problem: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+            let layout = match m.body {
+                ManifestBody::Chunked { layout, .. } => Some(layout),
+                ManifestBody::Inline(_) => None,
+            };
+            committed.insert((key, m.version), layout);
+        }
+    }
+    Ok(committed)
+}
+
+/// Reads one version in full, verifying chunk checksums, lengths and the digest; returns its size.
+async fn verify_version(inner: &Arc<Inner>, key: Bytes, manifest: Manifest) -> Result<u64> {
+    let range = 0..manifest.size;
+    let mut stream = read::stream_version(inner, key, manifest, range);
+    let mut total = 0u64;
+    while let Some(piece) = stream.next().await {
+        total += piece?.len() as u64;
+    }
+    Ok(total)
+}
+
+/// Deletes an orphan's chunks after re-checking that it is still one; returns whether it did.
+async fn remove_orphan(
+    inner: &Inner,
+    key: &Bytes,
+    version: VersionId,
+    stored: &Stored,
+    intent: Option<Intent>,
+) -> Result<bool> {
+    let blob = BlobRef {
+        key: key.clone(),
+        version,
+    };
+    let intent_now = intent::read_record(inner, &blob).await?;
+    let fenced = match (&intent, &intent_now) {
+        (None, None) => true,
+        (Some(seen), Some(now)) => Intent::decode(now) == Some(*seen),
+        _ => false,
+    };
+    let current = inner.read_manifest(key).await?.map(|m| m.version);
+    if !fenced || current == Some(version) {
+        return Ok(false);
+    }
+    // Take the expired intent over first, so that its writer cannot renew it and commit.
+    if let Some(raw) = intent_now
+        && !intent::take_over(inner, &intent_key(&blob), raw).await?
+    {
+        return Ok(false);
+    }
+    inner
+        .backend
+        .delete_chunks(&blob, stored.max_salt + 1, stored.max_index + 1)
+        .await?;
+    Ok(true)
+}

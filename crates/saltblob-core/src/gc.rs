@@ -1,0 +1,279 @@
+//! Garbage collection ([`crate::BlobStore::gc`]): finds the space that failed and replaced writes left behind.
+//!
+//! Space is left behind in two ways, and each has a record that finds it again:
+//! - a put replaces a version, or a delete removes one: the version goes to the reclaim queue
+//!   ([`crate::reclaim`]), due after the grace period;
+//! - a writer dies (or is cancelled) between its first chunk and its commit: its intent (see `intent.rs`)
+//!   expires. gc takes such an intent over and queues the put's chunks for reclaim.
+//!
+//! A gc pass handles the intents, then runs one reclaim pass and asks the backend to return the freed space.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::backend::{Namespace, SpaceReport};
+use crate::intent::{self, Intent, parse_intent_key};
+use crate::reclaim::{self, ChunkSet, ReclaimReport};
+use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
+use crate::version::now_micros;
+use crate::{KeyDisplay, Result};
+
+/// Key of the intent scan's low-water mark in [`Namespace::Meta`]: a version id (u128 LE) below which every
+/// intent has been processed, so that gc passes do not read the deletion markers (tombstones on Cassandra) of
+/// the intents of long-committed puts again and again.
+const INTENT_WATERMARK: &[u8] = b"intent-watermark";
+
+/// Options of one garbage collection pass.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct GcOptions {
+    /// How long replaced and deleted versions stay readable before their chunks go. `Some(ZERO)` reclaims them
+    /// at once (readers still streaming them then fail with [`crate::Error::VersionReclaimed`]). Defaults to the
+    /// store's [`crate::StoreConfig::grace`]. Entries are assumed to have been queued with the store's grace.
+    pub grace: Option<Duration>,
+    /// Report what would be reclaimed without deleting anything. Defaults to `false`.
+    pub dry_run: bool,
+    /// Only collect blobs whose key starts with this. Defaults to empty: every blob.
+    pub prefix: Bytes,
+}
+
+impl GcOptions {
+    /// Default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`GcOptions::grace`].
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Sets [`GcOptions::dry_run`].
+    pub fn with_dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Sets [`GcOptions::prefix`].
+    pub fn with_prefix(mut self, prefix: impl Into<Bytes>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+}
+
+/// What one garbage collection pass found and freed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Whether this was a dry run (nothing deleted).
+    pub dry_run: bool,
+    /// Puts in progress (intent lease not expired): left alone.
+    pub puts_in_flight: u64,
+    /// Intents left behind by puts that did commit: removed.
+    pub stale_intents: u64,
+    /// Abandoned puts (intent expired, version not committed): their chunks were queued for reclaim.
+    pub abandoned_puts: u64,
+    /// Chunks the abandoned puts had written, as of their last lease renewal (a lower bound).
+    pub abandoned_chunks: u64,
+    /// What the reclaim queue pass freed (superseded and deleted versions, and the abandoned puts once due).
+    pub reclaim: ReclaimReport,
+    /// Disk space before and after, when the backend compacts and can tell.
+    pub space: Option<SpaceReport>,
+}
+
+/// Stops the background garbage collector started by [`crate::BlobStore::spawn_gc`] when dropped.
+#[derive(Debug)]
+pub struct GcHandle(tokio::task::JoinHandle<()>);
+
+impl Drop for GcHandle {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One garbage collection pass; see [`crate::BlobStore::gc`].
+pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
+    let now = now_micros();
+    let mut report = GcReport {
+        dry_run: opts.dry_run,
+        ..GcReport::default()
+    };
+    let watermark = intent_watermark(inner).await;
+    // Every intent at or above the mark ("after" the 16-byte version just below it).
+    let after = watermark.map(|w| Bytes::copy_from_slice(&w.saturating_sub(1).to_be_bytes()));
+    // Versions of puts started from now on are at least this (clocks may lag by the margin).
+    let mut oldest_live = (u128::from(now.saturating_sub(CLOCK_MARGIN_MICROS) / 1000)) << 80;
+    let mut pages = inner.scan(Namespace::Intent, b"", after);
+    while let Some(page) = pages.next_page().await? {
+        for (k, v) in page {
+            if k.get(16..).is_some_and(|key| key.starts_with(&opts.prefix)) {
+                let kept = gc_intent(inner, &k, &v, now, opts.dry_run, &mut report).await?;
+                if let (Some(version), true) = (parse_intent_key(&k), kept) {
+                    oldest_live = oldest_live.min(version.version.0);
+                }
+            }
+        }
+    }
+    if !opts.dry_run && opts.prefix.is_empty() && Some(oldest_live) > watermark {
+        inner
+            .write_mark(INTENT_WATERMARK, &oldest_live.to_le_bytes())
+            .await;
+    }
+    let config_grace = micros(inner.config.grace);
+    let cutoff = match opts.grace.map(micros) {
+        Some(0) => u64::MAX,
+        Some(g) => now.saturating_add(config_grace).saturating_sub(g),
+        None => now,
+    };
+    report.reclaim = reclaim::run(inner, cutoff, opts.dry_run, &opts.prefix).await?;
+    if !opts.dry_run && report.reclaim.versions > 0 {
+        report.space = inner.backend.reclaim_space().await?;
+    }
+    Ok(report)
+}
+
+/// Runs [`run`] every `every` in a background task until the handle is dropped; see
+/// [`crate::BlobStore::spawn_gc`].
+pub(crate) fn spawn(inner: Arc<Inner>, every: Duration, opts: GcOptions) -> GcHandle {
+    GcHandle(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match run(&inner, &opts).await {
+                Ok(r) => tracing::debug!("background gc: {r:?}"),
+                Err(e) => tracing::warn!("background gc failed (will retry): {e}"),
+            }
+        }
+    }))
+}
+
+/// Where the last full gc pass left the intent scan, if it recorded it.
+async fn intent_watermark(inner: &Inner) -> Option<u128> {
+    inner
+        .read_mark(INTENT_WATERMARK)
+        .await
+        .map(u128::from_le_bytes)
+}
+
+/// Handles one intent; returns whether it stays (a put in flight, or an intent left in place).
+async fn gc_intent(
+    inner: &Inner,
+    k: &Bytes,
+    v: &Bytes,
+    now: u64,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> Result<bool> {
+    let (Some(blob), Some(intent)) = (parse_intent_key(k), Intent::decode(v)) else {
+        tracing::warn!(
+            "undecodable intent record {:?} left in place",
+            KeyDisplay::from(&k[..])
+        );
+        return Ok(true);
+    };
+    if !intent.expired(now) {
+        report.puts_in_flight += 1;
+        return Ok(true);
+    }
+    let current = match inner.read_manifest(&blob.key).await {
+        Ok(m) => m.map(|m| m.version),
+        // Unsure what is current: leave it.
+        Err(e) if e.is_corruption() => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    if current == Some(blob.version) {
+        report.stale_intents += 1;
+        if !dry_run {
+            intent::take_over(inner, k, v.clone()).await?;
+        }
+        return Ok(dry_run);
+    }
+    report.abandoned_puts += 1;
+    report.abandoned_chunks += intent.chunks;
+    if dry_run {
+        return Ok(true);
+    }
+    // Queue first, then fence the writer off by taking its intent over: a writer that renewed in between keeps
+    // its put (and the queue entry goes again). A crash in between leaves a queue entry that the reclaimer
+    // skips while the intent is live.
+    let chunks = ChunkSet {
+        salt_count: intent.salt_count,
+        chunk_count: intent.chunks,
+        stored_bytes: intent.stored_bytes,
+    };
+    let entry_key = reclaim::enqueue(inner, &blob, chunks, now).await?;
+    if intent::take_over(inner, k, v.clone()).await? {
+        return Ok(false);
+    }
+    report.abandoned_puts -= 1;
+    report.abandoned_chunks -= intent.chunks;
+    report.puts_in_flight += 1;
+    reclaim::withdraw(inner, &entry_key).await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ChunkStore;
+    use crate::{BlobStore, MemoryStore, PutOptions, StoreConfig};
+
+    /// Store-wide passes keep a low-water mark of the intent scan; an abandoned put below the newest mark but at
+    /// or above the oldest live intent is still found.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_intent_watermark_never_skips_a_live_intent() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default().with_intent_lease(Duration::from_millis(300)),
+        )
+        .expect("store");
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let put = tokio::spawn({
+            let store = store.clone();
+            async move { store.put_stream("k", r, &PutOptions::new()).await }
+        });
+        // Past the read-ahead that picks the layout (the fan-out threshold): the put is writing chunks.
+        let fanout = store.config().policy.fanout_threshold as usize;
+        tokio::io::AsyncWriteExt::write_all(&mut w, &vec![7u8; fanout + (2 << 20)])
+            .await
+            .expect("feed");
+        let first = store.gc(&GcOptions::new()).await.expect("gc");
+        assert_eq!(first.puts_in_flight, 1, "{first:?}");
+        let mark = intent_watermark(&store.inner)
+            .await
+            .expect("a mark was recorded");
+        let live = backend
+            .scan_records(Namespace::Intent, b"", None, 10)
+            .await
+            .expect("scan");
+        let version = parse_intent_key(&live[0].0).expect("intent key").version;
+        assert!(
+            mark <= version.0,
+            "the mark stops at or below the oldest live intent"
+        );
+
+        put.abort();
+        drop(w);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let second = store.gc(&GcOptions::new()).await.expect("gc");
+        assert_eq!(
+            (second.abandoned_puts, second.reclaim.versions),
+            (1, 0),
+            "found, and queued for after the grace period: {second:?}"
+        );
+        let third = store
+            .gc(&GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc");
+        assert_eq!(third.reclaim.versions, 1, "{third:?}");
+        assert_eq!(backend.chunk_count().expect("count"), 0);
+        assert!(
+            intent_watermark(&store.inner).await > Some(mark),
+            "the mark moved on"
+        );
+    }
+}

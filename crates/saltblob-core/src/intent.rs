@@ -1,0 +1,348 @@
+//! The intent lease of a chunked put: how gc tells a put in flight from an abandoned one.
+//!
+//! Before its first chunk a put writes an **intent** (key, version, start, lease expiry, salt count), renews it
+//! every third of the lease while it runs and removes it after the commit. gc treats an intent as abandoned only
+//! once its lease has expired, and a put that could not renew its lease in time fails instead of committing, so
+//! gc never reclaims chunks that a live put is about to publish. Renewals and gc's takeover are compare-and-set
+//! writes on the intent record: whichever comes second sees the other's write.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::backend::{BlobRef, ChunkStore, Namespace, Precondition, RecordWrite};
+use crate::records::{Inner, micros};
+use crate::version::{VersionId, now_micros};
+use crate::{Error, Result};
+
+/// Format byte of an intent record's value.
+const INTENT_FORMAT: u8 = 1;
+
+/// Length of an intent record's value.
+const INTENT_LEN: usize = 37;
+
+/// An intent record. Key: version (u128 big-endian), then the blob key. Value (37 bytes, little-endian):
+/// format byte 1, start (u64 Unix µs), lease expiry (u64 Unix µs), salt count (u32), chunks written so far
+/// (u64) and their stored bytes (u64), both as of the last renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Intent {
+    pub(crate) started_micros: u64,
+    pub(crate) expires_micros: u64,
+    pub(crate) salt_count: u32,
+    pub(crate) chunks: u64,
+    pub(crate) stored_bytes: u64,
+}
+
+impl Intent {
+    pub(crate) fn encode(&self) -> Bytes {
+        let mut v = Vec::with_capacity(INTENT_LEN);
+        v.push(INTENT_FORMAT);
+        v.extend_from_slice(&self.started_micros.to_le_bytes());
+        v.extend_from_slice(&self.expires_micros.to_le_bytes());
+        v.extend_from_slice(&self.salt_count.to_le_bytes());
+        v.extend_from_slice(&self.chunks.to_le_bytes());
+        v.extend_from_slice(&self.stored_bytes.to_le_bytes());
+        Bytes::from(v)
+    }
+
+    pub(crate) fn decode(v: &[u8]) -> Option<Self> {
+        if v.len() != INTENT_LEN || v.first() != Some(&INTENT_FORMAT) {
+            return None;
+        }
+        let u64_at = |at: usize| Some(u64::from_le_bytes(v.get(at..at + 8)?.try_into().ok()?));
+        Some(Self {
+            started_micros: u64_at(1)?,
+            expires_micros: u64_at(9)?,
+            salt_count: u32::from_le_bytes(v.get(17..21)?.try_into().ok()?),
+            chunks: u64_at(21)?,
+            stored_bytes: u64_at(29)?,
+        })
+    }
+
+    pub(crate) fn expired(&self, now: u64) -> bool {
+        self.expires_micros <= now
+    }
+}
+
+pub(crate) fn intent_key(blob: &BlobRef) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + blob.key.len());
+    k.extend_from_slice(&blob.version.to_be_bytes());
+    k.extend_from_slice(&blob.key);
+    k
+}
+
+pub(crate) fn parse_intent_key(k: &Bytes) -> Option<BlobRef> {
+    let version = VersionId(u128::from_be_bytes(k.get(..16)?.try_into().ok()?));
+    let key = k.slice(16..);
+    (!key.is_empty()).then_some(BlobRef { key, version })
+}
+
+/// How far a put has got, shared between its chunk writer and its lease (recorded at each renewal).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    chunks: AtomicU64,
+    stored: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn record(&self, chunks: u64, stored: u64) {
+        self.chunks.store(chunks, Ordering::Relaxed);
+        self.stored.store(stored, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    /// The intent as last written.
+    intent: Intent,
+    /// Why the lease was lost, if it was (gc took the intent over).
+    lost: Option<String>,
+}
+
+/// The intent lease of one chunked put: written before its first chunk, renewed in the background, checked
+/// before the commit and removed after it. Dropping it (a cancelled put) stops the renewals and leaves the
+/// intent to expire, after which gc reclaims the chunks.
+pub(crate) struct IntentLease {
+    backend: Arc<dyn ChunkStore>,
+    blob: BlobRef,
+    record_key: Vec<u8>,
+    lease: Duration,
+    state: Arc<Mutex<LeaseState>>,
+    progress: Arc<Progress>,
+    renewer: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl IntentLease {
+    /// Writes the intent of `blob` and starts renewing it.
+    pub(crate) async fn acquire(inner: &Inner, blob: &BlobRef, salt_count: u32) -> Result<Self> {
+        let lease = inner.config.intent_lease;
+        let now = now_micros();
+        let intent = Intent {
+            started_micros: now,
+            expires_micros: now.saturating_add(micros(lease)),
+            salt_count,
+            chunks: 0,
+            stored_bytes: 0,
+        };
+        let record_key = intent_key(blob);
+        // The version is new, so nothing can be there: an unconditional write is enough (and cheaper).
+        inner
+            .backend
+            .put_record(
+                Namespace::Intent,
+                &record_key,
+                intent.encode(),
+                &Precondition::None,
+            )
+            .await?;
+        let state = Arc::new(Mutex::new(LeaseState { intent, lost: None }));
+        let progress = Arc::new(Progress::default());
+        let renewer = tokio::spawn(renew(
+            Arc::clone(&inner.backend),
+            record_key.clone(),
+            lease,
+            Arc::clone(&state),
+            Arc::clone(&progress),
+        ));
+        Ok(Self {
+            backend: Arc::clone(&inner.backend),
+            blob: blob.clone(),
+            record_key,
+            lease,
+            state,
+            progress,
+            renewer: Some(renewer),
+        })
+    }
+
+    pub(crate) fn progress(&self) -> Arc<Progress> {
+        Arc::clone(&self.progress)
+    }
+
+    /// Succeeds when the lease is held with at least a quarter of it left, so that the commit lands well before
+    /// any gc may treat the put as abandoned.
+    pub(crate) fn confirm(&self) -> Result<()> {
+        let lost = |detail: String| Error::IntentLost {
+            key: self.blob.key[..].into(),
+            version: self.blob.version,
+            detail,
+        };
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| lost("the lease state was poisoned by a panic".into()))?;
+        if let Some(why) = &state.lost {
+            return Err(lost(why.clone()));
+        }
+        let left = state.intent.expires_micros.saturating_sub(now_micros());
+        if left < micros(self.lease) / 4 {
+            return Err(lost(format!(
+                "only {left} µs of the {:?} lease were left (renewals failed or stalled)",
+                self.lease
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stops renewing and removes the intent (best effort: a leftover intent of a committed version is removed
+    /// by gc, one of a failed put makes gc reclaim its chunks).
+    pub(crate) async fn release(mut self) {
+        if let Some(task) = self.renewer.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        if let Err(e) = self
+            .backend
+            .delete_record(Namespace::Intent, &self.record_key, &Precondition::None)
+            .await
+        {
+            tracing::warn!(
+                "could not remove the intent of version {} (gc will): {e}",
+                self.blob.version
+            );
+        }
+    }
+
+    /// Ends the lease of a put that is over: removes the intent when the put's chunks are `settled` (committed,
+    /// deleted or queued for reclaim), or else leaves it to expire, after which gc reclaims them.
+    pub(crate) async fn end(self, settled: bool) {
+        if settled {
+            self.release().await;
+        } else {
+            tracing::warn!(
+                "left the intent of version {} to expire: gc will reclaim its chunks",
+                self.blob.version
+            );
+        }
+    }
+}
+
+impl Drop for IntentLease {
+    fn drop(&mut self) {
+        if let Some(task) = &self.renewer {
+            task.abort();
+        }
+    }
+}
+
+/// Renews an intent every third of the lease with a compare-and-set, until aborted or the intent was taken over.
+async fn renew(
+    backend: Arc<dyn ChunkStore>,
+    record_key: Vec<u8>,
+    lease: Duration,
+    state: Arc<Mutex<LeaseState>>,
+    progress: Arc<Progress>,
+) {
+    loop {
+        tokio::time::sleep(lease / 3).await;
+        let Ok(current) = state.lock().map(|s| s.intent) else {
+            return;
+        };
+        let next = Intent {
+            expires_micros: now_micros().saturating_add(micros(lease)),
+            chunks: progress.chunks.load(Ordering::Relaxed),
+            stored_bytes: progress.stored.load(Ordering::Relaxed),
+            ..current
+        };
+        let outcome = backend
+            .put_record(
+                Namespace::Intent,
+                &record_key,
+                next.encode(),
+                &Precondition::Equals(current.encode()),
+            )
+            .await;
+        let Ok(mut st) = state.lock() else { return };
+        match outcome {
+            Ok(RecordWrite::Done(_)) => st.intent = next,
+            Ok(RecordWrite::ConditionFailed(_)) => {
+                st.lost = Some("garbage collection took the expired intent over".into());
+                return;
+            }
+            // Retried at the next tick; `confirm` fails the put if the lease runs out meanwhile.
+            Err(e) => tracing::warn!("could not renew a put's intent lease: {e}"),
+        }
+    }
+}
+
+/// The intent record of `blob` as stored, if there is one.
+pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<Bytes>> {
+    inner
+        .backend
+        .get_record(Namespace::Intent, &intent_key(blob))
+        .await
+}
+
+/// Whether a put of `blob` still holds an unexpired intent.
+pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
+    Ok(read_record(inner, blob)
+        .await?
+        .and_then(|v| Intent::decode(&v))
+        .is_some_and(|i| !i.expired(now_micros())))
+}
+
+/// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,
+/// so that its writer can no longer renew it and commit. False if the writer renewed it in between (it keeps
+/// its put).
+pub(crate) async fn take_over(inner: &Inner, record_key: &[u8], seen: Bytes) -> Result<bool> {
+    let outcome = inner
+        .backend
+        .delete_record(Namespace::Intent, record_key, &Precondition::Equals(seen))
+        .await?;
+    Ok(matches!(outcome, RecordWrite::Done(_)))
+}
+
+/// Every intent record that decodes, by blob.
+pub(crate) async fn all(inner: &Inner) -> Result<HashMap<(Bytes, VersionId), Intent>> {
+    let mut out = HashMap::new();
+    let mut pages = inner.scan(Namespace::Intent, b"", None);
+    while let Some(page) = pages.next_page().await? {
+        for (k, v) in &page {
+            if let (Some(blob), Some(intent)) = (parse_intent_key(k), Intent::decode(v)) {
+                out.insert((blob.key, blob.version), intent);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intents_round_trip_and_reject_other_formats() {
+        let i = Intent {
+            started_micros: 1,
+            expires_micros: 2,
+            salt_count: 3,
+            chunks: 4,
+            stored_bytes: 5,
+        };
+        let v = i.encode();
+        assert_eq!(v.len(), INTENT_LEN);
+        assert_eq!(Intent::decode(&v), Some(i));
+        let mut other = v.to_vec();
+        other[0] = 2;
+        assert_eq!(Intent::decode(&other), None);
+        assert_eq!(Intent::decode(&v[..36]), None);
+        assert!(i.expired(2) && !i.expired(1));
+    }
+
+    #[test]
+    fn intent_keys_round_trip() {
+        let blob = BlobRef {
+            key: Bytes::from_static(b"some/key"),
+            version: VersionId(0x0102_0304),
+        };
+        assert_eq!(
+            parse_intent_key(&Bytes::from(intent_key(&blob))),
+            Some(blob)
+        );
+        assert_eq!(parse_intent_key(&Bytes::from_static(b"short")), None);
+        assert_eq!(parse_intent_key(&Bytes::from(vec![0u8; 16])), None);
+    }
+}

@@ -1,0 +1,178 @@
+//! The chunk writer of a put: chunks grouped into backend calls, at most the in-flight window in flight.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::backend::{BlobRef, ChunkStore, ChunkWrite};
+use crate::codec::{ChunkPlace, Codec, encode_chunk};
+use crate::intent::Progress;
+use crate::layout::ChunkLayout;
+use crate::records::Inner;
+use crate::store::chunk_io::with_retry;
+use crate::{Error, Result};
+
+/// Writes the chunks of one version: groups them into segments of up to the batch size and keeps at most the
+/// in-flight window of raw bytes in backend calls at once.
+pub(crate) struct ChunkWriter {
+    backend: Arc<dyn ChunkStore>,
+    blob: BlobRef,
+    /// The planned layout, with `chunk_count` the chunks pushed so far.
+    layout: ChunkLayout,
+    codec: Codec,
+    per_segment: usize,
+    attempts: u32,
+    window: Arc<Semaphore>,
+    window_bytes: usize,
+    tasks: JoinSet<Result<u64>>,
+    segment: Vec<(u64, Bytes)>,
+    stored: u64,
+    /// Shared with the put's intent lease, which records it at each renewal.
+    progress: Arc<Progress>,
+}
+
+impl ChunkWriter {
+    /// A writer of the chunks of `blob`, spread over `salt_count` salts.
+    pub(crate) fn new(
+        inner: &Inner,
+        blob: BlobRef,
+        salt_count: u32,
+        codec: Codec,
+        chunk_size: u32,
+        progress: Arc<Progress>,
+    ) -> Self {
+        let window_bytes = inner.config.inflight_bytes;
+        Self {
+            backend: Arc::clone(&inner.backend),
+            blob,
+            layout: ChunkLayout {
+                chunk_size,
+                chunk_count: 0,
+                salt_count,
+            },
+            codec,
+            per_segment: usize::try_from(inner.chunks_per_segment(chunk_size)).unwrap_or(1),
+            attempts: inner.attempts(),
+            window: Arc::new(Semaphore::new(window_bytes)),
+            window_bytes,
+            tasks: JoinSet::new(),
+            segment: Vec::new(),
+            stored: 0,
+            progress,
+        }
+    }
+
+    fn add_stored(
+        &mut self,
+        done: std::result::Result<Result<u64>, tokio::task::JoinError>,
+    ) -> Result<()> {
+        let bytes = join_result(done)?;
+        self.stored += bytes;
+        self.progress.record(self.layout.chunk_count, self.stored);
+        Ok(())
+    }
+
+    /// Adds the next chunk's raw bytes; writes a segment once it is full.
+    pub(crate) async fn push(&mut self, raw: Bytes) -> Result<()> {
+        self.segment.push((self.layout.chunk_count, raw));
+        self.layout.chunk_count += 1;
+        if self.segment.len() >= self.per_segment {
+            self.flush().await?;
+        }
+        while let Some(done) = self.tasks.try_join_next() {
+            self.add_stored(done)?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        if self.segment.is_empty() {
+            return Ok(());
+        }
+        let segment = std::mem::take(&mut self.segment);
+        let raw_bytes: usize = segment.iter().map(|(_, b)| b.len()).sum();
+        let permits = u32::try_from(raw_bytes.min(self.window_bytes)).unwrap_or(u32::MAX);
+        let permit = Arc::clone(&self.window)
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|e| Error::internal("write window closed", e))?;
+        let (backend, blob, layout, codec, attempts) = (
+            Arc::clone(&self.backend),
+            self.blob.clone(),
+            self.layout,
+            self.codec,
+            self.attempts,
+        );
+        self.tasks.spawn(async move {
+            let _permit = permit;
+            let writes: Vec<ChunkWrite> = segment
+                .iter()
+                .map(|(index, raw)| {
+                    let place = ChunkPlace {
+                        key: &blob.key,
+                        version: blob.version,
+                        index: *index,
+                    };
+                    ChunkWrite {
+                        salt: layout.salt_of(*index),
+                        index: *index,
+                        data: encode_chunk(place, raw, codec),
+                    }
+                })
+                .collect();
+            let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
+            with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
+            Ok(stored)
+        });
+        Ok(())
+    }
+
+    /// Waits for every chunk; returns the stored bytes.
+    pub(crate) async fn finish(&mut self) -> Result<u64> {
+        self.flush().await?;
+        while let Some(done) = self.tasks.join_next().await {
+            self.add_stored(done)?;
+        }
+        Ok(self.stored)
+    }
+
+    /// Raw bytes per chunk (the last may be shorter).
+    pub(crate) fn chunk_size(&self) -> u32 {
+        self.layout.chunk_size
+    }
+
+    /// The layout of the chunks pushed: the planned salt count, or fewer salts when there are fewer chunks.
+    pub(crate) fn layout(&self) -> ChunkLayout {
+        let planned = self.layout.salt_count;
+        ChunkLayout {
+            salt_count: u32::try_from(u64::from(planned).min(self.layout.chunk_count))
+                .unwrap_or(planned),
+            ..self.layout
+        }
+    }
+
+    /// Stops outstanding writes and deletes what was written; false if that failed (logged).
+    pub(crate) async fn abort(mut self) -> bool {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        if self.layout.chunk_count > 0
+            && let Err(e) = self
+                .backend
+                .delete_chunks(&self.blob, self.layout.salt_count, self.layout.chunk_count)
+                .await
+        {
+            tracing::warn!(
+                "could not delete the chunks of failed put {}: {e}",
+                self.blob.version
+            );
+            return false;
+        }
+        true
+    }
+}
+
+fn join_result(done: std::result::Result<Result<u64>, tokio::task::JoinError>) -> Result<u64> {
+    done.map_err(|e| Error::internal("write task failed", e))?
+}

@@ -1,0 +1,389 @@
+//! [`BlobStore`]: the saltblob API on top of any [`ChunkStore`].
+//!
+//! Each method checks its input once and hands over to the protocol that does the work: `write.rs` (put and
+//! delete, with the chunk writer of `chunk_writer.rs`), `read.rs` (streaming reads), the reclaim queue
+//! ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`]; `chunk_io.rs` holds the retry and batching rules
+//! the write and read pipelines share. None of those depends on this module.
+
+mod chunk_io;
+mod chunk_writer;
+pub(crate) mod read;
+mod write;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncRead;
+
+pub use self::read::BlobStream;
+use crate::backend::{ChunkStore, Namespace};
+use crate::config::{PutOptions, StoreConfig};
+use crate::fsck::{self, FsckOptions, FsckReport};
+use crate::gc::{self, GcHandle, GcOptions, GcReport};
+use crate::layout::Layout;
+use crate::manifest::Manifest;
+use crate::reclaim::{self, ReclaimReport};
+use crate::records::Inner;
+use crate::version::{VersionId, now_micros};
+use crate::{Error, Result};
+
+/// Longest key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// Shortest accepted [`StoreConfig::intent_lease`].
+const MIN_INTENT_LEASE: Duration = Duration::from_millis(300);
+
+/// Checks a key: 1 to [`MAX_KEY_LEN`] bytes.
+pub fn validate_key(key: &[u8]) -> Result<Bytes> {
+    if key.is_empty() {
+        return Err(Error::InvalidKey {
+            reason: "the key is empty; keys are 1 to 1024 bytes".into(),
+        });
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey {
+            reason: format!(
+                "the key is {} bytes long; keys are 1 to {MAX_KEY_LEN} bytes",
+                key.len()
+            ),
+        });
+    }
+    Ok(Bytes::copy_from_slice(key))
+}
+
+/// A blob store: values of any size under one key-value API, on any [`ChunkStore`] backend.
+///
+/// Cloning is cheap and shares the backend.
+#[derive(Clone, Debug)]
+pub struct BlobStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// A blob listed by [`BlobStore::list`].
+#[derive(Clone, Debug)]
+pub struct ListEntry {
+    /// The key.
+    pub key: Bytes,
+    /// Its current version's manifest.
+    pub manifest: Manifest,
+}
+
+/// How one key is laid out, from [`BlobStore::describe`].
+#[derive(Clone, Debug)]
+pub struct Description {
+    /// The key.
+    pub key: Bytes,
+    /// The current version's manifest.
+    pub manifest: Manifest,
+    /// `inline`, `single-partition` or `salted`.
+    pub layout_kind: &'static str,
+    /// Logical bytes under each salt (empty for inline blobs).
+    pub bytes_per_salt: Vec<u64>,
+}
+
+impl BlobStore {
+    /// A store on `backend` with `config`, which is checked against the backend's limits.
+    pub fn new(backend: Arc<dyn ChunkStore>, config: StoreConfig) -> Result<Self> {
+        let info = backend.info();
+        config.policy.validate(chunk_io::max_chunk_payload(&info))?;
+        if config.inflight_bytes < config.policy.chunk_size as usize {
+            return Err(Error::invalid(
+                "in-flight window",
+                format!(
+                    "{} bytes; it must hold at least one chunk ({} bytes)",
+                    config.inflight_bytes, config.policy.chunk_size
+                ),
+            ));
+        }
+        if config.intent_lease < MIN_INTENT_LEASE {
+            return Err(Error::invalid(
+                "intent lease",
+                format!(
+                    "{:?}; it must be at least {MIN_INTENT_LEASE:?}",
+                    config.intent_lease
+                ),
+            ));
+        }
+        if config.batch_bytes == 0 {
+            return Err(Error::invalid(
+                "batch size",
+                "0 bytes; it must be at least 1",
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend,
+                info,
+                config,
+            }),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn ChunkStore> {
+        &self.inner.backend
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Stores `data` under `key` as a new version; returns its manifest. The chunks are slices of `data`: no copy.
+    pub async fn put(
+        &self,
+        key: impl AsRef<[u8]>,
+        data: impl Into<Bytes>,
+        opts: &PutOptions,
+    ) -> Result<Manifest> {
+        let key = validate_key(key.as_ref())?;
+        let data: Bytes = data.into();
+        let opts = opts.clone().with_size_hint(data.len() as u64);
+        let policy = write::policy_for(&self.inner, &opts)?;
+        write::put(
+            &self.inner,
+            key,
+            &policy,
+            &opts,
+            data,
+            true,
+            tokio::io::empty(),
+        )
+        .await
+    }
+
+    /// Stores everything `reader` yields under `key` as a new version; returns its manifest.
+    ///
+    /// Memory stays within the in-flight window whatever the length. When the length is not known
+    /// ([`PutOptions::size_hint`] unset), up to the window (at most the fan-out threshold + 1 bytes) is read
+    /// ahead to choose the layout; a longer stream is laid out as a salted fan-out.
+    ///
+    /// The new version becomes visible atomically when its manifest commits, after all its chunks are stored. On
+    /// error the previous version stays current and the chunks written so far are deleted.
+    pub async fn put_stream<R>(
+        &self,
+        key: impl AsRef<[u8]>,
+        mut reader: R,
+        opts: &PutOptions,
+    ) -> Result<Manifest>
+    where
+        R: AsyncRead + Unpin + Send,
+    {
+        // Bad input fails before any of the stream is consumed.
+        let key = validate_key(key.as_ref())?;
+        let policy = write::policy_for(&self.inner, opts)?;
+        let (head, eof) = write::read_head(&self.inner, &policy, opts, &mut reader).await?;
+        write::put(&self.inner, key, &policy, opts, head, eof, reader).await
+    }
+
+    /// Reads the current manifest of `key`.
+    pub async fn head(&self, key: impl AsRef<[u8]>) -> Result<Manifest> {
+        let key = validate_key(key.as_ref())?;
+        self.current(&key).await
+    }
+
+    /// Reads the whole current version of `key`, verifying every chunk and the digest.
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Bytes> {
+        self.get_stream(key).await?.collect_bytes().await
+    }
+
+    /// Streams the current version of `key`; see [`BlobStream`].
+    pub async fn get_stream(&self, key: impl AsRef<[u8]>) -> Result<BlobStream> {
+        let key = validate_key(key.as_ref())?;
+        let manifest = self.current(&key).await?;
+        let range = 0..manifest.size;
+        Ok(read::stream_version(&self.inner, key, manifest, range))
+    }
+
+    /// Reads bytes `range` (half-open) of the current version of `key`, fetching only the chunks that cover it.
+    pub async fn get_range(&self, key: impl AsRef<[u8]>, range: Range<u64>) -> Result<Bytes> {
+        self.get_range_stream(key, range)
+            .await?
+            .collect_bytes()
+            .await
+    }
+
+    /// Streams bytes `range` (half-open) of the current version of `key`. A range that does not lie within the
+    /// blob fails with [`Error::RangeNotSatisfiable`].
+    pub async fn get_range_stream(
+        &self,
+        key: impl AsRef<[u8]>,
+        range: Range<u64>,
+    ) -> Result<BlobStream> {
+        let key = validate_key(key.as_ref())?;
+        let manifest = self.current(&key).await?;
+        if range.start > range.end || range.end > manifest.size {
+            return Err(Error::RangeNotSatisfiable {
+                key: key.as_ref().into(),
+                start: range.start,
+                end: range.end,
+                size: manifest.size,
+            });
+        }
+        Ok(read::stream_version(&self.inner, key, manifest, range))
+    }
+
+    /// Deletes `key`; returns the version it held, or `None` if it held none. The deleted version's chunks are
+    /// reclaimed after the grace period.
+    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
+        let key = validate_key(key.as_ref())?;
+        write::delete(&self.inner, key).await
+    }
+
+    /// Every blob whose key starts with `prefix`, in key order.
+    pub async fn list(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<ListEntry>> {
+        let mut all = Vec::new();
+        let mut pages = self.inner.scan(Namespace::Manifest, prefix.as_ref(), None);
+        while let Some(page) = pages.next_page().await? {
+            all.extend(self.live_entries(page)?);
+        }
+        Ok(all)
+    }
+
+    /// Up to `limit` blobs whose key starts with `prefix`, in key order, after `start_after` when given.
+    pub async fn list_page(
+        &self,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ListEntry>> {
+        let records = self
+            .inner
+            .backend
+            .scan_records(Namespace::Manifest, prefix, start_after, limit)
+            .await?;
+        self.live_entries(records)
+    }
+
+    /// How `key` is laid out: layout kind, chunk geometry and bytes per salt.
+    pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Description> {
+        let key = validate_key(key.as_ref())?;
+        let manifest = self.current(&key).await?;
+        let (layout_kind, bytes_per_salt) = match manifest.layout() {
+            Layout::Inline => ("inline", Vec::new()),
+            Layout::Chunked(l) => (
+                if l.salt_count == 1 {
+                    "single-partition"
+                } else {
+                    "salted"
+                },
+                l.bytes_per_salt(manifest.size),
+            ),
+        };
+        Ok(Description {
+            key,
+            manifest,
+            layout_kind,
+            bytes_per_salt,
+        })
+    }
+
+    /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
+    pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
+        reclaim::run(&self.inner, now_micros(), false, b"").await
+    }
+
+    /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
+    pub async fn reclaim_all(&self) -> Result<ReclaimReport> {
+        reclaim::run(&self.inner, u64::MAX, false, b"").await
+    }
+
+    /// Runs one garbage collection pass: takes over the intents of abandoned puts (expired lease, version not
+    /// committed) and queues their chunks, removes intents left by committed puts, reclaims every queued version
+    /// that is due under `opts.grace`, and asks the backend to return the freed space to the file system.
+    pub async fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
+        gc::run(&self.inner, opts).await
+    }
+
+    /// Runs [`BlobStore::gc`] every `every` in a background task until the handle is dropped; failures are
+    /// logged and retried at the next tick. Needs a Tokio runtime.
+    pub fn spawn_gc(&self, every: Duration, opts: GcOptions) -> GcHandle {
+        gc::spawn(Arc::clone(&self.inner), every, opts)
+    }
+
+    /// Checks every blob: its manifest decodes, every chunk is present once and in its place, checksums and the
+    /// blob digest match; lists the chunks that nothing refers to (orphans) and, with
+    /// [`FsckOptions::repair`], removes those (older than [`FsckOptions::min_age`]) and nothing else.
+    ///
+    /// Reads every committed byte. Safe to run while the store is in use: orphans are re-checked against the
+    /// current manifest and intent just before removal, and versions replaced during the check are skipped.
+    pub async fn fsck(&self, opts: &FsckOptions) -> Result<FsckReport> {
+        fsck::run(&self.inner, opts).await
+    }
+
+    /// The current manifest of a validated `key`; [`Error::NotFound`] if there is none.
+    async fn current(&self, key: &Bytes) -> Result<Manifest> {
+        self.inner
+            .read_manifest(key)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                key: key.as_ref().into(),
+            })
+    }
+
+    /// The entries of manifest `records` that have not expired.
+    fn live_entries(&self, records: Vec<(Bytes, Bytes)>) -> Result<Vec<ListEntry>> {
+        let now = now_micros();
+        let mut out = Vec::with_capacity(records.len());
+        for (key, bytes) in records {
+            let manifest = self.inner.decode_manifest(&key, &bytes)?;
+            if !manifest.is_expired(now) {
+                out.push(ListEntry { key, manifest });
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Precondition;
+    use crate::manifest::ManifestBody;
+    use crate::records::PAGE;
+    use crate::{MemoryStore, PutOptions};
+
+    /// An expired manifest in a full page of the scan does not end the listing early (it did when the listing
+    /// counted the entries it kept to tell a full page).
+    #[tokio::test]
+    async fn list_reads_past_a_page_with_an_expired_blob() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        let total = PAGE + 10;
+        for i in 0..total {
+            let m = store
+                .put(format!("k{i:05}"), &b"v"[..], &PutOptions::new())
+                .await
+                .expect("put");
+            assert!(matches!(m.body, ManifestBody::Inline(_)));
+        }
+        let expired = Manifest {
+            expires_micros: Some(1),
+            ..store.head("k00001").await.expect("head")
+        };
+        backend
+            .put_record(
+                Namespace::Manifest,
+                b"k00001",
+                expired.encode(),
+                &Precondition::None,
+            )
+            .await
+            .expect("expire");
+        let listed = store.list("k").await.expect("list");
+        assert_eq!(listed.len(), total - 1);
+    }
+
+    #[test]
+    fn keys_are_validated() {
+        assert!(matches!(validate_key(b""), Err(Error::InvalidKey { .. })));
+        assert!(validate_key(&[b'k'; MAX_KEY_LEN]).is_ok());
+        let err = validate_key(&[b'k'; MAX_KEY_LEN + 1])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("1025 bytes long"), "{err}");
+    }
+}

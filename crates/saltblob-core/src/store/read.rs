@@ -1,0 +1,295 @@
+//! Streaming reads: a version's chunks fetched segment by segment, at most the in-flight window ahead of the
+//! consumer, each checked as it arrives, the digest verified at the end of a full read.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, BoxStream, Stream, StreamExt};
+
+use crate::backend::{BlobRef, ChunkId};
+use crate::codec::{ChunkPlace, decode_chunk};
+use crate::layout::ChunkLayout;
+use crate::manifest::{Manifest, ManifestBody, hex};
+use crate::records::Inner;
+use crate::store::chunk_io::with_retry;
+use crate::{Error, KeyDisplay, Result};
+
+/// The bytes of one version (or a range of it), chunk by chunk, in order.
+///
+/// At most the store's in-flight window of chunks is fetched ahead of the consumer. A full read verifies the
+/// manifest's digest after the last chunk and yields [`Error::DigestMismatch`] instead of ending cleanly if it
+/// differs; every chunk is checked against its CRC32C as it arrives.
+pub struct BlobStream {
+    /// The manifest of the version being read.
+    pub manifest: Manifest,
+    /// The byte range being read (half-open).
+    pub range: Range<u64>,
+    stream: BoxStream<'static, Result<Bytes>>,
+}
+
+impl std::fmt::Debug for BlobStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobStream")
+            .field("manifest", &self.manifest)
+            .field("range", &self.range)
+            .finish()
+    }
+}
+
+impl Stream for BlobStream {
+    type Item = Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.stream.as_mut().poll_next(cx)
+    }
+}
+
+impl BlobStream {
+    /// Reads the whole stream into one buffer.
+    pub async fn collect_bytes(mut self) -> Result<Bytes> {
+        let len = usize::try_from(self.range.end - self.range.start).unwrap_or(0);
+        let mut out = BytesMut::with_capacity(len);
+        while let Some(piece) = self.stream.next().await {
+            out.extend_from_slice(&piece?);
+        }
+        Ok(out.freeze())
+    }
+}
+
+/// Streams bytes `range` of version `manifest` of `key` (a range within the blob); verifies the digest when
+/// the range is the whole blob.
+pub(crate) fn stream_version(
+    inner: &Arc<Inner>,
+    key: Bytes,
+    manifest: Manifest,
+    range: Range<u64>,
+) -> BlobStream {
+    let full = range.start == 0 && range.end == manifest.size;
+    let stream: BoxStream<'static, Result<Bytes>> = match &manifest.body {
+        ManifestBody::Inline(data) => {
+            let item = if full && *blake3::hash(data).as_bytes() != manifest.digest {
+                Err(digest_error(&key, &manifest, blake3::hash(data)))
+            } else {
+                let (s, e) = (usize::try_from(range.start), usize::try_from(range.end));
+                match (s, e) {
+                    (Ok(s), Ok(e)) if s <= e && e <= data.len() => Ok(data.slice(s..e)),
+                    _ => Err(Error::corrupt(
+                        "inline manifest",
+                        "range outside the inline payload",
+                    )),
+                }
+            };
+            stream::once(async move { item }).boxed()
+        }
+        ManifestBody::Chunked { layout, .. } => {
+            stream_chunks(inner, key, &manifest, *layout, range.clone(), full)
+        }
+    };
+    BlobStream {
+        manifest,
+        range,
+        stream,
+    }
+}
+
+fn stream_chunks(
+    inner: &Arc<Inner>,
+    key: Bytes,
+    manifest: &Manifest,
+    layout: ChunkLayout,
+    range: Range<u64>,
+    verify_digest: bool,
+) -> BoxStream<'static, Result<Bytes>> {
+    let chunks = layout.chunks_covering(&range);
+    let per_segment = inner.chunks_per_segment(layout.chunk_size);
+    let depth =
+        (inner.config.inflight_bytes / (per_segment as usize * layout.chunk_size as usize)).max(1);
+    let segments: Vec<Range<u64>> = (chunks.start..chunks.end)
+        .step_by(usize::try_from(per_segment).unwrap_or(1))
+        .map(|s| s..(s + per_segment).min(chunks.end))
+        .collect();
+    let inner = Arc::clone(inner);
+    let (version, size) = (manifest.version, manifest.size);
+    let blob = BlobRef {
+        key: key.clone(),
+        version,
+    };
+    let fetches = stream::iter(segments)
+        .map(move |segment| {
+            let task = AbortOnDrop(tokio::spawn(fetch_segment(
+                Arc::clone(&inner),
+                blob.clone(),
+                layout,
+                size,
+                segment,
+                range.clone(),
+            )));
+            async move {
+                task.await
+                    .map_err(|e| Error::internal("read task failed", e))?
+            }
+        })
+        .buffered(depth);
+    let state = ReadState {
+        fetches: fetches.boxed(),
+        pending: VecDeque::new(),
+        hasher: verify_digest.then(blake3::Hasher::new),
+        key,
+        manifest: manifest.clone(),
+        done: false,
+    };
+    stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(piece) = st.pending.pop_front() {
+                return Some((Ok(piece), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.fetches.next().await {
+                Some(Ok(pieces)) => {
+                    if let Some(h) = st.hasher.as_mut() {
+                        pieces.iter().for_each(|p| {
+                            h.update(p);
+                        });
+                    }
+                    st.pending.extend(pieces);
+                }
+                Some(Err(e)) => {
+                    st.done = true;
+                    return Some((Err(e), st));
+                }
+                None => {
+                    st.done = true;
+                    if let Some(h) = st.hasher.take() {
+                        let got = h.finalize();
+                        if *got.as_bytes() != st.manifest.digest {
+                            let err = digest_error(&st.key, &st.manifest, got);
+                            return Some((Err(err), st));
+                        }
+                    }
+                    return None;
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// A spawned task that is aborted when its handle is dropped, so that a reader who stops early does not leave
+/// chunk fetches running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct ReadState {
+    fetches: BoxStream<'static, Result<Vec<Bytes>>>,
+    pending: VecDeque<Bytes>,
+    /// Present when the read covers the whole blob and its digest is to be verified.
+    hasher: Option<blake3::Hasher>,
+    key: Bytes,
+    manifest: Manifest,
+    done: bool,
+}
+
+/// Fetches and decodes chunks `segment`, trimmed to `range`.
+async fn fetch_segment(
+    inner: Arc<Inner>,
+    blob: BlobRef,
+    layout: ChunkLayout,
+    size: u64,
+    segment: Range<u64>,
+    range: Range<u64>,
+) -> Result<Vec<Bytes>> {
+    let ids: Vec<ChunkId> = segment
+        .map(|index| ChunkId {
+            salt: layout.salt_of(index),
+            index,
+        })
+        .collect();
+    let slots = with_retry(inner.attempts(), || inner.backend.get_chunks(&blob, &ids)).await?;
+    if slots.len() != ids.len() {
+        return Err(Error::backend(
+            inner.info.name,
+            format!("asked for {} chunks, got {} slots", ids.len(), slots.len()),
+            false,
+        ));
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for (id, slot) in ids.iter().zip(slots) {
+        let Some(stored) = slot else {
+            return Err(missing_chunk(&inner, &blob, *id).await);
+        };
+        let place = ChunkPlace {
+            key: &blob.key,
+            version: blob.version,
+            index: id.index,
+        };
+        let raw = decode_chunk(place, &stored)?;
+        let span = layout.chunk_span(id.index, size);
+        if raw.len() as u64 != span.end - span.start {
+            return Err(Error::corrupt(
+                format!(
+                    "chunk {} of key \"{}\" version {}",
+                    id.index,
+                    KeyDisplay::from(&blob.key[..]),
+                    blob.version
+                ),
+                format!(
+                    "holds {} bytes, the layout says {}",
+                    raw.len(),
+                    span.end - span.start
+                ),
+            ));
+        }
+        let lo = range.start.max(span.start) - span.start;
+        let hi = range.end.min(span.end) - span.start;
+        out.push(raw.slice(usize::try_from(lo).unwrap_or(0)..usize::try_from(hi).unwrap_or(0)));
+    }
+    Ok(out)
+}
+
+/// The error for a chunk that is not there: the version was replaced and reclaimed during the read, or the
+/// chunk is lost.
+async fn missing_chunk(inner: &Inner, blob: &BlobRef, id: ChunkId) -> Error {
+    match inner.read_manifest(&blob.key).await {
+        Ok(current) if current.as_ref().map(|m| m.version) != Some(blob.version) => {
+            Error::VersionReclaimed {
+                key: blob.key[..].into(),
+                version: blob.version,
+            }
+        }
+        _ => Error::MissingChunk {
+            key: blob.key[..].into(),
+            version: blob.version,
+            chunk: id.index,
+            salt: id.salt,
+        },
+    }
+}
+
+fn digest_error(key: &[u8], manifest: &Manifest, got: blake3::Hash) -> Error {
+    Error::DigestMismatch {
+        key: key.into(),
+        version: manifest.version,
+        expected: manifest.digest_hex(),
+        actual: hex(got.as_bytes()),
+    }
+}

@@ -1,0 +1,503 @@
+//! The write protocol: a put's pipeline (pre-check, intent, chunks, commit) and a delete.
+//!
+//! A put reads top to bottom: [`policy_for`] and [`read_head`] (the API's part), then [`put`]: the condition is
+//! checked, an inline value commits at once; a chunked one takes its intent lease (`intent.rs`), streams its
+//! chunks through the [`ChunkWriter`], confirms the lease and commits the manifest, queueing the version it
+//! replaces for reclaim first.
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::backend::{BlobRef, Namespace, Precondition, Previous, RecordWrite};
+use crate::config::{PutCondition, PutOptions};
+use crate::intent::IntentLease;
+use crate::layout::{Layout, LayoutPolicy};
+use crate::manifest::{Manifest, ManifestBody};
+use crate::reclaim;
+use crate::records::Inner;
+use crate::store::chunk_io::max_chunk_payload;
+use crate::store::chunk_writer::ChunkWriter;
+use crate::version::{VersionId, now_micros};
+use crate::{Error, Result};
+
+/// Compare-and-set attempts of an unconditional commit that keeps losing races to other puts of the same key,
+/// before it commits plainly.
+const COMMIT_CAS_ATTEMPTS: u32 = 8;
+
+/// The store's layout policy with the put's overrides, checked.
+pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
+    let mut policy = inner.config.policy.clone();
+    if let Some(cs) = opts.chunk_size {
+        policy.chunk_size = cs;
+    }
+    if let Some(s) = opts.max_salt {
+        policy.max_salt = s;
+    }
+    if let Some(c) = opts.codec {
+        policy.codec = c;
+    }
+    policy.validate(max_chunk_payload(&inner.info))?;
+    Ok(policy)
+}
+
+/// Reads the start of a put's stream: enough to choose the layout. Returns it and whether the stream ended.
+///
+/// When the length is known ([`PutOptions::size_hint`]), that is the inline limit + 1 bytes; otherwise up to the
+/// in-flight window (at most the fan-out threshold + 1 bytes).
+pub(crate) async fn read_head<R: AsyncRead + Unpin>(
+    inner: &Inner,
+    policy: &LayoutPolicy,
+    opts: &PutOptions,
+    reader: &mut R,
+) -> Result<(Bytes, bool)> {
+    let inline_probe = policy.inline_limit + 1;
+    let lookahead = match opts.size_hint {
+        Some(_) => inline_probe,
+        None => (policy.fanout_threshold + 1)
+            .min(inner.config.inflight_bytes as u64)
+            .max(inline_probe),
+    };
+    let mut head = Vec::new();
+    let target = usize::try_from(lookahead).unwrap_or(usize::MAX);
+    let eof = fill(reader, &mut head, target).await?;
+    Ok((Bytes::from(head), eof))
+}
+
+/// The put pipeline, for a validated `key` and the `policy` of [`policy_for`]: `head` is the start of the
+/// blob (all of it when `eof`), `reader` the rest. Writes the intent, the chunks, then commits.
+pub(crate) async fn put<R>(
+    inner: &Inner,
+    key: Bytes,
+    policy: &LayoutPolicy,
+    opts: &PutOptions,
+    head: Bytes,
+    eof: bool,
+    mut reader: R,
+) -> Result<Manifest>
+where
+    R: AsyncRead + Unpin + Send,
+{
+    let head_len = head.len() as u64;
+    check_size(inner, &key, head_len, opts.size_hint)?;
+    let known_size = match (opts.size_hint, eof) {
+        (Some(hint), true) if hint != head_len => {
+            return Err(Error::SizeMismatch {
+                key: key.as_ref().into(),
+                expected: hint,
+                actual: head_len,
+            });
+        }
+        (Some(hint), _) => Some(hint),
+        (None, true) => Some(head_len),
+        (None, false) => None,
+    };
+    if let Some(size) = known_size {
+        check_size(inner, &key, size, None)?;
+    }
+    let mut manifest = Manifest {
+        version: VersionId::generate(),
+        size: 0,
+        created_micros: now_micros(),
+        expires_micros: None,
+        digest: [0; 32],
+        body: ManifestBody::Inline(Bytes::new()),
+        content_type: opts.content_type.clone(),
+        metadata: opts.metadata.clone(),
+    };
+    manifest.validate_attributes()?;
+    let pre = precheck(inner, &key, opts.condition).await?;
+
+    let mut hasher = blake3::Hasher::new();
+    let layout = known_size.map(|s| policy.layout_for(s));
+    if layout == Some(Layout::Inline) {
+        hasher.update(&head);
+        manifest.size = head_len;
+        manifest.digest = *hasher.finalize().as_bytes();
+        manifest.body = ManifestBody::Inline(head);
+        commit(inner, &key, &manifest, pre, None).await?;
+        return Ok(manifest);
+    }
+
+    let planned_salt = match layout {
+        Some(Layout::Chunked(l)) => l.salt_count,
+        _ => policy.max_salt,
+    };
+    let blob = BlobRef {
+        key: key.clone(),
+        version: manifest.version,
+    };
+    // The intent goes first: a writer that dies from here on leaves a record that lets gc find its chunks.
+    let lease = IntentLease::acquire(inner, &blob, planned_salt).await?;
+    let mut writer = ChunkWriter::new(
+        inner,
+        blob.clone(),
+        planned_salt,
+        policy.codec,
+        policy.chunk_size,
+        lease.progress(),
+    );
+    let written = write_chunks(
+        inner,
+        &key,
+        &mut reader,
+        head,
+        eof,
+        &mut writer,
+        &mut hasher,
+        opts.size_hint,
+    )
+    .await;
+    let written = written.and_then(|(size, stored)| match opts.size_hint {
+        Some(hint) if hint != size => Err(Error::SizeMismatch {
+            key: key.as_ref().into(),
+            expected: hint,
+            actual: size,
+        }),
+        _ => Ok((size, stored)),
+    });
+    // A put whose lease lapsed must not commit: gc may already be deleting its chunks.
+    let (size, stored_bytes) = match written.and_then(|w| lease.confirm().map(|()| w)) {
+        Ok(v) => v,
+        Err(e) => {
+            let deleted = writer.abort().await;
+            lease.end(deleted).await;
+            return Err(e);
+        }
+    };
+    manifest.size = size;
+    manifest.digest = *hasher.finalize().as_bytes();
+    manifest.body = ManifestBody::Chunked {
+        layout: writer.layout(),
+        codec: policy.codec,
+        stored_bytes,
+    };
+    commit(inner, &key, &manifest, pre, Some(lease)).await?;
+    Ok(manifest)
+}
+
+/// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk; returns (size, stored bytes).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one private step of the put pipeline, sharing its state"
+)]
+async fn write_chunks<R: AsyncRead + Unpin + Send>(
+    inner: &Inner,
+    key: &Bytes,
+    reader: &mut R,
+    mut head: Bytes,
+    mut eof: bool,
+    writer: &mut ChunkWriter,
+    hasher: &mut blake3::Hasher,
+    size_hint: Option<u64>,
+) -> Result<(u64, u64)> {
+    let cs = writer.chunk_size() as usize;
+    let mut size = 0u64;
+    loop {
+        while head.len() >= cs || (eof && !head.is_empty()) {
+            let chunk = head.split_to(cs.min(head.len()));
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+            writer.push(chunk).await?;
+        }
+        if eof {
+            break;
+        }
+        let mut buf = Vec::with_capacity(cs);
+        buf.extend_from_slice(&head);
+        eof = fill(reader, &mut buf, cs).await?;
+        check_size(inner, key, size + buf.len() as u64, size_hint)?;
+        head = Bytes::from(buf);
+    }
+    let stored = writer.finish().await?;
+    Ok((size, stored))
+}
+
+/// Fails as soon as a put has seen more bytes than the configured maximum or its announced size.
+fn check_size(inner: &Inner, key: &[u8], seen: u64, size_hint: Option<u64>) -> Result<()> {
+    if let Some(max) = inner.config.max_blob_size
+        && seen > max
+    {
+        return Err(Error::TooLarge {
+            key: key.into(),
+            size: seen,
+            max,
+        });
+    }
+    match size_hint {
+        Some(hint) if seen > hint => Err(Error::SizeMismatch {
+            key: key.into(),
+            expected: hint,
+            actual: seen,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks the put condition before any chunk is written and returns what the commit needs.
+async fn precheck(inner: &Inner, key: &Bytes, condition: PutCondition) -> Result<PreCheck> {
+    let read_raw = || inner.backend.get_record(Namespace::Manifest, key);
+    match condition {
+        // What an unconditional put replaces is read right before its commit.
+        PutCondition::None => Ok(PreCheck {
+            condition: Precondition::None,
+            expected: condition,
+        }),
+        PutCondition::IfAbsent => match read_raw().await? {
+            Some(bytes) => Err(condition_error(inner, key, condition, Some(&bytes))),
+            None => Ok(PreCheck {
+                condition: Precondition::Absent,
+                expected: condition,
+            }),
+        },
+        PutCondition::IfVersion(v) => {
+            let raw = read_raw().await?;
+            let current = raw
+                .as_ref()
+                .map(|b| inner.decode_manifest(key, b))
+                .transpose()?;
+            match (raw, current) {
+                (Some(raw), Some(m)) if m.version == v => Ok(PreCheck {
+                    condition: Precondition::Equals(raw),
+                    expected: condition,
+                }),
+                (raw, _) => Err(condition_error(inner, key, condition, raw.as_ref())),
+            }
+        }
+    }
+}
+
+/// Writes the manifest: the commit point. The version it replaces is queued for reclaim first, so that a
+/// crash right after the commit cannot orphan it (if the commit does not happen, the reclaimer finds that
+/// version still current and drops the entry); a failure to queue fails the put before anything changed.
+///
+/// On backends whose conditional writes are cheap (those that report the replaced record), an unconditional
+/// put commits with a compare-and-set on the manifest it read and queued, and reads, queues and tries again
+/// when another put committed in between, so that what it replaces is always queued first. Elsewhere (CQL,
+/// where a condition costs a Paxos round) it writes plainly: a put committing in between is queued after the
+/// commit, and left to `fsck --repair` if this process dies in that moment.
+///
+/// `lease` (a chunked put's) is ended once the chunks are committed, deleted or queued for reclaim; if
+/// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks.
+async fn commit(
+    inner: &Inner,
+    key: &Bytes,
+    manifest: &Manifest,
+    pre: PreCheck,
+    lease: Option<IntentLease>,
+) -> Result<()> {
+    let cas = pre.condition == Precondition::None && inner.info.reports_previous;
+    let mut raw = match &pre.condition {
+        // Not knowing what the commit replaces would leave it unqueued: fail instead.
+        Precondition::None => match inner.backend.get_record(Namespace::Manifest, key).await {
+            Ok(raw) => raw,
+            Err(e) => {
+                end_lease(lease, discard(inner, key, manifest).await).await;
+                return Err(e);
+            }
+        },
+        Precondition::Equals(expected) => Some(expected.clone()),
+        Precondition::Absent => None,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let before = raw
+            .as_ref()
+            .and_then(|b| inner.decode_manifest(key, b).ok());
+        let queued_at = now_micros();
+        if let Some(old) = &before
+            && let Err(e) = reclaim::schedule(inner, key, old).await
+        {
+            end_lease(lease, discard(inner, key, manifest).await).await;
+            return Err(e);
+        }
+        let condition = if cas && attempt <= COMMIT_CAS_ATTEMPTS {
+            raw.clone()
+                .map_or(Precondition::Absent, Precondition::Equals)
+        } else {
+            pre.condition.clone()
+        };
+        let outcome = inner
+            .backend
+            .put_record(Namespace::Manifest, key, manifest.encode(), &condition)
+            .await;
+        let replaced = match outcome {
+            Ok(RecordWrite::Done(Previous::Value(bytes))) => {
+                inner.decode_manifest(key, &bytes).ok()
+            }
+            Ok(RecordWrite::Done(Previous::Absent)) => None,
+            Ok(RecordWrite::Done(Previous::Unknown)) => before.clone(),
+            // Another put committed since the read: queue what it committed and try again.
+            Ok(RecordWrite::ConditionFailed(current)) if condition != pre.condition => {
+                raw = current;
+                continue;
+            }
+            Ok(RecordWrite::ConditionFailed(current)) => {
+                end_lease(lease, discard(inner, key, manifest).await).await;
+                return Err(condition_error(inner, key, pre.expected, current.as_ref()));
+            }
+            Err(e) => {
+                // The commit may or may not have happened. Queue this version for reclaim: the reclaimer
+                // leaves it alone if it did become current.
+                end_lease(lease, reclaim::schedule_logged(inner, key, manifest).await).await;
+                return Err(e);
+            }
+        };
+        reclaim::queue_replaced(
+            inner,
+            key,
+            Some(manifest.version),
+            replaced,
+            before.as_ref(),
+            queued_at,
+        )
+        .await;
+        end_lease(lease, true).await;
+        return Ok(());
+    }
+}
+
+/// Deletes the manifest of a validated `key`; see [`crate::BlobStore::delete`].
+pub(crate) async fn delete(inner: &Inner, key: Bytes) -> Result<Option<VersionId>> {
+    // Queued before the delete, as in a put's commit, so that a crash right after it orphans nothing.
+    let pre_read = match inner.read_manifest(&key).await {
+        Ok(m) => m,
+        // A damaged manifest must stay deletable; its chunks are left to `fsck --repair`.
+        Err(e) if e.is_corruption() => None,
+        Err(e) => return Err(e),
+    };
+    let queued_at = now_micros();
+    if let Some(old) = &pre_read {
+        reclaim::schedule(inner, &key, old).await?;
+    }
+    let previous = match inner
+        .backend
+        .delete_record(Namespace::Manifest, &key, &Precondition::None)
+        .await?
+    {
+        RecordWrite::Done(Previous::Value(bytes)) => Some(inner.decode_manifest(&key, &bytes)?),
+        RecordWrite::Done(Previous::Absent) => None,
+        RecordWrite::Done(Previous::Unknown) | RecordWrite::ConditionFailed(_) => pre_read.clone(),
+    };
+    let version = previous.as_ref().map(|m| m.version);
+    reclaim::queue_replaced(inner, &key, None, previous, pre_read.as_ref(), queued_at).await;
+    Ok(version)
+}
+
+/// The error of a put whose condition `expected` failed, `current` being the record found.
+fn condition_error(
+    inner: &Inner,
+    key: &[u8],
+    expected: PutCondition,
+    current: Option<&Bytes>,
+) -> Error {
+    let actual = current
+        .and_then(|b| inner.decode_manifest(key, b).ok())
+        .map(|m| m.version);
+    match (expected, actual) {
+        (PutCondition::IfVersion(v), actual) => Error::PreconditionFailed {
+            key: key.into(),
+            expected: v,
+            actual,
+        },
+        (_, current) => Error::AlreadyExists {
+            key: key.into(),
+            current,
+        },
+    }
+}
+
+/// Deletes the chunks of a version that was never committed; false if that failed (logged).
+async fn discard(inner: &Inner, key: &Bytes, manifest: &Manifest) -> bool {
+    if let ManifestBody::Chunked { layout, .. } = &manifest.body {
+        let blob = BlobRef {
+            key: key.clone(),
+            version: manifest.version,
+        };
+        if let Err(e) = inner
+            .backend
+            .delete_chunks(&blob, layout.salt_count, layout.chunk_count)
+            .await
+        {
+            tracing::warn!(
+                "could not delete the chunks of uncommitted version {}: {e}",
+                manifest.version
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// What the commit of a put needs from its pre-check.
+struct PreCheck {
+    condition: Precondition,
+    expected: PutCondition,
+}
+
+/// Ends a chunked put's lease, if any (see [`IntentLease::end`]).
+async fn end_lease(lease: Option<IntentLease>, settled: bool) {
+    if let Some(lease) = lease {
+        lease.end(settled).await;
+    }
+}
+
+/// Reads from `reader` until `buf` holds `target` bytes or the stream ends; returns whether it ended.
+async fn fill<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    target: usize,
+) -> Result<bool> {
+    while buf.len() < target {
+        let want = target - buf.len();
+        let n = reader.take(want as u64).read_buf(buf).await?;
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::ChunkStore;
+    use crate::{BlobStore, GcOptions, MemoryStore, StoreConfig};
+
+    /// A put whose commit fails and whose cleanup fails too (chunks not deleted, not queued) keeps its intent,
+    /// so that gc reclaims the chunks once the lease is over; removing the intent would orphan them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_that_cannot_clean_up_leaves_its_intent_to_gc() {
+        let backend = Arc::new(MemoryStore::new());
+        let lease = Duration::from_millis(300);
+        let config = StoreConfig::default()
+            .with_grace(Duration::ZERO)
+            .with_intent_lease(lease);
+        let store = BlobStore::new(backend.clone(), config).expect("store");
+        backend
+            .fail_writes(&[Namespace::Manifest, Namespace::Reclaim], true)
+            .expect("inject");
+        let failed = store
+            .put("k", Bytes::from(vec![1u8; 300_000]), &PutOptions::new())
+            .await;
+        assert!(failed.is_err(), "the commit failed: {failed:?}");
+        backend.fail_writes(&[], false).expect("heal");
+        assert!(backend.chunk_count().expect("count") > 0);
+        let intents = backend
+            .scan_records(Namespace::Intent, b"", None, 10)
+            .await
+            .expect("scan");
+        assert_eq!(intents.len(), 1, "the intent stays");
+
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        let gc = store
+            .gc(&GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc");
+        assert_eq!((gc.abandoned_puts, gc.reclaim.versions), (1, 1), "{gc:?}");
+        assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
+    }
+}
