@@ -58,3 +58,38 @@ pub async fn conditional_puts(backend: Arc<dyn ChunkStore>) {
         Err(Error::NotFound { .. })
     ));
 }
+
+/// Commits take effect in the order they are made, whether plain or conditional (on CQL a conditional commit is
+/// a lightweight transaction and a plain one is not, and their timestamps must still order them).
+pub async fn plain_and_conditional_commits_apply_in_order(backend: Arc<dyn ChunkStore>) {
+    let store = store(&backend, small_config());
+    let key = format!("{}k", prefix("order"));
+    for i in 0..20u64 {
+        // A plain put, then at once a conditional one: the conditional commit is the later, and must win.
+        let plain = store
+            .put(&key, data(100, i), &PutOptions::new())
+            .await
+            .expect("plain put");
+        let cond = PutOptions::new().with_condition(PutCondition::IfVersion(plain.version));
+        let second = store
+            .put(&key, data(200, i), &cond)
+            .await
+            .expect("conditional put");
+        assert_eq!(
+            store.head(&key).await.expect("head").version,
+            second.version,
+            "round {i}: the conditional commit is current"
+        );
+        // And a plain put right after a conditional one wins too.
+        let third = store
+            .put(&key, data(300, i), &PutOptions::new())
+            .await
+            .expect("plain put");
+        assert_eq!(
+            store.head(&key).await.expect("head").version,
+            third.version,
+            "round {i}: the later plain commit is current"
+        );
+    }
+    assert_holds(&store, &key, &data(300, 19)).await;
+}

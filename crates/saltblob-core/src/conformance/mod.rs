@@ -11,12 +11,14 @@
 //! - [`reads`]: range reads and listing by prefix.
 //! - [`failures`]: bad input and damaged data are refused or reported, and change nothing.
 //! - [`gc`]: garbage collection, the intent lease and `fsck`.
+//! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod conditional;
 pub mod failures;
 pub mod gc;
 pub mod reads;
+pub mod records;
 pub mod roundtrip;
 pub mod versions;
 
@@ -30,7 +32,7 @@ use tokio::io::AsyncRead;
 use crate::layout::{KIB, Layout, LayoutPolicy};
 use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Manifest, StoreConfig};
 
-pub use conditional::conditional_puts;
+pub use conditional::{conditional_puts, plain_and_conditional_commits_apply_in_order};
 pub use failures::{
     bad_input_changes_nothing, corrupt_chunk_is_detected, corrupt_manifest_is_detected,
     size_hint_mismatch_changes_nothing,
@@ -40,6 +42,10 @@ pub use gc::{
     gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
 };
 pub use reads::{list_by_prefix, range_reads};
+pub use records::{
+    record_scan_from_before_the_prefix, record_scans_page_in_key_order,
+    record_writes_check_preconditions, records_are_separate_per_namespace,
+};
 pub use roundtrip::{
     compression_round_trips, describe_layouts, per_put_overrides, roundtrip_default_policy_large,
     roundtrip_sizes, streaming_put_of_unknown_length,
@@ -77,7 +83,10 @@ macro_rules! conformance_suite {
             corrupt_manifest_is_detected, bad_input_changes_nothing, concurrent_puts_same_key,
             compression_round_trips, readers_survive_overwrite_within_grace, per_put_overrides,
             gc_reclaims_replaced_and_deleted_versions, gc_reclaims_abandoned_puts,
-            put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans);
+            put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans,
+            plain_and_conditional_commits_apply_in_order, record_writes_check_preconditions,
+            records_are_separate_per_namespace, record_scans_page_in_key_order,
+            record_scan_from_before_the_prefix);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
