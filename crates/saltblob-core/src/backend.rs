@@ -226,8 +226,10 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         cond: &Precondition,
     ) -> Result<RecordWrite>;
 
-    /// Up to `limit` records whose key starts with `prefix`, in ascending key order, starting after
-    /// `start_after` when given.
+    /// The first `limit` records, in ascending byte order of their keys, of those whose key starts with `prefix`
+    /// and, when `start_after` is given, sorts strictly after it. `start_after` need not start with `prefix`:
+    /// one that sorts before the prefix excludes nothing, one that sorts after every key of the prefix leaves
+    /// nothing. A caller pages by passing the last key of a full page as the next `start_after`.
     async fn scan_records(
         &self,
         ns: Namespace,

@@ -128,10 +128,12 @@ impl ChunkStore for MemoryStore {
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>> {
         let state = self.lock()?;
-        let start = (ns, Bytes::copy_from_slice(start_after.unwrap_or(prefix)));
+        // From the prefix, or from `start_after` if that lies beyond it (a `start_after` before the prefix
+        // excludes nothing).
+        let from = start_after.filter(|a| *a > prefix).unwrap_or(prefix);
         Ok(state
             .records
-            .range(start..)
+            .range((ns, Bytes::copy_from_slice(from))..)
             .filter(|((_, k), _)| start_after != Some(k.as_ref()))
             .take_while(|((n, k), _)| *n == ns && k.starts_with(prefix))
             .take(limit)

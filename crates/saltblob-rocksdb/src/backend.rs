@@ -411,7 +411,12 @@ impl ChunkStore for RocksStore {
         let strip = storage_prefix.len() - prefix.len();
         let start = start_after.map(|s| Self::record_location(ns, s).1);
         self.blocking(move |db| {
-            let from = start.as_deref().unwrap_or(&storage_prefix);
+            // From the prefix, or from `start_after` if that lies beyond it (a `start_after` before the prefix
+            // excludes nothing).
+            let from = start
+                .as_deref()
+                .filter(|s| *s > storage_prefix.as_slice())
+                .unwrap_or(&storage_prefix);
             let mut out = Vec::new();
             for item in db.iterator_cf(
                 cf(db, cf_name)?,

@@ -1,0 +1,373 @@
+//! Garbage collection of replaced versions and abandoned puts, the intent lease that guards a running put,
+//! and `fsck`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::{assert_holds, data, prefix, small_config, store};
+use crate::layout::KIB;
+use crate::{
+    BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Error, FsckOptions, GcOptions, Layout,
+    Manifest, Namespace, OrphanReason, Precondition, PutOptions, VersionId,
+};
+
+/// Stored chunks of `key`, counted per version (via [`ChunkStore::scan_chunks`]).
+async fn chunks_by_version(backend: &Arc<dyn ChunkStore>, key: &str) -> BTreeMap<VersionId, u64> {
+    let mut out = BTreeMap::new();
+    let mut all = backend.scan_chunks();
+    while let Some(addr) = all.try_next().await.expect("scan_chunks") {
+        if addr.key == key.as_bytes() {
+            *out.entry(addr.version).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Starts a put of `key` that streams from a pipe, feeds it `first` bytes and waits until its new version has
+/// stored at least `chunks` chunks. Returns the pipe (write more, or drop it to end the stream), the put's task
+/// and the new version.
+async fn running_put(
+    store: &BlobStore,
+    backend: &Arc<dyn ChunkStore>,
+    key: &str,
+    committed: VersionId,
+    first: usize,
+    chunks: u64,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::task::JoinHandle<crate::Result<Manifest>>,
+    VersionId,
+) {
+    let (mut w, r) = tokio::io::duplex(16 * KIB as usize);
+    let put = tokio::spawn({
+        let (store, key) = (store.clone(), key.to_owned());
+        async move { store.put_stream(&key, r, &PutOptions::new()).await }
+    });
+    w.write_all(&data(first, 2)).await.expect("feed");
+    let version = wait_for_uncommitted_chunks(backend, key, committed, chunks).await;
+    (w, put, version)
+}
+
+/// Polls `chunks_by_version` until some version other than `committed` has at least `at_least` chunks.
+async fn wait_for_uncommitted_chunks(
+    backend: &Arc<dyn ChunkStore>,
+    key: &str,
+    committed: VersionId,
+    at_least: u64,
+) -> VersionId {
+    for _ in 0..200 {
+        let found = chunks_by_version(backend, key).await;
+        if let Some((v, _)) = found
+            .iter()
+            .find(|(v, n)| **v != committed && **n >= at_least)
+        {
+            return *v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{key}: the running put never stored {at_least} chunks");
+}
+
+pub async fn gc_reclaims_replaced_and_deleted_versions(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("gc-replaced");
+    let store = store(
+        &backend,
+        small_config().with_grace(Duration::from_secs(3600)),
+    );
+    let (k1, k2) = (format!("{p}replaced"), format!("{p}deleted"));
+    let old = store
+        .put(&k1, data(200 * KIB as usize, 1), &PutOptions::new())
+        .await
+        .expect("put");
+    let new_data = data(20 * KIB as usize, 2);
+    let new = store
+        .put(&k1, new_data.clone(), &PutOptions::new())
+        .await
+        .expect("overwrite");
+    store
+        .put(&k2, data(100 * KIB as usize, 3), &PutOptions::new())
+        .await
+        .expect("put");
+    store.delete(&k2).await.expect("delete");
+    let opts = GcOptions::new().with_prefix(p.clone());
+
+    let r = store.gc(&opts).await.expect("gc");
+    assert_eq!(r.reclaim.versions, 0, "inside the grace period: {r:?}");
+    assert!(r.reclaim.next_due_micros.is_some(), "{r:?}");
+    let r = store
+        .gc(&opts.clone().with_grace(Duration::ZERO).with_dry_run(true))
+        .await
+        .expect("dry run");
+    assert_eq!((r.reclaim.versions, r.dry_run), (2, true), "{r:?}");
+    assert_eq!(
+        chunks_by_version(&backend, &k1).await.len(),
+        2,
+        "dry run deletes nothing"
+    );
+
+    let r = store
+        .gc(&opts.clone().with_grace(Duration::ZERO))
+        .await
+        .expect("gc");
+    assert_eq!(r.reclaim.versions, 2, "{r:?}");
+    assert!(
+        r.reclaim.bytes > 300 * KIB,
+        "freed bytes are reported: {r:?}"
+    );
+    let left = chunks_by_version(&backend, &k1).await;
+    assert_eq!(left.keys().copied().collect::<Vec<_>>(), vec![new.version]);
+    assert!(!left.contains_key(&old.version));
+    assert!(chunks_by_version(&backend, &k2).await.is_empty());
+    assert_holds(&store, &k1, &new_data).await;
+    let r = store
+        .gc(&opts.with_grace(Duration::ZERO))
+        .await
+        .expect("gc again");
+    assert_eq!(r.reclaim.versions, 0, "nothing left: {r:?}");
+}
+
+pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("gc-abandoned");
+    let key = format!("{p}blob");
+    let store = store(
+        &backend,
+        small_config().with_intent_lease(Duration::from_millis(400)),
+    );
+    let kept = data(10_000, 1);
+    let committed = store
+        .put(&key, kept.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let (w, put, abandoned) = running_put(
+        &store,
+        &backend,
+        &key,
+        committed.version,
+        200 * KIB as usize,
+        10,
+    )
+    .await;
+    let opts = GcOptions::new().with_prefix(p.clone());
+    // Stalled for longer than its lease, but alive: it renews, and gc leaves it alone.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let r = store.gc(&opts).await.expect("gc");
+    assert_eq!((r.puts_in_flight, r.abandoned_puts), (1, 0), "{r:?}");
+    assert!(
+        chunks_by_version(&backend, &key)
+            .await
+            .contains_key(&abandoned)
+    );
+
+    // The writer dies: its intent is no longer renewed and expires.
+    put.abort();
+    drop(w);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = store.gc(&opts).await.expect("gc");
+    assert_eq!((r.puts_in_flight, r.abandoned_puts), (0, 1), "{r:?}");
+    assert!(
+        r.abandoned_chunks > 0,
+        "progress is recorded at renewals: {r:?}"
+    );
+    assert_eq!(r.reclaim.versions, 1, "{r:?}");
+    let left = chunks_by_version(&backend, &key).await;
+    assert_eq!(
+        left.keys().copied().collect::<Vec<_>>(),
+        vec![committed.version]
+    );
+    assert_holds(&store, &key, &kept).await;
+    let r = store.gc(&opts).await.expect("gc again");
+    assert_eq!((r.abandoned_puts, r.stale_intents), (0, 0), "{r:?}");
+}
+
+pub async fn put_without_its_lease_does_not_commit(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("lease");
+    let key = format!("{p}blob");
+    let store = store(
+        &backend,
+        small_config().with_intent_lease(Duration::from_millis(300)),
+    );
+    let kept = data(10_000, 1);
+    let committed = store
+        .put(&key, kept.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let (mut w, put, running) = running_put(
+        &store,
+        &backend,
+        &key,
+        committed.version,
+        100 * KIB as usize,
+        5,
+    )
+    .await;
+    // Do what gc does to an expired intent: take it over (here: remove it) so that the writer cannot commit.
+    let intents = backend
+        .scan_records(Namespace::Intent, b"", None, 100_000)
+        .await
+        .expect("scan intents");
+    let (record, _) = intents
+        .into_iter()
+        .find(|(k, _)| k.get(..16) == Some(&running.to_be_bytes()[..]))
+        .expect("the running put has an intent");
+    backend
+        .delete_record(Namespace::Intent, &record, &Precondition::None)
+        .await
+        .expect("take over");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    w.write_all(&data(50 * KIB as usize, 3))
+        .await
+        .expect("feed the rest");
+    drop(w);
+    match put.await.expect("put task") {
+        Err(Error::IntentLost { version, .. }) => assert_eq!(version, running),
+        other => panic!("expected IntentLost, got {other:?}"),
+    }
+    assert_holds(&store, &key, &kept).await;
+    let left = chunks_by_version(&backend, &key).await;
+    assert_eq!(
+        left.keys().copied().collect::<Vec<_>>(),
+        vec![committed.version],
+        "the failed put removed its chunks"
+    );
+}
+
+pub async fn fsck_reports_damage_and_repairs_only_orphans(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("fsck");
+    let store = store(&backend, small_config());
+    let (a, b, c) = (format!("{p}a"), format!("{p}b"), format!("{p}c"));
+    let sizes = [500usize, 200 * KIB as usize, 20 * KIB as usize];
+    let mut manifests = Vec::new();
+    for (i, (key, size)) in [&a, &b, &c].into_iter().zip(sizes).enumerate() {
+        manifests.push(
+            store
+                .put(key, data(size, i as u64), &PutOptions::new())
+                .await
+                .expect("put"),
+        );
+    }
+    let opts = FsckOptions::new().with_prefix(p.clone());
+    let r = store.fsck(&opts).await.expect("fsck");
+    assert_eq!(r.blobs, 3, "{r:?}");
+    assert_eq!(r.bytes, sizes.iter().sum::<usize>() as u64);
+    assert!(r.damaged.is_empty() && r.orphans.is_empty(), "{r:?}");
+    assert_eq!(r.chunks, 50 + 5, "every chunk listed once: {r:?}");
+
+    let blob = |key: &str, version| BlobRef {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        version,
+    };
+    // b: one bit of chunk 1 flipped in place.
+    let Layout::Chunked(lb) = manifests[1].layout() else {
+        panic!("b is chunked")
+    };
+    let bb = blob(&b, manifests[1].version);
+    let one = ChunkId {
+        salt: lb.salt_of(1),
+        index: 1,
+    };
+    let mut flipped = backend
+        .get_chunks(&bb, &[one])
+        .await
+        .expect("read b")
+        .into_iter()
+        .next()
+        .flatten()
+        .expect("chunk 1 of b")
+        .to_vec();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    backend
+        .put_chunks(
+            &bb,
+            vec![ChunkWrite {
+                salt: one.salt,
+                index: 1,
+                data: Bytes::from(flipped),
+            }],
+        )
+        .await
+        .expect("damage b");
+    // c: a second copy of chunk 0 under another salt.
+    let cb = blob(&c, manifests[2].version);
+    let zero = backend
+        .get_chunks(&cb, &[ChunkId { salt: 0, index: 0 }])
+        .await
+        .expect("read c")
+        .into_iter()
+        .next()
+        .flatten()
+        .expect("chunk 0 of c");
+    backend
+        .put_chunks(
+            &cb,
+            vec![ChunkWrite {
+                salt: 5,
+                index: 0,
+                data: zero,
+            }],
+        )
+        .await
+        .expect("stray copy");
+    // d: chunks of a version nothing refers to, written long ago.
+    let d = format!("{p}d");
+    let ghost = VersionId((1u128 << 80) | 7);
+    let ghost_chunks = (0..3)
+        .map(|i| ChunkWrite {
+            salt: i as u32,
+            index: i,
+            data: Bytes::from(vec![1u8; 100]),
+        })
+        .collect();
+    backend
+        .put_chunks(&blob(&d, ghost), ghost_chunks)
+        .await
+        .expect("orphan chunks");
+
+    let r = store.fsck(&opts).await.expect("fsck");
+    let damaged: Vec<(String, Option<VersionId>)> = r
+        .damaged
+        .iter()
+        .map(|d| (String::from_utf8_lossy(&d.key).into_owned(), d.version))
+        .collect();
+    assert_eq!(
+        damaged,
+        vec![
+            (b.clone(), Some(manifests[1].version)),
+            (c.clone(), Some(manifests[2].version))
+        ],
+        "{r:?}"
+    );
+    assert!(r.damaged[0].problem.contains("checksum"), "{r:?}");
+    assert!(r.damaged[1].problem.contains("salt 5"), "{r:?}");
+    assert_eq!(r.orphans.len(), 1, "{r:?}");
+    let o = &r.orphans[0];
+    assert_eq!(
+        (&o.key[..], o.version, o.chunks, o.reason, o.removed),
+        (d.as_bytes(), ghost, 3, OrphanReason::Unreferenced, false)
+    );
+
+    let r = store
+        .fsck(&opts.clone().with_repair(true).with_min_age(Duration::ZERO))
+        .await
+        .expect("repair");
+    assert_eq!(r.orphans.len(), 1);
+    assert!(r.orphans[0].removed, "{r:?}");
+    assert_eq!(r.orphans_left(), 0);
+    let r = store.fsck(&opts).await.expect("fsck after repair");
+    assert!(r.orphans.is_empty(), "{r:?}");
+    assert_eq!(
+        r.damaged.len(),
+        2,
+        "repair touches nothing but orphans: {r:?}"
+    );
+    assert!(matches!(
+        store.get(&b).await,
+        Err(Error::ChecksumMismatch { chunk: 1, .. })
+    ));
+    assert_holds(&store, &c, &data(sizes[2], 2)).await;
+}

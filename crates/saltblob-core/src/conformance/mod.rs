@@ -1,0 +1,218 @@
+//! The conformance suite: the behaviour every backend must show, as `pub async fn` cases.
+//!
+//! A backend crate runs it with [`crate::conformance_suite!`], giving an expression that builds a fresh
+//! [`Fixture`]. Cases use their own random key prefix, so a fixture may share one database between cases.
+//! Cases panic with a message on failure (they are tests).
+//!
+//! # Layout
+//! - [`roundtrip`]: what is put reads back, in every layout, codec and policy.
+//! - [`versions`]: overwrites, deletes, concurrent writers and readers of replaced versions.
+//! - [`conditional`]: conditional puts and the order of commits.
+//! - [`reads`]: range reads and listing by prefix.
+//! - [`failures`]: bad input and damaged data are refused or reported, and change nothing.
+//! - [`gc`]: garbage collection, the intent lease and `fsck`.
+//! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+pub mod conditional;
+pub mod failures;
+pub mod gc;
+pub mod reads;
+pub mod records;
+pub mod roundtrip;
+pub mod versions;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncRead;
+
+use crate::layout::{KIB, Layout, LayoutPolicy};
+use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Manifest, StoreConfig};
+
+pub use conditional::{conditional_puts, plain_and_conditional_commits_apply_in_order};
+pub use failures::{
+    bad_input_changes_nothing, corrupt_chunk_is_detected, corrupt_manifest_is_detected,
+    size_hint_mismatch_changes_nothing,
+};
+pub use gc::{
+    fsck_reports_damage_and_repairs_only_orphans, gc_reclaims_abandoned_puts,
+    gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
+};
+pub use reads::{list_by_prefix, range_reads};
+pub use records::{
+    record_scan_from_before_the_prefix, record_scans_page_in_key_order,
+    record_writes_check_preconditions, records_are_separate_per_namespace,
+};
+pub use roundtrip::{
+    compression_round_trips, describe_layouts, per_put_overrides, roundtrip_default_policy_large,
+    roundtrip_sizes, streaming_put_of_unknown_length,
+};
+pub use versions::{
+    concurrent_puts_same_key, delete_then_get, overwrite_larger_smaller_larger,
+    readers_survive_overwrite_within_grace,
+};
+
+/// A backend for one case, and whatever must live as long as it (a temporary directory, a server).
+pub struct Fixture {
+    pub backend: Arc<dyn ChunkStore>,
+    pub guard: Box<dyn Any + Send>,
+}
+
+impl Fixture {
+    /// A fixture with nothing to keep alive.
+    pub fn new(backend: Arc<dyn ChunkStore>) -> Self {
+        Self {
+            backend,
+            guard: Box::new(()),
+        }
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance case; `$make` is an expression evaluating to a future of
+/// [`Fixture`].
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::conformance_suite!(@cases $make;
+            roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
+            range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
+            size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
+            corrupt_manifest_is_detected, bad_input_changes_nothing, concurrent_puts_same_key,
+            compression_round_trips, readers_survive_overwrite_within_grace, per_put_overrides,
+            gc_reclaims_replaced_and_deleted_versions, gc_reclaims_abandoned_puts,
+            put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans,
+            plain_and_conditional_commits_apply_in_order, record_writes_check_preconditions,
+            records_are_separate_per_namespace, record_scans_page_in_key_order,
+            record_scan_from_before_the_prefix);
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let fixture: $crate::conformance::Fixture = $make.await;
+                $crate::conformance::$case(fixture.backend.clone()).await;
+                drop(fixture);
+            }
+        )*
+    };
+}
+
+/// The small policy the cases use, so that every layout shows up with small blobs: inline up to 1000 bytes,
+/// 4 KiB chunks, one partition up to 64 KiB, at most 7 salts, a 128 KiB window, 16 KiB batches, no grace.
+pub fn small_config() -> StoreConfig {
+    StoreConfig::default()
+        .with_policy(
+            LayoutPolicy::default()
+                .with_inline_limit(1000)
+                .with_chunk_size(4096)
+                .with_fanout_threshold(64 * KIB)
+                .with_max_salt(7),
+        )
+        .with_inflight_bytes(128 * KIB as usize)
+        .with_batch_bytes(16 * KIB as usize)
+        .with_grace(Duration::ZERO)
+}
+
+fn store(backend: &Arc<dyn ChunkStore>, config: StoreConfig) -> BlobStore {
+    BlobStore::new(Arc::clone(backend), config).expect("valid config")
+}
+
+/// A random key prefix for one case.
+pub fn prefix(case: &str) -> String {
+    format!("{case}-{:016x}/", rand::random::<u64>())
+}
+
+/// `len` pseudo-random bytes (incompressible), different for each `seed`.
+pub fn data(len: usize, seed: u64) -> Bytes {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+/// A reader that hands out its data in pieces of odd sizes, like a pipe.
+struct Trickle {
+    data: Bytes,
+    step: usize,
+}
+
+impl AsyncRead for Trickle {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let n = self.data.len().min(buf.remaining()).min(self.step);
+        let piece = self.data.split_to(n);
+        buf.put_slice(&piece);
+        self.step = self.step % 7919 + 1013;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+fn trickle(data: &Bytes) -> Trickle {
+    Trickle {
+        data: data.clone(),
+        step: 1,
+    }
+}
+
+async fn assert_holds(store: &BlobStore, key: &str, expected: &Bytes) -> Manifest {
+    let got = store
+        .get(key)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    assert!(
+        got == *expected,
+        "{key}: read {} bytes that differ from the {} written",
+        got.len(),
+        expected.len()
+    );
+    let m = store.head(key).await.expect("head");
+    assert_eq!(m.size, expected.len() as u64, "{key}: size");
+    assert_eq!(
+        m.digest,
+        *blake3::hash(expected).as_bytes(),
+        "{key}: digest"
+    );
+    m
+}
+
+async fn chunk_present(backend: &Arc<dyn ChunkStore>, key: &str, m: &Manifest, index: u64) -> bool {
+    let Layout::Chunked(l) = m.layout() else {
+        return false;
+    };
+    let blob = BlobRef {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        version: m.version,
+    };
+    let slots = backend
+        .get_chunks(
+            &blob,
+            &[ChunkId {
+                salt: l.salt_of(index),
+                index,
+            }],
+        )
+        .await
+        .expect("get_chunks");
+    slots.into_iter().next().flatten().is_some()
+}
+
+fn expected_kind(size: u64) -> &'static str {
+    if size <= 1000 {
+        "inline"
+    } else if size <= 64 * KIB {
+        "single-partition"
+    } else {
+        "salted"
+    }
+}

@@ -1,0 +1,384 @@
+//! The record level of [`ChunkStore`] itself, below the blob API: preconditions checked with the write and what
+//! a write reports ([`RecordWrite`], [`Previous`]), namespaces, and [`ChunkStore::scan_records`] (key order,
+//! prefix, `limit`, paging with `start_after`).
+//!
+//! The cases write records under keys of their own (`rec-<case>-<random>…`) that no blob, intent or queue entry
+//! uses (as a reclaim key, such a key reads as due in the far future), and delete them at the end, so they may
+//! share a database with other cases.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::{ChunkStore, Namespace, Precondition, Previous, RecordWrite};
+
+/// Every namespace, each of which a backend may store apart.
+const NAMESPACES: [Namespace; 4] = [
+    Namespace::Manifest,
+    Namespace::Reclaim,
+    Namespace::Meta,
+    Namespace::Intent,
+];
+
+/// The namespaces scans are checked in: manifests (listing) and one internal namespace (the reclaim queue and
+/// the intent scan), which backends tend to store differently.
+const SCANNED: [Namespace; 2] = [Namespace::Manifest, Namespace::Reclaim];
+
+fn b(s: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(s.as_ref())
+}
+
+/// A record key of its own for one case.
+fn record_key(case: &str) -> String {
+    format!("rec-{case}-{:016x}", rand::random::<u64>())
+}
+
+async fn put(
+    backend: &Arc<dyn ChunkStore>,
+    ns: Namespace,
+    key: &[u8],
+    value: &str,
+    cond: Precondition,
+) -> RecordWrite {
+    backend
+        .put_record(ns, key, b(value), &cond)
+        .await
+        .unwrap_or_else(|e| panic!("{ns:?}: put {value:?} if {cond:?}: {e}"))
+}
+
+async fn delete(
+    backend: &Arc<dyn ChunkStore>,
+    ns: Namespace,
+    key: &[u8],
+    cond: Precondition,
+) -> RecordWrite {
+    backend
+        .delete_record(ns, key, &cond)
+        .await
+        .unwrap_or_else(|e| panic!("{ns:?}: delete if {cond:?}: {e}"))
+}
+
+async fn get(backend: &Arc<dyn ChunkStore>, ns: Namespace, key: &[u8]) -> Option<Bytes> {
+    backend
+        .get_record(ns, key)
+        .await
+        .unwrap_or_else(|e| panic!("{ns:?}: get: {e}"))
+}
+
+async fn scan(
+    backend: &Arc<dyn ChunkStore>,
+    ns: Namespace,
+    prefix: &[u8],
+    start_after: Option<&[u8]>,
+    limit: usize,
+) -> Vec<(Bytes, Bytes)> {
+    backend
+        .scan_records(ns, prefix, start_after, limit)
+        .await
+        .unwrap_or_else(|e| panic!("{ns:?}: scan {prefix:?} after {start_after:?}: {e}"))
+}
+
+/// Every record of `ns` under `prefix`, a page of `page` records at a time, each page starting after the last
+/// key of the one before.
+async fn scan_paged(
+    backend: &Arc<dyn ChunkStore>,
+    ns: Namespace,
+    prefix: &[u8],
+    page: usize,
+) -> Vec<(Bytes, Bytes)> {
+    let mut all: Vec<(Bytes, Bytes)> = Vec::new();
+    loop {
+        let after = all.last().map(|(k, _)| k.clone());
+        let got = scan(backend, ns, prefix, after.as_deref(), page).await;
+        assert!(
+            got.len() <= page,
+            "{ns:?}: a page of {page} held {}",
+            got.len()
+        );
+        let full = got.len() == page;
+        all.extend(got);
+        if !full {
+            return all;
+        }
+    }
+}
+
+/// Writes `records` in `ns` in reverse order (so that the store, not the order of writes, sorts them).
+async fn write_all(backend: &Arc<dyn ChunkStore>, ns: Namespace, records: &[(Bytes, Bytes)]) {
+    for (k, v) in records.iter().rev() {
+        backend
+            .put_record(ns, k, v.clone(), &Precondition::None)
+            .await
+            .unwrap_or_else(|e| panic!("{ns:?}: put: {e}"));
+    }
+}
+
+async fn delete_all<'a>(
+    backend: &Arc<dyn ChunkStore>,
+    ns: Namespace,
+    keys: impl IntoIterator<Item = &'a Bytes>,
+) {
+    for k in keys {
+        delete(backend, ns, k, Precondition::None).await;
+    }
+}
+
+pub async fn record_writes_check_preconditions(backend: Arc<dyn ChunkStore>) {
+    let reports_previous = backend.info().reports_previous;
+    // What an unconditional write reports it replaced; a conditional one always knows.
+    let replaced = |value: Option<&str>| match (reports_previous, value) {
+        (false, _) => Previous::Unknown,
+        (true, None) => Previous::Absent,
+        (true, Some(v)) => Previous::Value(b(v)),
+    };
+    for ns in NAMESPACES {
+        let key = record_key("cond");
+        let k = key.as_bytes();
+        let failed = |current: Option<&str>| RecordWrite::ConditionFailed(current.map(b));
+        assert_eq!(get(&backend, ns, k).await, None, "{ns:?}: missing is None");
+        assert_eq!(
+            delete(&backend, ns, k, Precondition::Equals(b("v0"))).await,
+            failed(None),
+            "{ns:?}: if-equal delete of a missing record"
+        );
+        assert_eq!(
+            delete(&backend, ns, k, Precondition::None).await,
+            RecordWrite::Done(replaced(None)),
+            "{ns:?}: deleting nothing succeeds"
+        );
+        assert_eq!(
+            put(&backend, ns, k, "v0", Precondition::Equals(b("v0"))).await,
+            failed(None),
+            "{ns:?}: if-equal put on a missing record"
+        );
+        assert_eq!(
+            get(&backend, ns, k).await,
+            None,
+            "{ns:?}: a failed put wrote nothing"
+        );
+
+        assert_eq!(
+            put(&backend, ns, k, "v1", Precondition::Absent).await,
+            RecordWrite::Done(Previous::Absent),
+            "{ns:?}: if-absent put on a missing record"
+        );
+        assert_eq!(
+            put(&backend, ns, k, "v2", Precondition::Absent).await,
+            failed(Some("v1")),
+            "{ns:?}: if-absent put on a present record reports the current value"
+        );
+        assert_eq!(
+            put(&backend, ns, k, "v2", Precondition::Equals(b("nope"))).await,
+            failed(Some("v1")),
+            "{ns:?}: if-equal put on another value"
+        );
+        assert_eq!(
+            get(&backend, ns, k).await,
+            Some(b("v1")),
+            "{ns:?}: unchanged"
+        );
+        assert_eq!(
+            put(&backend, ns, k, "v2", Precondition::Equals(b("v1"))).await,
+            RecordWrite::Done(Previous::Value(b("v1"))),
+            "{ns:?}: if-equal put on that value"
+        );
+        assert_eq!(get(&backend, ns, k).await, Some(b("v2")));
+        assert_eq!(
+            put(&backend, ns, k, "v3", Precondition::None).await,
+            RecordWrite::Done(replaced(Some("v2"))),
+            "{ns:?}: unconditional put over a value"
+        );
+        assert_eq!(get(&backend, ns, k).await, Some(b("v3")));
+
+        assert_eq!(
+            delete(&backend, ns, k, Precondition::Equals(b("v2"))).await,
+            failed(Some("v3")),
+            "{ns:?}: if-equal delete of another value"
+        );
+        assert_eq!(
+            get(&backend, ns, k).await,
+            Some(b("v3")),
+            "{ns:?}: unchanged"
+        );
+        assert_eq!(
+            delete(&backend, ns, k, Precondition::Absent).await,
+            RecordWrite::Done(replaced(Some("v3"))),
+            "{ns:?}: `Absent` means nothing to a delete: it deletes"
+        );
+        assert_eq!(get(&backend, ns, k).await, None, "{ns:?}: deleted");
+        assert_eq!(
+            put(&backend, ns, k, "v4", Precondition::None).await,
+            RecordWrite::Done(replaced(None)),
+            "{ns:?}: unconditional put on a missing record"
+        );
+        assert_eq!(
+            delete(&backend, ns, k, Precondition::Equals(b("v4"))).await,
+            RecordWrite::Done(Previous::Value(b("v4"))),
+            "{ns:?}: if-equal delete of that value"
+        );
+        assert_eq!(get(&backend, ns, k).await, None, "{ns:?}: deleted");
+    }
+}
+
+pub async fn records_are_separate_per_namespace(backend: Arc<dyn ChunkStore>) {
+    let key = b(record_key("ns"));
+    let value = |ns: Namespace| b(format!("value in {ns:?}"));
+    for ns in NAMESPACES {
+        assert_eq!(
+            backend
+                .put_record(ns, &key, value(ns), &Precondition::Absent)
+                .await
+                .expect("put"),
+            RecordWrite::Done(Previous::Absent),
+            "{ns:?}: the same key in another namespace is another record"
+        );
+    }
+    for ns in NAMESPACES {
+        let own = vec![(key.clone(), value(ns))];
+        assert_eq!(
+            get(&backend, ns, &key).await,
+            Some(value(ns)),
+            "{ns:?}: get"
+        );
+        assert_eq!(
+            scan(&backend, ns, &key, None, 10).await,
+            own,
+            "{ns:?}: scan of the key"
+        );
+        // A scan of the whole namespace runs to its end and no further (backends may store namespaces
+        // side by side, one after another).
+        let mine: Vec<(Bytes, Bytes)> = scan_paged(&backend, ns, b"", 500)
+            .await
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(&key))
+            .collect();
+        assert_eq!(mine, own, "{ns:?}: scan of the whole namespace");
+    }
+    delete(&backend, Namespace::Manifest, &key, Precondition::None).await;
+    for ns in NAMESPACES {
+        let left = get(&backend, ns, &key).await;
+        if ns == Namespace::Manifest {
+            assert_eq!(left, None, "deleted");
+        } else {
+            assert_eq!(
+                left,
+                Some(value(ns)),
+                "{ns:?}: a delete in another namespace left it"
+            );
+        }
+    }
+    for ns in NAMESPACES {
+        delete(&backend, ns, &key, Precondition::None).await;
+    }
+}
+
+pub async fn record_scans_page_in_key_order(backend: Arc<dyn ChunkStore>) {
+    for ns in SCANNED {
+        let p = format!("{}/", record_key("scan"));
+        let p = p.as_bytes();
+        // The prefix itself, 40 keys with a binary byte, and the highest key of the prefix; each with a value
+        // of its own.
+        let mut keys: Vec<Bytes> = vec![b(p)];
+        keys.extend((0..40u8).map(|i| b([p, &[i * 6], b"x"].concat())));
+        keys.push(b([p, &[0xff, 0xff]].concat()));
+        let records: Vec<(Bytes, Bytes)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), b(format!("value {i}"))))
+            .collect();
+        write_all(&backend, ns, &records).await;
+        // Keys just before and just past the prefix must not show up.
+        let base = &p[..p.len() - 1];
+        let outside = [b([base, b"."].concat()), b([base, b"0"].concat())];
+        let outside_records: Vec<(Bytes, Bytes)> =
+            outside.iter().map(|k| (k.clone(), b("outside"))).collect();
+        write_all(&backend, ns, &outside_records).await;
+
+        assert_eq!(
+            scan(&backend, ns, p, None, 1000).await,
+            records,
+            "{ns:?}: every record of the prefix, in byte order of the keys, and nothing else"
+        );
+        assert_eq!(
+            scan(&backend, ns, p, None, 0).await,
+            vec![],
+            "{ns:?}: limit 0"
+        );
+        assert_eq!(
+            scan(&backend, ns, p, None, 3).await,
+            records[..3].to_vec(),
+            "{ns:?}: the first `limit` records"
+        );
+        assert_eq!(
+            scan(&backend, ns, p, Some(&keys[10]), 5).await,
+            records[11..16].to_vec(),
+            "{ns:?}: start_after is exclusive, limit respected"
+        );
+        let between = [&keys[10][..], &[0]].concat();
+        assert_eq!(
+            scan(&backend, ns, p, Some(&between), 2).await,
+            records[11..13].to_vec(),
+            "{ns:?}: start_after need not be a stored key"
+        );
+        for page in [1, 7, 42, 43] {
+            assert_eq!(
+                scan_paged(&backend, ns, p, page).await,
+                records,
+                "{ns:?}: pages of {page} make up the whole scan"
+            );
+        }
+        let last = &keys[keys.len() - 1];
+        for after in [
+            &last[..],
+            &[p, &[0xff, 0xff, 0][..]].concat()[..],
+            &outside[1][..],
+        ] {
+            assert_eq!(
+                scan(&backend, ns, p, Some(after), 10).await,
+                vec![],
+                "{ns:?}: nothing after {after:?}"
+            );
+        }
+        delete_all(&backend, ns, keys.iter().chain(&outside)).await;
+        assert_eq!(
+            scan(&backend, ns, p, None, 1000).await,
+            vec![],
+            "{ns:?}: deleted"
+        );
+    }
+}
+
+/// `start_after` that sorts before the prefix excludes nothing: the scan starts at the prefix, whatever lies
+/// between the two.
+pub async fn record_scan_from_before_the_prefix(backend: Arc<dyn ChunkStore>) {
+    for ns in SCANNED {
+        let base = record_key("before");
+        let base = base.as_bytes();
+        let p = [base, b"/"].concat();
+        let records: Vec<(Bytes, Bytes)> = ["a", "b", "c"]
+            .into_iter()
+            .map(|s| (b([&p[..], s.as_bytes()].concat()), b(s)))
+            .collect();
+        write_all(&backend, ns, &records).await;
+        // Records that sort between the `start_after`s below and the prefix ('.' sorts just before '/').
+        let below = [b(base), b([base, b"."].concat()), b([base, b".z"].concat())];
+        let below_records: Vec<(Bytes, Bytes)> =
+            below.iter().map(|k| (k.clone(), b("below"))).collect();
+        write_all(&backend, ns, &below_records).await;
+
+        let starts: [&[u8]; 5] = [b"", b"rec-", base, &below[1], &below[2]];
+        for after in starts {
+            assert_eq!(
+                scan(&backend, ns, &p, Some(after), 100).await,
+                records,
+                "{ns:?}: after {after:?} (before the prefix) comes the whole prefix"
+            );
+            assert_eq!(
+                scan(&backend, ns, &p, Some(after), 2).await,
+                records[..2].to_vec(),
+                "{ns:?}: after {after:?} (before the prefix), the first 2 of the prefix"
+            );
+        }
+        delete_all(&backend, ns, records.iter().map(|(k, _)| k).chain(&below)).await;
+    }
+}

@@ -1,0 +1,182 @@
+//! Overwrites and deletes: versions increase, replaced versions are reclaimed, concurrent writers leave one
+//! whole value, and readers of a replaced version finish within the grace period.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::{assert_holds, chunk_present, data, prefix, small_config, store};
+use crate::{ChunkStore, Error, Manifest, ManifestBody, PutOptions};
+
+pub async fn overwrite_larger_smaller_larger(backend: Arc<dyn ChunkStore>) {
+    let store = store(&backend, small_config());
+    let key = format!("{}k", prefix("overwrite"));
+    let mut previous: Option<Manifest> = None;
+    for (i, size) in [200_000usize, 500, 300_000, 5000].into_iter().enumerate() {
+        let payload = data(size, 100 + i as u64);
+        let m = store
+            .put(&key, payload.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_holds(&store, &key, &payload).await;
+        if let Some(prev) = previous {
+            assert!(m.version > prev.version, "versions increase");
+            store.reclaim_due().await.expect("reclaim");
+            if matches!(prev.body, ManifestBody::Chunked { .. }) {
+                assert!(
+                    !chunk_present(&backend, &key, &prev, 0).await,
+                    "chunks of replaced version are reclaimed"
+                );
+            }
+        }
+        assert_holds(&store, &key, &payload).await;
+        previous = Some(m);
+    }
+}
+
+pub async fn delete_then_get(backend: Arc<dyn ChunkStore>) {
+    let store = store(&backend, small_config());
+    let key = format!("{}gone", prefix("delete"));
+    let m = store
+        .put(&key, data(100_000, 1), &PutOptions::new())
+        .await
+        .expect("put");
+    assert!(chunk_present(&backend, &key, &m, 0).await);
+    assert_eq!(store.delete(&key).await.expect("delete"), Some(m.version));
+    assert!(
+        matches!(store.get(&key).await, Err(Error::NotFound { .. })),
+        "get after delete"
+    );
+    assert!(
+        matches!(store.head(&key).await, Err(Error::NotFound { .. })),
+        "head after delete"
+    );
+    assert_eq!(
+        store.delete(&key).await.expect("delete again"),
+        None,
+        "deleting nothing is fine"
+    );
+    let report = store.reclaim_due().await.expect("reclaim");
+    assert!(
+        report.versions >= 1,
+        "reclaim deleted the version: {report:?}"
+    );
+    assert!(
+        !chunk_present(&backend, &key, &m, 0).await,
+        "chunks of deleted blob are reclaimed"
+    );
+    let err = store.get(&key).await.expect_err("missing");
+    assert!(
+        err.to_string().contains("not found") && err.to_string().contains("gone"),
+        "{err}"
+    );
+}
+
+pub async fn concurrent_puts_same_key(backend: Arc<dyn ChunkStore>) {
+    let store = store(
+        &backend,
+        small_config().with_grace(Duration::from_secs(3600)),
+    );
+    let key = format!("{}hot", prefix("concurrent"));
+    let values: Vec<Bytes> = [500usize, 5000, 70_000, 150_000, 3000, 90_000]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| data(*n, i as u64))
+        .collect();
+    let digests: Vec<[u8; 32]> = values.iter().map(|v| *blake3::hash(v).as_bytes()).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for round in 0..3 {
+        for v in &values {
+            let (store, key, v) = (store.clone(), key.clone(), v.clone());
+            tasks.spawn(async move {
+                store
+                    .put(&key, v, &PutOptions::new())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("put {round}: {e}"))
+            });
+        }
+        for _ in 0..4 {
+            let (store, key, digests) = (store.clone(), key.clone(), digests.clone());
+            tasks.spawn(async move {
+                match store.get(&key).await {
+                    Ok(b) if digests.contains(blake3::hash(&b).as_bytes()) => Ok(()),
+                    Ok(b) => Err(format!("read {} bytes that no put wrote", b.len())),
+                    Err(Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(format!("get: {e}")),
+                }
+            });
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task").expect("operation");
+    }
+    let last = store.get(&key).await.expect("final get");
+    let m = store.head(&key).await.expect("head");
+    assert!(
+        digests.contains(blake3::hash(&last).as_bytes())
+            && m.digest == *blake3::hash(&last).as_bytes()
+    );
+}
+
+pub async fn readers_survive_overwrite_within_grace(backend: Arc<dyn ChunkStore>) {
+    let key = format!("{}k", prefix("grace"));
+    let old = data(300_000, 1);
+    let patient = store(
+        &backend,
+        small_config()
+            .with_grace(Duration::from_secs(3600))
+            .with_inflight_bytes(8192),
+    );
+    patient
+        .put(&key, old.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    // A reader starts, the key is overwritten, reclaim runs: the reader still gets the old version whole.
+    let mut stream = patient.get_stream(&key).await.expect("get_stream");
+    let mut got = stream
+        .next()
+        .await
+        .expect("first piece")
+        .expect("ok")
+        .to_vec();
+    patient
+        .put(&key, data(2000, 2), &PutOptions::new())
+        .await
+        .expect("overwrite");
+    let report = patient.reclaim_due().await.expect("reclaim");
+    assert!(
+        report.next_due_micros.is_some() && report.versions == 0,
+        "grace period respected: {report:?}"
+    );
+    while let Some(piece) = stream.next().await {
+        got.extend_from_slice(&piece.expect("piece of the old version"));
+    }
+    assert!(got == old, "the old version read whole after the overwrite");
+    // With the grace period over, a reader of a reclaimed version is told to read again.
+    patient
+        .put(&key, old.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let mut stream = patient.get_stream(&key).await.expect("get_stream");
+    stream.next().await.expect("first piece").expect("ok");
+    patient
+        .put(&key, data(2000, 3), &PutOptions::new())
+        .await
+        .expect("overwrite");
+    patient.reclaim_all().await.expect("reclaim all");
+    let mut outcome = Ok(());
+    while let Some(piece) = stream.next().await {
+        if let Err(e) = piece {
+            outcome = Err(e);
+            break;
+        }
+    }
+    match outcome {
+        Err(e @ Error::VersionReclaimed { .. }) => assert!(e.is_retryable()),
+        other => panic!("expected VersionReclaimed, got {other:?}"),
+    }
+    assert_holds(&patient, &key, &data(2000, 3)).await;
+}
