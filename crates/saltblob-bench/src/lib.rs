@@ -39,124 +39,40 @@
 //! ```
 //!
 //! # Layout
-//! - [`bench`](mod@bench): the phases and [`BenchReport`].
-//! - [`probe`](mod@probe): [`ProbeReport`]: O_DIRECT bandwidth of the device, or single-row throughput.
-//! - [`device`]: which block device holds a directory, and its sector sizes.
+//! Each module uses only those listed before it (no import circles).
+//! - `args`: [`BenchArgs`], [`ProbeArgs`], [`ProbeOptions`], and the probe settings resolved from them;
+//!   `output`: writing `--json` files; `progress`: progress bars.
 //! - [`stats`]: HDR latency recording and per-phase results.
+//! - [`device`]: which block device holds a directory, and its sector sizes.
+//! - `direct`: the O_DIRECT bandwidth of the device behind an embedded store; `rows`: single-row throughput
+//!   through any other backend; `reference`: [`ProbeReport`], either of them, for a store URL.
+//! - `results`: [`BenchReport`] and the other report types of a bench run.
+//! - `plan`: the bench's sizes and counts, validated; `payload`: stamped payloads and how a read is checked;
+//!   `load`: load drivers (count-bound, time-bound, background); `phases`: the phase runners and the clean-up;
+//!   `ratios`: the figures of `BENCHMARKS.md`.
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
+//! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
 
-use std::path::PathBuf;
-
-use clap::Args;
-use saltblob::parse_size;
-
+mod args;
 pub mod bench;
 pub mod device;
+mod direct;
+mod load;
+mod output;
+mod payload;
+mod phases;
+mod plan;
 pub mod plot;
 pub mod probe;
 mod progress;
+mod ratios;
+mod reference;
 pub mod report;
+mod results;
+mod rows;
 pub mod stats;
 
+pub use args::{BenchArgs, ProbeArgs, ProbeOptions};
 pub use bench::{BenchReport, bench};
 pub use probe::{ProbeReport, probe};
 pub use stats::{Latency, PhaseReport};
-
-/// Options of `saltblob bench`.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Number of large blobs, written one at a time.
-    #[arg(long, default_value_t = 5, value_name = "N")]
-    pub count: u64,
-    /// Size of each large blob, in MiB.
-    #[arg(long, default_value_t = 60, value_name = "MIB")]
-    pub large_mb: u64,
-    /// Size of each small blob, in KiB; the small phases move the same byte volume as the large ones.
-    #[arg(long, default_value_t = 64, value_name = "KIB")]
-    pub small_kb: u64,
-    /// Small operations in flight at once (small phases, mixed phases, cluster probe).
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    pub concurrency: usize,
-    /// Chunk size of the large blobs (e.g. 64KiB, 1MiB). Defaults to the layout policy's (64 KiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub chunk_size: Option<u64>,
-    /// Largest salt count (fan-out) of the large blobs. Defaults to the layout policy's (100).
-    #[arg(long, value_name = "N")]
-    pub max_salt: Option<u32>,
-    /// Also write and read each large blob as ONE value, without chunking (the article's baseline).
-    #[arg(long)]
-    pub unchunked: bool,
-    /// Also run small gets and puts for SECONDS alone, then for SECONDS while large blobs are written and read.
-    #[arg(long, value_name = "SECONDS")]
-    pub mixed: Option<f64>,
-    /// Write the results as JSON to FILE ("-": standard output).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Draw latency percentiles per phase to FILE (SVG).
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-    /// Keep the bench's keys instead of deleting them at the end.
-    #[arg(long)]
-    pub keep: bool,
-    /// Skip the reference measurement (the probe); "reference" is then null.
-    #[arg(long)]
-    pub no_probe: bool,
-    /// How the reference is measured.
-    #[command(flatten)]
-    pub probe: ProbeOptions,
-}
-
-/// Options of `saltblob probe`.
-#[derive(Args, Debug, Clone)]
-pub struct ProbeArgs {
-    /// Requests in flight for the single-row probe of a cluster store.
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    pub concurrency: usize,
-    /// Value size of the single-row probe of a cluster store. Defaults to the layout policy's chunk size (64 KiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub chunk_size: Option<u64>,
-    /// Probe this directory's device instead of the store's data directory.
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// Write the results as JSON to FILE ("-": standard output).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// How much is measured.
-    #[command(flatten)]
-    pub probe: ProbeOptions,
-}
-
-/// How much the probe measures; shared by `bench` and `probe`.
-#[derive(Args, Debug, Clone)]
-pub struct ProbeOptions {
-    /// Size of the probe's pre-sized O_DIRECT test file (embedded store), or byte budget of its single-row
-    /// writes (other stores).
-    #[arg(long, default_value = "1GiB", value_name = "SIZE", value_parser = parse_size)]
-    pub probe_size: u64,
-    /// Longest time one probe measurement (one request size at one queue depth) may take, in seconds.
-    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
-    pub probe_seconds: f64,
-}
-
-impl Default for ProbeOptions {
-    fn default() -> Self {
-        Self {
-            probe_size: 1 << 30,
-            probe_seconds: 3.0,
-        }
-    }
-}
-
-/// Writes `text` to `path`, or to standard output when `path` is "-".
-pub(crate) fn write_output(path: &std::path::Path, text: &str) -> saltblob::Result<()> {
-    if path.as_os_str() == "-" {
-        println!("{text}");
-        return Ok(());
-    }
-    std::fs::write(path, format!("{text}\n")).map_err(|e| {
-        saltblob::Error::Io(std::io::Error::new(
-            e.kind(),
-            format!("cannot write {}: {e}", path.display()),
-        ))
-    })
-}

@@ -5,7 +5,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use saltblob::{Error, Result};
 
-use crate::bench::BenchReport;
+use crate::results::BenchReport;
 use crate::stats::Latency;
 
 /// The percentiles drawn, left to right.

@@ -2,8 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::bench::{BenchConfig, BenchReport, Ratio};
-use crate::probe::ProbeReport;
+use crate::direct::DEPTHS;
+use crate::reference::ProbeReport;
+use crate::results::{BenchConfig, BenchReport, Ratio};
 use crate::stats::{Latency, PhaseReport};
 
 /// The opening lines of a bench run.
@@ -243,7 +244,7 @@ pub fn probe_text(r: &ProbeReport) -> String {
                 d.knees
                     .first()
                     .map(|_| {
-                        crate::probe::DEPTHS
+                        DEPTHS
                             .iter()
                             .map(|q| format!("{:>15}", format!("QD{q} MiB/s")))
                             .collect::<String>()

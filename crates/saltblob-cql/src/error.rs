@@ -1,6 +1,11 @@
 //! Mapping of driver errors into saltblob's: every error is an [`Error::Backend`] named `cql`, retryable when
-//! the same request may succeed later (timeouts, unavailable replicas, overload, broken connections).
+//! the same request may succeed later (timeouts, unavailable replicas, overload, broken connections). The
+//! driver's error is kept as the [`std::error::Error::source`]; the message says what saltblob was doing and
+//! repeats the driver's text, so that a one-line report is complete.
 
+use std::fmt::Display;
+
+use saltblob_core::BoxError;
 use saltblob_core::Error;
 use scylla::errors::{
     DbError, ExecutionError, NewSessionError, PrepareError, RequestAttemptError,
@@ -24,9 +29,17 @@ pub struct Context {
 }
 
 /// Maps the failure of request `what` (e.g. `write of 3 chunks of key "k"`).
-pub fn execution(what: &str, e: &ExecutionError, ctx: &Context) -> Error {
-    let (retryable, hint) = classify(e, ctx);
-    Error::backend(NAME, format!("{what} failed: {e}{hint}"), retryable)
+pub fn execution(what: &str, e: ExecutionError, ctx: &Context) -> Error {
+    let (retryable, hint) = classify(&e, ctx);
+    Error::backend_caused(NAME, format!("{what} failed: {e}{hint}"), retryable, e)
+}
+
+/// Maps driver error `e`, with `message` saying what failed (and `retryable` whether a retry may help).
+pub fn driver<E>(message: impl Display, retryable: bool, e: E) -> Error
+where
+    E: Into<BoxError>,
+{
+    Error::backend_caused(NAME, message, retryable, e)
 }
 
 /// Whether `e` is transient, and an explanation to append to its message.
@@ -136,39 +149,43 @@ fn classify_db(db: &DbError, message: &str, ctx: &Context) -> (bool, String) {
 }
 
 /// Explains a failure to open a session: hosts unreachable within the connect timeout, bad credentials, ...
-pub fn connect(hosts: &[String], timeout: std::time::Duration, e: &NewSessionError) -> Error {
-    Error::backend(
-        NAME,
-        format!(
-            "cannot connect to the cluster at {} within {:?}: {e} (check that the hosts are right and Cassandra or \
+pub fn connect(hosts: &[String], timeout: std::time::Duration, e: NewSessionError) -> Error {
+    let message = format!(
+        "cannot connect to the cluster at {} within {:?}: {e} (check that the hosts are right and Cassandra or \
              ScyllaDB listens for CQL there)",
-            hosts.join(","),
-            timeout
-        ),
-        true,
-    )
+        hosts.join(","),
+        timeout
+    );
+    Error::backend_caused(NAME, message, true, e)
 }
 
 /// Maps a failure to wait for schema agreement after creating tables.
-pub fn schema(e: &SchemaAgreementError) -> Error {
-    Error::backend(
-        NAME,
-        format!("the cluster's nodes did not agree on the new schema: {e}"),
-        true,
-    )
+pub fn schema(e: SchemaAgreementError) -> Error {
+    let message = format!("the cluster's nodes did not agree on the new schema: {e}");
+    Error::backend_caused(NAME, message, true, e)
 }
 
 /// Maps a failure to prepare a statement.
-pub fn prepare(statement: &str, e: &PrepareError) -> Error {
-    Error::backend(
+pub fn prepare(statement: &str, e: PrepareError) -> Error {
+    let retryable = prepare_retryable(&e);
+    Error::backend_caused(
         NAME,
         format!("cannot prepare \"{statement}\": {e}"),
-        prepare_retryable(e),
+        retryable,
+        e,
     )
 }
 
-/// An error about data the cluster returned that does not have the expected shape.
-pub fn shape(what: &str, detail: impl std::fmt::Display) -> Error {
+/// Data the cluster returned does not have the expected shape, as the driver's decoding error `e` says.
+pub fn shape<E>(what: &str, e: E) -> Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    Error::backend_caused(NAME, format!("unexpected result of {what}: {e}"), false, e)
+}
+
+/// Data the cluster returned does not have the expected shape, as saltblob found (`detail`).
+pub fn malformed(what: &str, detail: impl Display) -> Error {
     Error::backend(
         NAME,
         format!("unexpected result of {what}: {detail}"),
@@ -201,7 +218,7 @@ mod tests {
             required: 2,
             alive: 1,
         });
-        let mapped = execution("write", &e, &ctx(3, 1));
+        let mapped = execution("write", e, &ctx(3, 1));
         assert!(mapped.is_retryable());
         let m = mapped.to_string();
         assert!(
@@ -210,7 +227,7 @@ mod tests {
         );
         let m = execution(
             "write",
-            &db(DbError::Unavailable {
+            db(DbError::Unavailable {
                 consistency: Consistency::Three,
                 required: 3,
                 alive: 1,
@@ -221,7 +238,7 @@ mod tests {
         assert!(m.contains("use a lower consistency"), "{m}");
         let m = execution(
             "write",
-            &db(DbError::Unavailable {
+            db(DbError::Unavailable {
                 consistency: Consistency::Quorum,
                 required: 2,
                 alive: 1,
@@ -241,12 +258,12 @@ mod tests {
             required: 1,
             write_type: WriteType::Simple,
         });
-        assert!(execution("w", &timeout, &c).is_retryable());
-        assert!(execution("w", &db(DbError::Overloaded), &c).is_retryable());
+        assert!(execution("w", timeout, &c).is_retryable());
+        assert!(execution("w", db(DbError::Overloaded), &c).is_retryable());
         assert!(
             execution(
                 "w",
-                &ExecutionError::RequestTimeout(std::time::Duration::from_secs(1)),
+                ExecutionError::RequestTimeout(std::time::Duration::from_secs(1)),
                 &c
             )
             .is_retryable()
@@ -257,18 +274,41 @@ mod tests {
             required: 1,
             write_type: WriteType::Cas,
         });
-        let m = execution("w", &cas, &c);
+        let m = execution("w", cas, &c);
         assert!(
             !m.is_retryable() && m.to_string().contains("outcome is unknown"),
             "{m}"
         );
-        assert!(!execution("w", &db(DbError::SyntaxError), &c).is_retryable());
-        assert!(!execution("w", &ExecutionError::EmptyPlan, &c).is_retryable());
-        let m = execution("w", &db(DbError::Invalid), &c);
+        assert!(!execution("w", db(DbError::SyntaxError), &c).is_retryable());
+        assert!(!execution("w", ExecutionError::EmptyPlan, &c).is_retryable());
+        let m = execution("w", db(DbError::Invalid), &c);
         assert!(!m.is_retryable());
         assert!(
             m.to_string().starts_with("cql backend error: w failed"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn driver_errors_are_kept_as_the_source() {
+        use std::error::Error as _;
+        let mapped = execution("write", db(DbError::Overloaded), &ctx(1, 1));
+        let source = mapped.source().expect("the driver's error is kept");
+        assert!(
+            source.downcast_ref::<ExecutionError>().is_some(),
+            "{source:?}"
+        );
+        assert!(mapped.to_string().contains("write failed"), "{mapped}");
+        let prepared = prepare(
+            "SELECT 1",
+            PrepareError::ConnectionPoolError(scylla::errors::ConnectionPoolError::Initializing),
+        );
+        assert!(prepared.source().is_some() && prepared.is_retryable());
+        let agreement = schema(SchemaAgreementError::Timeout(
+            std::time::Duration::from_secs(1),
+        ));
+        assert!(agreement.source().is_some() && agreement.is_retryable());
+        let own = malformed("record read", "a row without a value");
+        assert!(own.source().is_none());
     }
 }

@@ -20,7 +20,7 @@ use scylla::value::CqlValue;
 use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::config::validate_keyspace;
-use crate::error::{self, NAME};
+use crate::error;
 
 /// Chunk reads in flight while importing one blob.
 const FETCH_DEPTH: usize = 16;
@@ -103,7 +103,7 @@ impl<'a> Source<'a> {
                 (&ks, &tb),
             )
             .await
-            .map_err(|e| error::execution("reading the source table's schema", &e, &Default::default()))?
+            .map_err(|e| error::execution("reading the source table's schema", e, &Default::default()))?
             .into_rows_result()
             .map_err(|e| error::shape("schema read", e))?;
         for row in rows
@@ -140,7 +140,7 @@ impl<'a> Source<'a> {
             let mut st = session
                 .prepare(cql.as_str())
                 .await
-                .map_err(|e| error::prepare(&cql, &e))?;
+                .map_err(|e| error::prepare(&cql, e))?;
             st.set_consistency(consistency);
             st.set_is_idempotent(true);
             Ok::<_, Error>(st)
@@ -172,7 +172,7 @@ impl<'a> Source<'a> {
             .session
             .query_iter(st, ())
             .await
-            .map_err(|e| Error::backend(NAME, format!("listing {}: {e}", self.name), true))?;
+            .map_err(|e| error::driver(format!("listing {}: {e}", self.name), true, e))?;
         let mut rows = pager
             .rows_stream::<(CqlValue, CqlValue)>()
             .map_err(|e| error::shape("key listing", e))?;
@@ -180,12 +180,12 @@ impl<'a> Source<'a> {
         while let Some(row) = rows
             .try_next()
             .await
-            .map_err(|e| Error::backend(NAME, format!("listing {}: {e}", self.name), true))?
+            .map_err(|e| error::driver(format!("listing {}: {e}", self.name), true, e))?
         {
             let (key, salt) = row;
             let bytes = key_bytes(&key)?;
             let salt = as_i64(&salt)
-                .ok_or_else(|| error::shape("key listing", "salt is not an integer"))?;
+                .ok_or_else(|| error::malformed("key listing", "salt is not an integer"))?;
             keys.entry(bytes)
                 .or_insert_with(|| (key, BTreeSet::new()))
                 .1
@@ -206,7 +206,7 @@ impl<'a> Source<'a> {
             .session
             .execute_unpaged(&self.layout, (key, &zero_salt, &zero_id))
             .await
-            .map_err(|e| error::execution("reading a layout row", &e, &Default::default()))?
+            .map_err(|e| error::execution("reading a layout row", e, &Default::default()))?
             .into_rows_result()
             .map_err(|e| error::shape("layout row", e))?
             .maybe_first_row::<(Option<CqlValue>, Option<CqlValue>)>()
@@ -233,17 +233,17 @@ impl<'a> Source<'a> {
                 .session
                 .execute_iter(self.chunk_ids.clone(), (key, &salt_value))
                 .await
-                .map_err(|e| Error::backend(NAME, format!("reading chunk ids: {e}"), true))?;
+                .map_err(|e| error::driver(format!("reading chunk ids: {e}"), true, e))?;
             let mut ids = pager
                 .rows_stream::<(CqlValue,)>()
                 .map_err(|e| error::shape("chunk ids", e))?;
             while let Some((id,)) = ids
                 .try_next()
                 .await
-                .map_err(|e| Error::backend(NAME, format!("reading chunk ids: {e}"), true))?
+                .map_err(|e| error::driver(format!("reading chunk ids: {e}"), true, e))?
             {
                 let id = as_i64(&id)
-                    .ok_or_else(|| error::shape("chunk ids", "chunk_id is not an integer"))?;
+                    .ok_or_else(|| error::malformed("chunk ids", "chunk_id is not an integer"))?;
                 seen.entry(id).or_default().push(salt);
             }
         }
@@ -316,7 +316,7 @@ impl<'a> Source<'a> {
                     .session
                     .execute_unpaged(&self.chunk, (key, &salt, &id))
                     .await
-                    .map_err(|e| error::execution("reading a chunk", &e, &Default::default()))?
+                    .map_err(|e| error::execution("reading a chunk", e, &Default::default()))?
                     .into_rows_result()
                     .map_err(|e| error::shape("chunk", e))?
                     .maybe_first_row::<(Option<Vec<u8>>,)>()
@@ -384,7 +384,7 @@ fn key_bytes(key: &CqlValue) -> Result<Bytes> {
         CqlValue::Int(i) => Ok(Bytes::from(i.to_string())),
         CqlValue::BigInt(i) => Ok(Bytes::from(i.to_string())),
         CqlValue::Uuid(u) => Ok(Bytes::from(u.to_string())),
-        other => Err(error::shape(
+        other => Err(error::malformed(
             "key",
             format!("unsupported key type {other:?}; use text, blob, int, bigint or uuid"),
         )),
@@ -410,7 +410,7 @@ fn int_value(ty: &str, v: i64) -> Result<CqlValue> {
         "smallint" => CqlValue::SmallInt(i16::try_from(v).map_err(|_| overflow())?),
         "tinyint" => CqlValue::TinyInt(i8::try_from(v).map_err(|_| overflow())?),
         other => {
-            return Err(error::shape(
+            return Err(error::malformed(
                 "source table",
                 format!("integer column of unsupported type {other}"),
             ));

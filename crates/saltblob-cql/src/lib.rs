@@ -31,17 +31,31 @@
 //! - **Listing** scans the whole manifest table (see `docs/format.md`); internal namespaces are range scans.
 //!
 //! # Layout
+//! Each module uses only those listed before it (no import circles):
+//! - [`clock`]: the strictly increasing client-timestamp clock of plain writes.
+//! - [`error`]: mapping of driver errors (kept as the source), with retryability and explanations.
 //! - [`config`]: [`CqlConfig`] and its `cql://` URL.
-//! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
 //! - [`schema`]: the keyspace and tables, and their creation.
-//! - [`error`]: mapping of driver errors, with retryability and explanations.
+//! - `statements`: the prepared statements and the values they bind.
+//! - `session`: the session and its bootstrap (data center, schema, statements, format marker); running
+//!   requests with retries.
+//! - `lwt`: lightweight transactions and their settling against the client clock.
+//! - `scan`: record scans (the whole manifest table; range reads of the other namespaces).
+//! - `writer`: chunk writes, cut into per-partition requests under per-host backpressure.
+//! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
 //! - [`import`]: import of tables in the salting article's original schema.
 
 pub mod backend;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod import;
+mod lwt;
+mod scan;
 pub mod schema;
+mod session;
+mod statements;
+mod writer;
 
 pub use backend::CqlStore;
 pub use config::{CqlConfig, Credentials, SCHEME};

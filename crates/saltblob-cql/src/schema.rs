@@ -1,12 +1,15 @@
 //! The keyspace and tables saltblob keeps in a cluster (documented in `docs/format.md`, "Cluster backend"),
-//! and their creation.
+//! and their creation (`ensure`, at connect). The format marker is checked once the statements are
+//! prepared, by the session's bootstrap.
 
 use std::collections::HashMap;
 
 use saltblob_core::{Error, Result};
 use scylla::client::session::Session;
+use scylla::errors::ExecutionError;
 
-use crate::error::{self, NAME};
+use crate::config::{CqlConfig, DEFAULT_RF};
+use crate::error;
 
 /// Table of manifests: blob key → encoded manifest of its current version.
 pub const MANIFESTS: &str = "manifests";
@@ -69,6 +72,57 @@ pub fn keyspace_ddl(ks: &str, dc: &str, rf: usize) -> String {
     )
 }
 
+/// Creates keyspace `config.keyspace` in data center `dc` (which has `nodes` nodes) and its tables, each if
+/// missing, and waits for schema agreement. An explicit replication factor over `nodes` is refused before
+/// anything is created; without one the keyspace gets [`DEFAULT_RF`], at most `nodes`.
+pub(crate) async fn ensure(
+    session: &Session,
+    config: &CqlConfig,
+    dc: &str,
+    nodes: usize,
+) -> Result<()> {
+    let ks = &config.keyspace;
+    if keyspace_replication(session, ks).await?.is_none() {
+        let rf = match config.replication_factor {
+            Some(rf) => {
+                let rf = usize::try_from(rf).unwrap_or(usize::MAX);
+                if rf > nodes {
+                    return Err(Error::invalid(
+                        "replication factor",
+                        format!(
+                            "rf={rf}, but data center \"{dc}\" has {nodes} node(s); keyspace {ks} was not created. \
+                             Use rf={nodes} or less, or add nodes"
+                        ),
+                    ));
+                }
+                rf
+            }
+            None => (DEFAULT_RF as usize).min(nodes).max(1),
+        };
+        tracing::info!("creating keyspace {ks} with replication factor {rf} in data center {dc}");
+        ddl(session, &keyspace_ddl(ks, dc, rf)).await?;
+    }
+    let existing = tables(session, ks).await?;
+    for (table, statement) in table_ddl(ks) {
+        if !existing.iter().any(|t| t == table) {
+            tracing::info!("creating table {ks}.{table}");
+            ddl(session, &statement).await?;
+        }
+    }
+    session
+        .await_schema_agreement()
+        .await
+        .map_err(error::schema)?;
+    session.refresh_metadata().await.map_err(|e| {
+        error::driver(
+            format!("cannot read the cluster's metadata after creating the schema: {e}"),
+            true,
+            e,
+        )
+    })?;
+    Ok(())
+}
+
 /// The replication options of keyspace `ks`, or `None` if it does not exist.
 pub async fn keyspace_replication(
     session: &Session,
@@ -81,7 +135,7 @@ pub async fn keyspace_replication(
             (ks,),
         )
         .await
-        .map_err(|e| error::execution(&what, &e, &error::Context::default()))?
+        .map_err(|e| error::execution(&what, e, &error::Context::default()))?
         .into_rows_result()
         .map_err(|e| error::shape(&what, e))?;
     rows.maybe_first_row::<(HashMap<String, String>,)>()
@@ -98,7 +152,7 @@ pub async fn tables(session: &Session, ks: &str) -> Result<Vec<String>> {
             (ks,),
         )
         .await
-        .map_err(|e| error::execution(&what, &e, &error::Context::default()))?
+        .map_err(|e| error::execution(&what, e, &error::Context::default()))?
         .into_rows_result()
         .map_err(|e| error::shape(&what, e))?;
     rows.rows::<(String,)>()
@@ -110,10 +164,11 @@ pub async fn tables(session: &Session, ks: &str) -> Result<Vec<String>> {
 /// Runs one DDL statement (the driver then waits for schema agreement).
 pub async fn ddl(session: &Session, statement: &str) -> Result<()> {
     session.query_unpaged(statement, ()).await.map_err(|e| {
-        Error::backend(
-            NAME,
+        let retryable = matches!(e, ExecutionError::RequestTimeout(_));
+        error::driver(
             format!("schema change \"{statement}\" failed: {e}"),
-            matches!(e, scylla::errors::ExecutionError::RequestTimeout(_)),
+            retryable,
+            e,
         )
     })?;
     Ok(())

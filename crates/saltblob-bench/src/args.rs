@@ -1,0 +1,117 @@
+//! The options of `saltblob bench` and `saltblob probe`, as parsed, and the probe [`Settings`] resolved from
+//! either.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use saltblob::parse_size;
+use saltblob::{Error, Result};
+
+/// Options of `saltblob bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Number of large blobs, written one at a time.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub count: u64,
+    /// Size of each large blob, in MiB.
+    #[arg(long, default_value_t = 60, value_name = "MIB")]
+    pub large_mb: u64,
+    /// Size of each small blob, in KiB; the small phases move the same byte volume as the large ones.
+    #[arg(long, default_value_t = 64, value_name = "KIB")]
+    pub small_kb: u64,
+    /// Small operations in flight at once (small phases, mixed phases, cluster probe).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub concurrency: usize,
+    /// Chunk size of the large blobs (e.g. 64KiB, 1MiB). Defaults to the layout policy's (64 KiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub chunk_size: Option<u64>,
+    /// Largest salt count (fan-out) of the large blobs. Defaults to the layout policy's (100).
+    #[arg(long, value_name = "N")]
+    pub max_salt: Option<u32>,
+    /// Also write and read each large blob as ONE value, without chunking (the article's baseline).
+    #[arg(long)]
+    pub unchunked: bool,
+    /// Also run small gets and puts for SECONDS alone, then for SECONDS while large blobs are written and read.
+    #[arg(long, value_name = "SECONDS")]
+    pub mixed: Option<f64>,
+    /// Write the results as JSON to FILE ("-": standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw latency percentiles per phase to FILE (SVG).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Keep the bench's keys instead of deleting them at the end.
+    #[arg(long)]
+    pub keep: bool,
+    /// Skip the reference measurement (the probe); "reference" is then null.
+    #[arg(long)]
+    pub no_probe: bool,
+    /// How the reference is measured.
+    #[command(flatten)]
+    pub probe: ProbeOptions,
+}
+
+/// Options of `saltblob probe`.
+#[derive(Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// Requests in flight for the single-row probe of a cluster store.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub concurrency: usize,
+    /// Value size of the single-row probe of a cluster store. Defaults to the layout policy's chunk size (64 KiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub chunk_size: Option<u64>,
+    /// Probe this directory's device instead of the store's data directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Write the results as JSON to FILE ("-": standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// How much is measured.
+    #[command(flatten)]
+    pub probe: ProbeOptions,
+}
+
+/// How much the probe measures; shared by `bench` and `probe`.
+#[derive(Args, Debug, Clone)]
+pub struct ProbeOptions {
+    /// Size of the probe's pre-sized O_DIRECT test file (embedded store), or byte budget of its single-row
+    /// writes (other stores).
+    #[arg(long, default_value = "1GiB", value_name = "SIZE", value_parser = parse_size)]
+    pub probe_size: u64,
+    /// Longest time one probe measurement (one request size at one queue depth) may take, in seconds.
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    pub probe_seconds: f64,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            probe_size: 1 << 30,
+            probe_seconds: 3.0,
+        }
+    }
+}
+
+/// How the probe runs (from [`ProbeArgs`] or from the bench's options).
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub options: ProbeOptions,
+    pub concurrency: usize,
+    pub value_bytes: u64,
+    pub quiet: bool,
+}
+
+impl Settings {
+    /// The longest time of one measurement (`--probe-seconds`), validated.
+    pub(crate) fn point_limit(&self) -> Result<Duration> {
+        let s = self.options.probe_seconds;
+        if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
+            return Err(Error::invalid(
+                "probe seconds",
+                format!("{s}; it must be more than 0 and at most 3600"),
+            ));
+        }
+        Ok(Duration::from_secs_f64(s))
+    }
+}

@@ -1,0 +1,479 @@
+//! The device reference of an embedded store: sequential O_DIRECT bandwidth on a pre-sized (fallocated) file in
+//! its directory, at 128 KiB and 1 MiB requests and queue depths 1, 2, 4, 8 and 16 (one thread per request in
+//! flight, each issuing `pwrite`/`pread` at the next free offset), with the depth where bandwidth stops growing
+//! (< 5% gain from doubling it). By Little's law, the requests in flight needed = bandwidth × latency; past that
+//! depth, more requests only queue. Then dd's pattern (1 MiB requests, one at a time, appending to a new file
+//! that is not pre-sized), which also pays for allocating blocks as it writes. The files are deleted afterwards.
+//!
+//! This module holds the crate's one `unsafe` call (`fallocate`, in [`preallocate`]).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use saltblob::{Error, Result};
+use serde::Serialize;
+
+use crate::args::Settings;
+use crate::device::{self, DeviceInfo};
+use crate::progress::Progress;
+use crate::stats::MIB;
+
+/// Request sizes of the O_DIRECT probe.
+pub const REQUEST_SIZES: [usize; 2] = [128 << 10, 1 << 20];
+/// Queue depths of the O_DIRECT probe.
+pub const DEPTHS: [usize; 5] = [1, 2, 4, 8, 16];
+/// Doubling the depth must gain at least this fraction for bandwidth to count as still growing.
+pub const KNEE_GAIN: f64 = 0.05;
+/// Buffer alignment for O_DIRECT: the 4 KiB sector (a multiple of every logical block size in use).
+const ALIGN: usize = 4096;
+
+/// O_DIRECT results on the device behind a directory.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceProbe {
+    /// The device and its sector sizes.
+    pub device: DeviceInfo,
+    /// The test file (deleted when the probe ends).
+    pub file: PathBuf,
+    /// Its size.
+    pub file_bytes: u64,
+    /// Whether `fallocate` pre-sized it (otherwise it was only truncated to size, sparse).
+    pub preallocated: bool,
+    /// Bandwidth of the first, allocating pass over the file (1 MiB requests, depth 4): it converts the
+    /// pre-allocated extents to written ones, so it is usually below the overwrite points.
+    pub prefill_mib_s: f64,
+    /// One entry per (operation, request size, depth).
+    pub points: Vec<Point>,
+    /// Per (operation, request size): the depth where bandwidth stops growing.
+    pub knees: Vec<Knee>,
+    /// The best write point, MiB/s: the reference write bandwidth.
+    pub write_mib_s: f64,
+    /// The best read point, MiB/s: the reference read bandwidth.
+    pub read_mib_s: f64,
+    /// 1 MiB writes at depth 1 on the pre-sized file (overwriting allocated blocks), MiB/s.
+    pub write_1mib_depth1_mib_s: f64,
+    /// 1 MiB writes at depth 1 appended to a new file that is not pre-sized, MiB/s: what
+    /// `dd if=/dev/zero of=FILE bs=1M oflag=direct` measures. The gap to `write_1mib_depth1_mib_s` is the cost
+    /// of allocating blocks while writing, which pre-sizing a file avoids.
+    pub append_1mib_depth1_mib_s: f64,
+    /// Wall time of the whole probe, seconds.
+    pub seconds: f64,
+}
+
+/// One O_DIRECT measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    /// `write` or `read`.
+    pub op: &'static str,
+    /// Bytes per request.
+    pub request_bytes: u64,
+    /// Requests in flight (threads).
+    pub depth: usize,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Wall time, seconds.
+    pub seconds: f64,
+    /// Bandwidth.
+    pub mib_s: f64,
+    /// Mean time of one request, milliseconds.
+    pub mean_latency_ms: f64,
+    /// Little's law: bandwidth × mean latency ÷ request size, the requests actually in flight on average.
+    pub little_in_flight: f64,
+}
+
+/// Where bandwidth stops growing for one operation and request size.
+#[derive(Clone, Debug, Serialize)]
+pub struct Knee {
+    /// `write` or `read`.
+    pub op: &'static str,
+    /// Bytes per request.
+    pub request_bytes: u64,
+    /// The smallest depth whose doubling gains less than 5%.
+    pub depth: usize,
+    /// Bandwidth at that depth.
+    pub mib_s: f64,
+    /// True when even the deepest step still gained 5% or more: the knee lies beyond the depths tried.
+    pub still_growing: bool,
+    /// Gain of each doubling, in percent (depth 1→2, 2→4, …).
+    pub gains_percent: Vec<f64>,
+}
+
+fn io_error(context: String, e: io::Error) -> Error {
+    Error::Io(io::Error::new(e.kind(), format!("{context}: {e}")))
+}
+
+/// Deletes the probe's test file however the probe ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs every measurement on a test file in `dir` (blocking: run it off the async runtime); `limit` bounds
+/// each point.
+pub(crate) fn measure_device(
+    dir: &Path,
+    settings: &Settings,
+    limit: Duration,
+) -> Result<DeviceProbe> {
+    let started = Instant::now();
+    let file_bytes = settings.options.probe_size / (1 << 20) * (1 << 20);
+    if file_bytes < (4 << 20) {
+        return Err(Error::invalid(
+            "probe size",
+            format!(
+                "{} bytes; the O_DIRECT test file needs at least 4 MiB (1 GiB or more gives stable numbers)",
+                settings.options.probe_size
+            ),
+        ));
+    }
+    let device = device::inspect(dir)
+        .map_err(|e| io_error(format!("cannot inspect {}", dir.display()), e))?;
+    let path = dir.join(format!(".saltblob-probe-{:016x}", rand::random::<u64>()));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::EINVAL) {
+                " (the file system does not support O_DIRECT)"
+            } else {
+                ""
+            };
+            io_error(format!("cannot create {}{hint}", path.display()), e)
+        })?;
+    let _cleanup = RemoveOnDrop(path.clone());
+    let preallocated = match preallocate(&file, file_bytes) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            file.set_len(file_bytes)
+                .map_err(|e| io_error(format!("cannot size {}", path.display()), e))?;
+            false
+        }
+        Err(e) => {
+            return Err(io_error(
+                format!(
+                    "cannot pre-size {} to {} MiB (free space? try a smaller --probe-size)",
+                    path.display(),
+                    file_bytes >> 20
+                ),
+                e,
+            ));
+        }
+    };
+
+    let total_points = 2 + 2 * REQUEST_SIZES.len() * DEPTHS.len();
+    let mut progress = Progress::new(
+        "probe (O_DIRECT)",
+        total_points as u64,
+        "points",
+        settings.quiet,
+    );
+    let context = |op: &str| format!("O_DIRECT {op} on {}", path.display());
+    // First pass: allocates every block, so that the measured writes all overwrite and the reads read data.
+    let prefill = run_point(&file, Op::Write, 1 << 20, 4, file_bytes, limit * 4)
+        .map_err(|e| io_error(context("write"), e))?;
+    progress.inc(1);
+    let written = prefill.covered.max(1 << 20);
+    let mut points = Vec::new();
+    for op in [Op::Write, Op::Read] {
+        for &request in &REQUEST_SIZES {
+            for &depth in &DEPTHS {
+                let p = run_point(&file, op, request, depth, written, limit)
+                    .map_err(|e| io_error(context(op.name()), e))?;
+                points.push(p.point);
+                progress.inc(1);
+            }
+        }
+    }
+    drop(file);
+    // dd's pattern: 1 MiB requests, one at a time, appended to a new file that is not pre-sized, so that every
+    // write also allocates blocks and extends the file.
+    let append_path = dir.join(format!(
+        ".saltblob-probe-append-{:016x}",
+        rand::random::<u64>()
+    ));
+    let append_file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&append_path)
+        .map_err(|e| io_error(format!("cannot create {}", append_path.display()), e))?;
+    let _append_cleanup = RemoveOnDrop(append_path.clone());
+    let append = run_point(&append_file, Op::Write, 1 << 20, 1, file_bytes, limit)
+        .map_err(|e| io_error(format!("O_DIRECT append to {}", append_path.display()), e))?;
+    drop(append_file);
+    progress.inc(1);
+    progress.finish();
+    let knees = knees(&points);
+    let best = |op: &str| {
+        points
+            .iter()
+            .filter(|p| p.op == op)
+            .map(|p| p.mib_s)
+            .fold(0.0, f64::max)
+    };
+    let dd_like = points
+        .iter()
+        .find(|p| p.op == "write" && p.request_bytes == 1 << 20 && p.depth == 1)
+        .map_or(0.0, |p| p.mib_s);
+    Ok(DeviceProbe {
+        device,
+        file: path,
+        file_bytes,
+        preallocated,
+        prefill_mib_s: prefill.point.mib_s,
+        write_mib_s: best("write"),
+        read_mib_s: best("read"),
+        write_1mib_depth1_mib_s: dd_like,
+        append_1mib_depth1_mib_s: append.point.mib_s,
+        points,
+        knees,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Pre-sizes `file` to `len` bytes with allocated (unwritten) extents.
+#[allow(unsafe_code)]
+fn preallocate(file: &File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file size over off_t"))?;
+    // SAFETY: fallocate takes only integers: the descriptor is open (owned by `file`, which outlives the call)
+    // and no memory is passed to the kernel.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Write,
+    Read,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Read => "read",
+        }
+    }
+}
+
+/// A buffer whose usable part starts at a 4 KiB boundary, as O_DIRECT requires (found by address arithmetic
+/// within an over-allocated vector, so no unsafe allocation is needed).
+struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Self {
+        let storage = vec![0u8; len + ALIGN];
+        let addr = storage.as_ptr().addr();
+        let start = (ALIGN - addr % ALIGN) % ALIGN;
+        Self {
+            storage,
+            start,
+            len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+struct PointRun {
+    point: Point,
+    /// Bytes from offset 0 that are certainly written (writes only).
+    covered: u64,
+}
+
+/// `depth` threads issue `request`-byte requests at consecutive offsets of `[0, limit)` until it is covered or
+/// `time` has passed.
+fn run_point(
+    file: &File,
+    op: Op,
+    request: usize,
+    depth: usize,
+    limit: u64,
+    time: Duration,
+) -> io::Result<PointRun> {
+    let next = AtomicU64::new(0);
+    let req = request as u64;
+    let started = Instant::now();
+    let results: Vec<io::Result<(u64, Duration)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..depth)
+            .map(|_| {
+                let next = &next;
+                scope.spawn(move || -> io::Result<(u64, Duration)> {
+                    let mut buf = AlignedBuf::new(request);
+                    if op == Op::Write {
+                        rand::RngCore::fill_bytes(&mut rand::rng(), buf.bytes_mut());
+                    }
+                    let (mut done, mut busy) = (0u64, Duration::ZERO);
+                    // The clock is checked before an offset is claimed, so every claimed offset is written.
+                    while started.elapsed() < time {
+                        let offset = next.fetch_add(req, Ordering::Relaxed);
+                        if offset + req > limit {
+                            break;
+                        }
+                        let t = Instant::now();
+                        match op {
+                            Op::Write => file.write_all_at(buf.bytes(), offset)?,
+                            Op::Read => file.read_exact_at(buf.bytes_mut(), offset)?,
+                        }
+                        busy += t.elapsed();
+                        done += 1;
+                    }
+                    Ok((done, busy))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("probe thread panicked")))
+            })
+            .collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let (mut requests, mut busy) = (0u64, Duration::ZERO);
+    for r in results {
+        let (n, b) = r?;
+        requests += n;
+        busy += b;
+    }
+    let bytes = requests * req;
+    let mib_s = if seconds > 0.0 {
+        bytes as f64 / MIB / seconds
+    } else {
+        0.0
+    };
+    let mean_latency_s = if requests > 0 {
+        busy.as_secs_f64() / requests as f64
+    } else {
+        0.0
+    };
+    let covered = next.load(Ordering::Relaxed).min(limit / req * req);
+    Ok(PointRun {
+        point: Point {
+            op: op.name(),
+            request_bytes: req,
+            depth,
+            bytes,
+            seconds,
+            mib_s,
+            mean_latency_ms: mean_latency_s * 1e3,
+            little_in_flight: mib_s * MIB * mean_latency_s / req as f64,
+        },
+        covered,
+    })
+}
+
+/// Per (operation, request size), the smallest depth whose doubling gains less than [`KNEE_GAIN`].
+pub fn knees(points: &[Point]) -> Vec<Knee> {
+    let mut out = Vec::new();
+    for op in ["write", "read"] {
+        let mut sizes: Vec<u64> = points
+            .iter()
+            .filter(|p| p.op == op)
+            .map(|p| p.request_bytes)
+            .collect();
+        sizes.dedup();
+        for size in sizes {
+            let mut series: Vec<&Point> = points
+                .iter()
+                .filter(|p| p.op == op && p.request_bytes == size)
+                .collect();
+            series.sort_by_key(|p| p.depth);
+            let gains: Vec<f64> = series
+                .windows(2)
+                .map(|w| match w {
+                    [a, b] if a.mib_s > 0.0 => (b.mib_s / a.mib_s - 1.0) * 100.0,
+                    _ => 0.0,
+                })
+                .collect();
+            let knee_at = gains.iter().position(|g| *g < KNEE_GAIN * 100.0);
+            let idx = knee_at.unwrap_or(series.len().saturating_sub(1));
+            if let Some(p) = series.get(idx) {
+                out.push(Knee {
+                    op: p.op,
+                    request_bytes: size,
+                    depth: p.depth,
+                    mib_s: p.mib_s,
+                    still_growing: knee_at.is_none(),
+                    gains_percent: gains.iter().map(|g| (g * 10.0).round() / 10.0).collect(),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(op: &'static str, depth: usize, mib_s: f64) -> Point {
+        Point {
+            op,
+            request_bytes: 1 << 20,
+            depth,
+            bytes: 0,
+            seconds: 1.0,
+            mib_s,
+            mean_latency_ms: 1.0,
+            little_in_flight: depth as f64,
+        }
+    }
+
+    #[test]
+    fn the_knee_is_where_doubling_stops_paying() {
+        let points = vec![
+            point("write", 1, 100.0),
+            point("write", 2, 180.0),
+            point("write", 4, 300.0),
+            point("write", 8, 310.0),
+            point("write", 16, 320.0),
+            point("read", 1, 100.0),
+            point("read", 2, 200.0),
+            point("read", 4, 400.0),
+        ];
+        let k = knees(&points);
+        assert_eq!(k.len(), 2);
+        assert_eq!(
+            (k[0].op, k[0].depth, k[0].still_growing),
+            ("write", 4, false)
+        );
+        assert_eq!(k[0].gains_percent, vec![80.0, 66.7, 3.3, 3.2]);
+        assert_eq!((k[1].op, k[1].depth, k[1].still_growing), ("read", 4, true));
+    }
+
+    #[test]
+    fn buffers_are_aligned() {
+        for len in [4096, 128 << 10, 1 << 20] {
+            let mut b = AlignedBuf::new(len);
+            assert_eq!(b.bytes().as_ptr().addr() % ALIGN, 0);
+            assert_eq!(b.bytes_mut().len(), len);
+        }
+    }
+}

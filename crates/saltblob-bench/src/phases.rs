@@ -1,0 +1,516 @@
+//! The phase runners: each phase of the bench on one [`Run`] (the store, its keys and payloads), returning
+//! its [`PhaseReport`]; and the clean-up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use saltblob::layout::MIN_CHUNK_SIZE;
+use saltblob::{
+    BackendInfo, BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Error, PutOptions, Result,
+    VersionId,
+};
+use serde_json::json;
+
+use crate::load::{background_load, run_concurrent, run_timed};
+use crate::payload::{Outcome, TAG_LARGE, TAG_MIXED, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
+use crate::plan::Plan;
+use crate::progress::Progress;
+use crate::results::Cleanup;
+use crate::stats::{PhaseReport, Tally};
+
+/// Small keys of the mixed phases, at most.
+const MIXED_POOL: u64 = 1000;
+
+/// One bench run: where it writes and what.
+pub(crate) struct Run {
+    /// The bench's own store (grace period zero).
+    pub(crate) store: BlobStore,
+    /// The backend under it, for the raw unchunked values.
+    pub(crate) backend: Arc<dyn ChunkStore>,
+    /// What the backend reports of itself.
+    pub(crate) info: BackendInfo,
+    /// Sizes and counts.
+    pub(crate) plan: Plan,
+    /// Prefix of every key of the run: `saltblob-bench/<run id>/`.
+    pub(crate) prefix: String,
+    /// The run's stamp tag.
+    pub(crate) tag: u64,
+    /// Small operations in flight.
+    pub(crate) concurrency: usize,
+    /// No progress bars.
+    pub(crate) quiet: bool,
+    /// Payload of the large blobs (stamped per blob).
+    pub(crate) large_base: Bytes,
+    /// Payload of the small blobs (stamped per blob).
+    pub(crate) small_base: Bytes,
+}
+
+impl Run {
+    fn key(&self, kind: &str, index: u64) -> String {
+        format!("{}{kind}/{index:07}", self.prefix)
+    }
+
+    pub(crate) async fn large_write(&self) -> PhaseReport {
+        let plan = &self.plan;
+        let mut progress = Progress::new("large_write", plan.count, "blobs", self.quiet);
+        let mut tally = Tally::default();
+        let mut busy = Duration::ZERO;
+        for i in 0..plan.count {
+            let data = stamped(&self.large_base, self.tag, TAG_LARGE, i);
+            let t = Instant::now();
+            let result = self
+                .store
+                .put(self.key("large", i), data, &PutOptions::new())
+                .await;
+            let elapsed = t.elapsed();
+            busy += elapsed;
+            tally.add(
+                match result {
+                    Ok(m) => Outcome::Done(m.size),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                },
+                elapsed,
+            );
+            progress.inc(1);
+        }
+        progress.finish();
+        tally.report(
+            "large_write",
+            format!(
+                "{} puts of {} MiB, one at a time",
+                plan.count,
+                plan.large_bytes >> 20
+            ),
+            busy.as_secs_f64(),
+            false,
+        )
+    }
+
+    pub(crate) async fn large_read(&self) -> PhaseReport {
+        let plan = &self.plan;
+        let mut progress = Progress::new("large_read", plan.count, "blobs", self.quiet);
+        let mut tally = Tally::default();
+        let mut busy = Duration::ZERO;
+        for i in 0..plan.count {
+            let t = Instant::now();
+            let result = self.store.get(self.key("large", i)).await;
+            let elapsed = t.elapsed();
+            busy += elapsed;
+            let outcome = match result {
+                Ok(got) => check(&got, plan.large_bytes, self.tag, TAG_LARGE, i),
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+            tally.add(outcome, elapsed);
+            progress.inc(1);
+        }
+        progress.finish();
+        tally.report(
+            "large_read",
+            format!(
+                "{} gets of {} MiB, one at a time, BLAKE3 digest verified",
+                plan.count,
+                plan.large_bytes >> 20
+            ),
+            busy.as_secs_f64(),
+            true,
+        )
+    }
+
+    pub(crate) async fn small_write(&self) -> Result<PhaseReport> {
+        let plan = &self.plan;
+        let (store, base, tag, prefix) = (
+            self.store.clone(),
+            self.small_base.clone(),
+            self.tag,
+            self.prefix.clone(),
+        );
+        let progress = Progress::new("small_write", plan.small_count, "blobs", self.quiet);
+        let (tally, seconds) =
+            run_concurrent(self.concurrency, plan.small_count, &progress, move |i| {
+                let (store, data) = (store.clone(), stamped(&base, tag, TAG_SMALL, i));
+                let key = format!("{prefix}small/{i:07}");
+                async move {
+                    match store.put(key, data, &PutOptions::new()).await {
+                        Ok(m) => Outcome::Done(m.size),
+                        Err(e) => Outcome::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await?;
+        progress.finish();
+        Ok(tally.report(
+            "small_write",
+            format!(
+                "{} puts of {} KiB, {} in flight",
+                plan.small_count,
+                plan.small_bytes >> 10,
+                self.concurrency
+            ),
+            seconds,
+            false,
+        ))
+    }
+
+    pub(crate) async fn small_read(&self) -> Result<PhaseReport> {
+        let plan = &self.plan;
+        let (store, tag, prefix, len) = (
+            self.store.clone(),
+            self.tag,
+            self.prefix.clone(),
+            plan.small_bytes,
+        );
+        let progress = Progress::new("small_read", plan.small_count, "blobs", self.quiet);
+        let (tally, seconds) =
+            run_concurrent(self.concurrency, plan.small_count, &progress, move |i| {
+                let store = store.clone();
+                let key = format!("{prefix}small/{i:07}");
+                async move {
+                    match store.get(key).await {
+                        Ok(got) => check(&got, len, tag, TAG_SMALL, i),
+                        Err(e) => Outcome::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await?;
+        progress.finish();
+        Ok(tally.report(
+            "small_read",
+            format!(
+                "{} gets of {} KiB, {} in flight, BLAKE3 digest verified",
+                plan.small_count,
+                plan.small_bytes >> 10,
+                self.concurrency
+            ),
+            seconds,
+            true,
+        ))
+    }
+
+    /// Each large blob as one value. Through saltblob (one chunk of the blob's size, one salt) when the
+    /// backend's largest chunk allows; otherwise as one raw value written straight to the backend (the
+    /// article's one-CQL-row baseline), so that the server itself accepts or refuses it. Returns the raw values
+    /// written, for the clean-up.
+    pub(crate) async fn unchunked(
+        &self,
+        largest_chunk: u64,
+    ) -> (PhaseReport, PhaseReport, Vec<BlobRef>) {
+        let plan = &self.plan;
+        let size = plan.large_bytes;
+        let through_saltblob = size <= largest_chunk && size >= u64::from(MIN_CHUNK_SIZE);
+        let mut raw = Vec::new();
+        let mut write = Tally::default();
+        let mut read = Tally::default();
+        let (mut write_busy, mut read_busy) = (Duration::ZERO, Duration::ZERO);
+        let mut progress = Progress::new("unchunked_write", plan.count, "blobs", self.quiet);
+        for i in 0..plan.count {
+            let data = stamped(&self.large_base, self.tag, TAG_UNCHUNKED, i);
+            let key = self.key("unchunked", i);
+            let t = Instant::now();
+            let outcome = if through_saltblob {
+                let opts = PutOptions::new()
+                    .with_chunk_size(u32::try_from(size).unwrap_or(u32::MAX))
+                    .with_max_salt(1);
+                match self.store.put(&key, data, &opts).await {
+                    Ok(m) => Outcome::Done(m.size),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            } else {
+                let blob = BlobRef {
+                    key: Bytes::from(key),
+                    version: VersionId::generate(),
+                };
+                let one = ChunkWrite {
+                    salt: 0,
+                    index: 0,
+                    data,
+                };
+                raw.push(blob.clone());
+                match self.backend.put_chunks(&blob, vec![one]).await {
+                    Ok(()) => Outcome::Done(size),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            };
+            let elapsed = t.elapsed();
+            write_busy += elapsed;
+            write.add(outcome, elapsed);
+            progress.inc(1);
+        }
+        progress.finish();
+
+        let mut progress = Progress::new("unchunked_read", plan.count, "blobs", self.quiet);
+        for i in 0..plan.count {
+            let key = self.key("unchunked", i);
+            let t = Instant::now();
+            let outcome = if through_saltblob {
+                match self.store.get(&key).await {
+                    Ok(got) => check(&got, size, self.tag, TAG_UNCHUNKED, i),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            } else {
+                let Some(blob) = usize::try_from(i).ok().and_then(|i| raw.get(i)) else {
+                    continue;
+                };
+                match self
+                    .backend
+                    .get_chunks(blob, &[ChunkId { salt: 0, index: 0 }])
+                    .await
+                {
+                    Ok(slots) => match slots.into_iter().next().flatten() {
+                        Some(got) => check(&got, size, self.tag, TAG_UNCHUNKED, i),
+                        None => Outcome::Failed(
+                            "not found (the write of this value did not succeed)".to_owned(),
+                        ),
+                    },
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            };
+            let elapsed = t.elapsed();
+            read_busy += elapsed;
+            read.add(outcome, elapsed);
+            progress.inc(1);
+        }
+        progress.finish();
+
+        let mib = size >> 20;
+        let (mode, how) = if through_saltblob {
+            (
+                "saltblob_single_chunk",
+                format!("through saltblob as one {mib} MiB chunk in one salt"),
+            )
+        } else {
+            (
+                "raw_single_value",
+                format!(
+                    "{mib} MiB is over the {} backend's largest chunk ({largest_chunk} bytes): written as one raw \
+                     value straight to the backend, as the article's one-row baseline, so the server decides",
+                    self.info.name
+                ),
+            )
+        };
+        let details = json!({
+            "mode": mode,
+            "value_bytes": size,
+            "largest_chunk_bytes": largest_chunk,
+            "how": how,
+        });
+        let mut w = write.report(
+            "unchunked_write",
+            format!(
+                "{} puts of {mib} MiB as ONE value each, one at a time",
+                plan.count
+            ),
+            write_busy.as_secs_f64(),
+            false,
+        );
+        let mut r = read.report(
+            "unchunked_read",
+            format!(
+                "{} gets of {mib} MiB stored as ONE value each, one at a time",
+                plan.count
+            ),
+            read_busy.as_secs_f64(),
+            true,
+        );
+        w.details = Some(details.clone());
+        r.details = Some(details);
+        (w, r, raw)
+    }
+
+    /// Small gets and puts for `seconds`, alone, then while large blobs are written, read and deleted in a loop.
+    pub(crate) async fn mixed(&self, seconds: f64) -> Result<(PhaseReport, PhaseReport)> {
+        let duration = self.plan.mixed.unwrap_or(Duration::from_secs_f64(seconds));
+        let pool = self
+            .plan
+            .small_count
+            .clamp(self.concurrency as u64, MIXED_POOL);
+        // The keys the mixed phases read and overwrite, written first (not measured).
+        let (store, base, tag, prefix) = (
+            self.store.clone(),
+            self.small_base.clone(),
+            self.tag,
+            self.prefix.clone(),
+        );
+        let progress = Progress::new("mixed (preload)", pool, "blobs", self.quiet);
+        let (preload, _) = run_concurrent(self.concurrency, pool, &progress, move |i| {
+            let (store, data) = (store.clone(), stamped(&base, tag, TAG_MIXED, i));
+            let key = format!("{prefix}mixed/{i:07}");
+            async move {
+                match store.put(key, data, &PutOptions::new()).await {
+                    Ok(m) => Outcome::Done(m.size),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
+        })
+        .await?;
+        progress.finish();
+        if preload.errors > 0 {
+            eprintln!(
+                "saltblob: warning: {} of {pool} keys of the mixed phases could not be written: {}",
+                preload.errors,
+                preload.messages.join("; ")
+            );
+        }
+
+        let alone = self.small_mix("small_alone", duration, pool, None).await?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let background = tokio::spawn(background_load(
+            self.store.clone(),
+            self.large_base.clone(),
+            self.tag,
+            self.prefix.clone(),
+            Arc::clone(&stop),
+        ));
+        let loaded = self
+            .small_mix("small_under_load", duration, pool, Some(stop))
+            .await;
+        let load = background
+            .await
+            .map_err(|e| Error::backend("bench", format!("background task failed: {e}"), false))?;
+        let mut loaded = loaded?;
+        if let Some(details) = loaded.details.as_mut().and_then(|d| d.as_object_mut()) {
+            details.insert("background".into(), load);
+        }
+        Ok((alone, loaded))
+    }
+
+    async fn small_mix(
+        &self,
+        name: &'static str,
+        duration: Duration,
+        pool: u64,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<PhaseReport> {
+        let (store, base, tag, prefix, len) = (
+            self.store.clone(),
+            self.small_base.clone(),
+            self.tag,
+            self.prefix.clone(),
+            self.plan.small_bytes,
+        );
+        let gets = Arc::new(AtomicU64::new(0));
+        let puts = Arc::new(AtomicU64::new(0));
+        let (g, p) = (Arc::clone(&gets), Arc::clone(&puts));
+        let progress = Progress::timed(name, Some(duration.as_secs_f64()), self.quiet);
+        let (tally, seconds) = run_timed(self.concurrency, duration, &progress, move |n| {
+            let store = store.clone();
+            let k = rand::random_range(0..pool);
+            let key = format!("{prefix}mixed/{k:07}");
+            let put = n % 2 == 1;
+            let data = put.then(|| stamped(&base, tag, TAG_MIXED, k));
+            let (g, p) = (Arc::clone(&g), Arc::clone(&p));
+            async move {
+                match data {
+                    Some(data) => {
+                        p.fetch_add(1, Ordering::Relaxed);
+                        match store.put(key, data, &PutOptions::new()).await {
+                            Ok(m) => Outcome::Done(m.size),
+                            Err(e) => Outcome::Failed(e.to_string()),
+                        }
+                    }
+                    None => {
+                        g.fetch_add(1, Ordering::Relaxed);
+                        match store.get(key).await {
+                            Ok(got) => check(&got, len, tag, TAG_MIXED, k),
+                            Err(e) => Outcome::Failed(e.to_string()),
+                        }
+                    }
+                }
+            }
+        })
+        .await?;
+        if let Some(stop) = stop {
+            stop.store(true, Ordering::Relaxed);
+        }
+        progress.finish();
+        let load = if name == "small_alone" {
+            "alone"
+        } else {
+            "while large blobs are written, read and deleted in a loop"
+        };
+        let mut report = tally.report(
+            name,
+            format!(
+                "{:.0} s of small gets and puts (half each) of {} KiB on {pool} keys, {} in flight, {load}",
+                duration.as_secs_f64(),
+                len >> 10,
+                self.concurrency
+            ),
+            seconds,
+            true,
+        );
+        report.details = Some(json!({
+            "gets": gets.load(Ordering::Relaxed),
+            "puts": puts.load(Ordering::Relaxed),
+            "pool_keys": pool,
+        }));
+        Ok(report)
+    }
+
+    /// Deletes every key under the run's prefix and the raw values, then reclaims their chunks (grace 0).
+    pub(crate) async fn cleanup(&self, raw: &[BlobRef]) -> Cleanup {
+        let mut out = Cleanup::default();
+        let progress = Progress::timed("clean-up", None, self.quiet);
+        loop {
+            let page = match self
+                .store
+                .list_page(self.prefix.as_bytes(), None, 1000)
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    out.problems
+                        .push(format!("listing the bench's keys failed: {e}"));
+                    break;
+                }
+            };
+            if page.is_empty() {
+                break;
+            }
+            let results: Vec<Result<Option<VersionId>>> = futures::stream::iter(page)
+                .map(|entry| {
+                    let store = self.store.clone();
+                    async move { store.delete(&entry.key).await }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            let (mut failed, mut deleted) = (0, 0);
+            for r in results {
+                match r {
+                    Ok(_) => deleted += 1,
+                    Err(e) => {
+                        failed += 1;
+                        if out.problems.len() < 5 {
+                            out.problems.push(format!("delete failed: {e}"));
+                        }
+                    }
+                }
+            }
+            out.deleted_keys += deleted;
+            progress.handle().inc(deleted);
+            if failed > 0 {
+                break;
+            }
+        }
+        for blob in raw {
+            match self.backend.delete_chunks(blob, 1, 1).await {
+                Ok(()) => out.deleted_raw_values += 1,
+                Err(e) => out
+                    .problems
+                    .push(format!("deleting a raw value failed: {e}")),
+            }
+        }
+        match self.store.reclaim_due().await {
+            Ok(r) => out.reclaimed_chunks = r.chunks,
+            Err(e) => out
+                .problems
+                .push(format!("reclaim failed (the next command retries): {e}")),
+        }
+        progress.finish();
+        out
+    }
+}

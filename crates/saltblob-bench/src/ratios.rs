@@ -1,0 +1,175 @@
+//! The figures of merit of `BENCHMARKS.md`, computed from a run's phases and its reference.
+
+use crate::plan::Plan;
+use crate::reference::ProbeReport;
+use crate::results::Ratio;
+use crate::stats::{MIB, PhaseReport};
+
+/// The figures of BENCHMARKS.md.
+pub(crate) fn ratios(
+    phases: &[PhaseReport],
+    reference: Option<&ProbeReport>,
+    plan: &Plan,
+    largest_chunk: u64,
+) -> Vec<Ratio> {
+    let phase = |name: &str| phases.iter().find(|p| p.name == name && p.ops > 0);
+    let lat = |name: &str| phase(name).and_then(|p| p.latency_ms);
+    let ref_name = match reference {
+        Some(ProbeReport::Device(_)) => "device O_DIRECT bandwidth",
+        Some(ProbeReport::Rows(_)) => "single-row throughput",
+        None => "reference",
+    };
+    let mut out = Vec::new();
+    let no_ref = "no reference (probe skipped or failed)".to_owned();
+    for (name, what, phase_name, reference_bw) in [
+        (
+            "large_write_vs_reference",
+            "large-blob write throughput ÷ reference write bandwidth",
+            "large_write",
+            reference.map(ProbeReport::write_mib_s),
+        ),
+        (
+            "large_read_vs_reference",
+            "large-blob read throughput ÷ reference read bandwidth",
+            "large_read",
+            reference.map(ProbeReport::read_mib_s),
+        ),
+    ] {
+        let (value, computed) = match (phase(phase_name), reference_bw.filter(|b| *b > 0.0)) {
+            (Some(p), Some(bw)) => (
+                Some(p.throughput_mib_s / bw),
+                format!(
+                    "{:.1} MiB/s ÷ {bw:.1} MiB/s ({ref_name})",
+                    p.throughput_mib_s
+                ),
+            ),
+            (None, _) => (None, format!("{phase_name} has no successful operation")),
+            (_, None) => (None, no_ref.clone()),
+        };
+        out.push(Ratio {
+            name,
+            what,
+            value,
+            computed,
+        });
+    }
+    let mib = plan.large_bytes as f64 / MIB;
+    for (name, what, phase_name, reference_bw) in [
+        (
+            "large_put_p99_vs_ideal",
+            "P99 of one large put ÷ (large size ÷ reference write bandwidth)",
+            "large_write",
+            reference.map(ProbeReport::write_mib_s),
+        ),
+        (
+            "large_get_p99_vs_ideal",
+            "P99 of one large get ÷ (large size ÷ reference read bandwidth)",
+            "large_read",
+            reference.map(ProbeReport::read_mib_s),
+        ),
+    ] {
+        let (value, computed) = match (lat(phase_name), reference_bw.filter(|b| *b > 0.0)) {
+            (Some(l), Some(bw)) => {
+                let ideal_ms = mib / bw * 1e3;
+                (
+                    Some(l.p99 / ideal_ms),
+                    format!(
+                        "{:.1} ms ÷ ({mib:.0} MiB ÷ {bw:.1} MiB/s = {ideal_ms:.1} ms)",
+                        l.p99
+                    ),
+                )
+            }
+            (None, _) => (None, format!("{phase_name} has no successful operation")),
+            (_, None) => (None, no_ref.clone()),
+        };
+        out.push(Ratio {
+            name,
+            what,
+            value,
+            computed,
+        });
+    }
+    for (name, what, phase_name) in [
+        (
+            "large_write_p99_over_p50",
+            "large-blob put P99 ÷ P50 (tail tightness)",
+            "large_write",
+        ),
+        (
+            "large_read_p99_over_p50",
+            "large-blob get P99 ÷ P50 (tail tightness)",
+            "large_read",
+        ),
+    ] {
+        let (value, computed) = match lat(phase_name) {
+            Some(l) if l.p50 > 0.0 => (
+                Some(l.p99 / l.p50),
+                format!("{:.1} ms ÷ {:.1} ms", l.p99, l.p50),
+            ),
+            _ => (None, format!("{phase_name} has no successful operation")),
+        };
+        out.push(Ratio {
+            name,
+            what,
+            value,
+            computed,
+        });
+    }
+    for (name, what, chunked, unchunked) in [
+        (
+            "chunked_over_unchunked_write_p99",
+            "chunked ÷ unchunked put P99 (same size)",
+            "large_write",
+            "unchunked_write",
+        ),
+        (
+            "chunked_over_unchunked_read_p99",
+            "chunked ÷ unchunked get P99 (same size)",
+            "large_read",
+            "unchunked_read",
+        ),
+    ] {
+        let ran = phases.iter().find(|p| p.name == unchunked);
+        let (value, computed) = match (lat(chunked), lat(unchunked), ran) {
+            (Some(c), Some(u), _) if u.p99 > 0.0 => (
+                Some(c.p99 / u.p99),
+                format!("{:.1} ms ÷ {:.1} ms at {mib:.0} MiB", c.p99, u.p99),
+            ),
+            (_, _, None) => (None, "run with --unchunked".to_owned()),
+            (_, None, Some(p)) => (
+                None,
+                format!(
+                    "the backend refused {mib:.0} MiB as one value ({}); its largest chunk through saltblob is \
+                     {largest_chunk} bytes: rerun with a smaller --large-mb",
+                    p.error_messages
+                        .first()
+                        .map_or("no message", String::as_str)
+                ),
+            ),
+            _ => (None, format!("{chunked} has no successful operation")),
+        };
+        out.push(Ratio {
+            name,
+            what,
+            value,
+            computed,
+        });
+    }
+    let (value, computed) = match (lat("small_under_load"), lat("small_alone")) {
+        (Some(loaded), Some(alone)) if alone.p99 > 0.0 => (
+            Some(loaded.p99 / alone.p99),
+            format!("{:.2} ms ÷ {:.2} ms", loaded.p99, alone.p99),
+        ),
+        _ if !phases.iter().any(|p| p.name == "small_alone") => {
+            (None, "run with --mixed SECONDS".to_owned())
+        }
+        _ => (None, "a mixed phase has no successful operation".to_owned()),
+    };
+    out.push(Ratio {
+        name: "small_p99_under_load_over_alone",
+        what: "small-op P99 under large-blob load ÷ small-op P99 alone",
+        value,
+        computed,
+    });
+    out
+}

@@ -1,0 +1,99 @@
+//! What a bench run reports: [`BenchReport`], with the resolved [`BenchConfig`], the [`Ratio`]s and the
+//! [`Cleanup`]. Printed by the `report` module, drawn by `plot`, written as JSON with `--json`.
+
+use serde::Serialize;
+
+use crate::reference::ProbeReport;
+use crate::stats::PhaseReport;
+
+/// Everything a bench run measured: printed as text, written as JSON with `--json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// The store URL.
+    pub store: String,
+    /// What was run.
+    pub config: BenchConfig,
+    /// The probe's result (the hardware or single-row reference), `{"error": ...}` if it failed, null with
+    /// `--no-probe`.
+    pub reference: serde_json::Value,
+    /// One entry per phase, in the order run.
+    pub phases: Vec<PhaseReport>,
+    /// The figures of BENCHMARKS.md, computed from this run.
+    pub ratios: Vec<Ratio>,
+    /// What the clean-up did.
+    pub cleanup: Cleanup,
+    /// The parsed reference, for the ratios.
+    #[serde(skip)]
+    pub reference_report: Option<ProbeReport>,
+}
+
+/// The parameters of a run, as resolved (defaults filled in).
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchConfig {
+    /// The backend's name.
+    pub backend: &'static str,
+    /// Identifies this run's keys: `saltblob-bench/<run_id>/`.
+    pub run_id: String,
+    /// Large blobs.
+    pub count: u64,
+    /// Size of one large blob, MiB.
+    pub large_mb: u64,
+    /// Size of one large blob, bytes.
+    pub large_bytes: u64,
+    /// How a large blob is laid out, in words.
+    pub large_layout: String,
+    /// Chunk size of the large blobs.
+    pub chunk_size: u32,
+    /// Largest salt count of the large blobs.
+    pub max_salt: u32,
+    /// Size of one small blob, KiB.
+    pub small_kb: u64,
+    /// Size of one small blob, bytes.
+    pub small_bytes: u64,
+    /// How a small blob is laid out, in words.
+    pub small_layout: String,
+    /// Small blobs written (the large phases' byte volume).
+    pub small_count: u64,
+    /// Small operations in flight.
+    pub concurrency: usize,
+    /// Whether the unchunked phases ran.
+    pub unchunked: bool,
+    /// Seconds of each mixed phase, when they ran.
+    pub mixed_seconds: Option<f64>,
+    /// Largest value the backend takes as one chunk (the largest unchunked blob through saltblob).
+    pub largest_chunk_bytes: u64,
+    /// Probe file size or byte budget.
+    pub probe_size: u64,
+    /// Longest time of one probe measurement.
+    pub probe_seconds: f64,
+    /// Whether the keys were kept.
+    pub keep: bool,
+    /// CPUs available to this process.
+    pub cpus: usize,
+}
+
+/// One figure of merit.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ratio {
+    /// Stable identifier.
+    pub name: &'static str,
+    /// What it measures.
+    pub what: &'static str,
+    /// The ratio, or null when this run cannot compute it (see `computed`).
+    pub value: Option<f64>,
+    /// The operands, or why it is missing.
+    pub computed: String,
+}
+
+/// The bench's clean-up.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Cleanup {
+    /// Keys deleted.
+    pub deleted_keys: u64,
+    /// Raw (unchunked, outside saltblob) values deleted.
+    pub deleted_raw_values: u64,
+    /// Chunks reclaimed right away.
+    pub reclaimed_chunks: u64,
+    /// Problems met (the bench's results stand; leftovers are reclaimed by later runs or gc).
+    pub problems: Vec<String>,
+}

@@ -1,0 +1,273 @@
+//! The session to the cluster and its bootstrap: connecting, choosing the data center, creating the schema
+//! (through [`crate::schema`]), preparing the statements and checking the schema format marker; then running
+//! every request with retries ([`Cluster::run`]) and explaining its failures ([`Cluster::context`]).
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use saltblob_core::backend::Namespace;
+use saltblob_core::{Error, KeyDisplay, Result};
+use scylla::client::PoolSize;
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::errors::ExecutionError;
+use scylla::policies::load_balancing::DefaultPolicy;
+use scylla::response::query_result::QueryResult;
+use scylla::statement::Consistency;
+
+use crate::config::{CqlConfig, validate_keyspace};
+use crate::error::{self, Context, NAME};
+use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT};
+use crate::statements::{Statements, V, key_values};
+
+/// A session to the cluster, bootstrapped: the data center chosen, the schema created and checked, the
+/// statements prepared.
+pub(crate) struct Cluster {
+    /// The driver session.
+    pub(crate) session: Session,
+    /// The configuration, with its keyspace name validated.
+    pub(crate) config: CqlConfig,
+    /// The data center requests go to.
+    pub(crate) datacenter: String,
+    /// The prepared statements.
+    pub(crate) st: Statements,
+}
+
+impl Cluster {
+    /// Connects to the cluster, creates the keyspace and tables if missing (waiting for schema agreement),
+    /// prepares the statements and checks the schema format (see [`crate::CqlStore::connect`]).
+    pub(crate) async fn connect(config: CqlConfig) -> Result<Self> {
+        let mut config = config;
+        config.validate()?;
+        config.keyspace =
+            validate_keyspace(&config.keyspace).map_err(|r| Error::invalid("keyspace", r))?;
+        let session = Self::open_session(&config).await?;
+        let datacenter = Self::pick_datacenter(&session, &config)?;
+        // Requests go to replicas in the chosen data center first (token-aware).
+        let policy = DefaultPolicy::builder()
+            .prefer_datacenter(datacenter.clone())
+            .token_aware(true)
+            .build();
+        let profile = session
+            .get_default_execution_profile_handle()
+            .pointee_to_builder()
+            .load_balancing_policy(policy)
+            .build();
+        session
+            .get_default_execution_profile_handle()
+            .clone()
+            .map_to_another_profile(profile);
+
+        let nodes = Self::dc_nodes(&session, &datacenter);
+        schema::ensure(&session, &config, &datacenter, nodes).await?;
+        let st = Statements::prepare(&session, &config).await?;
+        let cluster = Self {
+            session,
+            config,
+            datacenter,
+            st,
+        };
+        cluster.check_format().await?;
+        Ok(cluster)
+    }
+
+    /// A plain driver session to the cluster of `config`, without touching any keyspace (for tools such as
+    /// [`crate::import`]). Fails with a clear error when no host answers within the connect timeout.
+    pub(crate) async fn open_session(config: &CqlConfig) -> Result<Session> {
+        let profile = ExecutionProfile::builder()
+            .request_timeout(Some(config.request_timeout))
+            // Only schema queries use the profile's consistency (every saltblob statement sets its own):
+            // system tables are local, so ONE.
+            .consistency(Consistency::One)
+            .serial_consistency(Some(config.serial_consistency))
+            .build();
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&config.hosts)
+            .connection_timeout(config.connect_timeout)
+            .pool_size(PoolSize::PerShard(config.connections))
+            .default_execution_profile_handle(profile.into_handle())
+            .keyspaces_to_fetch([config.keyspace.clone()])
+            .schema_agreement_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true);
+        if let Some(c) = &config.credentials {
+            builder = builder.user(c.user.clone(), c.password.clone());
+        }
+        // The driver bounds each connection attempt; this bounds the whole handshake and metadata fetch.
+        let deadline = config.connect_timeout + Duration::from_secs(2);
+        match tokio::time::timeout(deadline, builder.build()).await {
+            Ok(Ok(session)) => Ok(session),
+            Ok(Err(e)) => Err(error::connect(&config.hosts, config.connect_timeout, e)),
+            Err(_) => Err(Error::backend(
+                NAME,
+                format!(
+                    "cannot connect to the cluster at {}: no answer within {:?} (check the hosts and that CQL is \
+                     reachable there; raise connect_timeout for a slow network)",
+                    config.hosts.join(","),
+                    deadline
+                ),
+                true,
+            )),
+        }
+    }
+
+    /// The data center of `config`, or the cluster's only one; an unknown or ambiguous one is refused.
+    fn pick_datacenter(session: &Session, config: &CqlConfig) -> Result<String> {
+        let state = session.get_cluster_state();
+        let mut dcs: Vec<String> = state
+            .get_nodes_info()
+            .iter()
+            .filter_map(|n| n.datacenter.clone())
+            .collect();
+        dcs.sort();
+        dcs.dedup();
+        match (&config.datacenter, dcs.as_slice()) {
+            (Some(dc), _) if dcs.contains(dc) => Ok(dc.clone()),
+            (Some(dc), known) => Err(Error::invalid(
+                "data center",
+                format!(
+                    "\"{dc}\" is not a data center of this cluster; it has: {}",
+                    known.join(", ")
+                ),
+            )),
+            (None, [only]) => Ok(only.clone()),
+            (None, []) => Err(Error::backend(
+                NAME,
+                "the cluster reports no data center for its nodes; set dc= in the URL",
+                false,
+            )),
+            (None, several) => Err(Error::invalid(
+                "data center",
+                format!(
+                    "the cluster has several data centers ({}); choose one with dc= in the URL",
+                    several.join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// The number of nodes of data center `dc` known to the driver.
+    fn dc_nodes(session: &Session, dc: &str) -> usize {
+        session
+            .get_cluster_state()
+            .get_nodes_info()
+            .iter()
+            .filter(|n| n.datacenter.as_deref() == Some(dc))
+            .count()
+    }
+
+    /// Reads the schema format marker, writing it on first use; refuses a keyspace of another format.
+    async fn check_format(&self) -> Result<()> {
+        let key = vec![V::Tiny(MARKER_NS), V::Blob(Bytes::from_static(MARKER_KEY))];
+        let what = || {
+            format!(
+                "reading the schema format marker of keyspace {}",
+                self.config.keyspace
+            )
+        };
+        let result = self
+            .run(what, true, || {
+                self.session.execute_unpaged(&self.st.records.get, &key)
+            })
+            .await?;
+        match first_value(result, "the schema format marker")? {
+            None => {
+                let mut row = key.clone();
+                // A fixed timestamp: every first connection writes the same marker.
+                row.extend([V::Blob(Bytes::from_static(&[SCHEMA_FORMAT])), V::Big(1)]);
+                // At ONE: the marker is the same wherever it is written, and a reader that misses it writes it
+                // again. A keyspace whose replicas cannot meet the configured consistency fails on its first
+                // real write, with an explanation, rather than here.
+                let mut put = self.st.records.put.clone();
+                put.set_consistency(Consistency::One);
+                let what = || "writing the schema format marker".to_owned();
+                self.run(what, true, || self.session.execute_unpaged(&put, &row))
+                    .await?;
+                Ok(())
+            }
+            Some(v) if v.as_ref() == [SCHEMA_FORMAT] => Ok(()),
+            Some(v) => Err(Error::corrupt(
+                format!("keyspace {}", self.config.keyspace),
+                format!(
+                    "schema format marker is {v:?}; this build reads format [{SCHEMA_FORMAT}] (is it from a newer saltblob?)"
+                ),
+            )),
+        }
+    }
+
+    /// What error messages need to explain unavailable replicas.
+    pub(crate) fn context(&self) -> Context {
+        let state = self.session.get_cluster_state();
+        let replication_factor =
+            state
+                .get_keyspace(&self.config.keyspace)
+                .and_then(|k| match &k.strategy {
+                    scylla::cluster::metadata::Strategy::NetworkTopologyStrategy {
+                        datacenter_repfactors,
+                    } => datacenter_repfactors.get(&self.datacenter).copied(),
+                    scylla::cluster::metadata::Strategy::SimpleStrategy { replication_factor } => {
+                        Some(*replication_factor)
+                    }
+                    _ => None,
+                });
+        Context {
+            keyspace: self.config.keyspace.clone(),
+            datacenter: self.datacenter.clone(),
+            replication_factor,
+            dc_nodes: Self::dc_nodes(&self.session, &self.datacenter),
+        }
+    }
+
+    /// Runs a request, retrying transient failures of idempotent ones with exponential backoff (50 ms, doubling,
+    /// with jitter) up to [`CqlConfig::attempts`] attempts.
+    pub(crate) async fn run<T, W, F, Fut>(&self, what: W, idempotent: bool, mut op: F) -> Result<T>
+    where
+        W: Fn() -> String,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, ExecutionError>>,
+    {
+        let mut delay = Duration::from_millis(50);
+        let mut attempt = 1;
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let mapped = error::execution(&what(), e, &self.context());
+                    if !(idempotent && mapped.is_retryable() && attempt < self.config.attempts) {
+                        return Err(mapped);
+                    }
+                    tracing::debug!("attempt {attempt} failed, retrying in {delay:?}: {mapped}");
+                    let jitter = Duration::from_micros(rand::random::<u64>() % 20_000);
+                    tokio::time::sleep(delay + jitter).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// The value of record `key` of namespace `ns`, if any.
+    pub(crate) async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+        let values = key_values(ns, key);
+        let what = || format!("read of {ns:?} record \"{}\"", KeyDisplay::from(key));
+        let result = self
+            .run(what, true, || {
+                self.session
+                    .execute_unpaged(&self.st.records(ns).get, &values)
+            })
+            .await?;
+        first_value(result, "record read")
+    }
+}
+
+/// The `value` column of the first row of `result`, if any.
+pub(crate) fn first_value(result: QueryResult, what: &str) -> Result<Option<Bytes>> {
+    let rows = result
+        .into_rows_result()
+        .map_err(|e| error::shape(what, e))?;
+    let row = rows
+        .maybe_first_row::<(Option<Bytes>,)>()
+        .map_err(|e| error::shape(what, e))?;
+    Ok(row.and_then(|(v,)| v))
+}
