@@ -42,6 +42,14 @@ pub enum RangeSpec {
 }
 
 impl RangeSpec {
+    /// The half-open range when it does not depend on the blob's size (`START-END`).
+    pub fn without_size(self) -> Option<Range<u64>> {
+        match self {
+            RangeSpec::Bounded(a, b) => Some(a..b.saturating_add(1)),
+            RangeSpec::From(_) | RangeSpec::Suffix(_) => None,
+        }
+    }
+
     /// The half-open range for a blob of `size` bytes (may lie outside it; the store reports that).
     pub fn resolve(self, size: u64) -> Range<u64> {
         match self {
@@ -210,6 +218,12 @@ mod tests {
         assert_eq!(parse_range("0-1023").map(|r| r.resolve(5000)), Ok(0..1024));
         assert_eq!(parse_range("100-").map(|r| r.resolve(5000)), Ok(100..5000));
         assert_eq!(parse_range("-10").map(|r| r.resolve(5000)), Ok(4990..5000));
+        assert_eq!(
+            parse_range("0-1023").map(|r| r.without_size()),
+            Ok(Some(0..1024))
+        );
+        assert_eq!(parse_range("100-").map(|r| r.without_size()), Ok(None));
+        assert_eq!(parse_range("-10").map(|r| r.without_size()), Ok(None));
         assert!(
             parse_range("5-4").is_err() && parse_range("-").is_err() && parse_range("a-b").is_err()
         );

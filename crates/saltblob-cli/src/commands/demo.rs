@@ -3,10 +3,30 @@
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, Layout, PutOptions};
 
-use crate::Failure;
+use super::{Command, Context};
+use crate::failure::Failure;
 use crate::human::short;
+
+/// Arguments of `saltblob demo`.
+#[derive(clap::Args, Debug)]
+pub struct Demo {
+    /// Skip the 60 MiB blob.
+    #[arg(long)]
+    small: bool,
+}
+
+impl Command for Demo {
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(context.with_store(async |store| demo(store, self.small).await))
+    }
+}
 
 /// The demo set: bytes, KiB, MiB and a 60 MiB blob, across all three layouts.
 const SIZES: [u64; 9] = [
@@ -21,7 +41,9 @@ const SIZES: [u64; 9] = [
     60 << 20,
 ];
 
-pub async fn run(store: &BlobStore, small: bool) -> Result<(), Failure> {
+/// Stores, reads back and verifies the demo set (without the 60 MiB blob when `small`); fails with exit code 4
+/// if a blob reads back differently.
+async fn demo(store: &BlobStore, small: bool) -> Result<(), Failure> {
     println!(
         "{:<22} {:>10}  {:<17} {:>7} {:>6}  {:>9} {:>9} {:>10}  digest",
         "key", "size", "layout", "chunks", "salts", "put ms", "get ms", "get MiB/s"
@@ -67,10 +89,10 @@ pub async fn run(store: &BlobStore, small: bool) -> Result<(), Failure> {
         );
     }
     if failures > 0 {
-        return Err(Failure {
-            message: format!("{failures} blob(s) read back differently from what was written"),
-            code: 4,
-        });
+        return Err(Failure::new(
+            Failure::DAMAGED,
+            format!("{failures} blob(s) read back differently from what was written"),
+        ));
     }
     println!("all digests verified; the blobs stay under demo/ (saltblob ls -l demo/)");
     Ok(())

@@ -1,0 +1,126 @@
+//! `saltblob get`: writes a blob, or a byte range of it, to standard output or to a file.
+
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use saltblob::{BlobStore, BlobStream};
+use tokio::io::AsyncWriteExt;
+
+use super::{Command, Context};
+use crate::failure::Failure;
+use crate::human::{RangeSpec, parse_range};
+use crate::progress::Progress;
+
+/// Arguments of `saltblob get`.
+#[derive(clap::Args, Debug)]
+pub struct Get {
+    /// The key.
+    key: String,
+    /// Output file ("-" or absent: standard output). Written to a temporary file and renamed when complete.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<String>,
+    /// Inclusive byte range, as in HTTP: START-END, START- or -SUFFIX_LENGTH.
+    #[arg(long, value_name = "START-END", allow_hyphen_values = true)]
+    range: Option<String>,
+}
+
+impl Command for Get {
+    fn key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
+
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(context.with_store(async |store| self.get(store, context.quiet).await))
+    }
+}
+
+impl Get {
+    async fn get(&self, store: &BlobStore, quiet: bool) -> Result<(), Failure> {
+        let mut stream = match self.range.as_deref() {
+            None => store.get_stream(&self.key).await?,
+            Some(spec) => {
+                let spec =
+                    parse_range(spec).map_err(|e| Failure::usage(format!("invalid range: {e}")))?;
+                range_stream(store, &self.key, spec).await?
+            }
+        };
+        let total = stream.range.end - stream.range.start;
+        let mut progress = Progress::new(&format!("get {}", self.key), Some(total), quiet);
+        match self.output.as_deref() {
+            None | Some("-") => {
+                let mut out = tokio::io::stdout();
+                while let Some(piece) = stream.next().await {
+                    let piece = piece?;
+                    if let Err(e) = out.write_all(&piece).await {
+                        progress.finish();
+                        // A reader that went away (`saltblob get k | head`) is not an error of ours.
+                        return if e.kind() == std::io::ErrorKind::BrokenPipe {
+                            Ok(())
+                        } else {
+                            Err(e.into())
+                        };
+                    }
+                    progress.add(piece.len() as u64);
+                }
+                out.flush().await.or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })?;
+            }
+            Some(path) => {
+                let tmp = temp_path(Path::new(path));
+                let result = async {
+                    let mut file = tokio::fs::File::create(&tmp).await.map_err(|e| {
+                        Failure::new(
+                            Failure::FAILED,
+                            format!("cannot write {}: {e}", tmp.display()),
+                        )
+                    })?;
+                    while let Some(piece) = stream.next().await {
+                        let piece = piece?;
+                        file.write_all(&piece).await?;
+                        progress.add(piece.len() as u64);
+                    }
+                    file.sync_all().await?;
+                    tokio::fs::rename(&tmp, path).await?;
+                    Ok::<(), Failure>(())
+                }
+                .await;
+                if result.is_err() {
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                }
+                result?;
+            }
+        }
+        progress.finish();
+        Ok(())
+    }
+}
+
+/// Streams bytes `spec` of `key`. A `START-END` range is read with one manifest read, the range read's own;
+/// `START-` and `-N` depend on the blob's size, which the store's range read does not resolve, so the size is
+/// read first.
+async fn range_stream(
+    store: &BlobStore,
+    key: &str,
+    spec: RangeSpec,
+) -> saltblob::Result<BlobStream> {
+    let range = match spec.without_size() {
+        Some(range) => range,
+        None => spec.resolve(store.head(key).await?.size),
+    };
+    store.get_range_stream(key, range).await
+}
+
+/// `dir/.name.saltblob-XXXX`, beside the destination so that the final rename stays on one filesystem.
+fn temp_path(dest: &Path) -> PathBuf {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    dest.with_file_name(format!(".{name}.saltblob-{:08x}", rand::random::<u32>()))
+}

@@ -1,0 +1,79 @@
+//! `saltblob head` and `saltblob describe`: what a key holds and how it is laid out, in text or JSON.
+
+use futures::future::LocalBoxFuture;
+use saltblob::BlobStore;
+
+use super::{Command, Context};
+use crate::failure::Failure;
+use crate::human;
+
+/// Arguments of `saltblob head`.
+#[derive(clap::Args, Debug)]
+pub struct Head {
+    /// The key.
+    key: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Command for Head {
+    fn key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
+
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(context.with_store(async |store| self.head(store).await))
+    }
+}
+
+impl Head {
+    async fn head(&self, store: &BlobStore) -> Result<(), Failure> {
+        let m = store.head(&self.key).await?;
+        let key = self.key.as_bytes();
+        if self.json {
+            println!("{}", human::manifest_json(key, &m));
+        } else {
+            println!("{}", human::manifest_text(key, &m));
+        }
+        Ok(())
+    }
+}
+
+/// Arguments of `saltblob describe`.
+#[derive(clap::Args, Debug)]
+pub struct Describe {
+    /// The key.
+    key: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Command for Describe {
+    fn key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
+
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(context.with_store(async |store| self.describe(store).await))
+    }
+}
+
+impl Describe {
+    async fn describe(&self, store: &BlobStore) -> Result<(), Failure> {
+        let d = store.describe(&self.key).await?;
+        if self.json {
+            println!("{}", human::describe_json(&d));
+        } else {
+            println!("{}", human::manifest_text(&d.key, &d.manifest));
+            if !d.bytes_per_salt.is_empty() {
+                println!(
+                    "bytes per salt: {}",
+                    human::per_salt_summary(&d.bytes_per_salt)
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,64 @@
+//! `saltblob ls`: lists keys, one a line, or with size, layout, time and version.
+
+use std::io::Write;
+
+use futures::future::LocalBoxFuture;
+use saltblob::{BlobStore, ListEntry};
+
+use super::{Command, Context};
+use crate::failure::Failure;
+use crate::human;
+
+/// Arguments of `saltblob ls`.
+#[derive(clap::Args, Debug)]
+pub struct Ls {
+    /// Key prefix.
+    prefix: Option<String>,
+    /// Show size, layout and version of each key.
+    #[arg(short, long)]
+    long: bool,
+}
+
+impl Command for Ls {
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(context.with_store(async |store| self.ls(store).await))
+    }
+}
+
+impl Ls {
+    /// Prints the listing; a reader that went away (`saltblob ls | head`) ends it without an error.
+    async fn ls(&self, store: &BlobStore) -> Result<(), Failure> {
+        let entries = store.list(self.prefix.as_deref().unwrap_or("")).await?;
+        let mut out = std::io::stdout().lock();
+        for entry in &entries {
+            if let Err(e) = writeln!(out, "{}", self.line(entry)) {
+                return if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    Ok(())
+                } else {
+                    Err(e.into())
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// The key, or with `--long`: size, layout, creation time, version and key.
+    fn line(&self, entry: &ListEntry) -> String {
+        let key = String::from_utf8_lossy(&entry.key);
+        if !self.long {
+            return key.into_owned();
+        }
+        let m = &entry.manifest;
+        let layout = match m.layout() {
+            saltblob::Layout::Inline => "inline".to_owned(),
+            saltblob::Layout::Chunked(l) => format!("{}x{}", l.chunk_count, l.salt_count),
+        };
+        format!(
+            "{:>12}  {:<10}  {}  {}  {key}",
+            m.size,
+            layout,
+            human::time(m.created_micros),
+            m.version
+        )
+    }
+}

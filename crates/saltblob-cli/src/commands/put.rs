@@ -1,0 +1,158 @@
+//! `saltblob put`: stores a file or standard input under a key.
+
+use std::io::IsTerminal;
+
+use futures::future::LocalBoxFuture;
+use saltblob::{BlobStore, Codec, Error, Manifest, PutCondition, PutOptions, VersionId};
+use tokio::io::AsyncRead;
+
+use super::{Command, Context};
+use crate::failure::Failure;
+use crate::human::{self, parse_size};
+use crate::progress::{CountingReader, Progress};
+
+/// Arguments of `saltblob put`.
+#[derive(clap::Args, Debug)]
+pub struct Put {
+    /// The key (1 to 1024 bytes).
+    key: String,
+    /// Input file; standard input when absent or "-".
+    file: Option<String>,
+    /// Chunk size for this blob (e.g. 65536, 64KiB, 1MiB). Defaults to 64 KiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    chunk_size: Option<u64>,
+    /// Largest salt count (fan-out) for this blob. Defaults to 100.
+    #[arg(long, value_name = "N")]
+    max_salt: Option<u32>,
+    /// Per-chunk compression: none, zstd or lz4 (kept only where a chunk shrinks). Defaults to none.
+    #[arg(long, value_parser = parse_codec)]
+    codec: Option<Codec>,
+    /// Fail if KEY already holds a blob.
+    #[arg(long, conflicts_with = "if_version")]
+    if_absent: bool,
+    /// Fail unless KEY's current version is this one (32 hex digits, from `head`).
+    #[arg(long, value_name = "VERSION", value_parser = parse_version)]
+    if_version: Option<VersionId>,
+    /// MIME type stored with the blob.
+    #[arg(long)]
+    content_type: Option<String>,
+}
+
+fn parse_codec(s: &str) -> Result<Codec, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+
+fn parse_version(s: &str) -> Result<VersionId, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+
+impl Command for Put {
+    fn key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
+
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(context.with_store(async |store| self.put(store, context.quiet).await))
+    }
+}
+
+impl Put {
+    /// The put options the flags ask for.
+    fn options(&self) -> Result<PutOptions, Failure> {
+        let mut opts = PutOptions::new();
+        if let Some(cs) = self.chunk_size {
+            let cs = u32::try_from(cs).map_err(|_| {
+                Failure::usage(format!(
+                    "invalid chunk size: {cs} bytes; it must be at most {} bytes",
+                    u32::MAX
+                ))
+            })?;
+            opts = opts.with_chunk_size(cs);
+        }
+        if let Some(s) = self.max_salt {
+            opts = opts.with_max_salt(s);
+        }
+        if let Some(c) = self.codec {
+            opts = opts.with_codec(c);
+        }
+        if self.if_absent {
+            opts = opts.with_condition(PutCondition::IfAbsent);
+        }
+        if let Some(v) = self.if_version {
+            opts = opts.with_condition(PutCondition::IfVersion(v));
+        }
+        if let Some(ct) = &self.content_type {
+            opts = opts.with_content_type(ct.clone());
+        }
+        Ok(opts)
+    }
+
+    async fn put(&self, store: &BlobStore, quiet: bool) -> Result<(), Failure> {
+        let mut opts = self.options()?;
+        let label = format!("put {}", self.key);
+        let manifest = match self.file.as_deref() {
+            None | Some("-") => {
+                if std::io::stdin().is_terminal() {
+                    eprintln!(
+                        "saltblob: reading {} from standard input; end with Ctrl-D",
+                        self.key
+                    );
+                }
+                let reader = CountingReader {
+                    inner: tokio::io::stdin(),
+                    progress: Progress::new(&label, None, quiet),
+                };
+                put_reader(store, &self.key, reader, &opts).await?
+            }
+            Some(path) => {
+                let file = tokio::fs::File::open(path)
+                    .await
+                    .map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
+                let meta = file.metadata().await?;
+                if meta.is_dir() {
+                    return Err(Failure::usage(format!(
+                        "{path} is a directory; put takes a file or standard input"
+                    )));
+                }
+                if meta.is_file() {
+                    opts = opts.with_size_hint(meta.len());
+                }
+                let total = meta.is_file().then_some(meta.len());
+                let reader = CountingReader {
+                    inner: file,
+                    progress: Progress::new(&label, total, quiet),
+                };
+                put_reader(store, &self.key, reader, &opts).await?
+            }
+        };
+        let layout = match manifest.layout() {
+            saltblob::Layout::Inline => "inline".to_owned(),
+            saltblob::Layout::Chunked(l) => {
+                format!("{} chunks over {} salts", l.chunk_count, l.salt_count)
+            }
+        };
+        eprintln!(
+            "stored {} as version {} ({}, {layout})",
+            self.key,
+            manifest.version,
+            human::short(manifest.size)
+        );
+        Ok(())
+    }
+}
+
+/// Streams `reader` into the store under `key`, then removes its progress bar.
+async fn put_reader<R: AsyncRead + Unpin + Send>(
+    store: &BlobStore,
+    key: &str,
+    mut reader: CountingReader<R>,
+    opts: &PutOptions,
+) -> Result<Manifest, Failure> {
+    let result = store.put_stream(key, &mut reader, opts).await;
+    reader.progress.finish();
+    Ok(result?)
+}
