@@ -1,14 +1,12 @@
 //! Parsing and printing sizes, ranges and layouts for people.
 
-use std::ops::Range;
-
-use saltblob::{Description, Manifest, ManifestBody};
+use saltblob::{ByteRange, Description, Manifest, ManifestBody};
 
 pub use saltblob::parse_size;
 
-/// Parses an HTTP-style inclusive range against a blob of `size` bytes: `START-END`, `START-` (to the end) or
-/// `-N` (the last N bytes). Returns a half-open range; `None` end means "to the end".
-pub fn parse_range(s: &str) -> Result<RangeSpec, String> {
+/// Parses an HTTP-style inclusive range: `START-END`, `START-` (to the end) or `-N` (the last N bytes). The
+/// store resolves it against the size of the version it reads.
+pub fn parse_range(s: &str) -> Result<ByteRange, String> {
     let bad = || {
         format!(
             "\"{s}\" is not a byte range; use START-END (inclusive, e.g. 0-1023), START- or -SUFFIX"
@@ -22,41 +20,14 @@ pub fn parse_range(s: &str) -> Result<RangeSpec, String> {
             if end < start {
                 return Err(format!("\"{s}\": the end comes before the start"));
             }
-            Ok(RangeSpec::Bounded(start, end))
+            Ok(ByteRange::Bounded {
+                start,
+                end: end.saturating_add(1),
+            })
         }
-        (false, true) => Ok(RangeSpec::From(num(a)?)),
-        (true, false) => Ok(RangeSpec::Suffix(num(b)?)),
+        (false, true) => Ok(ByteRange::From(num(a)?)),
+        (true, false) => Ok(ByteRange::Suffix(num(b)?)),
         (true, true) => Err(bad()),
-    }
-}
-
-/// A byte range as given on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RangeSpec {
-    /// `START-END`, inclusive.
-    Bounded(u64, u64),
-    /// `START-`.
-    From(u64),
-    /// `-N`.
-    Suffix(u64),
-}
-
-impl RangeSpec {
-    /// The half-open range when it does not depend on the blob's size (`START-END`).
-    pub fn without_size(self) -> Option<Range<u64>> {
-        match self {
-            RangeSpec::Bounded(a, b) => Some(a..b.saturating_add(1)),
-            RangeSpec::From(_) | RangeSpec::Suffix(_) => None,
-        }
-    }
-
-    /// The half-open range for a blob of `size` bytes (may lie outside it; the store reports that).
-    pub fn resolve(self, size: u64) -> Range<u64> {
-        match self {
-            RangeSpec::Bounded(a, b) => a..b.saturating_add(1),
-            RangeSpec::From(a) => a..size.max(a),
-            RangeSpec::Suffix(n) => size.saturating_sub(n)..size,
-        }
     }
 }
 
@@ -218,12 +189,6 @@ mod tests {
         assert_eq!(parse_range("0-1023").map(|r| r.resolve(5000)), Ok(0..1024));
         assert_eq!(parse_range("100-").map(|r| r.resolve(5000)), Ok(100..5000));
         assert_eq!(parse_range("-10").map(|r| r.resolve(5000)), Ok(4990..5000));
-        assert_eq!(
-            parse_range("0-1023").map(|r| r.without_size()),
-            Ok(Some(0..1024))
-        );
-        assert_eq!(parse_range("100-").map(|r| r.without_size()), Ok(None));
-        assert_eq!(parse_range("-10").map(|r| r.without_size()), Ok(None));
         assert!(
             parse_range("5-4").is_err() && parse_range("-").is_err() && parse_range("a-b").is_err()
         );

@@ -194,6 +194,51 @@ impl ChunkLayout {
     }
 }
 
+/// A byte range of a blob in the three forms of HTTP's `Range: bytes=` header, resolved against the size of
+/// the version read, so that a read of `From` or `Suffix` needs no separate size lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ByteRange {
+    /// Bytes `start..end` (half-open).
+    Bounded {
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+    },
+    /// From byte `start` to the end of the blob.
+    From(u64),
+    /// The last `n` bytes of the blob (all of it if it is shorter).
+    Suffix(u64),
+}
+
+impl ByteRange {
+    /// The half-open range these bytes are in a blob of `size` bytes. It may lie outside the blob (a read
+    /// reports that as [`crate::Error::RangeNotSatisfiable`]); `From` past the end resolves to an empty range
+    /// starting there.
+    pub fn resolve(self, size: u64) -> std::ops::Range<u64> {
+        match self {
+            ByteRange::Bounded { start, end } => start..end,
+            ByteRange::From(start) => start..size.max(start),
+            ByteRange::Suffix(n) => size.saturating_sub(n)..size,
+        }
+    }
+}
+
+impl From<std::ops::Range<u64>> for ByteRange {
+    fn from(r: std::ops::Range<u64>) -> Self {
+        ByteRange::Bounded {
+            start: r.start,
+            end: r.end,
+        }
+    }
+}
+
+impl From<std::ops::RangeFrom<u64>> for ByteRange {
+    fn from(r: std::ops::RangeFrom<u64>) -> Self {
+        ByteRange::From(r.start)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -302,5 +347,15 @@ mod tests {
                 prop_assert_eq!(at(planned).salt_of(i), at(final_salt).salt_of(i));
             }
         }
+    }
+
+    #[test]
+    fn byte_ranges_resolve_against_the_size() {
+        assert_eq!(ByteRange::from(3..7).resolve(5), 3..7);
+        assert_eq!(ByteRange::from(3..).resolve(10), 3..10);
+        assert_eq!(ByteRange::From(12).resolve(10), 12..12);
+        assert_eq!(ByteRange::Suffix(4).resolve(10), 6..10);
+        assert_eq!(ByteRange::Suffix(40).resolve(10), 0..10);
+        assert_eq!(ByteRange::Suffix(0).resolve(10), 10..10);
     }
 }

@@ -71,7 +71,7 @@ pub use config::{PutCondition, PutOptions, StoreConfig, parse_size};
 pub use error::{BoxError, Error, KeyDisplay, Result};
 pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
 pub use gc::{GcHandle, GcOptions, GcReport};
-pub use layout::{ChunkLayout, Layout, LayoutPolicy};
+pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
 pub use manifest::{Manifest, ManifestBody};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;

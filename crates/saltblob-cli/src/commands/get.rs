@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
-use saltblob::{BlobStore, BlobStream};
+use saltblob::BlobStore;
 use tokio::io::AsyncWriteExt;
 
 use super::{Command, Context};
 use crate::failure::Failure;
-use crate::human::{RangeSpec, parse_range};
+use crate::human::parse_range;
 use crate::progress::Progress;
 
 /// Arguments of `saltblob get`.
@@ -42,7 +42,7 @@ impl Get {
             Some(spec) => {
                 let spec =
                     parse_range(spec).map_err(|e| Failure::usage(format!("invalid range: {e}")))?;
-                range_stream(store, &self.key, spec).await?
+                store.get_range_stream(&self.key, spec).await?
             }
         };
         let total = stream.range.end - stream.range.start;
@@ -99,21 +99,6 @@ impl Get {
         progress.finish();
         Ok(())
     }
-}
-
-/// Streams bytes `spec` of `key`. A `START-END` range is read with one manifest read, the range read's own;
-/// `START-` and `-N` depend on the blob's size, which the store's range read does not resolve, so the size is
-/// read first.
-async fn range_stream(
-    store: &BlobStore,
-    key: &str,
-    spec: RangeSpec,
-) -> saltblob::Result<BlobStream> {
-    let range = match spec.without_size() {
-        Some(range) => range,
-        None => spec.resolve(store.head(key).await?.size),
-    };
-    store.get_range_stream(key, range).await
 }
 
 /// `dir/.name.saltblob-XXXX`, beside the destination so that the final rename stays on one filesystem.

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, ListEntry};
 
@@ -26,12 +27,12 @@ impl Command for Ls {
 }
 
 impl Ls {
-    /// Prints the listing; a reader that went away (`saltblob ls | head`) ends it without an error.
+    /// Prints the listing as it is read, a page at a time; a reader that went away (`saltblob ls | head`) ends it without an error.
     async fn ls(&self, store: &BlobStore) -> Result<(), Failure> {
-        let entries = store.list(self.prefix.as_deref().unwrap_or("")).await?;
+        let mut entries = store.list_stream(self.prefix.as_deref().unwrap_or("").as_bytes());
         let mut out = std::io::stdout().lock();
-        for entry in &entries {
-            if let Err(e) = writeln!(out, "{}", self.line(entry)) {
+        while let Some(entry) = entries.next().await {
+            if let Err(e) = writeln!(out, "{}", self.line(&entry?)) {
                 return if e.kind() == std::io::ErrorKind::BrokenPipe {
                     Ok(())
                 } else {

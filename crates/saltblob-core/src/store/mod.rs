@@ -10,11 +10,11 @@ mod chunk_writer;
 pub(crate) mod read;
 mod write;
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 
 pub use self::read::BlobStream;
@@ -22,7 +22,7 @@ use crate::backend::{ChunkStore, Namespace};
 use crate::config::{PutOptions, StoreConfig};
 use crate::fsck::{self, FsckOptions, FsckReport};
 use crate::gc::{self, GcHandle, GcOptions, GcReport};
-use crate::layout::Layout;
+use crate::layout::{ByteRange, Layout};
 use crate::manifest::Manifest;
 use crate::reclaim::{self, ReclaimReport};
 use crate::records::Inner;
@@ -197,23 +197,30 @@ impl BlobStore {
         Ok(read::stream_version(&self.inner, key, manifest, range))
     }
 
-    /// Reads bytes `range` (half-open) of the current version of `key`, fetching only the chunks that cover it.
-    pub async fn get_range(&self, key: impl AsRef<[u8]>, range: Range<u64>) -> Result<Bytes> {
+    /// Reads bytes `range` of the current version of `key` (a half-open `Range<u64>`, `start..`, or any
+    /// [`ByteRange`]), fetching only the chunks that cover it.
+    pub async fn get_range(
+        &self,
+        key: impl AsRef<[u8]>,
+        range: impl Into<ByteRange>,
+    ) -> Result<Bytes> {
         self.get_range_stream(key, range)
             .await?
             .collect_bytes()
             .await
     }
 
-    /// Streams bytes `range` (half-open) of the current version of `key`. A range that does not lie within the
-    /// blob fails with [`Error::RangeNotSatisfiable`].
+    /// Streams bytes `range` of the current version of `key` (a half-open `Range<u64>`, `start..`, or any
+    /// [`ByteRange`], resolved against the size of the version read: one manifest read). A range that does not
+    /// lie within the blob fails with [`Error::RangeNotSatisfiable`].
     pub async fn get_range_stream(
         &self,
         key: impl AsRef<[u8]>,
-        range: Range<u64>,
+        range: impl Into<ByteRange>,
     ) -> Result<BlobStream> {
         let key = validate_key(key.as_ref())?;
         let manifest = self.current(&key).await?;
+        let range = range.into().resolve(manifest.size);
         if range.start > range.end || range.end > manifest.size {
             return Err(Error::RangeNotSatisfiable {
                 key: key.as_ref().into(),
@@ -232,14 +239,22 @@ impl BlobStore {
         write::delete(&self.inner, key).await
     }
 
-    /// Every blob whose key starts with `prefix`, in key order.
+    /// Every blob whose key starts with `prefix`, in key order (all in memory: see [`BlobStore::list_stream`]).
     pub async fn list(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<ListEntry>> {
-        let mut all = Vec::new();
-        let mut pages = self.inner.scan(Namespace::Manifest, prefix.as_ref(), None);
-        while let Some(page) = pages.next_page().await? {
-            all.extend(self.live_entries(page)?);
-        }
-        Ok(all)
+        self.list_stream(prefix.as_ref()).try_collect().await
+    }
+
+    /// Every blob whose key starts with `prefix`, in key order, read a page at a time as the stream is
+    /// consumed: memory stays bounded by one page, however many keys there are.
+    pub fn list_stream<'a>(&'a self, prefix: &'a [u8]) -> BoxStream<'a, Result<ListEntry>> {
+        let pages = self.inner.scan(Namespace::Manifest, prefix, None);
+        stream::try_unfold(pages, async |mut pages| {
+            Ok::<_, Error>(pages.next_page().await?.map(|page| (page, pages)))
+        })
+        .map(|page: Result<_>| self.live_entries(page?))
+        .map_ok(|entries| stream::iter(entries.into_iter().map(Ok)))
+        .try_flatten()
+        .boxed()
     }
 
     /// Up to `limit` blobs whose key starts with `prefix`, in key order, after `start_after` when given.
