@@ -38,7 +38,8 @@
 //! - `records.rs`: the shared base: the store's state, manifest reads, the one paged scan of records, the
 //!   low-water marks.
 //! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract.
-//! - [`layout`]: the layout policy (inline, one partition, salted fan-out) and chunk/salt/range arithmetic.
+//! - [`layout`]: the layout policy (inline, one partition, salted fan-out), chunk/salt/range arithmetic and
+//!   [`ByteRange`].
 //! - [`manifest`], [`codec`]: the versioned on-disk format (`docs/format.md`).
 //! - [`config`]: [`StoreConfig`], [`PutOptions`] and [`parse_size`]; [`error`]: [`Error`]; [`version`]:
 //!   [`VersionId`].
