@@ -15,16 +15,18 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::value::ValueId;
+
+mod sink;
+
+pub use sink::{FILE_ATTEMPTS, FileSink, HistorySink, MemorySink};
 
 /// Wall-clock Unix microseconds, never smaller than a value returned before in this process.
 pub fn now_micros() -> u64 {
@@ -184,177 +186,6 @@ pub enum Event {
         /// When, in Unix microseconds.
         at: u64,
     },
-}
-
-/// Where clients record their events. Recording never fails: implementations retry or panic.
-pub trait HistorySink: Send + Sync + fmt::Debug {
-    /// Records one event.
-    fn record(&self, event: &Event);
-}
-
-/// A sink keeping events in memory; clones share the same events.
-#[derive(Clone, Debug, Default)]
-pub struct MemorySink {
-    events: Arc<Mutex<Vec<Event>>>,
-}
-
-impl MemorySink {
-    /// An empty sink.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A copy of the events recorded so far, in recording order.
-    pub fn events(&self) -> Vec<Event> {
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The history of the events recorded so far.
-    pub fn history(&self) -> History {
-        History::from_events(self.events())
-    }
-
-    /// Forgets every event.
-    pub fn clear(&self) {
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
-    }
-}
-
-impl HistorySink for MemorySink {
-    fn record(&self, event: &Event) {
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(event.clone());
-    }
-}
-
-/// Attempts of one I/O call of a [`FileSink`] before it panics.
-pub const FILE_ATTEMPTS: u32 = 10_000;
-
-/// A sink appending JSON lines to a file opened with `O_APPEND`, so that several processes may share it.
-///
-/// Each event is written as one `write` call of a whole line. A failed or short write is retried (the rest
-/// of the line) after a short sleep, up to [`FILE_ATTEMPTS`] attempts, then the sink panics: histories are
-/// recorded under injected I/O faults and must not lose events. Opening a file that does not end with a
-/// newline (a writer killed mid-line) first terminates that line, so the next event starts a line of its own.
-#[derive(Debug)]
-pub struct FileSink {
-    path: PathBuf,
-    file: Mutex<File>,
-}
-
-/// Runs `op` until it succeeds, retrying interrupted calls at once and other failures after a short sleep.
-fn retry_io<T>(what: &str, path: &Path, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
-    let mut attempt = 0;
-    loop {
-        match op() {
-            Ok(v) => return Ok(v),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                attempt += 1;
-                if attempt >= FILE_ATTEMPTS {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "{what} {} failed {attempt} times, last: {e}",
-                            path.display()
-                        ),
-                    ));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
-}
-
-impl FileSink {
-    /// Opens (creating if needed) `path` for appending.
-    pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let mut file = retry_io("opening", &path, || {
-            OpenOptions::new()
-                .read(true)
-                .append(true)
-                .create(true)
-                .open(&path)
-        })?;
-        let len = retry_io("reading the length of", &path, || file.metadata())?.len();
-        if len > 0 {
-            let mut last = [0u8; 1];
-            retry_io("reading the end of", &path, || {
-                file.seek(SeekFrom::Start(len - 1))?;
-                file.read_exact(&mut last)
-            })?;
-            if last[0] != b'\n' {
-                write_all_retrying(&file, b"\n", &path, FILE_ATTEMPTS)?;
-            }
-        }
-        Ok(Self {
-            path,
-            file: Mutex::new(file),
-        })
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-/// Writes all of `line`, one `write` call per attempt, retrying failed and short writes.
-fn write_all_retrying(
-    mut file: impl Write,
-    line: &[u8],
-    path: &Path,
-    attempts: u32,
-) -> io::Result<()> {
-    let mut written = 0;
-    let mut failures = 0;
-    while written < line.len() {
-        match file.write(&line[written..]) {
-            Ok(n) if n > 0 => written += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            other => {
-                failures += 1;
-                if failures >= attempts {
-                    let why = match other {
-                        Err(e) => e.to_string(),
-                        Ok(_) => "no byte written".to_owned(),
-                    };
-                    return Err(io::Error::other(format!(
-                        "appending to {} failed {failures} times, last: {why}",
-                        path.display()
-                    )));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
-    Ok(())
-}
-
-impl HistorySink for FileSink {
-    fn record(&self, event: &Event) {
-        let mut line = match serde_json::to_vec(event) {
-            Ok(l) => l,
-            Err(e) => panic!("history event does not serialize: {e}"),
-        };
-        line.push(b'\n');
-        let file = self
-            .file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = write_all_retrying(&*file, &line, &self.path, FILE_ATTEMPTS) {
-            panic!("history event lost: {e}");
-        }
-    }
 }
 
 /// One operation of a history: its invocation paired with its completion, if any.
@@ -529,6 +360,9 @@ impl History {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
+    use super::sink::write_all_retrying;
     use super::*;
 
     fn invoke(client: u64, seq: u64, at: u64, kind: OpKind) -> Event {

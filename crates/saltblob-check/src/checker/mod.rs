@@ -1,0 +1,507 @@
+//! The checker: finds the reads a correct store could not have returned.
+//!
+//! Writes (puts and deletes) are **acknowledged** when they completed without error; failed and
+//! indeterminate writes may or may not have taken effect, at any time between their invocation and their
+//! [`Op::end`]. Every successful get is checked against the writes of its key:
+//!
+//! - [`ViolationKind::Corrupt`]: the get failed with a corruption error.
+//! - [`ViolationKind::Torn`]: its bytes failed verification, or a small value matches no put of that key
+//!   and length.
+//! - [`ViolationKind::Unknown`]: a whole value no put wrote to that key.
+//! - [`ViolationKind::Future`]: the value of a put invoked after the get completed.
+//! - [`ViolationKind::Refused`]: the value of a conditional put that was refused (its condition did not hold).
+//! - [`ViolationKind::Stale`]: the value of a put P although an acknowledged write W completed before the get
+//!   was invoked and W was invoked after P ended: P was certainly overwritten or deleted before the get
+//!   began (last committed wins; deletes are not undone).
+//! - [`ViolationKind::Lost`]: NotFound although an acknowledged put P completed before the get was invoked
+//!   and no delete (of any outcome) invoked before the get completed ended after P was invoked.
+//!
+//! A small value may match several puts; the get is a violation only if every candidate is. Times are
+//! microseconds: two operations are only ordered when one's completion is strictly before the other's
+//! invocation, so events within the same microsecond count as concurrent (no false alarm from the clock's
+//! resolution).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::history::{GetResult, History, Op, OpId, OpKind, OpResult, Outcome};
+use crate::value::{ValueId, from_hex, generate, header_len};
+
+/// The kinds of violation, each a read a correct store cannot return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    /// NotFound although an acknowledged put certainly preceded the get and no delete could have followed it.
+    Lost,
+    /// Bytes no put wrote whole: failed verification, or a small value matching no put.
+    Torn,
+    /// A value certainly overwritten or deleted before the get began.
+    Stale,
+    /// The get failed with a corruption error (missing chunk, checksum or digest mismatch, undecodable).
+    Corrupt,
+    /// A whole value whose id was never put to the key.
+    Unknown,
+    /// The value of a put invoked after the get completed.
+    Future,
+    /// The value of a conditional put that was refused, so it never took effect.
+    Refused,
+}
+
+impl ViolationKind {
+    /// Every kind, in the order of [`Report::summary`].
+    pub const ALL: [ViolationKind; 7] = [
+        ViolationKind::Lost,
+        ViolationKind::Torn,
+        ViolationKind::Stale,
+        ViolationKind::Corrupt,
+        ViolationKind::Unknown,
+        ViolationKind::Future,
+        ViolationKind::Refused,
+    ];
+
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::Lost => "lost",
+            ViolationKind::Torn => "torn",
+            ViolationKind::Stale => "stale",
+            ViolationKind::Corrupt => "corrupt",
+            ViolationKind::Unknown => "unknown",
+            ViolationKind::Future => "future",
+            ViolationKind::Refused => "refused",
+        }
+    }
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One get a correct store could not have returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// What is wrong.
+    pub kind: ViolationKind,
+    /// The key read.
+    pub key: String,
+    /// The get.
+    pub op: OpId,
+    /// The evidence: the value read, the writes involved, their times.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} get {} of {:?}: {}",
+            self.kind, self.op, self.key, self.detail
+        )
+    }
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Operations in the history.
+    pub ops: usize,
+    /// Puts.
+    pub puts: usize,
+    /// Gets.
+    pub gets: usize,
+    /// Deletes.
+    pub deletes: usize,
+    /// Operations that completed without error.
+    pub ok: usize,
+    /// Operations that returned an error.
+    pub failed: usize,
+    /// Conditional puts refused by their condition.
+    pub refused: usize,
+    /// Operations without completion.
+    pub indeterminate: usize,
+    /// Successful gets that returned a value (whole or small, torn ones excluded).
+    pub gets_with_value: usize,
+    /// Successful gets that returned NotFound.
+    pub gets_not_found: usize,
+    /// History lines that did not parse or pair ([`History`]'s malformed, truncated, orphan and duplicate
+    /// counts): not violations, but a history with many is suspect.
+    pub unpaired_events: usize,
+    /// Every violation, in the order of the gets' invocations.
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// Number of violations of `kind`.
+    pub fn count(&self, kind: ViolationKind) -> usize {
+        self.violations.iter().filter(|v| v.kind == kind).count()
+    }
+
+    /// Whether there is no violation.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// One line: operation counts by kind and outcome, violation counts by kind.
+    pub fn summary(&self) -> String {
+        let violations: Vec<String> = ViolationKind::ALL
+            .iter()
+            .map(|k| format!("{k} {}", self.count(*k)))
+            .collect();
+        format!(
+            "ops {} (puts {}, gets {}, deletes {}): ok {}, failed {}, refused {}, indeterminate {}; violations: {}",
+            self.ops,
+            self.puts,
+            self.gets,
+            self.deletes,
+            self.ok,
+            self.failed,
+            self.refused,
+            self.indeterminate,
+            violations.join(", ")
+        )
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary())
+    }
+}
+
+/// Times sorted by one field, with the running maximum of another: answers "the largest `b` among entries
+/// whose `a` is below `t`" in logarithmic time.
+#[derive(Default)]
+struct PrefixMax {
+    keys: Vec<u64>,
+    max: Vec<u64>,
+}
+
+impl PrefixMax {
+    fn new(mut pairs: Vec<(u64, u64)>) -> Self {
+        pairs.sort_unstable();
+        let mut running = 0;
+        let (keys, max) = pairs
+            .into_iter()
+            .map(|(a, b)| {
+                running = running.max(b);
+                (a, running)
+            })
+            .unzip();
+        Self { keys, max }
+    }
+
+    /// The largest second field among entries whose first field is `< t`.
+    fn max_below(&self, t: u64) -> Option<u64> {
+        let n = self.keys.partition_point(|a| *a < t);
+        n.checked_sub(1).map(|i| self.max[i])
+    }
+
+    /// The largest second field among entries whose first field is `<= t`.
+    fn max_up_to(&self, t: u64) -> Option<u64> {
+        let n = self.keys.partition_point(|a| *a <= t);
+        n.checked_sub(1).map(|i| self.max[i])
+    }
+}
+
+/// The writes of one key, indexed for the per-get rules.
+#[derive(Default)]
+struct KeyIndex<'a> {
+    puts: HashMap<ValueId, &'a Op>,
+    /// Puts of values too short for a header, by their bytes.
+    small_puts: HashMap<Vec<u8>, Vec<&'a Op>>,
+    /// Acknowledged writes: (completion, invocation).
+    acked_writes: PrefixMax,
+    /// Acknowledged puts: (completion, invocation).
+    acked_puts: PrefixMax,
+    /// Deletes of any outcome: (invocation, end).
+    deletes: PrefixMax,
+    writes: Vec<&'a Op>,
+}
+
+fn index(history: &History) -> HashMap<&str, KeyIndex<'_>> {
+    let mut raw: HashMap<&str, Vec<&Op>> = HashMap::new();
+    for op in &history.ops {
+        if !matches!(op.kind, OpKind::Get { .. }) {
+            raw.entry(op.kind.key()).or_default().push(op);
+        }
+    }
+    raw.into_iter()
+        .map(|(key, writes)| {
+            let mut ix = KeyIndex::default();
+            let (mut acked_writes, mut acked_puts, mut deletes) = (vec![], vec![], vec![]);
+            for op in &writes {
+                let acked = op.is_ok().then_some((op.end, op.invoke));
+                match op.kind {
+                    OpKind::Put { id, len, .. } => {
+                        ix.puts.entry(id).or_insert(op);
+                        if header_len(key.as_bytes()).is_none_or(|h| len < h as u64) {
+                            let bytes = generate(key.as_bytes(), id, len as usize).to_vec();
+                            ix.small_puts.entry(bytes).or_default().push(op);
+                        }
+                        acked_puts.extend(acked);
+                    }
+                    OpKind::Delete { .. } => deletes.push((op.invoke, op.end)),
+                    OpKind::Get { .. } => {}
+                }
+                acked_writes.extend(acked);
+            }
+            ix.acked_writes = PrefixMax::new(acked_writes);
+            ix.acked_puts = PrefixMax::new(acked_puts);
+            ix.deletes = PrefixMax::new(deletes);
+            ix.writes = writes;
+            (key, ix)
+        })
+        .collect()
+}
+
+fn time(t: u64) -> String {
+    if t == u64::MAX {
+        "never".to_owned()
+    } else {
+        t.to_string()
+    }
+}
+
+fn describe(op: &Op) -> String {
+    let outcome = match &op.outcome {
+        None => "indeterminate",
+        Some(Outcome::Ok(_)) => "ok",
+        Some(Outcome::Failed { .. }) => "failed",
+        Some(Outcome::Refused { .. }) => "refused",
+    };
+    format!(
+        "{} {} ({outcome}, invoked {}, ended {})",
+        op.kind.name(),
+        op.id,
+        op.invoke,
+        time(op.end)
+    )
+}
+
+/// Whether `get` may have returned the value of `put`; if not, why.
+fn check_candidate(get: &Op, put: &Op, ix: &KeyIndex<'_>) -> Option<(ViolationKind, String)> {
+    if put.is_refused() {
+        return Some((
+            ViolationKind::Refused,
+            format!(
+                "returned the value of {}, whose condition did not hold",
+                describe(put)
+            ),
+        ));
+    }
+    if put.invoke > get.end {
+        return Some((
+            ViolationKind::Future,
+            format!(
+                "returned the value of {}, which began after the get ended at {}",
+                describe(put),
+                get.end
+            ),
+        ));
+    }
+    let latest = ix.acked_writes.max_below(get.invoke)?;
+    if latest <= put.end {
+        return None;
+    }
+    // Violation: find one overwriting write for the evidence.
+    let by = ix
+        .writes
+        .iter()
+        .find(|w| w.is_ok() && w.end < get.invoke && w.invoke > put.end)
+        .map_or_else(|| "an acknowledged write".to_owned(), |w| describe(w));
+    Some((
+        ViolationKind::Stale,
+        format!(
+            "returned the value of {}, but {by} replaced it before the get began at {}",
+            describe(put),
+            get.invoke
+        ),
+    ))
+}
+
+fn check_not_found(get: &Op, ix: &KeyIndex<'_>) -> Option<(ViolationKind, String)> {
+    let last_put_invoke = ix.acked_puts.max_below(get.invoke)?;
+    if ix
+        .deletes
+        .max_up_to(get.end)
+        .is_some_and(|d| d >= last_put_invoke)
+    {
+        return None;
+    }
+    let put = ix
+        .writes
+        .iter()
+        .find(|w| {
+            w.is_ok()
+                && matches!(w.kind, OpKind::Put { .. })
+                && w.end < get.invoke
+                && w.invoke == last_put_invoke
+        })
+        .map_or_else(|| "an acknowledged put".to_owned(), |w| describe(w));
+    Some((
+        ViolationKind::Lost,
+        format!(
+            "NotFound, but {put} completed before the get began at {} and no delete could have followed it",
+            get.invoke
+        ),
+    ))
+}
+
+/// The operations on the key of `violation` that overlap its get widened by `margin_micros` on both sides,
+/// by invocation time: the evidence to print when a check fails.
+pub fn context<'a>(history: &'a History, violation: &Violation, margin_micros: u64) -> Vec<&'a Op> {
+    let Some(get) = history.ops.iter().find(|op| op.id == violation.op) else {
+        return Vec::new();
+    };
+    let (from, to) = (
+        get.invoke.saturating_sub(margin_micros),
+        get.end.saturating_add(margin_micros),
+    );
+    history
+        .ops
+        .iter()
+        .filter(|op| op.kind.key() == violation.key && op.end >= from && op.invoke <= to)
+        .collect()
+}
+
+/// One line describing `op`: kind, id, outcome, times and what it wrote or read.
+pub fn describe_op(op: &Op) -> String {
+    let what = match (&op.kind, &op.outcome) {
+        (OpKind::Put { id, len, .. }, _) => format!(" value {id} ({len} bytes)"),
+        (_, Some(Outcome::Ok(OpResult::Get(GetResult::NotFound)))) => " → not found".to_owned(),
+        (_, Some(Outcome::Ok(OpResult::Get(GetResult::Value { id, len, .. })))) => match id {
+            Some(id) => format!(" → value {id} ({len} bytes)"),
+            None => format!(" → small value ({len} bytes)"),
+        },
+        (_, Some(Outcome::Ok(OpResult::Get(GetResult::Torn { len, .. })))) => {
+            format!(" → torn ({len} bytes)")
+        }
+        (_, Some(Outcome::Failed { error, .. })) => format!(" → {error}"),
+        _ => String::new(),
+    };
+    format!("{}{what}", describe(op))
+}
+
+/// Checks every get of `history` (see the module documentation for the rules).
+pub fn check(history: &History) -> Report {
+    let ix = index(history);
+    let empty = KeyIndex::default();
+    let mut report = Report {
+        ops: history.ops.len(),
+        unpaired_events: history.malformed_lines
+            + history.truncated_lines
+            + history.orphan_completions
+            + history.duplicate_events,
+        ..Report::default()
+    };
+    for op in &history.ops {
+        match op.kind {
+            OpKind::Put { .. } => report.puts += 1,
+            OpKind::Get { .. } => report.gets += 1,
+            OpKind::Delete { .. } => report.deletes += 1,
+        }
+        match &op.outcome {
+            None => report.indeterminate += 1,
+            Some(Outcome::Ok(_)) => report.ok += 1,
+            Some(Outcome::Failed { .. }) => report.failed += 1,
+            Some(Outcome::Refused { .. }) => report.refused += 1,
+        }
+        let OpKind::Get { key } = &op.kind else {
+            continue;
+        };
+        let kix = ix.get(key.as_str()).unwrap_or(&empty);
+        let found = match &op.outcome {
+            Some(Outcome::Failed {
+                error,
+                corrupt: true,
+            }) => Some((ViolationKind::Corrupt, format!("get failed: {error}"))),
+            Some(Outcome::Ok(OpResult::Get(result))) => check_get(op, result, kix, &mut report),
+            _ => None,
+        };
+        if let Some((kind, detail)) = found {
+            report.violations.push(Violation {
+                kind,
+                key: key.clone(),
+                op: op.id,
+                detail,
+            });
+        }
+    }
+    report
+}
+
+fn check_get(
+    get: &Op,
+    result: &GetResult,
+    ix: &KeyIndex<'_>,
+    report: &mut Report,
+) -> Option<(ViolationKind, String)> {
+    match result {
+        GetResult::NotFound => {
+            report.gets_not_found += 1;
+            check_not_found(get, ix)
+        }
+        GetResult::Torn { reason, len } => Some((
+            ViolationKind::Torn,
+            format!("read {len} bytes that fail verification: {reason}"),
+        )),
+        GetResult::Value {
+            id: Some(id), len, ..
+        } => {
+            report.gets_with_value += 1;
+            match ix.puts.get(id) {
+                None => Some((
+                    ViolationKind::Unknown,
+                    format!("returned value {id} ({len} bytes), which no put wrote to this key"),
+                )),
+                Some(put) => match put.kind {
+                    OpKind::Put { len: put_len, .. } if put_len != *len => Some((
+                        ViolationKind::Unknown,
+                        format!(
+                            "returned value {id} of {len} bytes, but {} wrote {put_len} bytes",
+                            describe(put)
+                        ),
+                    )),
+                    _ => check_candidate(get, put, ix),
+                },
+            }
+        }
+        GetResult::Value {
+            id: None,
+            len,
+            small_bytes_hex,
+        } => {
+            report.gets_with_value += 1;
+            let hex = small_bytes_hex.as_deref().unwrap_or_default();
+            let Some(bytes) = from_hex(hex).filter(|b| b.len() as u64 == *len) else {
+                return Some((
+                    ViolationKind::Torn,
+                    format!("small value of {len} bytes recorded as {hex:?}, which is not its hex"),
+                ));
+            };
+            let candidates = ix.small_puts.get(&bytes).map_or(&[][..], Vec::as_slice);
+            let mut first = None;
+            for put in candidates {
+                match check_candidate(get, put, ix) {
+                    None => return None,
+                    Some(v) => {
+                        first.get_or_insert(v);
+                    }
+                }
+            }
+            first.or_else(|| {
+                Some((
+                    ViolationKind::Torn,
+                    format!("small value {hex:?} ({len} bytes) matches no put of that length to this key"),
+                ))
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
