@@ -132,6 +132,13 @@ impl BlobStore {
     }
 
     /// Stores `data` under `key` as a new version; returns its manifest. The chunks are slices of `data`: no copy.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (options), [`Error::AlreadyExists`] and
+    /// [`Error::PreconditionFailed`] (conditions), [`Error::TooLarge`], [`Error::IntentLost`] (retryable),
+    /// [`Error::Corrupt`] (the current manifest it replaces does not decode), [`Error::Backend`] and
+    /// [`Error::Internal`]. Never a read error ([`Error::NotFound`], [`Error::RangeNotSatisfiable`], checksum
+    /// or digest mismatches).
     pub async fn put(
         &self,
         key: impl AsRef<[u8]>,
@@ -162,6 +169,14 @@ impl BlobStore {
     ///
     /// The new version becomes visible atomically when its manifest commits, after all its chunks are stored. On
     /// error the previous version stays current and the chunks written so far are deleted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (options), [`Error::AlreadyExists`] and
+    /// [`Error::PreconditionFailed`] (conditions), [`Error::TooLarge`], [`Error::SizeMismatch`] (the stream ended before its announced
+    /// length), [`Error::Io`] (reading `reader`), [`Error::IntentLost`] (retryable),
+    /// [`Error::Corrupt`] (the current manifest it replaces does not decode), [`Error::Backend`] and
+    /// [`Error::Internal`]. Never a read error ([`Error::NotFound`], [`Error::RangeNotSatisfiable`], checksum
+    /// or digest mismatches).
     pub async fn put_stream<R>(
         &self,
         key: impl AsRef<[u8]>,
@@ -185,11 +200,23 @@ impl BlobStore {
     }
 
     /// Reads the whole current version of `key`, verifying every chunk and the digest.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::NotFound`], [`Error::Corrupt`] (the manifest does not decode) and
+    /// [`Error::Backend`]; while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
+    /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
+    /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Bytes> {
         self.get_stream(key).await?.collect_bytes().await
     }
 
     /// Streams the current version of `key`; see [`BlobStream`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::NotFound`], [`Error::Corrupt`] (the manifest does not decode) and
+    /// [`Error::Backend`]; while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
+    /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
+    /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
     pub async fn get_stream(&self, key: impl AsRef<[u8]>) -> Result<BlobStream> {
         let key = validate_key(key.as_ref())?;
         let manifest = self.current(&key).await?;
@@ -199,6 +226,13 @@ impl BlobStore {
 
     /// Reads bytes `range` of the current version of `key` (a half-open `Range<u64>`, `start..`, or any
     /// [`ByteRange`]), fetching only the chunks that cover it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::NotFound`], [`Error::Corrupt`] (the manifest does not decode) and
+    /// [`Error::Backend`]; [`Error::RangeNotSatisfiable`];
+    /// while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
+    /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
+    /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
     pub async fn get_range(
         &self,
         key: impl AsRef<[u8]>,
@@ -213,6 +247,13 @@ impl BlobStore {
     /// Streams bytes `range` of the current version of `key` (a half-open `Range<u64>`, `start..`, or any
     /// [`ByteRange`], resolved against the size of the version read: one manifest read). A range that does not
     /// lie within the blob fails with [`Error::RangeNotSatisfiable`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::NotFound`], [`Error::Corrupt`] (the manifest does not decode) and
+    /// [`Error::Backend`]; [`Error::RangeNotSatisfiable`];
+    /// while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
+    /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
+    /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
     pub async fn get_range_stream(
         &self,
         key: impl AsRef<[u8]>,
@@ -234,6 +275,9 @@ impl BlobStore {
 
     /// Deletes `key`; returns the version it held, or `None` if it held none. The deleted version's chunks are
     /// reclaimed after the grace period.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::Backend`]; a manifest that does not decode is deleted, not an error.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
         let key = validate_key(key.as_ref())?;
         write::delete(&self.inner, key).await
