@@ -114,8 +114,11 @@ pub fn encode_chunk(place: ChunkPlace<'_>, raw: &[u8], codec: Codec) -> Bytes {
     out.freeze()
 }
 
-/// Decodes one stored chunk, verifying its format byte, codec tag, CRC32C and decoded length.
-pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes) -> Result<Bytes> {
+/// Decodes one stored chunk, verifying its format byte, CRC32C, codec tag and decoded length, which must be
+/// `expected_len`, the chunk's span in the manifest's layout. The header's length is checked against it before
+/// anything is decompressed, so a damaged or crafted chunk cannot make the decoder allocate more than the
+/// layout allows.
+pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes, expected_len: u64) -> Result<Bytes> {
     let corrupt = |detail: String| {
         Error::corrupt(
             format!(
@@ -155,6 +158,11 @@ pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes) -> Result<Bytes> {
         });
     }
     let codec = Codec::from_tag(*tag).ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
+    if raw_len as u64 != expected_len {
+        return Err(corrupt(format!(
+            "holds {raw_len} bytes by its header, the layout says {expected_len}"
+        )));
+    }
     let raw = match codec {
         Codec::None => payload,
         Codec::Zstd => zstd::bulk::decompress(&payload, raw_len)
@@ -166,7 +174,7 @@ pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes) -> Result<Bytes> {
     };
     if raw.len() != raw_len {
         return Err(corrupt(format!(
-            "decoded to {} bytes, header says {raw_len}",
+            "decoded to {} bytes, the header and the layout say {raw_len}",
             raw.len()
         )));
     }
@@ -203,7 +211,7 @@ mod tests {
             assert!(enc.len() < 2000, "{codec} left {} bytes", enc.len());
             assert_eq!(enc.get(1).copied(), Some(codec.tag()));
             assert_eq!(
-                decode_chunk(place(0), &enc).ok().as_deref(),
+                decode_chunk(place(0), &enc, 65536).ok().as_deref(),
                 Some(&zeros[..])
             );
         }
@@ -217,7 +225,7 @@ mod tests {
     fn a_chunk_under_another_address_fails_its_checksum() {
         let enc = encode_chunk(place(3), b"hello world", Codec::None);
         assert!(matches!(
-            decode_chunk(place(4), &enc),
+            decode_chunk(place(4), &enc, 11),
             Err(Error::ChecksumMismatch { chunk: 4, .. })
         ));
         let other_version = ChunkPlace {
@@ -225,7 +233,7 @@ mod tests {
             ..place(3)
         };
         assert!(matches!(
-            decode_chunk(other_version, &enc),
+            decode_chunk(other_version, &enc, 11),
             Err(Error::ChecksumMismatch { .. })
         ));
     }
@@ -234,18 +242,42 @@ mod tests {
     fn damaged_headers_are_reported_with_evidence() {
         let enc = encode_chunk(place(0), b"abc", Codec::None);
         let short = enc.slice(..5);
-        let err = decode_chunk(place(0), &short)
+        let err = decode_chunk(place(0), &short, 3)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("shorter than the 12-byte header"), "{err}");
         let mut v = enc.to_vec();
         v[0] = 9;
-        let err = decode_chunk(place(0), &Bytes::from(v))
+        let err = decode_chunk(place(0), &Bytes::from(v), 3)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("unknown chunk format version 9"), "{err}");
+    }
+
+    #[test]
+    fn a_chunk_longer_than_its_span_is_refused_before_decompressing() {
+        // 64 MiB of zeros compress to a few KiB: a chunk whose span is 64 KiB must not decode to 64 MiB.
+        let bomb = vec![0u8; 64 << 20];
+        for codec in [Codec::Zstd, Codec::Lz4, Codec::None] {
+            let enc = encode_chunk(place(0), &bomb, codec);
+            match decode_chunk(place(0), &enc, 65536) {
+                Err(Error::Corrupt { detail, .. }) => assert!(
+                    detail.contains("holds 67108864 bytes by its header, the layout says 65536"),
+                    "{detail}"
+                ),
+                other => panic!(
+                    "{codec}: expected Corrupt, got {:?}",
+                    other.map(|b| b.len())
+                ),
+            }
+        }
+        let enc = encode_chunk(place(0), b"abc", Codec::None);
+        assert!(matches!(
+            decode_chunk(place(0), &enc, 4),
+            Err(Error::Corrupt { .. })
+        ));
     }
 
     proptest! {
@@ -255,7 +287,7 @@ mod tests {
             let codec = Codec::from_tag(codec_tag).unwrap_or_default();
             let enc = encode_chunk(place(index), &data, codec);
             prop_assert!(enc.len() <= data.len() + CHUNK_HEADER_LEN);
-            let dec = decode_chunk(place(index), &enc).ok();
+            let dec = decode_chunk(place(index), &enc, data.len() as u64).ok();
             prop_assert_eq!(dec.as_deref(), Some(&data[..]));
         }
 
@@ -266,7 +298,7 @@ mod tests {
             let mut v = enc.to_vec();
             let bit = bit % (v.len() * 8);
             v[bit / 8] ^= 1 << (bit % 8);
-            prop_assert!(decode_chunk(place(1), &Bytes::from(v)).is_err());
+            prop_assert!(decode_chunk(place(1), &Bytes::from(v), data.len() as u64).is_err());
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, hex};
 use crate::records::Inner;
 use crate::store::chunk_io::with_retry;
-use crate::{Error, KeyDisplay, Result};
+use crate::{Error, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
 ///
@@ -242,23 +242,8 @@ async fn fetch_segment(
             version: blob.version,
             index: id.index,
         };
-        let raw = decode_chunk(place, &stored)?;
         let span = layout.chunk_span(id.index, size);
-        if raw.len() as u64 != span.end - span.start {
-            return Err(Error::corrupt(
-                format!(
-                    "chunk {} of key \"{}\" version {}",
-                    id.index,
-                    KeyDisplay::from(&blob.key[..]),
-                    blob.version
-                ),
-                format!(
-                    "holds {} bytes, the layout says {}",
-                    raw.len(),
-                    span.end - span.start
-                ),
-            ));
-        }
+        let raw = decode_chunk(place, &stored, span.end - span.start)?;
         let lo = range.start.max(span.start) - span.start;
         let hi = range.end.min(span.end) - span.start;
         out.push(raw.slice(usize::try_from(lo).unwrap_or(0)..usize::try_from(hi).unwrap_or(0)));
