@@ -60,6 +60,12 @@ pub fn short(n: u64) -> String {
 
 /// RFC 3339 time of Unix microseconds.
 pub fn time(micros: u64) -> String {
+    /// 9999-12-31T23:59:59.999999Z, the last instant RFC 3339 can write.
+    const LAST_RFC3339_MICROS: u64 = 253_402_300_799_999_999;
+    if micros > LAST_RFC3339_MICROS {
+        // A time stored past year 9999 (a damaged manifest or a broken clock) is shown, not a panic.
+        return format!("{micros} µs after 1970 (past year 9999)");
+    }
     humantime::format_rfc3339_millis(
         std::time::UNIX_EPOCH + std::time::Duration::from_micros(micros),
     )
@@ -194,5 +200,16 @@ mod tests {
         );
         assert_eq!(per_salt_summary(&[5, 5, 5, 3]), "5 x3, 3");
         assert_eq!(short(60 << 20), "60.0 MiB");
+    }
+
+    #[test]
+    fn times_past_year_9999_are_shown_not_a_panic() {
+        assert_eq!(time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(time(253_402_300_799_999_999), "9999-12-31T23:59:59.999Z");
+        assert_eq!(
+            time(253_402_300_800_000_000),
+            "253402300800000000 µs after 1970 (past year 9999)"
+        );
+        assert!(time(u64::MAX).ends_with("(past year 9999)"));
     }
 }

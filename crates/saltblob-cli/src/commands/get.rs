@@ -74,12 +74,15 @@ impl Get {
             Some(path) => {
                 let tmp = temp_path(Path::new(path));
                 let result = async {
-                    let mut file = tokio::fs::File::create(&tmp).await.map_err(|e| {
-                        Failure::new(
-                            Failure::FAILED,
-                            format!("cannot write {}: {e}", tmp.display()),
-                        )
-                    })?;
+                    let mut file =
+                        create_replacement(&tmp, Path::new(path))
+                            .await
+                            .map_err(|e| {
+                                Failure::new(
+                                    Failure::FAILED,
+                                    format!("cannot write {}: {e}", tmp.display()),
+                                )
+                            })?;
                     while let Some(piece) = stream.next().await {
                         let piece = piece?;
                         file.write_all(&piece).await?;
@@ -99,6 +102,31 @@ impl Get {
         progress.finish();
         Ok(())
     }
+}
+
+/// Creates the temporary file that will replace `dest`. When `dest` is a file already, the new one gets its
+/// permission bits from the start (before any byte is written), so that a get never makes a file readable by
+/// more users than it was; otherwise the usual mode for a new file (0666 less the umask).
+async fn create_replacement(tmp: &Path, dest: &Path) -> std::io::Result<tokio::fs::File> {
+    use std::os::unix::fs::PermissionsExt;
+
+    let replaced = tokio::fs::metadata(dest)
+        .await
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions().mode() & 0o7777);
+    let file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(replaced.unwrap_or(0o666))
+        .open(tmp)
+        .await?;
+    if let Some(mode) = replaced {
+        // The umask may have narrowed the mode given to open: keep the replaced file's exactly.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .await?;
+    }
+    Ok(file)
 }
 
 /// `dir/.name.saltblob-XXXX`, beside the destination so that the final rename stays on one filesystem.

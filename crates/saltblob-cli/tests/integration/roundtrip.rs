@@ -113,3 +113,26 @@ fn per_put_chunk_size_and_max_salt_are_honoured() {
     let out = ok(saltblob(&store).args(["get", "k"]));
     assert_eq!(blake3::hash(&out.stdout), hash_file(&input));
 }
+
+#[test]
+fn get_into_an_existing_file_keeps_its_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let input = dir.path().join("in.bin");
+    let digest = random_file(&input, 100_000, 7);
+    ok(saltblob(&store).args(["put", "secret"]).arg(&input));
+    for mode in [0o600, 0o640, 0o604] {
+        let out = dir.path().join(format!("out-{mode:o}"));
+        std::fs::write(&out, b"old").expect("write");
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        ok(saltblob(&store).args(["get", "secret", "-o"]).arg(&out));
+        assert_eq!(hash_file(&out), digest, "the new bytes replace the old");
+        let got = std::fs::metadata(&out).expect("stat").permissions().mode() & 0o7777;
+        assert_eq!(
+            got, mode,
+            "get -o kept the replaced file's mode {mode:o}, got {got:o}"
+        );
+    }
+}
