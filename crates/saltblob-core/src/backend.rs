@@ -179,6 +179,13 @@ impl BackendInfo {
         }
     }
 
+    /// The largest chunk payload the backend takes: its largest chunk less the chunk header. Chunk sizes of new
+    /// puts are validated against it, and a stored manifest whose chunk size exceeds it is corrupt.
+    pub fn max_chunk_payload(&self) -> u32 {
+        self.max_chunk_bytes
+            .saturating_sub(crate::codec::CHUNK_HEADER_LEN as u32)
+    }
+
     /// Declares that the backend retries transient failures itself ([`BackendInfo::retries_internally`]).
     #[must_use]
     pub fn with_internal_retries(mut self) -> Self {

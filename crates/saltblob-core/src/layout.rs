@@ -14,6 +14,9 @@ pub const MIB: u64 = 1024 * KIB;
 pub const MIN_CHUNK_SIZE: u32 = 4096;
 /// Largest accepted salt count.
 pub const MAX_SALT_LIMIT: u32 = 65_536;
+/// Largest chunk size any backend takes (the embedded store's chunks are at most 64 MiB, header included). A
+/// stored layout with a larger chunk is corrupt on every backend.
+pub const MAX_CHUNK_SIZE: u32 = 64 << 20;
 /// Largest accepted inline limit: an inline value lives in one manifest record.
 pub const MAX_INLINE_LIMIT: u64 = MIB;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::codec::Codec;
-use crate::layout::{ChunkLayout, Layout};
+use crate::layout::{ChunkLayout, Layout, MAX_CHUNK_SIZE, MAX_SALT_LIMIT, MIN_CHUNK_SIZE};
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -215,9 +215,16 @@ impl Manifest {
                     .ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
                 let stored_bytes = r.u64()?;
                 let expected_chunks = size.div_ceil(u64::from(layout.chunk_size.max(1)));
-                if layout.chunk_size == 0
-                    || layout.chunk_count != expected_chunks
-                    || layout.salt_count == 0
+                // Bounds first: readers size buffers and lists by these fields.
+                if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&layout.chunk_size)
+                    || !(1..=MAX_SALT_LIMIT).contains(&layout.salt_count)
+                {
+                    return Err(corrupt(format!(
+                        "layout out of bounds: chunk size {} (must be {MIN_CHUNK_SIZE} to {MAX_CHUNK_SIZE}), salt count {} (must be 1 to {MAX_SALT_LIMIT})",
+                        layout.chunk_size, layout.salt_count
+                    )));
+                }
+                if layout.chunk_count != expected_chunks
                     || u64::from(layout.salt_count) > layout.chunk_count
                 {
                     return Err(corrupt(format!(
@@ -358,6 +365,42 @@ mod tests {
         assert_eq!(Manifest::decode(&enc, &what).ok(), Some(m));
         // Fixture: the first bytes of format version 1 (format, layout tag, version id little-endian).
         assert_eq!(enc.get(..4), Some(&[1u8, 1, 0x77, 0x66][..]));
+    }
+
+    /// Layouts whose fields are each consistent with the size but out of bounds: readers size buffers and
+    /// lists by these fields, so decoding refuses them.
+    #[test]
+    fn layouts_out_of_bounds_are_corrupt() {
+        let chunked = |chunk_size: u32, salt_count: u32, size: u64| {
+            let chunk_count = size.div_ceil(u64::from(chunk_size));
+            let layout = ChunkLayout {
+                chunk_size,
+                chunk_count,
+                salt_count,
+            };
+            let body = ManifestBody::Chunked {
+                layout,
+                codec: Codec::None,
+                stored_bytes: size,
+            };
+            Manifest::decode(&sample(body, size).encode(), &what)
+        };
+        assert!(chunked(MIN_CHUNK_SIZE, 1, 100_000).is_ok());
+        assert!(chunked(MAX_CHUNK_SIZE, 1, 100 << 20).is_ok());
+        for (chunk_size, salt_count, size) in [
+            (1, 1, 100_000),                     // chunks below 4 KiB
+            (MAX_CHUNK_SIZE + 1, 1, 1 << 30),    // chunks above 64 MiB
+            (u32::MAX, 1, u64::MAX),             // a 4 GiB chunk of an "enormous" blob
+            (4096, MAX_SALT_LIMIT + 1, 1 << 30), // more salts than any policy allows
+            (4096, 0, 100_000),                  // no salt at all
+        ] {
+            match chunked(chunk_size, salt_count, size) {
+                Err(Error::Corrupt { detail, .. }) => {
+                    assert!(detail.contains("out of bounds"), "{detail}")
+                }
+                other => panic!("chunk size {chunk_size}, salts {salt_count}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -11,9 +11,10 @@ use bytes::Bytes;
 
 use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition};
 use crate::config::StoreConfig;
+use crate::layout::Layout;
 use crate::manifest::Manifest;
 use crate::version::now_micros;
-use crate::{KeyDisplay, Result};
+use crate::{Error, KeyDisplay, Result};
 
 /// Records read per page of a scan.
 pub(crate) const PAGE: usize = 512;
@@ -32,11 +33,24 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// Decodes the manifest record of `key`; errors name the key.
+    /// Decodes the manifest record of `key`; errors name the key. Besides the format's own checks, a chunk
+    /// size larger than this backend can hold is corruption: no put here could have written it.
     pub(crate) fn decode_manifest(&self, key: &[u8], bytes: &Bytes) -> Result<Manifest> {
-        Manifest::decode(bytes, &|| {
-            format!("manifest of key \"{}\"", KeyDisplay::from(key))
-        })
+        let what = || format!("manifest of key \"{}\"", KeyDisplay::from(key));
+        let manifest = Manifest::decode(bytes, &what)?;
+        if let Layout::Chunked(l) = manifest.layout() {
+            let max = self.info.max_chunk_payload();
+            if l.chunk_size > max {
+                return Err(Error::corrupt(
+                    what(),
+                    format!(
+                        "chunk size {} is larger than the {} backend's largest chunk ({max} bytes)",
+                        l.chunk_size, self.info.name
+                    ),
+                ));
+            }
+        }
+        Ok(manifest)
     }
 
     /// The current manifest of `key`, or `None` if there is none or it has expired.

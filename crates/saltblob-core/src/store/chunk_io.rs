@@ -5,7 +5,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::Result;
-use crate::backend::BackendInfo;
 use crate::codec::CHUNK_HEADER_LEN;
 use crate::records::Inner;
 
@@ -27,11 +26,6 @@ impl Inner {
         let budget = self.config.batch_bytes.min(self.info.max_batch_bytes);
         (budget / (chunk_size as usize + CHUNK_HEADER_LEN)).max(1) as u64
     }
-}
-
-/// The largest chunk payload the backend takes: its largest chunk less the chunk header.
-pub(crate) fn max_chunk_payload(info: &BackendInfo) -> u32 {
-    info.max_chunk_bytes.saturating_sub(CHUNK_HEADER_LEN as u32)
 }
 
 /// Runs `op` until it succeeds, fails with a non-retryable error, or `attempts` attempts have failed.

@@ -87,7 +87,7 @@ impl BlobStore {
     /// A store on `backend` with `config`, which is checked against the backend's limits.
     pub fn new(backend: Arc<dyn ChunkStore>, config: StoreConfig) -> Result<Self> {
         let info = backend.info();
-        config.policy.validate(chunk_io::max_chunk_payload(&info))?;
+        config.policy.validate(info.max_chunk_payload())?;
         if config.inflight_bytes < config.policy.chunk_size as usize {
             return Err(Error::invalid(
                 "in-flight window",
@@ -444,5 +444,55 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("1025 bytes long"), "{err}");
+    }
+
+    /// A manifest whose chunk size this backend could never have stored is corrupt, whatever else it says,
+    /// and no read allocates by it.
+    #[tokio::test]
+    async fn a_chunk_size_beyond_the_backend_is_corrupt() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        let chunk_size = crate::layout::MAX_CHUNK_SIZE; // the format allows it; memory's chunks are smaller
+        let size = 3 * u64::from(chunk_size);
+        let manifest = Manifest {
+            version: VersionId::generate(),
+            size,
+            created_micros: now_micros(),
+            expires_micros: None,
+            digest: [0; 32],
+            body: ManifestBody::Chunked {
+                layout: crate::ChunkLayout {
+                    chunk_size,
+                    chunk_count: 3,
+                    salt_count: 1,
+                },
+                codec: crate::Codec::None,
+                stored_bytes: size,
+            },
+            content_type: None,
+            metadata: Default::default(),
+        };
+        backend
+            .put_record(
+                Namespace::Manifest,
+                b"big",
+                manifest.encode(),
+                &Precondition::None,
+            )
+            .await
+            .expect("put record");
+        for result in [
+            store.head("big").await.map(|_| ()),
+            store.get("big").await.map(|_| ()),
+            store.describe("big").await.map(|_| ()),
+        ] {
+            match result {
+                Err(Error::Corrupt { detail, .. }) => assert!(
+                    detail.contains("larger than the memory backend's largest chunk"),
+                    "{detail}"
+                ),
+                other => panic!("expected Corrupt, got {other:?}"),
+            }
+        }
     }
 }

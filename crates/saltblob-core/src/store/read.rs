@@ -52,8 +52,10 @@ impl Stream for BlobStream {
 impl BlobStream {
     /// Reads the whole stream into one buffer.
     pub async fn collect_bytes(mut self) -> Result<Bytes> {
+        // The size comes from the manifest: reserve at most 64 MiB up front and grow with the bytes read, so that
+        // a damaged size fails at its first missing chunk instead of in the allocator.
         let len = usize::try_from(self.range.end - self.range.start).unwrap_or(0);
-        let mut out = BytesMut::with_capacity(len);
+        let mut out = BytesMut::with_capacity(len.min(64 << 20));
         while let Some(piece) = self.stream.next().await {
             out.extend_from_slice(&piece?);
         }
@@ -109,10 +111,10 @@ fn stream_chunks(
     let per_segment = inner.chunks_per_segment(layout.chunk_size);
     let depth =
         (inner.config.inflight_bytes / (per_segment as usize * layout.chunk_size as usize)).max(1);
-    let segments: Vec<Range<u64>> = (chunks.start..chunks.end)
+    // Lazily: a blob of millions of chunks needs no list of its segments.
+    let segments = (chunks.start..chunks.end)
         .step_by(usize::try_from(per_segment).unwrap_or(1))
-        .map(|s| s..(s + per_segment).min(chunks.end))
-        .collect();
+        .map(move |s| s..(s + per_segment).min(chunks.end));
     let inner = Arc::clone(inner);
     let (version, size) = (manifest.version, manifest.size);
     let blob = BlobRef {

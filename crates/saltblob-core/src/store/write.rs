@@ -15,7 +15,6 @@ use crate::layout::{Layout, LayoutPolicy};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
 use crate::records::Inner;
-use crate::store::chunk_io::max_chunk_payload;
 use crate::store::chunk_writer::ChunkWriter;
 use crate::version::{VersionId, now_micros};
 use crate::{Error, Result};
@@ -36,7 +35,7 @@ pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolic
     if let Some(c) = opts.codec {
         policy.codec = c;
     }
-    policy.validate(max_chunk_payload(&inner.info))?;
+    policy.validate(inner.info.max_chunk_payload())?;
     Ok(policy)
 }
 
