@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::backend::{BlobRef, ChunkStore, Namespace, Precondition, RecordWrite};
+use crate::layout::MAX_SALT_LIMIT;
 use crate::records::{Inner, micros};
 use crate::version::{VersionId, now_micros};
 use crate::{Error, Result};
@@ -48,15 +49,21 @@ impl Intent {
         Bytes::from(v)
     }
 
+    /// `None` for a record of another format or length, or whose salt count is out of bounds (gc deletes an
+    /// abandoned put's chunks salt by salt: a damaged count must not make it loop billions of times).
     pub(crate) fn decode(v: &[u8]) -> Option<Self> {
         if v.len() != INTENT_LEN || v.first() != Some(&INTENT_FORMAT) {
             return None;
         }
         let u64_at = |at: usize| Some(u64::from_le_bytes(v.get(at..at + 8)?.try_into().ok()?));
+        let salt_count = u32::from_le_bytes(v.get(17..21)?.try_into().ok()?);
+        if !(1..=MAX_SALT_LIMIT).contains(&salt_count) {
+            return None;
+        }
         Some(Self {
             started_micros: u64_at(1)?,
             expires_micros: u64_at(9)?,
-            salt_count: u32::from_le_bytes(v.get(17..21)?.try_into().ok()?),
+            salt_count,
             chunks: u64_at(21)?,
             stored_bytes: u64_at(29)?,
         })
@@ -329,6 +336,14 @@ mod tests {
         other[0] = 2;
         assert_eq!(Intent::decode(&other), None);
         assert_eq!(Intent::decode(&v[..36]), None);
+        for salt_count in [0, MAX_SALT_LIMIT + 1, u32::MAX] {
+            let bad = Intent { salt_count, ..i };
+            assert_eq!(
+                Intent::decode(&bad.encode()),
+                None,
+                "salt count {salt_count}"
+            );
+        }
         assert!(i.expired(2) && !i.expired(1));
     }
 

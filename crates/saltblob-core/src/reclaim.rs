@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::Result;
 use crate::backend::{BlobRef, Namespace, Precondition};
 use crate::intent;
+use crate::layout::MAX_SALT_LIMIT;
 use crate::manifest::{Manifest, ManifestBody};
 use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
 use crate::version::{VersionId, now_micros};
@@ -74,6 +75,8 @@ impl ReclaimEntry {
         (k, Bytes::from(v))
     }
 
+    /// `None` for a record that is not an entry of this format, or whose salt count is out of bounds (a
+    /// reclaim pass deletes chunks salt by salt: a damaged count must not make it loop billions of times).
     pub(crate) fn decode(k: &Bytes, v: &Bytes) -> Option<Self> {
         let due_micros = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
         let version = VersionId(u128::from_be_bytes(k.get(8..24)?.try_into().ok()?));
@@ -81,11 +84,15 @@ impl ReclaimEntry {
         if v.len() != 21 || v.first() != Some(&1) || key.is_empty() {
             return None;
         }
+        let salt_count = u32::from_le_bytes(v.get(1..5)?.try_into().ok()?);
+        if !(1..=MAX_SALT_LIMIT).contains(&salt_count) {
+            return None;
+        }
         Some(Self {
             due_micros,
             version,
             key,
-            salt_count: u32::from_le_bytes(v.get(1..5)?.try_into().ok()?),
+            salt_count,
             chunk_count: u64::from_le_bytes(v.get(5..13)?.try_into().ok()?),
             stored_bytes: u64::from_le_bytes(v.get(13..21)?.try_into().ok()?),
         })
@@ -349,13 +356,25 @@ mod tests {
         );
         let later = ReclaimEntry {
             due_micros: 256,
-            ..e
+            ..e.clone()
         };
         assert!(k < later.encode().0);
         assert_eq!(
             ReclaimEntry::decode(&Bytes::from_static(b"short"), &v),
             None
         );
+        for salt_count in [0, MAX_SALT_LIMIT + 1, 1 << 31] {
+            let (k, v) = ReclaimEntry {
+                salt_count,
+                ..e.clone()
+            }
+            .encode();
+            assert_eq!(
+                ReclaimEntry::decode(&Bytes::from(k), &v),
+                None,
+                "salt count {salt_count}"
+            );
+        }
     }
 
     fn memory_store() -> (Arc<MemoryStore>, BlobStore) {
