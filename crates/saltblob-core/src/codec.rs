@@ -291,6 +291,22 @@ mod tests {
             prop_assert_eq!(dec.as_deref(), Some(&data[..]));
         }
 
+        /// Arbitrary stored bytes under a valid checksum (so that decoding reaches the codec) never panic, and
+        /// never decode to more than the expected span.
+        #[test]
+        fn arbitrary_chunks_with_a_valid_checksum_never_panic(payload in proptest::collection::vec(any::<u8>(), 0..3000), tag in 0u8..4, raw_len in any::<u32>(), same in any::<bool>(), expected in 0u64..100_000) {
+            // Half the time the header agrees with the layout, so that the codecs decode arbitrary payloads.
+            let raw_len = if same { expected as u32 } else { raw_len };
+            let mut header = vec![CHUNK_FORMAT_V1, tag, 0, 0];
+            header.extend_from_slice(&raw_len.to_le_bytes());
+            let crc = chunk_crc(place(7), &header, &payload);
+            header.extend_from_slice(&crc.to_le_bytes());
+            header.extend_from_slice(&payload);
+            if let Ok(raw) = decode_chunk(place(7), &Bytes::from(header), expected) {
+                prop_assert_eq!(raw.len() as u64, expected);
+            }
+        }
+
         #[test]
         fn any_single_bit_flip_is_detected(data in proptest::collection::vec(any::<u8>(), 1..2000), bit in any::<usize>(), codec_tag in 0u8..3) {
             let codec = Codec::from_tag(codec_tag).unwrap_or_default();

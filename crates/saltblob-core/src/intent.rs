@@ -320,6 +320,19 @@ pub(crate) async fn all(inner: &Inner) -> Result<HashMap<(Bytes, VersionId), Int
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Arbitrary records never panic the decoder, and what decodes is within bounds.
+        #[test]
+        fn arbitrary_records_never_panic(mut v in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), real_format in proptest::prelude::any::<bool>()) {
+            if real_format && !v.is_empty() {
+                v[0] = INTENT_FORMAT;
+            }
+            if let Some(i) = Intent::decode(&v) {
+                proptest::prop_assert!((1..=MAX_SALT_LIMIT).contains(&i.salt_count));
+            }
+        }
+    }
+
     #[test]
     fn intents_round_trip_and_reject_other_formats() {
         let i = Intent {

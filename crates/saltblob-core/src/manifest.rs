@@ -445,6 +445,28 @@ mod tests {
             prop_assert_eq!(Manifest::decode(&m.encode(), &what).ok(), Some(m));
         }
 
+        /// Arbitrary bytes under a valid trailer CRC (so that decoding gets past the checksum into the fields)
+        /// never panic, and whatever decodes is within the format's bounds.
+        #[test]
+        fn arbitrary_bytes_with_a_valid_crc_never_panic(body in proptest::collection::vec(any::<u8>(), 0..400), prefix in 0usize..3) {
+            // Often start like a real manifest, so that the fields after the header are reached too.
+            let mut v = match prefix {
+                0 => Vec::new(),
+                1 => vec![MANIFEST_FORMAT_V1, TAG_INLINE],
+                _ => vec![MANIFEST_FORMAT_V1, TAG_CHUNKED],
+            };
+            v.extend_from_slice(&body);
+            let crc = crc32c::crc32c(&v);
+            v.extend_from_slice(&crc.to_le_bytes());
+            if let Ok(m) = Manifest::decode(&Bytes::from(v), &what)
+                && let Layout::Chunked(l) = m.layout()
+            {
+                prop_assert!((MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&l.chunk_size));
+                prop_assert!((1..=MAX_SALT_LIMIT).contains(&l.salt_count));
+                prop_assert_eq!(l.chunk_count, m.size.div_ceil(u64::from(l.chunk_size)));
+            }
+        }
+
         #[test]
         fn truncation_never_panics_and_is_an_error(cut in 0usize..200) {
             let enc = sample(ManifestBody::Inline(Bytes::from_static(b"payload")), 7).encode();

@@ -339,6 +339,16 @@ mod tests {
     use crate::backend::ChunkStore;
     use crate::{BlobStore, MemoryStore, PutOptions, StoreConfig};
 
+    proptest::proptest! {
+        /// Arbitrary records never panic the decoder, and what decodes is within bounds.
+        #[test]
+        fn arbitrary_records_never_panic(k in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60), v in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30)) {
+            if let Some(e) = ReclaimEntry::decode(&Bytes::from(k), &Bytes::from(v)) {
+                proptest::prop_assert!((1..=MAX_SALT_LIMIT).contains(&e.salt_count) && !e.key.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn reclaim_entries_round_trip_and_sort_by_due_time() {
         let e = ReclaimEntry {
