@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 
 use crate::backend::{BlobRef, ChunkStore, ChunkWrite};
 use crate::codec::{ChunkPlace, Codec, encode_chunk};
-use crate::intent::Progress;
+use crate::intent::{LeaseFence, Progress};
 use crate::layout::ChunkLayout;
 use crate::records::Inner;
 use crate::store::chunk_io::with_retry;
@@ -31,6 +31,8 @@ pub(crate) struct ChunkWriter {
     stored: u64,
     /// Shared with the put's intent lease, which records it at each renewal.
     progress: Arc<Progress>,
+    /// Checked before every backend call: no chunk is written once the lease has lapsed.
+    fence: LeaseFence,
 }
 
 impl ChunkWriter {
@@ -42,6 +44,7 @@ impl ChunkWriter {
         codec: Codec,
         chunk_size: u32,
         progress: Arc<Progress>,
+        fence: LeaseFence,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
         Self {
@@ -61,6 +64,7 @@ impl ChunkWriter {
             segment: Vec::new(),
             stored: 0,
             progress,
+            fence,
         }
     }
 
@@ -98,12 +102,13 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, attempts) = (
+        let (backend, blob, layout, codec, attempts, fence) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
             self.codec,
             self.attempts,
+            self.fence.clone(),
         );
         self.tasks.spawn(async move {
             let _permit = permit;
@@ -123,7 +128,16 @@ impl ChunkWriter {
                 })
                 .collect();
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
-            with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
+            // The fence is checked at each attempt: the window or a retry may have waited past the lease.
+            with_retry(attempts, || {
+                let fenced = fence.check();
+                let (backend, blob, writes) = (&backend, &blob, writes.clone());
+                async move {
+                    fenced?;
+                    backend.put_chunks(blob, writes).await
+                }
+            })
+            .await?;
             Ok(stored)
         });
         Ok(())
