@@ -73,7 +73,7 @@ prereq_missing() {
 
 # Installs the missing prerequisites of the given groups, one line each saying what and why.
 prereq_ensure() {
-  local missing pkgs=() line
+  local missing pkg why pkgs=()
   missing=$(prereq_missing "$@")
   [ -n "$missing" ] || return 0
   while IFS=$'\t' read -r pkg why; do
