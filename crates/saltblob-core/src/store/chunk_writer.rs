@@ -167,9 +167,13 @@ impl ChunkWriter {
         }
     }
 
-    /// Stops outstanding writes and deletes what was written; false if that failed (logged).
+    /// Waits for the writes in flight, then deletes what was written; false if that failed (logged).
+    ///
+    /// The writes are waited for, not aborted: an engine write already issued (RocksDB's runs on a blocking
+    /// thread) lands even when its task is aborted, and one landing after the delete would leave chunks that no
+    /// record refers to once the intent is removed. Writes not yet issued stop at the lease fence or fail fast,
+    /// so the wait is at most one backend call.
     pub(crate) async fn abort(mut self) -> bool {
-        self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
         if self.layout.chunk_count > 0
             && let Err(e) = self
