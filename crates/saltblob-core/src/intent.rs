@@ -169,19 +169,29 @@ impl IntentLease {
         Arc::clone(&self.progress)
     }
 
-    /// The fence the put's chunk writes pass before each backend call ([`LeaseFence::check`]).
-    pub(crate) fn fence(&self) -> LeaseFence {
-        LeaseFence {
-            blob: self.blob.clone(),
-            lease: self.lease,
-            state: Arc::clone(&self.state),
-        }
-    }
-
     /// Succeeds when the lease is held with at least a quarter of it left, so that the commit lands well before
     /// any gc may treat the put as abandoned.
     pub(crate) fn confirm(&self) -> Result<()> {
-        self.fence().check()
+        let lost = |detail: String| Error::IntentLost {
+            key: self.blob.key[..].into(),
+            version: self.blob.version,
+            detail,
+        };
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| lost("the lease state was poisoned by a panic".into()))?;
+        if let Some(why) = &state.lost {
+            return Err(lost(why.clone()));
+        }
+        let left = state.intent.expires_micros.saturating_sub(now_micros());
+        if left < micros(self.lease) / 4 {
+            return Err(lost(format!(
+                "only {left} µs of the {:?} lease were left (renewals failed or stalled)",
+                self.lease
+            )));
+        }
+        Ok(())
     }
 
     /// Stops renewing and removes the intent (best effort: a leftover intent of a committed version is removed
@@ -222,42 +232,6 @@ impl Drop for IntentLease {
         if let Some(task) = &self.renewer {
             task.abort();
         }
-    }
-}
-
-/// What a put's writes check before they go to the backend: that its lease is still held. A put whose lease
-/// lapsed (renewals stalled, or gc took the intent over) stops writing chunks at once, instead of writing on
-/// into a version that gc may be reclaiming, which would leave chunks no record refers to.
-#[derive(Clone, Debug)]
-pub(crate) struct LeaseFence {
-    blob: BlobRef,
-    lease: Duration,
-    state: Arc<Mutex<LeaseState>>,
-}
-
-impl LeaseFence {
-    /// Succeeds when the lease is held with at least a quarter of it left; otherwise [`Error::IntentLost`].
-    pub(crate) fn check(&self) -> Result<()> {
-        let lost = |detail: String| Error::IntentLost {
-            key: self.blob.key[..].into(),
-            version: self.blob.version,
-            detail,
-        };
-        let state = self
-            .state
-            .lock()
-            .map_err(|_| lost("the lease state was poisoned by a panic".into()))?;
-        if let Some(why) = &state.lost {
-            return Err(lost(why.clone()));
-        }
-        let left = state.intent.expires_micros.saturating_sub(now_micros());
-        if left < micros(self.lease) / 4 {
-            return Err(lost(format!(
-                "only {left} µs of the {:?} lease were left (renewals failed or stalled)",
-                self.lease
-            )));
-        }
-        Ok(())
     }
 }
 

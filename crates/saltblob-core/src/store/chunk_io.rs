@@ -4,9 +4,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::Result;
 use crate::codec::CHUNK_HEADER_LEN;
 use crate::records::Inner;
-use crate::{Error, Result};
 
 /// Attempts of a chunk read or write that fails with a retryable error.
 const ATTEMPTS: u32 = 4;
@@ -38,12 +38,7 @@ where
     let mut attempt = 1;
     loop {
         match op().await {
-            // A lost intent lease is for the caller to retry (with a new put), never by repeating the call.
-            Err(e)
-                if e.is_retryable()
-                    && !matches!(e, Error::IntentLost { .. })
-                    && attempt < attempts =>
-            {
+            Err(e) if e.is_retryable() && attempt < attempts => {
                 tracing::debug!("retrying after transient error (attempt {attempt}): {e}");
                 tokio::time::sleep(delay).await;
                 delay *= 4;

@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 
 use crate::backend::{BlobRef, ChunkStore, ChunkWrite};
 use crate::codec::{ChunkPlace, Codec, encode_chunk};
-use crate::intent::{LeaseFence, Progress};
+use crate::intent::Progress;
 use crate::layout::ChunkLayout;
 use crate::records::Inner;
 use crate::store::chunk_io::with_retry;
@@ -31,8 +31,6 @@ pub(crate) struct ChunkWriter {
     stored: u64,
     /// Shared with the put's intent lease, which records it at each renewal.
     progress: Arc<Progress>,
-    /// Checked before every backend call: no chunk is written once the lease has lapsed.
-    fence: LeaseFence,
 }
 
 impl ChunkWriter {
@@ -44,7 +42,6 @@ impl ChunkWriter {
         codec: Codec,
         chunk_size: u32,
         progress: Arc<Progress>,
-        fence: LeaseFence,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
         Self {
@@ -64,7 +61,6 @@ impl ChunkWriter {
             segment: Vec::new(),
             stored: 0,
             progress,
-            fence,
         }
     }
 
@@ -102,13 +98,12 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, attempts, fence) = (
+        let (backend, blob, layout, codec, attempts) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
             self.codec,
             self.attempts,
-            self.fence.clone(),
         );
         self.tasks.spawn(async move {
             let _permit = permit;
@@ -128,16 +123,7 @@ impl ChunkWriter {
                 })
                 .collect();
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
-            // The fence is checked at each attempt: the window or a retry may have waited past the lease.
-            with_retry(attempts, || {
-                let fenced = fence.check();
-                let (backend, blob, writes) = (&backend, &blob, writes.clone());
-                async move {
-                    fenced?;
-                    backend.put_chunks(blob, writes).await
-                }
-            })
-            .await?;
+            with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
             Ok(stored)
         });
         Ok(())
@@ -171,8 +157,8 @@ impl ChunkWriter {
     ///
     /// The writes are waited for, not aborted: an engine write already issued (RocksDB's runs on a blocking
     /// thread) lands even when its task is aborted, and one landing after the delete would leave chunks that no
-    /// record refers to once the intent is removed. Writes not yet issued stop at the lease fence or fail fast,
-    /// so the wait is at most one backend call.
+    /// record refers to once the intent is removed. The window bounds how much is in flight, so the wait is at
+    /// most one backend call per segment in flight.
     pub(crate) async fn abort(mut self) -> bool {
         while self.tasks.join_next().await.is_some() {}
         if self.layout.chunk_count > 0
