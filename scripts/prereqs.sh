@@ -20,6 +20,7 @@ SALTBLOB_PREREQS=(
   "build libclang-dev libclang.so and clang's headers, which bindgen loads to generate RocksDB's bindings"
   "test fiu-utils fiu-run and fiu-ctrl, which inject write and fsync failures in the fault-injection test"
   "cassandra maven mvn, which fetches Cassandra's jars from Maven Central"
+  "cassandra openssl the openssl tool, which signs the test nodes' TLS certificates and writes them as PEM"
 )
 
 # True if Debian package PKG is installed (not merely known, unpacked or removed with its configuration kept).

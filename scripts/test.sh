@@ -38,7 +38,10 @@ step fault-tests timeout 1800 cargo test --release --locked --workspace -- --noc
 # The cluster backend against a real Apache Cassandra 5.0 (jars from Maven Central, run by this machine's JVM on
 # loopback; see docs/cassandra.md). Every start has a bounded wait.
 step cassandra-one-node timeout 600 scripts/cassandra.sh start1
-step cql-suite env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cql
+# The node takes TLS too (optional, with client certificates); its CA and a client certificate are in its tls
+# directory, which the TLS tests read.
+step cql-suite env TEST_CQL=127.0.0.1:9042 TEST_CQL_TLS_DIR="${SALTBLOB_CASSANDRA_WORK:-/tmp/saltblob-cassandra}/tls" \
+  timeout 1800 cargo test --release --locked -p saltblob-cql
 step cql-cli env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cli --test integration cql::
 step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3
 step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 1200 \

@@ -7,6 +7,8 @@ use std::time::Duration;
 use saltblob_core::{Error, Result};
 use scylla::statement::{Consistency, SerialConsistency};
 
+use crate::tls::TlsOptions;
+
 /// URL scheme of the cluster backend.
 pub const SCHEME: &str = "cql";
 
@@ -88,6 +90,8 @@ pub struct CqlConfig {
     pub attempts: u32,
     /// Credentials for `PasswordAuthenticator`. Defaults to none.
     pub credentials: Option<Credentials>,
+    /// TLS to the nodes (see [`crate::tls`]). Defaults to none: plain TCP.
+    pub tls: Option<TlsOptions>,
 }
 
 impl CqlConfig {
@@ -111,6 +115,7 @@ impl CqlConfig {
             batch_bytes: 32 << 10,
             attempts: 5,
             credentials: None,
+            tls: None,
         }
     }
 
@@ -151,6 +156,12 @@ impl CqlConfig {
         self
     }
 
+    /// Sets [`CqlConfig::tls`].
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Parses `cql://[user:password@]host1[:port],host2[:port]/keyspace?key=value&...`.
     ///
     /// A port on the last host applies to every host without one (`cql://a,b:9043/ks` is a:9043 and b:9043);
@@ -168,6 +179,9 @@ impl CqlConfig {
     /// | `inflight_per_host` | bytes of chunk writes in flight per host (`16MiB`) | 16 MiB |
     /// | `batch_bytes` | CQL batch budget (`32KiB`), at most 48 KiB | 32 KiB |
     /// | `attempts` | attempts of idempotent requests on transient errors | 5 |
+    /// | `tls` | `true`: connect over TLS (then `ca` is required) | `false` |
+    /// | `ca` | PEM file of the CA that signed the nodes' certificates | none |
+    /// | `cert`, `key` | PEM files of a client certificate and its private key (both or neither) | none |
     ///
     /// Every problem is an [`Error::InvalidUrl`] that says what is wrong and what is accepted.
     pub fn from_url(url: &str) -> Result<Self> {
@@ -217,6 +231,7 @@ impl CqlConfig {
         config.credentials = credentials;
         let mut consistency: Option<Consistency> = None;
         let (mut read, mut write) = (None, None);
+        let (mut tls, mut ca, mut cert, mut key) = (None, None, None, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair
                 .split_once('=')
@@ -307,17 +322,28 @@ impl CqlConfig {
                             bad(format!("attempts={v}: use a whole number from 1 to 20"))
                         })?;
                 }
+                "tls" => tls = Some(v),
+                "ca" | "cert" | "key" => {
+                    let path =
+                        percent_decode(v).ok_or_else(|| bad(format!("{k}={v}: bad %-escape")))?;
+                    match k {
+                        "ca" => ca = Some(path),
+                        "cert" => cert = Some(path),
+                        _ => key = Some(path),
+                    }
+                }
                 _ => {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: rf, consistency, read_consistency, write_consistency, \
                          serial_consistency, dc, connect_timeout, request_timeout, connections, inflight_per_host, \
-                         batch_bytes, attempts"
+                         batch_bytes, attempts, tls, ca, cert, key"
                     )));
                 }
             }
         }
         config.read_consistency = read.or(consistency).unwrap_or(config.read_consistency);
         config.write_consistency = write.or(consistency).unwrap_or(config.write_consistency);
+        config.tls = TlsOptions::from_url_options(tls, ca, cert, key).map_err(bad)?;
         Ok(config)
     }
 
@@ -630,10 +656,41 @@ mod tests {
             assert!(e.starts_with("invalid store URL"), "{url}: {e}");
             assert!(e.contains(needle), "{url}: {e:?} should mention {needle:?}");
         }
+        for (url, needle) in [
+            ("cql://h/ks?tls=on", "tls=on: use true or false"),
+            ("cql://h/ks?tls=true", "tls=true needs ca=FILE"),
+            ("cql://h/ks?ca=/x.pem", "add tls=true"),
+            (
+                "cql://h/ks?tls=true&ca=/x.pem&cert=/c.pem",
+                "needs key=FILE",
+            ),
+            ("cql://h/ks?tls=true&ca=%zz", "ca=%zz: bad %-escape"),
+        ] {
+            let e = err(url);
+            assert!(e.contains(needle), "{url}: {e:?} should mention {needle:?}");
+        }
         let e = err("cql://user:secret@h/ks?nope=1");
         assert!(
             !e.contains("secret") && e.contains("user:***@h"),
             "password redacted: {e}"
+        );
+    }
+
+    #[test]
+    fn tls_options() {
+        let c = CqlConfig::from_url("cql://h/ks?tls=true&ca=/etc/ca%20dir/ca.pem").expect("parses");
+        assert_eq!(c.tls, Some(TlsOptions::new("/etc/ca dir/ca.pem")));
+        let c = CqlConfig::from_url("cql://h/ks?tls=true&ca=ca.pem&cert=c.pem&key=c.key")
+            .expect("parses");
+        assert_eq!(
+            c.tls,
+            Some(TlsOptions::new("ca.pem").with_client_certificate("c.pem", "c.key"))
+        );
+        assert_eq!(
+            CqlConfig::from_url("cql://h/ks?tls=false")
+                .expect("parses")
+                .tls,
+            None
         );
     }
 

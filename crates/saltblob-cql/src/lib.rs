@@ -34,6 +34,7 @@
 //! Each module uses only those listed before it (no import circles):
 //! - [`clock`]: the strictly increasing client-timestamp clock of plain writes.
 //! - [`error`]: mapping of driver errors (kept as the source), with retryability and explanations.
+//! - [`tls`]: TLS options, the rustls client configuration built from their PEM files, handshake diagnosis.
 //! - [`config`]: [`CqlConfig`] and its `cql://` URL.
 //! - [`schema`]: the keyspace and tables, and their creation.
 //! - `statements`: the prepared statements and the values they bind.
@@ -55,8 +56,10 @@ mod scan;
 pub mod schema;
 mod session;
 mod statements;
+pub mod tls;
 mod writer;
 
 pub use backend::CqlStore;
 pub use config::{CqlConfig, Credentials, SCHEME};
 pub use scylla::statement::{Consistency, SerialConsistency};
+pub use tls::{ClientCertificate, TlsOptions};

@@ -21,6 +21,7 @@ use crate::config::{CqlConfig, validate_keyspace};
 use crate::error::{self, Context, NAME};
 use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT};
 use crate::statements::{Statements, V, key_values};
+use crate::tls;
 
 /// A session to the cluster, bootstrapped: the data center chosen, the schema created and checked, the
 /// statements prepared.
@@ -94,11 +95,38 @@ impl Cluster {
         if let Some(c) = &config.credentials {
             builder = builder.user(c.user.clone(), c.password.clone());
         }
+        let tls = match &config.tls {
+            Some(options) => {
+                let client_config = tls::client_config(options)?;
+                builder = builder.tls_context(Some(client_config.clone()));
+                Some((options, client_config))
+            }
+            None => None,
+        };
         // The driver bounds each connection attempt; this bounds the whole handshake and metadata fetch.
         let deadline = config.connect_timeout + Duration::from_secs(2);
         match tokio::time::timeout(deadline, builder.build()).await {
             Ok(Ok(session)) => Ok(session),
-            Ok(Err(e)) => Err(error::connect(&config.hosts, config.connect_timeout, e)),
+            Ok(Err(e)) => {
+                // The driver's error says little about a failed TLS handshake: find out why with one of our own.
+                if let Some((options, client_config)) = tls {
+                    let why = tls::explain_failure(
+                        &config.hosts,
+                        client_config,
+                        options,
+                        config.connect_timeout,
+                    )
+                    .await;
+                    if let Some(why) = why {
+                        let message = format!(
+                            "cannot connect to the cluster at {} over TLS: {why}",
+                            config.hosts.join(",")
+                        );
+                        return Err(Error::backend_caused(NAME, message, false, e));
+                    }
+                }
+                Err(error::connect(&config.hosts, config.connect_timeout, e))
+            }
             Err(_) => Err(Error::backend(
                 NAME,
                 format!(

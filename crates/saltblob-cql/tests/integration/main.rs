@@ -27,6 +27,7 @@ mod history;
 mod import;
 mod limits;
 mod records;
+mod tls;
 
 /// The `host:port` in `TEST_CQL`, if set.
 pub fn cluster() -> Option<String> {
