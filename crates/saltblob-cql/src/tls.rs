@@ -240,12 +240,12 @@ fn explain(e: &rustls::Error, tls: &TlsOptions, ip: std::net::IpAddr) -> String 
         rustls::Error::InvalidCertificate(_) => {
             format!("the node's certificate is refused when checked against ca={ca}: {e}")
         }
-        rustls::Error::AlertReceived(alert) => match (&tls.client, alert) {
-            (None, _) => format!(
+        rustls::Error::AlertReceived(alert) => match &tls.client {
+            None => format!(
                 "the node ended the handshake ({alert:?}); if it requires client certificates \
                  (require_client_auth), give cert=FILE&key=FILE"
             ),
-            (Some(client), _) => format!(
+            Some(client) => format!(
                 "the node refused the client certificate of cert={} ({alert:?}); is it signed by a CA in the \
                  node's truststore?",
                 client.cert.display()
@@ -370,6 +370,45 @@ mod tests {
             let e = parse(tls, ca, cert, key).expect_err(needle);
             assert!(e.contains(needle), "{e:?} should say {needle:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_port_without_tls_is_explained() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut hello = [0u8; 512];
+            let _ = socket.read(&mut hello).await;
+            // What a node without TLS answers to a ClientHello: a plain CQL v4 ERROR frame.
+            let _ = socket
+                .write_all(&[0x84, 0, 0, 0, 0x00, 0, 0, 0, 0x06, 0, 0, 0x00, 0x0a, 0, 0])
+                .await;
+        });
+        let tls = TlsOptions::new(fixture("ca.pem"));
+        let config = client_config(&tls).unwrap();
+        let why = explain_failure(&[address.to_string()], config, &tls, Duration::from_secs(5))
+            .await
+            .expect("a TLS failure");
+        assert!(
+            why.contains(&address.to_string())
+                && why.contains("does not answer in TLS on this port"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_hosts_are_not_a_tls_failure() {
+        let tls = TlsOptions::new(fixture("ca.pem"));
+        let config = client_config(&tls).unwrap();
+        let why = explain_failure(
+            &["127.0.0.1:1".into()],
+            config,
+            &tls,
+            Duration::from_secs(2),
+        )
+        .await;
+        assert_eq!(why, None);
     }
 
     #[test]
