@@ -28,6 +28,8 @@
 //!   wait. Idempotent requests are retried on timeouts, unavailable replicas, overload and broken connections.
 //! - **Commit order**: plain writes carry a client timestamp from a strictly increasing process clock, so of
 //!   two commits the later wins. Conditional puts are lightweight transactions (slower: four round trips).
+//! - **TLS**: `tls=true&ca=FILE` (and `cert=FILE&key=FILE` for a client certificate) connect through rustls,
+//!   trusting only that CA; each node's certificate must name its IP address ([`tls`]).
 //! - **Listing** scans the whole manifest table (see `docs/format.md`); internal namespaces are range scans.
 //!
 //! # Layout

@@ -170,8 +170,8 @@ pub(crate) fn client_config(tls: &TlsOptions) -> Result<Arc<ClientConfig>> {
 
 /// Why a TLS connection to the cluster fails, found by connecting to `hosts` (`host:port` each) in turn with
 /// `config`: a TLS handshake, then one CQL `OPTIONS` request (TLS 1.3 servers refuse a client certificate only
-/// after the handshake). `None` if every host is unreachable over TCP or one accepts the connection: then TLS
-/// is not the cause.
+/// after the handshake), all within `timeout`. `None` if no host is reachable over TCP in that time or one accepts
+/// the connection: then TLS is not the cause.
 pub(crate) async fn explain_failure(
     hosts: &[String],
     config: Arc<ClientConfig>,
@@ -179,9 +179,10 @@ pub(crate) async fn explain_failure(
     timeout: Duration,
 ) -> Option<String> {
     let connector = tokio_rustls::TlsConnector::from(config);
+    let deadline = tokio::time::Instant::now() + timeout;
     for host in hosts {
         let Ok(Ok(tcp)) =
-            tokio::time::timeout(timeout, tokio::net::TcpStream::connect(host.as_str())).await
+            tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(host.as_str())).await
         else {
             continue;
         };
@@ -197,7 +198,7 @@ pub(crate) async fn explain_failure(
             let mut header = [0u8; 9];
             stream.read_exact(&mut header).await.map(|_| ())
         };
-        match tokio::time::timeout(timeout, exchange).await {
+        match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(())) => return None,
             Ok(Err(e)) => {
                 let reason = match e
@@ -395,6 +396,31 @@ mod tests {
                 && why.contains("does not answer in TLS on this port"),
             "{why}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_silent_port_is_explained_within_the_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { listener.accept().await });
+        let tls = TlsOptions::new(fixture("ca.pem"));
+        let config = client_config(&tls).unwrap();
+        let t0 = std::time::Instant::now();
+        let why = explain_failure(
+            &[address.to_string()],
+            config,
+            &tls,
+            Duration::from_millis(300),
+        )
+        .await
+        .expect("a TLS failure");
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            t0.elapsed()
+        );
+        assert!(why.contains("no TLS answer within 300ms"), "{why}");
+        server.abort();
     }
 
     #[tokio::test]
