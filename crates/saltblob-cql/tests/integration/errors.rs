@@ -50,8 +50,7 @@ async fn unreachable_hosts_fail_within_the_connect_timeout() {
             held.push(socket);
         }
     });
-    let config =
-        CqlConfig::from_url(&format!("cql://{address}/ks?connect_timeout=2s")).unwrap();
+    let config = CqlConfig::from_url(&format!("cql://{address}/ks?connect_timeout=2s")).unwrap();
     let t0 = tokio::time::Instant::now();
     let m = CqlStore::connect(config)
         .await
