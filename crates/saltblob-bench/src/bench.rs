@@ -71,7 +71,9 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         keep: args.keep,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    println!("{}", report::bench_header(url, &config));
+    // The URL as shown everywhere (terminal, JSON, plot): without its password.
+    let shown_url = saltblob::redact_url(url);
+    println!("{}", report::bench_header(&shown_url, &config));
 
     let settings = Settings {
         options: args.probe.clone(),
@@ -139,7 +141,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
 
     let ratios = ratios(&phases, reference_report.as_ref(), &run.plan, largest_chunk);
     let report = BenchReport {
-        store: url.to_owned(),
+        store: shown_url,
         config,
         reference,
         phases,

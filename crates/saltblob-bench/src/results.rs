@@ -9,7 +9,7 @@ use crate::stats::PhaseReport;
 /// Everything a bench run measured: printed as text, written as JSON with `--json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
-    /// The store URL.
+    /// The store URL, its password hidden ([`saltblob::redact_url`]).
     pub store: String,
     /// What was run.
     pub config: BenchConfig,

@@ -1,8 +1,31 @@
-//! Parsing and printing sizes, ranges and layouts for people.
+//! Parsing and printing keys, sizes, ranges and layouts for people.
 
 use saltblob::{ByteRange, Description, Manifest, ManifestBody};
 
-pub use saltblob::parse_size;
+pub use saltblob::{escape_key, parse_size};
+
+/// A key named on the command line: %-escaped as `saltblob ls` prints it ([`saltblob::escape_key`]), so that
+/// any key (bytes, not only UTF-8) can be named: `%XX` is one byte, `%25` a `%`, other characters themselves.
+#[derive(Clone, Debug)]
+pub struct KeyArg(pub Vec<u8>);
+
+impl KeyArg {
+    /// The key as `ls` prints it: escaped, lossless, without control characters.
+    pub fn shown(&self) -> String {
+        escape_key(&self.0)
+    }
+}
+
+impl AsRef<[u8]> for KeyArg {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Parses a key argument (clap's value parser).
+pub fn parse_key(s: &str) -> Result<KeyArg, String> {
+    saltblob::unescape_key(s).map(KeyArg)
+}
 
 /// Parses an HTTP-style inclusive range: `START-END`, `START-` (to the end) or `-N` (the last N bytes). The
 /// store resolves it against the size of the version it reads.
@@ -96,7 +119,7 @@ pub fn per_salt_summary(per_salt: &[u64]) -> String {
 /// The manifest as a JSON value.
 pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
     let mut v = serde_json::json!({
-        "key": String::from_utf8_lossy(key),
+        "key": escape_key(key),
         "version": m.version.to_string(),
         "size": m.size,
         "created": time(m.created_micros),
@@ -138,7 +161,7 @@ pub fn describe_json(d: &Description) -> serde_json::Value {
 /// The manifest as aligned `name: value` lines.
 pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
     let mut lines = vec![
-        format!("key:          {}", String::from_utf8_lossy(key)),
+        format!("key:          {}", escape_key(key)),
         format!("version:      {}", m.version),
         format!("size:         {}", bytes(m.size)),
         format!("created:      {}", time(m.created_micros)),

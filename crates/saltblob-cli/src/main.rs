@@ -28,7 +28,14 @@ struct Cli {
     /// Store URL: rocksdb:///path/to/dir (embedded), cql://host1,host2:9042/keyspace (ScyllaDB or Cassandra)
     /// or memory://. Defaults to the embedded store in
     /// ./saltblob-data.
-    #[arg(long, global = true, env = "SALTBLOB_STORE", value_name = "URL")]
+    /// A password in it is never shown (not in this help, errors or bench output).
+    #[arg(
+        long,
+        global = true,
+        env = "SALTBLOB_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     store: Option<String>,
     /// No progress bars.
     #[arg(long, short, global = true)]
@@ -118,7 +125,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let command = cli.command.command();
     // Bad input is reported before the store is opened (or created): it changes nothing.
     if let Some(key) = command.key() {
-        saltblob::store::validate_key(key.as_bytes())?;
+        saltblob::store::validate_key(key.as_ref())?;
     }
     if command.is_read_only()
         && let Some(dir) = saltblob::missing_local_store(&context.url)

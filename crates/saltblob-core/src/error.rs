@@ -7,23 +7,21 @@ use crate::version::VersionId;
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A blob key, shown in errors: UTF-8 where it is, escaped bytes where it is not, cut at 120 characters.
+/// A blob key, shown in errors as [`crate::escape_key`] writes it, cut at 120 characters.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyDisplay(pub Vec<u8>);
 
 impl fmt::Display for KeyDisplay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let escaped = self.0.escape_ascii().to_string();
-        if escaped.len() > 120 {
-            // `escape_ascii` yields ASCII only, so any byte offset is a char boundary.
-            write!(
+        let escaped = crate::escape_key(&self.0);
+        match escaped.char_indices().nth(120) {
+            Some((cut, _)) => write!(
                 f,
                 "{}… ({} bytes)",
-                escaped.get(..120).unwrap_or_default(),
+                escaped.get(..cut).unwrap_or_default(),
                 self.0.len()
-            )
-        } else {
-            f.write_str(&escaped)
+            ),
+            None => f.write_str(&escaped),
         }
     }
 }

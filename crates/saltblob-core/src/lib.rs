@@ -60,6 +60,7 @@ pub mod manifest;
 pub mod memory;
 pub mod reclaim;
 mod records;
+mod shown;
 pub mod store;
 pub mod version;
 
@@ -76,5 +77,6 @@ pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
 pub use manifest::{Manifest, ManifestBody};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
+pub use shown::{escape_key, redact_url, unescape_key};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN};
 pub use version::VersionId;

@@ -164,6 +164,10 @@ impl CqlConfig {
 
     /// Parses `cql://[user:password@]host1[:port],host2[:port]/keyspace?key=value&...`.
     ///
+    /// The credentials end at the URL's last `@` (a password may hold any character, `/ ? # @ :` included, raw or
+    /// %-encoded; a `%` in it is written `%25`, an `@` after the hosts `%40`), and the user name at the first `:`.
+    /// Errors show the URL with the password hidden ([`saltblob_core::redact_url`]) and never quote it.
+    ///
     /// A port on the last host applies to every host without one (`cql://a,b:9043/ks` is a:9043 and b:9043);
     /// otherwise 9042. The keyspace defaults to `saltblob`. Options (all optional):
     ///
@@ -186,7 +190,7 @@ impl CqlConfig {
     /// Every problem is an [`Error::InvalidUrl`] that says what is wrong and what is accepted.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
-            url: redact(url),
+            url: saltblob_core::redact_url(url),
             reason,
         };
         let rest = url.strip_prefix("cql://").ok_or_else(|| {
@@ -195,31 +199,18 @@ impl CqlConfig {
                     .into(),
             )
         })?;
-        let (authority_and_path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = authority_and_path
-            .split_once('/')
-            .unwrap_or((authority_and_path, ""));
-        let (credentials, hosts_part) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
-                let (user, password) = userinfo.split_once(':').ok_or_else(|| {
-                    bad("credentials must be user:password@ before the hosts".into())
-                })?;
-                if user.is_empty() {
-                    return Err(bad("the user name before @ is empty".into()));
-                }
-                let decode = |s: &str| {
-                    percent_decode(s).ok_or_else(|| bad("bad %-escape in the credentials".into()))
-                };
-                (
-                    Some(Credentials {
-                        user: decode(user)?,
-                        password: decode(password)?,
-                    }),
-                    hosts,
-                )
+        // The user information ends at the last '@', as `redact_url` reads it: a password may hold any
+        // character, and no part of it is ever quoted in an error.
+        let (credentials, location) = match rest.rsplit_once('@') {
+            Some((userinfo, location)) => {
+                (Some(parse_credentials(userinfo).map_err(bad)?), location)
             }
-            None => (None, authority),
+            None => (None, rest),
         };
+        let (hosts_and_path, query) = location.split_once('?').unwrap_or((location, ""));
+        let (hosts_part, path) = hosts_and_path
+            .split_once('/')
+            .unwrap_or((hosts_and_path, ""));
         let hosts = parse_hosts(hosts_part).map_err(bad)?;
         let keyspace = if path.is_empty() {
             DEFAULT_KEYSPACE.to_owned()
@@ -507,37 +498,33 @@ fn parse_size(s: &str) -> std::result::Result<usize, String> {
     usize::try_from(n).map_err(|_| format!("\"{s}\" is too large"))
 }
 
+/// `%XX`-decodes `s` into UTF-8 text; `None` for a bad escape or bytes that are not UTF-8.
 fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    String::from_utf8(saltblob_core::unescape_key(s).ok()?).ok()
 }
 
-/// The URL with any password replaced by `***`, for error messages.
-fn redact(url: &str) -> String {
-    let Some(rest) = url.strip_prefix("cql://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("cql://{user}:***@{hosts}{tail}")
-        }
-        None => url.to_owned(),
+/// The credentials of `user:password` (each %-decoded). The user name ends at the first ':'; the password is the
+/// rest, and may hold any character. Errors never quote either.
+fn parse_credentials(userinfo: &str) -> std::result::Result<Credentials, String> {
+    let (user, password) = userinfo.split_once(':').ok_or_else(|| {
+        "credentials must be user:password@ before the hosts (everything before the URL's last '@' is read as \
+         credentials: write an '@' elsewhere as %40)"
+            .to_owned()
+    })?;
+    if user.is_empty() {
+        return Err("the user name before ':' in user:password@ is empty".into());
     }
+    let decode = |s: &str| {
+        percent_decode(s).ok_or_else(|| {
+            "a '%' in user:password@ is not followed by two hex digits (write a '%' as %25) or the decoded \
+             credentials are not UTF-8"
+                .to_owned()
+        })
+    };
+    Ok(Credentials {
+        user: decode(user)?,
+        password: decode(password)?,
+    })
 }
 
 #[cfg(test)]
@@ -692,6 +679,38 @@ mod tests {
                 .tls,
             None
         );
+    }
+
+    #[test]
+    fn passwords_may_hold_any_character_and_are_never_shown() {
+        for (userinfo, password) in [
+            ("u:s3cret", "s3cret"),
+            ("u:pa/ss", "pa/ss"),
+            ("u:p?a#s", "p?a#s"),
+            ("u:p@ss:w0rd", "p@ss:w0rd"),
+            ("u:p%2Fss%40x%25", "p/ss@x%"),
+        ] {
+            let c = CqlConfig::from_url(&format!("cql://{userinfo}@h1,h2:9043/ks?rf=1"))
+                .unwrap_or_else(|e| panic!("{userinfo}: {e}"));
+            assert_eq!(
+                c.credentials,
+                Some(Credentials {
+                    user: "u".into(),
+                    password: password.into()
+                })
+            );
+            assert_eq!((c.hosts.len(), c.keyspace.as_str()), (2, "ks"));
+            let secret = userinfo.trim_start_matches("u:");
+            for bad in ["h/ks?nope=1", "h:0/ks", "h/1ks", "/ks"] {
+                let e = err(&format!("cql://{userinfo}@{bad}"));
+                assert!(
+                    !e.contains(secret) && !e.contains(password) && e.contains("u:***@"),
+                    "{e}"
+                );
+            }
+        }
+        let e = err("cql://u:50%off@h/ks");
+        assert!(e.contains("%25") && !e.contains("50%off"), "{e}");
     }
 
     #[test]

@@ -50,23 +50,26 @@ pub fn missing_local_store(url: &str) -> Option<std::path::PathBuf> {
     None
 }
 
-/// Opens the backend a URL names.
+/// Opens the backend a URL names. Errors show the URL with its password hidden ([`redact_url`]).
 pub async fn open_backend(url: &str) -> Result<Arc<dyn ChunkStore>> {
-    let scheme = url
-        .split_once("://")
-        .map(|(s, _)| s)
-        .ok_or_else(|| Error::InvalidUrl {
-            url: url.to_owned(),
-            reason: format!(
-                "a store URL looks like scheme://...; supported schemes: {}",
-                supported_schemes().join(", ")
-            ),
-        })?;
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let scheme = url.split_once("://").map(|(s, _)| s).ok_or_else(|| {
+        invalid(format!(
+            "a store URL looks like scheme://...; supported schemes: {}",
+            supported_schemes().join(", ")
+        ))
+    })?;
     match scheme {
         "memory" => Ok(Arc::new(MemoryStore::new())),
         #[cfg(feature = "rocksdb")]
         saltblob_rocksdb::SCHEME => {
-            let config = saltblob_rocksdb::RocksConfig::from_url(url)?;
+            let config = saltblob_rocksdb::RocksConfig::from_url(url).map_err(|e| match e {
+                Error::InvalidUrl { reason, .. } => invalid(reason),
+                other => other,
+            })?;
             let store =
                 tokio::task::spawn_blocking(move || saltblob_rocksdb::RocksStore::open(config))
                     .await
@@ -80,13 +83,10 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn ChunkStore>> {
             let config = saltblob_cql::CqlConfig::from_url(url)?;
             Ok(Arc::new(saltblob_cql::CqlStore::connect(config).await?))
         }
-        other => Err(Error::InvalidUrl {
-            url: url.to_owned(),
-            reason: format!(
-                "unknown scheme \"{other}\"; supported schemes: {} (e.g. rocksdb:///var/lib/saltblob)",
-                supported_schemes().join(", ")
-            ),
-        }),
+        other => Err(invalid(format!(
+            "unknown scheme \"{other}\"; supported schemes: {} (schemes are lowercase; e.g. rocksdb:///var/lib/saltblob)",
+            supported_schemes().join(", ")
+        ))),
     }
 }
 
@@ -113,5 +113,25 @@ mod tests {
             assert!(err.contains(needle), "{url}: {err}");
         }
         assert!(open("memory://", StoreConfig::default()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn no_error_shows_a_password() {
+        for url in [
+            "CQL://u:s3cret@h/ks",
+            "u:s3cret@h",
+            "rocksdb://u:s3cret@x?nope=1",
+            "cql://u:s3cret@h/ks?nope=1",
+            "cql://u:s3/cret@h:0/ks",
+        ] {
+            let err = open(url, StoreConfig::default())
+                .await
+                .expect_err(url)
+                .to_string();
+            assert!(
+                !err.contains("s3cret") && !err.contains("s3/cret") && err.contains("***@"),
+                "{url}: {err}"
+            );
+        }
     }
 }

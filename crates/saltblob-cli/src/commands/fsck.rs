@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{Command, Context, nothing_to_do};
 use crate::failure::Failure;
-use crate::human::short;
+use crate::human::{self, short};
 
 /// Arguments of `saltblob fsck`.
 #[derive(clap::Args, Debug)]
@@ -82,7 +82,7 @@ fn fsck_json(r: &FsckReport) -> serde_json::Value {
         .damaged
         .iter()
         .map(|d| {
-            json!({"key": String::from_utf8_lossy(&d.key), "version": d.version.map(|v| v.to_string()),
+            json!({"key": human::escape_key(&d.key), "version": d.version.map(|v| v.to_string()),
                    "problem": d.problem})
         })
         .collect();
@@ -90,7 +90,7 @@ fn fsck_json(r: &FsckReport) -> serde_json::Value {
         .orphans
         .iter()
         .map(|o| {
-            json!({"key": String::from_utf8_lossy(&o.key), "version": o.version.to_string(),
+            json!({"key": human::escape_key(&o.key), "version": o.version.to_string(),
                    "chunks": o.chunks, "reason": reason(o.reason), "removed": o.removed})
         })
         .collect();
@@ -111,14 +111,14 @@ fn print_fsck(r: &FsckReport, repair: bool) {
         let version = d.version.map_or_else(|| "?".to_owned(), |v| v.to_string());
         println!(
             "DAMAGED {} version {version}: {}",
-            String::from_utf8_lossy(&d.key),
+            human::escape_key(&d.key),
             d.problem
         );
     }
     for o in &r.orphans {
         println!(
             "ORPHAN {} version {}: {} chunk(s), {}{}",
-            String::from_utf8_lossy(&o.key),
+            human::escape_key(&o.key),
             o.version,
             o.chunks,
             reason(o.reason),

@@ -9,14 +9,15 @@ use tokio::io::AsyncWriteExt;
 
 use super::{Command, Context};
 use crate::failure::Failure;
-use crate::human::parse_range;
+use crate::human::{KeyArg, parse_key, parse_range};
 use crate::progress::Progress;
 
 /// Arguments of `saltblob get`.
 #[derive(clap::Args, Debug)]
 pub struct Get {
-    /// The key.
-    key: String,
+    /// The key, %-escaped as `ls` prints it: %XX is a byte (e.g. %00), %25 a '%'.
+    #[arg(value_parser = parse_key)]
+    key: KeyArg,
     /// Output file ("-" or absent: standard output). Written to a temporary file and renamed when complete.
     #[arg(short, long, value_name = "FILE")]
     output: Option<String>,
@@ -26,7 +27,7 @@ pub struct Get {
 }
 
 impl Command for Get {
-    fn key(&self) -> Option<&str> {
+    fn key(&self) -> Option<&KeyArg> {
         Some(&self.key)
     }
 
@@ -46,7 +47,7 @@ impl Get {
             }
         };
         let total = stream.range.end - stream.range.start;
-        let mut progress = Progress::new(&format!("get {}", self.key), Some(total), quiet);
+        let mut progress = Progress::new(&format!("get {}", self.key.shown()), Some(total), quiet);
         match self.output.as_deref() {
             None | Some("-") => {
                 let mut out = tokio::io::stdout();

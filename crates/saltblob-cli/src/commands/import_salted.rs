@@ -36,7 +36,8 @@ impl ImportSalted {
         let table = &self.table;
         if !source.starts_with("cql://") {
             return Err(Failure::usage(format!(
-                "import-salted reads a table on a cluster: pass --source cql://HOST:9042/KEYSPACE (the store is {source})"
+                "import-salted reads a table on a cluster: pass --source cql://HOST:9042/KEYSPACE (the store is {})",
+                saltblob::redact_url(source)
             )));
         }
         let config = saltblob::cql::CqlConfig::from_url(source)?;
@@ -44,10 +45,10 @@ impl ImportSalted {
         let mut report_line = |key: &[u8], outcome: &saltblob::cql::import::Outcome| match outcome {
             Ok(size) => println!(
                 "imported {} ({})",
-                String::from_utf8_lossy(key),
+                human::escape_key(key),
                 human::short(*size)
             ),
-            Err(reason) => println!("REJECTED {}: {reason}", String::from_utf8_lossy(key)),
+            Err(reason) => println!("REJECTED {}: {reason}", human::escape_key(key)),
         };
         let report = saltblob::cql::import::import_salted(
             &session,

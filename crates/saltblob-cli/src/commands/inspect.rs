@@ -5,20 +5,21 @@ use saltblob::BlobStore;
 
 use super::{Command, Context};
 use crate::failure::Failure;
-use crate::human;
+use crate::human::{self, KeyArg, parse_key};
 
 /// Arguments of `saltblob head`.
 #[derive(clap::Args, Debug)]
 pub struct Head {
-    /// The key.
-    key: String,
+    /// The key, %-escaped as `ls` prints it: %XX is a byte (e.g. %00), %25 a '%'.
+    #[arg(value_parser = parse_key)]
+    key: KeyArg,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
 impl Command for Head {
-    fn key(&self) -> Option<&str> {
+    fn key(&self) -> Option<&KeyArg> {
         Some(&self.key)
     }
 
@@ -30,7 +31,7 @@ impl Command for Head {
 impl Head {
     async fn head(&self, store: &BlobStore) -> Result<(), Failure> {
         let m = store.head(&self.key).await?;
-        let key = self.key.as_bytes();
+        let key = &self.key.0;
         if self.json {
             println!("{}", human::manifest_json(key, &m));
         } else {
@@ -43,15 +44,16 @@ impl Head {
 /// Arguments of `saltblob describe`.
 #[derive(clap::Args, Debug)]
 pub struct Describe {
-    /// The key.
-    key: String,
+    /// The key, %-escaped as `ls` prints it: %XX is a byte (e.g. %00), %25 a '%'.
+    #[arg(value_parser = parse_key)]
+    key: KeyArg,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
 impl Command for Describe {
-    fn key(&self) -> Option<&str> {
+    fn key(&self) -> Option<&KeyArg> {
         Some(&self.key)
     }
 

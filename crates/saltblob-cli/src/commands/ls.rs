@@ -8,13 +8,14 @@ use saltblob::{BlobStore, ListEntry};
 
 use super::{Command, Context};
 use crate::failure::Failure;
-use crate::human;
+use crate::human::{self, KeyArg, parse_key};
 
 /// Arguments of `saltblob ls`.
 #[derive(clap::Args, Debug)]
 pub struct Ls {
-    /// Key prefix.
-    prefix: Option<String>,
+    /// Key prefix, %-escaped as keys are printed: %XX is a byte, %25 a '%'.
+    #[arg(value_parser = parse_key)]
+    prefix: Option<KeyArg>,
     /// Show size, layout and version of each key.
     #[arg(short, long)]
     long: bool,
@@ -29,7 +30,8 @@ impl Command for Ls {
 impl Ls {
     /// Prints the listing as it is read, a page at a time; a reader that went away (`saltblob ls | head`) ends it without an error.
     async fn ls(&self, store: &BlobStore) -> Result<(), Failure> {
-        let mut entries = store.list_stream(self.prefix.as_deref().unwrap_or("").as_bytes());
+        let prefix = self.prefix.as_ref().map_or(&[][..], |p| p.as_ref());
+        let mut entries = store.list_stream(prefix);
         let mut out = std::io::stdout().lock();
         while let Some(entry) = entries.next().await {
             if let Err(e) = writeln!(out, "{}", self.line(&entry?)) {
@@ -43,11 +45,12 @@ impl Ls {
         Ok(())
     }
 
-    /// The key, or with `--long`: size, layout, creation time, version and key.
+    /// The key, or with `--long`: size, layout, creation time, version and key; the key %-escaped
+    /// ([`human::escape_key`]), as `get`, `head` and `rm` accept it.
     fn line(&self, entry: &ListEntry) -> String {
-        let key = String::from_utf8_lossy(&entry.key);
+        let key = human::escape_key(&entry.key);
         if !self.long {
-            return key.into_owned();
+            return key;
         }
         let m = &entry.manifest;
         let layout = match m.layout() {

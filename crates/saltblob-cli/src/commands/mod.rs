@@ -18,12 +18,13 @@ use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, StoreConfig};
 
 use crate::failure::{Failure, one_line};
+use crate::human::KeyArg;
 
 /// A command of the `saltblob` tool.
 pub trait Command {
     /// The key the command names, if any; it is checked before the store is opened, so that bad input changes
     /// nothing.
-    fn key(&self) -> Option<&str> {
+    fn key(&self) -> Option<&KeyArg> {
         None
     }
 
@@ -40,7 +41,8 @@ pub trait Command {
             Some(key) => Err(Failure::new(
                 Failure::NOT_FOUND,
                 format!(
-                    "not found: no blob with key \"{key}\" (there is no store at {} yet; pass --store or set SALTBLOB_STORE)",
+                    "not found: no blob with key \"{}\" (there is no store at {} yet; pass --store or set SALTBLOB_STORE)",
+                    key.shown(),
                     dir.display()
                 ),
             )),

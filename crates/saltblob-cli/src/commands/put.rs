@@ -8,14 +8,15 @@ use tokio::io::AsyncRead;
 
 use super::{Command, Context};
 use crate::failure::Failure;
-use crate::human::{self, parse_size};
+use crate::human::{self, KeyArg, parse_key, parse_size};
 use crate::progress::{CountingReader, Progress};
 
 /// Arguments of `saltblob put`.
 #[derive(clap::Args, Debug)]
 pub struct Put {
-    /// The key (1 to 1024 bytes).
-    key: String,
+    /// The key (1 to 1024 bytes), %-escaped as `ls` prints it: %XX is a byte (e.g. %00), %25 a '%'.
+    #[arg(value_parser = parse_key)]
+    key: KeyArg,
     /// Input file; standard input when absent or "-".
     file: Option<String>,
     /// Chunk size for this blob (e.g. 65536, 64KiB, 1MiB). Defaults to 64 KiB.
@@ -47,7 +48,7 @@ fn parse_version(s: &str) -> Result<VersionId, String> {
 }
 
 impl Command for Put {
-    fn key(&self) -> Option<&str> {
+    fn key(&self) -> Option<&KeyArg> {
         Some(&self.key)
     }
 
@@ -93,13 +94,13 @@ impl Put {
 
     async fn put(&self, store: &BlobStore, quiet: bool) -> Result<(), Failure> {
         let mut opts = self.options()?;
-        let label = format!("put {}", self.key);
+        let label = format!("put {}", self.key.shown());
         let manifest = match self.file.as_deref() {
             None | Some("-") => {
                 if std::io::stdin().is_terminal() {
                     eprintln!(
                         "saltblob: reading {} from standard input; end with Ctrl-D",
-                        self.key
+                        self.key.shown()
                     );
                 }
                 let reader = CountingReader {
@@ -137,7 +138,7 @@ impl Put {
         };
         eprintln!(
             "stored {} as version {} ({}, {layout})",
-            self.key,
+            self.key.shown(),
             manifest.version,
             human::short(manifest.size)
         );
@@ -148,7 +149,7 @@ impl Put {
 /// Streams `reader` into the store under `key`, then removes its progress bar.
 async fn put_reader<R: AsyncRead + Unpin + Send>(
     store: &BlobStore,
-    key: &str,
+    key: &KeyArg,
     mut reader: CountingReader<R>,
     opts: &PutOptions,
 ) -> Result<Manifest, Failure> {

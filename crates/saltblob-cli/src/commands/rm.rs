@@ -5,16 +5,18 @@ use saltblob::{BlobStore, Error};
 
 use super::{Command, Context};
 use crate::failure::Failure;
+use crate::human::{KeyArg, parse_key};
 
 /// Arguments of `saltblob rm`.
 #[derive(clap::Args, Debug)]
 pub struct Rm {
-    /// The key.
-    key: String,
+    /// The key, %-escaped as `ls` prints it: %XX is a byte (e.g. %00), %25 a '%'.
+    #[arg(value_parser = parse_key)]
+    key: KeyArg,
 }
 
 impl Command for Rm {
-    fn key(&self) -> Option<&str> {
+    fn key(&self) -> Option<&KeyArg> {
         Some(&self.key)
     }
 
@@ -28,11 +30,11 @@ impl Rm {
     async fn rm(&self, store: &BlobStore) -> Result<(), Failure> {
         match store.delete(&self.key).await? {
             Some(v) => {
-                eprintln!("deleted {} (version {v})", self.key);
+                eprintln!("deleted {} (version {v})", self.key.shown());
                 Ok(())
             }
             None => Err(Error::NotFound {
-                key: self.key.as_bytes().into(),
+                key: self.key.0.as_slice().into(),
             }
             .into()),
         }

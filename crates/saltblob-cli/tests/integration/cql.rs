@@ -7,10 +7,13 @@ use std::process::{Command, Stdio};
 
 use crate::common::*;
 
-fn cluster() -> Option<String> {
+/// The `host:port` in `TEST_CQL`. These tests are ignored unless asked for (`--include-ignored`), so that a run
+/// without a cluster reports them as skipped; asked for without `TEST_CQL`, they fail.
+fn cluster() -> String {
     std::env::var("TEST_CQL")
         .ok()
         .filter(|v| !v.trim().is_empty())
+        .expect("this test needs a cluster: set TEST_CQL=host:port (e.g. 127.0.0.1:9042)")
 }
 
 fn cql(url: &str) -> Command {
@@ -21,11 +24,9 @@ fn cql(url: &str) -> Command {
 }
 
 #[test]
+#[ignore = "needs a cluster: set TEST_CQL=host:port and pass --include-ignored"]
 fn the_cli_round_trips_large_blobs_on_cassandra() {
-    let Some(host) = cluster() else {
-        eprintln!("skipped: set TEST_CQL=host:port to run against a real cluster");
-        return;
-    };
+    let host = cluster();
     let url = format!("cql://{host}/cli_{:08x}?rf=1", rand::random::<u32>());
     let dir = tempfile::tempdir().expect("tempdir");
     let input = dir.path().join("in.bin");
@@ -64,11 +65,9 @@ fn the_cli_round_trips_large_blobs_on_cassandra() {
 }
 
 #[test]
+#[ignore = "needs a cluster: set TEST_CQL=host:port and pass --include-ignored"]
 fn import_salted_copies_complete_blobs_and_names_missing_chunks() {
-    let Some(host) = cluster() else {
-        eprintln!("skipped: set TEST_CQL=host:port to run against a real cluster");
-        return;
-    };
+    let host = cluster();
     let ks = format!("article_{:08x}", rand::random::<u32>());
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let payload = random_bytes(300_000, 9);

@@ -6,6 +6,8 @@ mod cql;
 mod crash;
 mod crash_loop;
 mod fault_injection;
+mod keys;
 mod maintenance;
 mod memory;
 mod roundtrip;
+mod secrets;

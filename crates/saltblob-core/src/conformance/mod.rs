@@ -72,11 +72,23 @@ impl Fixture {
 }
 
 /// Generates one `#[tokio::test]` per conformance case; `$make` is an expression evaluating to a future of
-/// [`Fixture`].
+/// [`Fixture`]. One attribute before it goes on every case, e.g. `#[ignore = "needs a cluster"]`.
 #[macro_export]
 macro_rules! conformance_suite {
-    ($make:expr) => {
-        $crate::conformance_suite!(@cases $make;
+    (@case [$($attr:tt)*] $make:expr; $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        $($attr)*
+        async fn $case() {
+            let fixture: $crate::conformance::Fixture = $make.await;
+            $crate::conformance::$case(fixture.backend.clone()).await;
+            drop(fixture);
+        }
+    };
+    (@cases $attrs:tt $make:expr; $($case:ident),* $(,)?) => {
+        $( $crate::conformance_suite!(@case $attrs $make; $case); )*
+    };
+    (@with [$($attr:tt)*] $make:expr) => {
+        $crate::conformance_suite!(@cases [$($attr)*] $make;
             roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
             range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
             size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
@@ -88,15 +100,11 @@ macro_rules! conformance_suite {
             records_are_separate_per_namespace, record_scans_page_in_key_order,
             record_scan_from_before_the_prefix);
     };
-    (@cases $make:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                let fixture: $crate::conformance::Fixture = $make.await;
-                $crate::conformance::$case(fixture.backend.clone()).await;
-                drop(fixture);
-            }
-        )*
+    (#[$attr:meta] $make:expr) => {
+        $crate::conformance_suite!(@with [#[$attr]] $make);
+    };
+    ($make:expr) => {
+        $crate::conformance_suite!(@with [] $make);
     };
 }
 

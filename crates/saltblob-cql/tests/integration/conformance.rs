@@ -2,7 +2,7 @@
 
 use crate::fixture;
 
-saltblob_core::conformance_suite!({
-    maybe_skip!();
+saltblob_core::conformance_suite!(
+    #[ignore = "needs a cluster: set TEST_CQL=host:port and pass --include-ignored"]
     fixture()
-});
+);

@@ -1,24 +1,18 @@
-//! Integration tests against a real Cassandra or ScyllaDB: run with `TEST_CQL=127.0.0.1:9042` (start a node
-//! with `scripts/cassandra.sh start1`). Without it every test returns early with a note.
+//! Integration tests against a real Cassandra or ScyllaDB. They are ignored unless asked for, so that a run
+//! without a cluster reports them as skipped: start a node (`scripts/cassandra.sh start1`) and run
+//! `TEST_CQL=127.0.0.1:9042 cargo test --release -p saltblob-cql -- --include-ignored --skip cluster::`
+//! (`cluster::` needs three nodes and `TEST_CQL_CLUSTER`; see scripts/test.sh).
 //!
 //! All tests of this binary share one keyspace, `saltblob_it_<random>`, created by the first test to connect;
-//! the conformance cases use random key prefixes of their own.
+//! the conformance cases use random key prefixes of their own. The limits tests, which reclaim every queued
+//! version at once (`reclaim_all`, ignoring the grace period others rely on), use a keyspace of their own,
+//! [`limits_keyspace`].
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::sync::{Arc, OnceLock};
 
 use saltblob_core::conformance::Fixture;
 use saltblob_cql::{CqlConfig, CqlStore};
-
-/// Returns early from the test, with a note, unless `TEST_CQL` names a cluster.
-macro_rules! maybe_skip {
-    () => {
-        if $crate::cluster().is_none() {
-            eprintln!("skipped: set TEST_CQL=host:port (e.g. 127.0.0.1:9042) to run this test against a real cluster");
-            return;
-        }
-    };
-}
 
 mod cluster;
 mod conformance;
@@ -29,11 +23,12 @@ mod limits;
 mod records;
 mod tls;
 
-/// The `host:port` in `TEST_CQL`, if set.
-pub fn cluster() -> Option<String> {
+/// The `host:port` in `TEST_CQL`; a test that needs it fails without it (it was run with `--include-ignored`).
+pub fn cluster() -> String {
     std::env::var("TEST_CQL")
         .ok()
         .filter(|v| !v.trim().is_empty())
+        .expect("this test needs a cluster: set TEST_CQL=host:port (e.g. 127.0.0.1:9042)")
 }
 
 /// The keyspace shared by this test binary.
@@ -42,20 +37,36 @@ pub fn keyspace() -> &'static str {
     NAME.get_or_init(|| format!("saltblob_it_{:012x}", rand::random::<u64>() >> 16))
 }
 
-/// A URL for the shared keyspace with extra `options` (`key=value&...`, may be empty).
-pub fn url(options: &str) -> String {
-    let host = cluster().unwrap_or_default();
-    format!("cql://{host}/{}?rf=1&{options}", keyspace())
+/// The keyspace of the limits tests: `reclaim_all` there cannot cut the grace period of the shared one.
+pub fn limits_keyspace() -> String {
+    format!("{}_limits", keyspace())
 }
 
-/// Connects to the shared keyspace. Connections are serialized so that only the first creates the schema.
+/// A URL for the shared keyspace with extra `options` (`key=value&...`, may be empty).
+pub fn url(options: &str) -> String {
+    url_of(keyspace(), options)
+}
+
+/// A URL for `keyspace` with extra `options`.
+pub fn url_of(keyspace: &str, options: &str) -> String {
+    let host = cluster();
+    format!("cql://{host}/{keyspace}?rf=1&{options}")
+}
+
+/// Connects to the shared keyspace.
 pub async fn connect(options: &str) -> CqlStore {
+    connect_to(keyspace(), options).await
+}
+
+/// Connects to `keyspace`. Connections are serialized so that only the first creates a keyspace's schema.
+pub async fn connect_to(keyspace: &str, options: &str) -> CqlStore {
     static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _guard = SETUP.lock().await;
-    let config = CqlConfig::from_url(&url(options)).expect("test URL parses");
+    let url = url_of(keyspace, options);
+    let config = CqlConfig::from_url(&url).expect("test URL parses");
     CqlStore::connect(config)
         .await
-        .unwrap_or_else(|e| panic!("connect to {}: {e}", url(options)))
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
 /// A conformance fixture on the shared keyspace.

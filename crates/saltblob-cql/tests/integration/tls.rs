@@ -10,31 +10,18 @@ use saltblob_cql::{CqlConfig, CqlStore};
 
 use crate::{connect, url};
 
-/// Returns early from the test, with a note, unless `TEST_CQL` and `TEST_CQL_TLS_DIR` are set.
-macro_rules! maybe_skip_tls {
-    () => {
-        maybe_skip!();
-        if tls_dir().is_none() {
-            eprintln!(
-                "skipped: set TEST_CQL_TLS_DIR to scripts/cassandra.sh's tls directory (/tmp/saltblob-cassandra/tls) \
-                 to run this test"
-            );
-            return;
-        }
-    };
-}
-
-/// The directory of the test nodes' TLS material, from `TEST_CQL_TLS_DIR`.
-fn tls_dir() -> Option<PathBuf> {
+/// The directory of the test nodes' TLS material, from `TEST_CQL_TLS_DIR`; a test that needs it fails without it
+/// (it was run with `--include-ignored`).
+fn tls_dir() -> PathBuf {
     std::env::var_os("TEST_CQL_TLS_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
+        .expect("this test needs TEST_CQL_TLS_DIR: scripts/cassandra.sh's tls directory (/tmp/saltblob-cassandra/tls)")
 }
 
 /// The path of file `name` of the TLS directory, as a URL value.
 fn file(name: &str) -> String {
-    let dir = tls_dir().unwrap_or_default();
-    dir.join(name).display().to_string()
+    tls_dir().join(name).display().to_string()
 }
 
 /// The URL options of TLS trusting CA file `ca`, with the test client certificate if `client_cert`.
@@ -56,8 +43,8 @@ async fn connect_error(url: &str) -> Error {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster with TLS: set TEST_CQL and TEST_CQL_TLS_DIR and pass --include-ignored"]
 async fn tls_with_a_client_certificate_writes_and_reads() {
-    maybe_skip_tls!();
     let store = connect(&tls_options("ca.pem", true)).await;
     // The node sees this session's connections as TLS ones (and the plain ones of other tests as plain).
     let rows = store
@@ -96,8 +83,8 @@ async fn tls_with_a_client_certificate_writes_and_reads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster with TLS: set TEST_CQL and TEST_CQL_TLS_DIR and pass --include-ignored"]
 async fn a_wrong_ca_fails_naming_the_option_and_never_the_password() {
-    maybe_skip_tls!();
     let host = crate::cluster().unwrap_or_default();
     let url = format!(
         "cql://saltblob:s3cret-pw@{host}/{}?rf=1&{}",
@@ -121,8 +108,8 @@ async fn a_wrong_ca_fails_naming_the_option_and_never_the_password() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster with TLS: set TEST_CQL and TEST_CQL_TLS_DIR and pass --include-ignored"]
 async fn a_node_requiring_a_client_certificate_says_so() {
-    maybe_skip_tls!();
     let e = connect_error(&url(&tls_options("ca.pem", false))).await;
     let m = e.to_string();
     eprintln!("no client certificate: {m}");
