@@ -85,7 +85,7 @@ async fn tls_with_a_client_certificate_writes_and_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster with TLS: set TEST_CQL and TEST_CQL_TLS_DIR and pass --include-ignored"]
 async fn a_wrong_ca_fails_naming_the_option_and_never_the_password() {
-    let host = crate::cluster().unwrap_or_default();
+    let host = crate::cluster();
     let url = format!(
         "cql://saltblob:s3cret-pw@{host}/{}?rf=1&{}",
         crate::keyspace(),
