@@ -971,6 +971,11 @@ mod tests {
             id_ranges(&[i64::MIN, i64::MAX]),
             format!("{}, {}", i64::MIN, i64::MAX)
         );
+        // Past the maximum is not the minimum.
+        assert_eq!(
+            id_ranges(&[i64::MAX, i64::MIN]),
+            format!("{}, {}", i64::MAX, i64::MIN)
+        );
     }
 
     #[test]
