@@ -200,7 +200,11 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
         } else {
             OrphanReason::Unreferenced
         };
-        let old_enough = version.timestamp_millis().saturating_mul(1000) + min_age <= now;
+        let old_enough = version
+            .timestamp_millis()
+            .saturating_mul(1000)
+            .saturating_add(min_age)
+            <= now;
         let removed = opts.repair
             && old_enough
             && remove_orphan(inner, &key, version, &s, intent.copied()).await?;
@@ -313,9 +317,16 @@ async fn remove_orphan(
     {
         return Ok(false);
     }
+    // A stored salt or index at the type's maximum (no layout has one) cannot be named by a count: left.
+    let (Some(salt_count), Some(chunk_count)) = (
+        stored.max_salt.checked_add(1),
+        stored.max_index.checked_add(1),
+    ) else {
+        return Ok(false);
+    };
     inner
         .backend
-        .delete_chunks(&blob, stored.max_salt + 1, stored.max_index + 1)
+        .delete_chunks(&blob, salt_count, chunk_count)
         .await?;
     Ok(true)
 }

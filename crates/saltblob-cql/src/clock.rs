@@ -13,10 +13,15 @@ static CLOCK: AtomicI64 = AtomicI64::new(0);
 pub fn next_timestamp() -> i64 {
     let now = i64::try_from(now_micros()).unwrap_or(i64::MAX);
     let previous = CLOCK.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
-        Some(now.max(last + 1))
+        Some(after(now, last))
     });
-    let last = previous.unwrap_or_else(|v| v);
-    now.max(last + 1)
+    after(now, previous.unwrap_or_else(|v| v))
+}
+
+/// The timestamp handed out at `now` after `last`: later than `last`, or `i64::MAX` once `last` (observed from
+/// the cluster) reached it, never a wrapped-around one that would order before it.
+fn after(now: i64, last: i64) -> i64 {
+    now.max(last.saturating_add(1))
 }
 
 /// Makes later [`next_timestamp`]s exceed `ts` (a timestamp the cluster chose, e.g. of a conditional write).
@@ -27,6 +32,13 @@ pub(crate) fn observe_timestamp(ts: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timestamp_observed_at_the_maximum_does_not_wrap() {
+        assert_eq!(after(5, i64::MAX), i64::MAX);
+        assert_eq!(after(5, 9), 10);
+        assert_eq!(after(50, 9), 50);
+    }
 
     #[test]
     fn timestamps_strictly_increase() {

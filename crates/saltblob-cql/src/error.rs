@@ -103,14 +103,19 @@ fn classify_db(db: &DbError, message: &str, ctx: &Context) -> (bool, String) {
                      lower the keyspace's replication factor (ALTER KEYSPACE) or add nodes",
                     ctx.keyspace, ctx.datacenter, ctx.dc_nodes
                 ),
-                _ if *required as usize > ctx.dc_nodes && ctx.dc_nodes > 0 => format!(
-                    "consistency {consistency} needs {required} replicas, more than the {} node(s) of data center \
+                _ if usize::try_from(*required).is_ok_and(|r| r > ctx.dc_nodes)
+                    && ctx.dc_nodes > 0 =>
+                {
+                    format!(
+                        "consistency {consistency} needs {required} replicas, more than the {} node(s) of data center \
                      \"{}\" (replication factor {rf}): use a lower consistency",
-                    ctx.dc_nodes, ctx.datacenter
-                ),
+                        ctx.dc_nodes, ctx.datacenter
+                    )
+                }
                 _ => format!(
                     "{} replica(s) down; replication factor {rf}, consistency {consistency}",
-                    required - alive
+                    // Counts from the server: no overflow, no negative count.
+                    required.saturating_sub(*alive).max(0)
                 ),
             };
             (true, format!(" ({cause})"))
@@ -247,6 +252,19 @@ mod tests {
         )
         .to_string();
         assert!(m.contains("1 replica(s) down"), "{m}");
+        for (required, alive) in [(i32::MIN, 1), (1, 2)] {
+            let m = execution(
+                "write",
+                db(DbError::Unavailable {
+                    consistency: Consistency::Quorum,
+                    required,
+                    alive,
+                }),
+                &ctx(3, 3),
+            )
+            .to_string();
+            assert!(m.contains("(0 replica(s) down"), "{m}");
+        }
     }
 
     #[test]

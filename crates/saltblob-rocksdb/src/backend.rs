@@ -17,7 +17,7 @@ use saltblob_core::backend::{
 use saltblob_core::{Error, Result};
 
 use crate::config::{BlobCompression, RocksConfig};
-use crate::{error, keys};
+use crate::{blob_files, error, keys};
 
 /// Backend name used in errors.
 pub const NAME: &str = "rocksdb";
@@ -31,6 +31,13 @@ const DB_FORMAT: u8 = 1;
 const CF_MANIFESTS: &str = "manifests";
 const CF_CHUNKS: &str = "chunks";
 const CF_SYSTEM: &str = "system";
+/// Every column family, RocksDB's default one included.
+const ALL_COLUMN_FAMILIES: [&str; 4] = [
+    rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
+    CF_MANIFESTS,
+    CF_CHUNKS,
+    CF_SYSTEM,
+];
 const LOCK_STRIPES: usize = 64;
 
 /// The embedded backend: RocksDB with blob files for chunk data.
@@ -109,10 +116,11 @@ impl RocksStore {
             ColumnFamilyDescriptor::new(CF_CHUNKS, chunk_opts),
             ColumnFamilyDescriptor::new(CF_SYSTEM, small_opts),
         ];
-        let opening = std::time::SystemTime::now();
+        // Listed before the open: files of earlier processes only, none that this one's flushes are writing.
+        let earlier_blob_files = blob_files::named(&config.path);
         let db = DB::open_cf_descriptors(&db_opts, &config.path, cfs)
             .map_err(|e| error::open(&config.path, e))?;
-        remove_unfinished_blob_files(&config.path, opening);
+        blob_files::remove_unfinished(&db, &ALL_COLUMN_FAMILIES, &earlier_blob_files);
         let store = Self {
             db: Arc::new(db),
             config,
@@ -230,52 +238,6 @@ impl RocksStore {
         })
         .await
     }
-}
-
-/// Magic number at the start of a finished blob file's footer (RocksDB's blob log format).
-const BLOB_FOOTER_MAGIC: u32 = 0x0024_8f37;
-/// Sizes of a blob file's header and footer.
-const BLOB_HEADER_LEN: u64 = 30;
-const BLOB_FOOTER_LEN: u64 = 32;
-
-/// Deletes blob files that a process killed in the middle of a flush or compaction left unfinished (no
-/// footer). RocksDB keeps such files forever (it cannot tell them from files being written by blob direct
-/// writes, which saltblob does not use), so every crash during a flush would leak up to a memtable's worth of
-/// disk. A blob file joins the database only after its footer is written, so a footer-less file is never
-/// live; only files last modified before this open started are considered, so that files the background jobs
-/// of this process are writing are left alone. Best effort: a file that cannot be checked is kept.
-/// Returns how many files it removed.
-fn remove_unfinished_blob_files(dir: &std::path::Path, opening: std::time::SystemTime) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("blob") {
-            continue;
-        }
-        let Ok(meta) = entry.metadata() else { continue };
-        let before_open = meta.modified().is_ok_and(|m| m < opening);
-        if before_open && !has_blob_footer(&path, meta.len()) {
-            removed += usize::from(std::fs::remove_file(&path).is_ok());
-        }
-    }
-    removed
-}
-
-/// Whether the blob file at `path` (of `len` bytes) ends with a footer; `true` when it cannot be read.
-fn has_blob_footer(path: &std::path::Path, len: u64) -> bool {
-    use std::io::{Read, Seek, SeekFrom};
-    if len < BLOB_HEADER_LEN + BLOB_FOOTER_LEN {
-        return false;
-    }
-    let mut magic = [0u8; 4];
-    let read = std::fs::File::open(path).and_then(|mut f| {
-        f.seek(SeekFrom::Start(len - BLOB_FOOTER_LEN))?;
-        f.read_exact(&mut magic)
-    });
-    read.is_err() || u32::from_le_bytes(magic) == BLOB_FOOTER_MAGIC
 }
 
 /// Bytes of SST and blob files of every column family.
@@ -537,29 +499,56 @@ impl ChunkStore for RocksStore {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_footerless_blob_files_older_than_the_open_are_removed() {
+    /// Opening removes the blob files a crashed flush left unfinished, and nothing else: not a foreign file
+    /// that merely ends in `.blob`, not a file named like RocksDB's that is not one, not a live blob file even
+    /// when its footer is damaged (deleting it would turn damage into silent loss).
+    #[tokio::test]
+    async fn open_removes_only_unfinished_blob_files_that_are_not_live() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let write = |name: &str, bytes: &[u8]| {
-            std::fs::write(dir.path().join(name), bytes).expect("write file");
+        let path = dir.path().join("db");
+        let store = RocksStore::open(RocksConfig::new(&path)).expect("open");
+        let blob = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: saltblob_core::VersionId(1),
         };
-        let mut finished = vec![0u8; 200];
-        let footer_at = finished.len() - BLOB_FOOTER_LEN as usize;
-        finished[footer_at..footer_at + 4].copy_from_slice(&BLOB_FOOTER_MAGIC.to_le_bytes());
-        write("000010.blob", &finished);
-        write("000011.blob", &[0u8; 200]);
-        write("000012.blob", b"short");
-        write("000013.sst", &[0u8; 200]);
-        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-        assert_eq!(remove_unfinished_blob_files(dir.path(), later), 2);
-        let exists = |name: &str| dir.path().join(name).exists();
-        assert!(exists("000010.blob") && exists("000013.sst"));
-        assert!(!exists("000011.blob") && !exists("000012.blob"));
+        let chunk = ChunkWrite {
+            salt: 0,
+            index: 0,
+            data: Bytes::from(vec![7u8; 64 << 10]),
+        };
+        store.put_chunks(&blob, vec![chunk]).await.expect("put");
+        store.flush().expect("flush");
+        drop(store);
 
-        // Files written after the open started (by this process's own flushes) are left alone.
-        write("000014.blob", &[0u8; 200]);
-        let earlier = std::time::SystemTime::UNIX_EPOCH;
-        assert_eq!(remove_unfinished_blob_files(dir.path(), earlier), 0);
-        assert!(exists("000014.blob"));
+        let live = blob_files::named(&path);
+        assert_eq!(live.len(), 1, "one blob file after the flush: {live:?}");
+        let live = &live[0].path;
+        // Damage the live file's footer (keeping its size).
+        let mut bytes = std::fs::read(live).expect("read live blob file");
+        let footer_at = bytes.len() - 32;
+        bytes[footer_at..].fill(0);
+        std::fs::write(live, &bytes).expect("damage footer");
+
+        let magic = 0x0024_8f37_u32.to_le_bytes();
+        let mut torn = vec![0u8; 5000];
+        torn[..4].copy_from_slice(&magic);
+        let file = |name: &str| path.join(name);
+        std::fs::write(file("x.blob"), [0u8; 200]).expect("foreign file");
+        std::fs::write(
+            file("000900.blob"),
+            b"a note, not a blob file of RocksDB".repeat(8),
+        )
+        .expect("foreign file named like RocksDB's");
+        std::fs::write(file("000901.blob"), &torn).expect("torn blob file");
+        std::fs::write(file("000902.blob"), b"").expect("empty blob file");
+
+        let store = RocksStore::open(RocksConfig::new(&path)).expect("reopen");
+        for kept in [live.clone(), file("x.blob"), file("000900.blob")] {
+            assert!(kept.exists(), "{} was removed", kept.display());
+        }
+        for removed in [file("000901.blob"), file("000902.blob")] {
+            assert!(!removed.exists(), "{} was kept", removed.display());
+        }
+        drop(store);
     }
 }

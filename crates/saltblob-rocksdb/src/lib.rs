@@ -20,9 +20,11 @@
 //! - [`config`]: [`RocksConfig`] and its `rocksdb://` URL.
 //! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation.
 //! - [`keys`]: storage key encoding.
+//! - `blob_files`: at open, removal of the blob files a crashed process left unfinished.
 //! - [`error`]: mapping of RocksDB errors.
 
 pub mod backend;
+mod blob_files;
 pub mod config;
 pub mod error;
 pub mod keys;

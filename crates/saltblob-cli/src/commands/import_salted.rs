@@ -58,21 +58,20 @@ impl ImportSalted {
             &mut report_line,
         )
         .await?;
-        let bytes: u64 = report.imported.iter().map(|(_, n)| n).sum();
         eprintln!(
             "imported {} blob(s), {}; rejected {} incomplete blob(s)",
-            report.imported.len(),
-            human::short(bytes),
-            report.rejected.len()
+            report.imported,
+            human::short(report.imported_bytes),
+            report.rejected
         );
-        if report.rejected.is_empty() {
+        if report.rejected == 0 {
             Ok(())
         } else {
             Err(Failure::new(
                 Failure::DAMAGED,
                 format!(
                     "{} blob(s) of {table} are incomplete and were not imported (listed above)",
-                    report.rejected.len()
+                    report.rejected
                 ),
             ))
         }

@@ -4,10 +4,10 @@ use std::io::Write;
 
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
-use saltblob::{BlobStore, ListEntry};
+use saltblob::{BlobStore, Manifest};
 
 use super::{Command, Context};
-use crate::failure::Failure;
+use crate::failure::{Failure, one_line};
 use crate::human::{self, KeyArg, parse_key};
 
 /// Arguments of `saltblob ls`.
@@ -29,12 +29,27 @@ impl Command for Ls {
 
 impl Ls {
     /// Prints the listing as it is read, a page at a time; a reader that went away (`saltblob ls | head`) ends it without an error.
+    ///
+    /// A key whose manifest is damaged is named on stderr, in its place in the listing, and the listing goes on;
+    /// stdout holds only the keys that read cleanly, and the command then fails with the exit code of damage.
     async fn ls(&self, store: &BlobStore) -> Result<(), Failure> {
         let prefix = self.prefix.as_ref().map_or(&[][..], |p| p.as_ref());
         let mut entries = store.list_stream(prefix);
         let mut out = std::io::stdout().lock();
+        let mut damaged = 0u64;
         while let Some(entry) = entries.next().await {
-            if let Err(e) = writeln!(out, "{}", self.line(&entry?)) {
+            let entry = entry?;
+            let manifest = match &entry.manifest {
+                Ok(manifest) => manifest,
+                Err(e) => {
+                    damaged += 1;
+                    // After the lines before it, so that the two streams interleave in listing order.
+                    let _ = out.flush();
+                    eprintln!("saltblob: damaged: {}", one_line(e));
+                    continue;
+                }
+            };
+            if let Err(e) = writeln!(out, "{}", self.line(&entry.key, manifest)) {
                 return if e.kind() == std::io::ErrorKind::BrokenPipe {
                     Ok(())
                 } else {
@@ -42,17 +57,25 @@ impl Ls {
                 };
             }
         }
+        if damaged > 0 {
+            return Err(Failure::new(
+                Failure::DAMAGED,
+                format!(
+                    "{damaged} listed key(s) have a damaged manifest (named above); `saltblob rm KEY` removes \
+                     one, `saltblob fsck` checks the whole store"
+                ),
+            ));
+        }
         Ok(())
     }
 
     /// The key, or with `--long`: size, layout, creation time, version and key; the key %-escaped
     /// ([`human::escape_key`]), as `get`, `head` and `rm` accept it.
-    fn line(&self, entry: &ListEntry) -> String {
-        let key = human::escape_key(&entry.key);
+    fn line(&self, key: &[u8], m: &Manifest) -> String {
+        let key = human::escape_key(key);
         if !self.long {
             return key;
         }
-        let m = &entry.manifest;
         let layout = match m.layout() {
             saltblob::Layout::Inline => "inline".to_owned(),
             saltblob::Layout::Chunked(l) => format!("{}x{}", l.chunk_count, l.salt_count),

@@ -26,11 +26,23 @@ impl Command for Rm {
 }
 
 impl Rm {
-    /// Deletes the key; a key that holds no blob is "not found" (exit code 3).
+    /// Deletes the key; a key that holds no blob is "not found" (exit code 3). A key whose manifest is damaged
+    /// is deleted too (its version is then unknown).
     async fn rm(&self, store: &BlobStore) -> Result<(), Failure> {
+        let damaged = store
+            .head(&self.key)
+            .await
+            .is_err_and(|e| e.is_corruption());
         match store.delete(&self.key).await? {
             Some(v) => {
                 eprintln!("deleted {} (version {v})", self.key.shown());
+                Ok(())
+            }
+            None if damaged => {
+                eprintln!(
+                    "deleted {} (its manifest was damaged; `saltblob fsck --repair` removes its chunks)",
+                    self.key.shown()
+                );
                 Ok(())
             }
             None => Err(Error::NotFound {

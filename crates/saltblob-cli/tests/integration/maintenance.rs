@@ -71,3 +71,59 @@ fn gc_and_fsck_reject_bad_durations_and_create_no_store() {
         "read-only maintenance commands create no store"
     );
 }
+
+/// `ls` names a key whose manifest is damaged on stderr and goes on to the keys after it; it then fails with
+/// the exit code of damage (4). `rm` removes the damaged key, and `ls` is clean again.
+#[test]
+fn ls_reports_a_damaged_manifest_and_lists_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let file = dir.path().join("v.bin");
+    random_file(&file, 100, 1);
+    for key in ["k1", "k2", "k3"] {
+        ok(saltblob(&store).args(["put", key]).arg(&file));
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let backend = saltblob::open_backend(&format!("rocksdb://{}", store.display()))
+            .await
+            .expect("open the store");
+        backend
+            .put_record(
+                saltblob::Namespace::Manifest,
+                b"k2",
+                bytes::Bytes::from_static(b"\x01damaged"),
+                &saltblob::Precondition::None,
+            )
+            .await
+            .expect("damage k2's manifest");
+    });
+    drop(runtime);
+
+    for long in [false, true] {
+        let mut ls = saltblob(&store);
+        ls.arg("ls");
+        if long {
+            ls.arg("-l");
+        }
+        let out = ls.output().expect("run ls");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(4), "{stderr}");
+        let keys: Vec<&str> = stdout
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap_or_default())
+            .collect();
+        assert_eq!(keys, ["k1", "k3"], "{stdout}");
+        assert!(
+            stderr.contains("damaged: corrupt manifest of key \"k2\"")
+                && stderr.contains("1 listed key(s) have a damaged manifest"),
+            "{stderr}"
+        );
+    }
+    ok(saltblob(&store).args(["rm", "k2"]));
+    let out = ok(saltblob(&store).arg("ls"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "k1\nk3\n");
+}

@@ -83,7 +83,10 @@ pub async fn list_by_prefix(backend: Arc<dyn ChunkStore>) {
     );
     let entries = store.list(format!("{p}a/big")).await.expect("list");
     assert_eq!(
-        entries.first().map(|e| e.manifest.size),
+        entries
+            .first()
+            .and_then(|e| e.manifest.as_ref().ok())
+            .map(|m| m.size),
         Some(70_000),
         "entries carry manifests"
     );

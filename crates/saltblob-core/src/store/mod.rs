@@ -61,13 +61,17 @@ pub struct BlobStore {
     pub(crate) inner: Arc<Inner>,
 }
 
-/// A blob listed by [`BlobStore::list`].
-#[derive(Clone, Debug)]
+/// A blob listed by [`BlobStore::list`] and its kin.
+///
+/// A listing reports a key whose manifest is damaged and goes on: one bad record does not hide the keys after
+/// it.
+#[derive(Debug)]
 pub struct ListEntry {
     /// The key.
     pub key: Bytes,
-    /// Its current version's manifest.
-    pub manifest: Manifest,
+    /// Its current version's manifest, or [`Error::Corrupt`] when the stored manifest does not decode (a damaged
+    /// key is listed whether or not it has expired; [`BlobStore::delete`] removes it).
+    pub manifest: Result<Manifest>,
 }
 
 /// How one key is laid out, from [`BlobStore::describe`].
@@ -284,24 +288,29 @@ impl BlobStore {
     }
 
     /// Every blob whose key starts with `prefix`, in key order (all in memory: see [`BlobStore::list_stream`]).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the scan fails. A damaged manifest is not an error of the listing: its entry
+    /// carries the error (see [`ListEntry::manifest`]).
     pub async fn list(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<ListEntry>> {
         self.list_stream(prefix.as_ref()).try_collect().await
     }
 
     /// Every blob whose key starts with `prefix`, in key order, read a page at a time as the stream is
-    /// consumed: memory stays bounded by one page, however many keys there are.
+    /// consumed: memory stays bounded by one page, however many keys there are. A failed scan ends the stream
+    /// with its error; a damaged manifest does not (see [`ListEntry::manifest`]).
     pub fn list_stream<'a>(&'a self, prefix: &'a [u8]) -> BoxStream<'a, Result<ListEntry>> {
         let pages = self.inner.scan(Namespace::Manifest, prefix, None);
         stream::try_unfold(pages, async |mut pages| {
             Ok::<_, Error>(pages.next_page().await?.map(|page| (page, pages)))
         })
-        .map(|page: Result<_>| self.live_entries(page?))
-        .map_ok(|entries| stream::iter(entries.into_iter().map(Ok)))
+        .map_ok(|page| stream::iter(self.live_entries(page).into_iter().map(Ok)))
         .try_flatten()
         .boxed()
     }
 
-    /// Up to `limit` blobs whose key starts with `prefix`, in key order, after `start_after` when given.
+    /// Up to `limit` blobs whose key starts with `prefix`, in key order, after `start_after` when given. Damaged
+    /// manifests are listed with their error (see [`ListEntry::manifest`]).
     pub async fn list_page(
         &self,
         prefix: &[u8],
@@ -313,7 +322,7 @@ impl BlobStore {
             .backend
             .scan_records(Namespace::Manifest, prefix, start_after, limit)
             .await?;
-        self.live_entries(records)
+        Ok(self.live_entries(records))
     }
 
     /// How `key` is laid out: layout kind, chunk geometry and bytes per salt.
@@ -382,17 +391,17 @@ impl BlobStore {
             })
     }
 
-    /// The entries of manifest `records` that have not expired.
-    fn live_entries(&self, records: Vec<(Bytes, Bytes)>) -> Result<Vec<ListEntry>> {
+    /// The entries of manifest `records` that have not expired, and those that do not decode.
+    fn live_entries(&self, records: Vec<(Bytes, Bytes)>) -> Vec<ListEntry> {
         let now = now_micros();
-        let mut out = Vec::with_capacity(records.len());
-        for (key, bytes) in records {
-            let manifest = self.inner.decode_manifest(&key, &bytes)?;
-            if !manifest.is_expired(now) {
-                out.push(ListEntry { key, manifest });
-            }
-        }
-        Ok(out)
+        records
+            .into_iter()
+            .map(|(key, bytes)| {
+                let manifest = self.inner.decode_manifest(&key, &bytes);
+                ListEntry { key, manifest }
+            })
+            .filter(|entry| !matches!(&entry.manifest, Ok(m) if m.is_expired(now)))
+            .collect()
     }
 }
 
@@ -433,6 +442,55 @@ mod tests {
             .expect("expire");
         let listed = store.list("k").await.expect("list");
         assert_eq!(listed.len(), total - 1);
+    }
+
+    /// A damaged manifest is listed with its error, and the keys after it are listed too, by every listing
+    /// call; deleting the key clears it.
+    #[tokio::test]
+    async fn a_damaged_manifest_is_reported_and_the_listing_goes_on() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        for key in ["k1", "k2", "k3"] {
+            store
+                .put(key, &b"value"[..], &PutOptions::new())
+                .await
+                .expect("put");
+        }
+        backend
+            .put_record(
+                Namespace::Manifest,
+                b"k2",
+                Bytes::from_static(b"\x01not a manifest"),
+                &Precondition::None,
+            )
+            .await
+            .expect("damage k2");
+        let check = |entries: Vec<ListEntry>| {
+            let keys: Vec<&[u8]> = entries.iter().map(|e| &e.key[..]).collect();
+            assert_eq!(keys, [&b"k1"[..], b"k2", b"k3"]);
+            for entry in &entries {
+                match (&entry.key[..], &entry.manifest) {
+                    (b"k2", Err(Error::Corrupt { what, .. })) => {
+                        assert!(what.contains("\"k2\""), "{what}")
+                    }
+                    (b"k2", other) => panic!("k2 should be corrupt: {other:?}"),
+                    (_, manifest) => assert_eq!(manifest.as_ref().map(|m| m.size).ok(), Some(5)),
+                }
+            }
+        };
+        check(store.list("k").await.expect("list"));
+        check(store.list_page(b"k", None, 10).await.expect("list_page"));
+        check(
+            store
+                .list_stream(b"k")
+                .try_collect()
+                .await
+                .expect("list_stream"),
+        );
+        store.delete("k2").await.expect("delete the damaged key");
+        let entries = store.list("k").await.expect("list");
+        assert_eq!(entries.len(), 2);
+        assert!(entries.iter().all(|e| e.manifest.is_ok()));
     }
 
     #[test]

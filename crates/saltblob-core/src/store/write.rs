@@ -374,7 +374,8 @@ pub(crate) async fn delete(inner: &Inner, key: Bytes) -> Result<Option<VersionId
         .delete_record(Namespace::Manifest, &key, &Precondition::None)
         .await?
     {
-        RecordWrite::Done(Previous::Value(bytes)) => Some(inner.decode_manifest(&key, &bytes)?),
+        // Deleted even when damaged (its version then unknown), as the pre-read allows.
+        RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(&key, &bytes).ok(),
         RecordWrite::Done(Previous::Absent) => None,
         RecordWrite::Done(Previous::Unknown) | RecordWrite::ConditionFailed(_) => pre_read.clone(),
     };
