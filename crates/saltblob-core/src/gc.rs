@@ -174,7 +174,7 @@ async fn gc_intent(
         );
         return Ok(true);
     };
-    if !intent.expired(now) {
+    if !intent.expired(now) || intent::running_here(inner, blob.version) {
         report.puts_in_flight += 1;
         return Ok(true);
     }
