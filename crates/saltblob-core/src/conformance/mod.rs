@@ -147,6 +147,23 @@ pub fn data(len: usize, seed: u64) -> Bytes {
         .collect()
 }
 
+/// After a load under `prefix`: reclaims everything due (gc, grace 0) and returns what `fsck` then finds left
+/// over (nothing is removed). The hot-key tests assert on it what `docs/guarantees.md` promises per backend.
+pub async fn orphans_after_gc(store: &BlobStore, prefix: &str) -> Vec<crate::Orphan> {
+    store
+        .gc(&crate::GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(prefix.to_owned()))
+        .await
+        .expect("gc");
+    let report = store
+        .fsck(&crate::FsckOptions::new().with_prefix(prefix.to_owned()))
+        .await
+        .expect("fsck");
+    assert!(report.damaged.is_empty(), "{prefix}: {report:?}");
+    report.orphans
+}
+
 /// A reader that hands out its data in pieces of odd sizes, like a pipe.
 struct Trickle {
     data: Bytes,
