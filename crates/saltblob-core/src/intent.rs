@@ -26,6 +26,11 @@ use crate::{Error, Result};
 /// Format byte of an intent record's value.
 const INTENT_FORMAT: u8 = 1;
 
+/// Attempts of a claim whose outcome is unknown (a timeout), whether or not the backend retries by itself:
+/// backends do not retry conditional writes (not idempotent), and a claim's retry is safe (see
+/// [`IntentLease::claim`]).
+const CLAIM_ATTEMPTS: u32 = 4;
+
 /// Length of an intent record's value.
 const INTENT_LEN: usize = 37;
 
@@ -244,7 +249,7 @@ impl IntentLease {
         let hold = commit_hold(inner);
         let _turn = self.writing.lock().await;
         let mut last_error = None;
-        for _ in 0..inner.attempts() {
+        for _ in 0..CLAIM_ATTEMPTS {
             let current = {
                 let mut state = self.state.lock().map_err(|_| self.poisoned())?;
                 if let Some(why) = &state.lost {
