@@ -160,6 +160,12 @@ pub struct BackendInfo {
     /// Whether the backend already retries transient failures itself; the core then does not retry on top
     /// (which would multiply the attempts and the delays). Defaults to `false`.
     pub retries_internally: bool,
+    /// Whether a write that failed or timed out may still take effect later (a cluster: a replica that got
+    /// the write before the timeout; hints and read repair spread it afterwards). A put's claimed intent then
+    /// stays valid for the reclaim queue's commit window past its lease, so that gc never takes over a put
+    /// whose manifest write may still land. Defaults to `false`: writes take effect before their call returns
+    /// or not at all.
+    pub late_writes: bool,
 }
 
 impl BackendInfo {
@@ -176,6 +182,7 @@ impl BackendInfo {
             max_batch_bytes,
             reports_previous,
             retries_internally: false,
+            late_writes: false,
         }
     }
 
@@ -190,6 +197,13 @@ impl BackendInfo {
     #[must_use]
     pub fn with_internal_retries(mut self) -> Self {
         self.retries_internally = true;
+        self
+    }
+
+    /// Declares that failed writes may take effect later ([`BackendInfo::late_writes`]).
+    #[must_use]
+    pub fn with_late_writes(mut self) -> Self {
+        self.late_writes = true;
         self
     }
 }

@@ -134,6 +134,17 @@ struct Stored {
     first_stray: Option<(u32, u64)>,
 }
 
+impl Stored {
+    /// (salt count, chunk count) that cover every chunk listed; `None` when a salt or index is at its type's
+    /// maximum (no layout has one), which no count can name: such an orphan is reported and left.
+    fn stored_range(&self) -> Option<(u32, u64)> {
+        Some((
+            self.max_salt.checked_add(1)?,
+            self.max_index.checked_add(1)?,
+        ))
+    }
+}
+
 /// One check; see [`crate::BlobStore::fsck`].
 pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckReport> {
     let mut report = FsckReport::default();
@@ -170,6 +181,7 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
     let queued = reclaim::queued_versions(inner).await?;
     let now = now_micros();
     let min_age = micros(opts.min_age.unwrap_or(inner.config.grace));
+    let mut candidates = Vec::new();
     let mut versions: Vec<_> = stored.into_iter().collect();
     versions.sort_by(|a, b| a.0.cmp(&b.0));
     for ((key, version), s) in versions {
@@ -187,7 +199,7 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             continue;
         }
         let intent = intents.get(&(key.clone(), version));
-        if intent.is_some_and(|i| !i.expired(now)) {
+        if intent.is_some_and(|i| !i.expired(now)) || intent::running_here(inner, version) {
             report.puts_in_flight += 1;
             continue;
         }
@@ -205,21 +217,85 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             .saturating_mul(1000)
             .saturating_add(min_age)
             <= now;
-        let removed = opts.repair
+        if opts.repair
             && old_enough
-            && remove_orphan(inner, &key, version, &s, intent.copied()).await?;
+            && let Some(stored) = s.stored_range()
+        {
+            candidates.push(Candidate {
+                orphan: report.orphans.len(),
+                stored,
+                intent: intent.copied(),
+            });
+        }
         report.orphans.push(Orphan {
             key,
             version,
             chunks: s.chunks,
             reason,
-            removed,
+            removed: false,
         });
     }
+    repair(inner, &mut report.orphans, candidates).await?;
     if report.orphans.iter().any(|o| o.removed) {
         inner.backend.reclaim_space().await?;
     }
     Ok(report)
+}
+
+/// An orphan that `--repair` may remove, pending the re-checks of [`repair`].
+struct Candidate {
+    /// Its index in the report's orphans.
+    orphan: usize,
+    /// Salts and chunk indexes to delete: (salt count, chunk count) covering every chunk listed.
+    stored: (u32, u64),
+    /// Its intent as read by the check, if it had one.
+    intent: Option<Intent>,
+}
+
+/// Removes the `candidates` that are still orphans, marking them removed in `orphans`.
+///
+/// Each is re-checked first, because the store is in use while `fsck` runs: its intent must be unchanged and
+/// its version not current. The reclaim queue is read again after those reads: a version replaced or deleted
+/// since the check was queued before its replacement was written, so the queue shows it, and it is left to
+/// the reclaimer, which honours its readers' grace period.
+async fn repair(inner: &Inner, orphans: &mut [Orphan], candidates: Vec<Candidate>) -> Result<()> {
+    let mut still = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        let Some(orphan) = orphans.get(c.orphan) else {
+            continue;
+        };
+        let blob = BlobRef {
+            key: orphan.key.clone(),
+            version: orphan.version,
+        };
+        if let Some(intent_now) = still_orphan(inner, &blob, c.intent).await? {
+            still.push((c, blob, intent_now));
+        }
+    }
+    if still.is_empty() {
+        return Ok(());
+    }
+    let queued = reclaim::queued_versions(inner).await?;
+    for (c, blob, intent_now) in still {
+        if queued.contains(&(blob.key.clone(), blob.version)) {
+            continue;
+        }
+        // Take the expired intent over first, so that its writer cannot claim it and commit.
+        if let Some(raw) = intent_now
+            && !intent::take_over(inner, &intent_key(&blob), raw).await?
+        {
+            continue;
+        }
+        let (salt_count, chunk_count) = c.stored;
+        inner
+            .backend
+            .delete_chunks(&blob, salt_count, chunk_count)
+            .await?;
+        if let Some(o) = orphans.get_mut(c.orphan) {
+            o.removed = true;
+        }
+    }
+    Ok(())
 }
 
 /// Reads and verifies every committed blob; returns the committed versions' chunk layouts (`None`: inline).
@@ -289,44 +365,22 @@ async fn verify_version(inner: &Arc<Inner>, key: Bytes, manifest: Manifest) -> R
     Ok(total)
 }
 
-/// Deletes an orphan's chunks after re-checking that it is still one; returns whether it did.
-async fn remove_orphan(
+/// Whether `blob`, seen with intent `seen`, is still an orphan: no put of it runs here, its intent record is
+/// unchanged and its version is not current. Returns the intent record as read now (`Some(None)`: none).
+async fn still_orphan(
     inner: &Inner,
-    key: &Bytes,
-    version: VersionId,
-    stored: &Stored,
-    intent: Option<Intent>,
-) -> Result<bool> {
-    let blob = BlobRef {
-        key: key.clone(),
-        version,
-    };
-    let intent_now = intent::read_record(inner, &blob).await?;
-    let fenced = match (&intent, &intent_now) {
+    blob: &BlobRef,
+    seen: Option<Intent>,
+) -> Result<Option<Option<Bytes>>> {
+    if intent::running_here(inner, blob.version) {
+        return Ok(None);
+    }
+    let intent_now = intent::read_record(inner, blob).await?;
+    let unchanged = match (&seen, &intent_now) {
         (None, None) => true,
         (Some(seen), Some(now)) => Intent::decode(now) == Some(*seen),
         _ => false,
     };
-    let current = inner.read_manifest(key).await?.map(|m| m.version);
-    if !fenced || current == Some(version) {
-        return Ok(false);
-    }
-    // Take the expired intent over first, so that its writer cannot renew it and commit.
-    if let Some(raw) = intent_now
-        && !intent::take_over(inner, &intent_key(&blob), raw).await?
-    {
-        return Ok(false);
-    }
-    // A stored salt or index at the type's maximum (no layout has one) cannot be named by a count: left.
-    let (Some(salt_count), Some(chunk_count)) = (
-        stored.max_salt.checked_add(1),
-        stored.max_index.checked_add(1),
-    ) else {
-        return Ok(false);
-    };
-    inner
-        .backend
-        .delete_chunks(&blob, salt_count, chunk_count)
-        .await?;
-    Ok(true)
+    let current = inner.read_manifest(&blob.key).await?.map(|m| m.version);
+    Ok((unchanged && current != Some(blob.version)).then_some(intent_now))
 }

@@ -174,7 +174,7 @@ async fn gc_intent(
         );
         return Ok(true);
     };
-    if !intent.expired(now) {
+    if !intent.expired(now) || intent::running_here(inner, blob.version) {
         report.puts_in_flight += 1;
         return Ok(true);
     }
@@ -220,6 +220,45 @@ mod tests {
     use super::*;
     use crate::backend::ChunkStore;
     use crate::{BlobStore, MemoryStore, PutOptions, StoreConfig};
+
+    /// A put whose renewals failed for longer than its lease (as in a starved process) is still running: a gc of
+    /// the same process leaves it alone, even with grace 0, and the put commits whole. (Taking it over would let
+    /// a writer that is killed before it notices leave chunks that nothing refers to: the crash loop's orphans.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_running_in_this_process_is_never_taken_over() {
+        let backend = Arc::new(MemoryStore::new());
+        let lease = Duration::from_millis(600);
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default()
+                .with_intent_lease(lease)
+                .with_grace(Duration::ZERO),
+        )
+        .expect("store");
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let put = tokio::spawn({
+            let store = store.clone();
+            async move { store.put_stream("k", r, &PutOptions::new()).await }
+        });
+        let value = vec![5u8; store.config().policy.fanout_threshold as usize + (2 << 20)];
+        tokio::io::AsyncWriteExt::write_all(&mut w, &value)
+            .await
+            .expect("feed");
+        backend
+            .fail_writes(&[Namespace::Intent], false)
+            .expect("inject");
+        tokio::time::sleep(lease * 3 / 2).await;
+        // Renewals heal, but the intent has expired: the next renewal is up to a third of the lease away.
+        backend.fail_writes(&[], false).expect("heal");
+        let r = store
+            .gc(&GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc");
+        assert_eq!((r.puts_in_flight, r.abandoned_puts), (1, 0), "{r:?}");
+        drop(w);
+        put.await.expect("put task").expect("the put commits");
+        assert_eq!(store.get("k").await.expect("get"), value);
+    }
 
     /// Store-wide passes keep a low-water mark of the intent scan; an abandoned put below the newest mark but at
     /// or above the oldest live intent is still found.

@@ -2,12 +2,15 @@
 //!
 //! Before its first chunk a put writes an **intent** (key, version, start, lease expiry, salt count), renews it
 //! every third of the lease while it runs and removes it after the commit. gc treats an intent as abandoned only
-//! once its lease has expired, and a put that could not renew its lease in time fails instead of committing, so
-//! gc never reclaims chunks that a live put is about to publish. Renewals and gc's takeover are compare-and-set
-//! writes on the intent record: whichever comes second sees the other's write.
+//! once its lease has expired. Before its commit a put **claims** its intent: a compare-and-set that extends the
+//! expiry by the commit hold ([`commit_hold`]), from the value it last wrote. gc's takeover is a compare-and-set
+//! on the value gc read, so of a claim and a takeover exactly one wins: a put whose intent was taken over fails
+//! instead of committing, and a claimed intent is not taken over before its manifest write has landed (or
+//! never will). Renewals go on through the commit. Besides, gc and fsck never take over the intent of a put
+//! that runs in their own process on the same backend ([`running_here`]): such a put is alive by definition.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,12 +18,18 @@ use bytes::Bytes;
 
 use crate::backend::{BlobRef, ChunkStore, Namespace, Precondition, RecordWrite};
 use crate::layout::MAX_SALT_LIMIT;
+use crate::reclaim::COMMIT_WINDOW_MICROS;
 use crate::records::{Inner, micros};
 use crate::version::{VersionId, now_micros};
 use crate::{Error, Result};
 
 /// Format byte of an intent record's value.
 const INTENT_FORMAT: u8 = 1;
+
+/// Attempts of a claim whose outcome is unknown (a timeout), whether or not the backend retries by itself:
+/// backends do not retry conditional writes (not idempotent), and a claim's retry is safe (see
+/// [`IntentLease::claim`]).
+const CLAIM_ATTEMPTS: u32 = 4;
 
 /// Length of an intent record's value.
 const INTENT_LEN: usize = 37;
@@ -92,12 +101,49 @@ pub(crate) fn parse_intent_key(k: &Bytes) -> Option<BlobRef> {
 pub(crate) struct Progress {
     chunks: AtomicU64,
     stored: AtomicU64,
+    /// Set once gc took the intent over: the writer stops writing chunks that nothing would refer to.
+    lost: AtomicBool,
 }
 
 impl Progress {
     pub(crate) fn record(&self, chunks: u64, stored: u64) {
         self.chunks.store(chunks, Ordering::Relaxed);
         self.stored.store(stored, Ordering::Relaxed);
+    }
+
+    /// Whether gc has taken the put's intent over.
+    pub(crate) fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+/// Puts running in this process: (backend instance, version). gc and fsck never take their intents over,
+/// whatever the clock says: a renewal that is late because the process is starved does not make a put dead.
+static RUNNING: Mutex<BTreeSet<(usize, VersionId)>> = Mutex::new(BTreeSet::new());
+
+/// The identity of a backend instance, for [`RUNNING`].
+fn backend_id(backend: &Arc<dyn ChunkStore>) -> usize {
+    Arc::as_ptr(backend).cast::<()>() as usize
+}
+
+/// Whether a put of `version` runs in this process on this store's backend instance.
+pub(crate) fn running_here(inner: &Inner, version: VersionId) -> bool {
+    RUNNING
+        .lock()
+        .map(|r| r.contains(&(backend_id(&inner.backend), version)))
+        // A poisoned registry: assume the put is running (nothing is taken over; gc retries later).
+        .unwrap_or(true)
+}
+
+/// How long past its lease a claimed intent stays valid: the longest a manifest write may take to land after
+/// it was issued. On a backend whose failed or timed-out writes may still land later
+/// ([`crate::BackendInfo::late_writes`], a cluster) that is the commit window of the reclaim queue (ten
+/// minutes); elsewhere a write lands before its call returns, and one lease is kept as a margin.
+pub(crate) fn commit_hold(inner: &Inner) -> Duration {
+    if inner.info.late_writes {
+        Duration::from_micros(COMMIT_WINDOW_MICROS)
+    } else {
+        inner.config.intent_lease
     }
 }
 
@@ -107,17 +153,23 @@ struct LeaseState {
     intent: Intent,
     /// Why the lease was lost, if it was (gc took the intent over).
     lost: Option<String>,
+    /// Added to every expiry once the intent is claimed for the commit ([`commit_hold`]); zero before.
+    hold: Duration,
 }
 
-/// The intent lease of one chunked put: written before its first chunk, renewed in the background, checked
+/// The intent lease of one chunked put: written before its first chunk, renewed in the background, claimed
 /// before the commit and removed after it. Dropping it (a cancelled put) stops the renewals and leaves the
 /// intent to expire, after which gc reclaims the chunks.
 pub(crate) struct IntentLease {
     backend: Arc<dyn ChunkStore>,
     blob: BlobRef,
+    /// The entry of this put in [`RUNNING`].
+    running: (usize, VersionId),
     record_key: Vec<u8>,
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
+    /// Taken by each write of the intent (renewal, claim), so that one never races another.
+    writing: Arc<tokio::sync::Mutex<()>>,
     progress: Arc<Progress>,
     renewer: Option<tokio::task::JoinHandle<()>>,
 }
@@ -145,21 +197,33 @@ impl IntentLease {
                 &Precondition::None,
             )
             .await?;
-        let state = Arc::new(Mutex::new(LeaseState { intent, lost: None }));
+        let running = (backend_id(&inner.backend), blob.version);
+        if let Ok(mut r) = RUNNING.lock() {
+            r.insert(running);
+        }
+        let state = Arc::new(Mutex::new(LeaseState {
+            intent,
+            lost: None,
+            hold: Duration::ZERO,
+        }));
+        let writing = Arc::new(tokio::sync::Mutex::new(()));
         let progress = Arc::new(Progress::default());
         let renewer = tokio::spawn(renew(
             Arc::clone(&inner.backend),
             record_key.clone(),
             lease,
             Arc::clone(&state),
+            Arc::clone(&writing),
             Arc::clone(&progress),
         ));
         Ok(Self {
             backend: Arc::clone(&inner.backend),
             blob: blob.clone(),
+            running,
             record_key,
             lease,
             state,
+            writing,
             progress,
             renewer: Some(renewer),
         })
@@ -169,29 +233,80 @@ impl IntentLease {
         Arc::clone(&self.progress)
     }
 
-    /// Succeeds when the lease is held with at least a quarter of it left, so that the commit lands well before
-    /// any gc may treat the put as abandoned.
-    pub(crate) fn confirm(&self) -> Result<()> {
-        let lost = |detail: String| Error::IntentLost {
+    fn lost_error(&self, detail: String) -> Error {
+        Error::IntentLost {
             key: self.blob.key[..].into(),
             version: self.blob.version,
             detail,
-        };
-        let state = self
-            .state
-            .lock()
-            .map_err(|_| lost("the lease state was poisoned by a panic".into()))?;
-        if let Some(why) = &state.lost {
-            return Err(lost(why.clone()));
         }
-        let left = state.intent.expires_micros.saturating_sub(now_micros());
+    }
+
+    /// Claims the intent for the commit: a compare-and-set from the value last written to one whose expiry
+    /// is a lease plus the commit hold ([`commit_hold`]) from now. Fails with `IntentLost` if gc took the
+    /// intent over first; once it succeeded, gc leaves the intent alone until the hold is over. A write whose
+    /// outcome is unknown is tried again: finding its own claim in place means it landed.
+    pub(crate) async fn claim(&self, inner: &Inner) -> Result<()> {
+        let hold = commit_hold(inner);
+        let _turn = self.writing.lock().await;
+        let mut last_error = None;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let current = {
+                let mut state = self.state.lock().map_err(|_| self.poisoned())?;
+                if let Some(why) = &state.lost {
+                    return Err(self.lost_error(why.clone()));
+                }
+                state.hold = hold;
+                state.intent
+            };
+            let claimed = Intent {
+                expires_micros: expiry(self.lease, hold),
+                ..current
+            };
+            let outcome = self
+                .backend
+                .put_record(
+                    Namespace::Intent,
+                    &self.record_key,
+                    claimed.encode(),
+                    &Precondition::Equals(current.encode()),
+                )
+                .await;
+            match outcome {
+                Ok(outcome) => {
+                    if settle(&self.state, &self.progress, claimed, outcome)? {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.is_retryable() => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| self.lost_error("the claim did not settle".into())))
+    }
+
+    /// Succeeds while the claimed lease has at least a quarter of it left (before the hold): a manifest write
+    /// issued now lands before gc may take the intent over, given the hold.
+    pub(crate) fn check_claim(&self) -> Result<()> {
+        let state = self.state.lock().map_err(|_| self.poisoned())?;
+        if let Some(why) = &state.lost {
+            return Err(self.lost_error(why.clone()));
+        }
+        let lease_end = state
+            .intent
+            .expires_micros
+            .saturating_sub(micros(state.hold));
+        let left = lease_end.saturating_sub(now_micros());
         if left < micros(self.lease) / 4 {
-            return Err(lost(format!(
-                "only {left} µs of the {:?} lease were left (renewals failed or stalled)",
+            return Err(self.lost_error(format!(
+                "only {left} µs of the {:?} lease were left before the commit (renewals failed or stalled)",
                 self.lease
             )));
         }
         Ok(())
+    }
+
+    fn poisoned(&self) -> Error {
+        self.lost_error("the lease state was poisoned by a panic".into())
     }
 
     /// Stops renewing and removes the intent (best effort: a leftover intent of a committed version is removed
@@ -232,6 +347,57 @@ impl Drop for IntentLease {
         if let Some(task) = &self.renewer {
             task.abort();
         }
+        if let Ok(mut r) = RUNNING.lock() {
+            r.remove(&self.running);
+        }
+    }
+}
+
+/// The expiry of an intent renewed or claimed now.
+fn expiry(lease: Duration, hold: Duration) -> u64 {
+    now_micros()
+        .saturating_add(micros(lease))
+        .saturating_add(micros(hold))
+}
+
+/// Records the outcome of a compare-and-set of the intent to `next`; returns whether `next` is in place.
+/// Only the put writes values under its intent's key (gc only deletes it), so a different value of this put
+/// found in place is one of its own writes whose outcome was unknown and that landed late: it becomes the
+/// value to compare against. An absent record means gc took the intent over.
+fn settle(
+    state: &Mutex<LeaseState>,
+    progress: &Progress,
+    next: Intent,
+    outcome: RecordWrite,
+) -> Result<bool> {
+    let mut st = state
+        .lock()
+        .map_err(|_| Error::internal("intent lease", "state lock poisoned"))?;
+    match outcome {
+        RecordWrite::Done(_) => {
+            st.intent = next;
+            Ok(true)
+        }
+        RecordWrite::ConditionFailed(Some(found)) => match Intent::decode(&found) {
+            Some(own) if own == next => {
+                st.intent = next;
+                Ok(true)
+            }
+            Some(own) if own.started_micros == next.started_micros => {
+                st.intent = own;
+                Ok(false)
+            }
+            _ => {
+                st.lost = Some("the intent record was replaced by another writer".into());
+                progress.lost.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
+        },
+        RecordWrite::ConditionFailed(None) => {
+            st.lost = Some("garbage collection took the expired intent over".into());
+            progress.lost.store(true, Ordering::Relaxed);
+            Ok(false)
+        }
     }
 }
 
@@ -241,15 +407,17 @@ async fn renew(
     record_key: Vec<u8>,
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
+    writing: Arc<tokio::sync::Mutex<()>>,
     progress: Arc<Progress>,
 ) {
     loop {
         tokio::time::sleep(lease / 3).await;
-        let Ok(current) = state.lock().map(|s| s.intent) else {
+        let _turn = writing.lock().await;
+        let Ok((current, hold)) = state.lock().map(|s| (s.intent, s.hold)) else {
             return;
         };
         let next = Intent {
-            expires_micros: now_micros().saturating_add(micros(lease)),
+            expires_micros: expiry(lease, hold),
             chunks: progress.chunks.load(Ordering::Relaxed),
             stored_bytes: progress.stored.load(Ordering::Relaxed),
             ..current
@@ -262,14 +430,15 @@ async fn renew(
                 &Precondition::Equals(current.encode()),
             )
             .await;
-        let Ok(mut st) = state.lock() else { return };
         match outcome {
-            Ok(RecordWrite::Done(_)) => st.intent = next,
-            Ok(RecordWrite::ConditionFailed(_)) => {
-                st.lost = Some("garbage collection took the expired intent over".into());
-                return;
-            }
-            // Retried at the next tick; `confirm` fails the put if the lease runs out meanwhile.
+            Ok(outcome) => match settle(&state, &progress, next, outcome) {
+                Ok(true) => {}
+                Ok(false) if progress.lost() => return,
+                // Our own late write was found in place: renewed from it at the next tick.
+                Ok(false) => {}
+                Err(_) => return,
+            },
+            // Retried at the next tick; the put fails before its commit if the lease runs out meanwhile.
             Err(e) => tracing::warn!("could not renew a put's intent lease: {e}"),
         }
     }
@@ -283,8 +452,11 @@ pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<
         .await
 }
 
-/// Whether a put of `blob` still holds an unexpired intent.
+/// Whether a put of `blob` is alive: it runs in this process, or holds an unexpired intent.
 pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
+    if running_here(inner, blob.version) {
+        return Ok(true);
+    }
     Ok(read_record(inner, blob)
         .await?
         .and_then(|v| Intent::decode(&v))

@@ -94,7 +94,9 @@ impl CqlStore {
 #[async_trait]
 impl ChunkStore for CqlStore {
     fn info(&self) -> BackendInfo {
-        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false).with_internal_retries()
+        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false)
+            .with_internal_retries()
+            .with_late_writes()
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {

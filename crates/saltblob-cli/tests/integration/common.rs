@@ -111,12 +111,13 @@ pub fn disk_usage(dir: &Path) -> u64 {
 }
 
 /// The end of a crash test: `fsck` finds no damage; once the killed puts' intent leases (`lease`) are over,
-/// `gc --grace 0s` reclaims what they left, and `fsck` then finds no damage, no orphan and nothing queued.
+/// and the commit hold of a put killed during its commit (one more lease on the embedded backend), `gc --grace
+/// 0s` reclaims what they left, and `fsck` then finds no damage, no orphan and nothing queued.
 /// Returns gc's report on one line and the last fsck's JSON.
 pub fn fsck_gc_fsck(store: &Path, lease: std::time::Duration) -> (String, serde_json::Value) {
     let fsck = json(&ok(saltblob(store).args(["fsck", "--json"])));
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
-    std::thread::sleep(lease + std::time::Duration::from_millis(300));
+    std::thread::sleep(lease * 2 + std::time::Duration::from_millis(300));
     let gc = ok(saltblob(store).args(["gc", "--grace", "0s"]));
     let fsck = json(&ok(saltblob(store).args(["fsck", "--json"])));
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");

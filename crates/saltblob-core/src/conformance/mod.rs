@@ -11,11 +11,14 @@
 //! - [`reads`]: range reads and listing by prefix.
 //! - [`failures`]: bad input and damaged data are refused or reported, and change nothing.
 //! - [`gc`]: garbage collection, the intent lease and `fsck`.
+//! - [`fencing`]: races between a put and the cleaners, staged with [`faults::Faulty`].
 //! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod conditional;
 pub mod failures;
+pub mod faults;
+pub mod fencing;
 pub mod gc;
 pub mod reads;
 pub mod records;
@@ -36,6 +39,10 @@ pub use conditional::{conditional_puts, plain_and_conditional_commits_apply_in_o
 pub use failures::{
     bad_input_changes_nothing, corrupt_chunk_is_detected, corrupt_manifest_is_detected,
     size_hint_mismatch_changes_nothing,
+};
+pub use fencing::{
+    commit_outlasting_its_lease_keeps_its_chunks, failed_put_leaves_no_chunks_behind,
+    fsck_repair_spares_versions_replaced_while_it_runs,
 };
 pub use gc::{
     fsck_reports_damage_and_repairs_only_orphans, gc_reclaims_abandoned_puts,
@@ -96,6 +103,8 @@ macro_rules! conformance_suite {
             compression_round_trips, readers_survive_overwrite_within_grace, per_put_overrides,
             gc_reclaims_replaced_and_deleted_versions, gc_reclaims_abandoned_puts,
             put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans,
+            commit_outlasting_its_lease_keeps_its_chunks,
+            fsck_repair_spares_versions_replaced_while_it_runs, failed_put_leaves_no_chunks_behind,
             plain_and_conditional_commits_apply_in_order, record_writes_check_preconditions,
             records_are_separate_per_namespace, record_scans_page_in_key_order,
             record_scan_from_before_the_prefix);
@@ -144,6 +153,23 @@ pub fn data(len: usize, seed: u64) -> Bytes {
             x.to_le_bytes()[0]
         })
         .collect()
+}
+
+/// After a load under `prefix`: reclaims everything due (gc, grace 0) and returns what `fsck` then finds left
+/// over (nothing is removed). The hot-key tests assert on it what `docs/guarantees.md` promises per backend.
+pub async fn orphans_after_gc(store: &BlobStore, prefix: &str) -> Vec<crate::Orphan> {
+    store
+        .gc(&crate::GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(prefix.to_owned()))
+        .await
+        .expect("gc");
+    let report = store
+        .fsck(&crate::FsckOptions::new().with_prefix(prefix.to_owned()))
+        .await
+        .expect("fsck");
+    assert!(report.damaged.is_empty(), "{prefix}: {report:?}");
+    report.orphans
 }
 
 /// A reader that hands out its data in pieces of odd sizes, like a pipe.

@@ -74,8 +74,16 @@ impl ChunkWriter {
         Ok(())
     }
 
-    /// Adds the next chunk's raw bytes; writes a segment once it is full.
+    /// Adds the next chunk's raw bytes; writes a segment once it is full. Fails with `IntentLost` once gc has
+    /// taken the put's intent over: chunks written after that would be referred to by nothing.
     pub(crate) async fn push(&mut self, raw: Bytes) -> Result<()> {
+        if self.progress.lost() {
+            return Err(Error::IntentLost {
+                key: self.blob.key[..].into(),
+                version: self.blob.version,
+                detail: "garbage collection took the intent over while the put was writing".into(),
+            });
+        }
         self.segment.push((self.layout.chunk_count, raw));
         self.layout.chunk_count += 1;
         if self.segment.len() >= self.per_segment {

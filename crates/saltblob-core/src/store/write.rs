@@ -2,8 +2,8 @@
 //!
 //! A put reads top to bottom: [`policy_for`] and [`read_head`] (the API's part), then [`put`]: the condition is
 //! checked, an inline value commits at once; a chunked one takes its intent lease (`intent.rs`), streams its
-//! chunks through the [`ChunkWriter`], confirms the lease and commits the manifest, queueing the version it
-//! replaces for reclaim first.
+//! chunks through the [`ChunkWriter`], claims its intent (which gc can then no longer take over) and commits the
+//! manifest, queueing the version it replaces for reclaim first.
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -154,8 +154,13 @@ where
         }),
         _ => Ok((size, stored)),
     });
-    // A put whose lease lapsed must not commit: gc may already be deleting its chunks.
-    let (size, stored_bytes) = match written.and_then(|w| lease.confirm().map(|()| w)) {
+    // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
+    // settles that race for good (see `intent.rs`).
+    let written = match written {
+        Ok(w) => lease.claim(inner).await.map(|()| w),
+        Err(e) => Err(e),
+    };
+    let (size, stored_bytes) = match written {
         Ok(v) => v,
         Err(e) => {
             let deleted = writer.abort().await;
@@ -307,6 +312,12 @@ async fn commit(
         if let Some(old) = &before
             && let Err(e) = reclaim::schedule(inner, key, old).await
         {
+            end_lease(lease, discard(inner, key, manifest).await).await;
+            return Err(e);
+        }
+        // A manifest write is issued only while the claim holds with a margin, so that it lands before gc may
+        // take the intent over.
+        if let Some(Err(e)) = lease.as_ref().map(IntentLease::check_claim) {
             end_lease(lease, discard(inner, key, manifest).await).await;
             return Err(e);
         }
@@ -492,7 +503,8 @@ mod tests {
             .expect("scan");
         assert_eq!(intents.len(), 1, "the intent stays");
 
-        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        // The intent was claimed for the commit: it holds for the lease and the commit hold (one more lease here).
+        tokio::time::sleep(lease * 2 + Duration::from_millis(100)).await;
         let gc = store
             .gc(&GcOptions::new().with_grace(Duration::ZERO))
             .await

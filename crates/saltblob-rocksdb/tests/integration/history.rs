@@ -6,7 +6,7 @@ use std::time::Duration;
 use saltblob_check::ViolationKind;
 use saltblob_check::scenario::hot_keys;
 use saltblob_core::BlobStore;
-use saltblob_core::conformance::small_config;
+use saltblob_core::conformance::{orphans_after_gc, small_config};
 
 async fn checked(keys: usize) {
     let fixture = crate::conformance::fixture().await;
@@ -17,6 +17,9 @@ async fn checked(keys: usize) {
     .expect("store");
     let outcome = hot_keys(&store, "hot/", keys, 8, 300 << 10, Duration::from_secs(3)).await;
     outcome.assert_clean(&format!("rocksdb, {keys} hot key(s)"));
+    // Every replaced version was queued before its replacement (compare-and-set commits): gc leaves nothing.
+    let orphans = orphans_after_gc(&store, "hot/").await;
+    assert_eq!(orphans, vec![], "no orphan after gc");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

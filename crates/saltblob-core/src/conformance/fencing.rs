@@ -1,0 +1,162 @@
+//! Races between a put and the cleaners (gc, `fsck --repair`), staged with [`Faulty`]: a commit that stalls
+//! past its lease, a version replaced while `fsck --repair` runs, a failed put whose chunk writes land late.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use super::faults::{Faulty, Point};
+use super::gc::chunks_by_version;
+use super::{assert_holds, data, prefix, small_config, store};
+use crate::layout::KIB;
+use crate::{ChunkStore, Error, FsckOptions, GcOptions, Namespace, PutOptions};
+
+/// A put whose manifest write stalls past its lease while its renewals fail, and meanwhile gc (grace 0) and
+/// `fsck --repair` run from another client: the put fails, or it commits and its chunks are all there.
+pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("fence");
+    let key = format!("{p}blob");
+    let lease = Duration::from_secs(1);
+    let config = small_config().with_intent_lease(lease);
+    let faulty = Faulty::new(Arc::clone(&backend));
+    let writer = store(&(faulty.clone() as Arc<dyn ChunkStore>), config.clone());
+    // Another client of the same backend, as another process would be.
+    let cleaner = store(&backend, config);
+    let value = data(100 * KIB as usize, 5);
+
+    let commit = faulty.hold(Point::RecordWrite(Namespace::Manifest));
+    let put = tokio::spawn({
+        let (writer, key, value) = (writer.clone(), key.clone(), value.clone());
+        async move { writer.put(&key, value, &PutOptions::new()).await }
+    });
+    commit.reached().await;
+    // From now on no renewal gets through: the lease runs out while the manifest write is held.
+    faulty.fail(Point::RecordWrite(Namespace::Intent), true);
+    tokio::time::sleep(lease + lease * 3 / 10).await;
+    let gc = cleaner
+        .gc(&GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(p.clone()))
+        .await
+        .expect("gc");
+    let fsck = cleaner
+        .fsck(
+            &FsckOptions::new()
+                .with_repair(true)
+                .with_min_age(Duration::ZERO)
+                .with_prefix(p.clone()),
+        )
+        .await
+        .expect("fsck");
+    commit.release();
+    faulty.fail(Point::RecordWrite(Namespace::Intent), false);
+    match put.await.expect("put task") {
+        Ok(_) => {
+            assert_holds(&cleaner, &key, &value).await;
+        }
+        Err(e) => assert!(
+            matches!(cleaner.get(&key).await, Err(Error::NotFound { .. })),
+            "the put failed ({e}) and committed nothing"
+        ),
+    };
+    assert_eq!(
+        (
+            gc.abandoned_puts,
+            fsck.orphans.iter().filter(|o| o.removed).count()
+        ),
+        (0, 0),
+        "the committing put was left alone: {gc:?} {fsck:?}"
+    );
+}
+
+/// A version committed after `fsck --repair` read the manifests, and replaced before it removes orphans, is
+/// queued for reclaim by its replacement: the repair leaves it to the reclaimer and its readers' grace period.
+pub async fn fsck_repair_spares_versions_replaced_while_it_runs(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("fsck-race");
+    let key = format!("{p}blob");
+    let faulty = Faulty::new(Arc::clone(&backend));
+    let store = store(
+        &(faulty.clone() as Arc<dyn ChunkStore>),
+        small_config().with_grace(Duration::from_secs(300)),
+    );
+    let listing = faulty.hold(Point::ChunkScan);
+    let removal = faulty.hold(Point::RecordRead(Namespace::Intent));
+    let fsck = tokio::spawn({
+        let (store, p) = (store.clone(), p.clone());
+        async move {
+            store
+                .fsck(
+                    &FsckOptions::new()
+                        .with_repair(true)
+                        .with_min_age(Duration::ZERO)
+                        .with_prefix(p),
+                )
+                .await
+        }
+    });
+    // fsck has read the manifests (none yet) and waits to list the chunks.
+    listing.reached().await;
+    let first = store
+        .put(&key, data(50 * KIB as usize, 1), &PutOptions::new())
+        .await
+        .expect("put");
+    listing.release();
+    // fsck found the first version's chunks referred to by nothing it read, and re-checks before removing.
+    removal.reached().await;
+    let second = data(50 * KIB as usize, 2);
+    store
+        .put(&key, second.clone(), &PutOptions::new())
+        .await
+        .expect("replace");
+    removal.release();
+    let report = fsck.await.expect("fsck task").expect("fsck");
+    assert!(
+        report.orphans.iter().all(|o| !o.removed),
+        "nothing removed: {report:?}"
+    );
+    assert!(
+        chunks_by_version(&backend, &key)
+            .await
+            .contains_key(&first.version),
+        "the replaced version stays for its readers' grace period"
+    );
+    assert_holds(&store, &key, &second).await;
+}
+
+/// A put that fails mid-stream while chunk writes are in flight (issued to the engine, landing later) waits
+/// for them before deleting its chunks: nothing of it is left behind, at once.
+pub async fn failed_put_leaves_no_chunks_behind(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("failed-put");
+    let key = format!("{p}blob");
+    let faulty = Faulty::new(Arc::clone(&backend));
+    let store = store(
+        &(faulty.clone() as Arc<dyn ChunkStore>),
+        small_config().with_max_blob_size(100 * KIB),
+    );
+    let writes = faulty.hold(Point::ChunkWrite);
+    let (mut w, r) = tokio::io::duplex(16 * KIB as usize);
+    let mut put = tokio::spawn({
+        let (store, key) = (store.clone(), key.clone());
+        async move { store.put_stream(&key, r, &PutOptions::new()).await }
+    });
+    // More than the limit: the put fails with chunk writes held in flight. (Fed from a task of its own: the
+    // failed put stops reading.)
+    let feeder = tokio::spawn(async move { w.write_all(&data(200 * KIB as usize, 3)).await });
+    writes.reached().await;
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut put).await;
+    writes.release();
+    let outcome = match early {
+        Ok(done) => done,
+        Err(_) => put.await,
+    };
+    assert!(
+        matches!(outcome.expect("put task"), Err(Error::TooLarge { .. })),
+        "the put failed"
+    );
+    feeder.abort();
+    // Let writes that were left in flight land.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let left = chunks_by_version(&backend, &key).await;
+    assert!(left.is_empty(), "chunks left behind: {left:?}");
+}
