@@ -8,6 +8,7 @@ use saltblob_check::{
     Event, FileSink, History, HistorySink, MemorySink, Op, Outcome, check, final_reads, run,
 };
 use saltblob_core::MemoryStore;
+use saltblob_core::conformance::orphans_after_gc;
 
 use crate::common::{hot_keys, print, print_context, store_on};
 
@@ -18,7 +19,10 @@ async fn memory_store_has_no_violation_under_hot_key_load() {
     let sink = MemorySink::new();
     let shared: Arc<dyn HistorySink> = Arc::new(sink.clone());
     let stats = run(store.clone(), &config, Arc::clone(&shared)).await;
-    final_reads(store, &config.keys, shared).await;
+    final_reads(store.clone(), &config.keys, shared).await;
+    // Every replaced version was queued before its replacement (compare-and-set commits): gc leaves nothing.
+    let orphans = orphans_after_gc(&store, "hot/").await;
+    assert_eq!(orphans, vec![], "no orphan after gc");
     let history = sink.history();
     let report = check(&history);
     print(&format!("memory store ({stats})"), &report);
