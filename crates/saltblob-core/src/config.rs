@@ -2,8 +2,10 @@
 //! and [`parse_size`], the parser of sizes as people write them in flags and URLs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::{Clock, SystemClock};
 use crate::codec::Codec;
 use crate::layout::{KIB, LayoutPolicy, MIB};
 use crate::version::VersionId;
@@ -29,6 +31,10 @@ pub struct StoreConfig {
     /// not renew in time fails instead of committing. Clocks of clients sharing a store must agree to well
     /// within a third of it. Defaults to 60 seconds.
     pub intent_lease: Duration,
+    /// The wall clock the store reads for every time it writes or compares (intent leases, grace periods,
+    /// fsck's minimum age, blob expiry, version ids). Defaults to [`SystemClock`]; tests jump time forward
+    /// with an offset clock instead of sleeping.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for StoreConfig {
@@ -40,6 +46,7 @@ impl Default for StoreConfig {
             grace: Duration::from_secs(300),
             max_blob_size: None,
             intent_lease: Duration::from_secs(60),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -72,6 +79,12 @@ impl StoreConfig {
     /// Sets [`StoreConfig::intent_lease`].
     pub fn with_intent_lease(mut self, lease: Duration) -> Self {
         self.intent_lease = lease;
+        self
+    }
+
+    /// Sets [`StoreConfig::clock`].
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 

@@ -18,7 +18,7 @@ use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
 use crate::records::{Inner, micros};
 use crate::store::read;
-use crate::version::{VersionId, now_micros};
+use crate::version::VersionId;
 use crate::{Error, Result};
 
 /// Blobs verified concurrently by `fsck`.
@@ -179,7 +179,7 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
     // Read after the listing, so that a put that wrote chunks before it shows here as in flight or done.
     let intents = intent::all(inner).await?;
     let queued = reclaim::queued_versions(inner).await?;
-    let now = now_micros();
+    let now = inner.now_micros();
     let min_age = micros(opts.min_age.unwrap_or(inner.config.grace));
     let mut candidates = Vec::new();
     let mut versions: Vec<_> = stored.into_iter().collect();

@@ -17,7 +17,6 @@ use crate::backend::{Namespace, SpaceReport};
 use crate::intent::{self, Intent, parse_intent_key};
 use crate::reclaim::{self, ChunkSet, ReclaimReport};
 use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
-use crate::version::now_micros;
 use crate::{KeyDisplay, Result};
 
 /// Key of the intent scan's low-water mark in [`Namespace::Meta`]: a version id (u128 LE) below which every
@@ -95,7 +94,7 @@ impl Drop for GcHandle {
 
 /// One garbage collection pass; see [`crate::BlobStore::gc`].
 pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
-    let now = now_micros();
+    let now = inner.now_micros();
     let mut report = GcReport {
         dry_run: opts.dry_run,
         ..GcReport::default()
@@ -219,6 +218,7 @@ async fn gc_intent(
 mod tests {
     use super::*;
     use crate::backend::ChunkStore;
+    use crate::clock::OffsetClock;
     use crate::{BlobStore, MemoryStore, PutOptions, StoreConfig};
 
     /// A put whose renewals failed for longer than its lease (as in a starved process) is still running: a gc of
@@ -228,11 +228,13 @@ mod tests {
     async fn a_put_running_in_this_process_is_never_taken_over() {
         let backend = Arc::new(MemoryStore::new());
         let lease = Duration::from_millis(600);
+        let clock = OffsetClock::new();
         let store = BlobStore::new(
             backend.clone(),
             StoreConfig::default()
                 .with_intent_lease(lease)
-                .with_grace(Duration::ZERO),
+                .with_grace(Duration::ZERO)
+                .with_clock(clock.clone()),
         )
         .expect("store");
         let (mut w, r) = tokio::io::duplex(1 << 16);
@@ -247,7 +249,7 @@ mod tests {
         backend
             .fail_writes(&[Namespace::Intent], false)
             .expect("inject");
-        tokio::time::sleep(lease * 3 / 2).await;
+        clock.advance(lease * 3 / 2);
         // Renewals heal, but the intent has expired: the next renewal is up to a third of the lease away.
         backend.fail_writes(&[], false).expect("heal");
         let r = store
@@ -265,9 +267,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_intent_watermark_never_skips_a_live_intent() {
         let backend = Arc::new(MemoryStore::new());
+        let lease = Duration::from_millis(300);
+        let clock = OffsetClock::new();
         let store = BlobStore::new(
             backend.clone(),
-            StoreConfig::default().with_intent_lease(Duration::from_millis(300)),
+            StoreConfig::default()
+                .with_intent_lease(lease)
+                .with_clock(clock.clone()),
         )
         .expect("store");
         let (mut w, r) = tokio::io::duplex(1 << 16);
@@ -296,8 +302,9 @@ mod tests {
         );
 
         put.abort();
+        let _ = put.await;
         drop(w);
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        clock.advance(lease * 2);
         let second = store.gc(&GcOptions::new()).await.expect("gc");
         assert_eq!(
             (second.abandoned_puts, second.reclaim.versions),

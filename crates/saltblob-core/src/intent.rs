@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::Clock;
 use crate::backend::{BlobRef, ChunkStore, Namespace, Precondition, RecordWrite};
 use crate::layout::MAX_SALT_LIMIT;
 use crate::reclaim::COMMIT_WINDOW_MICROS;
 use crate::records::{Inner, micros};
-use crate::version::{VersionId, now_micros};
+use crate::version::VersionId;
 use crate::{Error, Result};
 
 /// Format byte of an intent record's value.
@@ -162,6 +163,7 @@ struct LeaseState {
 /// intent to expire, after which gc reclaims the chunks.
 pub(crate) struct IntentLease {
     backend: Arc<dyn ChunkStore>,
+    clock: Arc<dyn Clock>,
     blob: BlobRef,
     /// The entry of this put in [`RUNNING`].
     running: (usize, VersionId),
@@ -178,7 +180,7 @@ impl IntentLease {
     /// Writes the intent of `blob` and starts renewing it.
     pub(crate) async fn acquire(inner: &Inner, blob: &BlobRef, salt_count: u32) -> Result<Self> {
         let lease = inner.config.intent_lease;
-        let now = now_micros();
+        let now = inner.now_micros();
         let intent = Intent {
             started_micros: now,
             expires_micros: now.saturating_add(micros(lease)),
@@ -210,6 +212,7 @@ impl IntentLease {
         let progress = Arc::new(Progress::default());
         let renewer = tokio::spawn(renew(
             Arc::clone(&inner.backend),
+            Arc::clone(&inner.config.clock),
             record_key.clone(),
             lease,
             Arc::clone(&state),
@@ -218,6 +221,7 @@ impl IntentLease {
         ));
         Ok(Self {
             backend: Arc::clone(&inner.backend),
+            clock: Arc::clone(&inner.config.clock),
             blob: blob.clone(),
             running,
             record_key,
@@ -259,7 +263,7 @@ impl IntentLease {
                 state.intent
             };
             let claimed = Intent {
-                expires_micros: expiry(self.lease, hold),
+                expires_micros: expiry(&*self.clock, self.lease, hold),
                 ..current
             };
             let outcome = self
@@ -295,7 +299,7 @@ impl IntentLease {
             .intent
             .expires_micros
             .saturating_sub(micros(state.hold));
-        let left = lease_end.saturating_sub(now_micros());
+        let left = lease_end.saturating_sub(self.clock.now_micros());
         if left < micros(self.lease) / 4 {
             return Err(self.lost_error(format!(
                 "only {left} µs of the {:?} lease were left before the commit (renewals failed or stalled)",
@@ -353,9 +357,10 @@ impl Drop for IntentLease {
     }
 }
 
-/// The expiry of an intent renewed or claimed now.
-fn expiry(lease: Duration, hold: Duration) -> u64 {
-    now_micros()
+/// The expiry of an intent renewed or claimed now, by `clock`.
+fn expiry(clock: &dyn Clock, lease: Duration, hold: Duration) -> u64 {
+    clock
+        .now_micros()
         .saturating_add(micros(lease))
         .saturating_add(micros(hold))
 }
@@ -404,6 +409,7 @@ fn settle(
 /// Renews an intent every third of the lease with a compare-and-set, until aborted or the intent was taken over.
 async fn renew(
     backend: Arc<dyn ChunkStore>,
+    clock: Arc<dyn Clock>,
     record_key: Vec<u8>,
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
@@ -417,7 +423,7 @@ async fn renew(
             return;
         };
         let next = Intent {
-            expires_micros: expiry(lease, hold),
+            expires_micros: expiry(&*clock, lease, hold),
             chunks: progress.chunks.load(Ordering::Relaxed),
             stored_bytes: progress.stored.load(Ordering::Relaxed),
             ..current
@@ -460,7 +466,7 @@ pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
     Ok(read_record(inner, blob)
         .await?
         .and_then(|v| Intent::decode(&v))
-        .is_some_and(|i| !i.expired(now_micros())))
+        .is_some_and(|i| !i.expired(inner.now_micros())))
 }
 
 /// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,

@@ -41,12 +41,14 @@
 //! - [`layout`]: the layout policy (inline, one partition, salted fan-out), chunk/salt/range arithmetic and
 //!   [`ByteRange`].
 //! - [`manifest`], [`codec`]: the versioned on-disk format (`docs/format.md`).
+//! - [`clock`]: [`Clock`], the time a store reads for leases, grace periods and version ids.
 //! - [`config`]: [`StoreConfig`], [`PutOptions`] and [`parse_size`]; [`error`]: [`Error`]; [`version`]:
 //!   [`VersionId`].
 //! - [`memory`]: [`MemoryStore`], the in-memory reference backend.
 //! - `conformance` (feature `conformance`): the suite of behaviour every backend must pass.
 
 pub mod backend;
+pub mod clock;
 pub mod codec;
 pub mod config;
 #[cfg(feature = "conformance")]
@@ -68,6 +70,9 @@ pub use backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
     Previous, RecordWrite, SpaceReport,
 };
+#[cfg(feature = "conformance")]
+pub use clock::OffsetClock;
+pub use clock::{Clock, SystemClock};
 pub use codec::Codec;
 pub use config::{PutCondition, PutOptions, StoreConfig, parse_size};
 pub use error::{BoxError, Error, KeyDisplay, Result};

@@ -14,7 +14,7 @@ use crate::intent;
 use crate::layout::MAX_SALT_LIMIT;
 use crate::manifest::{Manifest, ManifestBody};
 use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
-use crate::version::{VersionId, now_micros};
+use crate::version::VersionId;
 
 /// Key of the reclaim queue's low-water mark in [`Namespace::Meta`]: a due time (u64 LE, Unix µs).
 const RECLAIM_WATERMARK: &[u8] = b"reclaim-watermark";
@@ -173,7 +173,7 @@ pub(crate) async fn schedule(inner: &Inner, key: &Bytes, manifest: &Manifest) ->
         chunk_count: layout.chunk_count,
         stored_bytes: *stored_bytes,
     };
-    enqueue(inner, &blob, chunks, now_micros())
+    enqueue(inner, &blob, chunks, inner.now_micros())
         .await
         .map(|_| ())
 }
@@ -208,7 +208,7 @@ pub(crate) async fn queue_replaced(
     let Some(old) = replaced.filter(|old| Some(old.version) != written) else {
         return;
     };
-    let late = now_micros().saturating_sub(queued_at) > COMMIT_WINDOW_MICROS / 2;
+    let late = inner.now_micros().saturating_sub(queued_at) > COMMIT_WINDOW_MICROS / 2;
     if late || Some(old.version) != queued.map(|q| q.version) {
         schedule_logged(inner, key, &old).await;
     }
@@ -224,7 +224,7 @@ pub(crate) async fn run(
     dry_run: bool,
     prefix: &[u8],
 ) -> Result<ReclaimReport> {
-    let started = now_micros();
+    let started = inner.now_micros();
     let mut report = ReclaimReport::default();
     let watermark = inner
         .read_mark(RECLAIM_WATERMARK)
@@ -272,7 +272,7 @@ async fn process(
     report: &mut ReclaimReport,
     first_kept: &mut Option<u64>,
 ) -> Result<()> {
-    let now = now_micros();
+    let now = inner.now_micros();
     let mut pages = inner.scan(Namespace::Reclaim, b"", after);
     while let Some(page) = pages.next_page().await? {
         for (k, v) in page {
@@ -427,7 +427,7 @@ mod tests {
         let new = Manifest {
             version: VersionId::generate(),
             size: body.len() as u64,
-            created_micros: now_micros(),
+            created_micros: crate::version::now_micros(),
             expires_micros: None,
             digest: *blake3::hash(&body).as_bytes(),
             body: ManifestBody::Inline(body.clone()),
@@ -455,7 +455,7 @@ mod tests {
             unreachable!("checked by put_chunked")
         };
         let stale = ReclaimEntry {
-            due_micros: now_micros() - COMMIT_WINDOW_MICROS - 1,
+            due_micros: crate::version::now_micros() - COMMIT_WINDOW_MICROS - 1,
             version: current.version,
             key: key.clone(),
             salt_count: layout.salt_count,

@@ -13,7 +13,6 @@ use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition};
 use crate::config::StoreConfig;
 use crate::layout::Layout;
 use crate::manifest::Manifest;
-use crate::version::now_micros;
 use crate::{Error, KeyDisplay, Result};
 
 /// Records read per page of a scan.
@@ -33,6 +32,11 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Now, by the store's clock ([`StoreConfig::clock`]): Unix µs.
+    pub(crate) fn now_micros(&self) -> u64 {
+        self.config.clock.now_micros()
+    }
+
     /// Decodes the manifest record of `key`; errors name the key. Besides the format's own checks, a chunk
     /// size larger than this backend can hold is corruption: no put here could have written it.
     pub(crate) fn decode_manifest(&self, key: &[u8], bytes: &Bytes) -> Result<Manifest> {
@@ -59,7 +63,7 @@ impl Inner {
             return Ok(None);
         };
         let manifest = self.decode_manifest(key, &bytes)?;
-        Ok(Some(manifest).filter(|m| !m.is_expired(now_micros())))
+        Ok(Some(manifest).filter(|m| !m.is_expired(self.now_micros())))
     }
 
     /// Pages through the records of `ns` whose key starts with `prefix`, after `start_after` when given.

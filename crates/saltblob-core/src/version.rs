@@ -10,11 +10,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct VersionId(pub u128);
 
 impl VersionId {
-    /// Draws a new id for the current time. Ids drawn in one process strictly increase, also within one
-    /// millisecond and when the clock steps back (the id then continues from the last one).
+    /// Draws a new id for the current system time; see [`VersionId::generate_at`].
     pub fn generate() -> Self {
+        Self::generate_at(now_micros())
+    }
+
+    /// Draws a new id for the time `now_micros` (Unix µs). Ids drawn in one process strictly increase, also
+    /// within one millisecond and when the clock steps back (the id then continues from the last one).
+    pub fn generate_at(now_micros: u64) -> Self {
         static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
-        let millis = u128::from(now_micros() / 1000) & ((1 << 48) - 1);
+        let millis = u128::from(now_micros / 1000) & ((1 << 48) - 1);
         let random = rand::random::<u128>() & ((1 << 80) - 1);
         let candidate = (millis << 80) | random;
         let mut last = LAST

@@ -10,7 +10,7 @@ use super::faults::{Faulty, Point};
 use super::gc::chunks_by_version;
 use super::{assert_holds, data, prefix, small_config, store};
 use crate::layout::KIB;
-use crate::{ChunkStore, Error, FsckOptions, GcOptions, Namespace, PutOptions};
+use crate::{ChunkStore, Error, FsckOptions, GcOptions, Namespace, OffsetClock, PutOptions};
 
 /// A put whose manifest write stalls past its lease while its renewals fail, and meanwhile gc (grace 0) and
 /// `fsck --repair` run from another client: the put fails, or it commits and its chunks are all there.
@@ -18,7 +18,10 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
     let p = prefix("fence");
     let key = format!("{p}blob");
     let lease = Duration::from_secs(1);
-    let config = small_config().with_intent_lease(lease);
+    let clock = OffsetClock::new();
+    let config = small_config()
+        .with_intent_lease(lease)
+        .with_clock(clock.clone());
     let faulty = Faulty::new(Arc::clone(&backend));
     let writer = store(&(faulty.clone() as Arc<dyn ChunkStore>), config.clone());
     // Another client of the same backend, as another process would be.
@@ -33,7 +36,7 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
     commit.reached().await;
     // From now on no renewal gets through: the lease runs out while the manifest write is held.
     faulty.fail(Point::RecordWrite(Namespace::Intent), true);
-    tokio::time::sleep(lease + lease * 3 / 10).await;
+    clock.advance(lease + lease * 3 / 10);
     let gc = cleaner
         .gc(&GcOptions::new()
             .with_grace(Duration::ZERO)
@@ -155,7 +158,8 @@ pub async fn failed_put_leaves_no_chunks_behind(backend: Arc<dyn ChunkStore>) {
         "the put failed"
     );
     feeder.abort();
-    // Let writes that were left in flight land.
+    // Real time for writes that were left in flight to land, if the put did not wait for them (a late write
+    // is an event in the backend that no clock stands for).
     tokio::time::sleep(Duration::from_millis(200)).await;
     let left = chunks_by_version(&backend, &key).await;
     assert!(left.is_empty(), "chunks left behind: {left:?}");

@@ -9,11 +9,13 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use tokio::io::AsyncWriteExt;
 
+use super::faults::Faulty;
 use super::{assert_holds, data, prefix, small_config, store};
+use crate::intent::{Intent, intent_key};
 use crate::layout::KIB;
 use crate::{
-    BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Error, FsckOptions, GcOptions, Layout,
-    Manifest, Namespace, OrphanReason, Precondition, PutOptions, VersionId,
+    BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Clock, Error, FsckOptions, GcOptions,
+    Layout, Manifest, Namespace, OffsetClock, OrphanReason, Precondition, PutOptions, VersionId,
 };
 
 /// Stored chunks of `key`, counted per version (via [`ChunkStore::scan_chunks`]).
@@ -63,6 +65,7 @@ async fn wait_for_uncommitted_chunks(
     committed: VersionId,
     at_least: u64,
 ) -> VersionId {
+    // Polls for an event (chunks written by a task that runs in real time), not for time to pass.
     for _ in 0..200 {
         let found = chunks_by_version(backend, key).await;
         if let Some((v, _)) = found
@@ -74,6 +77,32 @@ async fn wait_for_uncommitted_chunks(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{key}: the running put never stored {at_least} chunks");
+}
+
+/// Waits until the running put of `version` has renewed its intent so that it holds at `clock`'s now: its
+/// renewals run on real-time timers (every third of the lease), so this is a real wait, of at most that.
+async fn wait_for_renewal(
+    backend: &Arc<dyn ChunkStore>,
+    key: &str,
+    version: VersionId,
+    clock: &dyn Clock,
+) {
+    let record = intent_key(&BlobRef {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        version,
+    });
+    for _ in 0..500 {
+        let intent = backend
+            .get_record(Namespace::Intent, &record)
+            .await
+            .expect("read the intent")
+            .and_then(|v| Intent::decode(&v));
+        if intent.is_some_and(|i| !i.expired(clock.now_micros())) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key}: the running put never renewed its intent");
 }
 
 pub async fn gc_reclaims_replaced_and_deleted_versions(backend: Arc<dyn ChunkStore>) {
@@ -137,17 +166,25 @@ pub async fn gc_reclaims_replaced_and_deleted_versions(backend: Arc<dyn ChunkSto
 pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
     let p = prefix("gc-abandoned");
     let key = format!("{p}blob");
-    let store = store(
-        &backend,
-        small_config().with_intent_lease(Duration::from_millis(400)),
+    let lease = Duration::from_millis(400);
+    let clock = OffsetClock::new();
+    let config = small_config()
+        .with_intent_lease(lease)
+        .with_clock(clock.clone());
+    // The writer and the cleaner are two clients of the backend, as two processes would be (gc never takes
+    // over a put of its own process), on one clock.
+    let writer = store(
+        &(Faulty::new(Arc::clone(&backend)) as Arc<dyn ChunkStore>),
+        config.clone(),
     );
+    let store = store(&backend, config);
     let kept = data(10_000, 1);
     let committed = store
         .put(&key, kept.clone(), &PutOptions::new())
         .await
         .expect("put");
     let (w, put, abandoned) = running_put(
-        &store,
+        &writer,
         &backend,
         &key,
         committed.version,
@@ -157,7 +194,8 @@ pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
     .await;
     let opts = GcOptions::new().with_prefix(p.clone());
     // Stalled for longer than its lease, but alive: it renews, and gc leaves it alone.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    clock.advance(lease * 3 / 2);
+    wait_for_renewal(&backend, &key, abandoned, &*clock).await;
     let r = store.gc(&opts).await.expect("gc");
     assert_eq!((r.puts_in_flight, r.abandoned_puts), (1, 0), "{r:?}");
     assert!(
@@ -168,8 +206,9 @@ pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
 
     // The writer dies: its intent is no longer renewed and expires.
     put.abort();
+    let _ = put.await;
     drop(w);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    clock.advance(lease * 2);
     let r = store.gc(&opts).await.expect("gc");
     assert_eq!((r.puts_in_flight, r.abandoned_puts), (0, 1), "{r:?}");
     assert!(
@@ -221,6 +260,8 @@ pub async fn put_without_its_lease_does_not_commit(backend: Arc<dyn ChunkStore>)
         .delete_record(Namespace::Intent, &record, &Precondition::None)
         .await
         .expect("take over");
+    // Real time for a renewal (every third of the lease) to find the intent gone and stop the writer; without
+    // it, the put's claim before the commit fails instead. Either way the put must fail.
     tokio::time::sleep(Duration::from_millis(400)).await;
     // The writer may already have stopped (its renewal found the intent gone) and closed the pipe.
     let _ = w.write_all(&data(50 * KIB as usize, 3)).await;

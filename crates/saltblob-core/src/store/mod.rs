@@ -26,7 +26,7 @@ use crate::layout::{ByteRange, Layout};
 use crate::manifest::Manifest;
 use crate::reclaim::{self, ReclaimReport};
 use crate::records::Inner;
-use crate::version::{VersionId, now_micros};
+use crate::version::VersionId;
 use crate::{Error, Result};
 
 /// Longest key accepted, in bytes.
@@ -350,7 +350,7 @@ impl BlobStore {
 
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
     pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
-        reclaim::run(&self.inner, now_micros(), false, b"").await
+        reclaim::run(&self.inner, self.inner.now_micros(), false, b"").await
     }
 
     /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
@@ -393,7 +393,7 @@ impl BlobStore {
 
     /// The entries of manifest `records` that have not expired, and those that do not decode.
     fn live_entries(&self, records: Vec<(Bytes, Bytes)>) -> Vec<ListEntry> {
-        let now = now_micros();
+        let now = self.inner.now_micros();
         records
             .into_iter()
             .map(|(key, bytes)| {
@@ -515,7 +515,7 @@ mod tests {
         let manifest = Manifest {
             version: VersionId::generate(),
             size,
-            created_micros: now_micros(),
+            created_micros: crate::version::now_micros(),
             expires_micros: None,
             digest: [0; 32],
             body: ManifestBody::Chunked {

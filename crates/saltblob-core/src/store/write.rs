@@ -16,7 +16,7 @@ use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
 use crate::records::Inner;
 use crate::store::chunk_writer::ChunkWriter;
-use crate::version::{VersionId, now_micros};
+use crate::version::VersionId;
 use crate::{Error, Result};
 
 /// Compare-and-set attempts of an unconditional commit that keeps losing races to other puts of the same key,
@@ -93,10 +93,11 @@ where
     if let Some(size) = known_size {
         check_size(inner, &key, size, None)?;
     }
+    let now = inner.now_micros();
     let mut manifest = Manifest {
-        version: VersionId::generate(),
+        version: VersionId::generate_at(now),
         size: 0,
-        created_micros: now_micros(),
+        created_micros: now,
         expires_micros: None,
         digest: [0; 32],
         body: ManifestBody::Inline(Bytes::new()),
@@ -308,7 +309,7 @@ async fn commit(
         let before = raw
             .as_ref()
             .and_then(|b| inner.decode_manifest(key, b).ok());
-        let queued_at = now_micros();
+        let queued_at = inner.now_micros();
         if let Some(old) = &before
             && let Err(e) = reclaim::schedule(inner, key, old).await
         {
@@ -376,7 +377,7 @@ pub(crate) async fn delete(inner: &Inner, key: Bytes) -> Result<Option<VersionId
         Err(e) if e.is_corruption() => None,
         Err(e) => return Err(e),
     };
-    let queued_at = now_micros();
+    let queued_at = inner.now_micros();
     if let Some(old) = &pre_read {
         reclaim::schedule(inner, &key, old).await?;
     }
@@ -476,6 +477,7 @@ mod tests {
 
     use super::*;
     use crate::backend::ChunkStore;
+    use crate::clock::OffsetClock;
     use crate::{BlobStore, GcOptions, MemoryStore, StoreConfig};
 
     /// A put whose commit fails and whose cleanup fails too (chunks not deleted, not queued) keeps its intent,
@@ -484,9 +486,11 @@ mod tests {
     async fn a_put_that_cannot_clean_up_leaves_its_intent_to_gc() {
         let backend = Arc::new(MemoryStore::new());
         let lease = Duration::from_millis(300);
+        let clock = OffsetClock::new();
         let config = StoreConfig::default()
             .with_grace(Duration::ZERO)
-            .with_intent_lease(lease);
+            .with_intent_lease(lease)
+            .with_clock(clock.clone());
         let store = BlobStore::new(backend.clone(), config).expect("store");
         backend
             .fail_writes(&[Namespace::Manifest, Namespace::Reclaim], true)
@@ -504,7 +508,7 @@ mod tests {
         assert_eq!(intents.len(), 1, "the intent stays");
 
         // The intent was claimed for the commit: it holds for the lease and the commit hold (one more lease here).
-        tokio::time::sleep(lease * 2 + Duration::from_millis(100)).await;
+        clock.advance(lease * 2 + Duration::from_millis(100));
         let gc = store
             .gc(&GcOptions::new().with_grace(Duration::ZERO))
             .await
