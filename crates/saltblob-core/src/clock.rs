@@ -58,3 +58,70 @@ impl Clock for OffsetClock {
             .saturating_add(self.offset_micros.load(Ordering::SeqCst))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::{
+        BlobRef, BlobStore, ChunkStore, ChunkWrite, FsckOptions, MemoryStore, PutOptions,
+        StoreConfig, VersionId,
+    };
+
+    /// The reclaim grace period and fsck's minimum age are measured by the store's clock: nothing is due
+    /// before it has moved past them, and it need not be real time that moved.
+    #[tokio::test]
+    async fn grace_and_min_age_run_on_the_store_clock() {
+        let backend = Arc::new(MemoryStore::new());
+        let clock = OffsetClock::new();
+        let grace = Duration::from_secs(30);
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default()
+                .with_grace(grace)
+                .with_clock(clock.clone()),
+        )
+        .expect("store");
+        let chunked = Bytes::from(vec![1u8; 300_000]);
+        store
+            .put("k", chunked, &PutOptions::new())
+            .await
+            .expect("put");
+        store
+            .put("k", Bytes::from_static(b"small"), &PutOptions::new())
+            .await
+            .expect("overwrite");
+        let orphan = BlobRef {
+            key: Bytes::from_static(b"orphan"),
+            version: VersionId::generate(),
+        };
+        let chunk = ChunkWrite {
+            salt: 0,
+            index: 0,
+            data: Bytes::from_static(b"nothing refers to this"),
+        };
+        backend
+            .put_chunks(&orphan, vec![chunk])
+            .await
+            .expect("orphan chunk");
+        let repair = FsckOptions::new().with_repair(true);
+
+        let early = store.reclaim_due().await.expect("reclaim");
+        assert_eq!(early.versions, 0, "within the grace period: {early:?}");
+        let r = store.fsck(&repair).await.expect("fsck");
+        assert!(r.orphans.iter().all(|o| !o.removed), "too young: {r:?}");
+
+        clock.advance(grace + Duration::from_secs(1));
+        let due = store.reclaim_due().await.expect("reclaim");
+        assert_eq!(due.versions, 1, "the grace period is over: {due:?}");
+        let r = store.fsck(&repair).await.expect("fsck");
+        assert!(
+            r.orphans.iter().any(|o| o.removed && o.key == orphan.key),
+            "old enough: {r:?}"
+        );
+    }
+}
