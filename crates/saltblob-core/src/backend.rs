@@ -161,8 +161,8 @@ pub struct BackendInfo {
     /// (which would multiply the attempts and the delays). Defaults to `false`.
     pub retries_internally: bool,
     /// Whether a write that failed or timed out may still take effect later (a cluster: a replica that got
-    /// the write before the timeout; hints and read repair spread it afterwards). A put's claimed intent then
-    /// stays valid for the reclaim queue's commit window past its lease, so that gc never takes over a put
+    /// the write before the timeout; hints and read repair spread it afterwards). gc then waits the reclaim
+    /// queue's commit window past an intent's lease before taking it over, so that it never takes over a put
     /// whose manifest write may still land. Defaults to `false`: writes take effect before their call returns
     /// or not at all.
     pub late_writes: bool,

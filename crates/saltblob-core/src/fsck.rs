@@ -199,7 +199,9 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             continue;
         }
         let intent = intents.get(&(key.clone(), version));
-        if intent.is_some_and(|i| !i.expired(now)) || intent::running_here(inner, version) {
+        if intent.is_some_and(|i| !i.abandoned(now, intent::commit_hold(inner)))
+            || intent::running_here(inner, version)
+        {
             report.puts_in_flight += 1;
             continue;
         }
@@ -280,7 +282,7 @@ async fn repair(inner: &Inner, orphans: &mut [Orphan], candidates: Vec<Candidate
         if queued.contains(&(blob.key.clone(), blob.version)) {
             continue;
         }
-        // Take the expired intent over first, so that its writer cannot claim it and commit.
+        // Take the abandoned intent over first, so that its writer cannot renew it.
         if let Some(raw) = intent_now
             && !intent::take_over(inner, &intent_key(&blob), raw).await?
         {

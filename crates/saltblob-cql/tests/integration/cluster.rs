@@ -126,9 +126,18 @@ async fn checked_load_while_a_node_is_killed_and_restarted(store: &BlobStore) {
         report.summary()
     );
     assert!(report.is_clean(), "{:#?}", report.violations);
+    let history = sink.history();
+    let errors: Vec<&str> = history
+        .ops
+        .iter()
+        .filter_map(|op| match &op.outcome {
+            Some(saltblob_check::Outcome::Failed { error, .. }) => Some(error.as_str()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(
-        (stats.failed, reads.failed),
-        (0, 0),
+        (stats.failed, reads.failed, &errors[..errors.len().min(20)]),
+        (0, 0, &[][..]),
         "no operation fails after the client's retries"
     );
     assert!(stats.puts > 0 && stats.gets_with_value > 0, "{stats}");
