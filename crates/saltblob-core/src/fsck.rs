@@ -199,7 +199,7 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             continue;
         }
         let intent = intents.get(&(key.clone(), version));
-        if intent.is_some_and(|i| !i.abandoned(now, intent::commit_hold(inner)))
+        if intent.is_some_and(|i| !i.abandoned(now, intent::takeover_hold(inner)))
             || intent::running_here(inner, version)
         {
             report.puts_in_flight += 1;

@@ -173,7 +173,7 @@ async fn gc_intent(
         );
         return Ok(true);
     };
-    if !intent.abandoned(now, intent::commit_hold(inner))
+    if !intent.abandoned(now, intent::takeover_hold(inner))
         || intent::running_here(inner, blob.version)
     {
         report.puts_in_flight += 1;

@@ -2,14 +2,16 @@
 //!
 //! Before its first chunk a put writes an **intent** (key, version, start, lease expiry, salt count), renews it
 //! every third of the lease while it runs and removes it after the commit. gc treats an intent as abandoned only
-//! once its lease has expired **and the commit hold has passed** ([`commit_hold`], [`Intent::abandoned`]). A put
-//! issues each manifest write only while its lease has at least a quarter left ([`IntentLease::check_lease`]),
-//! and a manifest write lands within the hold or never, so gc never takes over an intent whose put may still
-//! commit: the commit is fenced without a compare-and-set on its path (a cluster that lost a node may time
-//! compare-and-sets out for a minute, which must not fail puts). Renewals are compare-and-sets, and so is gc's
-//! takeover: a put whose intent was taken over stops writing and fails. Besides, gc and fsck never take over the
-//! intent of a put that runs in their own process on the same backend ([`running_here`]): such a put is alive by
-//! definition.
+//! once its lease has expired (and, on a cluster, the takeover hold has passed since: [`takeover_hold`]). Before
+//! its commit a put **claims** its intent: a compare-and-set that extends the expiry by the commit hold
+//! ([`commit_hold`]), from the value it last wrote. gc's takeover is a compare-and-set on the value gc read, so
+//! of a claim and a takeover exactly one wins: a put whose intent was taken over fails instead of committing,
+//! and a claimed intent is not taken over before its manifest write has landed. Renewals go on through the
+//! commit. On a backend whose writes may land late ([`crate::BackendInfo::late_writes`], a cluster) there is no
+//! claim: a cluster that lost a node may time compare-and-sets out for a minute, which must not fail puts.
+//! There the put issues its manifest writes only while its lease has a quarter left, and gc waits the takeover
+//! hold past the lease, which outlasts any manifest write. Besides, gc and fsck never take over the intent of a put
+//! that runs in their own process on the same backend ([`running_here`]): such a put is alive by definition.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +30,11 @@ use crate::{Error, Result};
 
 /// Format byte of an intent record's value.
 const INTENT_FORMAT: u8 = 1;
+
+/// Attempts of a claim whose outcome is unknown (a timeout), whether or not the backend retries by itself:
+/// backends do not retry conditional writes (not idempotent), and a claim's retry is safe (see
+/// [`IntentLease::claim`]).
+const CLAIM_ATTEMPTS: u32 = 4;
 
 /// Length of an intent record's value.
 const INTENT_LEN: usize = 37;
@@ -80,8 +87,7 @@ impl Intent {
         self.expires_micros <= now
     }
 
-    /// Whether the put is abandoned at `now`: its lease expired and the commit `hold` passed since, so that no
-    /// manifest write it issued can still land.
+    /// Whether the put is abandoned at `now`: its lease expired and `hold` ([`takeover_hold`]) passed since.
     pub(crate) fn abandoned(&self, now: u64, hold: Duration) -> bool {
         self.expires_micros.saturating_add(micros(hold)) <= now
     }
@@ -139,15 +145,21 @@ pub(crate) fn running_here(inner: &Inner, version: VersionId) -> bool {
         .unwrap_or(true)
 }
 
-/// How long past its lease's expiry an intent is still not taken over: the longest a manifest write may take
-/// to land after it was issued. On a backend whose failed or timed-out writes may still land later
-/// ([`crate::BackendInfo::late_writes`], a cluster) that is the commit window of the reclaim queue (ten
-/// minutes); elsewhere a write lands before its call returns, and one lease is kept as a margin.
+/// How long past its lease a claimed intent stays valid: a write lands before its call returns on the backends
+/// that claim (see [`takeover_hold`] for the others), and one lease is kept as a margin.
 pub(crate) fn commit_hold(inner: &Inner) -> Duration {
+    inner.config.intent_lease
+}
+
+/// How long past an intent's expiry gc waits before taking it over: on a backend whose failed or timed-out
+/// writes may still land later ([`crate::BackendInfo::late_writes`], a cluster, where puts do not claim) the
+/// commit window of the reclaim queue (ten minutes), the longest a manifest write may take to land after it was
+/// issued; elsewhere nothing (the claim fences the commit).
+pub(crate) fn takeover_hold(inner: &Inner) -> Duration {
     if inner.info.late_writes {
         Duration::from_micros(COMMIT_WINDOW_MICROS)
     } else {
-        inner.config.intent_lease
+        Duration::ZERO
     }
 }
 
@@ -157,10 +169,12 @@ struct LeaseState {
     intent: Intent,
     /// Why the lease was lost, if it was (gc took the intent over).
     lost: Option<String>,
+    /// Added to every expiry once the intent is claimed for the commit ([`commit_hold`]); zero before.
+    hold: Duration,
 }
 
-/// The intent lease of one chunked put: written before its first chunk, renewed in the background, checked
-/// before each manifest write and removed after the commit. Dropping it (a cancelled put) stops the renewals and leaves the
+/// The intent lease of one chunked put: written before its first chunk, renewed in the background, claimed
+/// before the commit and removed after it. Dropping it (a cancelled put) stops the renewals and leaves the
 /// intent to expire, after which gc reclaims the chunks.
 pub(crate) struct IntentLease {
     backend: Arc<dyn ChunkStore>,
@@ -171,6 +185,8 @@ pub(crate) struct IntentLease {
     record_key: Vec<u8>,
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
+    /// Taken by each write of the intent (renewal, claim), so that one never races another.
+    writing: Arc<tokio::sync::Mutex<()>>,
     progress: Arc<Progress>,
     renewer: Option<tokio::task::JoinHandle<()>>,
 }
@@ -202,7 +218,12 @@ impl IntentLease {
         if let Ok(mut r) = RUNNING.lock() {
             r.insert(running);
         }
-        let state = Arc::new(Mutex::new(LeaseState { intent, lost: None }));
+        let state = Arc::new(Mutex::new(LeaseState {
+            intent,
+            lost: None,
+            hold: Duration::ZERO,
+        }));
+        let writing = Arc::new(tokio::sync::Mutex::new(()));
         let progress = Arc::new(Progress::default());
         let renewer = tokio::spawn(renew(
             Arc::clone(&inner.backend),
@@ -210,6 +231,7 @@ impl IntentLease {
             record_key.clone(),
             lease,
             Arc::clone(&state),
+            Arc::clone(&writing),
             Arc::clone(&progress),
         ));
         Ok(Self {
@@ -220,6 +242,7 @@ impl IntentLease {
             record_key,
             lease,
             state,
+            writing,
             progress,
             renewer: Some(renewer),
         })
@@ -237,17 +260,66 @@ impl IntentLease {
         }
     }
 
-    /// Succeeds while the lease has at least a quarter of it left: a manifest write issued now lands before
-    /// gc may take the intent over (its lease and then the commit hold must pass first).
-    pub(crate) fn check_lease(&self) -> Result<()> {
+    /// Claims the intent for the commit: a compare-and-set from the value last written to one whose expiry
+    /// is a lease plus the commit hold ([`commit_hold`]) from now. Fails with `IntentLost` if gc took the
+    /// intent over first; once it succeeded, gc leaves the intent alone until the hold is over. A write whose
+    /// outcome is unknown is tried again: finding its own claim in place means it landed.
+    ///
+    /// Where writes may land late ([`takeover_hold`]) there is no claim: this only checks the lease.
+    pub(crate) async fn claim(&self, inner: &Inner) -> Result<()> {
+        if inner.info.late_writes {
+            return self.check_claim();
+        }
+        let hold = commit_hold(inner);
+        let _turn = self.writing.lock().await;
+        let mut last_error = None;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let current = {
+                let mut state = self.state.lock().map_err(|_| self.poisoned())?;
+                if let Some(why) = &state.lost {
+                    return Err(self.lost_error(why.clone()));
+                }
+                state.hold = hold;
+                state.intent
+            };
+            let claimed = Intent {
+                expires_micros: expiry(&*self.clock, self.lease, hold),
+                ..current
+            };
+            let outcome = self
+                .backend
+                .put_record(
+                    Namespace::Intent,
+                    &self.record_key,
+                    claimed.encode(),
+                    &Precondition::Equals(current.encode()),
+                )
+                .await;
+            match outcome {
+                Ok(outcome) => {
+                    if settle(&self.state, &self.progress, claimed, outcome)? {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.is_retryable() => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| self.lost_error("the claim did not settle".into())))
+    }
+
+    /// Succeeds while the claimed lease has at least a quarter of it left (before the hold): a manifest write
+    /// issued now lands before gc may take the intent over, given the hold.
+    pub(crate) fn check_claim(&self) -> Result<()> {
         let state = self.state.lock().map_err(|_| self.poisoned())?;
         if let Some(why) = &state.lost {
             return Err(self.lost_error(why.clone()));
         }
-        let left = state
+        let lease_end = state
             .intent
             .expires_micros
-            .saturating_sub(self.clock.now_micros());
+            .saturating_sub(micros(state.hold));
+        let left = lease_end.saturating_sub(self.clock.now_micros());
         if left < micros(self.lease) / 4 {
             return Err(self.lost_error(format!(
                 "only {left} µs of the {:?} lease were left before the commit (renewals failed or stalled)",
@@ -305,9 +377,12 @@ impl Drop for IntentLease {
     }
 }
 
-/// The expiry of an intent renewed now, by `clock`.
-fn expiry(clock: &dyn Clock, lease: Duration) -> u64 {
-    clock.now_micros().saturating_add(micros(lease))
+/// The expiry of an intent renewed or claimed now, by `clock`.
+fn expiry(clock: &dyn Clock, lease: Duration, hold: Duration) -> u64 {
+    clock
+        .now_micros()
+        .saturating_add(micros(lease))
+        .saturating_add(micros(hold))
 }
 
 /// Records the outcome of a compare-and-set of the intent to `next`; returns whether `next` is in place.
@@ -358,15 +433,17 @@ async fn renew(
     record_key: Vec<u8>,
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
+    writing: Arc<tokio::sync::Mutex<()>>,
     progress: Arc<Progress>,
 ) {
     loop {
         tokio::time::sleep(lease / 3).await;
-        let Ok(current) = state.lock().map(|s| s.intent) else {
+        let _turn = writing.lock().await;
+        let Ok((current, hold)) = state.lock().map(|s| (s.intent, s.hold)) else {
             return;
         };
         let next = Intent {
-            expires_micros: expiry(&*clock, lease),
+            expires_micros: expiry(&*clock, lease, hold),
             chunks: progress.chunks.load(Ordering::Relaxed),
             stored_bytes: progress.stored.load(Ordering::Relaxed),
             ..current
@@ -409,7 +486,7 @@ pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
     Ok(read_record(inner, blob)
         .await?
         .and_then(|v| Intent::decode(&v))
-        .is_some_and(|i| !i.abandoned(inner.now_micros(), commit_hold(inner))))
+        .is_some_and(|i| !i.abandoned(inner.now_micros(), takeover_hold(inner))))
 }
 
 /// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,

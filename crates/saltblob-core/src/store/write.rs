@@ -2,8 +2,8 @@
 //!
 //! A put reads top to bottom: [`policy_for`] and [`read_head`] (the API's part), then [`put`]: the condition is
 //! checked, an inline value commits at once; a chunked one takes its intent lease (`intent.rs`), streams its
-//! chunks through the [`ChunkWriter`], checks its lease and commits the manifest (each write issued while the
-//! lease has a margin, see `intent.rs`), queueing the version it replaces for reclaim first.
+//! chunks through the [`ChunkWriter`], claims its intent (which gc can then no longer take over) and commits the
+//! manifest, queueing the version it replaces for reclaim first.
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -155,9 +155,10 @@ where
         }),
         _ => Ok((size, stored)),
     });
-    // A put whose intent was taken over must not commit: gc may already be deleting its chunks.
+    // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
+    // settles that race for good (see `intent.rs`).
     let written = match written {
-        Ok(w) => lease.check_lease().map(|()| w),
+        Ok(w) => lease.claim(inner).await.map(|()| w),
         Err(e) => Err(e),
     };
     let (size, stored_bytes) = match written {
@@ -315,9 +316,9 @@ async fn commit(
             end_lease(lease, discard(inner, key, manifest).await).await;
             return Err(e);
         }
-        // A manifest write is issued only while the lease holds with a margin, so that it lands before gc may
-        // take the intent over (after the lease and the commit hold).
-        if let Some(Err(e)) = lease.as_ref().map(IntentLease::check_lease) {
+        // A manifest write is issued only while the claim holds with a margin, so that it lands before gc may
+        // take the intent over.
+        if let Some(Err(e)) = lease.as_ref().map(IntentLease::check_claim) {
             end_lease(lease, discard(inner, key, manifest).await).await;
             return Err(e);
         }
@@ -506,7 +507,7 @@ mod tests {
             .expect("scan");
         assert_eq!(intents.len(), 1, "the intent stays");
 
-        // gc takes the intent over once its lease and the commit hold (one more lease here) have passed.
+        // The intent was claimed for the commit: it holds for the lease and the commit hold (one more lease here).
         clock.advance(lease * 2 + Duration::from_millis(100));
         let gc = store
             .gc(&GcOptions::new().with_grace(Duration::ZERO))
