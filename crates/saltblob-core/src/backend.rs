@@ -161,9 +161,9 @@ pub struct BackendInfo {
     /// (which would multiply the attempts and the delays). Defaults to `false`.
     pub retries_internally: bool,
     /// Whether a write that failed or timed out may still take effect later (a cluster: a replica that got
-    /// the write before the timeout; hints and read repair spread it afterwards). gc then waits the reclaim
-    /// queue's commit window past an intent's lease before taking it over, so that it never takes over a put
-    /// whose manifest write may still land. Defaults to `false`: writes take effect before their call returns
+    /// the write before the timeout; hints and read repair spread it afterwards). Puts then do not claim their
+    /// intents, and gc waits the reclaim queue's commit window past an intent's lease before taking it over, so
+    /// that it never takes over a put whose manifest write may still land. Defaults to `false`: writes take effect before their call returns
     /// or not at all.
     pub late_writes: bool,
 }

@@ -282,7 +282,7 @@ async fn repair(inner: &Inner, orphans: &mut [Orphan], candidates: Vec<Candidate
         if queued.contains(&(blob.key.clone(), blob.version)) {
             continue;
         }
-        // Take the abandoned intent over first, so that its writer cannot renew it.
+        // Take the expired intent over first, so that its writer cannot claim it and commit.
         if let Some(raw) = intent_now
             && !intent::take_over(inner, &intent_key(&blob), raw).await?
         {

@@ -273,8 +273,9 @@ pub async fn put_without_its_lease_does_not_commit(backend: Arc<dyn ChunkStore>)
         .delete_record(Namespace::Intent, &record, &Precondition::None)
         .await
         .expect("take over");
-    // Real time for a renewal (every third of the lease) to find the intent gone and stop the writer: a removal
-    // by hand does not wait out the lease and the hold as gc's takeover does, so only the renewal tells.
+    // Real time for a renewal (every third of the lease) to find the intent gone and stop the writer; without
+    // it, the put's claim (or, on a cluster, nothing: a removal by hand does not wait out the takeover hold as
+    // gc does) tells. The put must fail.
     tokio::time::sleep(Duration::from_millis(400)).await;
     // The writer may already have stopped (its renewal found the intent gone) and closed the pipe.
     let _ = w.write_all(&data(50 * KIB as usize, 3)).await;
