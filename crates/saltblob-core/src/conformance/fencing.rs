@@ -8,9 +8,9 @@ use tokio::io::AsyncWriteExt;
 
 use super::faults::{Faulty, Point};
 use super::gc::chunks_by_version;
-use super::{assert_holds, data, prefix, small_config, store};
+use super::{assert_holds, data, prefix, repair_now, small_config, store};
 use crate::layout::KIB;
-use crate::{ChunkStore, Error, FsckOptions, GcOptions, Namespace, OffsetClock, PutOptions};
+use crate::{ChunkStore, Error, GcOptions, Namespace, OffsetClock, PutOptions};
 
 /// A put whose manifest write stalls past its lease while its renewals fail, and meanwhile gc (grace 0) and
 /// `fsck --repair` run from another client: the put fails, or it commits and its chunks are all there.
@@ -43,15 +43,7 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
             .with_prefix(p.clone()))
         .await
         .expect("gc");
-    let fsck = cleaner
-        .fsck(
-            &FsckOptions::new()
-                .with_repair(true)
-                .with_min_age(Duration::ZERO)
-                .with_prefix(p.clone()),
-        )
-        .await
-        .expect("fsck");
+    let fsck = cleaner.fsck(&repair_now(&p)).await.expect("fsck");
     commit.release();
     faulty.fail(Point::RecordWrite(Namespace::Intent), false);
     match put.await.expect("put task") {
@@ -87,16 +79,7 @@ pub async fn fsck_repair_spares_versions_replaced_while_it_runs(backend: Arc<dyn
     let removal = faulty.hold(Point::RecordRead(Namespace::Intent));
     let fsck = tokio::spawn({
         let (store, p) = (store.clone(), p.clone());
-        async move {
-            store
-                .fsck(
-                    &FsckOptions::new()
-                        .with_repair(true)
-                        .with_min_age(Duration::ZERO)
-                        .with_prefix(p),
-                )
-                .await
-        }
+        async move { store.fsck(&repair_now(&p)).await }
     });
     // fsck has read the manifests (none yet) and waits to list the chunks.
     listing.reached().await;

@@ -172,6 +172,14 @@ pub async fn orphans_after_gc(store: &BlobStore, prefix: &str) -> Vec<crate::Orp
     report.orphans
 }
 
+/// `fsck --repair` of the keys under `prefix`, with no minimum age: every orphan found is removed now.
+pub fn repair_now(prefix: &str) -> crate::FsckOptions {
+    crate::FsckOptions::new()
+        .with_repair(true)
+        .with_min_age(Duration::ZERO)
+        .with_prefix(prefix.to_owned())
+}
+
 /// A reader that hands out its data in pieces of odd sizes, like a pipe.
 struct Trickle {
     data: Bytes,

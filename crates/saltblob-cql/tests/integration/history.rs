@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saltblob_check::scenario::hot_keys;
-use saltblob_core::conformance::{orphans_after_gc, prefix, small_config};
-use saltblob_core::{BlobStore, FsckOptions, OrphanReason};
+use saltblob_core::conformance::{orphans_after_gc, prefix, repair_now, small_config};
+use saltblob_core::{BlobStore, OrphanReason};
 
 async fn checked(keys: usize) {
     let store = BlobStore::new(
@@ -31,15 +31,7 @@ async fn checked(keys: usize) {
             .all(|o| o.reason == OrphanReason::Unreferenced),
         "{orphans:?}"
     );
-    let repaired = store
-        .fsck(
-            &FsckOptions::new()
-                .with_repair(true)
-                .with_min_age(Duration::ZERO)
-                .with_prefix(p.clone()),
-        )
-        .await
-        .expect("fsck --repair");
+    let repaired = store.fsck(&repair_now(&p)).await.expect("fsck --repair");
     assert_eq!(repaired.orphans_left(), 0, "{repaired:?}");
     assert_eq!(orphans_after_gc(&store, &p).await, vec![], "repaired");
 }
