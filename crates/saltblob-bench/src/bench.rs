@@ -30,7 +30,9 @@ pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
 /// reachable, output file not writable).
 pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchReport> {
     let plan = Plan::new(args)?;
-    let backend = saltblob::open_backend(url).await?;
+    // The store-level parameters of the URL (the scheduler's) configure the store, the rest the backend.
+    let (backend_url, base_config) = saltblob::split_store_params(url, StoreConfig::default())?;
+    let backend = saltblob::open_backend(&backend_url).await?;
     let info = backend.info();
     let mut policy = LayoutPolicy::default();
     if let Some(cs) = plan.chunk_size {
@@ -42,7 +44,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     let inflight = StoreConfig::default()
         .inflight_bytes
         .max(4 * policy.chunk_size as usize);
-    let config = StoreConfig::default()
+    let config = base_config
         .with_policy(policy.clone())
         .with_inflight_bytes(inflight)
         .with_grace(Duration::ZERO);
@@ -84,7 +86,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     let (reference, reference_report) = if args.no_probe {
         (serde_json::Value::Null, None)
     } else {
-        match reference::measure(url, &backend, &settings).await {
+        match reference::measure(&backend_url, &backend, &settings).await {
             Ok(r) => {
                 print!("{}", report::probe_text(&r));
                 println!();

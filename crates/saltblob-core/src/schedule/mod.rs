@@ -11,6 +11,7 @@
 //! levers (low-priority writes, separate in-flight budgets).
 
 mod class;
+pub(crate) mod cpu;
 mod fair;
 mod limit;
 mod scheduled;
