@@ -2,9 +2,8 @@
 //!
 //! Every operation runs in a [`PriorityClass`]. The store's scheduler admits each backend request (a record
 //! read or write, a segment of chunks) by class: start-time fair queuing over request bytes, in proportion to
-//! the classes' shares (`fair.rs`); background classes hold at most three quarters of the request slots; and the
-//! number of requests in
-//! flight follows measured latency (`limit.rs`). Bulk work is cut into units of
+//! the classes' shares (`fair.rs`); background requests in flight are bounded by a limit that follows the
+//! measured latency of every class (`limit.rs`), while small requests never queue behind them. Bulk work is cut into units of
 //! [`SchedulerConfig::bulk_unit_bytes`], so a small request waits for at most one unit, not for a whole
 //! 60 MiB put. `scheduled.rs` puts the scheduler in front of the backend.
 //!
@@ -243,24 +242,32 @@ impl Scheduler {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Most slots a background class may hold: three quarters of the limit (all but one, at least one), so that
-    /// requests of the other classes always find slots free. Other classes may use every slot.
-    fn background_cap(limit: usize) -> usize {
-        limit.saturating_sub((limit / 4).max(1)).max(1)
+    /// Whether a request of class `class` may start now. Background classes (`bulk`) together hold at most the
+    /// adaptive limit, and each always may start one request when it has none in flight, so that it is never
+    /// starved. Any other class (`interactive`) may hold up to [`SchedulerConfig::max_limit`] by itself: small
+    /// requests never queue behind bulk units, and the limit, which shrinks when their latency rises, throttles
+    /// the bulk work instead.
+    fn may_start(&self, state: &State, class: usize, limit: usize) -> bool {
+        let inflight = state.classes[class].inflight;
+        if state.background[class] {
+            let background: usize = (state.classes.iter().zip(&state.background))
+                .filter(|(_, b)| **b)
+                .map(|(c, _)| c.inflight)
+                .sum();
+            inflight == 0 || background < limit
+        } else {
+            inflight < self.config.max_limit
+        }
     }
 
-    /// Admits queued requests while there is room.
-    fn dispatch(state: &mut State) {
+    /// Admits queued requests while some may start.
+    fn dispatch(&self, state: &mut State) {
         loop {
             let limit = state.limit.limit();
-            if state.inflight >= limit {
-                return;
-            }
-            let cap = Self::background_cap(limit);
-            let held_back: Vec<bool> = (state.classes.iter().zip(&state.background))
-                .map(|(c, background)| *background && c.inflight >= cap)
+            let runnable: Vec<bool> = (0..state.classes.len())
+                .map(|c| self.may_start(state, c, limit))
                 .collect();
-            let Some((class, waiter)) = state.queue.pop(|c| !held_back[c]) else {
+            let Some((class, waiter)) = state.queue.pop(|c| runnable[c]) else {
                 return;
             };
             let now = Instant::now();
@@ -295,7 +302,7 @@ impl Scheduler {
                     admitted: tx,
                 },
             );
-            Self::dispatch(&mut state);
+            self.dispatch(&mut state);
             id
         };
         let waiting = Waiting {
@@ -389,7 +396,7 @@ impl Drop for Waiting {
             state.inflight = state.inflight.saturating_sub(1);
             let stats = &mut state.classes[self.class];
             stats.inflight = stats.inflight.saturating_sub(1);
-            Scheduler::dispatch(&mut state);
+            self.sched.dispatch(&mut state);
         }
     }
 }
@@ -438,7 +445,7 @@ impl Drop for Permit {
         let stats = &mut state.classes[self.class];
         stats.inflight = stats.inflight.saturating_sub(1);
         stats.bytes = stats.bytes.saturating_add(self.bytes);
-        Scheduler::dispatch(&mut state);
+        self.sched.dispatch(&mut state);
     }
 }
 

@@ -35,8 +35,8 @@ async fn settle() {
     }
 }
 
-/// With every slot taken, an interactive request queued after five bulk units is admitted first when a slot
-/// frees, and the bulk units are all admitted after it, in order: bulk is served, not starved.
+/// With the limit reached by bulk units, an interactive request is admitted at once, ahead of the five bulk
+/// units queued before it, which are then admitted in order as slots free: bulk is served, not starved.
 #[tokio::test(flavor = "current_thread")]
 async fn interactive_is_admitted_ahead_of_queued_bulk_units() {
     let s = scheduler(1);
@@ -56,21 +56,10 @@ async fn interactive_is_admitted_ahead_of_queued_bulk_units() {
         queue(bulk, format!("bulk {unit}"));
     }
     settle().await;
+    assert_eq!(s.stats().classes[0].queued, 5, "bulk waits for the limit");
     queue(interactive, "small".into());
     settle().await;
-    let stats = s.stats();
-    assert_eq!(
-        (
-            stats.inflight,
-            stats.classes[0].queued,
-            stats.classes[1].queued
-        ),
-        (1, 5, 1)
-    );
-    assert!(
-        order.lock().expect("order").is_empty(),
-        "nothing runs past the limit"
-    );
+    assert_eq!(*order.lock().expect("order"), ["small"]);
     drop(held);
     for task in tasks {
         task.await.expect("task");
@@ -88,38 +77,64 @@ async fn interactive_is_admitted_ahead_of_queued_bulk_units() {
     );
 }
 
-/// Bulk never holds every slot: with a limit of 8 it gets six, and two small requests run at once; small
-/// requests may use every slot.
+/// Small requests holding every slot they may hold do not starve bulk: a bulk request starts at once.
 #[tokio::test(flavor = "current_thread")]
-async fn slots_are_always_left_to_small_requests() {
-    let s = scheduler(8);
+async fn bulk_is_never_starved() {
+    let s = scheduler(2);
+    let (interactive, bulk) = (id(&s, INTERACTIVE), id(&s, BULK));
+    let _small = [s.admit(interactive, 1).await, s.admit(interactive, 1).await];
+    let third = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { drop(s.admit(interactive, 1).await) })
+    };
+    settle().await;
+    assert_eq!(
+        s.stats().classes[1].queued,
+        1,
+        "a third small request waits"
+    );
+    let first_bulk = tokio::time::timeout(Duration::from_secs(5), s.admit(bulk, 1)).await;
+    assert!(first_bulk.is_ok(), "bulk with nothing in flight starts");
+    third.abort();
+}
+
+/// Bulk requests in flight stop at the limit; small requests start at once however many bulk ones run, up to
+/// the maximum of their own.
+#[tokio::test(flavor = "current_thread")]
+async fn the_limit_holds_back_bulk_not_small_requests() {
+    let s = Arc::new(Scheduler::new(
+        SchedulerConfig::default().with_limits(4, 4, 6),
+    ));
     let (interactive, bulk) = (id(&s, INTERACTIVE), id(&s, BULK));
     let mut held = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..4 {
         held.push(s.admit(bulk, 1).await);
     }
-    let seventh = {
+    let fifth = {
         let s = Arc::clone(&s);
         tokio::spawn(async move { drop(s.admit(bulk, 1).await) })
     };
     settle().await;
-    assert_eq!(
-        s.stats().classes[0].queued,
-        1,
-        "the seventh bulk unit waits"
-    );
-    for _ in 0..2 {
+    assert_eq!(s.stats().classes[0].queued, 1, "the fifth bulk unit waits");
+    for _ in 0..6 {
         let small = tokio::time::timeout(Duration::from_secs(5), s.admit(interactive, 1)).await;
-        held.push(small.expect("a small request finds its slot at once"));
+        held.push(small.expect("a small request starts at once"));
     }
-    assert_eq!(s.stats().inflight, 8);
-    seventh.abort();
+    let seventh = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { drop(s.admit(interactive, 1).await) })
+    };
+    settle().await;
+    assert_eq!(
+        s.stats().classes[1].queued,
+        1,
+        "small requests stop at the maximum"
+    );
+    assert_eq!(s.stats().inflight, 10);
     held.clear();
-    let mut small = Vec::new();
-    for _ in 0..8 {
-        let admitted = tokio::time::timeout(Duration::from_secs(5), s.admit(interactive, 1)).await;
-        small.push(admitted.expect("small requests may take every slot"));
-    }
+    settle().await;
+    fifth.await.expect("the fifth bulk unit ran");
+    seventh.await.expect("the seventh small request ran");
 }
 
 /// A request that gives up while queued leaves the queue; one admitted but never run gives its slot back.
