@@ -1,8 +1,8 @@
 //! [`CqlStore`]: the [`ChunkStore`] implementation on ScyllaDB or Apache Cassandra.
 //!
-//! The store is a `Cluster` (session, bootstrap, retries: module `session`) plus the per-host `Throttle` of
-//! chunk writes (module `writer`). Record scans are in module `scan`, conditional writes in `lwt`, write
-//! timestamps in [`crate::clock`].
+//! The store is a `Cluster` (session, bootstrap, retries: module `session`) plus the per-host, per-class
+//! `Throttle` of chunk writes (module `writer`). Record scans are in module `scan`, conditional writes in
+//! `lwt`, write timestamps in [`crate::clock`].
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,7 +22,7 @@ use crate::config::CqlConfig;
 use crate::error::{self, NAME};
 use crate::session::Cluster;
 use crate::statements::{V, key_values};
-use crate::writer::{self, Throttle};
+use crate::writer::{self, Lane, Throttle, WriteBudget};
 use crate::{lwt, scan};
 
 /// Largest encoded chunk accepted: 8 MiB, half of Cassandra's largest mutation (16 MiB with the default 32 MiB
@@ -39,8 +39,9 @@ const DELETE_CONCURRENCY: usize = 32;
 /// Tables (see `docs/format.md`): `manifests` (blob key → manifest), `chunks` (partition (key, version, salt),
 /// row per chunk index) and `records` (partition per namespace, rows in key order). Writes carry client
 /// timestamps from one strictly increasing process clock, so the later of two commits wins; conditional
-/// writes are lightweight transactions. Chunk writes are bounded per host ([`CqlConfig::inflight_per_host`]):
-/// a put that outruns the cluster waits instead of failing.
+/// writes are lightweight transactions. Chunk writes are bounded per host and priority class
+/// ([`CqlConfig::inflight_per_host`], [`CqlConfig::bulk_inflight_per_host`]): a put that outruns the cluster
+/// waits instead of failing, and background writes never take the budget of interactive ones.
 pub struct CqlStore {
     cluster: Cluster,
     throttle: Throttle,
@@ -72,6 +73,12 @@ impl CqlStore {
     /// The configuration the store was opened with.
     pub fn config(&self) -> &CqlConfig {
         &self.cluster.config
+    }
+
+    /// The chunk-write budgets used so far, one per host and priority class, sorted by host then class (for
+    /// diagnostics and tests).
+    pub fn write_budgets(&self) -> Vec<WriteBudget> {
+        self.throttle.snapshot()
     }
 
     /// The data center requests go to.
@@ -204,12 +211,11 @@ impl ChunkStore for CqlStore {
         let ts = next_timestamp();
         let version = Bytes::copy_from_slice(&blob.version.to_be_bytes());
         let units = writer::plan(blob, chunks, self.cluster.config.batch_bytes);
-        // Every partition at once; the per-host throttle holds back what the cluster cannot take yet.
-        futures::future::try_join_all(
-            units
-                .into_iter()
-                .map(|u| writer::write_unit(&self.cluster, &self.throttle, blob, &version, ts, u)),
-        )
+        let lane = Lane::current();
+        // Every partition at once; the per-host, per-class throttle holds back what the cluster cannot take yet.
+        futures::future::try_join_all(units.into_iter().map(|u| {
+            writer::write_unit(&self.cluster, &self.throttle, blob, &version, ts, &lane, u)
+        }))
         .await?;
         Ok(())
     }

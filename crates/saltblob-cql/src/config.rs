@@ -79,9 +79,14 @@ pub struct CqlConfig {
     pub request_timeout: Duration,
     /// Connections per host (per shard on ScyllaDB). Defaults to 2.
     pub connections: NonZeroUsize,
-    /// Bytes of chunk writes in flight to one host (its primary replica) at once; further writes wait
-    /// (backpressure) instead of failing. At least 8 MiB. Defaults to 16 MiB.
+    /// Bytes of chunk writes in flight to one host (its primary replica) at once, for each foreground priority
+    /// class (`interactive`, and any class with at least its shares) and for writes outside any class (the
+    /// scheduler off); further writes wait (backpressure) instead of failing. At least 8 MiB. Defaults to 16 MiB.
     pub inflight_per_host: usize,
+    /// The same budget for each background class (`bulk`, and any class with fewer shares than `interactive`):
+    /// a budget of its own per host, so background writes never take the room of interactive ones. At least
+    /// 8 MiB. Defaults to `None`: [`CqlConfig::inflight_per_host`].
+    pub bulk_inflight_per_host: Option<usize>,
     /// Largest CQL batch of chunks of one partition, in bytes; a larger chunk is sent alone. At most 48 KiB.
     /// Defaults to 32 KiB.
     pub batch_bytes: usize,
@@ -112,6 +117,7 @@ impl CqlConfig {
             request_timeout: Duration::from_secs(12),
             connections: NonZeroUsize::MIN.saturating_add(1),
             inflight_per_host: 16 << 20,
+            bulk_inflight_per_host: None,
             batch_bytes: 32 << 10,
             attempts: 5,
             credentials: None,
@@ -156,6 +162,19 @@ impl CqlConfig {
         self
     }
 
+    /// Sets [`CqlConfig::bulk_inflight_per_host`].
+    pub fn with_bulk_inflight_per_host(mut self, bytes: usize) -> Self {
+        self.bulk_inflight_per_host = Some(bytes);
+        self
+    }
+
+    /// The per-host budget of each background class: [`CqlConfig::bulk_inflight_per_host`], else
+    /// [`CqlConfig::inflight_per_host`].
+    pub fn bulk_budget(&self) -> usize {
+        self.bulk_inflight_per_host
+            .unwrap_or(self.inflight_per_host)
+    }
+
     /// Sets [`CqlConfig::tls`].
     pub fn with_tls(mut self, tls: TlsOptions) -> Self {
         self.tls = Some(tls);
@@ -180,7 +199,8 @@ impl CqlConfig {
     /// | `dc` | data center | the only one |
     /// | `connect_timeout`, `request_timeout` | `500ms`, `5s`, `2m` (a bare number is seconds) | 5 s, 12 s |
     /// | `connections` | connections per host (per shard on ScyllaDB) | 2 |
-    /// | `inflight_per_host` | bytes of chunk writes in flight per host (`16MiB`) | 16 MiB |
+    /// | `inflight_per_host` | bytes of chunk writes in flight per host, per foreground class (`16MiB`) | 16 MiB |
+    /// | `bulk_inflight_per_host` | the same for each background class (`bulk`) | `inflight_per_host` |
     /// | `batch_bytes` | CQL batch budget (`32KiB`), at most 48 KiB | 32 KiB |
     /// | `attempts` | attempts of idempotent requests on transient errors | 5 |
     /// | `tls` | `true`: connect over TLS (then `ca` is required) | `false` |
@@ -287,13 +307,12 @@ impl CqlConfig {
                         })?;
                 }
                 "inflight_per_host" => {
-                    let n = parse_size(v).map_err(|r| bad(format!("{k}={v}: {r}")))?;
-                    if n < MIN_INFLIGHT_PER_HOST {
-                        return Err(bad(format!(
-                            "{k}={v}: at least 8MiB, so that the largest chunk fits"
-                        )));
-                    }
-                    config.inflight_per_host = n;
+                    config.inflight_per_host =
+                        parse_budget(v).map_err(|r| bad(format!("{k}={v}: {r}")))?
+                }
+                "bulk_inflight_per_host" => {
+                    config.bulk_inflight_per_host =
+                        Some(parse_budget(v).map_err(|r| bad(format!("{k}={v}: {r}")))?)
                 }
                 "batch_bytes" => {
                     let n = parse_size(v).map_err(|r| bad(format!("{k}={v}: {r}")))?;
@@ -327,7 +346,7 @@ impl CqlConfig {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: rf, consistency, read_consistency, write_consistency, \
                          serial_consistency, dc, connect_timeout, request_timeout, connections, inflight_per_host, \
-                         batch_bytes, attempts, tls, ca, cert, key"
+                         bulk_inflight_per_host, batch_bytes, attempts, tls, ca, cert, key"
                     )));
                 }
             }
@@ -353,11 +372,16 @@ impl CqlConfig {
                 "0; it must be at least 1",
             ));
         }
-        if self.inflight_per_host < MIN_INFLIGHT_PER_HOST {
-            return Err(Error::invalid(
-                "inflight_per_host",
-                "below 8 MiB; it must hold the largest chunk",
-            ));
+        for (name, budget) in [
+            ("inflight_per_host", Some(self.inflight_per_host)),
+            ("bulk_inflight_per_host", self.bulk_inflight_per_host),
+        ] {
+            if budget.is_some_and(|b| b < MIN_INFLIGHT_PER_HOST) {
+                return Err(Error::invalid(
+                    name,
+                    "below 8 MiB; it must hold the largest chunk",
+                ));
+            }
         }
         if self.batch_bytes == 0 || self.batch_bytes > MAX_BATCH_BUDGET {
             return Err(Error::invalid(
@@ -491,6 +515,15 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
         return Err("use a duration from 1ms to 1h".into());
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a per-host in-flight budget: a size of at least [`MIN_INFLIGHT_PER_HOST`].
+fn parse_budget(s: &str) -> std::result::Result<usize, String> {
+    let n = parse_size(s)?;
+    if n < MIN_INFLIGHT_PER_HOST {
+        return Err("at least 8MiB, so that the largest chunk fits".into());
+    }
+    Ok(n)
 }
 
 fn parse_size(s: &str) -> std::result::Result<usize, String> {
@@ -632,7 +665,22 @@ mod tests {
             ("cql://h/ks?connect_timeout=soon", "duration"),
             ("cql://h/ks?request_timeout=5h", "unit"),
             ("cql://h/ks?batch_bytes=64KiB", "batch_size_fail_threshold"),
-            ("cql://h/ks?inflight_per_host=1MiB", "8MiB"),
+            (
+                "cql://h/ks?inflight_per_host=1MiB",
+                "inflight_per_host=1MiB: at least 8MiB",
+            ),
+            (
+                "cql://h/ks?bulk_inflight_per_host=8MiB-1",
+                "bulk_inflight_per_host=8MiB-1:",
+            ),
+            (
+                "cql://h/ks?bulk_inflight_per_host=4MiB",
+                "bulk_inflight_per_host=4MiB: at least 8MiB",
+            ),
+            (
+                "cql://h/ks?bulk_inflight_per_host=",
+                "bulk_inflight_per_host=:",
+            ),
             ("cql://h/ks?connections=0", "1 to 64"),
             ("cql://h/ks?dc=", "data center"),
             ("cql://h/ks?nope=1", "unknown option \"nope\""),
@@ -749,5 +797,31 @@ mod tests {
                 .validate()
                 .is_err()
         );
+        let e = CqlConfig::new(["h:9042"], "ks")
+            .with_bulk_inflight_per_host((8 << 20) - 1)
+            .validate()
+            .expect_err("a bulk budget below the largest chunk");
+        assert!(e.to_string().contains("bulk_inflight_per_host"), "{e}");
+    }
+
+    #[test]
+    fn bulk_budget_defaults_to_the_interactive_one() {
+        let c = CqlConfig::from_url("cql://h/ks?inflight_per_host=32MiB").expect("parses");
+        assert_eq!(
+            (c.bulk_inflight_per_host, c.bulk_budget()),
+            (None, 32 << 20)
+        );
+        let c =
+            CqlConfig::from_url("cql://h/ks?bulk_inflight_per_host=8MiB&inflight_per_host=64MiB")
+                .expect("parses");
+        assert_eq!(
+            (
+                c.inflight_per_host,
+                c.bulk_inflight_per_host,
+                c.bulk_budget()
+            ),
+            (64 << 20, Some(8 << 20), 8 << 20)
+        );
+        assert!(c.validate().is_ok());
     }
 }

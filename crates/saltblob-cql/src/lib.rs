@@ -24,8 +24,11 @@
 //! - **Batching**: chunks of one partition go in unlogged batches of at most [`CqlConfig::batch_bytes`]
 //!   (32 KiB, below Cassandra's 50 KiB `batch_size_fail_threshold`); a larger chunk (64 KiB by default) is one
 //!   insert. Every partition of a call is written concurrently.
-//! - **Backpressure**: chunk writes in flight to one node are bounded ([`CqlConfig::inflight_per_host`]); more
-//!   wait. Idempotent requests are retried on timeouts, unavailable replicas, overload and broken connections.
+//! - **Backpressure**: chunk writes in flight to one node are bounded per priority class
+//!   ([`CqlConfig::inflight_per_host`], [`CqlConfig::bulk_inflight_per_host`]); more wait, and background writes
+//!   never take the budget of interactive ones. Idempotent requests are retried on timeouts, unavailable
+//!   replicas, overload and broken connections. Chunk reads have no per-host budget: the core's scheduler
+//!   bounds them by class.
 //! - **Commit order**: plain writes carry a client timestamp from a strictly increasing process clock, so of
 //!   two commits the later wins. Conditional puts are lightweight transactions (slower: four round trips).
 //! - **TLS**: `tls=true&ca=FILE` (and `cert=FILE&key=FILE` for a client certificate) connect through rustls,
@@ -44,7 +47,7 @@
 //!   requests with retries.
 //! - `lwt`: lightweight transactions and their settling against the client clock.
 //! - `scan`: record scans (the whole manifest table; range reads of the other namespaces).
-//! - `writer`: chunk writes, cut into per-partition requests under per-host backpressure.
+//! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
 //! - [`import`]: import of tables in the salting article's original schema.
 
@@ -65,3 +68,4 @@ pub use backend::CqlStore;
 pub use config::{CqlConfig, Credentials, SCHEME};
 pub use scylla::statement::{Consistency, SerialConsistency};
 pub use tls::{ClientCertificate, TlsOptions};
+pub use writer::WriteBudget;

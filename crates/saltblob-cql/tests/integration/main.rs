@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use saltblob_core::conformance::Fixture;
 use saltblob_cql::{CqlConfig, CqlStore};
 
+mod classes;
 mod cluster;
 mod conformance;
 mod errors;
