@@ -32,9 +32,14 @@ pub struct BenchArgs {
     /// Also write and read each large blob as ONE value, without chunking (the article's baseline).
     #[arg(long)]
     pub unchunked: bool,
-    /// Also run small gets and puts for SECONDS alone, then for SECONDS while large blobs are written and read.
+    /// Also measure isolation: small gets and puts for SECONDS alone, the large put/get/delete loops for SECONDS
+    /// alone, then both at once for SECONDS; reports per-class latency, the small-op P99 ratio and the bulk
+    /// throughput ratio.
     #[arg(long, value_name = "SECONDS")]
     pub mixed: Option<f64>,
+    /// Concurrent large put/get/delete loops (each on its own keys) in the bulk phases of `--mixed`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub large_writers: usize,
     /// Write the results as JSON to FILE ("-": standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -13,6 +13,7 @@ use saltblob::{BlobStore, Error, LayoutPolicy, Result, StoreConfig, VersionId};
 use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
+use crate::isolation::isolation;
 use crate::output::write_output;
 use crate::payload::random_bytes;
 use crate::phases::Run;
@@ -22,6 +23,9 @@ use crate::reference;
 use crate::stats::PhaseReport;
 use crate::{plot, report};
 
+pub use crate::isolation::{
+    BULK_THROUGHPUT_RATIO_GOAL_MIN, ClassResult, Classes, Isolation, SMALL_P99_RATIO_GOAL_MAX,
+};
 pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
 
 /// `saltblob bench`: runs the phases on the store at `url`, prints the results, writes `--json` and `--plot`.
@@ -65,6 +69,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         concurrency: args.concurrency,
         unchunked: args.unchunked,
         mixed_seconds: args.mixed,
+        large_writers: plan.large_writers,
         largest_chunk_bytes: largest_chunk,
         probe_size: args.probe.probe_size,
         probe_seconds: args.probe.probe_seconds,
@@ -125,10 +130,10 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         show(w, &mut phases);
         show(r, &mut phases);
     }
-    if let Some(seconds) = args.mixed {
-        let (alone, loaded) = run.mixed(seconds).await?;
-        show(alone, &mut phases);
-        show(loaded, &mut phases);
+    if let Some(duration) = run.plan.mixed {
+        for p in run.mixed(duration).await? {
+            show(p, &mut phases);
+        }
     }
     let cleanup = if args.keep {
         Cleanup::default()
@@ -139,18 +144,36 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         eprintln!("saltblob: warning: clean-up: {p}");
     }
 
-    let ratios = ratios(&phases, reference_report.as_ref(), &run.plan, largest_chunk);
+    let isolation = run.plan.mixed.and_then(|d| {
+        isolation(
+            &phases,
+            d.as_secs_f64(),
+            run.plan.large_writers,
+            run.concurrency,
+        )
+    });
+    let ratios = ratios(
+        &phases,
+        reference_report.as_ref(),
+        &run.plan,
+        largest_chunk,
+        isolation.as_ref(),
+    );
     let report = BenchReport {
         store: shown_url,
         config,
         reference,
         phases,
         ratios,
+        isolation,
         cleanup,
         reference_report,
     };
     println!("{}", report::summary_table(&report));
     println!("{}", report::ratios_text(&report.ratios));
+    if let Some(iso) = &report.isolation {
+        println!("{}", report::isolation_text(iso));
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| Error::invalid("json", e.to_string()))?;
