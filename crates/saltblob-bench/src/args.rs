@@ -43,7 +43,8 @@ pub struct BenchArgs {
     /// Write the results as JSON to FILE ("-": standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Draw latency percentiles per phase to FILE (SVG).
+    /// Draw latency percentiles per phase to FILE (SVG); with `--mixed`, also the isolation result (small-op
+    /// latency and bulk throughput, alone vs under load, with their goals).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Keep the bench's keys instead of deleting them at the end.

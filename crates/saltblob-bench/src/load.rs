@@ -270,3 +270,60 @@ async fn join_all(mut set: JoinSet<Tally>, started: Instant) -> Result<(Tally, f
     }
     Ok((tally, started.elapsed().as_secs_f64()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One writer's result: `puts` puts and `gets` gets of `mib` MiB, `ms` each, its last one ending at `span_ms`.
+    fn writer(puts: u64, gets: u64, mib: u64, ms: u64, span_ms: u64) -> BulkLoad {
+        let mut w = BulkLoad::default();
+        for _ in 0..puts + gets {
+            w.tally.ok(Duration::from_millis(ms), mib << 20);
+        }
+        (w.puts, w.gets, w.span) = (puts, gets, Duration::from_millis(span_ms));
+        w.per_writer.push((puts, gets));
+        w
+    }
+
+    #[test]
+    fn writers_merge_into_one_bulk_class() {
+        let mut total = BulkLoad::default();
+        total.merge(writer(3, 3, 60, 100, 2000));
+        let mut failing = writer(1, 0, 60, 300, 4000);
+        failing.tally.fail("timed out");
+        total.merge(failing);
+        assert_eq!((total.puts, total.gets), (4, 3));
+        assert_eq!(total.per_writer, vec![(3, 3), (1, 0)]);
+        // The writers ran side by side: the span is the longest, not the sum.
+        assert_eq!(total.span, Duration::from_millis(4000));
+        // 7 x 60 MiB over 4 s.
+        assert!((total.throughput_mib_s() - 105.0).abs() < 1e-9);
+        let json = total.summary_json();
+        assert_eq!(json["large_writers"], 2);
+        assert_eq!(
+            (json["large_puts"].clone(), json["large_gets"].clone()),
+            (4.into(), 3.into())
+        );
+        assert_eq!(json["errors"], 1);
+        assert_eq!(json["per_writer"][1]["large_puts"], 1);
+        let p99 = json["large_op_p99_ms"].as_f64().expect("p99");
+        assert!((p99 - 300.0).abs() <= 0.3, "{p99}");
+        let report = total.report("bulk_alone", String::new());
+        assert_eq!(
+            (report.ops, report.bytes, report.errors),
+            (7, 7 * (60 << 20), 1)
+        );
+        assert!((report.seconds - 4.0).abs() < 1e-9);
+        assert!((report.throughput_mib_s - 105.0).abs() < 1e-9);
+        assert_eq!(report.verified, Some(false));
+        assert!(report.details.is_some_and(|d| d["large_writers"] == 2));
+    }
+
+    #[test]
+    fn a_load_that_never_ran_has_no_throughput() {
+        let idle = BulkLoad::default();
+        assert_eq!(idle.throughput_mib_s(), 0.0);
+        assert_eq!(idle.summary_json()["large_writers"], 0);
+    }
+}

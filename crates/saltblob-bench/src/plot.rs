@@ -220,7 +220,7 @@ fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
