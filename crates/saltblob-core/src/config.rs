@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::codec::Codec;
-use crate::layout::{KIB, LayoutPolicy, MIB};
+use crate::layout::{ByteRange, KIB, LayoutPolicy, MIB};
+use crate::schedule::{PriorityClass, SchedulerConfig};
 use crate::version::VersionId;
 
 /// Configuration of a [`crate::BlobStore`].
@@ -35,6 +36,9 @@ pub struct StoreConfig {
     /// fsck's minimum age, blob expiry, version ids). Defaults to [`SystemClock`]; tests jump time forward
     /// with an offset clock instead of sleeping.
     pub clock: Arc<dyn Clock>,
+    /// How backend requests are scheduled between priority classes. Defaults to [`SchedulerConfig::default`]:
+    /// on, `interactive` 1000 shares, `bulk` 200.
+    pub scheduler: SchedulerConfig,
 }
 
 impl Default for StoreConfig {
@@ -47,6 +51,7 @@ impl Default for StoreConfig {
             max_blob_size: None,
             intent_lease: Duration::from_secs(60),
             clock: Arc::new(SystemClock),
+            scheduler: SchedulerConfig::default(),
         }
     }
 }
@@ -88,6 +93,12 @@ impl StoreConfig {
         self
     }
 
+    /// Sets [`StoreConfig::scheduler`].
+    pub fn with_scheduler(mut self, scheduler: SchedulerConfig) -> Self {
+        self.scheduler = scheduler;
+        self
+    }
+
     /// Sets [`StoreConfig::max_blob_size`].
     pub fn with_max_blob_size(mut self, bytes: u64) -> Self {
         self.max_blob_size = Some(bytes);
@@ -126,6 +137,9 @@ pub struct PutOptions {
     pub content_type: Option<String>,
     /// User metadata stored in the manifest (at most 8 KiB). Defaults to empty.
     pub metadata: BTreeMap<String, String>,
+    /// The class the put runs in. Defaults to the store's default class, else by layout: `interactive` for
+    /// inline and single-partition blobs, `bulk` for salted ones and streams longer than the lookahead.
+    pub priority: Option<PriorityClass>,
 }
 
 impl PutOptions {
@@ -170,9 +184,45 @@ impl PutOptions {
         self
     }
 
+    /// Sets [`PutOptions::priority`].
+    pub fn with_priority(mut self, class: PriorityClass) -> Self {
+        self.priority = Some(class);
+        self
+    }
+
     /// Adds one entry to [`PutOptions::metadata`].
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.metadata.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// Options of one read ([`crate::BlobStore::get_with`], [`crate::BlobStore::get_stream_with`]).
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct GetOptions {
+    /// Bytes to read. Defaults to the whole blob (whose digest is then verified).
+    pub range: Option<ByteRange>,
+    /// The class the read runs in. Defaults to the store's default class, else by layout: `interactive` for
+    /// inline and single-partition blobs, `bulk` for salted ones.
+    pub priority: Option<PriorityClass>,
+}
+
+impl GetOptions {
+    /// Default options: the whole blob, the class by layout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`GetOptions::range`].
+    pub fn with_range(mut self, range: impl Into<ByteRange>) -> Self {
+        self.range = Some(range.into());
+        self
+    }
+
+    /// Sets [`GetOptions::priority`].
+    pub fn with_priority(mut self, class: PriorityClass) -> Self {
+        self.priority = Some(class);
         self
     }
 }

@@ -135,8 +135,13 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
 
 /// Runs [`run`] every `every` in a background task until the handle is dropped; see
 /// [`crate::BlobStore::spawn_gc`].
-pub(crate) fn spawn(inner: Arc<Inner>, every: Duration, opts: GcOptions) -> GcHandle {
-    GcHandle(tokio::spawn(async move {
+pub(crate) fn spawn(
+    inner: Arc<Inner>,
+    every: Duration,
+    opts: GcOptions,
+    class: Option<crate::schedule::ClassTag>,
+) -> GcHandle {
+    GcHandle(tokio::spawn(crate::schedule::in_class(class, async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -146,7 +151,7 @@ pub(crate) fn spawn(inner: Arc<Inner>, every: Duration, opts: GcOptions) -> GcHa
                 Err(e) => tracing::warn!("background gc failed (will retry): {e}"),
             }
         }
-    }))
+    })))
 }
 
 /// Where the last full gc pass left the intent scan, if it recorded it.

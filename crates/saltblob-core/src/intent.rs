@@ -83,6 +83,7 @@ impl Intent {
         })
     }
 
+    #[cfg(any(test, feature = "conformance"))]
     pub(crate) fn expired(&self, now: u64) -> bool {
         self.expires_micros <= now
     }

@@ -44,6 +44,8 @@
 //! - [`clock`]: [`Clock`], the time a store reads for leases, grace periods and version ids.
 //! - [`config`]: [`StoreConfig`], [`PutOptions`] and [`parse_size`]; [`error`]: [`Error`]; [`version`]:
 //!   [`VersionId`].
+//! - [`schedule`]: priority classes ([`PriorityClass`], [`SchedulerConfig`]) and the scheduler every backend
+//!   request of a store passes through.
 //! - [`memory`]: [`MemoryStore`], the in-memory reference backend.
 //! - `conformance` (feature `conformance`): the suite of behaviour every backend must pass.
 
@@ -62,6 +64,7 @@ pub mod manifest;
 pub mod memory;
 pub mod reclaim;
 mod records;
+pub mod schedule;
 mod shown;
 pub mod store;
 pub mod version;
@@ -74,7 +77,7 @@ pub use backend::{
 pub use clock::OffsetClock;
 pub use clock::{Clock, SystemClock};
 pub use codec::Codec;
-pub use config::{PutCondition, PutOptions, StoreConfig, parse_size};
+pub use config::{GetOptions, PutCondition, PutOptions, StoreConfig, parse_size};
 pub use error::{BoxError, Error, KeyDisplay, Result};
 pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
 pub use gc::{GcHandle, GcOptions, GcReport};
@@ -82,6 +85,7 @@ pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
 pub use manifest::{Manifest, ManifestBody};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
+pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use shown::{escape_key, redact_url, unescape_key};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN};
 pub use version::VersionId;

@@ -26,7 +26,12 @@ pub(crate) const CLOCK_MARGIN_MICROS: u64 = 60_000_000;
 /// The state every operation of one store shares: the backend, what it can do, and the configuration.
 #[derive(Debug)]
 pub(crate) struct Inner {
+    /// The backend behind the store's scheduler (the backend itself when scheduling is off): every request of
+    /// the core goes through this.
     pub(crate) backend: Arc<dyn ChunkStore>,
+    /// The backend as given, for [`crate::BlobStore::backend`].
+    pub(crate) raw_backend: Arc<dyn ChunkStore>,
+    pub(crate) sched: Arc<crate::schedule::Scheduler>,
     pub(crate) info: BackendInfo,
     pub(crate) config: StoreConfig,
 }

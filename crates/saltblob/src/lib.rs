@@ -10,6 +10,9 @@
 //! | `cql://host1,host2:9042/keyspace?rf=3&consistency=local_quorum` | ScyllaDB or Apache Cassandra | `cql` (default) |
 //! | `memory://` | in process memory, gone at exit (tests, examples) | always |
 //!
+//! Any URL also takes the store's scheduler parameters (`scheduler`, `priority`, `classes`, `concurrency`,
+//! `bulk_unit`; see [`split_store_params`]), e.g. `rocksdb:///var/lib/saltblob?classes=batch:50`.
+//!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> saltblob::Result<()> {
 //! use saltblob::{PutOptions, StoreConfig};
@@ -90,9 +93,53 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn ChunkStore>> {
     }
 }
 
-/// Opens the store a URL names, with `config`.
+/// Opens the store a URL names, with `config` and the store-level parameters of the URL (the scheduler's, see
+/// [`split_store_params`]).
 pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
-    BlobStore::new(open_backend(url).await?, config)
+    let (backend_url, config) = split_store_params(url, config)?;
+    BlobStore::new(open_backend(&backend_url).await?, config)
+}
+
+/// Takes the store-level parameters out of a store URL's query and applies them to `config`; returns the URL
+/// the backend is opened with (the rest) and the configuration. The store-level parameters are the
+/// scheduler's ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
+/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; e.g.
+/// `rocksdb:///var/lib/saltblob?sync=true&classes=batch:50&priority=batch`.
+///
+/// # Errors
+/// [`Error::InvalidUrl`] naming the parameter when a value is wrong (the URL shown with its password hidden).
+pub fn split_store_params(url: &str, mut config: StoreConfig) -> Result<(String, StoreConfig)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), config));
+    };
+    let mut kept = Vec::new();
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = param.split_once('=').unwrap_or((param, ""));
+        let applied =
+            config
+                .scheduler
+                .apply_url_param(name, value)
+                .map_err(|e| Error::InvalidUrl {
+                    url: redact_url(url),
+                    reason: match e {
+                        Error::InvalidArgument { what, reason } => format!("{what}: {reason}"),
+                        other => other.to_string(),
+                    },
+                })?;
+        if !applied {
+            kept.push(param);
+        }
+    }
+    config.scheduler.validate().map_err(|e| Error::InvalidUrl {
+        url: redact_url(url),
+        reason: e.to_string(),
+    })?;
+    let backend_url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((backend_url, config))
 }
 
 #[cfg(test)]
@@ -113,6 +160,50 @@ mod tests {
             assert!(err.contains(needle), "{url}: {err}");
         }
         assert!(open("memory://", StoreConfig::default()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn scheduler_parameters_are_taken_from_the_url() {
+        let (rest, config) = split_store_params(
+            "rocksdb:///d?sync=true&classes=batch:50&priority=batch&concurrency=2-16",
+            StoreConfig::default(),
+        )
+        .expect("valid");
+        assert_eq!(rest, "rocksdb:///d?sync=true");
+        let s = &config.scheduler;
+        assert_eq!(s.default_class.as_ref().map(|c| c.name()), Some("batch"));
+        assert_eq!((s.shares["batch"], s.min_limit, s.max_limit), (50, 2, 16));
+        let (rest, config) =
+            split_store_params("memory://?scheduler=off", StoreConfig::default()).expect("valid");
+        assert_eq!(
+            (rest.as_str(), config.scheduler.enabled),
+            ("memory://", false)
+        );
+        let store = open("memory://?priority=bulk", StoreConfig::default())
+            .await
+            .expect("open");
+        assert_eq!(
+            store.config().scheduler.default_class,
+            Some(PriorityClass::bulk())
+        );
+        for (url, needle) in [
+            (
+                "memory://?priority=nope",
+                "priority: unknown class \"nope\"",
+            ),
+            ("memory://?classes=bulk:0", "class \"bulk\" has 0 shares"),
+            ("memory://?concurrency=9-3", "concurrency"),
+            ("cql://u:s3cret@h/ks?scheduler=maybe", "scheduler: "),
+        ] {
+            let err = open(url, StoreConfig::default())
+                .await
+                .expect_err(url)
+                .to_string();
+            assert!(
+                err.contains(needle) && !err.contains("s3cret"),
+                "{url}: {err}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
-use saltblob::BlobStore;
+use saltblob::{BlobStore, GetOptions, PriorityClass};
 use tokio::io::AsyncWriteExt;
 
 use super::{Command, Context};
@@ -24,6 +24,10 @@ pub struct Get {
     /// Inclusive byte range, as in HTTP: START-END, START- or -SUFFIX_LENGTH.
     #[arg(long, value_name = "START-END", allow_hyphen_values = true)]
     range: Option<String>,
+    /// Priority class of the read: interactive, bulk, or a class the store URL configures. Defaults to the
+    /// layout's: interactive for inline and single-partition blobs, bulk for larger ones.
+    #[arg(long, value_name = "CLASS", value_parser = super::put::parse_priority)]
+    priority: Option<PriorityClass>,
 }
 
 impl Command for Get {
@@ -38,14 +42,16 @@ impl Command for Get {
 
 impl Get {
     async fn get(&self, store: &BlobStore, quiet: bool) -> Result<(), Failure> {
-        let mut stream = match self.range.as_deref() {
-            None => store.get_stream(&self.key).await?,
-            Some(spec) => {
-                let spec =
-                    parse_range(spec).map_err(|e| Failure::usage(format!("invalid range: {e}")))?;
-                store.get_range_stream(&self.key, spec).await?
-            }
-        };
+        let mut opts = GetOptions::new();
+        if let Some(spec) = self.range.as_deref() {
+            let spec =
+                parse_range(spec).map_err(|e| Failure::usage(format!("invalid range: {e}")))?;
+            opts = opts.with_range(spec);
+        }
+        if let Some(class) = &self.priority {
+            opts = opts.with_priority(class.clone());
+        }
+        let mut stream = store.get_stream_with(&self.key, &opts).await?;
         let total = stream.range.end - stream.range.start;
         let mut progress = Progress::new(&format!("get {}", self.key.shown()), Some(total), quiet);
         match self.output.as_deref() {

@@ -3,7 +3,9 @@
 use std::io::IsTerminal;
 
 use futures::future::LocalBoxFuture;
-use saltblob::{BlobStore, Codec, Error, Manifest, PutCondition, PutOptions, VersionId};
+use saltblob::{
+    BlobStore, Codec, Error, Manifest, PriorityClass, PutCondition, PutOptions, VersionId,
+};
 use tokio::io::AsyncRead;
 
 use super::{Command, Context};
@@ -37,6 +39,15 @@ pub struct Put {
     /// MIME type stored with the blob.
     #[arg(long)]
     content_type: Option<String>,
+    /// Priority class of the put: interactive, bulk, or a class the store URL configures (classes=NAME:SHARES).
+    /// Defaults to the layout's: interactive for inline and single-partition blobs, bulk for larger ones.
+    #[arg(long, value_name = "CLASS", value_parser = parse_priority)]
+    priority: Option<PriorityClass>,
+}
+
+/// Parses a priority class name (whether the store has it is checked when the store is open).
+pub(crate) fn parse_priority(s: &str) -> Result<PriorityClass, String> {
+    s.parse().map_err(|e: Error| e.to_string())
 }
 
 fn parse_codec(s: &str) -> Result<Codec, String> {
@@ -88,6 +99,9 @@ impl Put {
         }
         if let Some(ct) = &self.content_type {
             opts = opts.with_content_type(ct.clone());
+        }
+        if let Some(class) = &self.priority {
+            opts = opts.with_priority(class.clone());
         }
         Ok(opts)
     }

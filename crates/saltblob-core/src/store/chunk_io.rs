@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::Result;
 use crate::codec::CHUNK_HEADER_LEN;
 use crate::records::Inner;
+use crate::schedule::ClassTag;
 
 /// Attempts of a chunk read or write that fails with a retryable error.
 const ATTEMPTS: u32 = 4;
@@ -21,10 +22,14 @@ impl Inner {
         }
     }
 
-    /// Chunks of `chunk_size` raw bytes per backend call: the batch size, capped by the backend's.
-    pub(crate) fn chunks_per_segment(&self, chunk_size: u32) -> u64 {
-        let budget = self.config.batch_bytes.min(self.info.max_batch_bytes);
-        (budget / (chunk_size as usize + CHUNK_HEADER_LEN)).max(1) as u64
+    /// Chunks of `chunk_size` raw bytes per backend call: the batch size in raw bytes (capped by the scheduler's
+    /// bulk unit in a background `class`, see [`crate::schedule`]), and at most the backend's batch limit in
+    /// encoded bytes. At least one.
+    pub(crate) fn chunks_per_segment(&self, chunk_size: u32, class: Option<&ClassTag>) -> u64 {
+        let raw_budget = self.sched.unit_bytes(self.config.batch_bytes, class);
+        let by_budget = raw_budget / (chunk_size as usize).max(1);
+        let by_backend = self.info.max_batch_bytes / (chunk_size as usize + CHUNK_HEADER_LEN);
+        by_budget.min(by_backend).max(1) as u64
     }
 }
 

@@ -11,6 +11,7 @@ use crate::codec::{ChunkPlace, Codec, encode_chunk};
 use crate::intent::Progress;
 use crate::layout::ChunkLayout;
 use crate::records::Inner;
+use crate::schedule::{ClassTag, current_class, in_class};
 use crate::store::chunk_io::with_retry;
 use crate::{Error, Result};
 
@@ -31,10 +32,12 @@ pub(crate) struct ChunkWriter {
     stored: u64,
     /// Shared with the put's intent lease, which records it at each renewal.
     progress: Arc<Progress>,
+    /// The put's class, which the writes of its spawned tasks run in.
+    class: Option<ClassTag>,
 }
 
 impl ChunkWriter {
-    /// A writer of the chunks of `blob`, spread over `salt_count` salts.
+    /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class.
     pub(crate) fn new(
         inner: &Inner,
         blob: BlobRef,
@@ -44,6 +47,7 @@ impl ChunkWriter {
         progress: Arc<Progress>,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
+        let class = current_class();
         Self {
             backend: Arc::clone(&inner.backend),
             blob,
@@ -53,7 +57,8 @@ impl ChunkWriter {
                 salt_count,
             },
             codec,
-            per_segment: usize::try_from(inner.chunks_per_segment(chunk_size)).unwrap_or(1),
+            per_segment: usize::try_from(inner.chunks_per_segment(chunk_size, class.as_ref()))
+                .unwrap_or(1),
             attempts: inner.attempts(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,
@@ -61,6 +66,7 @@ impl ChunkWriter {
             segment: Vec::new(),
             stored: 0,
             progress,
+            class,
         }
     }
 
@@ -113,7 +119,7 @@ impl ChunkWriter {
             self.codec,
             self.attempts,
         );
-        self.tasks.spawn(async move {
+        self.tasks.spawn(in_class(self.class.clone(), async move {
             let _permit = permit;
             let writes: Vec<ChunkWrite> = segment
                 .iter()
@@ -133,7 +139,7 @@ impl ChunkWriter {
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
             with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
             Ok(stored)
-        });
+        }));
         Ok(())
     }
 

@@ -19,13 +19,14 @@ use tokio::io::AsyncRead;
 
 pub use self::read::BlobStream;
 use crate::backend::{ChunkStore, Namespace};
-use crate::config::{PutOptions, StoreConfig};
+use crate::config::{GetOptions, PutOptions, StoreConfig};
 use crate::fsck::{self, FsckOptions, FsckReport};
 use crate::gc::{self, GcHandle, GcOptions, GcReport};
 use crate::layout::{ByteRange, Layout};
 use crate::manifest::Manifest;
 use crate::reclaim::{self, ReclaimReport};
 use crate::records::Inner;
+use crate::schedule::{self, PriorityClass, ScheduledStore, Scheduler, SchedulerStats};
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -116,18 +117,40 @@ impl BlobStore {
                 "0 bytes; it must be at least 1",
             ));
         }
+        config.scheduler.validate()?;
+        let sched = Arc::new(Scheduler::new(config.scheduler.clone()));
+        let scheduled: Arc<dyn ChunkStore> = if sched.enabled() {
+            Arc::new(ScheduledStore::new(
+                Arc::clone(&backend),
+                Arc::clone(&sched),
+            ))
+        } else {
+            Arc::clone(&backend)
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                backend,
+                backend: scheduled,
+                raw_backend: backend,
+                sched,
                 info,
                 config,
             }),
         })
     }
 
-    /// The backend.
+    /// The backend (as given: its requests bypass the store's scheduler).
+    #[expect(
+        clippy::misnamed_getters,
+        reason = "`Inner::backend` is the scheduled backend; this returns the one the store was built on"
+    )]
     pub fn backend(&self) -> &Arc<dyn ChunkStore> {
-        &self.inner.backend
+        &self.inner.raw_backend
+    }
+
+    /// What the store's scheduler is doing: the adaptive limit, and per class the requests admitted, queued
+    /// and in flight, bytes moved and time waited.
+    pub fn scheduler_stats(&self) -> SchedulerStats {
+        self.inner.sched.stats()
     }
 
     /// The configuration.
@@ -153,7 +176,8 @@ impl BlobStore {
         let data: Bytes = data.into();
         let opts = opts.clone().with_size_hint(data.len() as u64);
         let policy = write::policy_for(&self.inner, &opts)?;
-        write::put(
+        let class = write::class_for(&self.inner, &policy, &opts, data.len() as u64, true)?;
+        let put = write::put(
             &self.inner,
             key,
             &policy,
@@ -161,8 +185,8 @@ impl BlobStore {
             data,
             true,
             tokio::io::empty(),
-        )
-        .await
+        );
+        schedule::in_class(class, put).await
     }
 
     /// Stores everything `reader` yields under `key` as a new version; returns its manifest.
@@ -193,8 +217,14 @@ impl BlobStore {
         // Bad input fails before any of the stream is consumed.
         let key = validate_key(key.as_ref())?;
         let policy = write::policy_for(&self.inner, opts)?;
+        // An unknown class fails before the stream is read.
+        self.inner
+            .sched
+            .choose(opts.priority.as_ref(), PriorityClass::interactive)?;
         let (head, eof) = write::read_head(&self.inner, &policy, opts, &mut reader).await?;
-        write::put(&self.inner, key, &policy, opts, head, eof, reader).await
+        let class = write::class_for(&self.inner, &policy, opts, head.len() as u64, eof)?;
+        let put = write::put(&self.inner, key, &policy, opts, head, eof, reader);
+        schedule::in_class(class, put).await
     }
 
     /// Reads the current manifest of `key`.
@@ -211,7 +241,16 @@ impl BlobStore {
     /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
     /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Bytes> {
-        self.get_stream(key).await?.collect_bytes().await
+        self.get_with(key, &GetOptions::new()).await
+    }
+
+    /// Reads the current version of `key` as `opts` say: a range of it, in a priority class. See
+    /// [`BlobStore::get_stream_with`].
+    ///
+    /// # Errors
+    /// Those of [`BlobStore::get_stream_with`] and of reading the stream.
+    pub async fn get_with(&self, key: impl AsRef<[u8]>, opts: &GetOptions) -> Result<Bytes> {
+        self.get_stream_with(key, opts).await?.collect_bytes().await
     }
 
     /// Streams the current version of `key`; see [`BlobStream`].
@@ -222,10 +261,7 @@ impl BlobStore {
     /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
     /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
     pub async fn get_stream(&self, key: impl AsRef<[u8]>) -> Result<BlobStream> {
-        let key = validate_key(key.as_ref())?;
-        let manifest = self.current(&key).await?;
-        let range = 0..manifest.size;
-        Ok(read::stream_version(&self.inner, key, manifest, range))
+        self.get_stream_with(key, &GetOptions::new()).await
     }
 
     /// Reads bytes `range` of the current version of `key` (a half-open `Range<u64>`, `start..`, or any
@@ -242,30 +278,47 @@ impl BlobStore {
         key: impl AsRef<[u8]>,
         range: impl Into<ByteRange>,
     ) -> Result<Bytes> {
-        self.get_range_stream(key, range)
-            .await?
-            .collect_bytes()
+        self.get_with(key, &GetOptions::new().with_range(range))
             .await
     }
 
-    /// Streams bytes `range` of the current version of `key` (a half-open `Range<u64>`, `start..`, or any
-    /// [`ByteRange`], resolved against the size of the version read: one manifest read). A range that does not
-    /// lie within the blob fails with [`Error::RangeNotSatisfiable`].
+    /// Streams bytes `range` of the current version of `key`; see [`BlobStore::get_stream_with`].
     ///
     /// # Errors
-    /// [`Error::InvalidKey`], [`Error::NotFound`], [`Error::Corrupt`] (the manifest does not decode) and
-    /// [`Error::Backend`]; [`Error::RangeNotSatisfiable`];
-    /// while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
-    /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
-    /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
+    /// Those of [`BlobStore::get_stream_with`].
     pub async fn get_range_stream(
         &self,
         key: impl AsRef<[u8]>,
         range: impl Into<ByteRange>,
     ) -> Result<BlobStream> {
+        self.get_stream_with(key, &GetOptions::new().with_range(range))
+            .await
+    }
+
+    /// Streams the current version of `key`, or [`GetOptions::range`] of it (a half-open `Range<u64>`,
+    /// `start..`, or any [`ByteRange`], resolved against the size of the version read: one manifest read), in
+    /// [`GetOptions::priority`]'s class. A range that does not lie within the blob fails with
+    /// [`Error::RangeNotSatisfiable`]; a whole read verifies the digest at its end.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (an unknown class), [`Error::NotFound`],
+    /// [`Error::Corrupt`] (the manifest does not decode) and [`Error::Backend`]; [`Error::RangeNotSatisfiable`];
+    /// while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
+    /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
+    /// [`Error::VersionReclaimed`] (retryable: the version was replaced and reclaimed during the read).
+    pub async fn get_stream_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        opts: &GetOptions,
+    ) -> Result<BlobStream> {
         let key = validate_key(key.as_ref())?;
-        let manifest = self.current(&key).await?;
-        let range = range.into().resolve(manifest.size);
+        let sched = &self.inner.sched;
+        let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive)?;
+        let manifest = schedule::in_class(manifest_class, self.current(&key)).await?;
+        let range = match opts.range {
+            Some(range) => range.resolve(manifest.size),
+            None => 0..manifest.size,
+        };
         if range.start > range.end || range.end > manifest.size {
             return Err(Error::RangeNotSatisfiable {
                 key: key.as_ref().into(),
@@ -274,7 +327,18 @@ impl BlobStore {
                 size: manifest.size,
             });
         }
-        Ok(read::stream_version(&self.inner, key, manifest, range))
+        let by_layout = match manifest.layout() {
+            Layout::Chunked(l) if l.salt_count > 1 => PriorityClass::bulk,
+            _ => PriorityClass::interactive,
+        };
+        let class = sched.choose(opts.priority.as_ref(), by_layout)?;
+        Ok(read::stream_version(
+            &self.inner,
+            key,
+            manifest,
+            range,
+            class,
+        ))
     }
 
     /// Deletes `key`; returns the version it held, or `None` if it held none. The deleted version's chunks are
@@ -350,25 +414,32 @@ impl BlobStore {
 
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
     pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
-        reclaim::run(&self.inner, self.inner.now_micros(), false, b"").await
+        let run = reclaim::run(&self.inner, self.inner.now_micros(), false, b"");
+        schedule::in_class(self.maintenance_class(), run).await
     }
 
     /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
     pub async fn reclaim_all(&self) -> Result<ReclaimReport> {
-        reclaim::run(&self.inner, u64::MAX, false, b"").await
+        let run = reclaim::run(&self.inner, u64::MAX, false, b"");
+        schedule::in_class(self.maintenance_class(), run).await
     }
 
     /// Runs one garbage collection pass: takes over the intents of abandoned puts (expired lease, version not
     /// committed) and queues their chunks, removes intents left by committed puts, reclaims every queued version
     /// that is due under `opts.grace`, and asks the backend to return the freed space to the file system.
     pub async fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
-        gc::run(&self.inner, opts).await
+        schedule::in_class(self.maintenance_class(), gc::run(&self.inner, opts)).await
     }
 
     /// Runs [`BlobStore::gc`] every `every` in a background task until the handle is dropped; failures are
     /// logged and retried at the next tick. Needs a Tokio runtime.
     pub fn spawn_gc(&self, every: Duration, opts: GcOptions) -> GcHandle {
-        gc::spawn(Arc::clone(&self.inner), every, opts)
+        gc::spawn(
+            Arc::clone(&self.inner),
+            every,
+            opts,
+            self.maintenance_class(),
+        )
     }
 
     /// Checks every blob: its manifest decodes, every chunk is present once and in its place, checksums and the
@@ -378,7 +449,17 @@ impl BlobStore {
     /// Reads every committed byte. Safe to run while the store is in use: orphans are re-checked against the
     /// current manifest and intent just before removal, and versions replaced during the check are skipped.
     pub async fn fsck(&self, opts: &FsckOptions) -> Result<FsckReport> {
-        fsck::run(&self.inner, opts).await
+        schedule::in_class(self.maintenance_class(), fsck::run(&self.inner, opts)).await
+    }
+
+    /// The class of gc, fsck and the reclaim queue: the store's default class, else `bulk`.
+    fn maintenance_class(&self) -> Option<schedule::ClassTag> {
+        // The default class was checked when the store was built, and `bulk` always exists.
+        self.inner
+            .sched
+            .choose(None, PriorityClass::bulk)
+            .ok()
+            .flatten()
     }
 
     /// The current manifest of a validated `key`; [`Error::NotFound`] if there is none.

@@ -16,6 +16,7 @@ use crate::codec::{ChunkPlace, decode_chunk};
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, hex};
 use crate::records::Inner;
+use crate::schedule::{ClassTag, in_class};
 use crate::store::chunk_io::with_retry;
 use crate::{Error, Result};
 
@@ -69,13 +70,14 @@ impl BlobStream {
     }
 }
 
-/// Streams bytes `range` of version `manifest` of `key` (a range within the blob); verifies the digest when
-/// the range is the whole blob.
+/// Streams bytes `range` of version `manifest` of `key` (a range within the blob), its chunks read in `class`;
+/// verifies the digest when the range is the whole blob.
 pub(crate) fn stream_version(
     inner: &Arc<Inner>,
     key: Bytes,
     manifest: Manifest,
     range: Range<u64>,
+    class: Option<ClassTag>,
 ) -> BlobStream {
     let full = range.start == 0 && range.end == manifest.size;
     let stream: BoxStream<'static, Result<Bytes>> = match &manifest.body {
@@ -95,7 +97,7 @@ pub(crate) fn stream_version(
             stream::once(async move { item }).boxed()
         }
         ManifestBody::Chunked { layout, .. } => {
-            stream_chunks(inner, key, &manifest, *layout, range.clone(), full)
+            stream_chunks(inner, key, &manifest, *layout, range.clone(), full, class)
         }
     };
     BlobStream {
@@ -112,9 +114,10 @@ fn stream_chunks(
     layout: ChunkLayout,
     range: Range<u64>,
     verify_digest: bool,
+    class: Option<ClassTag>,
 ) -> BoxStream<'static, Result<Bytes>> {
     let chunks = layout.chunks_covering(&range);
-    let per_segment = inner.chunks_per_segment(layout.chunk_size);
+    let per_segment = inner.chunks_per_segment(layout.chunk_size, class.as_ref());
     let depth =
         (inner.config.inflight_bytes / (per_segment as usize * layout.chunk_size as usize)).max(1);
     // Lazily: a blob of millions of chunks needs no list of its segments.
@@ -129,14 +132,15 @@ fn stream_chunks(
     };
     let fetches = stream::iter(segments)
         .map(move |segment| {
-            let task = AbortOnDrop(tokio::spawn(fetch_segment(
+            let fetch = fetch_segment(
                 Arc::clone(&inner),
                 blob.clone(),
                 layout,
                 size,
                 segment,
                 range.clone(),
-            )));
+            );
+            let task = AbortOnDrop(tokio::spawn(in_class(class.clone(), fetch)));
             async move {
                 task.await
                     .map_err(|e| Error::internal("read task failed", e))?

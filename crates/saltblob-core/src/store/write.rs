@@ -15,6 +15,7 @@ use crate::layout::{Layout, LayoutPolicy};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
 use crate::records::Inner;
+use crate::schedule::{ClassTag, PriorityClass};
 use crate::store::chunk_writer::ChunkWriter;
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -37,6 +38,25 @@ pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolic
     }
     policy.validate(inner.info.max_chunk_payload())?;
     Ok(policy)
+}
+
+/// The class a put runs in ([`PutOptions::priority`], else the store's default, else by layout): `interactive`
+/// when the blob is inline or single-partition, `bulk` when it is salted or a stream longer than its head
+/// (`head_len` bytes read, `eof` whether that was all). `None` when scheduling is off.
+pub(crate) fn class_for(
+    inner: &Inner,
+    policy: &LayoutPolicy,
+    opts: &PutOptions,
+    head_len: u64,
+    eof: bool,
+) -> Result<Option<ClassTag>> {
+    let size = opts.size_hint.or(eof.then_some(head_len));
+    let by_layout = match size.map(|s| policy.layout_for(s)) {
+        Some(Layout::Inline) => PriorityClass::interactive,
+        Some(Layout::Chunked(l)) if l.salt_count == 1 => PriorityClass::interactive,
+        _ => PriorityClass::bulk,
+    };
+    inner.sched.choose(opts.priority.as_ref(), by_layout)
 }
 
 /// Reads the start of a put's stream: enough to choose the layout. Returns it and whether the stream ended.

@@ -1,0 +1,439 @@
+//! Priority classes, and the scheduler every backend request of a store goes through.
+//!
+//! Every operation runs in a [`PriorityClass`]. The store's scheduler admits each backend request (a record
+//! read or write, a segment of chunks) by class: start-time fair queuing over request bytes, in proportion to
+//! the classes' shares (`fair.rs`); no class may hold every request slot; and the number of requests in
+//! flight follows measured latency (`limit.rs`). Bulk work is cut into units of
+//! [`SchedulerConfig::bulk_unit_bytes`], so a small request waits for at most one unit, not for a whole
+//! 60 MiB put. `scheduled.rs` puts the scheduler in front of the backend.
+//!
+//! A backend may read the class of the request it is serving ([`current_class`]) to use its engine's own
+//! levers (low-priority writes, separate in-flight budgets).
+
+mod class;
+mod fair;
+mod limit;
+mod scheduled;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+pub use self::class::{BULK, INTERACTIVE, MAX_LIMIT, MAX_SHARES, PriorityClass, SchedulerConfig};
+use self::fair::FairQueue;
+use self::limit::{GradientLimit, normalized};
+pub(crate) use self::scheduled::ScheduledStore;
+use crate::Result;
+
+/// What every request costs besides its bytes, in the fair queue's accounting: a record read is not free.
+const REQUEST_OVERHEAD_BYTES: u64 = 4096;
+
+tokio::task_local! {
+    static CURRENT: ClassTag;
+}
+
+/// The class a backend request runs in, as a backend sees it through [`current_class`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassTag {
+    id: usize,
+    name: Arc<str>,
+    shares: u32,
+    background: bool,
+}
+
+impl ClassTag {
+    /// The class's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The class's shares.
+    pub fn shares(&self) -> u32 {
+        self.shares
+    }
+
+    /// Whether the class is background work: fewer shares than `interactive` (`bulk` by default). Engines
+    /// give its requests their low-priority treatment.
+    pub fn is_background(&self) -> bool {
+        self.background
+    }
+}
+
+/// The class of the operation whose backend request runs on this task, if a scheduling store issued it.
+/// Backends read it for their engine's levers; read it before handing work to another thread.
+pub fn current_class() -> Option<ClassTag> {
+    CURRENT.try_with(Clone::clone).ok()
+}
+
+/// Runs `fut` with `tag` as its class (none: the caller's class, if any).
+pub(crate) async fn in_class<F: Future>(tag: Option<ClassTag>, fut: F) -> F::Output {
+    match tag {
+        Some(tag) => CURRENT.scope(tag, fut).await,
+        None => fut.await,
+    }
+}
+
+/// What the scheduler did for one class, from [`crate::BlobStore::scheduler_stats`].
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ClassStats {
+    /// The class.
+    pub name: String,
+    /// Its shares.
+    pub shares: u32,
+    /// Requests admitted so far.
+    pub admitted: u64,
+    /// Bytes those requests moved.
+    pub bytes: u64,
+    /// Requests waiting now.
+    pub queued: usize,
+    /// Requests in flight now.
+    pub inflight: usize,
+    /// Total time admitted requests waited, in µs.
+    pub wait_micros: u64,
+    /// Longest wait of an admitted request, in µs.
+    pub max_wait_micros: u64,
+}
+
+/// A snapshot of the scheduler, from [`crate::BlobStore::scheduler_stats`].
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SchedulerStats {
+    /// Whether the store schedules requests ([`SchedulerConfig::enabled`]).
+    pub enabled: bool,
+    /// Requests allowed in flight now (the adaptive limit).
+    pub limit: usize,
+    /// Requests in flight now.
+    pub inflight: usize,
+    /// Per class, in name order.
+    pub classes: Vec<ClassStats>,
+}
+
+/// The store's scheduler: classes, the fair queue, the adaptive limit.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    config: SchedulerConfig,
+    tags: Vec<ClassTag>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    queue: FairQueue<Waiter>,
+    limit: GradientLimit,
+    inflight: usize,
+    classes: Vec<ClassStats>,
+    /// Per class: bytes per chunk of its recent chunk reads, to estimate a read's cost before it runs.
+    chunk_bytes: Vec<u64>,
+    next_waiter: u64,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    since: Instant,
+    admitted: oneshot::Sender<Instant>,
+}
+
+impl Scheduler {
+    /// The scheduler of a validated `config`.
+    pub(crate) fn new(config: SchedulerConfig) -> Self {
+        let interactive = config.shares.get(INTERACTIVE).copied().unwrap_or(1);
+        let tags: Vec<ClassTag> = config
+            .shares
+            .iter()
+            .enumerate()
+            .map(|(id, (name, &shares))| ClassTag {
+                id,
+                name: Arc::from(name.as_str()),
+                shares,
+                background: shares < interactive,
+            })
+            .collect();
+        let shares: Vec<u32> = tags.iter().map(|t| t.shares).collect();
+        let state = State {
+            queue: FairQueue::new(&shares),
+            limit: GradientLimit::new(
+                config.min_limit,
+                config.initial_limit,
+                config.max_limit,
+                config.latency_tolerance,
+                tags.len(),
+            ),
+            inflight: 0,
+            classes: tags
+                .iter()
+                .map(|t| ClassStats {
+                    name: t.name.to_string(),
+                    shares: t.shares,
+                    ..ClassStats::default()
+                })
+                .collect(),
+            chunk_bytes: vec![64 << 10; tags.len()],
+            next_waiter: 0,
+        };
+        Self {
+            config,
+            tags,
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Whether requests are scheduled.
+    pub(crate) fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// The tag of a class the configuration has (checked by [`SchedulerConfig::check_known`]).
+    pub(crate) fn tag(&self, class: &PriorityClass) -> Result<ClassTag> {
+        self.config.check_known(class)?;
+        self.tags
+            .iter()
+            .find(|t| &*t.name == class.name())
+            .cloned()
+            .ok_or_else(|| crate::Error::invalid("priority", format!("unknown class \"{class}\"")))
+    }
+
+    /// The class an operation runs in: the one it names, else the store's default, else `by_layout`. `None` when
+    /// scheduling is off.
+    pub(crate) fn choose(
+        &self,
+        named: Option<&PriorityClass>,
+        by_layout: fn() -> PriorityClass,
+    ) -> Result<Option<ClassTag>> {
+        let class = named
+            .or(self.config.default_class.as_ref())
+            .cloned()
+            .unwrap_or_else(by_layout);
+        let tag = self.tag(&class)?;
+        Ok(self.enabled().then_some(tag))
+    }
+
+    /// Raw chunk bytes of one backend call in `class`: `batch_bytes`, or at most
+    /// [`SchedulerConfig::bulk_unit_bytes`] for a background class.
+    pub(crate) fn unit_bytes(&self, batch_bytes: usize, class: Option<&ClassTag>) -> usize {
+        match class {
+            Some(tag) if self.enabled() && tag.background => {
+                batch_bytes.min(self.config.bulk_unit_bytes)
+            }
+            _ => batch_bytes,
+        }
+    }
+
+    /// The class of a request issued outside any operation's class: the store's default, else `interactive`.
+    fn fallback(&self) -> usize {
+        let name = self
+            .config
+            .default_class
+            .as_ref()
+            .map_or(INTERACTIVE, PriorityClass::name);
+        self.tags.iter().position(|t| &*t.name == name).unwrap_or(0)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is plain counters: a panic elsewhere while holding it leaves nothing half-done worth
+        // refusing service for.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Most slots one class may hold: all but one when there are two or more, so that a request of another
+    /// class never finds every slot taken by one class.
+    fn class_cap(limit: usize) -> usize {
+        if limit >= 2 { limit - 1 } else { 1 }
+    }
+
+    /// Admits queued requests while there is room.
+    fn dispatch(state: &mut State) {
+        loop {
+            let limit = state.limit.limit();
+            if state.inflight >= limit {
+                return;
+            }
+            let cap = Self::class_cap(limit);
+            let counts: Vec<usize> = state.classes.iter().map(|c| c.inflight).collect();
+            let Some((class, waiter)) = state.queue.pop(|c| counts[c] < cap) else {
+                return;
+            };
+            let now = Instant::now();
+            if waiter.admitted.send(now).is_err() {
+                continue; // the waiter gave up; its slot was never taken
+            }
+            let waited =
+                u64::try_from(now.duration_since(waiter.since).as_micros()).unwrap_or(u64::MAX);
+            state.inflight += 1;
+            let stats = &mut state.classes[class];
+            stats.inflight += 1;
+            stats.admitted += 1;
+            stats.wait_micros = stats.wait_micros.saturating_add(waited);
+            stats.max_wait_micros = stats.max_wait_micros.max(waited);
+        }
+    }
+
+    /// Waits until a request of `class` costing `bytes` may run; the permit holds its slot until dropped.
+    pub(crate) async fn admit(self: &Arc<Self>, class: usize, bytes: u64) -> Permit {
+        let cost = bytes + REQUEST_OVERHEAD_BYTES;
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut state = self.lock();
+            let id = state.next_waiter;
+            state.next_waiter += 1;
+            state.queue.push(
+                class,
+                cost,
+                Waiter {
+                    id,
+                    since: Instant::now(),
+                    admitted: tx,
+                },
+            );
+            Self::dispatch(&mut state);
+            id
+        };
+        let waiting = Waiting {
+            sched: Arc::clone(self),
+            class,
+            id,
+            rx: Some(rx),
+        };
+        waiting.admitted(cost).await
+    }
+
+    /// Estimated bytes of a read of `chunks` chunks in `class`.
+    pub(crate) fn estimate_chunk_read(&self, class: usize, chunks: usize) -> u64 {
+        let per_chunk = self
+            .lock()
+            .chunk_bytes
+            .get(class)
+            .copied()
+            .unwrap_or(64 << 10);
+        per_chunk.saturating_mul(chunks as u64)
+    }
+
+    /// Learns the bytes per chunk of a read that returned `bytes` for `chunks` chunks.
+    pub(crate) fn learn_chunk_read(&self, class: usize, chunks: usize, bytes: u64) {
+        if chunks > 0
+            && let Some(estimate) = self.lock().chunk_bytes.get_mut(class)
+        {
+            *estimate = bytes / chunks as u64;
+        }
+    }
+
+    /// A snapshot for [`crate::BlobStore::scheduler_stats`].
+    pub(crate) fn stats(&self) -> SchedulerStats {
+        let state = self.lock();
+        SchedulerStats {
+            enabled: self.enabled(),
+            limit: state.limit.limit(),
+            inflight: state.inflight,
+            classes: state
+                .classes
+                .iter()
+                .enumerate()
+                .map(|(id, c)| ClassStats {
+                    queued: state.queue.queued(id),
+                    ..c.clone()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A request waiting for admission. Dropped before it is admitted, it leaves the queue; dropped after, it gives
+/// its slot back.
+struct Waiting {
+    sched: Arc<Scheduler>,
+    class: usize,
+    id: u64,
+    rx: Option<oneshot::Receiver<Instant>>,
+}
+
+impl Waiting {
+    async fn admitted(mut self, cost: u64) -> Permit {
+        let rx = self.rx.as_mut();
+        let started = match rx {
+            Some(rx) => rx.await.unwrap_or_else(|_| Instant::now()),
+            None => Instant::now(),
+        };
+        self.rx = None;
+        let inflight = self.sched.lock().inflight;
+        Permit {
+            sched: Arc::clone(&self.sched),
+            class: self.class,
+            cost,
+            bytes: cost - REQUEST_OVERHEAD_BYTES,
+            started,
+            inflight,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let mut state = self.sched.lock();
+        let id = self.id;
+        state.queue.remove(self.class, |w| w.id == id);
+        if rx.try_recv().is_ok() {
+            // Admitted, but nobody will run the request: give the slot back.
+            state.inflight = state.inflight.saturating_sub(1);
+            let stats = &mut state.classes[self.class];
+            stats.inflight = stats.inflight.saturating_sub(1);
+            Scheduler::dispatch(&mut state);
+        }
+    }
+}
+
+/// One admitted request's slot. Dropping it records the request's latency and lets the next one in.
+#[derive(Debug)]
+pub(crate) struct Permit {
+    sched: Arc<Scheduler>,
+    class: usize,
+    /// The cost the request was queued with.
+    cost: u64,
+    /// The bytes it moved (the estimate until [`Permit::moved`] says otherwise).
+    bytes: u64,
+    started: Instant,
+    inflight: usize,
+}
+
+impl Permit {
+    /// Records the bytes the request really moved.
+    pub(crate) fn moved(&mut self, bytes: u64) {
+        self.bytes = bytes;
+    }
+
+    /// The request's class id.
+    pub(crate) fn class(&self) -> usize {
+        self.class
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let latency = normalized(self.elapsed(), self.bytes);
+        let real_cost = self.bytes + REQUEST_OVERHEAD_BYTES;
+        let mut state = self.sched.lock();
+        state.limit.sample(self.class, latency, self.inflight);
+        if real_cost != self.cost {
+            let delta = i64::try_from(real_cost).unwrap_or(i64::MAX)
+                - i64::try_from(self.cost).unwrap_or(i64::MAX);
+            state.queue.charge(self.class, delta);
+        }
+        state.inflight = state.inflight.saturating_sub(1);
+        let stats = &mut state.classes[self.class];
+        stats.inflight = stats.inflight.saturating_sub(1);
+        stats.bytes = stats.bytes.saturating_add(self.bytes);
+        Scheduler::dispatch(&mut state);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,141 @@
+//! [`ScheduledStore`]: the scheduler in front of a backend. Every request of the store passes through it, so no
+//! code path of the core (puts, reads, gc, fsck, the reclaim queue) can bypass admission.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+
+use super::{Scheduler, current_class};
+use crate::Result;
+use crate::backend::{
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
+    RecordWrite, SpaceReport,
+};
+
+/// Bytes a page of a record scan is estimated at before it runs.
+const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
+
+/// A backend whose requests are admitted by the store's scheduler, in the class of the task issuing them
+/// (requests outside any operation's class run in the store's default class, else `interactive`).
+///
+/// Not scheduled: [`ChunkStore::scan_chunks`] (fsck's listing, a stream paced by its consumer) and
+/// [`ChunkStore::reclaim_space`] (engine maintenance after gc).
+#[derive(Debug)]
+pub(crate) struct ScheduledStore {
+    backend: Arc<dyn ChunkStore>,
+    sched: Arc<Scheduler>,
+}
+
+impl ScheduledStore {
+    pub(crate) fn new(backend: Arc<dyn ChunkStore>, sched: Arc<Scheduler>) -> Self {
+        Self { backend, sched }
+    }
+
+    fn class(&self) -> usize {
+        current_class().map_or_else(|| self.sched.fallback(), |t| t.id)
+    }
+
+    /// Runs `call`, estimated at `estimate` bytes, once admitted; `moved` tells the bytes it really moved.
+    async fn run<T>(
+        &self,
+        estimate: u64,
+        call: impl Future<Output = Result<T>>,
+        moved: impl FnOnce(&T) -> u64,
+    ) -> Result<T> {
+        let mut permit = self.sched.admit(self.class(), estimate).await;
+        let out = call.await;
+        if let Ok(value) = &out {
+            permit.moved(moved(value));
+        }
+        out
+    }
+}
+
+fn len(value: &Option<Bytes>) -> u64 {
+    value.as_ref().map_or(0, |v| v.len() as u64)
+}
+
+#[async_trait]
+impl ChunkStore for ScheduledStore {
+    fn info(&self) -> BackendInfo {
+        self.backend.info()
+    }
+
+    async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+        self.run(0, self.backend.get_record(ns, key), len).await
+    }
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        let bytes = value.len() as u64;
+        self.run(bytes, self.backend.put_record(ns, key, value, cond), |_| {
+            bytes
+        })
+        .await
+    }
+
+    async fn delete_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        self.run(0, self.backend.delete_record(ns, key, cond), |_| 0)
+            .await
+    }
+
+    async fn scan_records(
+        &self,
+        ns: Namespace,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let call = self.backend.scan_records(ns, prefix, start_after, limit);
+        self.run(SCAN_ESTIMATE_BYTES, call, |page| {
+            page.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+        })
+        .await
+    }
+
+    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        let bytes: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
+        self.run(bytes, self.backend.put_chunks(blob, chunks), |_| bytes)
+            .await
+    }
+
+    async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
+        let class = self.class();
+        let estimate = self.sched.estimate_chunk_read(class, chunks.len());
+        let mut permit = self.sched.admit(class, estimate).await;
+        let out = self.backend.get_chunks(blob, chunks).await;
+        if let Ok(found) = &out {
+            let bytes = found.iter().map(len).sum();
+            permit.moved(bytes);
+            self.sched
+                .learn_chunk_read(permit.class(), chunks.len(), bytes);
+        }
+        out
+    }
+
+    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()> {
+        let call = self.backend.delete_chunks(blob, salt_count, chunk_count);
+        self.run(0, call, |_| 0).await
+    }
+
+    fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
+        self.backend.scan_chunks()
+    }
+
+    async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
+        self.backend.reclaim_space().await
+    }
+}

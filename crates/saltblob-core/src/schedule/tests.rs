@@ -1,0 +1,450 @@
+//! The scheduler's mechanism, deterministically: admission order, slots given back, and a store whose backend
+//! has injected latency (paused Tokio time) showing small operations admitted while a bulk put is queued.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+
+use super::*;
+use crate::backend::{
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
+    RecordWrite,
+};
+use crate::layout::{LayoutPolicy, MIB};
+use crate::{BlobStore, Error, GetOptions, MemoryStore, PutOptions, StoreConfig};
+
+fn scheduler(limit: usize) -> Arc<Scheduler> {
+    Arc::new(Scheduler::new(
+        SchedulerConfig::default().with_limits(limit, limit, limit),
+    ))
+}
+
+fn id(s: &Scheduler, name: &str) -> usize {
+    s.tag(&PriorityClass::new(name).expect("name"))
+        .expect("known")
+        .id
+}
+
+/// Lets every spawned task run until it blocks.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// With every slot taken, an interactive request queued after five bulk units is admitted first when a slot
+/// frees, and the bulk units are all admitted after it, in order: bulk is served, not starved.
+#[tokio::test(flavor = "current_thread")]
+async fn interactive_is_admitted_ahead_of_queued_bulk_units() {
+    let s = scheduler(1);
+    let (interactive, bulk) = (id(&s, INTERACTIVE), id(&s, BULK));
+    let held = s.admit(bulk, 256 << 10).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let mut queue = |class: usize, name: String| {
+        let (s, order) = (Arc::clone(&s), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            let _permit = s.admit(class, 256 << 10).await;
+            order.lock().expect("order").push(name);
+            tokio::task::yield_now().await;
+        }));
+    };
+    for unit in 0..5 {
+        queue(bulk, format!("bulk {unit}"));
+    }
+    settle().await;
+    queue(interactive, "small".into());
+    settle().await;
+    let stats = s.stats();
+    assert_eq!(
+        (
+            stats.inflight,
+            stats.classes[0].queued,
+            stats.classes[1].queued
+        ),
+        (1, 5, 1)
+    );
+    assert!(
+        order.lock().expect("order").is_empty(),
+        "nothing runs past the limit"
+    );
+    drop(held);
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let order = order.lock().expect("order").clone();
+    assert_eq!(
+        order,
+        ["small", "bulk 0", "bulk 1", "bulk 2", "bulk 3", "bulk 4"]
+    );
+    let stats = s.stats();
+    assert_eq!(stats.inflight, 0);
+    assert_eq!(
+        (stats.classes[0].admitted, stats.classes[1].admitted),
+        (6, 1)
+    );
+}
+
+/// One class never holds every slot: with a limit of 3, bulk gets two and a small request runs at once.
+#[tokio::test(flavor = "current_thread")]
+async fn one_slot_is_always_left_to_other_classes() {
+    let s = scheduler(3);
+    let (interactive, bulk) = (id(&s, INTERACTIVE), id(&s, BULK));
+    let _a = s.admit(bulk, 1).await;
+    let _b = s.admit(bulk, 1).await;
+    let third = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { drop(s.admit(bulk, 1).await) })
+    };
+    settle().await;
+    assert_eq!(s.stats().classes[0].queued, 1, "the third bulk unit waits");
+    let small = tokio::time::timeout(Duration::from_secs(5), s.admit(interactive, 1)).await;
+    assert!(small.is_ok(), "the small request found its slot");
+    drop(small);
+    third.abort();
+}
+
+/// A request that gives up while queued leaves the queue; one admitted but never run gives its slot back.
+#[tokio::test(flavor = "current_thread")]
+async fn abandoned_requests_give_their_slots_back() {
+    let s = scheduler(1);
+    let bulk = id(&s, BULK);
+    let held = s.admit(bulk, 1).await;
+    let waiter = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move { drop(s.admit(bulk, 1).await) })
+    };
+    settle().await;
+    assert_eq!(s.stats().classes[0].queued, 1);
+    waiter.abort();
+    settle().await;
+    assert_eq!(
+        s.stats().classes[0].queued,
+        0,
+        "the aborted waiter left the queue"
+    );
+
+    // Admitted while nobody polls it, then dropped: the slot comes back.
+    let pending = {
+        let s = Arc::clone(&s);
+        async move { s.admit(bulk, 1).await }
+    };
+    let mut pending = Box::pin(pending);
+    assert!(futures::poll!(pending.as_mut()).is_pending());
+    drop(held); // admits `pending` without it running
+    drop(pending);
+    let stats = s.stats();
+    assert_eq!((stats.inflight, stats.classes[0].inflight), (0, 0));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), s.admit(bulk, 1))
+            .await
+            .is_ok()
+    );
+}
+
+/// A memory backend whose chunk calls take 10 ms (of paused Tokio time), recording the class and size of each
+/// call as it starts.
+#[derive(Debug)]
+struct Slow {
+    inner: MemoryStore,
+    calls: Mutex<Vec<(String, &'static str, usize)>>,
+}
+
+impl Slow {
+    fn record(&self, what: &'static str, bytes: usize) {
+        let class = current_class().map_or("none".to_owned(), |c| c.name().to_owned());
+        self.calls.lock().expect("calls").push((class, what, bytes));
+    }
+}
+
+#[async_trait]
+impl ChunkStore for Slow {
+    fn info(&self) -> BackendInfo {
+        self.inner.info()
+    }
+    async fn get_record(&self, ns: Namespace, key: &[u8]) -> crate::Result<Option<Bytes>> {
+        self.record("get_record", 0);
+        self.inner.get_record(ns, key).await
+    }
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> crate::Result<RecordWrite> {
+        self.record("put_record", value.len());
+        self.inner.put_record(ns, key, value, cond).await
+    }
+    async fn delete_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+    ) -> crate::Result<RecordWrite> {
+        self.inner.delete_record(ns, key, cond).await
+    }
+    async fn scan_records(
+        &self,
+        ns: Namespace,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> crate::Result<Vec<(Bytes, Bytes)>> {
+        self.inner
+            .scan_records(ns, prefix, start_after, limit)
+            .await
+    }
+    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> crate::Result<()> {
+        self.record("put_chunks", chunks.iter().map(|c| c.data.len()).sum());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.inner.put_chunks(blob, chunks).await
+    }
+    async fn get_chunks(
+        &self,
+        blob: &BlobRef,
+        chunks: &[ChunkId],
+    ) -> crate::Result<Vec<Option<Bytes>>> {
+        self.record("get_chunks", chunks.len());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.inner.get_chunks(blob, chunks).await
+    }
+    async fn delete_chunks(
+        &self,
+        blob: &BlobRef,
+        salt_count: u32,
+        chunk_count: u64,
+    ) -> crate::Result<()> {
+        self.inner
+            .delete_chunks(blob, salt_count, chunk_count)
+            .await
+    }
+    fn scan_chunks(&self) -> BoxStream<'_, crate::Result<ChunkAddress>> {
+        self.inner.scan_chunks()
+    }
+}
+
+fn slow_store(limit: usize) -> (Arc<Slow>, BlobStore) {
+    let backend = Arc::new(Slow {
+        inner: MemoryStore::new(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let config = StoreConfig::default()
+        .with_policy(LayoutPolicy::default().with_fanout_threshold(MIB))
+        .with_scheduler(SchedulerConfig::default().with_limits(limit, limit, limit));
+    let store = BlobStore::new(backend.clone(), config).expect("store");
+    (backend, store)
+}
+
+/// A 16 MiB salted put runs in `bulk`, cut into 256 KiB units; small puts and gets started while it is under
+/// way run in `interactive` and are each admitted within a few bulk units, not after the whole put; the
+/// bulk put still completes, and reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_operations_overtake_a_queued_bulk_put() {
+    let (backend, store) = slow_store(2);
+    store
+        .put("small", vec![1u8; 100 << 10], &PutOptions::new())
+        .await
+        .expect("small put");
+    backend.calls.lock().expect("calls").clear();
+    let big = vec![7u8; 16 << 20];
+    let bulk = {
+        let (store, big) = (store.clone(), big.clone());
+        tokio::spawn(async move { store.put("big", big, &PutOptions::new()).await })
+    };
+    // Let the bulk put queue most of its units.
+    while backend
+        .calls
+        .lock()
+        .expect("calls")
+        .iter()
+        .filter(|c| c.1 == "put_chunks")
+        .count()
+        < 4
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for i in 0..5 {
+        let got = store.get("small").await.expect("small get");
+        assert_eq!(got.len(), 100 << 10);
+        store
+            .put(format!("s{i}"), vec![2u8; 100 << 10], &PutOptions::new())
+            .await
+            .expect("small put");
+    }
+    let small_done = backend.calls.lock().expect("calls").len();
+    bulk.await.expect("task").expect("bulk put");
+    assert_eq!(store.get("big").await.expect("big get"), big);
+
+    let calls = backend.calls.lock().expect("calls").clone();
+    let chunk_writes: Vec<_> = calls.iter().filter(|c| c.1 == "put_chunks").collect();
+    let bulk_writes = chunk_writes.iter().filter(|c| c.0 == BULK).count();
+    assert_eq!(
+        bulk_writes, 64,
+        "16 MiB in units of 4 chunks of 64 KiB: {chunk_writes:?}"
+    );
+    assert!(
+        chunk_writes
+            .iter()
+            .filter(|c| c.0 == BULK)
+            .all(|c| c.2 <= (256 << 10) + 4 * 64),
+        "every bulk unit is at most 256 KiB of chunks"
+    );
+    let small_calls: Vec<_> = calls[..small_done]
+        .iter()
+        .filter(|c| c.0 == INTERACTIVE)
+        .collect();
+    assert!(
+        small_calls.len() >= 10,
+        "the small operations ran as interactive: {small_calls:?}"
+    );
+    let bulk_before_small_done = calls[..small_done]
+        .iter()
+        .filter(|c| c.0 == BULK && c.1 == "put_chunks")
+        .count();
+    assert!(
+        bulk_before_small_done < bulk_writes / 2,
+        "ten small operations finished within {bulk_before_small_done} of {bulk_writes} bulk units"
+    );
+    let stats = store.scheduler_stats();
+    let bulk_stats = stats.classes.iter().find(|c| c.name == BULK).expect("bulk");
+    assert!(
+        bulk_stats.bytes >= 32 << 20,
+        "wrote and read 16 MiB: {bulk_stats:?}"
+    );
+}
+
+/// The class follows the layout, an operation's own class wins, and the store's default class applies to
+/// operations that name none.
+#[tokio::test(flavor = "current_thread")]
+async fn the_class_follows_the_layout_unless_named() {
+    let (backend, store) = slow_store(4);
+    let classes = |backend: &Slow| -> Vec<String> {
+        let mut calls = backend.calls.lock().expect("calls");
+        let classes = calls.iter().map(|c| c.0.clone()).collect();
+        calls.clear();
+        classes
+    };
+    store
+        .put("inline", &b"tiny"[..], &PutOptions::new())
+        .await
+        .expect("put");
+    store
+        .put("one", vec![0u8; 512 << 10], &PutOptions::new())
+        .await
+        .expect("put");
+    assert!(classes(&backend).iter().all(|c| c == INTERACTIVE));
+    store
+        .put("fan", vec![0u8; 2 << 20], &PutOptions::new())
+        .await
+        .expect("put");
+    store.get("fan").await.expect("get");
+    let fan = classes(&backend);
+    assert!(fan.iter().filter(|c| *c == BULK).count() >= 8, "{fan:?}");
+    store
+        .put(
+            "fan",
+            vec![0u8; 2 << 20],
+            &PutOptions::new().with_priority(PriorityClass::interactive()),
+        )
+        .await
+        .expect("put");
+    assert!(classes(&backend).iter().all(|c| c == INTERACTIVE));
+    store
+        .get_with(
+            "one",
+            &GetOptions::new().with_priority(PriorityClass::bulk()),
+        )
+        .await
+        .expect("get");
+    assert!(classes(&backend).iter().all(|c| c == BULK));
+
+    let config = StoreConfig::default().with_scheduler(
+        SchedulerConfig::default()
+            .with_class("batch", 10)
+            .with_default_class(PriorityClass::new("batch").expect("name")),
+    );
+    let batch = BlobStore::new(backend.clone(), config).expect("store");
+    batch
+        .put("inline", &b"tiny"[..], &PutOptions::new())
+        .await
+        .expect("put");
+    batch.get("one").await.expect("get");
+    assert!(classes(&backend).iter().all(|c| c == "batch"));
+}
+
+/// An unknown class fails before any I/O, naming the option; a bad scheduler configuration fails when the
+/// store is built.
+#[tokio::test(flavor = "current_thread")]
+async fn unknown_classes_fail_before_any_io() {
+    let (backend, store) = slow_store(4);
+    let nope = PriorityClass::new("nope").expect("well-formed name");
+    let mut reader = &b"some bytes that must stay unread"[..];
+    let errors = [
+        store
+            .put(
+                "k",
+                &b"v"[..],
+                &PutOptions::new().with_priority(nope.clone()),
+            )
+            .await
+            .map(|_| ()),
+        store
+            .put_stream(
+                "k",
+                &mut reader,
+                &PutOptions::new().with_priority(nope.clone()),
+            )
+            .await
+            .map(|_| ()),
+        store
+            .get_with("k", &GetOptions::new().with_priority(nope.clone()))
+            .await
+            .map(|_| ()),
+    ];
+    for e in errors {
+        match e {
+            Err(Error::InvalidArgument { what, reason }) => {
+                assert_eq!(what, "priority");
+                assert!(reason.contains("unknown class \"nope\""), "{reason}");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert_eq!(reader.len(), 32, "the stream was not read");
+    assert!(backend.calls.lock().expect("calls").is_empty(), "no I/O");
+    let bad =
+        StoreConfig::default().with_scheduler(SchedulerConfig::default().with_class("bulk", 0));
+    match BlobStore::new(backend, bad) {
+        Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "classes"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// With scheduling off, requests carry no class and bulk work is not cut into units.
+#[tokio::test(flavor = "current_thread")]
+async fn scheduling_off_is_the_plain_backend() {
+    let backend = Arc::new(Slow {
+        inner: MemoryStore::new(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let config = StoreConfig::default()
+        .with_policy(LayoutPolicy::default().with_fanout_threshold(MIB))
+        .with_scheduler(SchedulerConfig::off());
+    let store = BlobStore::new(backend.clone(), config).expect("store");
+    store
+        .put("fan", vec![0u8; 4 << 20], &PutOptions::new())
+        .await
+        .expect("put");
+    let calls = backend.calls.lock().expect("calls").clone();
+    assert!(calls.iter().all(|c| c.0 == "none"));
+    assert_eq!(
+        calls.iter().filter(|c| c.1 == "put_chunks").count(),
+        4,
+        "1 MiB batches"
+    );
+    assert!(!store.scheduler_stats().enabled);
+}
