@@ -1,15 +1,15 @@
 //! `saltblob bench`: the salting article's experiment on any store, with the probe's reference in the same run.
 //!
-//! The bench opens its own [`BlobStore`] on the URL with the layout flags and a grace period of zero, so that
-//! the versions it replaces and deletes are reclaimed by its clean-up at the end (no reclaim runs while it
-//! measures). Keys live under `saltblob-bench/<run id>/`. This module runs the phases in order and reports
+//! The bench opens its own [`BlobStore`] on the URL with the layout flags, the URL's store-level (scheduler)
+//! parameters ([`saltblob::split_store_params`]) and a grace period of zero, so that the versions it replaces
+//! and deletes are reclaimed by its clean-up at the end (no reclaim runs while it measures). Keys live under `saltblob-bench/<run id>/`. This module runs the phases in order and reports
 //! them; the report types are re-exported here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use saltblob::codec::CHUNK_HEADER_LEN;
-use saltblob::{BlobStore, Error, LayoutPolicy, Result, StoreConfig, VersionId};
+use saltblob::{BlobStore, Error, LayoutPolicy, Result, SchedulerConfig, StoreConfig, VersionId};
 use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
@@ -34,7 +34,9 @@ pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
 /// reachable, output file not writable).
 pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchReport> {
     let plan = Plan::new(args)?;
-    let backend = saltblob::open_backend(url).await?;
+    // The store-level parameters of the URL (the scheduler's) configure the bench's store, the rest the backend.
+    let (backend_url, store_config) = saltblob::split_store_params(url, StoreConfig::default())?;
+    let backend = saltblob::open_backend(&backend_url).await?;
     let info = backend.info();
     let mut policy = LayoutPolicy::default();
     if let Some(cs) = plan.chunk_size {
@@ -43,10 +45,11 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     if let Some(s) = args.max_salt {
         policy = policy.with_max_salt(s);
     }
-    let inflight = StoreConfig::default()
+    let inflight = store_config
         .inflight_bytes
         .max(4 * policy.chunk_size as usize);
-    let config = StoreConfig::default()
+    let scheduler = describe_scheduler(&store_config.scheduler);
+    let config = store_config
         .with_policy(policy.clone())
         .with_inflight_bytes(inflight)
         .with_grace(Duration::ZERO);
@@ -70,6 +73,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         unchunked: args.unchunked,
         mixed_seconds: args.mixed,
         large_writers: plan.large_writers,
+        scheduler,
         largest_chunk_bytes: largest_chunk,
         probe_size: args.probe.probe_size,
         probe_seconds: args.probe.probe_seconds,
@@ -89,7 +93,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     let (reference, reference_report) = if args.no_probe {
         (serde_json::Value::Null, None)
     } else {
-        match reference::measure(url, &backend, &settings).await {
+        match reference::measure(&backend_url, &backend, &settings).await {
             Ok(r) => {
                 print!("{}", report::probe_text(&r));
                 println!();
@@ -187,4 +191,15 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
 
 fn args_large(args: &BenchArgs) -> usize {
     usize::try_from(args.large_mb << 20).unwrap_or(0)
+}
+
+/// The store's scheduler as the bench's configuration shows it (`"scheduler"` in the JSON).
+fn describe_scheduler(s: &SchedulerConfig) -> serde_json::Value {
+    json!({
+        "enabled": s.enabled,
+        "shares": s.shares,
+        "default_class": s.default_class.as_ref().map(|c| c.name().to_owned()),
+        "limits": { "min": s.min_limit, "initial": s.initial_limit, "max": s.max_limit },
+        "bulk_unit_bytes": s.bulk_unit_bytes,
+    })
 }

@@ -32,6 +32,18 @@ pub fn bench_header(url: &str, c: &BenchConfig) -> String {
             c.count, c.large_mb, c.largest_chunk_bytes
         );
     }
+    let _ = writeln!(
+        s,
+        "  scheduler: {}",
+        if c.scheduler["enabled"] == true {
+            format!(
+                "on, shares {}, {}-{} requests in flight",
+                c.scheduler["shares"], c.scheduler["limits"]["min"], c.scheduler["limits"]["max"]
+            )
+        } else {
+            "off".to_owned()
+        }
+    );
     if let Some(m) = c.mixed_seconds {
         let _ = writeln!(
             s,

@@ -65,6 +65,9 @@ pub struct BenchConfig {
     pub mixed_seconds: Option<f64>,
     /// Concurrent large loops of the bulk phases of `--mixed`.
     pub large_writers: usize,
+    /// The store's scheduler, from the URL's store-level parameters: `enabled`, `shares`, `default_class`,
+    /// `limits` and `bulk_unit_bytes`.
+    pub scheduler: serde_json::Value,
     /// Largest value the backend takes as one chunk (the largest unchunked blob through saltblob).
     pub largest_chunk_bytes: u64,
     /// Probe file size or byte budget.

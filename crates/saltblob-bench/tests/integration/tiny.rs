@@ -238,6 +238,7 @@ async fn a_tiny_bench_on_memory_reports_every_field() {
         serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
             .expect("valid json");
     check_shape(&json, "memory://", 2);
+    assert_eq!(json["config"]["scheduler"]["enabled"], true);
     assert_eq!(json["reference"]["kind"], "rows");
     assert_eq!(json["reference"]["read"]["verified"], true);
     let svg = std::fs::read_to_string(&plot_path).expect("plot written");
@@ -281,7 +282,11 @@ async fn bad_large_writers_are_refused_before_anything_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("rocksdb://{}?sync=false", dir.path().join("db").display());
+    // The scheduler's parameter configures the bench's store; the backend gets the rest.
+    let url = format!(
+        "rocksdb://{}?sync=false&scheduler=off",
+        dir.path().join("db").display()
+    );
     let json_path = dir.path().join("out.json");
     let j = json_path.to_string_lossy().into_owned();
     let args = bench_args(&["--unchunked", "--mixed", "0.5", "--json", &j]);
@@ -303,6 +308,7 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
         return;
     }
     check_shape(&json, &url, 1);
+    assert_eq!(json["config"]["scheduler"]["enabled"], false);
     assert_eq!(reference["kind"], "device");
     assert!(reference["device"]["st_dev"].as_str().is_some());
     assert_eq!(reference["points"].as_array().map(Vec::len), Some(20));
@@ -427,4 +433,16 @@ async fn probe_on_a_directory_and_on_memory() {
         .await
         .expect("row probe");
     assert!(r.write_mib_s() > 0.0 && r.read_mib_s() > 0.0);
+}
+
+#[tokio::test]
+async fn probe_accepts_the_scheduler_parameters_of_a_store_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("rocksdb://{}?scheduler=off", dir.path().display());
+    let args =
+        ProbeCli::parse_from(["probe", "--probe-size", "8MiB", "--probe-seconds", "0.1"]).args;
+    match saltblob_bench::probe(&url, &args, true).await {
+        Ok(report) => assert!(matches!(report, saltblob_bench::ProbeReport::Device(_))),
+        Err(e) => assert!(e.to_string().contains("O_DIRECT"), "{e}"),
+    }
 }
