@@ -46,7 +46,9 @@ pub fn supported_schemes() -> Vec<&'static str> {
 /// can report "not found" instead of creating an empty store.
 pub fn missing_local_store(url: &str) -> Option<std::path::PathBuf> {
     #[cfg(feature = "rocksdb")]
-    if let Ok(config) = saltblob_rocksdb::RocksConfig::from_url(url) {
+    if let Ok((url, _)) = split_store_params(url, StoreConfig::default())
+        && let Ok(config) = saltblob_rocksdb::RocksConfig::from_url(&url)
+    {
         return (!config.path.exists()).then_some(config.path);
     }
     let _ = url;

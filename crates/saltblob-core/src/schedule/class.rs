@@ -83,8 +83,8 @@ pub const MAX_LIMIT: usize = 4096;
 /// How the store schedules backend I/O between priority classes (see `docs/guarantees.md`, *Isolation*).
 ///
 /// Every backend request of an operation is admitted by the store's scheduler: classes get the backend in
-/// proportion to their shares (start-time fair queuing over request bytes), no class may hold every request
-/// slot, and the number of requests in flight adapts to measured latency between
+/// proportion to their shares (start-time fair queuing over request bytes), background classes may hold at most
+/// three quarters of the request slots, and the number of requests in flight adapts to measured latency between
 /// [`SchedulerConfig::min_limit`] and [`SchedulerConfig::max_limit`].
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
@@ -97,9 +97,11 @@ pub struct SchedulerConfig {
     /// The class every operation of this store runs in unless the operation names one; `None` lets the layout
     /// decide (inline and single-partition blobs `interactive`, larger ones `bulk`). Defaults to `None`.
     pub default_class: Option<PriorityClass>,
-    /// Requests in flight to the backend at first. Defaults to 8.
+    /// Requests in flight to the backend at first. Defaults to 16.
     pub initial_limit: usize,
-    /// Fewest requests in flight the adaptive limit goes down to. Defaults to 2.
+    /// Fewest requests in flight the adaptive limit goes down to. Defaults to 8: small operations each hold a
+    /// slot for a whole request (a synced commit), and measured on RocksDB, fewer slots queued them behind
+    /// one another.
     pub min_limit: usize,
     /// Most requests in flight the adaptive limit goes up to. Defaults to 64.
     pub max_limit: usize,
@@ -117,8 +119,8 @@ impl Default for SchedulerConfig {
             enabled: true,
             shares: BTreeMap::from([(INTERACTIVE.to_owned(), 1000), (BULK.to_owned(), 200)]),
             default_class: None,
-            initial_limit: 8,
-            min_limit: 2,
+            initial_limit: 16,
+            min_limit: 8,
             max_limit: 64,
             bulk_unit_bytes: (256 * KIB) as usize,
             latency_tolerance: 2.0,
@@ -238,7 +240,7 @@ impl SchedulerConfig {
     /// | `scheduler` | `on` or `off` | `scheduler=off` |
     /// | `priority` | the store's [`SchedulerConfig::default_class`] | `priority=bulk` |
     /// | `classes` | shares by class, comma-separated | `classes=interactive:1000,bulk:200,batch:50` |
-    /// | `concurrency` | `MIN-MAX` or `MIN-INITIAL-MAX` requests in flight | `concurrency=2-8-64` |
+    /// | `concurrency` | `MIN-MAX` or `MIN-INITIAL-MAX` requests in flight | `concurrency=8-16-64` |
     /// | `bulk_unit` | [`SchedulerConfig::bulk_unit_bytes`] | `bulk_unit=256KiB` |
     pub fn apply_url_param(&mut self, name: &str, value: &str) -> Result<bool> {
         match name {

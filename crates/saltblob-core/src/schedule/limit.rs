@@ -2,6 +2,9 @@
 //! with measured latencies: it shrinks when latency rises above its no-load baseline by more than the tolerance
 //! and grows back when latency falls. Pure arithmetic on the samples given, so it is tested without a clock.
 //!
+//! The limit shrinks once a class's recent latency exceeds `tolerance × baseline + 1 ms`: the slack keeps
+//! scheduling jitter of fast requests from counting as a rise.
+//!
 //! Requests differ in size, so a latency is normalized by the request's bytes (per 64 KiB) before use, and each
 //! class keeps its own baseline (records and small chunks of `interactive` would otherwise set a baseline that
 //! no bulk unit can meet). The limit follows the worst gradient among the classes sampled recently: when small
@@ -20,6 +23,10 @@ const BASELINE_DRIFT: f64 = 0.002;
 const SMOOTHING: f64 = 0.2;
 /// Samples after its last one during which a class still counts.
 const ACTIVE_SAMPLES: u64 = 200;
+/// Latency a class may gain above its tolerated level before it counts as a rise, in seconds per 64 KiB: jitter
+/// of a few hundred microseconds (thread wake-ups on a busy machine) is no sign of a queue in the backend,
+/// and a fast backend (memory, a warm cache) would otherwise be held at the minimum by it.
+const SLACK: f64 = 0.001;
 
 /// The limit and the latency history it is computed from.
 #[derive(Debug)]
@@ -44,7 +51,7 @@ impl Latencies {
         if self.short <= 0.0 {
             return 1.0;
         }
-        (tolerance * self.baseline / self.short).clamp(0.5, 1.0)
+        ((tolerance * self.baseline + SLACK) / self.short).clamp(0.5, 1.0)
     }
 }
 
@@ -168,18 +175,18 @@ mod tests {
     fn it_shrinks_when_latency_rises_and_recovers() {
         let mut l = limit();
         for _ in 0..20 {
-            l.sample(INTERACTIVE, 0.001, 8);
+            l.sample(INTERACTIVE, 0.002, 8);
         }
         let before = l.limit();
         for _ in 0..100 {
-            l.sample(INTERACTIVE, 0.003, 8);
-            l.sample(BULK, 0.001, 8);
+            l.sample(INTERACTIVE, 0.010, 8);
+            l.sample(BULK, 0.002, 8);
         }
         assert!(l.limit() < before, "{} < {before}", l.limit());
         assert_eq!(l.limit(), 2, "down to the minimum");
         for _ in 0..300 {
             let inflight = l.limit();
-            l.sample(INTERACTIVE, 0.001, inflight);
+            l.sample(INTERACTIVE, 0.002, inflight);
         }
         assert!(l.limit() > 8, "grew back: {}", l.limit());
     }
@@ -188,9 +195,20 @@ mod tests {
     #[test]
     fn latency_within_tolerance_is_no_signal() {
         let mut l = limit();
-        l.sample(INTERACTIVE, 0.001, 8);
+        l.sample(INTERACTIVE, 0.002, 8);
         for _ in 0..100 {
-            l.sample(INTERACTIVE, 0.0019, 8);
+            l.sample(INTERACTIVE, 0.0049, 8);
+        }
+        assert!(l.limit() >= 8, "{}", l.limit());
+    }
+
+    /// Jitter below the slack is no signal, however large as a ratio: 50 µs requests taking 500 µs.
+    #[test]
+    fn jitter_of_fast_requests_is_no_signal() {
+        let mut l = limit();
+        l.sample(INTERACTIVE, 0.000_05, 8);
+        for _ in 0..100 {
+            l.sample(INTERACTIVE, 0.000_5, 8);
         }
         assert!(l.limit() >= 8, "{}", l.limit());
     }
@@ -199,9 +217,9 @@ mod tests {
     #[test]
     fn a_class_gone_quiet_stops_counting() {
         let mut l = limit();
-        l.sample(INTERACTIVE, 0.001, 8);
+        l.sample(INTERACTIVE, 0.002, 8);
         for _ in 0..50 {
-            l.sample(INTERACTIVE, 0.004, 8);
+            l.sample(INTERACTIVE, 0.020, 8);
         }
         assert_eq!(l.limit(), 2);
         for _ in 0..(ACTIVE_SAMPLES + 200) {

@@ -2,7 +2,8 @@
 //!
 //! Every operation runs in a [`PriorityClass`]. The store's scheduler admits each backend request (a record
 //! read or write, a segment of chunks) by class: start-time fair queuing over request bytes, in proportion to
-//! the classes' shares (`fair.rs`); no class may hold every request slot; and the number of requests in
+//! the classes' shares (`fair.rs`); background classes hold at most three quarters of the request slots; and the
+//! number of requests in
 //! flight follows measured latency (`limit.rs`). Bulk work is cut into units of
 //! [`SchedulerConfig::bulk_unit_bytes`], so a small request waits for at most one unit, not for a whole
 //! 60 MiB put. `scheduled.rs` puts the scheduler in front of the backend.
@@ -11,6 +12,7 @@
 //! levers (low-priority writes, separate in-flight budgets).
 
 mod class;
+pub(crate) mod cpu;
 mod fair;
 mod limit;
 mod scheduled;
@@ -125,6 +127,8 @@ struct State {
     limit: GradientLimit,
     inflight: usize,
     classes: Vec<ClassStats>,
+    /// Per class: whether it is a background class ([`ClassTag::is_background`]).
+    background: Vec<bool>,
     /// Per class: bytes per chunk of its recent chunk reads, to estimate a read's cost before it runs.
     chunk_bytes: Vec<u64>,
     next_waiter: u64,
@@ -171,6 +175,7 @@ impl Scheduler {
                     ..ClassStats::default()
                 })
                 .collect(),
+            background: tags.iter().map(|t| t.background).collect(),
             chunk_bytes: vec![64 << 10; tags.len()],
             next_waiter: 0,
         };
@@ -238,10 +243,10 @@ impl Scheduler {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Most slots one class may hold: all but one when there are two or more, so that a request of another
-    /// class never finds every slot taken by one class.
-    fn class_cap(limit: usize) -> usize {
-        if limit >= 2 { limit - 1 } else { 1 }
+    /// Most slots a background class may hold: three quarters of the limit (all but one, at least one), so that
+    /// requests of the other classes always find slots free. Other classes may use every slot.
+    fn background_cap(limit: usize) -> usize {
+        limit.saturating_sub((limit / 4).max(1)).max(1)
     }
 
     /// Admits queued requests while there is room.
@@ -251,9 +256,11 @@ impl Scheduler {
             if state.inflight >= limit {
                 return;
             }
-            let cap = Self::class_cap(limit);
-            let counts: Vec<usize> = state.classes.iter().map(|c| c.inflight).collect();
-            let Some((class, waiter)) = state.queue.pop(|c| counts[c] < cap) else {
+            let cap = Self::background_cap(limit);
+            let held_back: Vec<bool> = (state.classes.iter().zip(&state.background))
+                .map(|(c, background)| *background && c.inflight >= cap)
+                .collect();
+            let Some((class, waiter)) = state.queue.pop(|c| !held_back[c]) else {
                 return;
             };
             let now = Instant::now();

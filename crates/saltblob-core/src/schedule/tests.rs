@@ -88,23 +88,38 @@ async fn interactive_is_admitted_ahead_of_queued_bulk_units() {
     );
 }
 
-/// One class never holds every slot: with a limit of 3, bulk gets two and a small request runs at once.
+/// Bulk never holds every slot: with a limit of 8 it gets six, and two small requests run at once; small
+/// requests may use every slot.
 #[tokio::test(flavor = "current_thread")]
-async fn one_slot_is_always_left_to_other_classes() {
-    let s = scheduler(3);
+async fn slots_are_always_left_to_small_requests() {
+    let s = scheduler(8);
     let (interactive, bulk) = (id(&s, INTERACTIVE), id(&s, BULK));
-    let _a = s.admit(bulk, 1).await;
-    let _b = s.admit(bulk, 1).await;
-    let third = {
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(s.admit(bulk, 1).await);
+    }
+    let seventh = {
         let s = Arc::clone(&s);
         tokio::spawn(async move { drop(s.admit(bulk, 1).await) })
     };
     settle().await;
-    assert_eq!(s.stats().classes[0].queued, 1, "the third bulk unit waits");
-    let small = tokio::time::timeout(Duration::from_secs(5), s.admit(interactive, 1)).await;
-    assert!(small.is_ok(), "the small request found its slot");
-    drop(small);
-    third.abort();
+    assert_eq!(
+        s.stats().classes[0].queued,
+        1,
+        "the seventh bulk unit waits"
+    );
+    for _ in 0..2 {
+        let small = tokio::time::timeout(Duration::from_secs(5), s.admit(interactive, 1)).await;
+        held.push(small.expect("a small request finds its slot at once"));
+    }
+    assert_eq!(s.stats().inflight, 8);
+    seventh.abort();
+    held.clear();
+    let mut small = Vec::new();
+    for _ in 0..8 {
+        let admitted = tokio::time::timeout(Duration::from_secs(5), s.admit(interactive, 1)).await;
+        small.push(admitted.expect("small requests may take every slot"));
+    }
 }
 
 /// A request that gives up while queued leaves the queue; one admitted but never run gives its slot back.

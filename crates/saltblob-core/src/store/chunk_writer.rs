@@ -11,7 +11,7 @@ use crate::codec::{ChunkPlace, Codec, encode_chunk};
 use crate::intent::Progress;
 use crate::layout::ChunkLayout;
 use crate::records::Inner;
-use crate::schedule::{ClassTag, current_class, in_class};
+use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::store::chunk_io::with_retry;
 use crate::{Error, Result};
 
@@ -112,30 +112,21 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, attempts) = (
+        let (backend, blob, layout, codec, attempts, class) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
             self.codec,
             self.attempts,
+            self.class.clone(),
         );
         self.tasks.spawn(in_class(self.class.clone(), async move {
             let _permit = permit;
-            let writes: Vec<ChunkWrite> = segment
-                .iter()
-                .map(|(index, raw)| {
-                    let place = ChunkPlace {
-                        key: &blob.key,
-                        version: blob.version,
-                        index: *index,
-                    };
-                    ChunkWrite {
-                        salt: layout.salt_of(*index),
-                        index: *index,
-                        data: encode_chunk(place, raw, codec),
-                    }
-                })
-                .collect();
+            let encoding = blob.clone();
+            let writes = cpu::run(class.as_ref(), move || {
+                encode_segment(&encoding, layout, codec, &segment)
+            })
+            .await?;
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
             with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
             Ok(stored)
@@ -189,6 +180,30 @@ impl ChunkWriter {
         }
         true
     }
+}
+
+/// The encoded chunks of a segment of `blob`.
+fn encode_segment(
+    blob: &BlobRef,
+    layout: ChunkLayout,
+    codec: Codec,
+    segment: &[(u64, Bytes)],
+) -> Vec<ChunkWrite> {
+    segment
+        .iter()
+        .map(|(index, raw)| {
+            let place = ChunkPlace {
+                key: &blob.key,
+                version: blob.version,
+                index: *index,
+            };
+            ChunkWrite {
+                salt: layout.salt_of(*index),
+                index: *index,
+                data: encode_chunk(place, raw, codec),
+            }
+        })
+        .collect()
 }
 
 fn join_result(done: std::result::Result<Result<u64>, tokio::task::JoinError>) -> Result<u64> {

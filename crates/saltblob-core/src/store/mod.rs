@@ -7,6 +7,7 @@
 
 mod chunk_io;
 mod chunk_writer;
+mod digest;
 pub(crate) mod read;
 mod write;
 

@@ -16,8 +16,9 @@ use crate::codec::{ChunkPlace, decode_chunk};
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, hex};
 use crate::records::Inner;
-use crate::schedule::{ClassTag, in_class};
+use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::store::chunk_io::with_retry;
+use crate::store::digest::Digest;
 use crate::{Error, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
@@ -125,6 +126,7 @@ fn stream_chunks(
         .step_by(usize::try_from(per_segment).unwrap_or(1))
         .map(move |s| s..(s + per_segment).min(chunks.end));
     let inner = Arc::clone(inner);
+    let class_of_digest = class.clone();
     let (version, size) = (manifest.version, manifest.size);
     let blob = BlobRef {
         key: key.clone(),
@@ -150,7 +152,7 @@ fn stream_chunks(
     let state = ReadState {
         fetches: fetches.boxed(),
         pending: VecDeque::new(),
-        hasher: verify_digest.then(blake3::Hasher::new),
+        digest: verify_digest.then(|| Digest::new(class_of_digest)),
         key,
         manifest: manifest.clone(),
         done: false,
@@ -165,10 +167,13 @@ fn stream_chunks(
             }
             match st.fetches.next().await {
                 Some(Ok(pieces)) => {
-                    if let Some(h) = st.hasher.as_mut() {
-                        pieces.iter().for_each(|p| {
-                            h.update(p);
-                        });
+                    if let Some(d) = st.digest.as_mut() {
+                        for piece in &pieces {
+                            if let Err(e) = d.update(piece.clone()).await {
+                                st.done = true;
+                                return Some((Err(e), st));
+                            }
+                        }
                     }
                     st.pending.extend(pieces);
                 }
@@ -178,8 +183,11 @@ fn stream_chunks(
                 }
                 None => {
                     st.done = true;
-                    if let Some(h) = st.hasher.take() {
-                        let got = h.finalize();
+                    if let Some(d) = st.digest.take() {
+                        let got = match d.finalize().await {
+                            Ok(got) => got,
+                            Err(e) => return Some((Err(e), st)),
+                        };
                         if *got.as_bytes() != st.manifest.digest {
                             let err = digest_error(&st.key, &st.manifest, got);
                             return Some((Err(err), st));
@@ -215,7 +223,7 @@ struct ReadState {
     fetches: BoxStream<'static, Result<Vec<Bytes>>>,
     pending: VecDeque<Bytes>,
     /// Present when the read covers the whole blob and its digest is to be verified.
-    hasher: Option<blake3::Hasher>,
+    digest: Option<Digest>,
     key: Bytes,
     manifest: Manifest,
     done: bool,
@@ -244,18 +252,35 @@ async fn fetch_segment(
             false,
         ));
     }
+    if let Some(at) = slots.iter().position(Option::is_none) {
+        return Err(missing_chunk(&inner, &blob, ids[at]).await);
+    }
+    let stored: Vec<Bytes> = slots.into_iter().flatten().collect();
+    // Checksums (and decompression) of a background class run on the bulk CPU pool.
+    cpu::run(current_class().as_ref(), move || {
+        decode_segment(&blob, layout, size, &ids, &stored, &range)
+    })
+    .await?
+}
+
+/// The raw bytes of `stored` chunks `ids` of `blob`, checked and trimmed to `range`.
+fn decode_segment(
+    blob: &BlobRef,
+    layout: ChunkLayout,
+    size: u64,
+    ids: &[ChunkId],
+    stored: &[Bytes],
+    range: &Range<u64>,
+) -> Result<Vec<Bytes>> {
     let mut out = Vec::with_capacity(ids.len());
-    for (id, slot) in ids.iter().zip(slots) {
-        let Some(stored) = slot else {
-            return Err(missing_chunk(&inner, &blob, *id).await);
-        };
+    for (id, stored) in ids.iter().zip(stored) {
         let place = ChunkPlace {
             key: &blob.key,
             version: blob.version,
             index: id.index,
         };
         let span = layout.chunk_span(id.index, size);
-        let raw = decode_chunk(place, &stored, span.end - span.start)?;
+        let raw = decode_chunk(place, stored, span.end - span.start)?;
         let lo = range.start.max(span.start) - span.start;
         let hi = range.end.min(span.end) - span.start;
         out.push(raw.slice(usize::try_from(lo).unwrap_or(0)..usize::try_from(hi).unwrap_or(0)));

@@ -15,8 +15,9 @@ use crate::layout::{Layout, LayoutPolicy};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
 use crate::records::Inner;
-use crate::schedule::{ClassTag, PriorityClass};
+use crate::schedule::{ClassTag, PriorityClass, current_class};
 use crate::store::chunk_writer::ChunkWriter;
+use crate::store::digest::Digest;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -127,12 +128,10 @@ where
     manifest.validate_attributes()?;
     let pre = precheck(inner, &key, opts.condition).await?;
 
-    let mut hasher = blake3::Hasher::new();
     let layout = known_size.map(|s| policy.layout_for(s));
     if layout == Some(Layout::Inline) {
-        hasher.update(&head);
         manifest.size = head_len;
-        manifest.digest = *hasher.finalize().as_bytes();
+        manifest.digest = *blake3::hash(&head).as_bytes();
         manifest.body = ManifestBody::Inline(head);
         commit(inner, &key, &manifest, pre, None).await?;
         return Ok(manifest);
@@ -156,6 +155,7 @@ where
         policy.chunk_size,
         lease.progress(),
     );
+    let mut digest = Digest::new(current_class());
     let written = write_chunks(
         inner,
         &key,
@@ -163,7 +163,7 @@ where
         head,
         eof,
         &mut writer,
-        &mut hasher,
+        &mut digest,
         opts.size_hint,
     )
     .await;
@@ -190,7 +190,14 @@ where
         }
     };
     manifest.size = size;
-    manifest.digest = *hasher.finalize().as_bytes();
+    manifest.digest = match digest.finalize().await {
+        Ok(hash) => *hash.as_bytes(),
+        Err(e) => {
+            let deleted = writer.abort().await;
+            lease.end(deleted).await;
+            return Err(e);
+        }
+    };
     manifest.body = ManifestBody::Chunked {
         layout: writer.layout(),
         codec: policy.codec,
@@ -212,7 +219,7 @@ async fn write_chunks<R: AsyncRead + Unpin + Send>(
     mut head: Bytes,
     mut eof: bool,
     writer: &mut ChunkWriter,
-    hasher: &mut blake3::Hasher,
+    digest: &mut Digest,
     size_hint: Option<u64>,
 ) -> Result<(u64, u64)> {
     let cs = writer.chunk_size() as usize;
@@ -220,7 +227,7 @@ async fn write_chunks<R: AsyncRead + Unpin + Send>(
     loop {
         while head.len() >= cs || (eof && !head.is_empty()) {
             let chunk = head.split_to(cs.min(head.len()));
-            hasher.update(&chunk);
+            digest.update(chunk.clone()).await?;
             size += chunk.len() as u64;
             writer.push(chunk).await?;
         }
