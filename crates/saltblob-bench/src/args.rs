@@ -32,13 +32,19 @@ pub struct BenchArgs {
     /// Also write and read each large blob as ONE value, without chunking (the article's baseline).
     #[arg(long)]
     pub unchunked: bool,
-    /// Also run small gets and puts for SECONDS alone, then for SECONDS while large blobs are written and read.
+    /// Also measure isolation: small gets and puts for SECONDS alone, the large put/get/delete loops for SECONDS
+    /// alone, then both at once for SECONDS; reports per-class latency, the small-op P99 ratio and the bulk
+    /// throughput ratio.
     #[arg(long, value_name = "SECONDS")]
     pub mixed: Option<f64>,
+    /// Concurrent large put/get/delete loops (each on its own keys) in the bulk phases of `--mixed`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub large_writers: usize,
     /// Write the results as JSON to FILE ("-": standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Draw latency percentiles per phase to FILE (SVG).
+    /// Draw latency percentiles per phase to FILE (SVG); with `--mixed`, also the isolation result (small-op
+    /// latency and bulk throughput, alone vs under load, with their goals).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Keep the bench's keys instead of deleting them at the end.

@@ -1,18 +1,19 @@
 //! `saltblob bench`: the salting article's experiment on any store, with the probe's reference in the same run.
 //!
-//! The bench opens its own [`BlobStore`] on the URL with the layout flags and a grace period of zero, so that
-//! the versions it replaces and deletes are reclaimed by its clean-up at the end (no reclaim runs while it
-//! measures). Keys live under `saltblob-bench/<run id>/`. This module runs the phases in order and reports
+//! The bench opens its own [`BlobStore`] on the URL with the layout flags, the URL's store-level (scheduler)
+//! parameters ([`saltblob::split_store_params`]) and a grace period of zero, so that the versions it replaces
+//! and deletes are reclaimed by its clean-up at the end (no reclaim runs while it measures). Keys live under `saltblob-bench/<run id>/`. This module runs the phases in order and reports
 //! them; the report types are re-exported here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use saltblob::codec::CHUNK_HEADER_LEN;
-use saltblob::{BlobStore, Error, LayoutPolicy, Result, StoreConfig, VersionId};
+use saltblob::{BlobStore, Error, LayoutPolicy, Result, SchedulerConfig, StoreConfig, VersionId};
 use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
+use crate::isolation::isolation;
 use crate::output::write_output;
 use crate::payload::random_bytes;
 use crate::phases::Run;
@@ -22,6 +23,9 @@ use crate::reference;
 use crate::stats::PhaseReport;
 use crate::{plot, report};
 
+pub use crate::isolation::{
+    BULK_THROUGHPUT_RATIO_GOAL_MIN, ClassResult, Classes, Isolation, SMALL_P99_RATIO_GOAL_MAX,
+};
 pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
 
 /// `saltblob bench`: runs the phases on the store at `url`, prints the results, writes `--json` and `--plot`.
@@ -30,8 +34,8 @@ pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
 /// reachable, output file not writable).
 pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchReport> {
     let plan = Plan::new(args)?;
-    // The store-level parameters of the URL (the scheduler's) configure the store, the rest the backend.
-    let (backend_url, base_config) = saltblob::split_store_params(url, StoreConfig::default())?;
+    // The store-level parameters of the URL (the scheduler's) configure the bench's store, the rest the backend.
+    let (backend_url, store_config) = saltblob::split_store_params(url, StoreConfig::default())?;
     let backend = saltblob::open_backend(&backend_url).await?;
     let info = backend.info();
     let mut policy = LayoutPolicy::default();
@@ -41,10 +45,11 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     if let Some(s) = args.max_salt {
         policy = policy.with_max_salt(s);
     }
-    let inflight = StoreConfig::default()
+    let inflight = store_config
         .inflight_bytes
         .max(4 * policy.chunk_size as usize);
-    let config = base_config
+    let scheduler = describe_scheduler(&store_config.scheduler);
+    let config = store_config
         .with_policy(policy.clone())
         .with_inflight_bytes(inflight)
         .with_grace(Duration::ZERO);
@@ -67,6 +72,8 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         concurrency: args.concurrency,
         unchunked: args.unchunked,
         mixed_seconds: args.mixed,
+        large_writers: plan.large_writers,
+        scheduler,
         largest_chunk_bytes: largest_chunk,
         probe_size: args.probe.probe_size,
         probe_seconds: args.probe.probe_seconds,
@@ -127,10 +134,10 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         show(w, &mut phases);
         show(r, &mut phases);
     }
-    if let Some(seconds) = args.mixed {
-        let (alone, loaded) = run.mixed(seconds).await?;
-        show(alone, &mut phases);
-        show(loaded, &mut phases);
+    if let Some(duration) = run.plan.mixed {
+        for p in run.mixed(duration).await? {
+            show(p, &mut phases);
+        }
     }
     let cleanup = if args.keep {
         Cleanup::default()
@@ -141,18 +148,36 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         eprintln!("saltblob: warning: clean-up: {p}");
     }
 
-    let ratios = ratios(&phases, reference_report.as_ref(), &run.plan, largest_chunk);
+    let isolation = run.plan.mixed.and_then(|d| {
+        isolation(
+            &phases,
+            d.as_secs_f64(),
+            run.plan.large_writers,
+            run.concurrency,
+        )
+    });
+    let ratios = ratios(
+        &phases,
+        reference_report.as_ref(),
+        &run.plan,
+        largest_chunk,
+        isolation.as_ref(),
+    );
     let report = BenchReport {
         store: shown_url,
         config,
         reference,
         phases,
         ratios,
+        isolation,
         cleanup,
         reference_report,
     };
     println!("{}", report::summary_table(&report));
     println!("{}", report::ratios_text(&report.ratios));
+    if let Some(iso) = &report.isolation {
+        println!("{}", report::isolation_text(iso));
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| Error::invalid("json", e.to_string()))?;
@@ -166,4 +191,15 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
 
 fn args_large(args: &BenchArgs) -> usize {
     usize::try_from(args.large_mb << 20).unwrap_or(0)
+}
+
+/// The store's scheduler as the bench's configuration shows it (`"scheduler"` in the JSON).
+fn describe_scheduler(s: &SchedulerConfig) -> serde_json::Value {
+    json!({
+        "enabled": s.enabled,
+        "shares": s.shares,
+        "default_class": s.default_class.as_ref().map(|c| c.name().to_owned()),
+        "limits": { "min": s.min_limit, "initial": s.initial_limit, "max": s.max_limit },
+        "bulk_unit_bytes": s.bulk_unit_bytes,
+    })
 }

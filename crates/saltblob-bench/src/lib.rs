@@ -12,8 +12,11 @@
 //! 4. `small_read`: read those back;
 //! 5. with `--unchunked`: `unchunked_write` / `unchunked_read`, the article's baseline: each large blob as one
 //!    value, no chunking; a refusal (by saltblob's limits or by the server) is reported as a result;
-//! 6. with `--mixed SECONDS`: `small_alone` then `small_under_load`, small gets and puts alone and while large
-//!    blobs are written and read continuously.
+//! 6. with `--mixed SECONDS`, isolation between small (class `interactive`) and large (class `bulk`) traffic:
+//!    `small_alone` (small gets and puts alone), `bulk_alone` (`--large-writers` loops of large puts, gets and
+//!    deletes alone), then `small_under_load` and `bulk_under_load` (both at once), each for SECONDS; then
+//!    `small_p99_ratio` (small P99 under load ÷ alone, goal ≤ 2) and `bulk_throughput_ratio` (bulk throughput
+//!    under small load ÷ alone, goal ≥ 0.7), printed and written as `"isolation"` in the JSON.
 //!
 //! Each phase reports op count, bytes, wall time, MiB/s, HDR-histogram latency percentiles and errors, printed
 //! as a cassandra-stress-like block, then a side-by-side table and the ratios of `BENCHMARKS.md`; `--json` and
@@ -46,7 +49,8 @@
 //! - [`device`]: which block device holds a directory, and its sector sizes.
 //! - `direct`: the O_DIRECT bandwidth of the device behind an embedded store; `rows`: single-row throughput
 //!   through any other backend; `reference`: [`ProbeReport`], either of them, for a store URL.
-//! - `results`: [`BenchReport`] and the other report types of a bench run.
+//! - `isolation`: the per-class figures and ratios of `--mixed`; `results`: [`BenchReport`] and the other report
+//!   types of a bench run.
 //! - `plan`: the bench's sizes and counts, validated; `payload`: stamped payloads and how a read is checked;
 //!   `load`: load drivers (count-bound, time-bound, background); `phases`: the phase runners and the clean-up;
 //!   `ratios`: the figures of `BENCHMARKS.md`.
@@ -57,6 +61,7 @@ mod args;
 pub mod bench;
 pub mod device;
 mod direct;
+mod isolation;
 mod load;
 mod output;
 mod payload;

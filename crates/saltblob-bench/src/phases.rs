@@ -9,12 +9,12 @@ use bytes::Bytes;
 use futures::StreamExt;
 use saltblob::layout::MIN_CHUNK_SIZE;
 use saltblob::{
-    BackendInfo, BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Error, PutOptions, Result,
-    VersionId,
+    BackendInfo, BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, PutOptions, Result, VersionId,
 };
 use serde_json::json;
 
-use crate::load::{background_load, run_concurrent, run_timed};
+use crate::isolation::{BULK_ALONE, BULK_UNDER_LOAD, SMALL_ALONE, SMALL_UNDER_LOAD};
+use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
 use crate::payload::{Outcome, TAG_LARGE, TAG_MIXED, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
 use crate::plan::Plan;
 use crate::progress::Progress;
@@ -319,9 +319,13 @@ impl Run {
         (w, r, raw)
     }
 
-    /// Small gets and puts for `seconds`, alone, then while large blobs are written, read and deleted in a loop.
-    pub(crate) async fn mixed(&self, seconds: f64) -> Result<(PhaseReport, PhaseReport)> {
-        let duration = self.plan.mixed.unwrap_or(Duration::from_secs_f64(seconds));
+    /// The isolation phases of `--mixed`, each for `duration`: small gets and puts alone, the large loops alone,
+    /// then both at once. Returns `small_alone`, `bulk_alone`, `small_under_load` and `bulk_under_load`, in
+    /// that order; `small_under_load` also carries the large loops' summary as `details.background`.
+    ///
+    /// The bulk phase alone runs before the loaded pair, so that whatever the earlier phases left the store to
+    /// do (compaction, garbage not yet reclaimed) weighs on the loaded figures, not on the baselines.
+    pub(crate) async fn mixed(&self, duration: Duration) -> Result<[PhaseReport; 4]> {
         let pool = self
             .plan
             .small_count
@@ -354,27 +358,79 @@ impl Run {
             );
         }
 
-        let alone = self.small_mix("small_alone", duration, pool, None).await?;
+        let small_alone = self.small_mix(SMALL_ALONE, duration, pool).await?;
 
+        let progress = Progress::timed(BULK_ALONE, Some(duration.as_secs_f64()), self.quiet);
         let stop = Arc::new(AtomicBool::new(false));
-        let background = tokio::spawn(background_load(
+        let (bulk_alone, ()) =
+            tokio::join!(self.bulk(BULK_ALONE, Arc::clone(&stop), &progress), async {
+                tokio::time::sleep(duration).await;
+                stop.store(true, Ordering::Relaxed);
+            });
+        progress.finish();
+        let bulk_alone = bulk_alone?.report(BULK_ALONE, self.bulk_description(duration, "alone"));
+
+        // Silent: the small phase's spinner shows the progress of the pair.
+        let hidden = Progress::timed(BULK_UNDER_LOAD, None, true);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (bulk_loaded, small_loaded) = tokio::join!(
+            self.bulk(BULK_UNDER_LOAD, Arc::clone(&stop), &hidden),
+            async {
+                let small = self.small_mix(SMALL_UNDER_LOAD, duration, pool).await;
+                // Stop the large loops whatever happened, or they would never end.
+                stop.store(true, Ordering::Relaxed);
+                small
+            }
+        );
+        let (bulk_loaded, mut small_loaded) = (bulk_loaded?, small_loaded?);
+        if let Some(details) = small_loaded
+            .details
+            .as_mut()
+            .and_then(|d| d.as_object_mut())
+        {
+            details.insert("background".into(), bulk_loaded.summary_json());
+        }
+        let bulk_loaded = bulk_loaded.report(
+            BULK_UNDER_LOAD,
+            self.bulk_description(
+                duration,
+                &format!(
+                    "while small gets and puts run ({} in flight)",
+                    self.concurrency
+                ),
+            ),
+        );
+        Ok([small_alone, bulk_alone, small_loaded, bulk_loaded])
+    }
+
+    /// Runs the run's large loops (`--large-writers`) under the keys of `phase` until `stop`.
+    async fn bulk(
+        &self,
+        phase: &str,
+        stop: Arc<AtomicBool>,
+        progress: &Progress,
+    ) -> Result<BulkLoad> {
+        bulk_load(
             self.store.clone(),
             self.large_base.clone(),
             self.tag,
-            self.prefix.clone(),
-            Arc::clone(&stop),
-        ));
-        let loaded = self
-            .small_mix("small_under_load", duration, pool, Some(stop))
-            .await;
-        let load = background
-            .await
-            .map_err(|e| Error::backend("bench", format!("background task failed: {e}"), false))?;
-        let mut loaded = loaded?;
-        if let Some(details) = loaded.details.as_mut().and_then(|d| d.as_object_mut()) {
-            details.insert("background".into(), load);
-        }
-        Ok((alone, loaded))
+            format!("{}mixed-large/{phase}/", self.prefix),
+            self.plan.large_writers,
+            stop,
+            progress.handle(),
+        )
+        .await
+    }
+
+    fn bulk_description(&self, duration: Duration, load: &str) -> String {
+        let writers = self.plan.large_writers;
+        format!(
+            "{:.0} s of large puts, gets (verified) and deletes of {} MiB, {writers} loop{} at once each on its own \
+             keys, {load}",
+            duration.as_secs_f64(),
+            self.plan.large_bytes >> 20,
+            if writers == 1 { "" } else { "s" },
+        )
     }
 
     async fn small_mix(
@@ -382,7 +438,6 @@ impl Run {
         name: &'static str,
         duration: Duration,
         pool: u64,
-        stop: Option<Arc<AtomicBool>>,
     ) -> Result<PhaseReport> {
         let (store, base, tag, prefix, len) = (
             self.store.clone(),
@@ -422,14 +477,15 @@ impl Run {
             }
         })
         .await?;
-        if let Some(stop) = stop {
-            stop.store(true, Ordering::Relaxed);
-        }
         progress.finish();
-        let load = if name == "small_alone" {
-            "alone"
+        let writers = self.plan.large_writers;
+        let load = if name == SMALL_ALONE {
+            "alone".to_owned()
         } else {
-            "while large blobs are written, read and deleted in a loop"
+            format!(
+                "while large blobs are written, read and deleted in {writers} loop{}",
+                if writers == 1 { "" } else { "s" }
+            )
         };
         let mut report = tally.report(
             name,

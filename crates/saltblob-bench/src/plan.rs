@@ -21,10 +21,16 @@ pub(crate) struct Plan {
     pub(crate) chunk_size: Option<u32>,
     /// `--mixed`, if given.
     pub(crate) mixed: Option<Duration>,
+    /// `--large-writers`: concurrent large loops of the bulk phases.
+    pub(crate) large_writers: usize,
 }
 
+/// Most concurrent large loops: each holds two copies of a large blob in memory.
+pub(crate) const MAX_LARGE_WRITERS: usize = 64;
+
 impl Plan {
-    /// Validates `args`; refuses out-of-range counts, sizes, durations and a plot file that is not SVG.
+    /// Validates `args`; refuses out-of-range counts, sizes, durations, large writers (or more than one without
+    /// `--mixed`) and a plot file that is not SVG.
     pub(crate) fn new(args: &BenchArgs) -> Result<Self> {
         if args.count == 0 || args.count > 1_000_000 {
             return Err(Error::invalid(
@@ -77,6 +83,24 @@ impl Plan {
                 }
             })
             .transpose()?;
+        if args.large_writers == 0 || args.large_writers > MAX_LARGE_WRITERS {
+            return Err(Error::invalid(
+                "--large-writers",
+                format!(
+                    "{}; it must be 1 to {MAX_LARGE_WRITERS} (concurrent large put/get/delete loops of --mixed)",
+                    args.large_writers
+                ),
+            ));
+        }
+        if args.large_writers > 1 && mixed.is_none() {
+            return Err(Error::invalid(
+                "--large-writers",
+                format!(
+                    "{} writers without --mixed: the large loops run only in the mixed phases; add --mixed SECONDS",
+                    args.large_writers
+                ),
+            ));
+        }
         if let Some(path) = &args.plot {
             let svg = path
                 .extension()
@@ -100,6 +124,7 @@ impl Plan {
             small_count: (args.count * large_bytes).div_ceil(small_bytes),
             chunk_size,
             mixed,
+            large_writers: args.large_writers,
         })
     }
 }
@@ -114,5 +139,57 @@ pub(crate) fn describe_layout(layout: &Layout) -> String {
             l.chunk_size >> 10,
             l.salt_count
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn plan(extra: &[&str]) -> Result<Plan> {
+        Plan::new(&Cli::parse_from(["bench"].iter().chain(extra)).args)
+    }
+
+    #[test]
+    fn large_writers_default_to_one_and_take_n_with_mixed() {
+        assert_eq!(plan(&[]).expect("valid").large_writers, 1);
+        let p = plan(&["--mixed", "3", "--large-writers", "4"]).expect("valid");
+        assert_eq!(
+            (p.large_writers, p.mixed),
+            (4, Some(Duration::from_secs(3)))
+        );
+        let most = MAX_LARGE_WRITERS.to_string();
+        assert!(plan(&["--mixed", "3", "--large-writers", &most]).is_ok());
+    }
+
+    #[test]
+    fn bad_large_writers_are_refused_naming_the_flag() {
+        let too_many = (MAX_LARGE_WRITERS + 1).to_string();
+        for extra in [
+            &["--mixed", "3", "--large-writers", "0"][..],
+            &["--mixed", "3", "--large-writers", &too_many],
+            &["--large-writers", "2"],
+        ] {
+            let err = plan(extra).expect_err("refused");
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidArgument {
+                        what: "--large-writers",
+                        ..
+                    }
+                ),
+                "{extra:?}: {err}"
+            );
+            assert!(err.to_string().contains("--large-writers"), "{err}");
+        }
     }
 }

@@ -1,10 +1,14 @@
-//! `--plot FILE.svg`: latency percentiles per phase, one line per phase, on a log scale.
+//! `--plot FILE.svg`: latency percentiles per phase, one line per phase, on a log scale; with `--mixed`, the
+//! isolation result below (small-op latency and bulk throughput, each alone and under load, with its goal).
 
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use saltblob::{Error, Result};
 
+use crate::isolation::{ClassResult, Isolation};
 use crate::results::BenchReport;
 use crate::stats::Latency;
 
@@ -15,34 +19,77 @@ fn values(l: &Latency) -> [f64; 6] {
     [l.min, l.p50, l.p95, l.p99, l.p999, l.max]
 }
 
-/// Draws the latency percentiles of every phase that has some to `path` (SVG).
+/// Height of the per-phase chart, pixels; the isolation panels of `--mixed` go below it.
+const PHASES_HEIGHT: u32 = 600;
+/// Height of the isolation panels.
+const ISOLATION_HEIGHT: u32 = 450;
+/// Width of the image.
+const WIDTH: u32 = 1000;
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
+
+/// Draws the latency percentiles of every phase that has some to `path` (SVG); with `--mixed`, below them the
+/// isolation result: small-op latency alone vs under load, and bulk throughput alone vs under small load, each
+/// with its goal.
 pub fn draw(path: &Path, report: &BenchReport) -> Result<()> {
-    let fail = |e: &dyn std::fmt::Display| {
+    let height = PHASES_HEIGHT + report.isolation.as_ref().map_or(0, |_| ISOLATION_HEIGHT);
+    let drawn = (|| {
+        let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, bottom) = root.split_vertically(PHASES_HEIGHT);
+        draw_phases(&top, report)?;
+        if let Some(iso) = &report.isolation {
+            let (left, right) = bottom.split_horizontally(WIDTH / 2);
+            draw_small(&left, iso)?;
+            draw_bulk(&right, iso)?;
+        }
+        root.present()
+    })();
+    drawn.map_err(|e| {
         Error::Io(std::io::Error::other(format!(
             "cannot draw {}: {e}",
             path.display()
         )))
-    };
+    })
+}
+
+/// `(lo / 2, hi * 2)` of the positive values, for a log axis; `(0.001, 1)` when there is none.
+fn log_range(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+    let lo = values
+        .clone()
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let hi = values.fold(0.0, f64::max);
+    if lo.is_finite() && hi > 0.0 {
+        (lo / 2.0, hi * 2.0)
+    } else {
+        (0.001, 1.0)
+    }
+}
+
+/// A formatter of the x axis that names whole positions after `labels`.
+fn category<'l>(labels: &'l [&'l str]) -> impl Fn(&f64) -> String + 'l {
+    move |x| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            labels
+                .get(i as usize)
+                .map_or(String::new(), |l| (*l).to_owned())
+        } else {
+            String::new()
+        }
+    }
+}
+
+fn draw_phases(area: &Area, report: &BenchReport) -> DrawResult {
     let series: Vec<(&str, [f64; 6])> = report
         .phases
         .iter()
         .filter_map(|p| p.latency_ms.as_ref().map(|l| (p.name.as_str(), values(l))))
         .collect();
-    let all = series.iter().flat_map(|(_, v)| v.iter().copied());
-    let lo = all
-        .clone()
-        .filter(|v| *v > 0.0)
-        .fold(f64::INFINITY, f64::min);
-    let hi = all.fold(0.0, f64::max);
-    let (lo, hi) = if lo.is_finite() && hi > 0.0 {
-        (lo / 2.0, hi * 2.0)
-    } else {
-        (0.001, 1.0)
-    };
+    let (lo, hi) = log_range(series.iter().flat_map(|(_, v)| v.iter().copied()));
     let floor = lo;
-
-    let root = SVGBackend::new(path, (1000, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
     let title = format!(
         "saltblob bench: {} ({}), {} x {} MiB, {} KiB small",
         report.store,
@@ -51,30 +98,19 @@ pub fn draw(path: &Path, report: &BenchReport) -> Result<()> {
         report.config.large_mb,
         report.config.small_kb
     );
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(-0.2f64..5.2f64, (lo..hi).log_scale())
-        .map_err(|e| fail(&e))?;
+        .build_cartesian_2d(-0.2f64..5.2f64, (lo..hi).log_scale())?;
     chart
         .configure_mesh()
         .x_labels(LABELS.len())
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                LABELS
-                    .get(i as usize)
-                    .map_or(String::new(), |l| (*l).to_owned())
-            } else {
-                String::new()
-            }
-        })
+        .x_label_formatter(&category(&LABELS))
         .x_desc("percentile")
         .y_desc("latency (ms, log scale)")
-        .draw()
-        .map_err(|e| fail(&e))?;
+        .draw()?;
     for (idx, (name, v)) in series.iter().enumerate() {
         let color = Palette99::pick(idx).to_rgba();
         let points: Vec<(f64, f64)> = v
@@ -83,19 +119,16 @@ pub fn draw(path: &Path, report: &BenchReport) -> Result<()> {
             .map(|(i, y)| (i as f64, y.max(floor)))
             .collect();
         chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .map_err(|e| fail(&e))?
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
             .label(*name)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
-        chart
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 3, color.filled())),
-            )
-            .map_err(|e| fail(&e))?;
+        chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 3, color.filled())),
+        )?;
     }
     chart
         .configure_series_labels()
@@ -103,7 +136,164 @@ pub fn draw(path: &Path, report: &BenchReport) -> Result<()> {
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))?;
-    Ok(())
+}
+
+/// `v` with two decimals, or "n/a".
+fn figure(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"))
+}
+
+/// Small-op latency percentiles alone and under load, with the P99 goal (at most the goal ratio × alone).
+fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
+    const SMALL_LABELS: [&str; 5] = ["p50", "p95", "p99", "p99.9", "max"];
+    let pick = |c: &Option<ClassResult>| {
+        c.as_ref()
+            .and_then(|c| c.latency_ms)
+            .map(|l| [l.p50, l.p95, l.p99, l.p999, l.max])
+    };
+    let lines = [
+        ("small ops alone", pick(&iso.alone.interactive), BLUE),
+        (
+            "small ops under load",
+            pick(&iso.under_load.interactive),
+            RED,
+        ),
+    ];
+    let goal = iso
+        .small_p99_alone_ms
+        .map(|p99| p99 * iso.small_p99_ratio_goal_max);
+    let all = lines
+        .iter()
+        .filter_map(|(_, v, _)| *v)
+        .flatten()
+        .chain(goal);
+    let (lo, hi) = log_range(all);
+    let title = format!(
+        "interactive: P99 ratio {} (goal <= {:.1})",
+        figure(iso.small_p99_ratio),
+        iso.small_p99_ratio_goal_max
+    );
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.2f64..4.2f64, (lo..hi).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_labels(SMALL_LABELS.len())
+        .x_label_formatter(&category(&SMALL_LABELS))
+        .y_desc("latency (ms, log scale)")
+        .draw()?;
+    for (name, v, color) in lines {
+        let Some(v) = v else { continue };
+        let points: Vec<(f64, f64)> = v
+            .iter()
+            .enumerate()
+            .map(|(i, y)| (i as f64, y.max(lo)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 3, color.filled())),
+        )?;
+    }
+    if let Some(goal) = goal {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(1.6, goal), (2.4, goal)],
+                6,
+                4,
+                BLACK.stroke_width(2),
+            ))?
+            .label(format!(
+                "goal: P99 <= {:.1} x alone",
+                iso.small_p99_ratio_goal_max
+            ))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+}
+
+/// Bulk throughput alone and under small load, as two bars, with the goal (at least the goal ratio × alone).
+fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
+    let bars = [
+        ("alone", iso.bulk_throughput_alone_mib_s, BLUE),
+        (
+            "under small load",
+            iso.bulk_throughput_under_load_mib_s,
+            RED,
+        ),
+    ];
+    let goal = iso
+        .bulk_throughput_alone_mib_s
+        .map(|alone| alone * iso.bulk_throughput_ratio_goal_min);
+    let top = bars
+        .iter()
+        .filter_map(|(_, v, _)| *v)
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.3;
+    let title = format!(
+        "bulk ({} loop(s)): throughput ratio {} (goal >= {:.2})",
+        iso.large_writers,
+        figure(iso.bulk_throughput_ratio),
+        iso.bulk_throughput_ratio_goal_min
+    );
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..1.5f64, 0.0..top)?;
+    let names = bars.map(|(name, _, _)| name);
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(names.len())
+        .x_label_formatter(&category(&names))
+        .y_desc("large puts + gets, MiB/s")
+        .draw()?;
+    let above =
+        TextStyle::from(("sans-serif", 15).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    for (i, (_, v, color)) in bars.iter().enumerate() {
+        let Some(v) = *v else { continue };
+        let x = i as f64;
+        chart.draw_series([Rectangle::new(
+            [(x - 0.3, 0.0), (x + 0.3, v)],
+            color.mix(0.7).filled(),
+        )])?;
+        chart.draw_series([Text::new(format!("{v:.1} MiB/s"), (x, v), above.clone())])?;
+    }
+    if let Some(goal) = goal {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(-0.5, goal), (1.5, goal)],
+                6,
+                4,
+                BLACK.stroke_width(2),
+            ))?
+            .label(format!(
+                "goal: >= {:.0}% of alone",
+                iso.bulk_throughput_ratio_goal_min * 100.0
+            ))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
 }

@@ -21,7 +21,11 @@ pub use crate::reference::{ProbeReport, local_dir};
 pub use crate::rows::RowsProbe;
 
 /// `saltblob probe`: measures the reference of the store at `url`, prints it, and writes JSON when asked.
+/// The store-level (scheduler) parameters of the URL are accepted and play no part: the probe measures under
+/// the store.
 pub async fn probe(url: &str, args: &ProbeArgs, quiet: bool) -> Result<ProbeReport> {
+    let (url, _) = saltblob::split_store_params(url, saltblob::StoreConfig::default())?;
+    let url = url.as_str();
     let settings = Settings {
         options: args.probe.clone(),
         concurrency: args.concurrency,

@@ -1,5 +1,6 @@
 //! The figures of merit of `BENCHMARKS.md`, computed from a run's phases and its reference.
 
+use crate::isolation::Isolation;
 use crate::plan::Plan;
 use crate::reference::ProbeReport;
 use crate::results::Ratio;
@@ -11,6 +12,7 @@ pub(crate) fn ratios(
     reference: Option<&ProbeReport>,
     plan: &Plan,
     largest_chunk: u64,
+    isolation: Option<&Isolation>,
 ) -> Vec<Ratio> {
     let phase = |name: &str| phases.iter().find(|p| p.name == name && p.ops > 0);
     let lat = |name: &str| phase(name).and_then(|p| p.latency_ms);
@@ -155,21 +157,42 @@ pub(crate) fn ratios(
             computed,
         });
     }
-    let (value, computed) = match (lat("small_under_load"), lat("small_alone")) {
-        (Some(loaded), Some(alone)) if alone.p99 > 0.0 => (
-            Some(loaded.p99 / alone.p99),
-            format!("{:.2} ms ÷ {:.2} ms", loaded.p99, alone.p99),
-        ),
-        _ if !phases.iter().any(|p| p.name == "small_alone") => {
-            (None, "run with --mixed SECONDS".to_owned())
-        }
-        _ => (None, "a mixed phase has no successful operation".to_owned()),
+    let missing = |what: &str| match isolation {
+        None => "run with --mixed SECONDS".to_owned(),
+        Some(_) => format!("{what} has no successful operation"),
     };
+    let small = isolation.and_then(|i| Some((i.small_p99_ratio?, i)));
     out.push(Ratio {
         name: "small_p99_under_load_over_alone",
         what: "small-op P99 under large-blob load ÷ small-op P99 alone",
-        value,
-        computed,
+        value: small.map(|(r, _)| r),
+        computed: small.map_or_else(
+            || missing("a small mixed phase"),
+            |(_, i)| {
+                format!(
+                    "{:.2} ms ÷ {:.2} ms",
+                    i.small_p99_under_load_ms.unwrap_or(f64::NAN),
+                    i.small_p99_alone_ms.unwrap_or(f64::NAN)
+                )
+            },
+        ),
+    });
+    let bulk = isolation.and_then(|i| Some((i.bulk_throughput_ratio?, i)));
+    out.push(Ratio {
+        name: "bulk_throughput_under_load_over_alone",
+        what: "bulk throughput under small-op load ÷ bulk throughput alone",
+        value: bulk.map(|(r, _)| r),
+        computed: bulk.map_or_else(
+            || missing("a bulk phase"),
+            |(_, i)| {
+                format!(
+                    "{:.1} MiB/s ÷ {:.1} MiB/s, {} large writer(s)",
+                    i.bulk_throughput_under_load_mib_s.unwrap_or(f64::NAN),
+                    i.bulk_throughput_alone_mib_s.unwrap_or(f64::NAN),
+                    i.large_writers
+                )
+            },
+        ),
     });
     out
 }

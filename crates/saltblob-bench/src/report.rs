@@ -1,8 +1,10 @@
-//! The text output: a cassandra-stress-like block per phase, the side-by-side table, the ratios, the probe.
+//! The text output: a cassandra-stress-like block per phase, the side-by-side table, the ratios, the isolation
+//! figures, the probe.
 
 use std::fmt::Write;
 
 use crate::direct::DEPTHS;
+use crate::isolation::Isolation;
 use crate::reference::ProbeReport;
 use crate::results::{BenchConfig, BenchReport, Ratio};
 use crate::stats::{Latency, PhaseReport};
@@ -30,10 +32,24 @@ pub fn bench_header(url: &str, c: &BenchConfig) -> String {
             c.count, c.large_mb, c.largest_chunk_bytes
         );
     }
+    let _ = writeln!(
+        s,
+        "  scheduler: {}",
+        if c.scheduler["enabled"] == true {
+            format!(
+                "on, shares {}, {}-{} requests in flight",
+                c.scheduler["shares"], c.scheduler["limits"]["min"], c.scheduler["limits"]["max"]
+            )
+        } else {
+            "off".to_owned()
+        }
+    );
     if let Some(m) = c.mixed_seconds {
         let _ = writeln!(
             s,
-            "  mixed: {m} s of small gets/puts alone, then {m} s under large-blob load"
+            "  mixed: {m} s of small gets/puts alone, {m} s of {} large put/get/delete loop(s) alone, then {m} s \
+             of both",
+            c.large_writers
         );
     }
     s
@@ -101,18 +117,21 @@ pub fn phase_block(p: &PhaseReport) -> String {
         if let Some(how) = d.get("how").and_then(|h| h.as_str()) {
             line(&mut s, "Mode", how.to_owned());
         }
+        let loops = |bg: &serde_json::Value| {
+            format!(
+                "{} loop(s): {} large puts + {} large gets, {:.1} MiB/s, {} errors",
+                bg["large_writers"],
+                bg["large_puts"],
+                bg["large_gets"],
+                bg["throughput_mib_s"].as_f64().unwrap_or(0.0),
+                bg["errors"]
+            )
+        };
         if let Some(bg) = d.get("background") {
-            line(
-                &mut s,
-                "Background load",
-                format!(
-                    "{} large puts + {} large gets, {:.1} MiB/s, {} errors",
-                    bg["large_puts"],
-                    bg["large_gets"],
-                    bg["throughput_mib_s"].as_f64().unwrap_or(0.0),
-                    bg["errors"]
-                ),
-            );
+            line(&mut s, "Background load", loops(bg));
+        }
+        if d.get("large_writers").is_some() {
+            line(&mut s, "Large loops", loops(d));
         }
     }
     line(&mut s, "Total operation time", hms(p.seconds));
@@ -190,6 +209,73 @@ pub fn ratios_text(ratios: &[Ratio]) -> String {
             .map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"));
         let _ = writeln!(s, "  {:<64} {:>8}   {}", r.what, v, r.computed);
     }
+    s
+}
+
+/// The isolation figures of `--mixed`: each class alone and under load, then the two headline ratios with their
+/// goals.
+pub fn isolation_text(i: &Isolation) -> String {
+    let mut s = format!(
+        "Isolation (--mixed {} s: {} small ops in flight = class interactive, {} large loop(s) = class bulk)\n",
+        i.seconds, i.small_concurrency, i.large_writers
+    );
+    let _ = writeln!(
+        s,
+        "  {:<12} {:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "class", "load", "ops", "MiB/s", "p50", "p95", "p99", "p99.9", "max", "errors"
+    );
+    for (class, load, c) in [
+        ("interactive", "alone", &i.alone.interactive),
+        ("interactive", "under load", &i.under_load.interactive),
+        ("bulk", "alone", &i.alone.bulk),
+        ("bulk", "under load", &i.under_load.bulk),
+    ] {
+        let Some(c) = c else { continue };
+        let l = |f: fn(&Latency) -> f64| {
+            c.latency_ms
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |l| format!("{:.2}", f(l)))
+        };
+        let _ = writeln!(
+            s,
+            "  {class:<12} {load:<11} {:>7} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            c.ops,
+            c.throughput_mib_s,
+            l(|l| l.p50),
+            l(|l| l.p95),
+            l(|l| l.p99),
+            l(|l| l.p999),
+            l(|l| l.max),
+            c.errors
+        );
+    }
+    let value = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"));
+    let verdict = |met: Option<bool>| match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "not measured",
+    };
+    let num = |v: Option<f64>, unit: &str| {
+        v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2} {unit}"))
+    };
+    let _ = writeln!(
+        s,
+        "  small_p99_ratio       = {:>6}   goal <= {:.2}: {:<12} (small P99 {} under load ÷ {} alone)",
+        value(i.small_p99_ratio),
+        i.small_p99_ratio_goal_max,
+        verdict(i.small_p99_ratio_met),
+        num(i.small_p99_under_load_ms, "ms"),
+        num(i.small_p99_alone_ms, "ms")
+    );
+    let _ = writeln!(
+        s,
+        "  bulk_throughput_ratio = {:>6}   goal >= {:.2}: {:<12} (bulk {} under small load ÷ {} alone)",
+        value(i.bulk_throughput_ratio),
+        i.bulk_throughput_ratio_goal_min,
+        verdict(i.bulk_throughput_ratio_met),
+        num(i.bulk_throughput_under_load_mib_s, "MiB/s"),
+        num(i.bulk_throughput_alone_mib_s, "MiB/s")
+    );
     s
 }
 

@@ -1,8 +1,9 @@
-//! What a bench run reports: [`BenchReport`], with the resolved [`BenchConfig`], the [`Ratio`]s and the
-//! [`Cleanup`]. Printed by the `report` module, drawn by `plot`, written as JSON with `--json`.
+//! What a bench run reports: [`BenchReport`], with the resolved [`BenchConfig`], the [`Ratio`]s, the
+//! [`Isolation`] figures and the [`Cleanup`]. Printed by the `report` module, drawn by `plot`, written as JSON with `--json`.
 
 use serde::Serialize;
 
+use crate::isolation::Isolation;
 use crate::reference::ProbeReport;
 use crate::stats::PhaseReport;
 
@@ -20,6 +21,8 @@ pub struct BenchReport {
     pub phases: Vec<PhaseReport>,
     /// The figures of BENCHMARKS.md, computed from this run.
     pub ratios: Vec<Ratio>,
+    /// Per-class latency and throughput alone and under load, and the isolation ratios; null without `--mixed`.
+    pub isolation: Option<Isolation>,
     /// What the clean-up did.
     pub cleanup: Cleanup,
     /// The parsed reference, for the ratios.
@@ -60,6 +63,11 @@ pub struct BenchConfig {
     pub unchunked: bool,
     /// Seconds of each mixed phase, when they ran.
     pub mixed_seconds: Option<f64>,
+    /// Concurrent large loops of the bulk phases of `--mixed`.
+    pub large_writers: usize,
+    /// The store's scheduler, from the URL's store-level parameters: `enabled`, `shares`, `default_class`,
+    /// `limits` and `bulk_unit_bytes`.
+    pub scheduler: serde_json::Value,
     /// Largest value the backend takes as one chunk (the largest unchunked blob through saltblob).
     pub largest_chunk_bytes: u64,
     /// Probe file size or byte budget.

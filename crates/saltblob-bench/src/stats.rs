@@ -94,7 +94,7 @@ pub struct Latency {
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseReport {
     /// `large_write`, `large_read`, `small_write`, `small_read`, `unchunked_write`, `unchunked_read`,
-    /// `small_alone` or `small_under_load`.
+    /// `small_alone`, `bulk_alone`, `small_under_load` or `bulk_under_load`.
     pub name: String,
     /// What the phase did, in words.
     pub description: String,
@@ -118,12 +118,16 @@ pub struct PhaseReport {
     /// For read phases: whether every read was verified (length, content stamp and BLAKE3 digest).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verified: Option<bool>,
-    /// Phase-specific details (unchunked mode, background load of the mixed phase).
+    /// Phase-specific details (unchunked mode, background load of the mixed phase, the large writers of a bulk
+    /// phase).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
 }
 
-fn latency_or_nulls<S: Serializer>(l: &Option<Latency>, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn latency_or_nulls<S: Serializer>(
+    l: &Option<Latency>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Nulls {
         min: Option<f64>,

@@ -33,7 +33,7 @@ fn bench_args(extra: &[&str]) -> BenchArgs {
     BenchCli::parse_from(base.iter().chain(extra)).args
 }
 
-const PHASES: [&str; 8] = [
+const PHASES: [&str; 10] = [
     "large_write",
     "large_read",
     "small_write",
@@ -41,11 +41,13 @@ const PHASES: [&str; 8] = [
     "unchunked_write",
     "unchunked_read",
     "small_alone",
+    "bulk_alone",
     "small_under_load",
+    "bulk_under_load",
 ];
 
-/// Every field of the JSON shape, and consistent numbers.
-fn check_shape(json: &Value, store: &str) {
+/// Every field of the JSON shape, and consistent numbers; `writers` large loops in the bulk phases.
+fn check_shape(json: &Value, store: &str, writers: u64) {
     assert_eq!(json["store"], store);
     for field in ["store", "config", "reference", "phases"] {
         assert!(json.get(field).is_some(), "{field} missing");
@@ -100,7 +102,7 @@ fn check_shape(json: &Value, store: &str) {
             "{name}: {tput} vs {expected}"
         );
         assert!(p["ops"].as_u64().expect("ops") > 0, "{name}");
-        if name.ends_with("_read") || name.starts_with("small_a") || name.ends_with("load") {
+        if name.ends_with("_read") || name.ends_with("alone") || name.ends_with("load") {
             assert_eq!(p["verified"], true, "{name}");
         }
     }
@@ -111,15 +113,101 @@ fn check_shape(json: &Value, store: &str) {
     // The small phases move the same volume as the large ones: 4 MiB in 16 KiB blobs.
     assert_eq!((ops(2), ops(3), bytes(2)), (256, 256, 4 << 20));
     assert_eq!(phases[4]["details"]["mode"], "saltblob_single_chunk");
-    let background = &phases[7]["details"]["background"];
+    let phase = |name: &str| {
+        phases
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+    };
+    let background = &phase("small_under_load")["details"]["background"];
     assert!(background["large_puts"].as_u64().is_some(), "{background}");
+    assert_eq!(background["large_writers"], writers, "{background}");
+    for name in ["bulk_alone", "bulk_under_load"] {
+        // Every writer completes at least one put, whatever the timing.
+        let details = &phase(name)["details"];
+        let per_writer = details["per_writer"].as_array().expect("per_writer");
+        assert_eq!(per_writer.len() as u64, writers, "{name}: {details}");
+        let puts: u64 = per_writer
+            .iter()
+            .map(|w| w["large_puts"].as_u64().expect("large_puts"))
+            .inspect(|&p| assert!(p >= 1, "{name}: {details}"))
+            .sum();
+        assert_eq!(details["large_puts"], puts, "{name}: {details}");
+        assert_eq!(details["bytes"], phase(name)["bytes"], "{name}");
+    }
+    check_isolation(json, writers);
     let ratios = json["ratios"].as_array().expect("ratios");
-    assert_eq!(ratios.len(), 9);
+    assert_eq!(ratios.len(), 10);
     for r in ratios {
         assert!(r["value"].as_f64().is_some_and(|v| v > 0.0), "{r}");
     }
     assert_eq!(json["config"]["small_count"], 256);
     assert!(json["cleanup"]["deleted_keys"].as_u64().expect("deleted") >= 2 + 256 + 2);
+}
+
+/// The `"isolation"` object: each class alone and under load from its phase, and the headline ratios.
+fn check_isolation(json: &Value, writers: u64) {
+    let iso = &json["isolation"];
+    assert_eq!(iso["large_writers"], writers, "{iso}");
+    assert_eq!(json["config"]["large_writers"], writers);
+    for (load, class, phase) in [
+        ("alone", "interactive", "small_alone"),
+        ("alone", "bulk", "bulk_alone"),
+        ("under_load", "interactive", "small_under_load"),
+        ("under_load", "bulk", "bulk_under_load"),
+    ] {
+        let c = &iso[load][class];
+        assert_eq!(c["phase"], phase, "{iso}");
+        let from = json["phases"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == phase))
+            .expect("phase");
+        for field in ["ops", "bytes", "throughput_mib_s"] {
+            assert_eq!(c[field], from[field], "{load}.{class}.{field}");
+        }
+        for p in ["p50", "p95", "p99", "p999", "max"] {
+            assert_eq!(
+                c["latency_ms"][p], from["latency_ms"][p],
+                "{load}.{class}.{p}"
+            );
+        }
+    }
+    let f = |name: &str| {
+        iso[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {iso}"))
+    };
+    let small = f("small_p99_under_load_ms") / f("small_p99_alone_ms");
+    assert!(
+        (f("small_p99_ratio") - small).abs() <= small * 1e-12,
+        "{iso}"
+    );
+    let bulk = f("bulk_throughput_under_load_mib_s") / f("bulk_throughput_alone_mib_s");
+    assert!(
+        (f("bulk_throughput_ratio") - bulk).abs() <= bulk * 1e-12,
+        "{iso}"
+    );
+    assert_eq!(iso["small_p99_ratio_goal_max"], 2.0);
+    assert_eq!(iso["bulk_throughput_ratio_goal_min"], 0.7);
+    assert_eq!(iso["small_p99_ratio_met"], f("small_p99_ratio") <= 2.0);
+    assert_eq!(
+        iso["bulk_throughput_ratio_met"],
+        f("bulk_throughput_ratio") >= 0.7
+    );
+    let ratio = |name: &str| {
+        json["ratios"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["name"] == name))
+            .map(|r| r["value"].clone())
+    };
+    assert_eq!(
+        ratio("small_p99_under_load_over_alone"),
+        Some(iso["small_p99_ratio"].clone())
+    );
+    assert_eq!(
+        ratio("bulk_throughput_under_load_over_alone"),
+        Some(iso["bulk_throughput_ratio"].clone())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,15 +219,26 @@ async fn a_tiny_bench_on_memory_reports_every_field() {
         json_path.to_string_lossy().into_owned(),
         plot_path.to_string_lossy().into_owned(),
     );
-    let args = bench_args(&["--unchunked", "--mixed", "0.5", "--json", &j, "--plot", &p]);
+    let args = bench_args(&[
+        "--unchunked",
+        "--mixed",
+        "0.5",
+        "--large-writers",
+        "2",
+        "--json",
+        &j,
+        "--plot",
+        &p,
+    ]);
     let report = saltblob_bench::bench("memory://", &args, true)
         .await
         .expect("bench runs");
-    assert_eq!(report.phases.len(), 8);
+    assert_eq!(report.phases.len(), 10);
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
             .expect("valid json");
-    check_shape(&json, "memory://");
+    check_shape(&json, "memory://", 2);
+    assert_eq!(json["config"]["scheduler"]["enabled"], true);
     assert_eq!(json["reference"]["kind"], "rows");
     assert_eq!(json["reference"]["read"]["verified"], true);
     let svg = std::fs::read_to_string(&plot_path).expect("plot written");
@@ -148,12 +247,46 @@ async fn a_tiny_bench_on_memory_reports_every_field() {
         "{}",
         &svg[..200.min(svg.len())]
     );
+    // The isolation panels, with their goals.
+    for text in [
+        "interactive: P99 ratio",
+        "small ops under load",
+        "bulk (2 loop(s)): throughput ratio",
+        "under small load",
+        "goal: &gt;= 70% of alone",
+    ] {
+        assert!(svg.contains(text), "{text} not in the plot");
+    }
+}
+
+#[tokio::test]
+async fn bad_large_writers_are_refused_before_anything_runs() {
+    for extra in [
+        &["--mixed", "1", "--large-writers", "0"][..],
+        &["--large-writers", "3"],
+    ] {
+        let args = BenchCli::try_parse_from(["bench"].iter().chain(extra))
+            .expect("parses")
+            .args;
+        // A store that does not exist: the flags are checked before it is opened.
+        let err = saltblob_bench::bench("nosuchscheme://x", &args, true)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("--large-writers"),
+            "{extra:?}: {err}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("rocksdb://{}?sync=false", dir.path().join("db").display());
+    // The scheduler's parameter configures the bench's store; the backend gets the rest.
+    let url = format!(
+        "rocksdb://{}?sync=false&scheduler=off",
+        dir.path().join("db").display()
+    );
     let json_path = dir.path().join("out.json");
     let j = json_path.to_string_lossy().into_owned();
     let args = bench_args(&["--unchunked", "--mixed", "0.5", "--json", &j]);
@@ -174,7 +307,8 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
         );
         return;
     }
-    check_shape(&json, &url);
+    check_shape(&json, &url, 1);
+    assert_eq!(json["config"]["scheduler"]["enabled"], false);
     assert_eq!(reference["kind"], "device");
     assert!(reference["device"]["st_dev"].as_str().is_some());
     assert_eq!(reference["points"].as_array().map(Vec::len), Some(20));
@@ -299,4 +433,16 @@ async fn probe_on_a_directory_and_on_memory() {
         .await
         .expect("row probe");
     assert!(r.write_mib_s() > 0.0 && r.read_mib_s() > 0.0);
+}
+
+#[tokio::test]
+async fn probe_accepts_the_scheduler_parameters_of_a_store_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("rocksdb://{}?scheduler=off", dir.path().display());
+    let args =
+        ProbeCli::parse_from(["probe", "--probe-size", "8MiB", "--probe-seconds", "0.1"]).args;
+    match saltblob_bench::probe(&url, &args, true).await {
+        Ok(report) => assert!(matches!(report, saltblob_bench::ProbeReport::Device(_))),
+        Err(e) => assert!(e.to_string().contains("O_DIRECT"), "{e}"),
+    }
 }
