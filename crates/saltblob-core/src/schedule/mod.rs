@@ -227,13 +227,20 @@ impl Scheduler {
     }
 
     /// The class of a request issued outside any operation's class: the store's default, else `interactive`.
-    fn fallback(&self) -> usize {
+    fn fallback(&self) -> ClassTag {
         let name = self
             .config
             .default_class
             .as_ref()
             .map_or(INTERACTIVE, PriorityClass::name);
-        self.tags.iter().position(|t| &*t.name == name).unwrap_or(0)
+        let found = self.tags.iter().find(|t| &*t.name == name);
+        // `interactive` always exists (validated); the first class is a mere safety net.
+        found.or(self.tags.first()).cloned().unwrap_or(ClassTag {
+            id: 0,
+            name: Arc::from(INTERACTIVE),
+            shares: 1,
+            background: false,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

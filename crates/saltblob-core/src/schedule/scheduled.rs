@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
-use super::{Scheduler, current_class};
+use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::Result;
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
@@ -19,7 +19,8 @@ use crate::backend::{
 const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 
 /// A backend whose requests are admitted by the store's scheduler, in the class of the task issuing them
-/// (requests outside any operation's class run in the store's default class, else `interactive`).
+/// (requests outside any operation's class, such as intent renewals, run in the store's default class, else
+/// `interactive`, and the backend sees that class).
 ///
 /// Not scheduled: [`ChunkStore::scan_chunks`] (fsck's listing, a stream paced by its consumer) and
 /// [`ChunkStore::reclaim_space`] (engine maintenance after gc).
@@ -34,19 +35,23 @@ impl ScheduledStore {
         Self { backend, sched }
     }
 
-    fn class(&self) -> usize {
-        current_class().map_or_else(|| self.sched.fallback(), |t| t.id)
+    /// The class of the request: the operation's, else the store's fallback class, which the backend then sees
+    /// too ([`current_class`]).
+    fn class(&self) -> ClassTag {
+        current_class().unwrap_or_else(|| self.sched.fallback())
     }
 
-    /// Runs `call`, estimated at `estimate` bytes, once admitted; `moved` tells the bytes it really moved.
+    /// Runs `call`, estimated at `estimate` bytes, once admitted, in the request's class; `moved` tells the bytes
+    /// it really moved.
     async fn run<T>(
         &self,
         estimate: u64,
         call: impl Future<Output = Result<T>>,
         moved: impl FnOnce(&T) -> u64,
     ) -> Result<T> {
-        let mut permit = self.sched.admit(self.class(), estimate).await;
-        let out = call.await;
+        let class = self.class();
+        let mut permit = self.sched.admit(class.id, estimate).await;
+        let out = in_class(Some(class), call).await;
         if let Ok(value) = &out {
             permit.moved(moved(value));
         }
@@ -114,9 +119,9 @@ impl ChunkStore for ScheduledStore {
 
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let class = self.class();
-        let estimate = self.sched.estimate_chunk_read(class, chunks.len());
-        let mut permit = self.sched.admit(class, estimate).await;
-        let out = self.backend.get_chunks(blob, chunks).await;
+        let estimate = self.sched.estimate_chunk_read(class.id, chunks.len());
+        let mut permit = self.sched.admit(class.id, estimate).await;
+        let out = in_class(Some(class), self.backend.get_chunks(blob, chunks)).await;
         if let Ok(found) = &out {
             let bytes = found.iter().map(len).sum();
             permit.moved(bytes);
