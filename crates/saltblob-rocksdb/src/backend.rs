@@ -132,10 +132,14 @@ impl RocksStore {
                 RATE_LIMIT_FAIRNESS,
             );
         }
-        if config.background_priority == BackgroundPriority::LowCompaction {
+        if config.background_priority != BackgroundPriority::Normal {
             let mut env = Env::new().map_err(error::map)?;
             env.lower_thread_pool_cpu_priority();
             env.lower_thread_pool_io_priority();
+            if config.background_priority == BackgroundPriority::Low {
+                env.lower_high_priority_thread_pool_cpu_priority();
+                env.lower_high_priority_thread_pool_io_priority();
+            }
             db_opts.set_env(&env);
         }
 

@@ -52,6 +52,9 @@ pub enum BackgroundPriority {
     /// memtables writes wait for, keep normal priority.
     #[default]
     LowCompaction,
+    /// Flush threads too get the lowest CPU priority and the idle I/O class: writes may then wait longer for
+    /// memtables to be flushed.
+    Low,
 }
 
 impl FromStr for BackgroundPriority {
@@ -61,9 +64,10 @@ impl FromStr for BackgroundPriority {
         match s.to_ascii_lowercase().as_str() {
             "normal" => Ok(Self::Normal),
             "low_compaction" => Ok(Self::LowCompaction),
+            "low" => Ok(Self::Low),
             _ => Err(Error::invalid(
                 "background_priority",
-                format!("\"{s}\"; use normal or low_compaction"),
+                format!("\"{s}\"; use normal, low_compaction or low"),
             )),
         }
     }
@@ -92,8 +96,8 @@ pub struct RocksConfig {
     pub blob_gc_age_cutoff: f64,
     /// Garbage ratio of the oldest blob files above which compaction is forced to collect them. Defaults to 0.5.
     pub blob_gc_force_threshold: f64,
-    /// Size of one memtable of the chunk column family (at most 3 exist at once, so this bounds the memory that
-    /// buffered chunk data takes). Defaults to 16 MiB.
+    /// Size of one memtable of the chunk column family (at most `max_write_buffer_number` exist at once, so this
+    /// bounds the memory that buffered chunk data takes). Defaults to 16 MiB.
     pub write_buffer_size: usize,
     /// When garbage collection has freed chunks and more than this fraction of the remaining blob-file bytes is
     /// garbage, it compacts with blob garbage collection over every blob file, rewriting the live chunks so that
@@ -102,7 +106,7 @@ pub struct RocksConfig {
     pub space_reclaim_threshold: f64,
     /// Most memtables of the chunk column family at once (2 to 64). When they are all full and waiting to be
     /// flushed, RocksDB stalls every write of the database, small commits included; more of them absorb a large
-    /// put while the flush catches up. Defaults to 3.
+    /// put while the flush catches up. Defaults to 6 (16 MiB each: 96 MiB of chunk data at most).
     pub max_write_buffer_number: u32,
     /// Whether chunk writes of a background class (`bulk`) are RocksDB low-priority writes, which RocksDB slows
     /// down first when compaction falls behind, before it slows every write. Defaults to `true`.
@@ -114,11 +118,11 @@ pub struct RocksConfig {
     pub background_priority: BackgroundPriority,
     /// Whether RocksDB pipelines write-ahead-log and memtable writes (`enable_pipelined_write`), so that a
     /// commit can enter the log while an earlier large write is still filling the memtable. The log keeps the
-    /// order of writes either way. Defaults to `false`.
+    /// order of writes either way, so chunks stay at least as durable as a later commit. Defaults to `true`.
     pub pipelined_write: bool,
     /// Bytes of write-ahead log written between background syncs of it (0: none). A synced commit writes out
     /// whatever the log holds unsynced, chunks of other puts included, so this bounds what a commit waits for.
-    /// Defaults to 1 MiB.
+    /// Defaults to 256 KiB.
     pub wal_bytes_per_sync: u64,
 }
 
@@ -136,12 +140,12 @@ impl RocksConfig {
             blob_gc_force_threshold: 0.5,
             write_buffer_size: 16 << 20,
             space_reclaim_threshold: 0.1,
-            max_write_buffer_number: 3,
+            max_write_buffer_number: 6,
             bulk_low_pri: true,
             background_rate_limit: 0,
             background_priority: BackgroundPriority::LowCompaction,
-            pipelined_write: false,
-            wal_bytes_per_sync: 1 << 20,
+            pipelined_write: true,
+            wal_bytes_per_sync: 256 << 10,
         }
     }
 
@@ -278,30 +282,30 @@ mod tests {
     #[test]
     fn isolation_levers_parse_with_documented_defaults() {
         let c = RocksConfig::new("/tmp/x");
-        assert_eq!(c.max_write_buffer_number, 3);
+        assert_eq!(c.max_write_buffer_number, 6);
         assert!(c.bulk_low_pri);
         assert_eq!(c.background_rate_limit, 0);
         assert_eq!(c.background_priority, BackgroundPriority::LowCompaction);
-        assert!(!c.pipelined_write);
-        assert_eq!(c.wal_bytes_per_sync, 1 << 20);
+        assert!(c.pipelined_write);
+        assert_eq!(c.wal_bytes_per_sync, 256 << 10);
 
         let c = RocksConfig::from_url(
             "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=false&background_rate_limit=67108864\
-             &background_priority=normal&pipelined_write=true&wal_bytes_per_sync=262144",
+             &background_priority=normal&pipelined_write=false&wal_bytes_per_sync=1048576",
         )
         .expect("parses");
         assert_eq!(c.max_write_buffer_number, 8);
         assert!(!c.bulk_low_pri);
         assert_eq!(c.background_rate_limit, 64 << 20);
         assert_eq!(c.background_priority, BackgroundPriority::Normal);
-        assert!(c.pipelined_write);
-        assert_eq!(c.wal_bytes_per_sync, 256 << 10);
+        assert!(!c.pipelined_write);
+        assert_eq!(c.wal_bytes_per_sync, 1 << 20);
         let c = RocksConfig::from_url(
-            "rocksdb:///x?background_rate_limit=0&background_priority=LOW_COMPACTION&max_write_buffer_number=64",
+            "rocksdb:///x?background_rate_limit=0&background_priority=LOW&max_write_buffer_number=64",
         )
         .expect("parses");
         assert_eq!(c.background_rate_limit, 0);
-        assert_eq!(c.background_priority, BackgroundPriority::LowCompaction);
+        assert_eq!(c.background_priority, BackgroundPriority::Low);
         assert_eq!(c.max_write_buffer_number, 64);
     }
 
