@@ -1,6 +1,7 @@
 //! [`RocksStore`]: the [`ChunkStore`] implementation on RocksDB.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -8,15 +9,17 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, ColumnFamilyDescriptor, CompactOptions, DB,
-    DBCompressionType, DBRecoveryMode, Direction, IteratorMode, Options, WriteBatch, WriteOptions,
+    DBCompressionType, DBRecoveryMode, Direction, Env, IteratorMode, Options, WriteBatch,
+    WriteOptions,
 };
 use saltblob_core::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
     Previous, RecordWrite, SpaceReport,
 };
+use saltblob_core::schedule::{ClassTag, current_class};
 use saltblob_core::{Error, Result};
 
-use crate::config::{BlobCompression, RocksConfig};
+use crate::config::{BackgroundPriority, BlobCompression, RocksConfig};
 use crate::{blob_files, error, keys};
 
 /// Backend name used in errors.
@@ -39,6 +42,37 @@ const ALL_COLUMN_FAMILIES: [&str; 4] = [
     CF_SYSTEM,
 ];
 const LOCK_STRIPES: usize = 64;
+/// Refill period of the background rate limiter (RocksDB's default).
+const RATE_LIMIT_REFILL_MICROS: i64 = 100_000;
+/// How much more often the rate limiter serves flushes than compactions (RocksDB's default).
+const RATE_LIMIT_FAIRNESS: i32 = 10;
+
+/// How RocksDB treats one chunk write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WritePriority {
+    /// An ordinary write.
+    Normal,
+    /// A low-priority write: RocksDB slows it down first when compaction falls behind.
+    Low,
+}
+
+impl WritePriority {
+    /// The priority of a chunk write in `class` (none: outside any scheduled operation) when background classes
+    /// get low-priority writes (`bulk_low_pri`).
+    pub(crate) fn of_chunk_write(class: Option<&ClassTag>, bulk_low_pri: bool) -> Self {
+        match class {
+            Some(tag) if bulk_low_pri && tag.is_background() => Self::Low,
+            _ => Self::Normal,
+        }
+    }
+
+    /// Unsynced write options of this priority.
+    fn write_options(self) -> WriteOptions {
+        let mut wo = WriteOptions::default();
+        wo.set_low_pri(self == Self::Low);
+        wo
+    }
+}
 
 /// The embedded backend: RocksDB with blob files for chunk data.
 ///
@@ -53,6 +87,8 @@ pub struct RocksStore {
     hasher: RandomState,
     /// Held while space is being reclaimed: one compaction of that kind at a time.
     compacting: Arc<Mutex<()>>,
+    /// Chunk writes issued as low-priority writes so far.
+    low_pri_chunk_writes: AtomicU64,
 }
 
 impl std::fmt::Debug for RocksStore {
@@ -85,9 +121,27 @@ impl RocksStore {
         );
         db_opts.set_max_background_jobs(4);
         db_opts.set_bytes_per_sync(1 << 20);
-        db_opts.set_wal_bytes_per_sync(1 << 20);
+        db_opts.set_wal_bytes_per_sync(config.wal_bytes_per_sync);
         db_opts.set_max_total_wal_size(512 << 20);
         db_opts.set_keep_log_file_num(4);
+        db_opts.set_enable_pipelined_write(config.pipelined_write);
+        if config.background_rate_limit > 0 {
+            db_opts.set_auto_tuned_ratelimiter(
+                i64::try_from(config.background_rate_limit).unwrap_or(i64::MAX),
+                RATE_LIMIT_REFILL_MICROS,
+                RATE_LIMIT_FAIRNESS,
+            );
+        }
+        if config.background_priority != BackgroundPriority::Normal {
+            let mut env = Env::new().map_err(error::map)?;
+            env.lower_thread_pool_cpu_priority();
+            env.lower_thread_pool_io_priority();
+            if config.background_priority == BackgroundPriority::Low {
+                env.lower_high_priority_thread_pool_cpu_priority();
+                env.lower_high_priority_thread_pool_io_priority();
+            }
+            db_opts.set_env(&env);
+        }
 
         let mut chunk_opts = Options::default();
         chunk_opts.set_enable_blob_files(true);
@@ -102,7 +156,9 @@ impl RocksStore {
         chunk_opts.set_blob_gc_age_cutoff(config.blob_gc_age_cutoff);
         chunk_opts.set_blob_gc_force_threshold(config.blob_gc_force_threshold);
         chunk_opts.set_write_buffer_size(config.write_buffer_size);
-        chunk_opts.set_max_write_buffer_number(3);
+        chunk_opts.set_max_write_buffer_number(
+            i32::try_from(config.max_write_buffer_number).unwrap_or(i32::MAX),
+        );
         chunk_opts.set_compression_type(DBCompressionType::None);
 
         let mut small_opts = Options::default();
@@ -127,6 +183,7 @@ impl RocksStore {
             stripes: Arc::new((0..LOCK_STRIPES).map(|_| Mutex::new(())).collect()),
             hasher: RandomState::new(),
             compacting: Arc::new(Mutex::new(())),
+            low_pri_chunk_writes: AtomicU64::new(0),
         };
         store.check_format()?;
         Ok(store)
@@ -135,6 +192,12 @@ impl RocksStore {
     /// The configuration the store was opened with.
     pub fn config(&self) -> &RocksConfig {
         &self.config
+    }
+
+    /// Chunk writes issued as RocksDB low-priority writes so far (those of a background class, with
+    /// [`RocksConfig::bulk_low_pri`]).
+    pub fn low_pri_chunk_writes(&self) -> u64 {
+        self.low_pri_chunk_writes.load(Ordering::Relaxed)
     }
 
     /// Flushes memtables and syncs the write-ahead log (for tests and orderly shutdown).
@@ -403,6 +466,12 @@ impl ChunkStore for RocksStore {
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
         let blob = blob.clone();
+        // The class is task-local: read it here, not on the blocking thread.
+        let priority =
+            WritePriority::of_chunk_write(current_class().as_ref(), self.config.bulk_low_pri);
+        if priority == WritePriority::Low {
+            self.low_pri_chunk_writes.fetch_add(1, Ordering::Relaxed);
+        }
         self.blocking(move |db| {
             let handle = cf(db, CF_CHUNKS)?;
             let mut batch = WriteBatch::default();
@@ -410,7 +479,7 @@ impl ChunkStore for RocksStore {
                 batch.put_cf(handle, keys::chunk_key(&blob, c.salt, c.index), &c.data);
             }
             // Unsynced: the synced manifest commit that follows makes these durable too (one ordered WAL).
-            db.write_opt(batch, &WriteOptions::default())
+            db.write_opt(batch, &priority.write_options())
                 .map_err(error::map)
         })
         .await
@@ -497,7 +566,63 @@ impl ChunkStore for RocksStore {
 
 #[cfg(test)]
 mod tests {
+    use saltblob_core::{BlobStore, PriorityClass, PutOptions, StoreConfig};
+
     use super::*;
+
+    /// Low-priority chunk writes of `store` after one put of a multi-chunk blob in `class`.
+    async fn low_pri_writes_after_put(config: RocksConfig, class: PriorityClass) -> u64 {
+        let store = Arc::new(RocksStore::open(config).expect("open"));
+        let blobs = BlobStore::new(
+            Arc::clone(&store) as Arc<dyn ChunkStore>,
+            StoreConfig::default(),
+        )
+        .expect("store");
+        let data = Bytes::from(vec![3u8; 4 << 20]);
+        let options = PutOptions::new().with_priority(class);
+        blobs.put("k", data, &options).await.expect("put");
+        store.low_pri_chunk_writes()
+    }
+
+    /// Chunks of a background class are written as RocksDB low-priority writes, and only those: not chunks of
+    /// `interactive`, not chunks written outside any class, not with `bulk_low_pri=false`.
+    #[tokio::test]
+    async fn only_chunk_writes_of_background_classes_are_low_priority() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = |name: &str| RocksConfig::new(dir.path().join(name));
+        let bulk = low_pri_writes_after_put(config("bulk"), PriorityClass::bulk()).await;
+        assert!(bulk > 0, "a bulk put wrote no low-priority chunk batch");
+        let interactive =
+            low_pri_writes_after_put(config("interactive"), PriorityClass::interactive()).await;
+        assert_eq!(
+            interactive, 0,
+            "an interactive put wrote low-priority chunks"
+        );
+        let mut off = config("off");
+        off.bulk_low_pri = false;
+        assert_eq!(
+            low_pri_writes_after_put(off, PriorityClass::bulk()).await,
+            0,
+            "bulk_low_pri=false still wrote low-priority chunks"
+        );
+
+        let store = RocksStore::open(config("unscheduled")).expect("open");
+        let blob = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: saltblob_core::VersionId(1),
+        };
+        let chunk = ChunkWrite {
+            salt: 0,
+            index: 0,
+            data: Bytes::from(vec![7u8; 64 << 10]),
+        };
+        store.put_chunks(&blob, vec![chunk]).await.expect("put");
+        assert_eq!(store.low_pri_chunk_writes(), 0, "a write outside any class");
+        assert_eq!(
+            WritePriority::of_chunk_write(None, true),
+            WritePriority::Normal
+        );
+    }
 
     /// Opening removes the blob files a crashed flush left unfinished, and nothing else: not a foreign file
     /// that merely ends in `.blob`, not a file named like RocksDB's that is not one, not a live blob file even

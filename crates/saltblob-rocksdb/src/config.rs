@@ -7,6 +7,11 @@ use saltblob_core::{Error, Result};
 
 /// URL scheme of the embedded backend.
 pub const SCHEME: &str = "rocksdb";
+/// Accepted values of [`RocksConfig::max_write_buffer_number`].
+pub const MAX_WRITE_BUFFER_NUMBERS: std::ops::RangeInclusive<u32> = 2..=64;
+/// Smallest nonzero [`RocksConfig::background_rate_limit`], in bytes per second: below it a flush of one
+/// memtable would take longer than writes can wait.
+pub const MIN_RATE_LIMIT: u64 = 1 << 20;
 
 /// Compression RocksDB applies to blob files (chunk data). saltblob already compresses chunks when asked, so
 /// the default is none.
@@ -37,6 +42,37 @@ impl FromStr for BlobCompression {
     }
 }
 
+/// What lowering the priority of RocksDB's background threads covers. The threads are RocksDB's process-wide
+/// pools, shared by every database the process opens, and a lowered thread stays lowered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackgroundPriority {
+    /// Flushes and compactions run at the process's CPU and I/O priority.
+    Normal,
+    /// Compaction threads get the lowest CPU priority (nice 19) and the idle I/O class; flushes, which free the
+    /// memtables writes wait for, keep normal priority.
+    #[default]
+    LowCompaction,
+    /// Flush threads too get the lowest CPU priority and the idle I/O class: writes may then wait longer for
+    /// memtables to be flushed.
+    Low,
+}
+
+impl FromStr for BackgroundPriority {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "normal" => Ok(Self::Normal),
+            "low_compaction" => Ok(Self::LowCompaction),
+            "low" => Ok(Self::Low),
+            _ => Err(Error::invalid(
+                "background_priority",
+                format!("\"{s}\"; use normal, low_compaction or low"),
+            )),
+        }
+    }
+}
+
 /// Configuration of a [`crate::RocksStore`]. Chunk data lives in RocksDB blob files (key-value separation):
 /// values of at least `min_blob_size` bytes are kept out of the LSM tree.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,14 +96,34 @@ pub struct RocksConfig {
     pub blob_gc_age_cutoff: f64,
     /// Garbage ratio of the oldest blob files above which compaction is forced to collect them. Defaults to 0.5.
     pub blob_gc_force_threshold: f64,
-    /// Size of one memtable of the chunk column family (at most 3 exist at once, so this bounds the memory that
-    /// buffered chunk data takes). Defaults to 16 MiB.
+    /// Size of one memtable of the chunk column family (at most `max_write_buffer_number` exist at once, so this
+    /// bounds the memory that buffered chunk data takes). Defaults to 16 MiB.
     pub write_buffer_size: usize,
     /// When garbage collection has freed chunks and more than this fraction of the remaining blob-file bytes is
     /// garbage, it compacts with blob garbage collection over every blob file, rewriting the live chunks so that
     /// disk usage comes back to the live data. Lower keeps the disk tighter, higher rewrites less. Defaults to
     /// 0.1.
     pub space_reclaim_threshold: f64,
+    /// Most memtables of the chunk column family at once (2 to 64). When they are all full and waiting to be
+    /// flushed, RocksDB stalls every write of the database, small commits included; more of them absorb a large
+    /// put while the flush catches up. Defaults to 6 (16 MiB each: 96 MiB of chunk data at most).
+    pub max_write_buffer_number: u32,
+    /// Whether chunk writes of a background class (`bulk`) are RocksDB low-priority writes, which RocksDB slows
+    /// down first when compaction falls behind, before it slows every write. Defaults to `true`.
+    pub bulk_low_pri: bool,
+    /// Bytes per second that flushes and compactions may write, auto-tuned by RocksDB up to this ceiling; 0
+    /// turns the rate limiter off. Defaults to 0.
+    pub background_rate_limit: u64,
+    /// CPU and I/O priority of RocksDB's background threads. Defaults to [`BackgroundPriority::LowCompaction`].
+    pub background_priority: BackgroundPriority,
+    /// Whether RocksDB pipelines write-ahead-log and memtable writes (`enable_pipelined_write`), so that a
+    /// commit can enter the log while an earlier large write is still filling the memtable. The log keeps the
+    /// order of writes either way, so chunks stay at least as durable as a later commit. Defaults to `true`.
+    pub pipelined_write: bool,
+    /// Bytes of write-ahead log written between background syncs of it (0: none). A synced commit writes out
+    /// whatever the log holds unsynced, chunks of other puts included, so this bounds what a commit waits for.
+    /// Defaults to 256 KiB.
+    pub wal_bytes_per_sync: u64,
 }
 
 impl RocksConfig {
@@ -84,6 +140,12 @@ impl RocksConfig {
             blob_gc_force_threshold: 0.5,
             write_buffer_size: 16 << 20,
             space_reclaim_threshold: 0.1,
+            max_write_buffer_number: 6,
+            bulk_low_pri: true,
+            background_rate_limit: 0,
+            background_priority: BackgroundPriority::LowCompaction,
+            pipelined_write: true,
+            wal_bytes_per_sync: 256 << 10,
         }
     }
 
@@ -95,7 +157,8 @@ impl RocksConfig {
 
     /// Parses `rocksdb:///absolute/path?key=value&...` (or `rocksdb://relative/path`). Keys: `sync`,
     /// `min_blob_size`, `blob_file_size`, `blob_compression`, `blob_gc`, `blob_gc_age_cutoff`,
-    /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`.
+    /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`, `max_write_buffer_number`,
+    /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -146,11 +209,38 @@ impl RocksConfig {
                     config.write_buffer_size =
                         usize::try_from(num(k)?.max(1 << 20)).unwrap_or(usize::MAX)
                 }
+                "max_write_buffer_number" => {
+                    config.max_write_buffer_number = num(k)
+                        .ok()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .filter(|n| MAX_WRITE_BUFFER_NUMBERS.contains(n))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "{k}={v} is not a whole number from {} to {}",
+                                MAX_WRITE_BUFFER_NUMBERS.start(),
+                                MAX_WRITE_BUFFER_NUMBERS.end()
+                            ))
+                        })?;
+                }
+                "bulk_low_pri" => config.bulk_low_pri = flag(k)?,
+                "background_rate_limit" => {
+                    let rate = num(k)?;
+                    if rate != 0 && !(MIN_RATE_LIMIT..=i64::MAX as u64).contains(&rate) {
+                        return Err(bad(format!(
+                            "{k}={v} is below {MIN_RATE_LIMIT} bytes per second (0 turns the limiter off)"
+                        )));
+                    }
+                    config.background_rate_limit = rate;
+                }
+                "background_priority" => config.background_priority = v.parse()?,
+                "pipelined_write" => config.pipelined_write = flag(k)?,
+                "wal_bytes_per_sync" => config.wal_bytes_per_sync = num(k)?,
                 _ => {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: sync, min_blob_size, blob_file_size, blob_compression, \
                          blob_gc, blob_gc_age_cutoff, blob_gc_force_threshold, write_buffer_size, \
-                         space_reclaim_threshold"
+                         space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
+                         background_priority, pipelined_write, wal_bytes_per_sync"
                     )));
                 }
             }
@@ -186,6 +276,76 @@ mod tests {
         ] {
             let err = RocksConfig::from_url(bad).expect_err(bad).to_string();
             assert!(err.starts_with("invalid store URL"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn isolation_levers_parse_with_documented_defaults() {
+        let c = RocksConfig::new("/tmp/x");
+        assert_eq!(c.max_write_buffer_number, 6);
+        assert!(c.bulk_low_pri);
+        assert_eq!(c.background_rate_limit, 0);
+        assert_eq!(c.background_priority, BackgroundPriority::LowCompaction);
+        assert!(c.pipelined_write);
+        assert_eq!(c.wal_bytes_per_sync, 256 << 10);
+
+        let c = RocksConfig::from_url(
+            "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=false&background_rate_limit=67108864\
+             &background_priority=normal&pipelined_write=false&wal_bytes_per_sync=1048576",
+        )
+        .expect("parses");
+        assert_eq!(c.max_write_buffer_number, 8);
+        assert!(!c.bulk_low_pri);
+        assert_eq!(c.background_rate_limit, 64 << 20);
+        assert_eq!(c.background_priority, BackgroundPriority::Normal);
+        assert!(!c.pipelined_write);
+        assert_eq!(c.wal_bytes_per_sync, 1 << 20);
+        let c = RocksConfig::from_url(
+            "rocksdb:///x?background_rate_limit=0&background_priority=LOW&max_write_buffer_number=64",
+        )
+        .expect("parses");
+        assert_eq!(c.background_rate_limit, 0);
+        assert_eq!(c.background_priority, BackgroundPriority::Low);
+        assert_eq!(c.max_write_buffer_number, 64);
+    }
+
+    #[test]
+    fn bad_isolation_levers_are_refused_naming_the_option() {
+        for (url, option) in [
+            (
+                "rocksdb:///x?max_write_buffer_number=1",
+                "max_write_buffer_number",
+            ),
+            (
+                "rocksdb:///x?max_write_buffer_number=65",
+                "max_write_buffer_number",
+            ),
+            (
+                "rocksdb:///x?max_write_buffer_number=-3",
+                "max_write_buffer_number",
+            ),
+            ("rocksdb:///x?bulk_low_pri=sometimes", "bulk_low_pri"),
+            (
+                "rocksdb:///x?background_rate_limit=1000",
+                "background_rate_limit",
+            ),
+            (
+                "rocksdb:///x?background_rate_limit=fast",
+                "background_rate_limit",
+            ),
+            (
+                "rocksdb:///x?background_rate_limit=18446744073709551615",
+                "background_rate_limit",
+            ),
+            (
+                "rocksdb:///x?background_priority=idle",
+                "background_priority",
+            ),
+            ("rocksdb:///x?pipelined_write=2", "pipelined_write"),
+            ("rocksdb:///x?wal_bytes_per_sync=1MiB", "wal_bytes_per_sync"),
+        ] {
+            let err = RocksConfig::from_url(url).expect_err(url).to_string();
+            assert!(err.contains(option), "{url}: {err}");
         }
     }
 }
