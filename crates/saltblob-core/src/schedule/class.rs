@@ -110,6 +110,9 @@ pub struct SchedulerConfig {
     /// How far request latency may rise above its no-load baseline before the limit shrinks, as a factor.
     /// Defaults to 2.0.
     pub latency_tolerance: f64,
+    /// Whether the CPU work of background classes (checksums, compression, digests) runs on a pool of half the
+    /// cores instead of the async runtime's workers. Defaults to off (see `schedule/cpu.rs`).
+    pub bulk_cpu_pool: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -123,6 +126,7 @@ impl Default for SchedulerConfig {
             max_limit: 64,
             bulk_unit_bytes: (256 * KIB) as usize,
             latency_tolerance: 2.0,
+            bulk_cpu_pool: false,
         }
     }
 }
@@ -152,6 +156,12 @@ impl SchedulerConfig {
     /// [`SchedulerConfig::initial_limit`], [`SchedulerConfig::max_limit`]).
     pub fn with_limits(mut self, min: usize, initial: usize, max: usize) -> Self {
         (self.min_limit, self.initial_limit, self.max_limit) = (min, initial, max);
+        self
+    }
+
+    /// Sets [`SchedulerConfig::bulk_cpu_pool`].
+    pub fn with_bulk_cpu_pool(mut self, pooled: bool) -> Self {
+        self.bulk_cpu_pool = pooled;
         self
     }
 
@@ -241,6 +251,7 @@ impl SchedulerConfig {
     /// | `classes` | shares by class, comma-separated | `classes=interactive:1000,bulk:200,batch:50` |
     /// | `concurrency` | `MIN-MAX` or `MIN-INITIAL-MAX` background requests in flight | `concurrency=2-8-64` |
     /// | `bulk_unit` | [`SchedulerConfig::bulk_unit_bytes`] | `bulk_unit=256KiB` |
+    /// | `bulk_cpu` | `pool` or `inline` ([`SchedulerConfig::bulk_cpu_pool`]) | `bulk_cpu=pool` |
     pub fn apply_url_param(&mut self, name: &str, value: &str) -> Result<bool> {
         match name {
             "scheduler" => {
@@ -289,6 +300,18 @@ impl SchedulerConfig {
                         ));
                     }
                 };
+            }
+            "bulk_cpu" => {
+                self.bulk_cpu_pool = match value {
+                    "pool" => true,
+                    "inline" => false,
+                    _ => {
+                        return Err(Error::invalid(
+                            "bulk_cpu",
+                            format!("\"{value}\"; use pool or inline"),
+                        ));
+                    }
+                }
             }
             "bulk_unit" => {
                 let bytes = parse_size(value).map_err(|e| Error::invalid("bulk_unit", e))?;
@@ -375,6 +398,7 @@ mod tests {
             ("classes", "batch:50,bulk:300"),
             ("concurrency", "4-16-32"),
             ("bulk_unit", "128KiB"),
+            ("bulk_cpu", "pool"),
         ] {
             assert!(c.apply_url_param(name, value).expect(name), "{name}");
         }
@@ -390,6 +414,7 @@ mod tests {
         );
         assert_eq!((c.min_limit, c.initial_limit, c.max_limit), (4, 16, 32));
         assert_eq!(c.bulk_unit_bytes, 128 << 10);
+        assert!(c.bulk_cpu_pool);
         assert!(c.validate().is_ok());
         for (name, value, expected) in [
             ("scheduler", "maybe", "scheduler: "),
@@ -401,6 +426,7 @@ mod tests {
             ),
             ("concurrency", "lots", "concurrency: "),
             ("priority", "Bulk", "priority: "),
+            ("bulk_cpu", "threads", "bulk_cpu: "),
         ] {
             let got = reason(SchedulerConfig::default().apply_url_param(name, value));
             assert!(got.starts_with(expected), "{got}");

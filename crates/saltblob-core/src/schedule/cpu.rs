@@ -1,7 +1,9 @@
-//! CPU work of background classes — chunk checksums and compression, decoding, BLAKE3 digests — runs on a pool
-//! of its own: at most half the cores (at least one thread), instead of the async runtime's workers. On a
-//! 2-core machine, bulk hashing then takes at most one core, and an interactive task never waits for a worker
-//! busy hashing a 60 MiB blob. Work of other classes (and with scheduling off) runs inline, as before.
+//! With [`crate::SchedulerConfig::bulk_cpu_pool`], the CPU work of background classes — chunk checksums and
+//! compression, decoding, BLAKE3 digests — runs on a pool of its own: at most half the cores (at least one
+//! thread), instead of the async runtime's workers. On a 2-core machine, bulk hashing then takes at most one
+//! core, and an interactive task never waits for a worker busy hashing a 60 MiB blob; but bulk work then gets
+//! at most that one core, which under load starved it (measured: BENCHMARKS.md), so it is off by default.
+//! Work of other classes (and with scheduling off) runs inline.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};
@@ -53,12 +55,13 @@ fn pool() -> Option<&'static Mutex<Sender<Job>>> {
     .as_ref()
 }
 
-/// Runs `work` on the bulk CPU pool when `class` is a background class, else right here.
+/// Runs `work` on the bulk CPU pool when `class` is a background class and the store pools bulk CPU work
+/// ([`crate::SchedulerConfig::bulk_cpu_pool`]), else right here.
 pub(crate) async fn run<T: Send + 'static>(
     class: Option<&ClassTag>,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T> {
-    let Some(pool) = pool().filter(|_| class.is_some_and(ClassTag::is_background)) else {
+    let Some(pool) = class.is_some_and(ClassTag::pools_cpu).then(pool).flatten() else {
         return Ok(work());
     };
     let (tx, rx) = oneshot::channel();
@@ -82,7 +85,7 @@ mod tests {
     use crate::schedule::{Scheduler, SchedulerConfig};
 
     fn tag(name: &str) -> ClassTag {
-        Scheduler::new(SchedulerConfig::default())
+        Scheduler::new(SchedulerConfig::default().with_bulk_cpu_pool(true))
             .tag(&crate::PriorityClass::new(name).expect("name"))
             .expect("known")
     }

@@ -42,6 +42,8 @@ pub struct ClassTag {
     name: Arc<str>,
     shares: u32,
     background: bool,
+    /// Whether the CPU work of this class runs on the bulk CPU pool ([`SchedulerConfig::bulk_cpu_pool`]).
+    pooled_cpu: bool,
 }
 
 impl ClassTag {
@@ -53,6 +55,11 @@ impl ClassTag {
     /// The class's shares.
     pub fn shares(&self) -> u32 {
         self.shares
+    }
+
+    /// Whether this class's CPU work runs on the bulk CPU pool.
+    pub(crate) fn pools_cpu(&self) -> bool {
+        self.pooled_cpu
     }
 
     /// Whether the class is background work: fewer shares than `interactive` (`bulk` by default). Engines
@@ -153,6 +160,7 @@ impl Scheduler {
                 name: Arc::from(name.as_str()),
                 shares,
                 background: shares < interactive,
+                pooled_cpu: config.bulk_cpu_pool && shares < interactive,
             })
             .collect();
         let shares: Vec<u32> = tags.iter().map(|t| t.shares).collect();
@@ -240,6 +248,7 @@ impl Scheduler {
             name: Arc::from(INTERACTIVE),
             shares: 1,
             background: false,
+            pooled_cpu: false,
         })
     }
 

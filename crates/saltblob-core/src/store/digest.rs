@@ -26,7 +26,7 @@ impl Digest {
             hasher: Some(blake3::Hasher::new()),
             pending: Vec::new(),
             pending_bytes: 0,
-            class: class.filter(ClassTag::is_background),
+            class: class.filter(ClassTag::pools_cpu),
         }
     }
 
@@ -88,7 +88,7 @@ mod tests {
     async fn pool_and_inline_digests_agree() {
         let data: Vec<u8> = (0..(5u32 << 20) + 123).map(|i| (i % 251) as u8).collect();
         let expected = blake3::hash(&data);
-        let sched = Scheduler::new(SchedulerConfig::default());
+        let sched = Scheduler::new(SchedulerConfig::default().with_bulk_cpu_pool(true));
         for class in [
             None,
             Some(sched.tag(&crate::PriorityClass::bulk()).expect("bulk")),
