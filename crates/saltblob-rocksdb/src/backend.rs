@@ -589,7 +589,11 @@ mod tests {
     #[tokio::test]
     async fn only_chunk_writes_of_background_classes_are_low_priority() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = |name: &str| RocksConfig::new(dir.path().join(name));
+        let config = |name: &str| {
+            let mut config = RocksConfig::new(dir.path().join(name));
+            config.bulk_low_pri = true;
+            config
+        };
         let bulk = low_pri_writes_after_put(config("bulk"), PriorityClass::bulk()).await;
         assert!(bulk > 0, "a bulk put wrote no low-priority chunk batch");
         let interactive =

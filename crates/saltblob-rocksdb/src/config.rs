@@ -109,7 +109,9 @@ pub struct RocksConfig {
     /// put while the flush catches up. Defaults to 6 (16 MiB each: 96 MiB of chunk data at most).
     pub max_write_buffer_number: u32,
     /// Whether chunk writes of a background class (`bulk`) are RocksDB low-priority writes, which RocksDB slows
-    /// down first when compaction falls behind, before it slows every write. Defaults to `true`.
+    /// down first when compaction falls behind, before it slows every write. Defaults to `false`: measured, it
+    /// kept small commits fast but cut bulk throughput under small load to a tenth (BENCHMARKS.md), a strict
+    /// priority rather than a share.
     pub bulk_low_pri: bool,
     /// Bytes per second that flushes and compactions may write, auto-tuned by RocksDB up to this ceiling; 0
     /// turns the rate limiter off. Defaults to 0.
@@ -141,7 +143,7 @@ impl RocksConfig {
             write_buffer_size: 16 << 20,
             space_reclaim_threshold: 0.1,
             max_write_buffer_number: 6,
-            bulk_low_pri: true,
+            bulk_low_pri: false,
             background_rate_limit: 0,
             background_priority: BackgroundPriority::LowCompaction,
             pipelined_write: true,
@@ -283,19 +285,19 @@ mod tests {
     fn isolation_levers_parse_with_documented_defaults() {
         let c = RocksConfig::new("/tmp/x");
         assert_eq!(c.max_write_buffer_number, 6);
-        assert!(c.bulk_low_pri);
+        assert!(!c.bulk_low_pri);
         assert_eq!(c.background_rate_limit, 0);
         assert_eq!(c.background_priority, BackgroundPriority::LowCompaction);
         assert!(c.pipelined_write);
         assert_eq!(c.wal_bytes_per_sync, 256 << 10);
 
         let c = RocksConfig::from_url(
-            "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=false&background_rate_limit=67108864\
+            "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=true&background_rate_limit=67108864\
              &background_priority=normal&pipelined_write=false&wal_bytes_per_sync=1048576",
         )
         .expect("parses");
         assert_eq!(c.max_write_buffer_number, 8);
-        assert!(!c.bulk_low_pri);
+        assert!(c.bulk_low_pri);
         assert_eq!(c.background_rate_limit, 64 << 20);
         assert_eq!(c.background_priority, BackgroundPriority::Normal);
         assert!(!c.pipelined_write);
