@@ -3,9 +3,9 @@
 //! Every operation runs in a [`PriorityClass`]. The store's scheduler admits each backend request (a record
 //! read or write, a segment of chunks) by class: start-time fair queuing over request bytes, in proportion to
 //! the classes' shares (`fair.rs`); background requests in flight are bounded by a limit that follows the
-//! measured latency of every class (`limit.rs`), while small requests never queue behind them. Bulk work is cut into units of
-//! [`SchedulerConfig::bulk_unit_bytes`], so a small request waits for at most one unit, not for a whole
-//! 60 MiB put. `scheduled.rs` puts the scheduler in front of the backend.
+//! measured latency of every class (`limit.rs`), while small requests never queue behind them. Bulk work is
+//! cut into units of [`SchedulerConfig::bulk_unit_bytes`]. `scheduled.rs` puts the scheduler in front of the
+//! backend; `cpu.rs` can move the CPU work of background classes to a pool ([`SchedulerConfig::bulk_cpu_pool`]).
 //!
 //! A backend may read the class of the request it is serving ([`current_class`]) to use its engine's own
 //! levers (low-priority writes, separate in-flight budgets).
