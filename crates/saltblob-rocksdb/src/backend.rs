@@ -611,6 +611,16 @@ mod tests {
         );
 
         let store = RocksStore::open(config("unscheduled")).expect("open");
+        put_one_chunk(&store).await;
+        assert_eq!(store.low_pri_chunk_writes(), 0, "a write outside any class");
+        assert_eq!(
+            WritePriority::of_chunk_write(None, true),
+            WritePriority::Normal
+        );
+    }
+
+    /// Writes one 64 KiB chunk of key `k`, version 1, outside any class.
+    async fn put_one_chunk(store: &RocksStore) {
         let blob = BlobRef {
             key: Bytes::from_static(b"k"),
             version: saltblob_core::VersionId(1),
@@ -621,11 +631,6 @@ mod tests {
             data: Bytes::from(vec![7u8; 64 << 10]),
         };
         store.put_chunks(&blob, vec![chunk]).await.expect("put");
-        assert_eq!(store.low_pri_chunk_writes(), 0, "a write outside any class");
-        assert_eq!(
-            WritePriority::of_chunk_write(None, true),
-            WritePriority::Normal
-        );
     }
 
     /// Opening removes the blob files a crashed flush left unfinished, and nothing else: not a foreign file
@@ -636,16 +641,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("db");
         let store = RocksStore::open(RocksConfig::new(&path)).expect("open");
-        let blob = BlobRef {
-            key: Bytes::from_static(b"k"),
-            version: saltblob_core::VersionId(1),
-        };
-        let chunk = ChunkWrite {
-            salt: 0,
-            index: 0,
-            data: Bytes::from(vec![7u8; 64 << 10]),
-        };
-        store.put_chunks(&blob, vec![chunk]).await.expect("put");
+        put_one_chunk(&store).await;
         store.flush().expect("flush");
         drop(store);
 

@@ -364,7 +364,6 @@ mod tests {
             ),
             (
                 SchedulerConfig::default()
-                    .with_default_class(PriorityClass::bulk())
                     .with_class("x", 1)
                     .with_default_class(PriorityClass::new("nope").expect("name")),
                 "priority: unknown class \"nope\"; this store has bulk, interactive, x",

@@ -436,11 +436,6 @@ impl Permit {
         self.bytes = bytes;
     }
 
-    /// The request's class id.
-    pub(crate) fn class(&self) -> usize {
-        self.class
-    }
-
     fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }

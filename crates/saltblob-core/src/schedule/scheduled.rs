@@ -49,7 +49,17 @@ impl ScheduledStore {
         call: impl Future<Output = Result<T>>,
         moved: impl FnOnce(&T) -> u64,
     ) -> Result<T> {
-        let class = self.class();
+        self.run_in(self.class(), estimate, call, moved).await
+    }
+
+    /// [`ScheduledStore::run`] in `class`.
+    async fn run_in<T>(
+        &self,
+        class: ClassTag,
+        estimate: u64,
+        call: impl Future<Output = Result<T>>,
+        moved: impl FnOnce(&T) -> u64,
+    ) -> Result<T> {
         let mut permit = self.sched.admit(class.id, estimate).await;
         let out = in_class(Some(class), call).await;
         if let Ok(value) = &out {
@@ -119,16 +129,15 @@ impl ChunkStore for ScheduledStore {
 
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let class = self.class();
-        let estimate = self.sched.estimate_chunk_read(class.id, chunks.len());
-        let mut permit = self.sched.admit(class.id, estimate).await;
-        let out = in_class(Some(class), self.backend.get_chunks(blob, chunks)).await;
-        if let Ok(found) = &out {
+        let id = class.id;
+        let estimate = self.sched.estimate_chunk_read(id, chunks.len());
+        let call = self.backend.get_chunks(blob, chunks);
+        self.run_in(class, estimate, call, |found| {
             let bytes = found.iter().map(len).sum();
-            permit.moved(bytes);
-            self.sched
-                .learn_chunk_read(permit.class(), chunks.len(), bytes);
-        }
-        out
+            self.sched.learn_chunk_read(id, chunks.len(), bytes);
+            bytes
+        })
+        .await
     }
 
     async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()> {
