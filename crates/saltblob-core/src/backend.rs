@@ -166,6 +166,10 @@ pub struct BackendInfo {
     /// that it never takes over a put whose manifest write may still land. Defaults to `false`: writes take effect before their call returns
     /// or not at all.
     pub late_writes: bool,
+    /// Puts of at least this many bytes store their chunks with [`ChunkStore::put_chunks_unlogged`] and call
+    /// [`ChunkStore::sync_unlogged_chunks`] before their commit; `None` (the default): never. For engines whose
+    /// log would otherwise write every chunk byte twice (RocksDB's write-ahead log, then a blob file).
+    pub unlogged_chunks_min_bytes: Option<u64>,
 }
 
 impl BackendInfo {
@@ -183,6 +187,7 @@ impl BackendInfo {
             reports_previous,
             retries_internally: false,
             late_writes: false,
+            unlogged_chunks_min_bytes: None,
         }
     }
 
@@ -206,6 +211,21 @@ impl BackendInfo {
         self.late_writes = true;
         self
     }
+
+    /// Declares that puts of at least `min_bytes` bytes should store their chunks unlogged
+    /// ([`BackendInfo::unlogged_chunks_min_bytes`]); `None`: never.
+    #[must_use]
+    pub fn with_unlogged_chunks(mut self, min_bytes: Option<u64>) -> Self {
+        self.unlogged_chunks_min_bytes = min_bytes;
+        self
+    }
+
+    /// Whether a put of `size` bytes (a lower bound, for a stream of unknown length) stores its chunks
+    /// unlogged.
+    pub fn unlogged_put(&self, size: u64) -> bool {
+        self.unlogged_chunks_min_bytes
+            .is_some_and(|min| size >= min)
+    }
 }
 
 /// A storage engine for saltblob.
@@ -215,7 +235,9 @@ impl BackendInfo {
 ///   longer, up to 2 KiB).
 /// - **Ordering and durability**: chunks accepted by `put_chunks` must be at least as durable as any record
 ///   written after `put_chunks` returned: after a crash, a record is never present while chunks written before
-///   it are lost. The manifest record is saltblob's commit point and relies on this.
+///   it are lost. The manifest record is saltblob's commit point and relies on this. Chunks stored with
+///   `put_chunks_unlogged` are the exception: they are durable once a later `sync_unlogged_chunks` returned,
+///   which the put calls before its commit.
 /// - Record writes are atomic: a reader sees the old value or the new one. A [`Precondition`] is checked
 ///   atomically with the write.
 /// - `put_chunks` is idempotent: writing the same chunk again stores the same bytes.
@@ -261,6 +283,20 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
 
     /// Stores chunks of one version (possibly of several salts), at most [`BackendInfo::max_batch_bytes`].
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()>;
+
+    /// Stores chunks like [`ChunkStore::put_chunks`], except that they may be lost in a crash until a
+    /// [`ChunkStore::sync_unlogged_chunks`] called after this returned has returned: the engine may keep them out of
+    /// its write-ahead log. The default is `put_chunks` (and then the default sync, which does nothing, is
+    /// right). A wrapper that forwards this method must forward `sync_unlogged_chunks` too.
+    async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        self.put_chunks(blob, chunks).await
+    }
+
+    /// Makes durable every chunk whose [`ChunkStore::put_chunks_unlogged`] returned before this call. The
+    /// default does nothing.
+    async fn sync_unlogged_chunks(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Reads chunks of one version; the result has one slot per requested chunk, in request order.
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>>;

@@ -17,6 +17,9 @@ use crate::{Error, Result};
 
 type ChunkKey = (Bytes, VersionId, u32, u64);
 
+/// Puts of at least this many bytes store their chunks unlogged (see [`MemoryStore::lose_unsynced_chunks`]).
+pub const MEMORY_UNLOGGED_MIN_BYTES: u64 = 1 << 20;
+
 /// A [`ChunkStore`] in process memory. Nothing survives the process; for tests and examples.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -31,6 +34,8 @@ struct State {
     failing_records: Vec<Namespace>,
     /// Chunk deletions fail.
     failing_chunk_deletes: bool,
+    /// Chunks stored unlogged and not synced since: what a crash would lose.
+    unsynced: std::collections::BTreeSet<ChunkKey>,
 }
 
 impl MemoryStore {
@@ -46,6 +51,17 @@ impl MemoryStore {
         state.failing_records = namespaces.to_vec();
         state.failing_chunk_deletes = chunk_deletes;
         Ok(())
+    }
+
+    /// Drops every chunk stored with `put_chunks_unlogged` and not synced since, as a crash of an engine that
+    /// keeps such chunks out of its log would; returns how many. For tests of the durability protocol.
+    pub fn lose_unsynced_chunks(&self) -> Result<usize> {
+        let mut state = self.lock()?;
+        let lost = std::mem::take(&mut state.unsynced);
+        for k in &lost {
+            state.chunks.remove(k);
+        }
+        Ok(lost.len())
     }
 
     /// Number of chunks held, of every version.
@@ -73,6 +89,7 @@ impl MemoryStore {
 impl ChunkStore for MemoryStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new("memory", 64 << 20, 8 << 20, true)
+            .with_unlogged_chunks(Some(MEMORY_UNLOGGED_MIN_BYTES))
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -144,10 +161,25 @@ impl ChunkStore for MemoryStore {
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
         let mut state = self.lock()?;
         for c in chunks {
-            state
-                .chunks
-                .insert((blob.key.clone(), blob.version, c.salt, c.index), c.data);
+            let k = (blob.key.clone(), blob.version, c.salt, c.index);
+            state.unsynced.remove(&k);
+            state.chunks.insert(k, c.data);
         }
+        Ok(())
+    }
+
+    async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        let mut state = self.lock()?;
+        for c in chunks {
+            let k = (blob.key.clone(), blob.version, c.salt, c.index);
+            state.unsynced.insert(k.clone());
+            state.chunks.insert(k, c.data);
+        }
+        Ok(())
+    }
+
+    async fn sync_unlogged_chunks(&self) -> Result<()> {
+        self.lock()?.unsynced.clear();
         Ok(())
     }
 
@@ -178,6 +210,7 @@ impl ChunkStore for MemoryStore {
         let hi = (blob.key.clone(), blob.version, salt_count, 0);
         let doomed: Vec<ChunkKey> = state.chunks.range(lo..hi).map(|(k, _)| k.clone()).collect();
         for k in doomed {
+            state.unsynced.remove(&k);
             state.chunks.remove(&k);
         }
         Ok(())

@@ -66,10 +66,11 @@ impl WritePriority {
         }
     }
 
-    /// Unsynced write options of this priority.
-    fn write_options(self) -> WriteOptions {
+    /// Unsynced write options of this priority, through the write-ahead log unless `unlogged`.
+    fn write_options(self, unlogged: bool) -> WriteOptions {
         let mut wo = WriteOptions::default();
         wo.set_low_pri(self == Self::Low);
+        wo.disable_wal(unlogged);
         wo
     }
 }
@@ -77,9 +78,14 @@ impl WritePriority {
 /// The embedded backend: RocksDB with blob files for chunk data.
 ///
 /// Column families: `manifests` (blob key → manifest), `chunks` (chunk key → encoded chunk, in blob files),
-/// `system` (internal records and the format marker). Chunk writes go through the write-ahead log unsynced;
-/// the manifest commit is written after them and synced (by default), and RocksDB recovers the log in order
-/// (point-in-time recovery), so a recovered manifest always has its chunks.
+/// `system` (internal records and the format marker).
+///
+/// Chunks of small puts go through the write-ahead log unsynced; the manifest commit is written after them and
+/// synced (by default), and RocksDB recovers the log in order (point-in-time recovery), so a recovered manifest
+/// always has its chunks. Chunks of large puts ([`RocksConfig::unlogged_min_bytes`]) skip the log: each of their
+/// bytes is written once, to a blob file, when their memtable is flushed; before such a put commits, it flushes
+/// the chunk memtables and waits ([`ChunkStore::sync_unlogged_chunks`]), and a flush's files are synced before
+/// RocksDB records them, so again a recovered manifest always has its chunks.
 pub struct RocksStore {
     db: Arc<DB>,
     config: RocksConfig,
@@ -89,6 +95,13 @@ pub struct RocksStore {
     compacting: Arc<Mutex<()>>,
     /// Chunk writes issued as low-priority writes so far.
     low_pri_chunk_writes: AtomicU64,
+    /// Unlogged chunk writes completed so far.
+    unlogged_writes: Arc<AtomicU64>,
+    /// How many of the unlogged writes a finished flush covers; held while flushing, so that concurrent syncs
+    /// share one flush.
+    unlogged_synced: Arc<Mutex<u64>>,
+    /// Flushes done to sync unlogged chunks.
+    unlogged_flushes: AtomicU64,
 }
 
 impl std::fmt::Debug for RocksStore {
@@ -184,6 +197,9 @@ impl RocksStore {
             hasher: RandomState::new(),
             compacting: Arc::new(Mutex::new(())),
             low_pri_chunk_writes: AtomicU64::new(0),
+            unlogged_writes: Arc::new(AtomicU64::new(0)),
+            unlogged_synced: Arc::new(Mutex::new(0)),
+            unlogged_flushes: AtomicU64::new(0),
         };
         store.check_format()?;
         Ok(store)
@@ -198,6 +214,44 @@ impl RocksStore {
     /// [`RocksConfig::bulk_low_pri`]).
     pub fn low_pri_chunk_writes(&self) -> u64 {
         self.low_pri_chunk_writes.load(Ordering::Relaxed)
+    }
+
+    /// Flushes of the chunk memtables done so far to make unlogged chunks durable (at most one per large put;
+    /// concurrent puts share one).
+    pub fn unlogged_flushes(&self) -> u64 {
+        self.unlogged_flushes.load(Ordering::Relaxed)
+    }
+
+    /// Writes chunks in one batch, through the write-ahead log unless `unlogged`.
+    async fn write_chunks(
+        &self,
+        blob: &BlobRef,
+        chunks: Vec<ChunkWrite>,
+        unlogged: bool,
+    ) -> Result<()> {
+        let blob = blob.clone();
+        // The class is task-local: read it here, not on the blocking thread.
+        let priority =
+            WritePriority::of_chunk_write(current_class().as_ref(), self.config.bulk_low_pri);
+        if priority == WritePriority::Low {
+            self.low_pri_chunk_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.blocking(move |db| {
+            let handle = cf(db, CF_CHUNKS)?;
+            let mut batch = WriteBatch::default();
+            for c in &chunks {
+                batch.put_cf(handle, keys::chunk_key(&blob, c.salt, c.index), &c.data);
+            }
+            // Unsynced: the synced manifest commit that follows makes logged chunks durable too (one ordered
+            // log); unlogged ones are made durable by `sync_unlogged_chunks` before it.
+            db.write_opt(batch, &priority.write_options(unlogged))
+                .map_err(error::map)
+        })
+        .await?;
+        if unlogged {
+            self.unlogged_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     /// Flushes memtables and syncs the write-ahead log (for tests and orderly shutdown).
@@ -387,6 +441,7 @@ fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily> {
 impl ChunkStore for RocksStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true)
+            .with_unlogged_chunks(self.config.unlogged_min_bytes)
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -465,24 +520,39 @@ impl ChunkStore for RocksStore {
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        let blob = blob.clone();
-        // The class is task-local: read it here, not on the blocking thread.
-        let priority =
-            WritePriority::of_chunk_write(current_class().as_ref(), self.config.bulk_low_pri);
-        if priority == WritePriority::Low {
-            self.low_pri_chunk_writes.fetch_add(1, Ordering::Relaxed);
+        self.write_chunks(blob, chunks, false).await
+    }
+
+    async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        self.write_chunks(blob, chunks, true).await
+    }
+
+    /// Flushes the chunk memtables (and waits for every earlier flush of them), unless a flush that started
+    /// after the last completed unlogged write already did. A flush writes its blob and table files, syncs
+    /// them, then records them in RocksDB's manifest.
+    async fn sync_unlogged_chunks(&self) -> Result<()> {
+        let wanted = self.unlogged_writes.load(Ordering::SeqCst);
+        let synced = Arc::clone(&self.unlogged_synced);
+        let writes = Arc::clone(&self.unlogged_writes);
+        let flushed = self
+            .blocking(move |db| {
+                let mut covered = synced
+                    .lock()
+                    .map_err(|_| Error::backend(NAME, "flush lock poisoned by a panic", false))?;
+                if *covered >= wanted {
+                    return Ok(false);
+                }
+                // Writes completed before the flush starts are in the memtables it flushes.
+                let upto = writes.load(Ordering::SeqCst);
+                db.flush_cf(cf(db, CF_CHUNKS)?).map_err(error::map)?;
+                *covered = upto;
+                Ok(true)
+            })
+            .await?;
+        if flushed {
+            self.unlogged_flushes.fetch_add(1, Ordering::Relaxed);
         }
-        self.blocking(move |db| {
-            let handle = cf(db, CF_CHUNKS)?;
-            let mut batch = WriteBatch::default();
-            for c in &chunks {
-                batch.put_cf(handle, keys::chunk_key(&blob, c.salt, c.index), &c.data);
-            }
-            // Unsynced: the synced manifest commit that follows makes these durable too (one ordered WAL).
-            db.write_opt(batch, &priority.write_options())
-                .map_err(error::map)
-        })
-        .await
+        Ok(())
     }
 
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {

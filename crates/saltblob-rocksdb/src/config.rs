@@ -9,6 +9,8 @@ use saltblob_core::{Error, Result};
 pub const SCHEME: &str = "rocksdb";
 /// Accepted values of [`RocksConfig::max_write_buffer_number`].
 pub const MAX_WRITE_BUFFER_NUMBERS: std::ops::RangeInclusive<u32> = 2..=64;
+/// Default of [`RocksConfig::unlogged_min_bytes`].
+pub const DEFAULT_UNLOGGED_MIN_BYTES: u64 = 8 << 20;
 /// Smallest nonzero [`RocksConfig::background_rate_limit`], in bytes per second: below it a flush of one
 /// memtable would take longer than writes can wait.
 pub const MIN_RATE_LIMIT: u64 = 1 << 20;
@@ -126,6 +128,12 @@ pub struct RocksConfig {
     /// whatever the log holds unsynced, chunks of other puts included, so this bounds what a commit waits for.
     /// Defaults to 256 KiB.
     pub wal_bytes_per_sync: u64,
+    /// Puts of at least this many bytes write their chunks without the write-ahead log, so that each chunk byte
+    /// is written once (to a blob file, at the memtable flush) instead of twice, and flush the chunk memtables
+    /// before their commit; smaller puts log their chunks, as a flush per small put would cost more than the
+    /// second write. `None` (URL value `off`): every put logs its chunks. Defaults to 8 MiB (the fan-out
+    /// threshold: the puts that are salted).
+    pub unlogged_min_bytes: Option<u64>,
 }
 
 impl RocksConfig {
@@ -148,6 +156,7 @@ impl RocksConfig {
             background_priority: BackgroundPriority::LowCompaction,
             pipelined_write: true,
             wal_bytes_per_sync: 256 << 10,
+            unlogged_min_bytes: Some(DEFAULT_UNLOGGED_MIN_BYTES),
         }
     }
 
@@ -160,7 +169,8 @@ impl RocksConfig {
     /// Parses `rocksdb:///absolute/path?key=value&...` (or `rocksdb://relative/path`). Keys: `sync`,
     /// `min_blob_size`, `blob_file_size`, `blob_compression`, `blob_gc`, `blob_gc_age_cutoff`,
     /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`, `max_write_buffer_number`,
-    /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`.
+    /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`,
+    /// `unlogged_min_bytes` (bytes, or `off`).
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -237,12 +247,20 @@ impl RocksConfig {
                 "background_priority" => config.background_priority = v.parse()?,
                 "pipelined_write" => config.pipelined_write = flag(k)?,
                 "wal_bytes_per_sync" => config.wal_bytes_per_sync = num(k)?,
+                "unlogged_min_bytes" => {
+                    config.unlogged_min_bytes = match v {
+                        "off" | "none" => None,
+                        _ => Some(v.parse::<u64>().map_err(|_| {
+                            bad(format!("{k}={v} is not a whole number of bytes or off"))
+                        })?),
+                    }
+                }
                 _ => {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: sync, min_blob_size, blob_file_size, blob_compression, \
                          blob_gc, blob_gc_age_cutoff, blob_gc_force_threshold, write_buffer_size, \
                          space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
-                         background_priority, pipelined_write, wal_bytes_per_sync"
+                         background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes"
                     )));
                 }
             }
@@ -290,10 +308,12 @@ mod tests {
         assert_eq!(c.background_priority, BackgroundPriority::LowCompaction);
         assert!(c.pipelined_write);
         assert_eq!(c.wal_bytes_per_sync, 256 << 10);
+        assert_eq!(c.unlogged_min_bytes, Some(8 << 20));
 
         let c = RocksConfig::from_url(
             "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=true&background_rate_limit=67108864\
-             &background_priority=normal&pipelined_write=false&wal_bytes_per_sync=1048576",
+             &background_priority=normal&pipelined_write=false&wal_bytes_per_sync=1048576\
+             &unlogged_min_bytes=0",
         )
         .expect("parses");
         assert_eq!(c.max_write_buffer_number, 8);
@@ -302,6 +322,9 @@ mod tests {
         assert_eq!(c.background_priority, BackgroundPriority::Normal);
         assert!(!c.pipelined_write);
         assert_eq!(c.wal_bytes_per_sync, 1 << 20);
+        assert_eq!(c.unlogged_min_bytes, Some(0));
+        let c = RocksConfig::from_url("rocksdb:///x?unlogged_min_bytes=off").expect("parses");
+        assert_eq!(c.unlogged_min_bytes, None);
         let c = RocksConfig::from_url(
             "rocksdb:///x?background_rate_limit=0&background_priority=LOW&max_write_buffer_number=64",
         )
@@ -345,6 +368,8 @@ mod tests {
             ),
             ("rocksdb:///x?pipelined_write=2", "pipelined_write"),
             ("rocksdb:///x?wal_bytes_per_sync=1MiB", "wal_bytes_per_sync"),
+            ("rocksdb:///x?unlogged_min_bytes=8MiB", "unlogged_min_bytes"),
+            ("rocksdb:///x?unlogged_min_bytes=-1", "unlogged_min_bytes"),
         ] {
             let err = RocksConfig::from_url(url).expect_err(url).to_string();
             assert!(err.contains(option), "{url}: {err}");

@@ -127,6 +127,18 @@ impl ChunkStore for ScheduledStore {
             .await
     }
 
+    async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        let bytes: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
+        let call = self.backend.put_chunks_unlogged(blob, chunks);
+        self.run(bytes, call, |_| bytes).await
+    }
+
+    /// Not admitted: it moves no bytes of its own (it waits for the engine to persist those already written),
+    /// and its latency, a flush, would read as a congested backend to the limit.
+    async fn sync_unlogged_chunks(&self) -> Result<()> {
+        self.backend.sync_unlogged_chunks().await
+    }
+
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let class = self.class();
         let id = class.id;

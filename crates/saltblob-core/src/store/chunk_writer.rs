@@ -34,16 +34,21 @@ pub(crate) struct ChunkWriter {
     progress: Arc<Progress>,
     /// The put's class, which the writes of its spawned tasks run in.
     class: Option<ClassTag>,
+    /// Whether the chunks are stored unlogged and synced in [`ChunkWriter::finish`] (a large put on a backend
+    /// that asks for it: [`crate::backend::BackendInfo::unlogged_chunks_min_bytes`]).
+    unlogged: bool,
 }
 
 impl ChunkWriter {
-    /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class.
+    /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class; `size` is the
+    /// blob's size or, for a stream of unknown length, a lower bound of it.
     pub(crate) fn new(
         inner: &Inner,
         blob: BlobRef,
         salt_count: u32,
         codec: Codec,
         chunk_size: u32,
+        size: u64,
         progress: Arc<Progress>,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
@@ -67,6 +72,7 @@ impl ChunkWriter {
             stored: 0,
             progress,
             class,
+            unlogged: inner.info.unlogged_put(size),
         }
     }
 
@@ -112,13 +118,14 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, attempts, class) = (
+        let (backend, blob, layout, codec, attempts, class, unlogged) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
             self.codec,
             self.attempts,
             self.class.clone(),
+            self.unlogged,
         );
         self.tasks.spawn(in_class(self.class.clone(), async move {
             let _permit = permit;
@@ -128,17 +135,29 @@ impl ChunkWriter {
             })
             .await?;
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
-            with_retry(attempts, || backend.put_chunks(&blob, writes.clone())).await?;
+            with_retry(attempts, || {
+                if unlogged {
+                    backend.put_chunks_unlogged(&blob, writes.clone())
+                } else {
+                    backend.put_chunks(&blob, writes.clone())
+                }
+            })
+            .await?;
             Ok(stored)
         }));
         Ok(())
     }
 
-    /// Waits for every chunk; returns the stored bytes.
+    /// Waits for every chunk and, for unlogged chunks, for the backend to make them durable; returns the stored
+    /// bytes. Only then may the put commit.
     pub(crate) async fn finish(&mut self) -> Result<u64> {
         self.flush().await?;
         while let Some(done) = self.tasks.join_next().await {
             self.add_stored(done)?;
+        }
+        if self.unlogged {
+            let backend = &self.backend;
+            with_retry(self.attempts, || backend.sync_unlogged_chunks()).await?;
         }
         Ok(self.stored)
     }
