@@ -58,6 +58,7 @@ impl Run {
         let mut progress = Progress::new("large_write", plan.count, "blobs", self.quiet);
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
+        let written_before = process_write_bytes();
         for i in 0..plan.count {
             let data = stamped(&self.large_base, self.tag, TAG_LARGE, i);
             let t = Instant::now();
@@ -77,7 +78,10 @@ impl Run {
             progress.inc(1);
         }
         progress.finish();
-        tally.report(
+        let disk = written_before
+            .zip(process_write_bytes())
+            .map(|(before, after)| after.saturating_sub(before));
+        let mut report = tally.report(
             "large_write",
             format!(
                 "{} puts of {} MiB, one at a time",
@@ -86,7 +90,9 @@ impl Run {
             ),
             busy.as_secs_f64(),
             false,
-        )
+        );
+        report.details = disk.map(|bytes| json!({ "disk_write_bytes": bytes }));
+        report
     }
 
     pub(crate) async fn large_read(&self) -> PhaseReport {
@@ -569,4 +575,16 @@ impl Run {
         progress.finish();
         out
     }
+}
+
+/// Bytes this process (all its threads: the engine's flushes and compactions too) caused to be written to
+/// storage so far (`write_bytes` of `/proc/self/io`); `None` where the kernel does not report it.
+pub(crate) fn process_write_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))?
+        .trim()
+        .parse()
+        .ok()
 }

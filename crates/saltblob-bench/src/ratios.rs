@@ -91,6 +91,62 @@ pub(crate) fn ratios(
             computed,
         });
     }
+    let dd = reference
+        .and_then(ProbeReport::dd_write_mib_s)
+        .filter(|b| *b > 0.0);
+    let no_dd = "no dd-pattern reference (needs the device probe of an embedded store)".to_owned();
+    let large_write = phase("large_write");
+    let (value, computed) = match (large_write, dd) {
+        (Some(p), Some(bw)) => (
+            Some(p.throughput_mib_s / bw),
+            format!(
+                "{:.1} MiB/s ÷ {bw:.1} MiB/s (dd pattern: 1 MiB O_DIRECT appends, depth 1)",
+                p.throughput_mib_s
+            ),
+        ),
+        (None, _) => (None, "large_write has no successful operation".to_owned()),
+        (_, None) => (None, no_dd.clone()),
+    };
+    out.push(Ratio {
+        name: "large_write_vs_dd",
+        what: "large-blob write throughput ÷ the probe's dd-pattern write bandwidth (goal ≥ 0.8)",
+        value,
+        computed,
+    });
+    let (value, computed) = match (lat("large_write"), dd) {
+        (Some(l), Some(bw)) => {
+            let ideal_ms = mib / bw * 1e3;
+            (
+                Some(l.p99 / ideal_ms),
+                format!(
+                    "{:.1} ms ÷ ({mib:.0} MiB ÷ {bw:.1} MiB/s = {ideal_ms:.1} ms)",
+                    l.p99
+                ),
+            )
+        }
+        (None, _) => (None, "large_write has no successful operation".to_owned()),
+        (_, None) => (None, no_dd),
+    };
+    out.push(Ratio {
+        name: "large_put_p99_vs_dd_ideal",
+        what: "P99 of one large put ÷ (large size ÷ the probe's dd-pattern write bandwidth) (goal ≤ 1.5)",
+        value,
+        computed,
+    });
+    let disk = large_write.and_then(|p| {
+        let bytes = p.details.as_ref()?.get("disk_write_bytes")?.as_u64()?;
+        (p.bytes > 0).then_some((bytes, p.bytes))
+    });
+    out.push(Ratio {
+        name: "large_write_disk_bytes_per_byte",
+        what: "bytes the process wrote to storage during large_write ÷ bytes put (1.0: each byte written once; \
+               flushes still pending when the phase ends are not counted)",
+        value: disk.map(|(d, b)| d as f64 / b as f64),
+        computed: disk.map_or_else(
+            || "the kernel reports no write_bytes (/proc/self/io)".to_owned(),
+            |(d, b)| format!("{:.1} MiB ÷ {:.1} MiB", d as f64 / MIB, b as f64 / MIB),
+        ),
+    });
     for (name, what, phase_name) in [
         (
             "large_write_p99_over_p50",

@@ -32,6 +32,15 @@ impl ProbeReport {
         }
     }
 
+    /// What `dd bs=1M oflag=direct` measures on the device (1 MiB appends at depth 1 to a file not pre-sized),
+    /// MiB/s; `None` for the single-row reference.
+    pub fn dd_write_mib_s(&self) -> Option<f64> {
+        match self {
+            ProbeReport::Device(d) => Some(d.append_1mib_depth1_mib_s),
+            ProbeReport::Rows(_) => None,
+        }
+    }
+
     /// The reference read bandwidth in MiB/s.
     pub fn read_mib_s(&self) -> f64 {
         match self {
