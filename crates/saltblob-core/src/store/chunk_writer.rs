@@ -38,6 +38,7 @@ pub(crate) struct ChunkWriter {
     progress: Arc<Progress>,
     /// The put's class, which the writes of its spawned tasks run in.
     class: Option<ClassTag>,
+    /// The blob's digest: fed the subtrees the tasks hash, or the raw chunks in order as they are pushed.
     digest: BlobDigest,
 }
 
@@ -191,7 +192,8 @@ impl ChunkWriter {
     }
 }
 
-/// The encoded chunks of a segment of `blob`, and their subtrees when `hasher` is given.
+/// The encoded chunks of a segment of `blob`, and their subtrees when `hasher` is given (each chunk hashed
+/// right before it is encoded, while it is in the cache).
 fn encode_segment(
     blob: &BlobRef,
     layout: ChunkLayout,
@@ -199,15 +201,13 @@ fn encode_segment(
     hasher: Option<ChunkHasher>,
     segment: &[(u64, Bytes)],
 ) -> (Vec<ChunkWrite>, Vec<ChunkHash>) {
-    let hashes = hasher.map_or_else(Vec::new, |h| {
-        segment
-            .iter()
-            .map(|(index, raw)| h.hash(*index, raw))
-            .collect()
-    });
+    let mut hashes = Vec::new();
     let writes = segment
         .iter()
         .map(|(index, raw)| {
+            if let Some(hasher) = hasher {
+                hashes.push(hasher.hash(*index, raw));
+            }
             let place = ChunkPlace {
                 key: &blob.key,
                 version: blob.version,

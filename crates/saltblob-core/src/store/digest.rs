@@ -1,10 +1,13 @@
 //! A blob's BLAKE3 digest. A chunked blob whose chunk size is a power of two of at least BLAKE3's 1 KiB chunk is
 //! hashed as a tree ([`TreeDigest`]): each chunk is a subtree of BLAKE3's own tree, hashed where the chunk is
 //! encoded or decoded (in its write or fetch task, see [`ChunkHasher`]), and the subtrees' chaining values are
-//! merged at the end; the result is the plain BLAKE3 hash of the blob. Other chunk sizes use [`Digest`], fed
-//! piece by piece in order. In a background class that hashing runs on the bulk CPU pool (`schedule/cpu.rs`) a
-//! megabyte at a time, so that hashing a huge blob never occupies a worker of the async runtime; otherwise it
-//! runs inline.
+//! merged at the end; the result is the plain BLAKE3 hash of the blob. The subtrees spread over the runtime's
+//! workers with the chunk writes and fetches, off the put's (or read's) own task.
+//!
+//! Other chunk sizes use [`Digest`], fed piece by piece in order by the put's (or read's) own task. Like chunk
+//! encoding and decoding (and the subtrees hashed with them), that hashing runs on the bulk CPU pool
+//! (`schedule/cpu.rs`) in a background class when the pool is on, a megabyte at a time, so that hashing a huge
+//! blob never occupies a worker of the async runtime; otherwise it runs inline.
 
 use blake3::hazmat::{
     ChainingValue, HasherExt, Mode, left_subtree_len, merge_subtrees_non_root, merge_subtrees_root,
@@ -17,7 +20,7 @@ use crate::{Error, Result};
 /// Bytes handed to the pool per job.
 const BATCH_BYTES: usize = 1 << 20;
 
-/// The digest of a blob being written or read.
+/// The digest of a blob being written or read, fed in order: the fallback for chunks that are no subtree.
 pub(crate) struct Digest {
     /// `None` only after a job on the pool failed (it panicked with the hasher).
     hasher: Option<blake3::Hasher>,

@@ -170,17 +170,11 @@ fn stream_chunks(
             }
             match st.fetches.next().await {
                 Some(Ok((pieces, hashes))) => {
-                    if let Some(d) = st.digest.as_mut() {
-                        let mut added = d.add(hashes);
-                        for piece in &pieces {
-                            if added.is_ok() {
-                                added = d.update(piece).await;
-                            }
-                        }
-                        if let Err(e) = added {
-                            st.done = true;
-                            return Some((Err(e), st));
-                        }
+                    if let Some(d) = st.digest.as_mut()
+                        && let Err(e) = add_to_digest(d, &pieces, hashes).await
+                    {
+                        st.done = true;
+                        return Some((Err(e), st));
                     }
                     st.pending.extend(pieces);
                 }
@@ -206,6 +200,19 @@ fn stream_chunks(
         }
     })
     .boxed()
+}
+
+/// Adds a fetched segment to the digest of a full read: its subtrees to a tree, its bytes to a sequential one.
+async fn add_to_digest(
+    digest: &mut BlobDigest,
+    pieces: &[Bytes],
+    hashes: Vec<ChunkHash>,
+) -> Result<()> {
+    digest.add(hashes)?;
+    for piece in pieces {
+        digest.update(piece).await?;
+    }
+    Ok(())
 }
 
 /// A spawned task that is aborted when its handle is dropped, so that a reader who stops early does not leave
