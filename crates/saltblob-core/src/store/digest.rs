@@ -143,8 +143,11 @@ pub(crate) struct ChunkHash {
 #[derive(Debug)]
 pub(crate) struct TreeDigest {
     chunk_size: u64,
+    /// Chunk `i`'s chaining value at `i`, once added.
     cvs: Vec<Option<ChainingValue>>,
+    /// Chunk 0's root hash: the blob's digest when it is the only chunk.
     first_root: Option<blake3::Hash>,
+    /// Raw bytes added.
     len: u64,
     /// The one chunk shorter than `chunk_size`, which must be the last.
     short_chunk: Option<u64>,
