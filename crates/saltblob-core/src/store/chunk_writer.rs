@@ -1,4 +1,6 @@
-//! The chunk writer of a put: chunks grouped into backend calls, at most the in-flight window in flight.
+//! The chunk writer of a put: chunks grouped into backend calls, at most the in-flight window in flight, and the
+//! blob's digest: each chunk hashed in the task that encodes it, or in order on the put's task when the chunk
+//! size is no BLAKE3 subtree (see `digest.rs`).
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use crate::layout::ChunkLayout;
 use crate::records::Inner;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::store::chunk_io::with_retry;
+use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
 
 /// Writes the chunks of one version: groups them into segments of up to the batch size and keeps at most the
@@ -27,7 +30,8 @@ pub(crate) struct ChunkWriter {
     attempts: u32,
     window: Arc<Semaphore>,
     window_bytes: usize,
-    tasks: JoinSet<Result<u64>>,
+    /// Each task's stored bytes and the subtrees of its chunks (none for a sequential digest).
+    tasks: JoinSet<TaskResult>,
     segment: Vec<(u64, Bytes)>,
     stored: u64,
     /// Shared with the put's intent lease, which records it at each renewal.
@@ -37,6 +41,8 @@ pub(crate) struct ChunkWriter {
     /// Whether the chunks are stored unlogged and synced in [`ChunkWriter::finish`] (a large put on a backend
     /// that asks for it: [`crate::backend::BackendInfo::unlogged_chunks_min_bytes`]).
     unlogged: bool,
+    /// The blob's digest: fed the subtrees the tasks hash, or the raw chunks in order as they are pushed.
+    digest: BlobDigest,
 }
 
 impl ChunkWriter {
@@ -71,6 +77,7 @@ impl ChunkWriter {
             segment: Vec::new(),
             stored: 0,
             progress,
+            digest: BlobDigest::new(chunk_size, class.clone()),
             class,
             unlogged: inner.info.unlogged_put(size),
         }
@@ -78,9 +85,10 @@ impl ChunkWriter {
 
     fn add_stored(
         &mut self,
-        done: std::result::Result<Result<u64>, tokio::task::JoinError>,
+        done: std::result::Result<TaskResult, tokio::task::JoinError>,
     ) -> Result<()> {
-        let bytes = join_result(done)?;
+        let (bytes, hashes) = done.map_err(|e| Error::internal("write task failed", e))??;
+        self.digest.add(hashes)?;
         self.stored += bytes;
         self.progress.record(self.layout.chunk_count, self.stored);
         Ok(())
@@ -96,6 +104,7 @@ impl ChunkWriter {
                 detail: "garbage collection took the intent over while the put was writing".into(),
             });
         }
+        self.digest.update(&raw).await?;
         self.segment.push((self.layout.chunk_count, raw));
         self.layout.chunk_count += 1;
         if self.segment.len() >= self.per_segment {
@@ -118,7 +127,7 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, attempts, class, unlogged) = (
+        let (backend, blob, layout, codec, attempts, class, unlogged, hasher) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
@@ -126,12 +135,13 @@ impl ChunkWriter {
             self.attempts,
             self.class.clone(),
             self.unlogged,
+            self.digest.chunk_hasher(),
         );
         self.tasks.spawn(in_class(self.class.clone(), async move {
             let _permit = permit;
             let encoding = blob.clone();
-            let writes = cpu::run(class.as_ref(), move || {
-                encode_segment(&encoding, layout, codec, &segment)
+            let (writes, hashes) = cpu::run(class.as_ref(), move || {
+                encode_segment(&encoding, layout, codec, hasher, &segment)
             })
             .await?;
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
@@ -143,14 +153,14 @@ impl ChunkWriter {
                 }
             })
             .await?;
-            Ok(stored)
+            Ok((stored, hashes))
         }));
         Ok(())
     }
 
     /// Waits for every chunk and, for unlogged chunks, for the backend to make them durable; returns the stored
-    /// bytes. Only then may the put commit.
-    pub(crate) async fn finish(&mut self) -> Result<u64> {
+    /// bytes and the BLAKE3 digest of the raw bytes pushed. Only then may the put commit.
+    pub(crate) async fn finish(&mut self) -> Result<(u64, blake3::Hash)> {
         self.flush().await?;
         while let Some(done) = self.tasks.join_next().await {
             self.add_stored(done)?;
@@ -159,7 +169,7 @@ impl ChunkWriter {
             let backend = &self.backend;
             with_retry(self.attempts, || backend.sync_unlogged_chunks()).await?;
         }
-        Ok(self.stored)
+        Ok((self.stored, self.digest.finalize().await?))
     }
 
     /// Raw bytes per chunk (the last may be shorter).
@@ -201,16 +211,22 @@ impl ChunkWriter {
     }
 }
 
-/// The encoded chunks of a segment of `blob`.
+/// The encoded chunks of a segment of `blob`, and their subtrees when `hasher` is given (each chunk hashed
+/// right before it is encoded, while it is in the cache).
 fn encode_segment(
     blob: &BlobRef,
     layout: ChunkLayout,
     codec: Codec,
+    hasher: Option<ChunkHasher>,
     segment: &[(u64, Bytes)],
-) -> Vec<ChunkWrite> {
-    segment
+) -> (Vec<ChunkWrite>, Vec<ChunkHash>) {
+    let mut hashes = Vec::new();
+    let writes = segment
         .iter()
         .map(|(index, raw)| {
+            if let Some(hasher) = hasher {
+                hashes.push(hasher.hash(*index, raw));
+            }
             let place = ChunkPlace {
                 key: &blob.key,
                 version: blob.version,
@@ -222,9 +238,9 @@ fn encode_segment(
                 data: encode_chunk(place, raw, codec),
             }
         })
-        .collect()
+        .collect();
+    (writes, hashes)
 }
 
-fn join_result(done: std::result::Result<Result<u64>, tokio::task::JoinError>) -> Result<u64> {
-    done.map_err(|e| Error::internal("write task failed", e))?
-}
+/// What a chunk-write task returns: its stored bytes and the subtrees of its chunks.
+type TaskResult = Result<(u64, Vec<ChunkHash>)>;

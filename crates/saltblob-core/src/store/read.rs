@@ -1,5 +1,6 @@
 //! Streaming reads: a version's chunks fetched segment by segment, at most the in-flight window ahead of the
-//! consumer, each checked as it arrives, the digest verified at the end of a full read.
+//! consumer, each checked as it arrives, the digest verified at the end of a full read (each chunk's BLAKE3
+//! subtree hashed in the task that fetches and checks it, when the chunk size allows; see `digest.rs`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -18,7 +19,7 @@ use crate::manifest::{Manifest, ManifestBody, hex};
 use crate::records::Inner;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::store::chunk_io::with_retry;
-use crate::store::digest::Digest;
+use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
@@ -126,7 +127,8 @@ fn stream_chunks(
         .step_by(usize::try_from(per_segment).unwrap_or(1))
         .map(move |s| s..(s + per_segment).min(chunks.end));
     let inner = Arc::clone(inner);
-    let class_of_digest = class.clone();
+    let digest = verify_digest.then(|| BlobDigest::new(layout.chunk_size, class.clone()));
+    let hasher = digest.as_ref().and_then(BlobDigest::chunk_hasher);
     let (version, size) = (manifest.version, manifest.size);
     let blob = BlobRef {
         key: key.clone(),
@@ -141,6 +143,7 @@ fn stream_chunks(
                 size,
                 segment,
                 range.clone(),
+                hasher,
             );
             let task = AbortOnDrop(tokio::spawn(in_class(class.clone(), fetch)));
             async move {
@@ -152,7 +155,7 @@ fn stream_chunks(
     let state = ReadState {
         fetches: fetches.boxed(),
         pending: VecDeque::new(),
-        digest: verify_digest.then(|| Digest::new(class_of_digest)),
+        digest,
         key,
         manifest: manifest.clone(),
         done: false,
@@ -166,14 +169,12 @@ fn stream_chunks(
                 return None;
             }
             match st.fetches.next().await {
-                Some(Ok(pieces)) => {
-                    if let Some(d) = st.digest.as_mut() {
-                        for piece in &pieces {
-                            if let Err(e) = d.update(piece.clone()).await {
-                                st.done = true;
-                                return Some((Err(e), st));
-                            }
-                        }
+                Some(Ok((pieces, hashes))) => {
+                    if let Some(d) = st.digest.as_mut()
+                        && let Err(e) = add_to_digest(d, &pieces, hashes).await
+                    {
+                        st.done = true;
+                        return Some((Err(e), st));
                     }
                     st.pending.extend(pieces);
                 }
@@ -183,7 +184,7 @@ fn stream_chunks(
                 }
                 None => {
                     st.done = true;
-                    if let Some(d) = st.digest.take() {
+                    if let Some(mut d) = st.digest.take() {
                         let got = match d.finalize().await {
                             Ok(got) => got,
                             Err(e) => return Some((Err(e), st)),
@@ -199,6 +200,19 @@ fn stream_chunks(
         }
     })
     .boxed()
+}
+
+/// Adds a fetched segment to the digest of a full read: its subtrees to a tree, its bytes to a sequential one.
+async fn add_to_digest(
+    digest: &mut BlobDigest,
+    pieces: &[Bytes],
+    hashes: Vec<ChunkHash>,
+) -> Result<()> {
+    digest.add(hashes)?;
+    for piece in pieces {
+        digest.update(piece).await?;
+    }
+    Ok(())
 }
 
 /// A spawned task that is aborted when its handle is dropped, so that a reader who stops early does not leave
@@ -220,16 +234,19 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 struct ReadState {
-    fetches: BoxStream<'static, Result<Vec<Bytes>>>,
+    fetches: BoxStream<'static, Result<Fetched>>,
     pending: VecDeque<Bytes>,
     /// Present when the read covers the whole blob and its digest is to be verified.
-    digest: Option<Digest>,
+    digest: Option<BlobDigest>,
     key: Bytes,
     manifest: Manifest,
     done: bool,
 }
 
-/// Fetches and decodes chunks `segment`, trimmed to `range`.
+/// A fetched segment: its chunks' raw bytes in order, trimmed to the range read, and their subtrees when hashed.
+type Fetched = (Vec<Bytes>, Vec<ChunkHash>);
+
+/// Fetches and decodes chunks `segment`, trimmed to `range`; hashes their subtrees with `hasher` if given.
 async fn fetch_segment(
     inner: Arc<Inner>,
     blob: BlobRef,
@@ -237,7 +254,8 @@ async fn fetch_segment(
     size: u64,
     segment: Range<u64>,
     range: Range<u64>,
-) -> Result<Vec<Bytes>> {
+    hasher: Option<ChunkHasher>,
+) -> Result<Fetched> {
     let ids: Vec<ChunkId> = segment
         .map(|index| ChunkId {
             salt: layout.salt_of(index),
@@ -256,14 +274,15 @@ async fn fetch_segment(
         return Err(missing_chunk(&inner, &blob, ids[at]).await);
     }
     let stored: Vec<Bytes> = slots.into_iter().flatten().collect();
-    // Checksums (and decompression) of a background class run on the bulk CPU pool.
+    // Checksums (and decompression, hashing) of a background class run on the bulk CPU pool.
     cpu::run(current_class().as_ref(), move || {
-        decode_segment(&blob, layout, size, &ids, &stored, &range)
+        decode_segment(&blob, layout, size, &ids, &stored, &range, hasher)
     })
     .await?
 }
 
-/// The raw bytes of `stored` chunks `ids` of `blob`, checked and trimmed to `range`.
+/// The raw bytes of `stored` chunks `ids` of `blob`, checked and trimmed to `range`, and the subtrees of the
+/// whole chunks when `hasher` is given.
 fn decode_segment(
     blob: &BlobRef,
     layout: ChunkLayout,
@@ -271,8 +290,10 @@ fn decode_segment(
     ids: &[ChunkId],
     stored: &[Bytes],
     range: &Range<u64>,
-) -> Result<Vec<Bytes>> {
+    hasher: Option<ChunkHasher>,
+) -> Result<Fetched> {
     let mut out = Vec::with_capacity(ids.len());
+    let mut hashes = Vec::with_capacity(if hasher.is_some() { ids.len() } else { 0 });
     for (id, stored) in ids.iter().zip(stored) {
         let place = ChunkPlace {
             key: &blob.key,
@@ -281,11 +302,14 @@ fn decode_segment(
         };
         let span = layout.chunk_span(id.index, size);
         let raw = decode_chunk(place, stored, span.end - span.start)?;
+        if let Some(hasher) = hasher {
+            hashes.push(hasher.hash(id.index, &raw));
+        }
         let lo = range.start.max(span.start) - span.start;
         let hi = range.end.min(span.end) - span.start;
         out.push(raw.slice(usize::try_from(lo).unwrap_or(0)..usize::try_from(hi).unwrap_or(0)));
     }
-    Ok(out)
+    Ok((out, hashes))
 }
 
 /// The error for a chunk that is not there: the version was replaced and reclaimed during the read, or the

@@ -15,9 +15,8 @@ use crate::layout::{Layout, LayoutPolicy};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
 use crate::records::Inner;
-use crate::schedule::{ClassTag, PriorityClass, current_class};
+use crate::schedule::{ClassTag, PriorityClass};
 use crate::store::chunk_writer::ChunkWriter;
-use crate::store::digest::Digest;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -156,7 +155,6 @@ where
         known_size.unwrap_or(head_len),
         lease.progress(),
     );
-    let mut digest = Digest::new(current_class());
     let written = write_chunks(
         inner,
         &key,
@@ -164,17 +162,16 @@ where
         head,
         eof,
         &mut writer,
-        &mut digest,
         opts.size_hint,
     )
     .await;
-    let written = written.and_then(|(size, stored)| match opts.size_hint {
-        Some(hint) if hint != size => Err(Error::SizeMismatch {
+    let written = written.and_then(|written| match opts.size_hint {
+        Some(hint) if hint != written.size => Err(Error::SizeMismatch {
             key: key.as_ref().into(),
             expected: hint,
-            actual: size,
+            actual: written.size,
         }),
-        _ => Ok((size, stored)),
+        _ => Ok(written),
     });
     // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
     // settles that race for good (see `intent.rs`).
@@ -182,7 +179,7 @@ where
         Ok(w) => lease.claim(inner).await.map(|()| w),
         Err(e) => Err(e),
     };
-    let (size, stored_bytes) = match written {
+    let written = match written {
         Ok(v) => v,
         Err(e) => {
             let deleted = writer.abort().await;
@@ -190,29 +187,26 @@ where
             return Err(e);
         }
     };
-    manifest.size = size;
-    manifest.digest = match digest.finalize().await {
-        Ok(hash) => *hash.as_bytes(),
-        Err(e) => {
-            let deleted = writer.abort().await;
-            lease.end(deleted).await;
-            return Err(e);
-        }
-    };
+    manifest.size = written.size;
+    manifest.digest = *written.digest.as_bytes();
     manifest.body = ManifestBody::Chunked {
         layout: writer.layout(),
         codec: policy.codec,
-        stored_bytes,
+        stored_bytes: written.stored_bytes,
     };
     commit(inner, &key, &manifest, pre, Some(lease)).await?;
     Ok(manifest)
 }
 
-/// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk; returns (size, stored bytes).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one private step of the put pipeline, sharing its state"
-)]
+/// What [`write_chunks`] wrote.
+struct Written {
+    /// Raw bytes.
+    size: u64,
+    stored_bytes: u64,
+    digest: blake3::Hash,
+}
+
+/// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk.
 async fn write_chunks<R: AsyncRead + Unpin + Send>(
     inner: &Inner,
     key: &Bytes,
@@ -220,15 +214,13 @@ async fn write_chunks<R: AsyncRead + Unpin + Send>(
     mut head: Bytes,
     mut eof: bool,
     writer: &mut ChunkWriter,
-    digest: &mut Digest,
     size_hint: Option<u64>,
-) -> Result<(u64, u64)> {
+) -> Result<Written> {
     let cs = writer.chunk_size() as usize;
     let mut size = 0u64;
     loop {
         while head.len() >= cs || (eof && !head.is_empty()) {
             let chunk = head.split_to(cs.min(head.len()));
-            digest.update(chunk.clone()).await?;
             size += chunk.len() as u64;
             writer.push(chunk).await?;
         }
@@ -241,8 +233,12 @@ async fn write_chunks<R: AsyncRead + Unpin + Send>(
         check_size(inner, key, size + buf.len() as u64, size_hint)?;
         head = Bytes::from(buf);
     }
-    let stored = writer.finish().await?;
-    Ok((size, stored))
+    let (stored_bytes, digest) = writer.finish().await?;
+    Ok(Written {
+        size,
+        stored_bytes,
+        digest,
+    })
 }
 
 /// Fails as soon as a put has seen more bytes than the configured maximum or its announced size.
