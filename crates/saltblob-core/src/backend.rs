@@ -166,6 +166,10 @@ pub struct BackendInfo {
     /// that it never takes over a put whose manifest write may still land. Defaults to `false`: writes take effect before their call returns
     /// or not at all.
     pub late_writes: bool,
+    /// The chunk size the backend prefers for large blobs (above the fan-out threshold), where its per-row cost
+    /// makes bigger rows faster (see [`crate::LayoutPolicy::large_chunk_size`]). Defaults to `None`: the
+    /// policy's chunk size.
+    pub large_chunk_size: Option<u32>,
 }
 
 impl BackendInfo {
@@ -183,6 +187,7 @@ impl BackendInfo {
             reports_previous,
             retries_internally: false,
             late_writes: false,
+            large_chunk_size: None,
         }
     }
 
@@ -197,6 +202,13 @@ impl BackendInfo {
     #[must_use]
     pub fn with_internal_retries(mut self) -> Self {
         self.retries_internally = true;
+        self
+    }
+
+    /// Declares the chunk size the backend prefers for large blobs ([`BackendInfo::large_chunk_size`]).
+    #[must_use]
+    pub fn with_large_chunk_size(mut self, bytes: u32) -> Self {
+        self.large_chunk_size = Some(bytes);
         self
     }
 
