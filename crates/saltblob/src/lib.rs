@@ -167,6 +167,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn chunk_sizes_are_taken_from_the_url() {
+        let (rest, config) = split_store_params(
+            "rocksdb:///d?sync=true&chunk_size=128KiB&large_chunk_size=2MiB",
+            StoreConfig::default(),
+        )
+        .expect("valid");
+        assert_eq!(rest, "rocksdb:///d?sync=true");
+        let p = &config.policy;
+        assert_eq!(
+            (p.chunk_size, p.large_chunk_size),
+            (128 << 10, Some(2 << 20))
+        );
+        let store = open("memory://?large_chunk_size=1MiB", StoreConfig::default())
+            .await
+            .expect("open");
+        assert_eq!(store.config().policy.large_chunk_size, Some(1 << 20));
+        for (url, needle) in [
+            ("memory://?large_chunk_size=lots", "large_chunk_size: "),
+            ("memory://?chunk_size=8GiB", "chunk_size: "),
+            (
+                "memory://?large_chunk_size=1KiB",
+                "large chunk size: 1024 bytes",
+            ),
+        ] {
+            let err = open(url, StoreConfig::default())
+                .await
+                .expect_err(url)
+                .to_string();
+            assert!(err.contains(needle), "{url}: {err}");
+        }
+    }
+
+    #[tokio::test]
     async fn scheduler_parameters_are_taken_from_the_url() {
         let (rest, config) = split_store_params(
             "rocksdb:///d?sync=true&classes=batch:50&priority=batch&concurrency=2-16",
