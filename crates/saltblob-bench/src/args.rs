@@ -23,7 +23,9 @@ pub struct BenchArgs {
     /// Small operations in flight at once (small phases, mixed phases, cluster probe).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub concurrency: usize,
-    /// Chunk size of the large blobs (e.g. 64KiB, 1MiB). Defaults to the layout policy's (64 KiB).
+    /// Chunk size of the blobs, large and small (e.g. 64KiB, 1MiB), and of the cluster probe's rows. Defaults to
+    /// the layout policy's: 64 KiB, and for blobs above the fan-out threshold the backend's large chunk size
+    /// (1 MiB on CQL; the URL's `large_chunk_size` sets it alone).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub chunk_size: Option<u64>,
     /// Largest salt count (fan-out) of the large blobs. Defaults to the layout policy's (100).

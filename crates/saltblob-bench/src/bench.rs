@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saltblob::codec::CHUNK_HEADER_LEN;
-use saltblob::{BlobStore, Error, LayoutPolicy, Result, SchedulerConfig, StoreConfig, VersionId};
+use saltblob::{BlobStore, Error, Result, SchedulerConfig, StoreConfig, VersionId};
 use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
@@ -38,13 +38,15 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     let (backend_url, store_config) = saltblob::split_store_params(url, StoreConfig::default())?;
     let backend = saltblob::open_backend(&backend_url).await?;
     let info = backend.info();
-    let mut policy = LayoutPolicy::default();
+    // The URL's chunk sizes, if any, then the flags', resolved for the backend as the store does.
+    let mut policy = store_config.policy.clone();
     if let Some(cs) = plan.chunk_size {
-        policy = policy.with_chunk_size(cs);
+        policy = policy.with_single_chunk_size(cs);
     }
     if let Some(s) = args.max_salt {
         policy = policy.with_max_salt(s);
     }
+    let policy = policy.resolve_for(&info);
     let inflight = store_config
         .inflight_bytes
         .max(4 * policy.chunk_size as usize);

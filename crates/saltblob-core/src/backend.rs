@@ -170,6 +170,10 @@ pub struct BackendInfo {
     /// [`ChunkStore::sync_unlogged_chunks`] before their commit; `None` (the default): never. For engines whose
     /// log would otherwise write every chunk byte twice (RocksDB's write-ahead log, then a blob file).
     pub unlogged_chunks_min_bytes: Option<u64>,
+    /// The chunk size the backend prefers for large blobs (above the fan-out threshold), where its per-row cost
+    /// makes bigger rows faster (see [`crate::LayoutPolicy::large_chunk_size`]). Defaults to `None`: the
+    /// policy's chunk size.
+    pub large_chunk_size: Option<u32>,
 }
 
 impl BackendInfo {
@@ -188,6 +192,7 @@ impl BackendInfo {
             retries_internally: false,
             late_writes: false,
             unlogged_chunks_min_bytes: None,
+            large_chunk_size: None,
         }
     }
 
@@ -202,6 +207,13 @@ impl BackendInfo {
     #[must_use]
     pub fn with_internal_retries(mut self) -> Self {
         self.retries_internally = true;
+        self
+    }
+
+    /// Declares the chunk size the backend prefers for large blobs ([`BackendInfo::large_chunk_size`]).
+    #[must_use]
+    pub fn with_large_chunk_size(mut self, bytes: u32) -> Self {
+        self.large_chunk_size = Some(bytes);
         self
     }
 

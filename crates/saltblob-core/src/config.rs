@@ -17,8 +17,8 @@ use crate::version::VersionId;
 pub struct StoreConfig {
     /// How blobs are laid out. Defaults to [`LayoutPolicy::default`].
     pub policy: LayoutPolicy,
-    /// Raw bytes of chunks a put or get keeps in flight at once, across all salts; bounds streaming memory.
-    /// Defaults to 16 MiB.
+    /// Raw bytes of chunks a put or get keeps in flight at once, across all salts; bounds streaming memory to
+    /// about this window plus one chunk (a chunk larger than the window is in flight alone). Defaults to 16 MiB.
     pub inflight_bytes: usize,
     /// Raw bytes of chunks sent to the backend in one call. Defaults to 1 MiB (capped by the backend).
     pub batch_bytes: usize,
@@ -122,7 +122,8 @@ pub enum PutCondition {
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct PutOptions {
-    /// Chunk size for this blob. Defaults to the policy's.
+    /// Chunk size for this blob, whatever its size (it replaces both of the policy's chunk sizes). Defaults to
+    /// the policy's, by the blob's size ([`LayoutPolicy::chunk_size_for`]).
     pub chunk_size: Option<u32>,
     /// Largest salt count for this blob. Defaults to the policy's.
     pub max_salt: Option<u32>,

@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 
+use crate::backend::BackendInfo;
 use crate::codec::Codec;
 use crate::{Error, Result};
 
@@ -21,7 +22,12 @@ pub const MAX_CHUNK_SIZE: u32 = 64 << 20;
 pub const MAX_INLINE_LIMIT: u64 = MIB;
 
 /// How a blob of a given size is laid out. Every field has a documented default; all are configurable per
-/// store, and `chunk_size`, `max_salt` and `codec` may be overridden per put.
+/// store, and the chunk size, `max_salt` and `codec` may be overridden per put.
+///
+/// The chunk size depends on the blob's size: blobs up to the fan-out threshold use `chunk_size` (small rows
+/// keep ranged reads cheap), larger ones (and streams longer than a put's look-ahead) use `large_chunk_size`,
+/// where a backend with a high per-row cost (a cluster) gets bigger rows. Each manifest records its chunk
+/// size, so changing either never affects stored blobs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub struct LayoutPolicy {
@@ -29,8 +35,12 @@ pub struct LayoutPolicy {
     pub inline_limit: u64,
     /// Chunked blobs of at most this many bytes use one partition (salt count 1). Defaults to 8 MiB.
     pub fanout_threshold: u64,
-    /// Bytes per chunk. Defaults to 64 KiB.
+    /// Bytes per chunk of blobs up to the fan-out threshold. Defaults to 64 KiB.
     pub chunk_size: u32,
+    /// Bytes per chunk of blobs above the fan-out threshold. `None` (the default) means the backend's preference
+    /// ([`crate::backend::BackendInfo::large_chunk_size`]; 1 MiB on CQL) if it is larger than `chunk_size`, else
+    /// `chunk_size`; a store resolves it when it opens ([`LayoutPolicy::resolve_for`]).
+    pub large_chunk_size: Option<u32>,
     /// Largest salt count for blobs above the fan-out threshold. Defaults to 100.
     pub max_salt: u32,
     /// Compression tried on each chunk (kept only where it shrinks the chunk). Defaults to none.
@@ -43,6 +53,7 @@ impl Default for LayoutPolicy {
             inline_limit: 16 * KIB,
             fanout_threshold: 8 * MIB,
             chunk_size: 64 * 1024,
+            large_chunk_size: None,
             max_salt: 100,
             codec: Codec::None,
         }
@@ -68,6 +79,53 @@ impl LayoutPolicy {
         self
     }
 
+    /// Sets [`LayoutPolicy::large_chunk_size`].
+    pub fn with_large_chunk_size(mut self, bytes: u32) -> Self {
+        self.large_chunk_size = Some(bytes);
+        self
+    }
+
+    /// Sets both chunk sizes ([`LayoutPolicy::chunk_size`] and [`LayoutPolicy::large_chunk_size`]): one chunk size
+    /// for blobs of every size, as a per-put chunk size override does.
+    pub fn with_single_chunk_size(self, bytes: u32) -> Self {
+        self.with_chunk_size(bytes).with_large_chunk_size(bytes)
+    }
+
+    /// The policy a store on a backend described by `info` uses: an unset
+    /// [`LayoutPolicy::large_chunk_size`] becomes the backend's preference when that is larger than
+    /// [`LayoutPolicy::chunk_size`], else `chunk_size`.
+    pub fn resolve_for(mut self, info: &BackendInfo) -> Self {
+        if self.large_chunk_size.is_none() {
+            let preferred = info.large_chunk_size.unwrap_or(0);
+            self.large_chunk_size = Some(self.chunk_size.max(preferred));
+        }
+        self
+    }
+
+    /// Applies one store URL parameter if it is a layout one (`chunk_size=SIZE`, `large_chunk_size=SIZE`, sizes as
+    /// [`crate::parse_size`] reads them); returns whether it was. Values are checked against fixed bounds by
+    /// [`LayoutPolicy::validate`] when the store opens.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the parameter when the value is not a size or is 4 GiB or more.
+    pub fn apply_url_param(&mut self, name: &str, value: &str) -> Result<bool> {
+        let size = |what: &'static str| {
+            let bytes = crate::config::parse_size(value).map_err(|e| Error::invalid(what, e))?;
+            u32::try_from(bytes).map_err(|_| {
+                Error::invalid(
+                    what,
+                    format!("{value} is over the {MAX_CHUNK_SIZE}-byte limit"),
+                )
+            })
+        };
+        match name {
+            "chunk_size" => self.chunk_size = size("chunk_size")?,
+            "large_chunk_size" => self.large_chunk_size = Some(size("large_chunk_size")?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     /// Sets [`LayoutPolicy::max_salt`].
     pub fn with_max_salt(mut self, salts: u32) -> Self {
         self.max_salt = salts;
@@ -82,14 +140,21 @@ impl LayoutPolicy {
 
     /// Checks every field against fixed bounds and the backend's largest chunk.
     pub fn validate(&self, max_chunk_bytes: u32) -> Result<()> {
-        if self.chunk_size < MIN_CHUNK_SIZE || self.chunk_size > max_chunk_bytes {
-            return Err(Error::invalid(
-                "chunk size",
-                format!(
-                    "{} bytes; it must be between {MIN_CHUNK_SIZE} and {max_chunk_bytes} bytes (the backend's largest chunk)",
-                    self.chunk_size
-                ),
-            ));
+        let chunk_sizes = [
+            ("chunk size", Some(self.chunk_size)),
+            ("large chunk size", self.large_chunk_size),
+        ];
+        for (what, bytes) in chunk_sizes {
+            if let Some(bytes) = bytes
+                && !(MIN_CHUNK_SIZE..=max_chunk_bytes).contains(&bytes)
+            {
+                return Err(Error::invalid(
+                    what,
+                    format!(
+                        "{bytes} bytes; it must be between {MIN_CHUNK_SIZE} and {max_chunk_bytes} bytes (the backend's largest chunk)"
+                    ),
+                ));
+            }
         }
         if self.max_salt == 0 || self.max_salt > MAX_SALT_LIMIT {
             return Err(Error::invalid(
@@ -112,19 +177,30 @@ impl LayoutPolicy {
         Ok(())
     }
 
+    /// The chunk size of a chunked blob of `size` bytes, or, for `None`, of a stream known only to be longer
+    /// than a put's look-ahead (laid out as a large blob): [`LayoutPolicy::large_chunk_size`] above the fan-out
+    /// threshold, else [`LayoutPolicy::chunk_size`].
+    pub fn chunk_size_for(&self, size: Option<u64>) -> u32 {
+        match size {
+            Some(size) if size <= self.fanout_threshold => self.chunk_size,
+            _ => self.large_chunk_size.unwrap_or(self.chunk_size),
+        }
+    }
+
     /// The layout for a blob of exactly `size` bytes.
     pub fn layout_for(&self, size: u64) -> Layout {
         if size <= self.inline_limit {
             return Layout::Inline;
         }
-        let chunk_count = size.div_ceil(u64::from(self.chunk_size.max(1)));
+        let chunk_size = self.chunk_size_for(Some(size));
+        let chunk_count = size.div_ceil(u64::from(chunk_size.max(1)));
         let salt_count = if size <= self.fanout_threshold {
             1
         } else {
             u32::try_from(chunk_count.min(u64::from(self.max_salt))).unwrap_or(self.max_salt)
         };
         Layout::Chunked(ChunkLayout {
-            chunk_size: self.chunk_size,
+            chunk_size,
             chunk_count,
             salt_count,
         })
@@ -299,7 +375,84 @@ mod tests {
                 .is_err()
         );
         assert!(p.clone().with_max_salt(0).validate(1 << 20).is_err());
+        for bad in [0, 4095, 2 << 20] {
+            let err = p
+                .clone()
+                .with_large_chunk_size(bad)
+                .validate(1 << 20)
+                .map_err(|e| e.to_string());
+            let err = err.expect_err("a large chunk size out of bounds");
+            assert!(err.contains("large chunk size"), "{err}");
+        }
         assert!(p.with_inline_limit(2 * MIB).validate(1 << 20).is_err());
+    }
+
+    fn chunked(chunk_size: u32, chunk_count: u64, salt_count: u32) -> Layout {
+        Layout::Chunked(ChunkLayout {
+            chunk_size,
+            chunk_count,
+            salt_count,
+        })
+    }
+
+    #[test]
+    fn blobs_above_the_fanout_threshold_take_the_large_chunk_size() {
+        let p = LayoutPolicy::default().with_large_chunk_size(MIB as u32);
+        assert_eq!(p.layout_for(20 * KIB), chunked(65536, 1, 1));
+        assert_eq!(p.layout_for(8 * MIB), chunked(65536, 128, 1));
+        assert_eq!(p.layout_for(8 * MIB + 1), chunked(1 << 20, 9, 9));
+        assert_eq!(p.layout_for(60 * MIB), chunked(1 << 20, 60, 60));
+        assert_eq!(p.layout_for(200 * MIB), chunked(1 << 20, 200, 100));
+        // A stream known only to be longer than the look-ahead is laid out as a large blob.
+        assert_eq!(p.chunk_size_for(None), 1 << 20);
+        assert_eq!(p.chunk_size_for(Some(8 * MIB)), 65536);
+        // Unresolved, or with one chunk size for all, every blob takes `chunk_size`.
+        let plain = LayoutPolicy::default();
+        assert_eq!(plain.chunk_size_for(None), 65536);
+        assert_eq!(plain.layout_for(60 * MIB), chunked(65536, 960, 100));
+        let single = p.with_single_chunk_size(8192);
+        assert_eq!(single.layout_for(60 * MIB), chunked(8192, 7680, 100));
+    }
+
+    #[test]
+    fn an_unset_large_chunk_size_resolves_to_the_backends_preference_when_larger() {
+        let plain = BackendInfo::new("plain", 64 << 20, 8 << 20, true);
+        let cluster = plain.clone().with_large_chunk_size(MIB as u32);
+        let p = LayoutPolicy::default();
+        let large = |p: LayoutPolicy, info: &BackendInfo| p.resolve_for(info).large_chunk_size;
+        assert_eq!(large(p.clone(), &plain), Some(65536));
+        assert_eq!(large(p.clone(), &cluster), Some(1 << 20));
+        assert_eq!(
+            large(p.clone().with_chunk_size(4 << 20), &cluster),
+            Some(4 << 20)
+        );
+        assert_eq!(
+            large(p.with_large_chunk_size(256 << 10), &cluster),
+            Some(256 << 10)
+        );
+    }
+
+    #[test]
+    fn chunk_sizes_are_read_from_url_parameters() {
+        let mut p = LayoutPolicy::default();
+        assert_eq!(p.apply_url_param("chunk_size", "128KiB").ok(), Some(true));
+        assert_eq!(p.apply_url_param("large_chunk_size", "4m").ok(), Some(true));
+        assert_eq!(p.apply_url_param("sync", "true").ok(), Some(false));
+        assert_eq!(
+            (p.chunk_size, p.large_chunk_size),
+            (128 << 10, Some(4 << 20))
+        );
+        for (value, needle) in [("lots", "not a size"), ("8GiB", "over the")] {
+            let err = p
+                .apply_url_param("large_chunk_size", value)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            let err = err.expect_err(value);
+            assert!(
+                err.contains("large_chunk_size") && err.contains(needle),
+                "{err}"
+            );
+        }
     }
 
     proptest! {

@@ -4,7 +4,8 @@
 //! `Throttle` of chunk writes (module `writer`). Record scans are in module `scan`, conditional writes in
 //! `lwt`, write timestamps in [`crate::clock`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -23,7 +24,7 @@ use crate::error::{self, NAME};
 use crate::session::Cluster;
 use crate::statements::{V, key_values};
 use crate::writer::{self, Lane, Throttle, WriteBudget};
-use crate::{lwt, scan};
+use crate::{lwt, reader, scan};
 
 /// Largest encoded chunk accepted: 8 MiB, half of Cassandra's largest mutation (16 MiB with the default 32 MiB
 /// commit log segment) and of its largest request frame (`native_transport_max_frame_size`, 16 MiB).
@@ -31,6 +32,9 @@ pub const MAX_CHUNK_BYTES: u32 = 8 << 20;
 /// Largest number of encoded chunk bytes in one `put_chunks`/`get_chunks` call. It is split into requests of
 /// at most one chunk or one batch each; it also bounds one read response.
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
+/// Chunk size preferred for large blobs ([`BackendInfo::large_chunk_size`]): a row costs Cassandra about as much
+/// as tens of KiB of data, so large blobs get 1 MiB rows (measured: `BENCHMARKS.md`, "Bigger rows on Cassandra").
+pub const LARGE_CHUNK_SIZE: u32 = 1 << 20;
 /// Concurrent partition deletes of one `delete_chunks` call.
 const DELETE_CONCURRENCY: usize = 32;
 
@@ -45,6 +49,8 @@ const DELETE_CONCURRENCY: usize = 32;
 pub struct CqlStore {
     cluster: Cluster,
     throttle: Throttle,
+    /// Chunk read requests sent (not counting retries).
+    chunk_reads: AtomicU64,
 }
 
 impl std::fmt::Debug for CqlStore {
@@ -67,7 +73,11 @@ impl CqlStore {
     pub async fn connect(config: CqlConfig) -> Result<Self> {
         let cluster = Cluster::connect(config).await?;
         let throttle = Throttle::new(&cluster.config);
-        Ok(Self { cluster, throttle })
+        Ok(Self {
+            cluster,
+            throttle,
+            chunk_reads: AtomicU64::new(0),
+        })
     }
 
     /// The configuration the store was opened with.
@@ -79,6 +89,12 @@ impl CqlStore {
     /// diagnostics and tests).
     pub fn write_budgets(&self) -> Vec<WriteBudget> {
         self.throttle.snapshot()
+    }
+
+    /// The chunk read requests sent so far, retries not counted (for diagnostics and tests): `get_chunks` sends
+    /// one per run of consecutive indexes of a partition, plus one per partition for its other indexes.
+    pub fn chunk_read_requests(&self) -> u64 {
+        self.chunk_reads.load(Ordering::Relaxed)
     }
 
     /// The data center requests go to.
@@ -102,6 +118,7 @@ impl CqlStore {
 impl ChunkStore for CqlStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false)
+            .with_large_chunk_size(LARGE_CHUNK_SIZE)
             .with_internal_retries()
             .with_late_writes()
     }
@@ -222,58 +239,21 @@ impl ChunkStore for CqlStore {
 
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let version = Bytes::copy_from_slice(&blob.version.to_be_bytes());
-        let mut by_salt: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
-        for c in chunks {
-            let idx = i64::try_from(c.index)
-                .map_err(|_| Error::invalid("chunk index", format!("{} is over 2^63", c.index)))?;
-            by_salt.entry(c.salt).or_default().push(idx);
-        }
-        let reads = by_salt.into_iter().map(|(salt, idxs)| {
-            let (key, version) = (blob.key.clone(), version.clone());
-            async move {
-                let salt_i = i32::try_from(salt)
-                    .map_err(|_| Error::invalid("salt", format!("{salt} is over 2^31")))?;
-                let values = (key.clone(), version, salt_i, idxs);
-                let what = || {
-                    format!(
-                        "read of {} chunk(s) (salt {salt}) of key \"{}\" version {}",
-                        values.3.len(),
-                        KeyDisplay::from(&key[..]),
-                        blob.version
-                    )
-                };
-                let result = self
-                    .cluster
-                    .run(what, true, || {
-                        self.cluster
-                            .session
-                            .execute_unpaged(&self.cluster.st.get_chunks, &values)
-                    })
-                    .await?;
-                let rows = result
-                    .into_rows_result()
-                    .map_err(|e| error::shape("chunk read", e))?;
-                let mut found = Vec::new();
-                for row in rows
-                    .rows::<(i64, Bytes)>()
-                    .map_err(|e| error::shape("chunk read", e))?
-                {
-                    let (idx, data) = row.map_err(|e| error::shape("chunk read", e))?;
-                    found.push(((salt, idx), data));
-                }
-                Ok::<_, Error>(found)
-            }
-        });
-        let mut found: HashMap<(u32, i64), Bytes> = HashMap::new();
+        let units = reader::plan(chunks)?;
+        self.chunk_reads
+            .fetch_add(units.len() as u64, Ordering::Relaxed);
+        let reads = units
+            .iter()
+            .map(|unit| reader::read_unit(&self.cluster, blob, &version, unit));
+        let mut found: HashMap<(i32, i64), Bytes> = HashMap::new();
         for part in futures::future::try_join_all(reads).await? {
             found.extend(part);
         }
         Ok(chunks
             .iter()
             .map(|c| {
-                i64::try_from(c.index)
-                    .ok()
-                    .and_then(|idx| found.get(&(c.salt, idx)).cloned())
+                let at = (i32::try_from(c.salt).ok()?, i64::try_from(c.index).ok()?);
+                found.get(&at).cloned()
             })
             .collect())
     }

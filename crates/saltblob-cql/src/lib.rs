@@ -57,6 +57,7 @@ pub mod config;
 pub mod error;
 pub mod import;
 mod lwt;
+mod reader;
 mod scan;
 pub mod schema;
 mod session;

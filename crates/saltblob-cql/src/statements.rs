@@ -37,7 +37,10 @@ pub(crate) struct Statements {
     /// Scans of `records` by lower (>=) and upper (<) bound: [none/none, lower, upper, both].
     pub(crate) scan_records: [PreparedStatement; 4],
     pub(crate) put_chunk: PreparedStatement,
+    /// Chunks of one partition by a list of indexes (`idx IN ?`).
     pub(crate) get_chunks: PreparedStatement,
+    /// Chunks of one partition by an inclusive index range: one slice, cheaper than a list on the server.
+    pub(crate) get_chunk_range: PreparedStatement,
     pub(crate) delete_chunks: PreparedStatement,
     /// Every chunk's address (the primary key alone: no chunk data is read).
     pub(crate) scan_chunks: PreparedStatement,
@@ -203,6 +206,13 @@ impl Statements {
         )
         .await?;
         get_chunks.set_consistency(read);
+        let mut get_chunk_range = prepare(
+            session,
+            format!("SELECT idx, data FROM {ks}.{CHUNKS} WHERE key = ? AND version = ? AND salt = ? AND idx >= ? AND idx <= ?"),
+            true,
+        )
+        .await?;
+        get_chunk_range.set_consistency(read);
         let mut delete_chunks = prepare(
             session,
             format!("DELETE FROM {ks}.{CHUNKS} USING TIMESTAMP ? WHERE key = ? AND version = ? AND salt = ?"),
@@ -225,6 +235,7 @@ impl Statements {
             scan_records,
             put_chunk,
             get_chunks,
+            get_chunk_range,
             delete_chunks,
             scan_chunks,
         })

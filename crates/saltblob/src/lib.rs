@@ -11,7 +11,8 @@
 //! | `memory://` | in process memory, gone at exit (tests, examples) | always |
 //!
 //! Any URL also takes the store's scheduler parameters (`scheduler`, `priority`, `classes`, `concurrency`,
-//! `bulk_unit`; see [`split_store_params`]), e.g. `rocksdb:///var/lib/saltblob?classes=batch:50`.
+//! `bulk_unit`) and chunk sizes (`chunk_size`, `large_chunk_size`; see [`split_store_params`]), e.g.
+//! `rocksdb:///var/lib/saltblob?classes=batch:50`.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> saltblob::Result<()> {
@@ -105,7 +106,8 @@ pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
 /// Takes the store-level parameters out of a store URL's query and applies them to `config`; returns the URL
 /// the backend is opened with (the rest) and the configuration. The store-level parameters are the
 /// scheduler's ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
-/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; e.g.
+/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; and the layout
+/// policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and `large_chunk_size=SIZE`; e.g.
 /// `rocksdb:///var/lib/saltblob?sync=true&classes=batch:50&priority=batch`.
 ///
 /// # Errors
@@ -117,17 +119,17 @@ pub fn split_store_params(url: &str, mut config: StoreConfig) -> Result<(String,
     let mut kept = Vec::new();
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = param.split_once('=').unwrap_or((param, ""));
-        let applied =
-            config
-                .scheduler
-                .apply_url_param(name, value)
-                .map_err(|e| Error::InvalidUrl {
-                    url: redact_url(url),
-                    reason: match e {
-                        Error::InvalidArgument { what, reason } => format!("{what}: {reason}"),
-                        other => other.to_string(),
-                    },
-                })?;
+        let applied = config
+            .policy
+            .apply_url_param(name, value)
+            .and_then(|layout| Ok(layout || config.scheduler.apply_url_param(name, value)?))
+            .map_err(|e| Error::InvalidUrl {
+                url: redact_url(url),
+                reason: match e {
+                    Error::InvalidArgument { what, reason } => format!("{what}: {reason}"),
+                    other => other.to_string(),
+                },
+            })?;
         if !applied {
             kept.push(param);
         }
@@ -162,6 +164,39 @@ mod tests {
             assert!(err.contains(needle), "{url}: {err}");
         }
         assert!(open("memory://", StoreConfig::default()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn chunk_sizes_are_taken_from_the_url() {
+        let (rest, config) = split_store_params(
+            "rocksdb:///d?sync=true&chunk_size=128KiB&large_chunk_size=2MiB",
+            StoreConfig::default(),
+        )
+        .expect("valid");
+        assert_eq!(rest, "rocksdb:///d?sync=true");
+        let p = &config.policy;
+        assert_eq!(
+            (p.chunk_size, p.large_chunk_size),
+            (128 << 10, Some(2 << 20))
+        );
+        let store = open("memory://?large_chunk_size=1MiB", StoreConfig::default())
+            .await
+            .expect("open");
+        assert_eq!(store.config().policy.large_chunk_size, Some(1 << 20));
+        for (url, needle) in [
+            ("memory://?large_chunk_size=lots", "large_chunk_size: "),
+            ("memory://?chunk_size=8GiB", "chunk_size: "),
+            (
+                "memory://?large_chunk_size=1KiB",
+                "large chunk size: 1024 bytes",
+            ),
+        ] {
+            let err = open(url, StoreConfig::default())
+                .await
+                .expect_err(url)
+                .to_string();
+            assert!(err.contains(needle), "{url}: {err}");
+        }
     }
 
     #[tokio::test]

@@ -118,13 +118,14 @@ macro_rules! conformance_suite {
 }
 
 /// The small policy the cases use, so that every layout shows up with small blobs: inline up to 1000 bytes,
-/// 4 KiB chunks, one partition up to 64 KiB, at most 7 salts, a 128 KiB window, 16 KiB batches, no grace.
+/// 4 KiB chunks at every size, one partition up to 64 KiB, at most 7 salts, a 128 KiB window, 16 KiB batches, no
+/// grace.
 pub fn small_config() -> StoreConfig {
     StoreConfig::default()
         .with_policy(
             LayoutPolicy::default()
                 .with_inline_limit(1000)
-                .with_chunk_size(4096)
+                .with_single_chunk_size(4096)
                 .with_fanout_threshold(64 * KIB)
                 .with_max_salt(7),
         )

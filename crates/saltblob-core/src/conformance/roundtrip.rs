@@ -87,8 +87,29 @@ pub async fn roundtrip_default_policy_large(backend: Arc<dyn ChunkStore>) {
     assert_holds(&store, &key, &payload).await;
     let d = store.describe(&key).await.expect("describe");
     assert_eq!(d.layout_kind, "salted");
-    assert_eq!(d.bytes_per_salt.len(), 100, "default max salt");
+    // Large blobs take the backend's preferred chunk size when it is larger than the default's.
+    let chunk_size = backend.info().large_chunk_size.unwrap_or(0).max(64 * 1024);
+    let Layout::Chunked(l) = d.manifest.layout() else {
+        panic!("20 MiB is chunked")
+    };
+    assert_eq!(l.chunk_size, chunk_size, "large-blob chunk size");
+    let salts = payload.len().div_ceil(chunk_size as usize).min(100);
+    assert_eq!(d.bytes_per_salt.len(), salts, "default max salt");
     assert_eq!(d.bytes_per_salt.iter().sum::<u64>(), payload.len() as u64);
+    // Ranged reads across chunk and segment boundaries.
+    let cs = u64::from(chunk_size);
+    for r in [
+        cs - 1..cs + 1,
+        3..5 * cs + 7,
+        7 * MIB - 5..payload.len() as u64,
+    ] {
+        let got = store.get_range(&key, r.clone()).await.expect("ranged get");
+        assert_eq!(
+            got,
+            payload.slice(r.start as usize..r.end as usize),
+            "{r:?}"
+        );
+    }
     let small = data(16 * KIB as usize, 8);
     store
         .put(format!("{p}16k"), small, &PutOptions::new())

@@ -91,8 +91,9 @@ pub struct Description {
 
 impl BlobStore {
     /// A store on `backend` with `config`, which is checked against the backend's limits.
-    pub fn new(backend: Arc<dyn ChunkStore>, config: StoreConfig) -> Result<Self> {
+    pub fn new(backend: Arc<dyn ChunkStore>, mut config: StoreConfig) -> Result<Self> {
         let info = backend.info();
+        config.policy = config.policy.resolve_for(&info);
         config.policy.validate(info.max_chunk_payload())?;
         if config.inflight_bytes < config.policy.chunk_size as usize {
             return Err(Error::invalid(
@@ -493,7 +494,7 @@ mod tests {
     use crate::backend::Precondition;
     use crate::manifest::ManifestBody;
     use crate::records::PAGE;
-    use crate::{MemoryStore, PutOptions};
+    use crate::{LayoutPolicy, MemoryStore, PutOptions};
 
     /// An expired manifest in a full page of the scan does not end the listing early (it did when the listing
     /// counted the entries it kept to tell a full page).
@@ -634,5 +635,79 @@ mod tests {
                 other => panic!("expected Corrupt, got {other:?}"),
             }
         }
+    }
+
+    /// The chunk size of `key`'s current version.
+    async fn chunk_size_of(store: &BlobStore, key: &str) -> u32 {
+        let d = store.describe(key).await.expect("describe");
+        match d.manifest.layout() {
+            Layout::Chunked(l) => l.chunk_size,
+            Layout::Inline => panic!("{key} is inline"),
+        }
+    }
+
+    /// Large blobs, including streams of unknown length past the look-ahead, take the large chunk size; a
+    /// per-put chunk size is used at every size; a large chunk bigger than the in-flight window still works.
+    #[tokio::test]
+    async fn the_chunk_size_follows_the_blob_size_unless_overridden() {
+        let policy = LayoutPolicy::default()
+            .with_fanout_threshold(256 * 1024)
+            .with_large_chunk_size(512 * 1024);
+        let config = StoreConfig::default()
+            .with_policy(policy)
+            .with_inflight_bytes(300 * 1024);
+        let store = BlobStore::new(Arc::new(MemoryStore::new()), config).expect("store");
+        let big = Bytes::from(
+            (0..3_000_000u32)
+                .map(|i| (i % 251) as u8)
+                .collect::<Vec<_>>(),
+        );
+        let opts = PutOptions::new();
+        store
+            .put("small", big.slice(..200_000), &opts)
+            .await
+            .expect("put");
+        store.put("large", big.clone(), &opts).await.expect("put");
+        store
+            .put_stream("stream", &big[..], &opts)
+            .await
+            .expect("put_stream");
+        let custom = PutOptions::new().with_chunk_size(8192);
+        store
+            .put("custom", big.clone(), &custom)
+            .await
+            .expect("put");
+        for (key, chunk_size) in [
+            ("small", 65536),
+            ("large", 512 * 1024),
+            ("stream", 512 * 1024),
+            ("custom", 8192),
+        ] {
+            assert_eq!(chunk_size_of(&store, key).await, chunk_size, "{key}");
+        }
+        for key in ["large", "stream", "custom"] {
+            assert_eq!(store.get(key).await.expect("get"), big, "{key}");
+            let got = store
+                .get_range(key, 524_000..1_049_000)
+                .await
+                .expect("range");
+            assert_eq!(got, big.slice(524_000..1_049_000), "{key}");
+        }
+        let bad = PutOptions::new().with_chunk_size(100);
+        let err = store
+            .put("bad", big.clone(), &bad)
+            .await
+            .map_err(|e| e.to_string());
+        assert!(err.expect_err("bad chunk size").contains("chunk size"));
+    }
+
+    /// An out-of-bounds large chunk size fails the store's creation, naming the option.
+    #[test]
+    fn a_bad_large_chunk_size_is_refused() {
+        let policy = LayoutPolicy::default().with_large_chunk_size(128 << 20);
+        let config = StoreConfig::default().with_policy(policy);
+        let err = BlobStore::new(Arc::new(MemoryStore::new()), config).map(|_| ());
+        let err = err.map_err(|e| e.to_string()).expect_err("refused");
+        assert!(err.contains("large chunk size"), "{err}");
     }
 }

@@ -28,7 +28,7 @@ const COMMIT_CAS_ATTEMPTS: u32 = 8;
 pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
     let mut policy = inner.config.policy.clone();
     if let Some(cs) = opts.chunk_size {
-        policy.chunk_size = cs;
+        policy = policy.with_single_chunk_size(cs);
     }
     if let Some(s) = opts.max_salt {
         policy.max_salt = s;
@@ -151,7 +151,7 @@ where
         blob.clone(),
         planned_salt,
         policy.codec,
-        policy.chunk_size,
+        policy.chunk_size_for(known_size),
         known_size.unwrap_or(head_len),
         lease.progress(),
     );

@@ -22,6 +22,7 @@ mod history;
 mod import;
 mod limits;
 mod records;
+mod rows;
 mod tls;
 
 /// The `host:port` in `TEST_CQL`; a test that needs it fails without it (it was run with `--include-ignored`).
