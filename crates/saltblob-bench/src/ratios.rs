@@ -22,31 +22,46 @@ pub(crate) fn ratios(
         None => "reference",
     };
     let mut out = Vec::new();
-    let no_ref = "no reference (probe skipped or failed)".to_owned();
-    for (name, what, phase_name, reference_bw) in [
+    let no_ref = "no reference (probe skipped or failed)";
+    let dd = reference.and_then(ProbeReport::dd_write_mib_s);
+    let dd_name = "dd pattern: 1 MiB O_DIRECT appends, depth 1";
+    let no_dd = "no dd-pattern reference (needs the device probe of an embedded store)";
+    for (name, what, phase_name, reference_bw, bw_name, missing) in [
         (
             "large_write_vs_reference",
             "large-blob write throughput ÷ reference write bandwidth",
             "large_write",
             reference.map(ProbeReport::write_mib_s),
+            ref_name,
+            no_ref,
         ),
         (
             "large_read_vs_reference",
             "large-blob read throughput ÷ reference read bandwidth",
             "large_read",
             reference.map(ProbeReport::read_mib_s),
+            ref_name,
+            no_ref,
+        ),
+        (
+            "large_write_vs_dd",
+            "large-blob write throughput ÷ the probe's dd-pattern write bandwidth (goal ≥ 0.8)",
+            "large_write",
+            dd,
+            dd_name,
+            no_dd,
         ),
     ] {
         let (value, computed) = match (phase(phase_name), reference_bw.filter(|b| *b > 0.0)) {
             (Some(p), Some(bw)) => (
                 Some(p.throughput_mib_s / bw),
                 format!(
-                    "{:.1} MiB/s ÷ {bw:.1} MiB/s ({ref_name})",
+                    "{:.1} MiB/s ÷ {bw:.1} MiB/s ({bw_name})",
                     p.throughput_mib_s
                 ),
             ),
             (None, _) => (None, format!("{phase_name} has no successful operation")),
-            (_, None) => (None, no_ref.clone()),
+            (_, None) => (None, missing.to_owned()),
         };
         out.push(Ratio {
             name,
@@ -56,18 +71,27 @@ pub(crate) fn ratios(
         });
     }
     let mib = plan.large_bytes as f64 / MIB;
-    for (name, what, phase_name, reference_bw) in [
+    for (name, what, phase_name, reference_bw, missing) in [
         (
             "large_put_p99_vs_ideal",
             "P99 of one large put ÷ (large size ÷ reference write bandwidth)",
             "large_write",
             reference.map(ProbeReport::write_mib_s),
+            no_ref,
         ),
         (
             "large_get_p99_vs_ideal",
             "P99 of one large get ÷ (large size ÷ reference read bandwidth)",
             "large_read",
             reference.map(ProbeReport::read_mib_s),
+            no_ref,
+        ),
+        (
+            "large_put_p99_vs_dd_ideal",
+            "P99 of one large put ÷ (large size ÷ the probe's dd-pattern write bandwidth) (goal ≤ 1.5)",
+            "large_write",
+            dd,
+            no_dd,
         ),
     ] {
         let (value, computed) = match (lat(phase_name), reference_bw.filter(|b| *b > 0.0)) {
@@ -82,7 +106,7 @@ pub(crate) fn ratios(
                 )
             }
             (None, _) => (None, format!("{phase_name} has no successful operation")),
-            (_, None) => (None, no_ref.clone()),
+            (_, None) => (None, missing.to_owned()),
         };
         out.push(Ratio {
             name,
@@ -91,48 +115,7 @@ pub(crate) fn ratios(
             computed,
         });
     }
-    let dd = reference
-        .and_then(ProbeReport::dd_write_mib_s)
-        .filter(|b| *b > 0.0);
-    let no_dd = "no dd-pattern reference (needs the device probe of an embedded store)".to_owned();
     let large_write = phase("large_write");
-    let (value, computed) = match (large_write, dd) {
-        (Some(p), Some(bw)) => (
-            Some(p.throughput_mib_s / bw),
-            format!(
-                "{:.1} MiB/s ÷ {bw:.1} MiB/s (dd pattern: 1 MiB O_DIRECT appends, depth 1)",
-                p.throughput_mib_s
-            ),
-        ),
-        (None, _) => (None, "large_write has no successful operation".to_owned()),
-        (_, None) => (None, no_dd.clone()),
-    };
-    out.push(Ratio {
-        name: "large_write_vs_dd",
-        what: "large-blob write throughput ÷ the probe's dd-pattern write bandwidth (goal ≥ 0.8)",
-        value,
-        computed,
-    });
-    let (value, computed) = match (lat("large_write"), dd) {
-        (Some(l), Some(bw)) => {
-            let ideal_ms = mib / bw * 1e3;
-            (
-                Some(l.p99 / ideal_ms),
-                format!(
-                    "{:.1} ms ÷ ({mib:.0} MiB ÷ {bw:.1} MiB/s = {ideal_ms:.1} ms)",
-                    l.p99
-                ),
-            )
-        }
-        (None, _) => (None, "large_write has no successful operation".to_owned()),
-        (_, None) => (None, no_dd),
-    };
-    out.push(Ratio {
-        name: "large_put_p99_vs_dd_ideal",
-        what: "P99 of one large put ÷ (large size ÷ the probe's dd-pattern write bandwidth) (goal ≤ 1.5)",
-        value,
-        computed,
-    });
     let disk = large_write.and_then(|p| {
         let bytes = p.details.as_ref()?.get("disk_write_bytes")?.as_u64()?;
         (p.bytes > 0).then_some((bytes, p.bytes))
