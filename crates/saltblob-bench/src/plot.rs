@@ -4,6 +4,8 @@
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use saltblob::{Error, Result};
@@ -112,27 +114,48 @@ fn draw_phases(area: &Area, report: &BenchReport) -> DrawResult {
         .y_desc("latency (ms, log scale)")
         .draw()?;
     for (idx, (name, v)) in series.iter().enumerate() {
-        let color = Palette99::pick(idx).to_rgba();
-        let points: Vec<(f64, f64)> = v
-            .iter()
-            .enumerate()
-            .map(|(i, y)| (i as f64, y.max(floor)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
+        draw_percentiles(&mut chart, name, v, floor, Palette99::pick(idx).to_rgba())?;
     }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
+
+/// A chart of percentiles (categories left to right) on a log scale of milliseconds.
+type LogChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, LogCoord<f64>>>;
+
+/// One line of percentiles with a dot per value and a legend entry; values below `floor` are drawn at it.
+fn draw_percentiles(
+    chart: &mut LogChart<'_, '_>,
+    name: &str,
+    values: &[f64],
+    floor: f64,
+    color: RGBAColor,
+) -> DrawResult {
+    let points: Vec<(f64, f64)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, y)| (i as f64, y.max(floor)))
+        .collect();
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart.draw_series(
+        points
+            .into_iter()
+            .map(|p| Circle::new(p, 3, color.filled())),
+    )?;
+    Ok(())
+}
+
+/// The chart's legend at `position`.
+fn draw_legend<'b, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'b, SVGBackend<'b>, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> DrawResult {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
@@ -186,23 +209,9 @@ fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
         .y_desc("latency (ms, log scale)")
         .draw()?;
     for (name, v, color) in lines {
-        let Some(v) = v else { continue };
-        let points: Vec<(f64, f64)> = v
-            .iter()
-            .enumerate()
-            .map(|(i, y)| (i as f64, y.max(lo)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
+        if let Some(v) = v {
+            draw_percentiles(&mut chart, name, &v, lo, color.to_rgba())?;
+        }
     }
     if let Some(goal) = goal {
         chart
@@ -218,12 +227,7 @@ fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
             ))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// Bulk throughput alone and under small load, as two bars, with the goal (at least the goal ratio × alone).
@@ -290,10 +294,5 @@ fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
             ))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }

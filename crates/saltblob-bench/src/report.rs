@@ -147,11 +147,7 @@ pub fn summary_table(r: &BenchReport) -> String {
         "phase", "ops", "MiB/s", "mean", "p50", "p95", "p99", "p99.9", "max", "errors"
     );
     for p in &r.phases {
-        let l = |f: fn(&Latency) -> f64| {
-            p.latency_ms
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |l| format!("{:.2}", f(l)))
-        };
+        let l = |f| latency_cell(p.latency_ms.as_ref(), f);
         let _ = writeln!(
             s,
             "{:<18} {:>7} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
@@ -231,11 +227,7 @@ pub fn isolation_text(i: &Isolation) -> String {
         ("bulk", "under load", &i.under_load.bulk),
     ] {
         let Some(c) = c else { continue };
-        let l = |f: fn(&Latency) -> f64| {
-            c.latency_ms
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |l| format!("{:.2}", f(l)))
-        };
+        let l = |f| latency_cell(c.latency_ms.as_ref(), f);
         let _ = writeln!(
             s,
             "  {class:<12} {load:<11} {:>7} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
@@ -391,6 +383,11 @@ pub fn probe_text(r: &ProbeReport) -> String {
         }
     }
     s
+}
+
+/// One latency figure of a table cell, in ms with two decimals; "-" when there is no latency.
+fn latency_cell(latency: Option<&Latency>, figure: fn(&Latency) -> f64) -> String {
+    latency.map_or_else(|| "-".to_owned(), |l| format!("{:.2}", figure(l)))
 }
 
 #[cfg(test)]
