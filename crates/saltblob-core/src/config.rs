@@ -2,7 +2,7 @@
 //! and [`parse_size`], the parser of sizes as people write them in flags and URLs.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
@@ -141,6 +141,38 @@ pub struct PutOptions {
     /// The class the put runs in. Defaults to the store's default class, else by layout: `interactive` for
     /// inline and single-partition blobs, `bulk` for salted ones and streams longer than the lookahead.
     pub priority: Option<PriorityClass>,
+    /// Metadata learnt from the body while it streams (a digest, a trailing checksum): what is in it when the
+    /// stream ends is stored over [`PutOptions::metadata`]. Defaults to none.
+    pub late_metadata: Option<LateMetadata>,
+}
+
+/// Metadata a streaming put learns only from its body, shared between the reader that computes it and the put
+/// that stores it (see [`PutOptions::late_metadata`]). Cheap to clone: clones share one map.
+#[derive(Clone, Debug, Default)]
+pub struct LateMetadata(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl LateMetadata {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces one entry.
+    pub fn insert(&self, key: impl Into<String>, value: impl Into<String>) {
+        self.lock().insert(key.into(), value.into());
+    }
+
+    /// A copy of the entries.
+    pub fn entries(&self) -> BTreeMap<String, String> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        // A panic while holding the lock leaves a map that is still valid.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl PutOptions {
@@ -188,6 +220,12 @@ impl PutOptions {
     /// Sets [`PutOptions::priority`].
     pub fn with_priority(mut self, class: PriorityClass) -> Self {
         self.priority = Some(class);
+        self
+    }
+
+    /// Sets [`PutOptions::late_metadata`].
+    pub fn with_late_metadata(mut self, late: LateMetadata) -> Self {
+        self.late_metadata = Some(late);
         self
     }
 

@@ -77,7 +77,7 @@ pub use backend::{
 pub use clock::OffsetClock;
 pub use clock::{Clock, SystemClock};
 pub use codec::Codec;
-pub use config::{GetOptions, PutCondition, PutOptions, StoreConfig, parse_size};
+pub use config::{GetOptions, LateMetadata, PutCondition, PutOptions, StoreConfig, parse_size};
 pub use error::{BoxError, Error, KeyDisplay, Result};
 pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
 pub use gc::{GcHandle, GcOptions, GcReport};

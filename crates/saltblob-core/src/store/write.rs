@@ -129,6 +129,7 @@ where
 
     let layout = known_size.map(|s| policy.layout_for(s));
     if layout == Some(Layout::Inline) {
+        add_late_metadata(&mut manifest, opts)?;
         manifest.size = head_len;
         manifest.digest = *blake3::hash(&head).as_bytes();
         manifest.body = ManifestBody::Inline(head);
@@ -173,6 +174,7 @@ where
         }),
         _ => Ok(written),
     });
+    let written = written.and_then(|w| add_late_metadata(&mut manifest, opts).map(|()| w));
     // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
     // settles that race for good (see `intent.rs`).
     let written = match written {
@@ -196,6 +198,15 @@ where
     };
     commit(inner, &key, &manifest, pre, Some(lease)).await?;
     Ok(manifest)
+}
+
+/// Stores what the body told [`PutOptions::late_metadata`] in `manifest`, once the body has ended.
+fn add_late_metadata(manifest: &mut Manifest, opts: &PutOptions) -> Result<()> {
+    if let Some(late) = &opts.late_metadata {
+        manifest.metadata.extend(late.entries());
+        manifest.validate_attributes()?;
+    }
+    Ok(())
 }
 
 /// What [`write_chunks`] wrote.
@@ -588,5 +599,73 @@ mod tests {
         assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
         assert_eq!(store.get("stream").await.expect("get"), large);
         assert_eq!(store.get("small").await.expect("get"), small);
+    }
+
+    /// What a reader puts in [`LateMetadata`] before its end is stored with the version, for inline and chunked
+    /// puts alike; oversized late metadata fails the put before anything is stored.
+    #[tokio::test]
+    async fn late_metadata_learnt_from_the_body_is_stored() {
+        use tokio::io::AsyncRead;
+
+        /// Yields `data`, then records its length in `late` just before its end.
+        struct Measuring {
+            data: Bytes,
+            late: crate::LateMetadata,
+            value: String,
+        }
+        impl AsyncRead for Measuring {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                let n = self.data.len().min(buf.remaining());
+                if n == 0 {
+                    let value = self.value.clone();
+                    self.late.insert("learnt", value);
+                } else {
+                    let part = self.data.split_to(n);
+                    buf.put_slice(&part);
+                }
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+
+        let store =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        for (key, len) in [("small", 10usize), ("large", 3 << 20)] {
+            let late = crate::LateMetadata::new();
+            let body = Measuring {
+                data: Bytes::from(vec![1u8; len]),
+                late: late.clone(),
+                value: len.to_string(),
+            };
+            let opts = PutOptions::new()
+                .with_metadata("given", "yes")
+                .with_late_metadata(late);
+            store.put_stream(key, body, &opts).await.expect("put");
+            let m = store.head(key).await.expect("head");
+            assert_eq!(m.metadata.get("learnt"), Some(&len.to_string()), "{key}");
+            assert_eq!(m.metadata.get("given").map(String::as_str), Some("yes"));
+        }
+        let late = crate::LateMetadata::new();
+        let body = Measuring {
+            data: Bytes::from(vec![1u8; 3 << 20]),
+            late: late.clone(),
+            value: "x".repeat(10_000),
+        };
+        let err = store
+            .put_stream(
+                "too-much",
+                body,
+                &PutOptions::new().with_late_metadata(late),
+            )
+            .await
+            .expect_err("oversized metadata");
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+        assert!(matches!(
+            store.head("too-much").await,
+            Err(Error::NotFound { .. })
+        ));
     }
 }
