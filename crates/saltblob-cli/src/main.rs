@@ -55,7 +55,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SALTBLOB_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                // The server's access log and gc passes are at info level; s3s logs every refused request as
+                // an error, which the access log already shows with its status.
+                .unwrap_or_else(|_| "warn,s3s=off,saltblob_server=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -11,6 +11,7 @@ mod inspect;
 mod ls;
 mod put;
 mod rm;
+mod serve;
 
 use std::path::Path;
 
@@ -87,6 +88,9 @@ pub enum Commands {
     /// Check every blob (manifest, every chunk present once and in place, checksums, digest) and list orphaned
     /// chunks; exit code 4 if a blob is damaged. --repair removes orphans and nothing else.
     Fsck(fsck::Fsck),
+    /// Serve the store over S3 (awscli, boto3, any S3 SDK); see docs/s3.md. Stops on SIGINT or SIGTERM, letting
+    /// requests in flight finish.
+    Serve(serve::Serve),
 }
 
 impl Commands {
@@ -105,6 +109,7 @@ impl Commands {
             Commands::Probe(c) => c,
             Commands::Gc(c) => c,
             Commands::Fsck(c) => c,
+            Commands::Serve(c) => c,
         }
     }
 }

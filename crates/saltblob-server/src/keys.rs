@@ -1,0 +1,64 @@
+//! Buckets and objects in the store's one key space (`docs/s3.md`):
+//!
+//! | store key | holds |
+//! |---|---|
+//! | `s3/b/<bucket>` | the bucket record (a small inline blob; its version's creation time is the bucket's) |
+//! | `s3/o/<bucket>/<object key>` | the object: its bytes, content type and metadata |
+//! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart.rs`) |
+//!
+//! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
+//! before any operation runs, so a bucket name never holds a `/`.
+
+use s3s::{S3Result, s3_error};
+use saltblob_core::MAX_KEY_LEN;
+
+/// Prefix of the bucket records.
+pub const BUCKET_PREFIX: &str = "s3/b/";
+/// Prefix of the objects (then `<bucket>/<key>`).
+pub const OBJECT_PREFIX: &str = "s3/o/";
+/// Prefix of multipart upload state (then `<bucket>/…`); no other part of the server writes under it.
+pub const MULTIPART_PREFIX: &str = "s3/u/";
+
+/// The store key of `bucket`'s record.
+pub(crate) fn bucket_key(bucket: &str) -> String {
+    format!("{BUCKET_PREFIX}{bucket}")
+}
+
+/// The prefix of every object of `bucket`.
+pub(crate) fn objects_prefix(bucket: &str) -> String {
+    format!("{OBJECT_PREFIX}{bucket}/")
+}
+
+/// The store key of object `key` of `bucket`.
+///
+/// # Errors
+/// `KeyTooLongError` when the store key would be longer than the store's longest key ([`MAX_KEY_LEN`]).
+pub(crate) fn object_key(bucket: &str, key: &str) -> S3Result<String> {
+    let store_key = format!("{}{key}", objects_prefix(bucket));
+    if store_key.len() > MAX_KEY_LEN {
+        return Err(s3_error!(
+            KeyTooLongError,
+            "Your key is too long: {} bytes; keys of bucket {bucket} are at most {} bytes",
+            key.len(),
+            MAX_KEY_LEN - objects_prefix(bucket).len()
+        ));
+    }
+    Ok(store_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_keys_fit_the_store() {
+        let prefix_len = objects_prefix("bkt").len();
+        assert_eq!(
+            object_key("bkt", "a/b").expect("fits"),
+            "s3/o/bkt/a/b".to_owned()
+        );
+        assert!(object_key("bkt", &"k".repeat(MAX_KEY_LEN - prefix_len)).is_ok());
+        let err = object_key("bkt", &"k".repeat(MAX_KEY_LEN - prefix_len + 1)).expect_err("long");
+        assert_eq!(err.code(), &s3s::S3ErrorCode::KeyTooLongError);
+    }
+}

@@ -1,0 +1,137 @@
+//! # saltblob-server
+//!
+//! An S3-compatible server on a [`BlobStore`], so that S3 tools and SDKs (awscli, boto3, rclone, …) use saltblob
+//! unchanged: `saltblob serve --listen 127.0.0.1:9000 --store URL`. The S3 protocol (request parsing, XML, SigV4
+//! header and presigned-URL authentication, `aws-chunked` bodies) is the `s3s` crate's; connections are hyper's.
+//! Buckets and objects live in the store's one key space (`docs/s3.md` states the mapping).
+//!
+//! ```no_run
+//! # async fn example(store: saltblob_core::BlobStore) -> std::io::Result<()> {
+//! use saltblob_server::{AccessKey, ServerConfig};
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9000").await?;
+//! let config = ServerConfig::new(vec![AccessKey::new("AKID", "SECRET")]);
+//! saltblob_server::run(listener, config, store, async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await
+//! # }
+//! ```
+//!
+//! # Layout
+//! - `serve.rs`: [`run`]: the accept loop, TLS, graceful shutdown, the metrics listener, periodic gc, and the
+//!   wrapper that measures each request and writes its access-log line.
+//! - `s3.rs`: the `s3s::S3` implementation: bucket operations, and dispatch to `object.rs` (put, get, head,
+//!   delete, copy), `list.rs` (ListObjects v1/v2) and `multipart.rs` (multipart upload).
+//! - `keys.rs`: buckets and object keys in the store's key space.
+//! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
+//!   end; blob streams as response bodies.
+//! - `error.rs`: saltblob's errors as S3 errors.
+//! - `auth.rs`: access keys, their secrets for SigV4, anonymous reads per bucket, the request record.
+//! - `metrics.rs`: the Prometheus metrics.
+
+mod auth;
+mod body;
+mod error;
+mod keys;
+mod list;
+mod metrics;
+mod multipart;
+mod object;
+mod s3;
+mod serve;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use saltblob_core::BlobStore;
+use tokio::net::TcpListener;
+
+pub use crate::auth::{AccessKey, parse_credentials};
+pub use crate::keys::{BUCKET_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::serve::{load_tls, run};
+
+/// How the server runs; [`ServerConfig::new`] gives the defaults.
+#[must_use]
+pub struct ServerConfig {
+    /// The access keys accepted (SigV4). At least one is required: [`run`] refuses to start without.
+    pub credentials: Vec<AccessKey>,
+    /// Buckets whose objects anyone may read without signing (GetObject, HeadObject, ListObjects, HeadBucket).
+    /// Defaults to none.
+    pub anonymous_read: BTreeSet<String>,
+    /// The region reported to clients. Defaults to `us-east-1`.
+    pub region: String,
+    /// TLS (see [`load_tls`]); `None`, the default, serves plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// A listener for `GET /metrics` (Prometheus text format); `None`, the default, serves no metrics.
+    pub metrics_listener: Option<TcpListener>,
+    /// How often the server runs a gc pass on the store; `None` never. Defaults to 10 minutes.
+    pub gc_every: Option<Duration>,
+    /// How long a shutdown waits for requests in flight before it drops them (an unfinished put then never
+    /// commits). Defaults to 30 seconds.
+    pub shutdown_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// The defaults, with these access keys.
+    pub fn new(credentials: Vec<AccessKey>) -> Self {
+        Self {
+            credentials,
+            anonymous_read: BTreeSet::new(),
+            region: "us-east-1".to_owned(),
+            tls: None,
+            metrics_listener: None,
+            gc_every: Some(Duration::from_secs(600)),
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Lets anyone read the objects of `bucket` without signing.
+    pub fn with_anonymous_read(mut self, bucket: impl Into<String>) -> Self {
+        self.anonymous_read.insert(bucket.into());
+        self
+    }
+
+    /// Serves `GET /metrics` on `listener`.
+    pub fn with_metrics_listener(mut self, listener: TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
+    }
+
+    /// Runs gc every `every` (`None`: never).
+    pub fn with_gc_every(mut self, every: Option<Duration>) -> Self {
+        self.gc_every = every.filter(|e| !e.is_zero());
+        self
+    }
+
+    /// Serves TLS with the certificate and key read from PEM files ([`load_tls`]).
+    ///
+    /// # Errors
+    /// Those of [`load_tls`].
+    pub fn with_tls_files(mut self, cert: &Path, key: &Path) -> std::io::Result<Self> {
+        self.tls = Some(load_tls(cert, key)?);
+        Ok(self)
+    }
+
+    /// Sets how long a shutdown waits for requests in flight.
+    pub fn with_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("credentials", &self.credentials)
+            .field("anonymous_read", &self.anonymous_read)
+            .field("region", &self.region)
+            .field("tls", &self.tls.is_some())
+            .field("metrics_listener", &self.metrics_listener)
+            .field("gc_every", &self.gc_every)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish()
+    }
+}

@@ -1,0 +1,346 @@
+//! The server's metrics, written in Prometheus' text format by hand (a few counters and histograms need no
+//! metrics framework). `docs/s3.md` lists the names.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use saltblob_core::{GcReport, SchedulerStats};
+
+/// Upper bounds of the request duration histogram's buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0,
+];
+
+/// A latency histogram.
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    /// Per bucket of [`BUCKETS`] (not cumulative), then the overflow.
+    counts: [u64; BUCKETS.len() + 1],
+    sum_seconds: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        let slot = BUCKETS
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(BUCKETS.len());
+        if let Some(count) = self.counts.get_mut(slot) {
+            *count += 1;
+        }
+        self.sum_seconds += seconds;
+    }
+}
+
+/// What the last gc pass found.
+#[derive(Clone, Debug, Default)]
+struct GcFigures {
+    runs_ok: u64,
+    runs_failed: u64,
+    last: Option<GcReport>,
+    last_run_unix_seconds: u64,
+    reclaimed_bytes_total: u64,
+    reclaimed_versions_total: u64,
+    abandoned_puts_total: u64,
+}
+
+/// The server's metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    /// Requests by (operation, status).
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// Durations by (operation, class).
+    durations: Mutex<BTreeMap<(String, &'static str), Histogram>>,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    in_flight: AtomicI64,
+    gc: Mutex<GcFigures>,
+}
+
+/// One finished request, as the metrics count it.
+pub(crate) struct Finished<'a> {
+    pub op: &'a str,
+    pub class: &'static str,
+    pub status: u16,
+    pub duration: Duration,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl Metrics {
+    /// A request has started.
+    pub(crate) fn started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request has finished (its response sent, or abandoned).
+    pub(crate) fn finished(&self, r: &Finished<'_>) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.bytes_in.fetch_add(r.bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(r.bytes_out, Ordering::Relaxed);
+        if let Ok(mut requests) = self.requests.lock() {
+            *requests.entry((r.op.to_owned(), r.status)).or_default() += 1;
+        }
+        if let Ok(mut durations) = self.durations.lock() {
+            durations
+                .entry((r.op.to_owned(), r.class))
+                .or_default()
+                .observe(r.duration.as_secs_f64());
+        }
+    }
+
+    /// A gc pass has ended.
+    pub(crate) fn gc_ran(&self, report: Option<&GcReport>) {
+        let Ok(mut gc) = self.gc.lock() else { return };
+        gc.last_run_unix_seconds = saltblob_core::version::now_micros() / 1_000_000;
+        match report {
+            Some(r) => {
+                gc.runs_ok += 1;
+                gc.reclaimed_bytes_total += r.reclaim.bytes;
+                gc.reclaimed_versions_total += r.reclaim.versions;
+                gc.abandoned_puts_total += r.abandoned_puts;
+                gc.last = Some(r.clone());
+            }
+            None => gc.runs_failed += 1,
+        }
+    }
+
+    /// The metrics in Prometheus' text format, with the store's scheduler figures.
+    pub(crate) fn render(&self, scheduler: &SchedulerStats) -> String {
+        let mut out = String::new();
+        let mut lines = Vec::new();
+
+        let name = family(
+            &mut out,
+            "saltblob_s3_requests_total",
+            "counter",
+            "S3 requests by operation and HTTP status.",
+        );
+        if let Ok(requests) = self.requests.lock() {
+            for ((op, status), n) in requests.iter() {
+                lines.push(format!("{name}{{op=\"{op}\",status=\"{status}\"}} {n}"));
+            }
+        }
+        flush(&mut out, &mut lines);
+
+        let name = family(
+            &mut out,
+            "saltblob_s3_request_duration_seconds",
+            "histogram",
+            "S3 request durations (to the end of the response body) by operation and priority class.",
+        );
+        let durations = self.durations.lock().map(|d| d.clone()).unwrap_or_default();
+        for ((op, class), h) in &durations {
+            let labels = format!("op=\"{op}\",class=\"{class}\"");
+            let mut cumulative = 0;
+            for (bound, count) in BUCKETS.iter().zip(h.counts.iter()) {
+                cumulative += count;
+                lines.push(format!(
+                    "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}"
+                ));
+            }
+            cumulative += h.counts.last().copied().unwrap_or(0);
+            lines.push(format!(
+                "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}"
+            ));
+            lines.push(format!("{name}_sum{{{labels}}} {}", h.sum_seconds));
+            lines.push(format!("{name}_count{{{labels}}} {cumulative}"));
+        }
+        flush(&mut out, &mut lines);
+
+        for (name, kind, help, value) in [
+            (
+                "saltblob_s3_bytes_in_total",
+                "counter",
+                "Request body bytes received.",
+                self.bytes_in.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "saltblob_s3_bytes_out_total",
+                "counter",
+                "Response body bytes sent.",
+                self.bytes_out.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "saltblob_s3_requests_in_flight",
+                "gauge",
+                "S3 requests being served.",
+                self.in_flight.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "saltblob_scheduler_limit",
+                "gauge",
+                "Backend requests the store's scheduler allows in flight (adaptive).",
+                scheduler.limit.to_string(),
+            ),
+            (
+                "saltblob_scheduler_in_flight",
+                "gauge",
+                "Backend requests in flight.",
+                scheduler.inflight.to_string(),
+            ),
+        ] {
+            let name = family(&mut out, name, kind, help);
+            lines.push(format!("{name} {value}"));
+            flush(&mut out, &mut lines);
+        }
+
+        type ClassFigure = fn(&saltblob_core::ClassStats) -> String;
+        let class_families: [(&str, &str, &str, ClassFigure); 6] = [
+            (
+                "saltblob_scheduler_admitted_total",
+                "counter",
+                "Backend requests admitted, by priority class.",
+                |c| c.admitted.to_string(),
+            ),
+            (
+                "saltblob_scheduler_bytes_total",
+                "counter",
+                "Bytes moved by admitted backend requests, by priority class.",
+                |c| c.bytes.to_string(),
+            ),
+            (
+                "saltblob_scheduler_queued",
+                "gauge",
+                "Backend requests waiting, by priority class.",
+                |c| c.queued.to_string(),
+            ),
+            (
+                "saltblob_scheduler_class_in_flight",
+                "gauge",
+                "Backend requests in flight, by priority class.",
+                |c| c.inflight.to_string(),
+            ),
+            (
+                "saltblob_scheduler_wait_seconds_total",
+                "counter",
+                "Time admitted backend requests waited, by priority class.",
+                |c| seconds(c.wait_micros),
+            ),
+            (
+                "saltblob_scheduler_max_wait_seconds",
+                "gauge",
+                "Longest wait of an admitted backend request, by priority class.",
+                |c| seconds(c.max_wait_micros),
+            ),
+        ];
+        for (name, kind, help, figure) in class_families {
+            let name = family(&mut out, name, kind, help);
+            for class in &scheduler.classes {
+                lines.push(format!(
+                    "{name}{{class=\"{}\"}} {}",
+                    class.name,
+                    figure(class)
+                ));
+            }
+            flush(&mut out, &mut lines);
+        }
+
+        let gc = self.gc.lock().map(|g| g.clone()).unwrap_or_default();
+        let name = family(
+            &mut out,
+            "saltblob_gc_runs_total",
+            "counter",
+            "Gc passes run by the server, by result.",
+        );
+        lines.push(format!("{name}{{result=\"ok\"}} {}", gc.runs_ok));
+        lines.push(format!("{name}{{result=\"failed\"}} {}", gc.runs_failed));
+        flush(&mut out, &mut lines);
+        let last = gc.last.unwrap_or_default();
+        for (name, kind, help, value) in [
+            (
+                "saltblob_gc_last_run_timestamp_seconds",
+                "gauge",
+                "When the last gc pass ended (Unix time; 0: none yet).",
+                gc.last_run_unix_seconds,
+            ),
+            (
+                "saltblob_gc_reclaimed_bytes_total",
+                "counter",
+                "Bytes of replaced, deleted and abandoned versions reclaimed by the server's gc.",
+                gc.reclaimed_bytes_total,
+            ),
+            (
+                "saltblob_gc_reclaimed_versions_total",
+                "counter",
+                "Versions reclaimed by the server's gc.",
+                gc.reclaimed_versions_total,
+            ),
+            (
+                "saltblob_gc_abandoned_puts_total",
+                "counter",
+                "Abandoned puts (writer gone, intent expired) found by the server's gc.",
+                gc.abandoned_puts_total,
+            ),
+            (
+                "saltblob_gc_last_reclaimed_chunks",
+                "gauge",
+                "Chunks the last gc pass reclaimed.",
+                last.reclaim.chunks,
+            ),
+            (
+                "saltblob_gc_last_puts_in_flight",
+                "gauge",
+                "Puts in progress the last gc pass saw.",
+                last.puts_in_flight,
+            ),
+        ] {
+            let name = family(&mut out, name, kind, help);
+            lines.push(format!("{name} {value}"));
+            flush(&mut out, &mut lines);
+        }
+        out
+    }
+}
+
+/// Writes the HELP and TYPE lines of metric `name`; returns the name.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) -> String {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    name.to_owned()
+}
+
+fn seconds(micros: u64) -> String {
+    format!("{}", Duration::from_micros(micros).as_secs_f64())
+}
+
+fn flush(out: &mut String, lines: &mut Vec<String>) {
+    for line in lines.drain(..) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_histograms_are_rendered() {
+        let m = Metrics::default();
+        m.started();
+        m.started();
+        m.finished(&Finished {
+            op: "GetObject",
+            class: "bulk",
+            status: 200,
+            duration: Duration::from_millis(30),
+            bytes_in: 0,
+            bytes_out: 1000,
+        });
+        let text = m.render(&SchedulerStats::default());
+        for expected in [
+            "saltblob_s3_requests_total{op=\"GetObject\",status=\"200\"} 1\n",
+            "saltblob_s3_request_duration_seconds_bucket{op=\"GetObject\",class=\"bulk\",le=\"0.025\"} 0\n",
+            "saltblob_s3_request_duration_seconds_bucket{op=\"GetObject\",class=\"bulk\",le=\"0.05\"} 1\n",
+            "saltblob_s3_request_duration_seconds_bucket{op=\"GetObject\",class=\"bulk\",le=\"+Inf\"} 1\n",
+            "saltblob_s3_request_duration_seconds_count{op=\"GetObject\",class=\"bulk\"} 1\n",
+            "saltblob_s3_bytes_out_total 1000\n",
+            "saltblob_s3_requests_in_flight 1\n",
+        ] {
+            assert!(text.contains(expected), "{expected} missing from\n{text}");
+        }
+    }
+}
