@@ -128,6 +128,9 @@ pub(crate) struct Verified {
 /// the store's I/O error.
 pub(crate) type SharedOutcome = Arc<Mutex<Option<S3Error>>>;
 
+/// What a [`VerifyingReader`] calls with what its body verified.
+type OnVerified = Box<dyn FnOnce(&Verified) + Send>;
+
 /// A body stream as an [`AsyncRead`] that hashes it and checks [`Expected`] at its end (see the module doc).
 pub(crate) struct VerifyingReader {
     stream: BoxStream<'static, S3Result<Bytes>>,
@@ -137,7 +140,7 @@ pub(crate) struct VerifyingReader {
     expected: Expected,
     outcome: SharedOutcome,
     /// Called with what the body verified, before the reader reports its end.
-    on_verified: Option<Box<dyn FnOnce(&Verified) + Send>>,
+    on_verified: Option<OnVerified>,
     /// Set once the stream has ended or failed: the result every later read repeats.
     ended: Option<Result<(), String>>,
 }
@@ -280,20 +283,25 @@ impl AsyncRead for VerifyingReader {
 /// away.
 pub(crate) fn body_error(error: StdError) -> S3Error {
     let text = error.to_string();
+    tracing::debug!(error = %text, "request body failed");
+    let message = "The request body could not be read completely and correctly.";
+    if text.contains("Sha256Mismatch") {
+        // Not among s3s's codes: S3's own, with its status.
+        let mut e = S3Error::with_message(
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            message,
+        );
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        return e;
+    }
     let code = if text.contains("SignatureMismatch") {
         S3ErrorCode::SignatureDoesNotMatch
-    } else if text.contains("Sha256Mismatch") {
-        S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into())
     } else if text.contains("FormatError") || text.contains("TooLarge") {
         S3ErrorCode::InvalidRequest
     } else {
         S3ErrorCode::IncompleteBody
     };
-    tracing::debug!(error = %text, "request body failed");
-    S3Error::with_message(
-        code,
-        "The request body could not be read completely and correctly.",
-    )
+    S3Error::with_message(code, message)
 }
 
 /// A blob stream as a response body of known length, for s3s (which wants a `Sync` stream: the stream sits

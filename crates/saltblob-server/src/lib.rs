@@ -10,10 +10,9 @@
 //! use saltblob_server::{AccessKey, ServerConfig};
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9000").await?;
 //! let config = ServerConfig::new(vec![AccessKey::new("AKID", "SECRET")]);
-//! saltblob_server::run(listener, config, store, async {
-//!     let _ = tokio::signal::ctrl_c().await;
-//! })
-//! .await
+//! // Serves until the future completes (the CLI's waits for SIGINT or SIGTERM).
+//! let shutdown = std::future::pending::<()>();
+//! saltblob_server::run(listener, config, store, shutdown).await
 //! # }
 //! ```
 //!

@@ -66,7 +66,7 @@ fn decode_token(token: &str) -> S3Result<Vec<u8>> {
             "The continuation token provided is incorrect"
         )
     };
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return Err(invalid());
     }
     (0..token.len())

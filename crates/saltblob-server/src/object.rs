@@ -601,9 +601,13 @@ fn finish_put(
 fn check_part_number(part: Option<i32>) -> S3Result<()> {
     match part {
         None | Some(1) => Ok(()),
-        Some(_) => Err(S3Error::with_message(
-            S3ErrorCode::Custom("InvalidPartNumber".into()),
-            "The requested partnumber is not satisfiable",
-        )),
+        Some(_) => {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("InvalidPartNumber".into()),
+                "The requested partnumber is not satisfiable",
+            );
+            e.set_status_code(StatusCode::RANGE_NOT_SATISFIABLE);
+            Err(e)
+        }
     }
 }
