@@ -220,6 +220,12 @@ impl Call<'_> {
     }
 
     pub async fn send(self) -> Reply {
+        let addr = self.client.addr;
+        send_raw(addr, self.into_request()).await
+    }
+
+    /// The signed request.
+    pub fn into_request(self) -> http::Request<BoxBody<Bytes, Infallible>> {
         let client = self.client;
         let mut headers = self.headers.clone();
         headers.push(("host".to_owned(), client.addr.to_string()));
@@ -277,8 +283,7 @@ impl Call<'_> {
         for (k, v) in &headers {
             request = request.header(k, v);
         }
-        let request = request.body(body).expect("request");
-        send_raw(client.addr, request).await
+        request.body(body).expect("request")
     }
 }
 
@@ -288,6 +293,14 @@ pub async fn send_raw(
     request: http::Request<BoxBody<Bytes, Infallible>>,
 ) -> Reply {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    send_on(stream, request).await
+}
+
+/// Sends `request` on `stream` (HTTP/1.1).
+pub async fn send_on<S>(stream: S, request: http::Request<BoxBody<Bytes, Infallible>>) -> Reply
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .expect("handshake");

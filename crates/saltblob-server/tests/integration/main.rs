@@ -8,6 +8,7 @@ mod integrity;
 mod list;
 mod objects;
 mod serving;
+mod tls;
 
 use std::net::SocketAddr;
 use std::time::Duration;
