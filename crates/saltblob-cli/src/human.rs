@@ -146,6 +146,11 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
             v["codec"] = codec.name().into();
             v["stored_bytes"] = (*stored_bytes).into();
         }
+        ManifestBody::Segmented(segments) => {
+            v["layout"] = "segmented".into();
+            v["segment_count"] = segments.len().into();
+            v["stored_bytes"] = m.stored_bytes().into();
+        }
     }
     v
 }
@@ -190,6 +195,13 @@ pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
             lines.push(format!("salt count:   {}", layout.salt_count));
             lines.push(format!("codec:        {codec}"));
             lines.push(format!("stored bytes: {}", bytes(*stored_bytes)));
+        }
+        ManifestBody::Segmented(segments) => {
+            lines.push(format!(
+                "layout:       segmented ({} segments, composed without copying)",
+                segments.len()
+            ));
+            lines.push(format!("stored bytes: {}", bytes(m.stored_bytes())));
         }
     }
     if let Some(ct) = &m.content_type {

@@ -190,6 +190,18 @@ pub enum Error {
         /// Why.
         detail: String,
     },
+    /// A segment given to [`crate::BlobStore::compose`] is no longer claimable: its lease ran out (gc reclaims
+    /// or reclaimed it), it was discarded, or it never was written under this key. Nothing was committed; write
+    /// the segment again.
+    #[error("segment version {version} of key \"{key}\" is gone: {detail}")]
+    SegmentGone {
+        /// The key composed.
+        key: KeyDisplay,
+        /// The segment's version.
+        version: VersionId,
+        /// Why.
+        detail: String,
+    },
     /// Stored bytes do not decode: a manifest, chunk or record is damaged or of an unknown format.
     #[error("corrupt {what}: {detail}")]
     Corrupt {

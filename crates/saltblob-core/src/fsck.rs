@@ -346,11 +346,14 @@ async fn check_manifests(
                 }
                 Err(e) => return Err(e),
             }
-            let layout = match m.body {
-                ManifestBody::Chunked { layout, .. } => Some(layout),
-                ManifestBody::Inline(_) => None,
-            };
-            committed.insert((key, m.version), layout);
+            // A segmented version's chunks lie under its segments' versions.
+            for segment in m.segments() {
+                let layout = match segment.body {
+                    ManifestBody::Chunked { layout, .. } => Some(layout),
+                    _ => None,
+                };
+                committed.insert((key.clone(), segment.version), layout);
+            }
         }
     }
     Ok(committed)
@@ -389,6 +392,9 @@ async fn still_orphan(
         (Some(seen), Some(now)) => Intent::decode(now) == Some(*seen),
         _ => false,
     };
-    let current = inner.read_manifest(&blob.key).await?.map(|m| m.version);
-    Ok((unchanged && current != Some(blob.version)).then_some(intent_now))
+    let owned = inner
+        .read_manifest(&blob.key)
+        .await?
+        .is_some_and(|m| m.owns(blob.version));
+    Ok((unchanged && !owned).then_some(intent_now))
 }

@@ -184,13 +184,14 @@ async fn gc_intent(
         report.puts_in_flight += 1;
         return Ok(true);
     }
-    let current = match inner.read_manifest(&blob.key).await {
-        Ok(m) => m.map(|m| m.version),
+    let owned = match inner.read_manifest(&blob.key).await {
+        Ok(m) => m.is_some_and(|m| m.owns(blob.version)),
         // Unsure what is current: leave it.
         Err(e) if e.is_corruption() => return Ok(true),
         Err(e) => return Err(e),
     };
-    if current == Some(blob.version) {
+    // Committed, or a segment of what is committed: the intent outlived its put.
+    if owned {
         report.stale_intents += 1;
         if !dry_run {
             intent::take_over(inner, k, v.clone()).await?;

@@ -83,7 +83,7 @@ impl Intent {
         })
     }
 
-    #[cfg(any(test, feature = "conformance"))]
+    /// Whether the lease has ended at `now`.
     pub(crate) fn expired(&self, now: u64) -> bool {
         self.expires_micros <= now
     }
@@ -334,6 +334,51 @@ impl IntentLease {
         self.lost_error("the lease state was poisoned by a panic".into())
     }
 
+    /// Stops renewing and leaves the intent in place until `until_micros`, recording the chunks written: the
+    /// put of a segment, which [`claim_segment`] claims later for a compose, or gc reclaims once it expired.
+    pub(crate) async fn park(mut self, until_micros: u64) -> Result<()> {
+        if let Some(task) = self.renewer.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        let _turn = self.writing.lock().await;
+        let mut last_error = None;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let current = {
+                let state = self.state.lock().map_err(|_| self.poisoned())?;
+                if let Some(why) = &state.lost {
+                    return Err(self.lost_error(why.clone()));
+                }
+                state.intent
+            };
+            let parked = Intent {
+                expires_micros: until_micros,
+                chunks: self.progress.chunks.load(Ordering::Relaxed),
+                stored_bytes: self.progress.stored.load(Ordering::Relaxed),
+                ..current
+            };
+            let outcome = self
+                .backend
+                .put_record(
+                    Namespace::Intent,
+                    &self.record_key,
+                    parked.encode(),
+                    &Precondition::Equals(current.encode()),
+                )
+                .await;
+            match outcome {
+                Ok(outcome) => {
+                    if settle(&self.state, &self.progress, parked, outcome)? {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.is_retryable() => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| self.lost_error("parking did not settle".into())))
+    }
+
     /// Stops renewing and removes the intent (best effort: a leftover intent of a committed version is removed
     /// by gc, one of a failed put makes gc reclaim its chunks).
     pub(crate) async fn release(mut self) {
@@ -488,6 +533,84 @@ pub(crate) async fn is_live(inner: &Inner, blob: &BlobRef) -> Result<bool> {
         .await?
         .and_then(|v| Intent::decode(&v))
         .is_some_and(|i| !i.abandoned(inner.now_micros(), takeover_hold(inner))))
+}
+
+/// Claims the parked intent of segment `blob` for a compose whose manifest is about to be written, so that gc
+/// leaves the segment's chunks alone until that write has landed: a compare-and-set to an expiry of at least a
+/// lease plus the commit hold from now (a parked expiry further out is kept). Where writes may land late (no
+/// claims, see [`IntentLease::claim`]) it checks that a lease is left instead. Fails with
+/// [`Error::SegmentGone`] when the intent is absent, undecodable or expired.
+pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
+    let gone = |detail: &str| Error::SegmentGone {
+        key: blob.key[..].into(),
+        version: blob.version,
+        detail: detail.into(),
+    };
+    let record_key = intent_key(blob);
+    let lease = micros(inner.config.intent_lease);
+    let mut last_error = None;
+    for _ in 0..CLAIM_ATTEMPTS {
+        let now = inner.now_micros();
+        let Some(raw) = inner
+            .backend
+            .get_record(Namespace::Intent, &record_key)
+            .await?
+        else {
+            return Err(gone(
+                "its intent is gone (expired and reclaimed, discarded, or never written)",
+            ));
+        };
+        let intent =
+            Intent::decode(&raw).ok_or_else(|| gone("its intent record does not decode"))?;
+        if intent.expired(now) {
+            return Err(gone("its lease has expired"));
+        }
+        if inner.info.late_writes {
+            if intent.expires_micros.saturating_sub(now) < lease {
+                return Err(gone("less than a lease is left of it"));
+            }
+            return Ok(());
+        }
+        let claimed = Intent {
+            expires_micros: intent.expires_micros.max(
+                now.saturating_add(lease)
+                    .saturating_add(micros(commit_hold(inner))),
+            ),
+            ..intent
+        };
+        match inner
+            .backend
+            .put_record(
+                Namespace::Intent,
+                &record_key,
+                claimed.encode(),
+                &Precondition::Equals(raw),
+            )
+            .await
+        {
+            Ok(RecordWrite::Done(_)) => return Ok(()),
+            // Changed in between (another compose claimed it, or gc took it over): read it again.
+            Ok(RecordWrite::ConditionFailed(_)) => {}
+            Err(e) if e.is_retryable() => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| gone("its intent kept changing while being claimed")))
+}
+
+/// Removes the intent of segment `blob` after a compose committed it (best effort: gc removes a leftover
+/// intent of a version the current one owns).
+pub(crate) async fn remove(inner: &Inner, blob: &BlobRef) {
+    if let Err(e) = inner
+        .backend
+        .delete_record(Namespace::Intent, &intent_key(blob), &Precondition::None)
+        .await
+    {
+        tracing::warn!(
+            "could not remove the intent of segment {} (gc will): {e}",
+            blob.version
+        );
+    }
 }
 
 /// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,

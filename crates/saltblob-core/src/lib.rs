@@ -82,7 +82,7 @@ pub use error::{BoxError, Error, KeyDisplay, Result};
 pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
 pub use gc::{GcHandle, GcOptions, GcReport};
 pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
-pub use manifest::{Manifest, ManifestBody};
+pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};

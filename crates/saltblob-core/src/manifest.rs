@@ -9,10 +9,18 @@ use crate::layout::{ChunkLayout, Layout, MAX_CHUNK_SIZE, MAX_SALT_LIMIT, MIN_CHU
 use crate::version::VersionId;
 use crate::{Error, Result};
 
-/// Format version byte of a manifest.
+/// Format version byte of a manifest whose body is inline or chunked.
 pub const MANIFEST_FORMAT_V1: u8 = 1;
-/// Digest algorithm tag of BLAKE3-256.
+/// Format version byte of a manifest whose body is segmented ([`ManifestBody::Segmented`]); readers of format 1
+/// only refuse it loudly.
+pub const MANIFEST_FORMAT_V2: u8 = 2;
+/// Digest algorithm tag of BLAKE3-256 of the blob.
 pub const DIGEST_BLAKE3: u8 = 1;
+/// Digest algorithm tag of a segmented blob: BLAKE3-256 of its segments' BLAKE3-256 digests, in order
+/// ([`segments_digest`]).
+pub const DIGEST_BLAKE3_OF_SEGMENTS: u8 = 2;
+/// Most segments one blob may have (S3's limit on the parts of a multipart upload).
+pub const MAX_SEGMENTS: usize = 10_000;
 /// Largest content type, in bytes.
 pub const MAX_CONTENT_TYPE_LEN: usize = 255;
 /// Largest total size of user metadata (keys plus values), in bytes.
@@ -20,6 +28,7 @@ pub const MAX_METADATA_BYTES: usize = 8 * 1024;
 
 const TAG_INLINE: u8 = 0;
 const TAG_CHUNKED: u8 = 1;
+const TAG_SEGMENTED: u8 = 2;
 
 /// One committed (or about to be committed) version of a blob.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,15 +65,126 @@ pub enum ManifestBody {
         /// Sum of the stored (encoded) chunk sizes.
         stored_bytes: u64,
     },
+    /// The concatenation of segments, each written as its own version of the same key (by
+    /// [`crate::BlobStore::put_segment`]) and composed without copying (by [`crate::BlobStore::compose`]).
+    Segmented(Vec<Segment>),
+}
+
+/// One part of a segmented blob: the bytes of an uncommitted version of the same key, whose chunks the
+/// segmented version owns once committed. Encoded as in `docs/format.md`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// The version the segment's chunks are stored under.
+    pub version: VersionId,
+    /// Size in bytes.
+    pub size: u64,
+    /// BLAKE3-256 of the segment's bytes.
+    pub digest: [u8; 32],
+    /// Where its bytes are: inline or chunked, never segmented.
+    pub body: ManifestBody,
+}
+
+impl Segment {
+    /// Encodes the segment alone (format byte 1, then as in a segmented manifest), for callers that keep
+    /// segments between [`crate::BlobStore::put_segment`] and [`crate::BlobStore::compose`].
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(80);
+        b.put_u8(SEGMENT_FORMAT_V1);
+        put_segment(&mut b, self);
+        let crc = crc32c::crc32c(&b);
+        b.put_u32_le(crc);
+        b.freeze()
+    }
+
+    /// Decodes what [`Segment::encode`] wrote, verifying its CRC32C and bounds.
+    pub fn decode(bytes: &Bytes) -> Result<Segment> {
+        let corrupt = |detail: String| Error::corrupt("segment record", detail);
+        let body = checked_body(bytes, &corrupt)?;
+        let mut r = Reader {
+            buf: body,
+            corrupt: &corrupt,
+        };
+        let format = r.u8()?;
+        if format != SEGMENT_FORMAT_V1 {
+            return Err(corrupt(format!(
+                "unknown segment format version {format} (this build reads {SEGMENT_FORMAT_V1})"
+            )));
+        }
+        let segment = r.segment()?;
+        r.end()?;
+        Ok(segment)
+    }
+
+    /// Number of chunks stored under the segment's version (0 when inline).
+    pub fn chunk_count(&self) -> u64 {
+        match &self.body {
+            ManifestBody::Chunked { layout, .. } => layout.chunk_count,
+            _ => 0,
+        }
+    }
+}
+
+/// Format byte of a segment encoded alone ([`Segment::encode`]).
+const SEGMENT_FORMAT_V1: u8 = 1;
+
+/// The digest of a segmented blob: BLAKE3-256 of its segments' digests, concatenated in order.
+pub fn segments_digest(segments: &[Segment]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for s in segments {
+        h.update(&s.digest);
+    }
+    *h.finalize().as_bytes()
 }
 
 impl Manifest {
-    /// The layout of this version.
+    /// The layout of this version; a segmented version reports the layout of its largest segment (see
+    /// [`Manifest::segments`] for all of them).
     pub fn layout(&self) -> Layout {
         match &self.body {
             ManifestBody::Inline(_) => Layout::Inline,
             ManifestBody::Chunked { layout, .. } => Layout::Chunked(*layout),
+            ManifestBody::Segmented(segments) => {
+                segments
+                    .iter()
+                    .max_by_key(|s| s.size)
+                    .map_or(Layout::Inline, |s| match &s.body {
+                        ManifestBody::Chunked { layout, .. } => Layout::Chunked(*layout),
+                        _ => Layout::Inline,
+                    })
+            }
         }
+    }
+
+    /// The parts of this version, each as a segment: one for an inline or chunked version (its own), or the
+    /// segments of a segmented one. Every version whose chunks this version owns is among them.
+    pub fn segments(&self) -> Vec<Segment> {
+        match &self.body {
+            ManifestBody::Segmented(segments) => segments.clone(),
+            body => vec![Segment {
+                version: self.version,
+                size: self.size,
+                digest: self.digest,
+                body: body.clone(),
+            }],
+        }
+    }
+
+    /// Whether chunks stored under `version` (of this manifest's key) belong to this version: its own, or
+    /// one of its segments'.
+    pub fn owns(&self, version: VersionId) -> bool {
+        self.version == version
+            || matches!(&self.body, ManifestBody::Segmented(s) if s.iter().any(|s| s.version == version))
+    }
+
+    /// Sum of the stored (encoded) bytes of its chunks.
+    pub fn stored_bytes(&self) -> u64 {
+        self.segments()
+            .iter()
+            .map(|s| match &s.body {
+                ManifestBody::Chunked { stored_bytes, .. } => *stored_bytes,
+                _ => 0,
+            })
+            .sum()
     }
 
     /// The digest as lowercase hex.
@@ -97,38 +217,27 @@ impl Manifest {
         Ok(())
     }
 
-    /// Encodes the manifest (format version 1).
+    /// Encodes the manifest: format version 1, or 2 for a segmented body.
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(128);
-        b.put_u8(MANIFEST_FORMAT_V1);
-        b.put_u8(match self.body {
-            ManifestBody::Inline(_) => TAG_INLINE,
-            ManifestBody::Chunked { .. } => TAG_CHUNKED,
+        let segmented = matches!(self.body, ManifestBody::Segmented(_));
+        b.put_u8(if segmented {
+            MANIFEST_FORMAT_V2
+        } else {
+            MANIFEST_FORMAT_V1
         });
+        b.put_u8(body_tag(&self.body));
         b.put_u128_le(self.version.0);
         b.put_u64_le(self.size);
         b.put_u64_le(self.created_micros);
         b.put_u64_le(self.expires_micros.unwrap_or(0));
-        b.put_u8(DIGEST_BLAKE3);
+        b.put_u8(if segmented {
+            DIGEST_BLAKE3_OF_SEGMENTS
+        } else {
+            DIGEST_BLAKE3
+        });
         b.put_slice(&self.digest);
-        match &self.body {
-            ManifestBody::Inline(data) => {
-                b.put_u8(Codec::None.tag());
-                b.put_u32_le(u32::try_from(data.len()).unwrap_or(u32::MAX));
-                b.put_slice(data);
-            }
-            ManifestBody::Chunked {
-                layout,
-                codec,
-                stored_bytes,
-            } => {
-                b.put_u32_le(layout.chunk_size);
-                b.put_u64_le(layout.chunk_count);
-                b.put_u32_le(layout.salt_count);
-                b.put_u8(codec.tag());
-                b.put_u64_le(*stored_bytes);
-            }
-        }
+        put_body(&mut b, &self.body);
         put_str(&mut b, self.content_type.as_deref().unwrap_or(""));
         b.put_u16_le(u16::try_from(self.metadata.len()).unwrap_or(u16::MAX));
         for (k, v) in &self.metadata {
@@ -143,42 +252,36 @@ impl Manifest {
     /// Decodes a manifest, verifying its trailer CRC32C and every tag. `what` names it in errors.
     pub fn decode(bytes: &Bytes, what: &dyn Fn() -> String) -> Result<Manifest> {
         let corrupt = |detail: String| Error::corrupt(what(), detail);
-        let (body, trailer) = bytes
-            .len()
-            .checked_sub(4)
-            .map(|n| bytes.split_at(n))
-            .ok_or_else(|| corrupt(format!("{} bytes, too short to be a manifest", bytes.len())))?;
-        let stored_crc = u32::from_le_bytes(
-            trailer
-                .try_into()
-                .map_err(|_| corrupt("no trailer".into()))?,
-        );
-        let crc = crc32c::crc32c(body);
-        if crc != stored_crc {
-            return Err(corrupt(format!(
-                "trailer crc32c {stored_crc:#010x} does not match the computed {crc:#010x} over {} bytes",
-                body.len()
-            )));
-        }
+        let body = checked_body(bytes, &corrupt)?;
         let mut r = Reader {
-            buf: bytes.slice(..body.len()),
+            buf: body,
             corrupt: &corrupt,
         };
         let format = r.u8()?;
-        if format != MANIFEST_FORMAT_V1 {
+        if format != MANIFEST_FORMAT_V1 && format != MANIFEST_FORMAT_V2 {
             return Err(corrupt(format!(
-                "unknown manifest format version {format} (this build reads {MANIFEST_FORMAT_V1})"
+                "unknown manifest format version {format} (this build reads {MANIFEST_FORMAT_V1} and {MANIFEST_FORMAT_V2})"
             )));
         }
         let kind = r.u8()?;
+        if (format == MANIFEST_FORMAT_V2) != (kind == TAG_SEGMENTED) {
+            return Err(corrupt(format!(
+                "layout tag {kind} in a manifest of format version {format}"
+            )));
+        }
         let version = VersionId(r.u128()?);
         let size = r.u64()?;
         let created_micros = r.u64()?;
         let expires_micros = Some(r.u64()?).filter(|t| *t != 0);
         let digest_tag = r.u8()?;
-        if digest_tag != DIGEST_BLAKE3 {
+        let expected_tag = if kind == TAG_SEGMENTED {
+            DIGEST_BLAKE3_OF_SEGMENTS
+        } else {
+            DIGEST_BLAKE3
+        };
+        if digest_tag != expected_tag {
             return Err(corrupt(format!(
-                "unknown digest algorithm tag {digest_tag}"
+                "digest algorithm tag {digest_tag} where {expected_tag} belongs"
             )));
         }
         let digest: [u8; 32] = r
@@ -186,72 +289,28 @@ impl Manifest {
             .as_ref()
             .try_into()
             .map_err(|_| corrupt("short digest".into()))?;
-        let body = match kind {
-            TAG_INLINE => {
-                let tag = r.u8()?;
-                if tag != Codec::None.tag() {
-                    return Err(corrupt(format!(
-                        "inline payload has codec tag {tag}; only 0 (none) is defined"
-                    )));
-                }
-                let len = r.u32()? as usize;
-                let data = r.take(len)?;
-                if data.len() as u64 != size {
-                    return Err(corrupt(format!(
-                        "inline payload holds {} bytes, size says {size}",
-                        data.len()
-                    )));
-                }
-                ManifestBody::Inline(data)
+        let body = r.body(kind, size)?;
+        if let ManifestBody::Segmented(segments) = &body {
+            let total = segments.iter().try_fold(0u64, |t, s| t.checked_add(s.size));
+            if total != Some(size) {
+                return Err(corrupt(format!(
+                    "{} segments hold {total:?} bytes, size says {size}",
+                    segments.len()
+                )));
             }
-            TAG_CHUNKED => {
-                let layout = ChunkLayout {
-                    chunk_size: r.u32()?,
-                    chunk_count: r.u64()?,
-                    salt_count: r.u32()?,
-                };
-                let tag = r.u8()?;
-                let codec = Codec::from_tag(tag)
-                    .ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
-                let stored_bytes = r.u64()?;
-                let expected_chunks = size.div_ceil(u64::from(layout.chunk_size.max(1)));
-                // Bounds first: readers size buffers and lists by these fields.
-                if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&layout.chunk_size)
-                    || !(1..=MAX_SALT_LIMIT).contains(&layout.salt_count)
-                {
-                    return Err(corrupt(format!(
-                        "layout out of bounds: chunk size {} (must be {MIN_CHUNK_SIZE} to {MAX_CHUNK_SIZE}), salt count {} (must be 1 to {MAX_SALT_LIMIT})",
-                        layout.chunk_size, layout.salt_count
-                    )));
-                }
-                if layout.chunk_count != expected_chunks
-                    || u64::from(layout.salt_count) > layout.chunk_count
-                {
-                    return Err(corrupt(format!(
-                        "inconsistent layout: size {size}, chunk size {}, chunk count {}, salt count {}",
-                        layout.chunk_size, layout.chunk_count, layout.salt_count
-                    )));
-                }
-                ManifestBody::Chunked {
-                    layout,
-                    codec,
-                    stored_bytes,
-                }
+            if segments_digest(segments) != digest {
+                return Err(corrupt(
+                    "the digest does not match the segments' digests".into(),
+                ));
             }
-            other => return Err(corrupt(format!("unknown layout tag {other}"))),
-        };
+        }
         let content_type = Some(r.str()?).filter(|s| !s.is_empty());
         let mut metadata = BTreeMap::new();
         for _ in 0..r.u16()? {
             let k = r.str()?;
             metadata.insert(k, r.str()?);
         }
-        if r.buf.has_remaining() {
-            return Err(corrupt(format!(
-                "{} unexpected bytes after the metadata",
-                r.buf.remaining()
-            )));
-        }
+        r.end()?;
         Ok(Manifest {
             version,
             size,
@@ -263,6 +322,73 @@ impl Manifest {
             metadata,
         })
     }
+}
+
+/// Splits off and checks the CRC32C trailer of an encoded record; returns the bytes it covers.
+fn checked_body(bytes: &Bytes, corrupt: &dyn Fn(String) -> Error) -> Result<Bytes> {
+    let n = bytes
+        .len()
+        .checked_sub(4)
+        .ok_or_else(|| corrupt(format!("{} bytes, too short to be a manifest", bytes.len())))?;
+    let (body, trailer) = bytes.split_at(n);
+    let stored_crc = u32::from_le_bytes(
+        trailer
+            .try_into()
+            .map_err(|_| corrupt("no trailer".into()))?,
+    );
+    let crc = crc32c::crc32c(body);
+    if crc != stored_crc {
+        return Err(corrupt(format!(
+            "trailer crc32c {stored_crc:#010x} does not match the computed {crc:#010x} over {} bytes",
+            body.len()
+        )));
+    }
+    Ok(bytes.slice(..n))
+}
+
+fn body_tag(body: &ManifestBody) -> u8 {
+    match body {
+        ManifestBody::Inline(_) => TAG_INLINE,
+        ManifestBody::Chunked { .. } => TAG_CHUNKED,
+        ManifestBody::Segmented(_) => TAG_SEGMENTED,
+    }
+}
+
+/// Writes a body's fields (after its tag, which the caller wrote).
+fn put_body(b: &mut BytesMut, body: &ManifestBody) {
+    match body {
+        ManifestBody::Inline(data) => {
+            b.put_u8(Codec::None.tag());
+            b.put_u32_le(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            b.put_slice(data);
+        }
+        ManifestBody::Chunked {
+            layout,
+            codec,
+            stored_bytes,
+        } => {
+            b.put_u32_le(layout.chunk_size);
+            b.put_u64_le(layout.chunk_count);
+            b.put_u32_le(layout.salt_count);
+            b.put_u8(codec.tag());
+            b.put_u64_le(*stored_bytes);
+        }
+        ManifestBody::Segmented(segments) => {
+            b.put_u32_le(u32::try_from(segments.len()).unwrap_or(u32::MAX));
+            for s in segments {
+                put_segment(b, s);
+            }
+        }
+    }
+}
+
+/// Writes one segment: version (u128), size (u64), digest (32 bytes), body tag and body.
+fn put_segment(b: &mut BytesMut, s: &Segment) {
+    b.put_u128_le(s.version.0);
+    b.put_u64_le(s.size);
+    b.put_slice(&s.digest);
+    b.put_u8(body_tag(&s.body));
+    put_body(b, &s.body);
 }
 
 fn put_str(b: &mut BytesMut, s: &str) {
@@ -316,6 +442,109 @@ impl Reader<'_> {
         self.need(n)?;
         Ok(self.buf.split_to(n))
     }
+    /// Fails unless every byte was read.
+    fn end(&self) -> Result<()> {
+        if self.buf.has_remaining() {
+            return Err((self.corrupt)(format!(
+                "{} unexpected bytes after the last field",
+                self.buf.remaining()
+            )));
+        }
+        Ok(())
+    }
+
+    /// A segment, as [`put_segment`] wrote it.
+    fn segment(&mut self) -> Result<Segment> {
+        let version = VersionId(self.u128()?);
+        let size = self.u64()?;
+        let digest: [u8; 32] = self
+            .take(32)?
+            .as_ref()
+            .try_into()
+            .map_err(|_| (self.corrupt)("short digest".into()))?;
+        let kind = self.u8()?;
+        if kind == TAG_SEGMENTED {
+            return Err((self.corrupt)("a segment that is itself segmented".into()));
+        }
+        let body = self.body(kind, size)?;
+        Ok(Segment {
+            version,
+            size,
+            digest,
+            body,
+        })
+    }
+
+    /// The body of layout tag `kind` for a blob of `size` bytes, checked against the size and bounds.
+    fn body(&mut self, kind: u8, size: u64) -> Result<ManifestBody> {
+        let corrupt = self.corrupt;
+        Ok(match kind {
+            TAG_INLINE => {
+                let tag = self.u8()?;
+                if tag != Codec::None.tag() {
+                    return Err(corrupt(format!(
+                        "inline payload has codec tag {tag}; only 0 (none) is defined"
+                    )));
+                }
+                let len = self.u32()? as usize;
+                let data = self.take(len)?;
+                if data.len() as u64 != size {
+                    return Err(corrupt(format!(
+                        "inline payload holds {} bytes, size says {size}",
+                        data.len()
+                    )));
+                }
+                ManifestBody::Inline(data)
+            }
+            TAG_CHUNKED => {
+                let layout = ChunkLayout {
+                    chunk_size: self.u32()?,
+                    chunk_count: self.u64()?,
+                    salt_count: self.u32()?,
+                };
+                let tag = self.u8()?;
+                let codec = Codec::from_tag(tag)
+                    .ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
+                let stored_bytes = self.u64()?;
+                let expected_chunks = size.div_ceil(u64::from(layout.chunk_size.max(1)));
+                // Bounds first: readers size buffers and lists by these fields.
+                if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&layout.chunk_size)
+                    || !(1..=MAX_SALT_LIMIT).contains(&layout.salt_count)
+                {
+                    return Err(corrupt(format!(
+                        "layout out of bounds: chunk size {} (must be {MIN_CHUNK_SIZE} to {MAX_CHUNK_SIZE}), salt count {} (must be 1 to {MAX_SALT_LIMIT})",
+                        layout.chunk_size, layout.salt_count
+                    )));
+                }
+                if layout.chunk_count != expected_chunks
+                    || u64::from(layout.salt_count) > layout.chunk_count
+                {
+                    return Err(corrupt(format!(
+                        "inconsistent layout: size {size}, chunk size {}, chunk count {}, salt count {}",
+                        layout.chunk_size, layout.chunk_count, layout.salt_count
+                    )));
+                }
+                ManifestBody::Chunked {
+                    layout,
+                    codec,
+                    stored_bytes,
+                }
+            }
+            TAG_SEGMENTED => {
+                let count = self.u32()? as usize;
+                if count > MAX_SEGMENTS {
+                    return Err(corrupt(format!("{count} segments; at most {MAX_SEGMENTS}")));
+                }
+                let mut segments = Vec::with_capacity(count);
+                for _ in 0..count {
+                    segments.push(self.segment()?);
+                }
+                ManifestBody::Segmented(segments)
+            }
+            other => return Err(corrupt(format!("unknown layout tag {other}"))),
+        })
+    }
+
     fn str(&mut self) -> Result<String> {
         let n = usize::from(self.u16()?);
         let b = self.take(n)?;
@@ -401,6 +630,86 @@ mod tests {
                 other => panic!("chunk size {chunk_size}, salts {salt_count}: {other:?}"),
             }
         }
+    }
+
+    fn segmented_sample() -> Manifest {
+        let segments = vec![
+            Segment {
+                version: VersionId(5),
+                size: 140_000,
+                digest: [1; 32],
+                body: ManifestBody::Chunked {
+                    layout: ChunkLayout {
+                        chunk_size: 65536,
+                        chunk_count: 3,
+                        salt_count: 3,
+                    },
+                    codec: Codec::None,
+                    stored_bytes: 140_100,
+                },
+            },
+            Segment {
+                version: VersionId(6),
+                size: 2,
+                digest: [2; 32],
+                body: ManifestBody::Inline(Bytes::from_static(b"hi")),
+            },
+        ];
+        Manifest {
+            digest: segments_digest(&segments),
+            body: ManifestBody::Segmented(segments),
+            ..sample(ManifestBody::Inline(Bytes::new()), 140_002)
+        }
+    }
+
+    /// Format version 2: a segmented body round trips, owns its segments' versions, and is refused when its
+    /// size or digest disagrees with its segments, or when a format-1 header carries it.
+    #[test]
+    fn segmented_manifest_round_trips_and_checks_its_segments() {
+        let m = segmented_sample();
+        let enc = m.encode();
+        // Fixture: format 2, layout tag 2, then the version id little-endian; digest tag 2 after the times.
+        assert_eq!(enc.get(..4), Some(&[2u8, 2, 0x77, 0x66][..]));
+        assert_eq!(enc.get(42), Some(&DIGEST_BLAKE3_OF_SEGMENTS));
+        assert_eq!(Manifest::decode(&enc, &what).ok(), Some(m.clone()));
+        assert!(m.owns(VersionId(5)) && m.owns(VersionId(6)) && m.owns(m.version));
+        assert!(!m.owns(VersionId(7)));
+        assert_eq!(m.stored_bytes(), 140_100);
+        for s in m.segments() {
+            assert_eq!(Segment::decode(&s.encode()).ok(), Some(s));
+        }
+        let refused = |m: Manifest, needle: &str| match Manifest::decode(&m.encode(), &what) {
+            Err(Error::Corrupt { detail, .. }) => assert!(detail.contains(needle), "{detail}"),
+            other => panic!("{needle}: {other:?}"),
+        };
+        refused(
+            Manifest {
+                size: 140_003,
+                ..m.clone()
+            },
+            "segments hold",
+        );
+        refused(
+            Manifest {
+                digest: [9; 32],
+                ..m.clone()
+            },
+            "digest does not match",
+        );
+        let mut v1 = m.encode().to_vec();
+        v1[0] = MANIFEST_FORMAT_V1;
+        let n = v1.len() - 4;
+        let crc = crc32c::crc32c(&v1[..n]);
+        v1[n..].copy_from_slice(&crc.to_le_bytes());
+        match Manifest::decode(&Bytes::from(v1), &what) {
+            Err(Error::Corrupt { detail, .. }) => {
+                assert!(detail.contains("format version 1"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut damaged = m.segments()[0].encode().to_vec();
+        damaged[3] ^= 1;
+        assert!(Segment::decode(&Bytes::from(damaged)).is_err());
     }
 
     #[test]

@@ -154,28 +154,31 @@ pub(crate) async fn queued_versions(inner: &Inner) -> Result<HashSet<(Bytes, Ver
     Ok(out)
 }
 
-/// Queues the chunks of `manifest` for deletion after the grace period (inline versions have none).
+/// Queues the chunks of `manifest` for deletion after the grace period: one entry per version its chunks lie
+/// under (its own, or each chunked segment's); inline versions have none.
 pub(crate) async fn schedule(inner: &Inner, key: &Bytes, manifest: &Manifest) -> Result<()> {
-    let ManifestBody::Chunked {
-        layout,
-        stored_bytes,
-        ..
-    } = &manifest.body
-    else {
-        return Ok(());
-    };
-    let blob = BlobRef {
-        key: key.clone(),
-        version: manifest.version,
-    };
-    let chunks = ChunkSet {
-        salt_count: layout.salt_count,
-        chunk_count: layout.chunk_count,
-        stored_bytes: *stored_bytes,
-    };
-    enqueue(inner, &blob, chunks, inner.now_micros())
-        .await
-        .map(|_| ())
+    let now = inner.now_micros();
+    for segment in manifest.segments() {
+        let ManifestBody::Chunked {
+            layout,
+            stored_bytes,
+            ..
+        } = &segment.body
+        else {
+            continue;
+        };
+        let blob = BlobRef {
+            key: key.clone(),
+            version: segment.version,
+        };
+        let chunks = ChunkSet {
+            salt_count: layout.salt_count,
+            chunk_count: layout.chunk_count,
+            stored_bytes: *stored_bytes,
+        };
+        enqueue(inner, &blob, chunks, now).await?;
+    }
+    Ok(())
 }
 
 /// Like [`schedule`], but failures are logged, not returned: for when the operation that replaced the version
@@ -288,17 +291,18 @@ async fn process(
             if !entry.key.starts_with(prefix) {
                 continue;
             }
+            // Whether the current version owns the entry's chunks (its own, or a segment's).
             let current = match inner.read_manifest(&entry.key).await {
-                Ok(m) => m.map(|m| m.version),
+                Ok(m) => m.is_some_and(|m| m.owns(entry.version)),
                 // Unsure what is current: delete nothing.
-                Err(e) if e.is_corruption() => Some(entry.version),
+                Err(e) if e.is_corruption() => true,
                 Err(e) => return Err(e),
             };
             let blob = BlobRef {
                 key: entry.key.clone(),
                 version: entry.version,
             };
-            if current == Some(entry.version) {
+            if current {
                 if now < entry.due_micros.saturating_add(COMMIT_WINDOW_MICROS) {
                     // The commit or delete that queued it may not have landed yet.
                     report.awaiting_commit += 1;

@@ -12,6 +12,7 @@
 //! - [`failures`]: bad input and damaged data are refused or reported, and change nothing.
 //! - [`gc`]: garbage collection, the intent lease and `fsck`.
 //! - [`fencing`]: races between a put and the cleaners, staged with [`faults::Faulty`].
+//! - [`segments`]: blobs composed of segments without copying, and their reclaim.
 //! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod gc;
 pub mod reads;
 pub mod records;
 pub mod roundtrip;
+pub mod segments;
 pub mod versions;
 
 use std::any::Any;
@@ -56,6 +58,11 @@ pub use records::{
 pub use roundtrip::{
     compression_round_trips, describe_layouts, per_put_overrides, roundtrip_default_policy_large,
     roundtrip_sizes, streaming_put_of_unknown_length,
+};
+pub use segments::{
+    abandoned_and_discarded_segments_are_reclaimed,
+    composed_blobs_read_back_and_own_their_segments,
+    leftover_segment_intents_do_not_reclaim_a_composed_blob,
 };
 pub use versions::{
     concurrent_puts_same_key, delete_then_get, overwrite_larger_smaller_larger,
@@ -107,7 +114,9 @@ macro_rules! conformance_suite {
             fsck_repair_spares_versions_replaced_while_it_runs, failed_put_leaves_no_chunks_behind,
             plain_and_conditional_commits_apply_in_order, record_writes_check_preconditions,
             records_are_separate_per_namespace, record_scans_page_in_key_order,
-            record_scan_from_before_the_prefix);
+            record_scan_from_before_the_prefix, composed_blobs_read_back_and_own_their_segments,
+            abandoned_and_discarded_segments_are_reclaimed,
+            leftover_segment_intents_do_not_reclaim_a_composed_blob);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

@@ -9,6 +9,7 @@ mod chunk_io;
 mod chunk_writer;
 mod digest;
 pub(crate) mod read;
+mod segments;
 mod write;
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::config::{GetOptions, PutOptions, StoreConfig};
 use crate::fsck::{self, FsckOptions, FsckReport};
 use crate::gc::{self, GcHandle, GcOptions, GcReport};
 use crate::layout::{ByteRange, Layout};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim::{self, ReclaimReport};
 use crate::records::Inner;
 use crate::schedule::{self, PriorityClass, ScheduledStore, Scheduler, SchedulerStats};
@@ -83,7 +84,7 @@ pub struct Description {
     pub key: Bytes,
     /// The current version's manifest.
     pub manifest: Manifest,
-    /// `inline`, `single-partition` or `salted`.
+    /// `inline`, `single-partition`, `salted` or `segmented`.
     pub layout_kind: &'static str,
     /// Logical bytes under each salt (empty for inline blobs).
     pub bytes_per_salt: Vec<u64>,
@@ -187,6 +188,7 @@ impl BlobStore {
             data,
             true,
             tokio::io::empty(),
+            write::Finish::Commit,
         );
         schedule::in_class(class, put).await
     }
@@ -225,7 +227,16 @@ impl BlobStore {
             .choose(opts.priority.as_ref(), PriorityClass::interactive)?;
         let (head, eof) = write::read_head(&self.inner, &policy, opts, &mut reader).await?;
         let class = write::class_for(&self.inner, &policy, opts, head.len() as u64, eof)?;
-        let put = write::put(&self.inner, key, &policy, opts, head, eof, reader);
+        let put = write::put(
+            &self.inner,
+            key,
+            &policy,
+            opts,
+            head,
+            eof,
+            reader,
+            write::Finish::Commit,
+        );
         schedule::in_class(class, put).await
     }
 
@@ -396,6 +407,20 @@ impl BlobStore {
         let key = validate_key(key.as_ref())?;
         let manifest = self.current(&key).await?;
         let (layout_kind, bytes_per_salt) = match manifest.layout() {
+            // Salt i of each segment, summed over the segments.
+            _ if matches!(manifest.body, ManifestBody::Segmented(_)) => {
+                let mut sums: Vec<u64> = Vec::new();
+                for segment in manifest.segments() {
+                    if let ManifestBody::Chunked { layout, .. } = segment.body {
+                        let per_salt = layout.bytes_per_salt(segment.size);
+                        sums.resize(sums.len().max(per_salt.len()), 0);
+                        for (sum, b) in sums.iter_mut().zip(per_salt) {
+                            *sum += b;
+                        }
+                    }
+                }
+                ("segmented", sums)
+            }
             Layout::Inline => ("inline", Vec::new()),
             Layout::Chunked(l) => (
                 if l.salt_count == 1 {

@@ -15,7 +15,7 @@ use futures::stream::{self, BoxStream, Stream, StreamExt};
 use crate::backend::{BlobRef, ChunkId};
 use crate::codec::{ChunkPlace, decode_chunk};
 use crate::layout::ChunkLayout;
-use crate::manifest::{Manifest, ManifestBody, hex};
+use crate::manifest::{Manifest, ManifestBody, Segment, hex};
 use crate::records::Inner;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::store::chunk_io::with_retry;
@@ -101,12 +101,52 @@ pub(crate) fn stream_version(
         ManifestBody::Chunked { layout, .. } => {
             stream_chunks(inner, key, &manifest, *layout, range.clone(), full, class)
         }
+        ManifestBody::Segmented(segments) => {
+            stream_segments(inner, key, &manifest, segments, range.clone(), class)
+        }
     };
     BlobStream {
         manifest,
         range,
         stream,
     }
+}
+
+/// Streams `range` of a segmented version: each segment it touches in turn, read as a version of its own
+/// (whose digest is verified when the range covers the segment whole), so that memory stays that of one read.
+fn stream_segments(
+    inner: &Arc<Inner>,
+    key: Bytes,
+    manifest: &Manifest,
+    segments: &[Segment],
+    range: Range<u64>,
+    class: Option<ClassTag>,
+) -> BoxStream<'static, Result<Bytes>> {
+    let mut parts = Vec::new();
+    let mut start = 0u64;
+    for segment in segments {
+        let end = start + segment.size;
+        if start < range.end && range.start < end && segment.size > 0 {
+            let part = Manifest {
+                version: segment.version,
+                size: segment.size,
+                digest: segment.digest,
+                body: segment.body.clone(),
+                content_type: None,
+                metadata: Default::default(),
+                ..manifest.clone()
+            };
+            let within = range.start.max(start) - start..range.end.min(end) - start;
+            parts.push((part, within));
+        }
+        start = end;
+    }
+    let inner = Arc::clone(inner);
+    stream::iter(parts)
+        .flat_map(move |(part, within)| {
+            stream_version(&inner, key.clone(), part, within, class.clone()).stream
+        })
+        .boxed()
 }
 
 fn stream_chunks(
@@ -316,7 +356,7 @@ fn decode_segment(
 /// chunk is lost.
 async fn missing_chunk(inner: &Inner, blob: &BlobRef, id: ChunkId) -> Error {
     match inner.read_manifest(&blob.key).await {
-        Ok(current) if current.as_ref().map(|m| m.version) != Some(blob.version) => {
+        Ok(current) if !current.as_ref().is_some_and(|m| m.owns(blob.version)) => {
             Error::VersionReclaimed {
                 key: blob.key[..].into(),
                 version: blob.version,

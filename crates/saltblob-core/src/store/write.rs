@@ -82,8 +82,19 @@ pub(crate) async fn read_head<R: AsyncRead + Unpin>(
     Ok((Bytes::from(head), eof))
 }
 
+/// How a put ends once its chunks are stored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Finish {
+    /// Commit the manifest: the version becomes current.
+    Commit,
+    /// Commit nothing; park the intent until this time (Unix µs), so that the chunks stay a segment that a
+    /// compose may claim until then (see `store/segments.rs`). The manifest returned is not stored.
+    Park(u64),
+}
+
 /// The put pipeline, for a validated `key` and the `policy` of [`policy_for`]: `head` is the start of the
-/// blob (all of it when `eof`), `reader` the rest. Writes the intent, the chunks, then commits.
+/// blob (all of it when `eof`), `reader` the rest. Writes the intent, the chunks, then commits or parks.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn put<R>(
     inner: &Inner,
     key: Bytes,
@@ -92,6 +103,7 @@ pub(crate) async fn put<R>(
     head: Bytes,
     eof: bool,
     mut reader: R,
+    finish: Finish,
 ) -> Result<Manifest>
 where
     R: AsyncRead + Unpin + Send,
@@ -133,7 +145,9 @@ where
         manifest.size = head_len;
         manifest.digest = *blake3::hash(&head).as_bytes();
         manifest.body = ManifestBody::Inline(head);
-        commit(inner, &key, &manifest, pre, None).await?;
+        if let Finish::Commit = finish {
+            commit(inner, &key, &manifest, pre, None).await?;
+        }
         return Ok(manifest);
     }
 
@@ -177,9 +191,9 @@ where
     let written = written.and_then(|w| add_late_metadata(&mut manifest, opts).map(|()| w));
     // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
     // settles that race for good (see `intent.rs`).
-    let written = match written {
-        Ok(w) => lease.claim(inner).await.map(|()| w),
-        Err(e) => Err(e),
+    let written = match (written, finish) {
+        (Ok(w), Finish::Commit) => lease.claim(inner).await.map(|()| w),
+        (written, _) => written,
     };
     let written = match written {
         Ok(v) => v,
@@ -196,7 +210,11 @@ where
         codec: policy.codec,
         stored_bytes: written.stored_bytes,
     };
-    commit(inner, &key, &manifest, pre, Some(lease)).await?;
+    match finish {
+        Finish::Commit => commit(inner, &key, &manifest, pre, Some(lease)).await?,
+        // A failure leaves the intent to expire at its last renewal, after which gc reclaims the chunks.
+        Finish::Park(until) => lease.park(until).await?,
+    }
     Ok(manifest)
 }
 
@@ -253,7 +271,12 @@ async fn write_chunks<R: AsyncRead + Unpin + Send>(
 }
 
 /// Fails as soon as a put has seen more bytes than the configured maximum or its announced size.
-fn check_size(inner: &Inner, key: &[u8], seen: u64, size_hint: Option<u64>) -> Result<()> {
+pub(crate) fn check_size(
+    inner: &Inner,
+    key: &[u8],
+    seen: u64,
+    size_hint: Option<u64>,
+) -> Result<()> {
     if let Some(max) = inner.config.max_blob_size
         && seen > max
     {
@@ -274,7 +297,11 @@ fn check_size(inner: &Inner, key: &[u8], seen: u64, size_hint: Option<u64>) -> R
 }
 
 /// Checks the put condition before any chunk is written and returns what the commit needs.
-async fn precheck(inner: &Inner, key: &Bytes, condition: PutCondition) -> Result<PreCheck> {
+pub(crate) async fn precheck(
+    inner: &Inner,
+    key: &Bytes,
+    condition: PutCondition,
+) -> Result<PreCheck> {
     let read_raw = || inner.backend.get_record(Namespace::Manifest, key);
     match condition {
         // What an unconditional put replaces is read right before its commit.
@@ -318,7 +345,7 @@ async fn precheck(inner: &Inner, key: &Bytes, condition: PutCondition) -> Result
 ///
 /// `lease` (a chunked put's) is ended once the chunks are committed, deleted or queued for reclaim; if
 /// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks.
-async fn commit(
+pub(crate) async fn commit(
     inner: &Inner,
     key: &Bytes,
     manifest: &Manifest,
@@ -454,7 +481,9 @@ fn condition_error(
     }
 }
 
-/// Deletes the chunks of a version that was never committed; false if that failed (logged).
+/// Deletes the chunks of a version that was never committed; false if that failed (logged). A segmented
+/// version has no chunks of its own: its segments stay as they were, claimable by another compose until their
+/// leases end.
 async fn discard(inner: &Inner, key: &Bytes, manifest: &Manifest) -> bool {
     if let ManifestBody::Chunked { layout, .. } = &manifest.body {
         let blob = BlobRef {
@@ -477,7 +506,7 @@ async fn discard(inner: &Inner, key: &Bytes, manifest: &Manifest) -> bool {
 }
 
 /// What the commit of a put needs from its pre-check.
-struct PreCheck {
+pub(crate) struct PreCheck {
     condition: Precondition,
     expected: PutCondition,
 }

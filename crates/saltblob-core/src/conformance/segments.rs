@@ -1,0 +1,270 @@
+//! Segmented blobs: parts written with [`BlobStore::put_segment`], composed without copying by
+//! [`BlobStore::compose`], reclaimed with the blob that owns them, or by gc when abandoned.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+use super::faults::{Faulty, Point};
+use super::gc::chunks_by_version;
+use super::{data, prefix, small_config, store};
+use crate::layout::KIB;
+use crate::manifest::segments_digest;
+use crate::{
+    ChunkStore, Error, FsckOptions, GcOptions, ManifestBody, Namespace, OffsetClock, PutOptions,
+    Segment,
+};
+
+/// Writes `parts` as segments of `key`, each claimable for `lease`.
+async fn put_segments(
+    store: &crate::BlobStore,
+    key: &str,
+    parts: &[Bytes],
+    lease: Duration,
+) -> Vec<Segment> {
+    let mut out = Vec::new();
+    for part in parts {
+        let segment = store
+            .put_segment(key, &part[..], &PutOptions::new(), lease)
+            .await
+            .expect("put_segment");
+        assert_eq!(segment.size, part.len() as u64);
+        // What a caller keeps between the part's upload and the compose survives encoding.
+        let kept = Segment::decode(&segment.encode()).expect("segment record");
+        assert_eq!(kept, segment);
+        out.push(kept);
+    }
+    out
+}
+
+/// A blob composed of a salted, a single-partition and an inline segment reads back whole and in ranges across
+/// segment boundaries, with its attributes; composing wrote no chunk (the segments' chunks are its own), gc
+/// and fsck leave it whole, and replacing it reclaims every segment's chunks.
+pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("segments");
+    let key = format!("{p}composed");
+    let store = store(&backend, small_config());
+    let parts = [
+        data(300 * KIB as usize, 1),
+        data(20 * KIB as usize, 2),
+        data(500, 3),
+    ];
+    let whole: Bytes = parts
+        .iter()
+        .fold(BytesMut::new(), |mut b, p| {
+            b.extend_from_slice(p);
+            b
+        })
+        .freeze();
+    let segments = put_segments(&store, &key, &parts, Duration::from_secs(3600)).await;
+    assert!(matches!(segments[2].body, ManifestBody::Inline(_)));
+    assert!(
+        matches!(store.head(&key).await, Err(Error::NotFound { .. })),
+        "segments commit nothing"
+    );
+    let before = chunks_by_version(&backend, &key).await;
+    assert_eq!(before.len(), 2, "two chunked segments: {before:?}");
+
+    let opts = PutOptions::new()
+        .with_content_type("video/mp4")
+        .with_metadata("owner", "ops");
+    let m = store
+        .compose(&key, &segments, &opts)
+        .await
+        .expect("compose");
+    assert_eq!(m.size, whole.len() as u64);
+    assert_eq!(m.digest, segments_digest(&segments));
+    assert_eq!(
+        chunks_by_version(&backend, &key).await,
+        before,
+        "no chunk copied"
+    );
+    let head = store.head(&key).await.expect("head");
+    assert_eq!(head, m);
+    assert_eq!(head.content_type.as_deref(), Some("video/mp4"));
+    assert_eq!(head.metadata.get("owner").map(String::as_str), Some("ops"));
+    assert!(store.get(&key).await.expect("get") == whole, "whole read");
+    let first = 300 * KIB;
+    let second = first + 20 * KIB;
+    for range in [
+        0..10,
+        first - 5..first + 5,
+        second - 100..second + 100,
+        first - 1..second + 1,
+        second..whole.len() as u64,
+        0..whole.len() as u64,
+    ] {
+        let got = store.get_range(&key, range.clone()).await.expect("range");
+        let (s, e) = (range.start as usize, range.end as usize);
+        assert!(got == whole.slice(s..e), "range {range:?}");
+    }
+    let described = store.describe(&key).await.expect("describe");
+    assert_eq!(described.manifest, m);
+    assert_eq!(described.layout_kind, "segmented");
+    assert_eq!(
+        described.bytes_per_salt.iter().sum::<u64>(),
+        320 * KIB,
+        "the chunked segments' bytes, by salt: {:?}",
+        described.bytes_per_salt
+    );
+
+    // gc and fsck see the segments' chunks as the composed blob's: nothing reclaimed, nothing orphaned.
+    let r = store
+        .gc(&GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(p.clone()))
+        .await
+        .expect("gc");
+    assert_eq!((r.abandoned_puts, r.reclaim.versions), (0, 0), "{r:?}");
+    let f = store
+        .fsck(&FsckOptions::new().with_prefix(p.clone()))
+        .await
+        .expect("fsck");
+    assert!(f.damaged.is_empty() && f.orphans.is_empty(), "{f:?}");
+    assert_eq!(f.blobs, 1, "{f:?}");
+    assert!(store.get(&key).await.expect("get after gc") == whole);
+
+    // Replaced: every segment's chunks go with it.
+    store
+        .put(&key, data(10, 4), &PutOptions::new())
+        .await
+        .expect("overwrite");
+    let r = store.reclaim_all().await.expect("reclaim");
+    assert!(r.versions >= 2, "{r:?}");
+    assert!(
+        chunks_by_version(&backend, &key).await.is_empty(),
+        "segments reclaimed with the version that owned them"
+    );
+}
+
+/// A segment whose lease ended is reclaimed by gc, and one discarded is reclaimed at once; neither can be
+/// composed any more (nothing is committed), while a compose of the segments that remain succeeds.
+pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("segments-gone");
+    let key = format!("{p}blob");
+    let clock = OffsetClock::new();
+    let lease = Duration::from_secs(1);
+    let config = small_config()
+        .with_intent_lease(Duration::from_millis(300))
+        .with_clock(clock.clone());
+    let store = store(&backend, config);
+    let short = put_segments(&store, &key, &[data(100 * KIB as usize, 1)], lease).await;
+    let long = put_segments(
+        &store,
+        &key,
+        &[data(30 * KIB as usize, 2), data(30 * KIB as usize, 3)],
+        Duration::from_secs(3600),
+    )
+    .await;
+    assert_eq!(chunks_by_version(&backend, &key).await.len(), 3);
+
+    // Discarded: its chunks go, and it cannot be composed.
+    assert!(
+        store
+            .discard_segment(&key, &long[1])
+            .await
+            .expect("discard")
+    );
+    assert!(!store.discard_segment(&key, &long[1]).await.expect("twice"));
+    match store.compose(&key, &long, &PutOptions::new()).await {
+        Err(Error::SegmentGone { version, .. }) => assert_eq!(version, long[1].version),
+        other => panic!("compose of a discarded segment: {other:?}"),
+    }
+    assert!(matches!(
+        store.head(&key).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    // Bad input: nothing, or the same segment twice.
+    for bad in [&[][..], &[long[0].clone(), long[0].clone()][..]] {
+        assert!(matches!(
+            store.compose(&key, bad, &PutOptions::new()).await,
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+    // The segment that is left composes. (Before the clock moves on: version ids drawn later in this process
+    // would carry the advanced time, and other cases run in the same process.)
+    let m = store
+        .compose(&key, &long[..1], &PutOptions::new())
+        .await
+        .expect("compose");
+    assert_eq!(m.size, 30 * KIB);
+    assert!(store.get(&key).await.expect("get") == data(30 * KIB as usize, 2));
+
+    // Abandoned: once its lease (and, where writes may land late, the commit window) is over, gc reclaims it.
+    clock.advance(lease * 2);
+    if backend.info().late_writes {
+        clock.advance(Duration::from_micros(crate::reclaim::COMMIT_WINDOW_MICROS));
+    }
+    let r = store
+        .gc(&GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(p.clone()))
+        .await
+        .expect("gc");
+    assert_eq!(r.abandoned_puts, 1, "{r:?}");
+    store.reclaim_all().await.expect("reclaim");
+    let left = chunks_by_version(&backend, &key).await;
+    assert!(
+        !left.contains_key(&short[0].version) && !left.contains_key(&long[1].version),
+        "{left:?}"
+    );
+    assert!(matches!(
+        store.compose(&key, &short, &PutOptions::new()).await,
+        Err(Error::SegmentGone { .. })
+    ));
+}
+
+/// A compose that dies after its commit, before removing its segments' intents (here: the removals fail),
+/// leaves intents that outlive their leases: gc finds the segments owned by the committed blob and only drops
+/// the intents; nothing is reclaimed, the blob reads back whole, and fsck finds no orphan.
+pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("segments-leftover");
+    let key = format!("{p}blob");
+    let clock = OffsetClock::new();
+    let config = small_config()
+        .with_intent_lease(Duration::from_millis(300))
+        .with_clock(clock.clone());
+    let faulty = Faulty::new(Arc::clone(&backend));
+    let composer = store(
+        &(Arc::clone(&faulty) as Arc<dyn ChunkStore>),
+        config.clone(),
+    );
+    let cleaner = store(&backend, config);
+    let parts = [data(100 * KIB as usize, 5), data(10 * KIB as usize, 6)];
+    let segments = put_segments(&composer, &key, &parts, Duration::from_secs(1)).await;
+
+    let commit = faulty.hold(Point::RecordWrite(Namespace::Manifest));
+    let compose = tokio::spawn({
+        let (composer, key, segments) = (composer.clone(), key.clone(), segments.clone());
+        async move { composer.compose(&key, &segments, &PutOptions::new()).await }
+    });
+    commit.reached().await;
+    faulty.fail(Point::RecordWrite(Namespace::Intent), true);
+    commit.release();
+    compose
+        .await
+        .expect("compose task")
+        .expect("the commit landed; removing intents is best effort");
+
+    // No version id is drawn from here on (see above).
+    clock.advance(Duration::from_secs(3));
+    if backend.info().late_writes {
+        clock.advance(Duration::from_micros(crate::reclaim::COMMIT_WINDOW_MICROS));
+    }
+    let r = cleaner
+        .gc(&GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(p.clone()))
+        .await
+        .expect("gc");
+    assert_eq!((r.stale_intents, r.abandoned_puts), (2, 0), "{r:?}");
+    let whole = [&parts[0][..], &parts[1][..]].concat();
+    assert!(cleaner.get(&key).await.expect("get") == whole);
+    let f = cleaner
+        .fsck(&FsckOptions::new().with_prefix(p))
+        .await
+        .expect("fsck");
+    assert!(f.damaged.is_empty() && f.orphans.is_empty(), "{f:?}");
+}
