@@ -31,9 +31,9 @@ use crate::s3::SaltS3;
 /// Prefix of user metadata keys in a manifest (and of their HTTP headers).
 const USER_META: &str = "x-amz-meta-";
 /// Metadata key of the ETag (hex MD5 of the body).
-const ETAG_KEY: &str = "s3:etag";
+pub(crate) const ETAG_KEY: &str = "s3:etag";
 /// Prefix of the metadata keys of stored checksums.
-const CHECKSUM_KEY: &str = "s3:checksum-";
+pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
 
@@ -42,11 +42,11 @@ const RANGE_RETRIES: usize = 3;
 
 /// The standard headers stored as `s3:<name>` metadata.
 #[derive(Default)]
-struct StoredHeaders {
-    cache_control: Option<String>,
-    content_disposition: Option<String>,
-    content_encoding: Option<String>,
-    content_language: Option<String>,
+pub(crate) struct StoredHeaders {
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
 }
 
 impl StoredHeaders {
@@ -66,7 +66,7 @@ impl StoredHeaders {
         ]
     }
 
-    fn insert_into(&self, metadata: &mut BTreeMap<String, String>) {
+    pub(crate) fn insert_into(&self, metadata: &mut BTreeMap<String, String>) {
         for (name, value) in Self::NAMES.iter().zip(self.values()) {
             if let Some(value) = value {
                 metadata.insert(format!("s3:{name}"), value.clone());
@@ -89,7 +89,7 @@ impl StoredHeaders {
 ///
 /// # Errors
 /// `MetadataTooLarge` over [`MAX_USER_METADATA`] bytes.
-fn user_metadata(user: Option<Metadata>) -> S3Result<BTreeMap<String, String>> {
+pub(crate) fn user_metadata(user: Option<Metadata>) -> S3Result<BTreeMap<String, String>> {
     let user = user.unwrap_or_default();
     let size: usize = user.iter().map(|(k, v)| k.len() + v.len()).sum();
     if size > MAX_USER_METADATA {
@@ -129,7 +129,7 @@ pub(crate) fn last_modified_of(m: &Manifest) -> Timestamp {
 }
 
 /// The stored checksum of `m` for `algorithm`, if any.
-fn checksum_of(m: &Manifest, algorithm: Algorithm) -> Option<String> {
+pub(crate) fn checksum_of(m: &Manifest, algorithm: Algorithm) -> Option<String> {
     m.metadata
         .get(&format!("{CHECKSUM_KEY}{}", algorithm.name()))
         .cloned()
@@ -382,11 +382,7 @@ impl SaltS3 {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let trailer = req
-            .headers
-            .get("x-amz-trailer")
-            .and_then(|v| v.to_str().ok())
-            .and_then(Algorithm::parse);
+        let trailer = announced_trailer(&req.headers);
         let input = req.input;
         self.require_bucket(&input.bucket).await?;
         let key = object_key(&input.bucket, &input.key)?;
@@ -398,45 +394,29 @@ impl SaltS3 {
             content_language: input.content_language,
         }
         .insert_into(&mut metadata);
-        let header_checksums = [
-            (Algorithm::Crc32, input.checksum_crc32),
-            (Algorithm::Crc32c, input.checksum_crc32c),
-            (Algorithm::Crc64Nvme, input.checksum_crc64nvme),
-            (Algorithm::Sha1, input.checksum_sha1),
-            (Algorithm::Sha256, input.checksum_sha256),
-        ];
-        let expected = Expected {
-            checksums: header_checksums
-                .into_iter()
-                .filter_map(|(a, v)| Some((a, v?)))
-                .collect(),
-            trailer: trailer.zip(req.trailing_headers),
-            computed: input
-                .checksum_algorithm
-                .as_ref()
-                .and_then(|a| Algorithm::parse(a.as_str())),
-            ..Expected::default()
-        }
-        .with_content_md5(input.content_md5.as_deref())?;
-        let mut opts = PutOptions::new();
+        let late = LateMetadata::new();
+        let (reader, outcome) = verified_body(
+            input.body,
+            BodyChecks {
+                trailer: trailer.zip(req.trailing_headers),
+                checksums: [
+                    (Algorithm::Crc32, input.checksum_crc32),
+                    (Algorithm::Crc32c, input.checksum_crc32c),
+                    (Algorithm::Crc64Nvme, input.checksum_crc64nvme),
+                    (Algorithm::Sha1, input.checksum_sha1),
+                    (Algorithm::Sha256, input.checksum_sha256),
+                ],
+                algorithm: input.checksum_algorithm,
+                content_md5: input.content_md5,
+            },
+            late.clone(),
+        )?;
+        let mut opts = PutOptions::new().with_late_metadata(late);
         opts.metadata = metadata;
         opts.content_type = input.content_type;
         if let Some(len) = input.content_length.and_then(|l| u64::try_from(l).ok()) {
             opts = opts.with_size_hint(len);
         }
-        let body = match input.body {
-            Some(body) => body.map_err(body_error).boxed(),
-            None => futures::stream::empty().boxed(),
-        };
-        let late = LateMetadata::new();
-        opts = opts.with_late_metadata(late.clone());
-        let outcome = SharedOutcome::default();
-        let reader = VerifyingReader::new(body, expected, outcome.clone()).on_verified(move |v| {
-            late.insert(ETAG_KEY, hex(&v.md5));
-            for (algorithm, value) in &v.checksums {
-                late.insert(format!("{CHECKSUM_KEY}{}", algorithm.name()), value.clone());
-            }
-        });
         let result = self.store.put_stream(&key, reader, &opts).await;
         let manifest = finish_put(result, &outcome)?;
         record_class(&req.extensions, class_of(&manifest));
@@ -583,12 +563,68 @@ impl SaltS3 {
     }
 }
 
+/// The checksum algorithm whose value an `aws-chunked` body announces in its trailer (`x-amz-trailer`).
+pub(crate) fn announced_trailer(headers: &HeaderMap) -> Option<Algorithm> {
+    headers
+        .get("x-amz-trailer")
+        .and_then(|v| v.to_str().ok())
+        .and_then(Algorithm::parse)
+}
+
+/// What a put's body (PutObject, UploadPart) must match: its checksum headers, the checksum of its
+/// `aws-chunked` trailer, the checksum to compute (`x-amz-checksum-algorithm`) and Content-MD5.
+pub(crate) struct BodyChecks {
+    pub trailer: Option<(Algorithm, s3s::TrailingHeaders)>,
+    pub checksums: [(Algorithm, Option<String>); 5],
+    pub algorithm: Option<s3s::dto::ChecksumAlgorithm>,
+    pub content_md5: Option<String>,
+}
+
+/// `body` as a reader that verifies `checks` at its end and then records the ETag (`s3:etag`, hex MD5) and the
+/// checksums (`s3:checksum-<algorithm>`) in `late`, before it reports the end (so before any commit). The
+/// outcome tells the put why the body was refused ([`finish_put`]).
+///
+/// # Errors
+/// `InvalidDigest` for a malformed Content-MD5.
+pub(crate) fn verified_body(
+    body: Option<StreamingBlob>,
+    checks: BodyChecks,
+    late: LateMetadata,
+) -> S3Result<(VerifyingReader, SharedOutcome)> {
+    let expected = Expected {
+        checksums: checks
+            .checksums
+            .into_iter()
+            .filter_map(|(a, v)| Some((a, v?)))
+            .collect(),
+        trailer: checks.trailer,
+        computed: checks
+            .algorithm
+            .as_ref()
+            .and_then(|a| Algorithm::parse(a.as_str())),
+        ..Expected::default()
+    }
+    .with_content_md5(checks.content_md5.as_deref())?;
+    let body = match body {
+        Some(body) => body.map_err(body_error).boxed(),
+        None => futures::stream::empty().boxed(),
+    };
+    let outcome = SharedOutcome::default();
+    let reader = VerifyingReader::new(body, expected, outcome.clone()).on_verified(move |v| {
+        late.insert(ETAG_KEY, hex(&v.md5));
+        for (algorithm, value) in &v.checksums {
+            late.insert(format!("{CHECKSUM_KEY}{}", algorithm.name()), value.clone());
+        }
+    });
+    Ok((reader, outcome))
+}
+
 /// The outcome of a put of a [`VerifyingReader`]'s body: the reader's own failure when it refused the body
 /// (a digest mismatch, a bad signature), else the store's.
-fn finish_put(
-    result: saltblob_core::Result<Manifest>,
+pub(crate) fn finish_put<T>(
+    result: saltblob_core::Result<T>,
     outcome: &SharedOutcome,
-) -> S3Result<Manifest> {
+) -> S3Result<T> {
     let failure = outcome.lock().ok().and_then(|mut o| o.take());
     match (result, failure) {
         (Ok(m), _) => Ok(m),

@@ -204,12 +204,24 @@ impl Drop for Aborting {
     }
 }
 
-/// Runs gc on `store` every `every`, recording each pass in `metrics`.
+/// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
+/// whose parts' lease has passed (`multipart.rs`).
 async fn gc_loop(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let uploads = SaltS3 {
+        store: store.clone(),
+        region: String::new(),
+    };
     loop {
         tick.tick().await;
+        match uploads.sweep_expired_uploads().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(uploads = n, "removed expired multipart uploads"),
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping expired multipart uploads failed (will retry)")
+            }
+        }
         match store.gc(&GcOptions::new()).await {
             Ok(report) => {
                 tracing::info!(

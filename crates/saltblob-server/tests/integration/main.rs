@@ -6,6 +6,7 @@ mod buckets;
 mod client;
 mod integrity;
 mod list;
+mod multipart;
 mod objects;
 mod serving;
 mod tls;
