@@ -316,6 +316,7 @@ impl Handler {
             status: 499,
         };
         self.metrics.started();
+        let close_after = empty_body_expects_continue(&req);
         let req = req.map(|body| {
             s3s::Body::http_body(Counting {
                 inner: Box::pin(body),
@@ -332,11 +333,34 @@ impl Handler {
             }
         };
         log.status = response.status().as_u16();
+        let mut response = response;
+        if close_after {
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
         response.map(|body| LoggedBody {
             inner: Box::pin(body),
             log: Some(log),
         })
     }
+}
+
+/// Whether `req` asks for `100 Continue` with an empty body (`Content-Length: 0`), as botocore (boto3, awscli)
+/// does for every PUT of an empty object. hyper rightly answers such a request without `100 Continue` (there is
+/// no body to wait for), but botocore then misreads the next response on that connection and stalls until its
+/// read timeout (boto/botocore#3755). The server closes such a connection after its response, so that the client
+/// opens a fresh one.
+fn empty_body_expects_continue<B>(req: &Request<B>) -> bool {
+    let headers = req.headers();
+    let expects = headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let empty = headers
+        .get(http::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0");
+    expects && empty
 }
 
 impl hyper::service::Service<Request<Incoming>> for Handler {

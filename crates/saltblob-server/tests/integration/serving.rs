@@ -133,3 +133,32 @@ async fn a_put_whose_body_does_not_end_never_commits() {
     }
     drop(tx2);
 }
+
+/// An empty PUT that expects `100 Continue` (botocore sends one for every empty object) is answered with
+/// `Connection: close`, so that botocore does not reuse the connection it would misread next (see
+/// `empty_body_expects_continue` in serve.rs); a PUT with a body keeps its connection.
+#[tokio::test]
+async fn an_empty_put_expecting_continue_closes_its_connection() {
+    let s = TestServer::with_bucket("bkt").await;
+    for (body, closes) in [("", true), ("x", false)] {
+        let request = s
+            .client
+            .call("PUT", "/bkt/k")
+            .header("expect", "100-continue")
+            .body(body)
+            .into_request();
+        let r = crate::client::send_raw(s.client.addr, request).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let connection = r
+            .headers
+            .get("connection")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        assert_eq!(
+            connection == "close",
+            closes,
+            "body {body:?}: {:?}",
+            r.headers
+        );
+    }
+}
