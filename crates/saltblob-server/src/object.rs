@@ -37,6 +37,9 @@ const CHECKSUM_KEY: &str = "s3:checksum-";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
 
+/// Most keys one DeleteObjects request may name, as S3.
+const MAX_DELETE_OBJECTS: usize = 1000;
+
 /// How many times a ranged read retries when the object is replaced between its head and its read.
 const RANGE_RETRIES: usize = 3;
 
@@ -471,6 +474,12 @@ impl SaltS3 {
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let input = req.input;
         self.require_bucket(&input.bucket).await?;
+        if input.delete.objects.len() > MAX_DELETE_OBJECTS {
+            return Err(s3_error!(
+                MalformedXML,
+                "A DeleteObjects request names at most {MAX_DELETE_OBJECTS} keys"
+            ));
+        }
         let quiet = input.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
