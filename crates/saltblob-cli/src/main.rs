@@ -60,6 +60,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn,s3s=off,saltblob_server=info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: the server's access log is often a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

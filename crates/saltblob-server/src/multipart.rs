@@ -23,9 +23,8 @@ use bytes::Bytes;
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CompletedPart, CreateMultipartUploadInput,
-    CreateMultipartUploadOutput, ETag, ETagCondition, ListMultipartUploadsInput,
-    ListMultipartUploadsOutput, ListPartsInput, ListPartsOutput, MultipartUpload, Part,
-    UploadPartInput, UploadPartOutput,
+    CreateMultipartUploadOutput, ETag, ListMultipartUploadsInput, ListMultipartUploadsOutput,
+    ListPartsInput, ListPartsOutput, MultipartUpload, Part, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::manifest::hex;
@@ -482,30 +481,9 @@ impl SaltS3 {
         }
         let stored = self.all_parts(&input.bucket, &input.upload_id).await?;
         let chosen = choose_parts(&listed, &stored)?;
-        let condition = match (&input.if_none_match, &input.if_match) {
-            (Some(_), _) => PutCondition::IfAbsent,
-            (None, Some(etag)) => {
-                let current = self.store.head(&key).await.map_err(|e| match e {
-                    Error::NotFound { .. } => {
-                        s3_error!(NoSuchKey, "The specified key does not exist.")
-                    }
-                    e => from_store(e),
-                })?;
-                let current_etag = crate::object::etag_of(&current);
-                let holds = match etag {
-                    ETagCondition::Any => true,
-                    ETagCondition::ETag(e) => e.value() == current_etag.value(),
-                };
-                if !holds {
-                    return Err(s3_error!(
-                        PreconditionFailed,
-                        "At least one of the pre-conditions you specified did not hold"
-                    ));
-                }
-                PutCondition::IfVersion(current.version)
-            }
-            (None, None) => PutCondition::None,
-        };
+        let condition = self
+            .put_condition(&key, input.if_match.as_ref(), input.if_none_match.as_ref())
+            .await?;
 
         self.move_upload(&input.bucket, &input.upload_id, &upload, State::Completing)
             .await?;

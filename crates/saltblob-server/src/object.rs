@@ -20,7 +20,9 @@ use s3s::dto::{
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::manifest::hex;
-use saltblob_core::{BlobStream, GetOptions, LateMetadata, Layout, Manifest, PutOptions};
+use saltblob_core::{
+    BlobStream, GetOptions, LateMetadata, Layout, Manifest, PutCondition, PutOptions,
+};
 
 use crate::auth::record_class;
 use crate::body::{Algorithm, BlobBody, Expected, SharedOutcome, VerifyingReader, body_error};
@@ -36,6 +38,9 @@ pub(crate) const ETAG_KEY: &str = "s3:etag";
 pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
+
+/// Most keys one DeleteObjects request may name, as S3.
+const MAX_DELETE_OBJECTS: usize = 1000;
 
 /// How many times a ranged read retries when the object is replaced between its head and its read.
 const RANGE_RETRIES: usize = 3;
@@ -411,7 +416,10 @@ impl SaltS3 {
             },
             late.clone(),
         )?;
-        let mut opts = PutOptions::new().with_late_metadata(late);
+        let mut opts = PutOptions::new().with_late_metadata(late).with_condition(
+            self.put_condition(&key, input.if_match.as_ref(), input.if_none_match.as_ref())
+                .await?,
+        );
         opts.metadata = metadata;
         opts.content_type = input.content_type;
         if let Some(len) = input.content_length.and_then(|l| u64::try_from(l).ok()) {
@@ -434,6 +442,44 @@ impl SaltS3 {
         Ok(S3Response::new(output))
     }
 
+    /// The store condition of a conditional PutObject: `If-None-Match: *` writes only a new key; `If-Match:
+    /// ETAG` only over the version that has that ETag (the version is pinned, so a concurrent overwrite fails the
+    /// put instead of being replaced). Either fails with `PreconditionFailed` (412).
+    pub(crate) async fn put_condition(
+        &self,
+        key: &str,
+        if_match: Option<&ETagCondition>,
+        if_none_match: Option<&ETagCondition>,
+    ) -> S3Result<PutCondition> {
+        let failed = || {
+            s3_error!(
+                PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold"
+            )
+        };
+        match (if_match, if_none_match) {
+            (None, None) => Ok(PutCondition::None),
+            (None, Some(ETagCondition::Any)) => Ok(PutCondition::IfAbsent),
+            (Some(condition), None) => {
+                let current = match self.store.head(key).await {
+                    Ok(m) => m,
+                    Err(saltblob_core::Error::NotFound { .. }) => return Err(failed()),
+                    Err(e) => return Err(from_store(e)),
+                };
+                match condition {
+                    ETagCondition::Any => {}
+                    ETagCondition::ETag(etag) if etag.value() == etag_of(&current).value() => {}
+                    ETagCondition::ETag(_) => return Err(failed()),
+                }
+                Ok(PutCondition::IfVersion(current.version))
+            }
+            _ => Err(s3_error!(
+                NotImplemented,
+                "PutObject takes If-None-Match: * or If-Match, not both nor another If-None-Match"
+            )),
+        }
+    }
+
     pub(crate) async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
@@ -451,6 +497,12 @@ impl SaltS3 {
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let input = req.input;
         self.require_bucket(&input.bucket).await?;
+        if input.delete.objects.len() > MAX_DELETE_OBJECTS {
+            return Err(s3_error!(
+                MalformedXML,
+                "A DeleteObjects request names at most {MAX_DELETE_OBJECTS} keys"
+            ));
+        }
         let quiet = input.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();

@@ -18,7 +18,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use s3s::config::{S3Config, StaticConfigProvider};
@@ -77,7 +77,11 @@ pub async fn run(
         )))
     });
     let tls = config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let connections = auto::Builder::new(TokioExecutor::new());
+    let mut connections = auto::Builder::new(TokioExecutor::new());
+    // A timer enables hyper's header read timeout (30 s), so that a client that never finishes its headers
+    // does not hold a connection forever.
+    connections.http1().timer(TokioTimer::new());
+    connections.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -33,7 +33,7 @@ pub struct Serve {
     /// Buckets anyone may read without signing (GetObject, HeadObject, ListObjects, HeadBucket), comma-separated.
     #[arg(long, value_name = "BUCKET,...", value_delimiter = ',')]
     anonymous_read: Vec<String>,
-    /// The region reported to clients (they sign requests for it).
+    /// The region reported to clients (HeadBucket, ListBuckets); requests signed for any region are accepted.
     #[arg(long, default_value = "us-east-1")]
     region: String,
     /// Run a gc pass every DURATION (e.g. 10m); 0 never.

@@ -11,3 +11,4 @@ mod maintenance;
 mod memory;
 mod roundtrip;
 mod secrets;
+mod serve;

@@ -119,4 +119,38 @@ async fn delete_objects_reports_each_key_and_quiet_mode_only_errors() {
     assert!(r.xml("Key").is_empty());
     let left = list(&s, &[]).await;
     assert_eq!(left.xml("Key"), ["x3"]);
+    let r = s
+        .client
+        .call("POST", "/bkt")
+        .query("delete", "")
+        .body("<Delete><Object>")
+        .send()
+        .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "MalformedXML"),
+        "{}",
+        r.text()
+    );
+    let many: String = (0..1001)
+        .map(|i| format!("<Object><Key>k{i}</Key></Object>"))
+        .collect();
+    let r = s
+        .client
+        .call("POST", "/bkt")
+        .query("delete", "")
+        .body(format!("<Delete>{many}</Delete>"))
+        .send()
+        .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "MalformedXML"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        list(&s, &[]).await.xml("Key"),
+        ["x3"],
+        "refused requests delete nothing"
+    );
 }

@@ -240,3 +240,56 @@ async fn oversized_metadata_and_keys_are_refused() {
         r.text()
     );
 }
+
+#[tokio::test]
+async fn conditional_puts() {
+    let s = TestServer::with_bucket("bkt").await;
+    let c = &s.client;
+    let first = c
+        .call("PUT", "/bkt/k")
+        .header("if-none-match", "*")
+        .body(&b"one"[..])
+        .send()
+        .await;
+    assert_eq!(first.status, 200);
+    let again = c
+        .call("PUT", "/bkt/k")
+        .header("if-none-match", "*")
+        .body(&b"two"[..])
+        .send()
+        .await;
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (412, "PreconditionFailed")
+    );
+    let stale = c
+        .call("PUT", "/bkt/k")
+        .header("if-match", "\"0123\"")
+        .body(&b"two"[..])
+        .send()
+        .await;
+    assert_eq!(
+        (stale.status, stale.code().as_str()),
+        (412, "PreconditionFailed")
+    );
+    let missing = c
+        .call("PUT", "/bkt/none")
+        .header("if-match", "*")
+        .body(&b"x"[..])
+        .send()
+        .await;
+    assert_eq!(missing.status, 412);
+    assert_eq!(
+        c.get("/bkt/k").await.body.as_ref(),
+        b"one",
+        "refused puts changed nothing"
+    );
+    let matching = c
+        .call("PUT", "/bkt/k")
+        .header("if-match", first.header("etag"))
+        .body(&b"three"[..])
+        .send()
+        .await;
+    assert_eq!(matching.status, 200);
+    assert_eq!(c.get("/bkt/k").await.body.as_ref(), b"three");
+}

@@ -1,0 +1,92 @@
+//! `saltblob serve`: refuses to start without access keys, serves, and stops cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::common::saltblob;
+
+/// A free local port (bound, then released for the server).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+#[test]
+fn serve_refuses_to_start_without_access_keys_and_creates_no_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("store");
+    let out = saltblob(&store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("SALTBLOB_ACCESS_KEY_ID")
+        .env_remove("SALTBLOB_SECRET_ACCESS_KEY")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no access key"), "{stderr}");
+    assert!(!store.exists());
+
+    let creds = dir.path().join("creds");
+    std::fs::write(&creds, "AKID s3cret extra\n").expect("write");
+    let out = saltblob(&store)
+        .args(["serve", "--credentials"])
+        .arg(&creds)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("line 1") && !stderr.contains("s3cret"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_answers_s3_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let mut child = saltblob(&dir.path().join("store"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("SALTBLOB_ACCESS_KEY_ID", "AKID")
+        .env("SALTBLOB_SECRET_ACCESS_KEY", "s3cret")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read");
+    assert!(line.contains("serving S3 on"), "{line}");
+
+    // An unsigned request is refused with S3's error.
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    tcp.write_all(b"GET /bkt/k HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .expect("write");
+    let mut reply = String::new();
+    tcp.read_to_string(&mut reply).expect("read");
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(reply.contains("<Code>AccessDenied</Code>"), "{reply}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        let _ = tx.send(rest);
+    });
+    let Ok(rest) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = child.kill();
+        panic!("the server did not stop within 30 s of SIGTERM");
+    };
+    let exit = child.wait().expect("wait");
+    assert!(exit.success(), "{exit}: {rest}");
+    assert!(rest.contains("server stopped"), "{rest}");
+    assert!(!rest.contains("s3cret"), "{rest}");
+}
