@@ -531,6 +531,11 @@ impl SaltS3 {
             .await;
         self.remove_upload(&input.bucket, &input.upload_id, &key, &kept, false)
             .await;
+        tracing::debug!(
+            size = manifest.size,
+            segments = chosen_numbers.len(),
+            "multipart upload completed"
+        );
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
@@ -538,10 +543,6 @@ impl SaltS3 {
             location: Some(format!("/{}/{}", input.bucket, input.key)),
             ..CompleteMultipartUploadOutput::default()
         }))
-        .map(|r| {
-            tracing::debug!(size = manifest.size, "multipart upload completed");
-            r
-        })
     }
 
     /// Moves a `completing` upload whose compose failed back to `open`.

@@ -160,5 +160,79 @@ async fn an_empty_put_expecting_continue_closes_its_connection() {
             "body {body:?}: {:?}",
             r.headers
         );
+
+/// A log writer that keeps what it is given.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One access-log line per request, with the operation, key, status, bytes and access key id, never a
+/// secret or a signature (the test runtime is single-threaded, so the server logs to this test's subscriber).
+#[tokio::test]
+async fn the_access_log_has_one_line_per_request_without_secrets() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let s = TestServer::with_bucket("bkt").await;
+    assert_eq!(s.client.put("/bkt/logged", &b"12345"[..]).await.status, 200);
+    let url = s.client.presign_get(
+        "/bkt/logged",
+        std::time::SystemTime::now(),
+        Duration::from_secs(60),
+    );
+    let request = http::Request::get(url)
+        .header("host", s.client.addr.to_string())
+        .body(http_body_util::BodyExt::boxed(http_body_util::Full::new(
+            Bytes::new(),
+        )))
+        .expect("request");
+    assert_eq!(
+        crate::client::send_raw(s.client.addr, request).await.status,
+        200
+    );
+    drop(s);
+    let log = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("saltblob_server::access"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    let put = lines[1];
+    for field in [
+        "op=\"PutObject\"",
+        "bucket=\"bkt\"",
+        "key=\"logged\"",
+        "status=200",
+        "bytes_in=5",
+        "access_key=\"AKIDTEST\"",
+        "class=\"interactive\"",
+        "duration_ms=",
+    ] {
+        assert!(put.contains(field), "{field} missing from {put}");
+    }
+    assert!(
+        lines[2].contains("op=\"GetObject\"") && lines[2].contains("bytes_out=5"),
+        "{}",
+        lines[2]
+    );
+    for secret in [crate::SECRET, "Signature", "X-Amz-"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }
 }
