@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from s3util import REGION, make_client, new_bucket_name
+from s3util import REGION, empty_and_delete, make_client, new_bucket_name
 from saltblob_server import Server
 
 
@@ -50,21 +50,6 @@ def server(work_dir, saltblob_bin):
 @pytest.fixture(scope="session")
 def s3(server):
     return make_client(server.endpoint, server.access_key, server.secret_key)
-
-
-def empty_and_delete(client, name):
-    """Best effort: aborts the bucket's uploads, deletes its objects and the bucket (a test's failure stays the
-    failure reported)."""
-    try:
-        for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-            client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
-        client.delete_bucket(Bucket=name)
-    except Exception:  # noqa: BLE001 - cleanup only
-        pass
 
 
 @pytest.fixture

@@ -91,3 +91,21 @@ def make_client(endpoint, access_key, secret_key):
 
 def new_bucket_name():
     return f"t-{uuid.uuid4().hex[:16]}"
+
+
+def empty_and_delete(client, name):
+    """Best effort, step by step: aborts the bucket's uploads, deletes its objects, then the bucket (the failure
+    a test reports stays its own)."""
+    try:
+        for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
+            client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+        client.delete_bucket(Bucket=name)
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass

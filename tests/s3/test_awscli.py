@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from s3util import MIB, file_multipart_etag, file_sha256, write_pattern_file
+from s3util import MIB, empty_and_delete, file_multipart_etag, file_sha256, write_pattern_file
 
 KIB = 1024
 AWSCLI_PART_SIZE = 8 * MIB  # awscli's default multipart_chunksize (and multipart_threshold)
@@ -21,21 +21,19 @@ def big_upload(aws, s3, server, work_dir, tmp_path_factory, big_file_mib):
     s3.create_bucket(Bucket=bucket)
     src = tmp_path_factory.mktemp("big") / "big.bin"
     size = big_file_mib * MIB
-    sha256 = write_pattern_file(src, size, seed=1)
-    aws("s3", "cp", "--only-show-errors", str(src), f"s3://{bucket}/big/file.bin")
-    peak_rss_mib = server.peak_rss_kib() / 1024
-    (work_dir / "rss-after-big-upload").write_text(f"{peak_rss_mib:.0f} MiB after the {big_file_mib} MiB upload")
-    yield {"bucket": bucket, "key": "big/file.bin", "src": src, "size": size, "sha256": sha256,
-           "peak_rss_mib": peak_rss_mib}
-    src.unlink(missing_ok=True)
-    s3.delete_object(Bucket=bucket, Key="big/file.bin")
-    s3.delete_bucket(Bucket=bucket)
+    try:
+        sha256 = write_pattern_file(src, size, seed=1)
+        aws("s3", "cp", "--only-show-errors", str(src), f"s3://{bucket}/big/file.bin")
+        peak_rss_mib = server.peak_rss_kib() / 1024
+        (work_dir / "rss-after-big-upload").write_text(f"{peak_rss_mib:.0f} MiB after the {big_file_mib} MiB upload")
+        yield {"bucket": bucket, "key": "big/file.bin", "src": src, "size": size, "sha256": sha256,
+               "peak_rss_mib": peak_rss_mib}
+    finally:
+        src.unlink(missing_ok=True)
+        empty_and_delete(s3, bucket)
 
 
-def test_cp_big_file_up_and_down_byte_identical(aws, s3, big_upload, tmp_path):
-    head = s3.head_object(Bucket=big_upload["bucket"], Key=big_upload["key"])
-    assert head["ContentLength"] == big_upload["size"]
-    assert head["ETag"] == file_multipart_etag(big_upload["src"], AWSCLI_PART_SIZE)
+def test_cp_big_file_up_and_down_byte_identical(aws, big_upload, tmp_path):
     back = tmp_path / "back.bin"
     aws("s3", "cp", "--only-show-errors", f"s3://{big_upload['bucket']}/{big_upload['key']}", str(back))
     try:
@@ -43,6 +41,12 @@ def test_cp_big_file_up_and_down_byte_identical(aws, s3, big_upload, tmp_path):
         assert file_sha256(back) == big_upload["sha256"]
     finally:
         back.unlink(missing_ok=True)
+
+
+def test_big_upload_has_the_multipart_etag(s3, big_upload):
+    head = s3.head_object(Bucket=big_upload["bucket"], Key=big_upload["key"])
+    assert head["ContentLength"] == big_upload["size"]
+    assert head["ETag"] == file_multipart_etag(big_upload["src"], AWSCLI_PART_SIZE)
 
 
 def test_server_peak_rss_during_big_upload_is_bounded(big_upload, rss_limit_mib):
