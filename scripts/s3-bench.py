@@ -216,6 +216,7 @@ def print_comparison(rows):
 def main():
     args = parse_args()
     work = Path(args.work)
+    load_at_start = os.getloadavg()
     server = Server(args.saltblob, args.store, work / "s3-bench-server.log", pid_dir=work)
     try:
         server.start()
@@ -234,6 +235,8 @@ def main():
         "config": {"count": args.count, "large_mb": args.large_mb, "small_kb": args.small_kb,
                    "small_count": args.count * args.large_mb * 1024 // args.small_kb,
                    "concurrency": args.concurrency, "cpus": os.cpu_count(),
+                   "load_average_at_start": load_at_start,
+                   "saltblob": subprocess.run([args.saltblob, "--version"], capture_output=True, text=True).stdout.strip(),
                    "client": "boto3 (SigV4, path-style, defaults otherwise)"},
         "server": {"phases": phases, "peak_rss_mib": peak_rss_mib},
         "direct": None,

@@ -69,6 +69,7 @@ class Server:
         env = dict(os.environ)
         env["SALTBLOB_ACCESS_KEY_ID"] = self.access_key
         env["SALTBLOB_SECRET_ACCESS_KEY"] = self.secret_key
+        env["NO_COLOR"] = "1"  # a plain log file
         command = [self.binary, "serve", "--listen", f"127.0.0.1:{port}", "--store", self.store_url]
         with open(self.log_path, "ab") as log:
             log.write(f"==== {time.strftime('%H:%M:%S')} {' '.join(command + self.extra_args)}\n".encode())
