@@ -18,7 +18,7 @@
 #                      scripts/env.sh sets it)
 #   SALTBLOB_CACHE     where the virtual environment lives (default ~/.cache/saltblob; it is venv-s3 there)
 #   S3_BIG_FILE_MIB    size of the `aws s3 cp` round-trip file (default 1024)
-#   S3_RSS_LIMIT_MIB   bound on the server's peak RSS after that upload (default 512; measured: see BENCHMARKS.md)
+#   S3_RSS_LIMIT_MIB   bound on the server's peak RSS after that upload (default 512; why: tests/s3/test_awscli.py)
 #
 # Prints the server's peak resident memory (VmHWM) after the big upload and at the end of the session.
 set -euo pipefail
