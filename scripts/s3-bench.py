@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "s3"))
 
-from s3util import MIB, make_client  # noqa: E402
-from saltblob_server import Server, sibling_store  # noqa: E402
+from s3util import MIB, make_client
+from saltblob_server import Server, sibling_store
 
 BUCKET = "s3-bench"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -165,9 +165,24 @@ def human(size):
 def bench_direct(args, store_url, json_path):
     """`saltblob bench` with the same sizes on STORE_URL; its JSON. Without the probe: the comparison is with the
     server, not with the device."""
-    command = [args.saltblob, "--quiet", "bench", "--store", store_url, "--count", str(args.count),
-               "--large-mb", str(args.large_mb), "--small-kb", str(args.small_kb),
-               "--concurrency", str(args.concurrency), "--no-probe", "--json", str(json_path)]
+    command = [
+        args.saltblob,
+        "--quiet",
+        "bench",
+        "--store",
+        store_url,
+        "--count",
+        str(args.count),
+        "--large-mb",
+        str(args.large_mb),
+        "--small-kb",
+        str(args.small_kb),
+        "--concurrency",
+        str(args.concurrency),
+        "--no-probe",
+        "--json",
+        str(json_path),
+    ]
     print("== direct:", " ".join(command), flush=True)
     subprocess.run(command, check=True, timeout=1800, stdout=subprocess.DEVNULL)
     return json.loads(Path(json_path).read_text())
@@ -180,37 +195,47 @@ def compare(server_phases, direct):
         d = by_name.get(s["name"])
         if not d or not s["latency_ms"] or not d.get("latency_ms"):
             continue
-        rows.append({
-            "phase": s["name"],
-            "server_mib_s": s["throughput_mib_s"],
-            "direct_mib_s": d["throughput_mib_s"],
-            "throughput_server_over_direct": s["throughput_mib_s"] / d["throughput_mib_s"],
-            "server_p50_ms": s["latency_ms"]["p50"],
-            "direct_p50_ms": d["latency_ms"]["p50"],
-            "server_p99_ms": s["latency_ms"]["p99"],
-            "direct_p99_ms": d["latency_ms"]["p99"],
-            "p99_server_over_direct": s["latency_ms"]["p99"] / d["latency_ms"]["p99"],
-        })
+        rows.append(
+            {
+                "phase": s["name"],
+                "server_mib_s": s["throughput_mib_s"],
+                "direct_mib_s": d["throughput_mib_s"],
+                "throughput_server_over_direct": s["throughput_mib_s"] / d["throughput_mib_s"],
+                "server_p50_ms": s["latency_ms"]["p50"],
+                "direct_p50_ms": d["latency_ms"]["p50"],
+                "server_p99_ms": s["latency_ms"]["p99"],
+                "direct_p99_ms": d["latency_ms"]["p99"],
+                "p99_server_over_direct": s["latency_ms"]["p99"] / d["latency_ms"]["p99"],
+            }
+        )
     return rows
 
 
 def print_phases(phases):
-    print(f"{'phase':<12} {'ops':>6} {'MiB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>6} "
-          f"{'client cpu s':>12} {'server cpu s':>12}")
+    print(
+        f"{'phase':<12} {'ops':>6} {'MiB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>6} "
+        f"{'client cpu s':>12} {'server cpu s':>12}"
+    )
     for p in phases:
         lat = p["latency_ms"] or {}
-        print(f"{p['name']:<12} {p['ops']:>6} {p['throughput_mib_s']:>8.1f} {lat.get('p50', 0):>8.2f} "
-              f"{lat.get('p99', 0):>8.2f} {lat.get('max', 0):>8.2f} {p['errors']:>6} {p['client_cpu_s']:>12.2f} "
-              f"{p['server_cpu_s']:>12.2f}")
+        print(
+            f"{p['name']:<12} {p['ops']:>6} {p['throughput_mib_s']:>8.1f} {lat.get('p50', 0):>8.2f} "
+            f"{lat.get('p99', 0):>8.2f} {lat.get('max', 0):>8.2f} {p['errors']:>6} {p['client_cpu_s']:>12.2f} "
+            f"{p['server_cpu_s']:>12.2f}"
+        )
 
 
 def print_comparison(rows):
-    print(f"{'phase':<12} {'server MiB/s':>12} {'direct MiB/s':>12} {'ratio':>6} {'server p99':>10} "
-          f"{'direct p99':>10} {'ratio':>6}")
+    print(
+        f"{'phase':<12} {'server MiB/s':>12} {'direct MiB/s':>12} {'ratio':>6} {'server p99':>10} "
+        f"{'direct p99':>10} {'ratio':>6}"
+    )
     for r in rows:
-        print(f"{r['phase']:<12} {r['server_mib_s']:>12.1f} {r['direct_mib_s']:>12.1f} "
-              f"{r['throughput_server_over_direct']:>6.2f} {r['server_p99_ms']:>10.2f} {r['direct_p99_ms']:>10.2f} "
-              f"{r['p99_server_over_direct']:>6.2f}")
+        print(
+            f"{r['phase']:<12} {r['server_mib_s']:>12.1f} {r['direct_mib_s']:>12.1f} "
+            f"{r['throughput_server_over_direct']:>6.2f} {r['server_p99_ms']:>10.2f} {r['direct_p99_ms']:>10.2f} "
+            f"{r['p99_server_over_direct']:>6.2f}"
+        )
 
 
 def main():
@@ -232,12 +257,19 @@ def main():
     print(f"server peak RSS (VmHWM): {peak_rss_mib:.0f} MiB")
     result = {
         "store": args.store,
-        "config": {"count": args.count, "large_mb": args.large_mb, "small_kb": args.small_kb,
-                   "small_count": args.count * args.large_mb * 1024 // args.small_kb,
-                   "concurrency": args.concurrency, "cpus": os.cpu_count(),
-                   "load_average_at_start": load_at_start,
-                   "saltblob": subprocess.run([args.saltblob, "--version"], capture_output=True, text=True).stdout.strip(),
-                   "client": "boto3 (SigV4, path-style, defaults otherwise)"},
+        "config": {
+            "count": args.count,
+            "large_mb": args.large_mb,
+            "small_kb": args.small_kb,
+            "small_count": args.count * args.large_mb * 1024 // args.small_kb,
+            "concurrency": args.concurrency,
+            "cpus": os.cpu_count(),
+            "load_average_at_start": load_at_start,
+            "saltblob": subprocess.run(
+                [args.saltblob, "--version"], capture_output=True, text=True, check=False
+            ).stdout.strip(),
+            "client": "boto3 (SigV4, path-style, defaults otherwise)",
+        },
         "server": {"phases": phases, "peak_rss_mib": peak_rss_mib},
         "direct": None,
         "comparison": [],

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from s3util import REGION, empty_and_delete, make_client, new_bucket_name
 from saltblob_server import Server
 
@@ -70,9 +69,7 @@ class AwsCli:
         credentials = config_dir / "credentials"
         credentials.write_text("[default]\n")
         self.endpoint = server.endpoint
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith("AWS_")
-        } | {
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
             "AWS_CONFIG_FILE": str(config),
             "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
             "AWS_ACCESS_KEY_ID": server.access_key,
@@ -87,6 +84,7 @@ class AwsCli:
         done = subprocess.run(
             [self.executable, "--endpoint-url", self.endpoint, *args],
             env=self.env,
+            check=False,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -99,13 +99,13 @@ def empty_and_delete(client, name):
     try:
         for upload in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
             client.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    except Exception:  # noqa: BLE001 - cleanup only
-        pass
+    except Exception as e:  # noqa: BLE001 - cleanup only
+        print(f"cleanup of bucket {name}: {e}")
     try:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if keys:
                 client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
         client.delete_bucket(Bucket=name)
-    except Exception:  # noqa: BLE001 - cleanup only
-        pass
+    except Exception as e:  # noqa: BLE001 - cleanup only
+        print(f"cleanup of bucket {name}: {e}")

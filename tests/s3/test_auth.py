@@ -7,7 +7,6 @@ import time
 import boto3
 import botocore
 import botocore.config
-
 from s3util import REGION, make_client, pattern_bytes, s3_error
 
 

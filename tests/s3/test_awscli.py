@@ -5,7 +5,6 @@ tree, `aws s3 ls` with prefixes; and the server's peak memory during the big upl
 import os
 
 import pytest
-
 from s3util import MIB, empty_and_delete, file_multipart_etag, file_sha256, write_pattern_file
 
 KIB = 1024
@@ -26,8 +25,14 @@ def big_upload(aws, s3, server, work_dir, tmp_path_factory, big_file_mib):
         aws("s3", "cp", "--only-show-errors", str(src), f"s3://{bucket}/big/file.bin")
         peak_rss_mib = server.peak_rss_kib() / 1024
         (work_dir / "rss-after-big-upload").write_text(f"{peak_rss_mib:.0f} MiB after the {big_file_mib} MiB upload")
-        yield {"bucket": bucket, "key": "big/file.bin", "src": src, "size": size, "sha256": sha256,
-               "peak_rss_mib": peak_rss_mib}
+        yield {
+            "bucket": bucket,
+            "key": "big/file.bin",
+            "src": src,
+            "size": size,
+            "sha256": sha256,
+            "peak_rss_mib": peak_rss_mib,
+        }
     finally:
         src.unlink(missing_ok=True)
         empty_and_delete(s3, bucket)

@@ -8,7 +8,6 @@ import os
 import subprocess
 
 import pytest
-
 from s3util import MIB, make_client, multipart_etag, pattern_bytes, s3_error
 from saltblob_server import Server, sibling_store
 
@@ -90,9 +89,10 @@ def test_bad_completions_are_refused_and_keep_the_upload(s3, bucket):
 
 
 def test_unknown_upload_id_is_no_such_upload(s3, bucket):
-    assert s3_error(
-        s3.upload_part, Bucket=bucket, Key="k", UploadId="no-such-upload", PartNumber=1, Body=b"x"
-    ) == ("NoSuchUpload", 404)
+    assert s3_error(s3.upload_part, Bucket=bucket, Key="k", UploadId="no-such-upload", PartNumber=1, Body=b"x") == (
+        "NoSuchUpload",
+        404,
+    )
     assert s3_error(s3.list_parts, Bucket=bucket, Key="k", UploadId="no-such-upload") == ("NoSuchUpload", 404)
 
 
@@ -103,6 +103,7 @@ def saltblob_json(saltblob_bin, store_url, *args):
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert done.returncode == 0, f"saltblob {' '.join(args)} failed:\n{done.stderr}"
     return json.loads(done.stdout.splitlines()[-1])

@@ -7,7 +7,6 @@ import datetime
 import hashlib
 
 import pytest
-
 from s3util import MIB, md5_etag, pattern_bytes, s3_error
 
 SIZES = {"inline": 1_000, "chunked": 300_000, "salted": 9 * MIB + 123}
@@ -135,9 +134,10 @@ def test_copy_object(s3, stored):
         )
         # The source is untouched.
         assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == data
-        assert s3_error(
-            s3.copy_object, Bucket=other, Key="x", CopySource={"Bucket": bucket, "Key": "absent"}
-        ) == ("NoSuchKey", 404)
+        assert s3_error(s3.copy_object, Bucket=other, Key="x", CopySource={"Bucket": bucket, "Key": "absent"}) == (
+            "NoSuchKey",
+            404,
+        )
     finally:
         for k in ("copied", "x"):
             s3.delete_object(Bucket=other, Key=k)
@@ -149,15 +149,17 @@ def b64md5(data):
 
 
 def test_bad_content_md5_is_bad_digest_and_stores_nothing(s3, bucket):
-    assert s3_error(
-        s3.put_object, Bucket=bucket, Key="new", Body=b"the body", ContentMD5=b64md5(b"another body")
-    ) == ("BadDigest", 400)
+    assert s3_error(s3.put_object, Bucket=bucket, Key="new", Body=b"the body", ContentMD5=b64md5(b"another body")) == (
+        "BadDigest",
+        400,
+    )
     assert s3_error(s3.head_object, Bucket=bucket, Key="new") == ("404", 404)
     # Over an existing object: the old version stays.
     s3.put_object(Bucket=bucket, Key="old", Body=b"old body", ContentMD5=b64md5(b"old body"))
-    assert s3_error(
-        s3.put_object, Bucket=bucket, Key="old", Body=b"new body", ContentMD5=b64md5(b"not it")
-    ) == ("BadDigest", 400)
+    assert s3_error(s3.put_object, Bucket=bucket, Key="old", Body=b"new body", ContentMD5=b64md5(b"not it")) == (
+        "BadDigest",
+        400,
+    )
     assert s3.get_object(Bucket=bucket, Key="old")["Body"].read() == b"old body"
 
 
