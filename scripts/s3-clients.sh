@@ -72,6 +72,7 @@ ensure_venv() {
 work=$(mktemp -d -t saltblob-s3.XXXXXX)
 
 # Stops every server the tests left running (their pid files), then removes the scratch directory.
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local f pid
   for f in "$work"/*.pid; do
