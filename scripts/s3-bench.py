@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "s3"))
 
-from s3util import MIB, make_client
+from s3util import MIB, ignore_aws_configuration, make_client
 from saltblob_server import Server, sibling_store
 
 BUCKET = "s3-bench"
@@ -240,6 +240,7 @@ def print_comparison(rows):
 
 def main():
     args = parse_args()
+    ignore_aws_configuration()
     work = Path(args.work)
     load_at_start = os.getloadavg()
     server = Server(args.saltblob, args.store, work / "s3-bench-server.log", pid_dir=work)

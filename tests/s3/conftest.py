@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from s3util import REGION, empty_and_delete, make_client, new_bucket_name
+from s3util import REGION, empty_and_delete, ignore_aws_configuration, make_client, new_bucket_name
 from saltblob_server import Server
+
+ignore_aws_configuration()
 
 
 def required_env(name):

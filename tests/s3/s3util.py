@@ -2,6 +2,7 @@
 and the S3 error a boto3 call raised."""
 
 import hashlib
+import os
 import random
 import struct
 import uuid
@@ -69,6 +70,15 @@ def s3_error(call, *args, **kwargs):
         call(*args, **kwargs)
     response = caught.value.response
     return response["Error"].get("Code"), response["ResponseMetadata"].get("HTTPStatusCode")
+
+
+def ignore_aws_configuration():
+    """Makes boto3 in this process read no ~/.aws files and no AWS_* variables of the caller's: every client
+    setting the tests and the bench depend on is passed explicitly."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        del os.environ[name]
+    os.environ["AWS_CONFIG_FILE"] = os.devnull
+    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
 def make_client(endpoint, access_key, secret_key):

@@ -106,6 +106,7 @@ def saltblob_json(saltblob_bin, store_url, *args):
         check=False,
     )
     assert done.returncode == 0, f"saltblob {' '.join(args)} failed:\n{done.stderr}"
+    assert done.stdout.strip(), f"saltblob {' '.join(args)} printed no JSON:\n{done.stderr}"
     return json.loads(done.stdout.splitlines()[-1])
 
 
