@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from s3util import MIB, make_client, multipart_etag, pattern_bytes, s3_error
+from s3util import MIB, make_client, multipart_etag, new_bucket_name, pattern_bytes, s3_error
 from saltblob_server import Server, sibling_store
 
 PART = 5 * MIB  # S3's smallest part but the last
@@ -88,7 +88,8 @@ def test_bad_completions_are_refused_and_keep_the_upload(s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="mp/bad")["Body"].read() == b"".join(parts)
 
 
-def test_unknown_upload_id_is_no_such_upload(s3, bucket):
+def test_unknown_upload_is_no_such_upload_missing_bucket_no_such_bucket(s3, bucket):
+    assert s3_error(s3.create_multipart_upload, Bucket=new_bucket_name(), Key="k") == ("NoSuchBucket", 404)
     assert s3_error(s3.upload_part, Bucket=bucket, Key="k", UploadId="no-such-upload", PartNumber=1, Body=b"x") == (
         "NoSuchUpload",
         404,
