@@ -102,7 +102,7 @@ fi
 echo "== s3-clients: pytest tests/s3 against saltblob serve on $store_url (big file ${S3_BIG_FILE_MIB:-1024} MiB)"
 status=0
 env SALTBLOB_BIN="$bin" S3_TEST_STORE="$store_url" S3_TEST_WORK="$work" \
-  "$venv/bin/python" -m pytest tests/s3 -v -p no:cacheprovider --basetemp "$work/pytest" "$@" || status=$?
+  "$venv/bin/python" -m pytest tests/s3 -v --durations=5 -p no:cacheprovider --basetemp "$work/pytest" "$@" || status=$?
 if [ -f "$work/rss-after-big-upload" ]; then
   echo "== s3-clients: server peak RSS (VmHWM) $(<"$work/rss-after-big-upload") (bound ${S3_RSS_LIMIT_MIB:-512} MiB)"
 fi

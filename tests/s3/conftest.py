@@ -67,7 +67,10 @@ class AwsCli:
 
     def __init__(self, server, config_dir):
         config = config_dir / "config"
-        config.write_text(f"[default]\nregion = {REGION}\ns3 =\n    addressing_style = path\n")
+        # No retries, as for the boto3 clients: an error shows as it is, at once.
+        config.write_text(
+            f"[default]\nregion = {REGION}\nretry_mode = standard\nmax_attempts = 1\ns3 =\n    addressing_style = path\n"
+        )
         credentials = config_dir / "credentials"
         credentials.write_text("[default]\n")
         self.endpoint = server.endpoint
