@@ -147,7 +147,8 @@ def bench_through_server(s3, args, server_pid):
         keys = [f"{size_name}/{i:06}" for i in range(count)]
         for op_name, make_op, what in (("write", put_op, "PutObject"), ("read", get_op, "GetObject")):
             operations = [make_op(s3, key, base, i) for i, key in enumerate(keys)]
-            description = f"{count} {what} of {human(size)}, {in_flight}" + (", bytes compared" * (op_name == "read"))
+            checked = ", bytes compared" if op_name == "read" else ""
+            description = f"{count} {what} of {human(size)}, {in_flight}{checked}"
             phases.append(run_phase(f"{size_name}_{op_name}", description, operations, size, concurrency, server_pid))
         delete_keys(s3, keys)
     return phases
