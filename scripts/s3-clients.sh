@@ -18,7 +18,7 @@
 #                      scripts/env.sh sets it)
 #   SALTBLOB_CACHE     where the virtual environment lives (default ~/.cache/saltblob; it is venv-s3 there)
 #   S3_BIG_FILE_MIB    size of the `aws s3 cp` round-trip file (default 1024)
-#   S3_RSS_LIMIT_MIB   bound on the server's peak RSS after that upload (default 512; why: tests/s3/test_awscli.py)
+#   S3_RSS_LIMIT_MIB   bound on the server's peak RSS after that upload (default 256; why: tests/s3/test_awscli.py)
 #
 # Prints the server's peak resident memory (VmHWM) after the big upload and at the end of the session.
 set -euo pipefail
@@ -104,7 +104,7 @@ status=0
 env SALTBLOB_BIN="$bin" S3_TEST_STORE="$store_url" S3_TEST_WORK="$work" \
   "$venv/bin/python" -m pytest tests/s3 -v --durations=5 -p no:cacheprovider --basetemp "$work/pytest" "$@" || status=$?
 if [ -f "$work/rss-after-big-upload" ]; then
-  echo "== s3-clients: server peak RSS (VmHWM) $(<"$work/rss-after-big-upload") (bound ${S3_RSS_LIMIT_MIB:-512} MiB)"
+  echo "== s3-clients: server peak RSS (VmHWM) $(<"$work/rss-after-big-upload") (bound ${S3_RSS_LIMIT_MIB:-256} MiB)"
 fi
 if [ -f "$work/peak-rss-kib" ]; then
   echo "== s3-clients: server peak RSS (VmHWM) over the whole session $(($(<"$work/peak-rss-kib") / 1024)) MiB"

@@ -5,7 +5,7 @@ fresh bucket per test. scripts/s3-clients.sh sets the environment:
   S3_TEST_STORE        the store URL the session's server serves (rocksdb:///… or cql://…/keyspace)
   S3_TEST_WORK         a scratch directory: server logs, pid files (the script stops what they name), results
   S3_BIG_FILE_MIB      size of the `aws s3 cp` round trip file (default 1024)
-  S3_RSS_LIMIT_MIB     bound on the server's peak resident memory after that upload (default 512)
+  S3_RSS_LIMIT_MIB     bound on the server's peak resident memory after that upload (default 256)
 """
 
 import os
@@ -111,4 +111,4 @@ def big_file_mib():
 
 @pytest.fixture(scope="session")
 def rss_limit_mib():
-    return int(os.environ.get("S3_RSS_LIMIT_MIB", "512"))
+    return int(os.environ.get("S3_RSS_LIMIT_MIB", "256"))
