@@ -34,6 +34,9 @@ skips=()
 for t in "${fault_tests[@]}"; do skips+=(--skip "$t"); done
 step tests timeout 1800 cargo test --release --locked --workspace -- "${skips[@]}"
 step fault-tests timeout 1800 cargo test --release --locked --workspace -- --nocapture "${fault_tests[@]}"
+# Real S3 clients (boto3, awscli v1, from PyPI into a virtual environment) against `saltblob serve` on the embedded
+# store, with the 1 GiB `aws s3 cp` round trip and the server's peak RSS (scripts/s3-clients.sh).
+step s3-clients-embedded timeout 1500 scripts/s3-clients.sh
 
 # The cluster backend against a real Apache Cassandra 5.0 (jars from Maven Central, run by this machine's JVM on
 # loopback; see docs/cassandra.md). Every start has a bounded wait.
@@ -47,10 +50,22 @@ step cql-suite env TEST_CQL=127.0.0.1:9042 TEST_CQL_TLS_DIR="${SALTBLOB_CASSANDR
   --include-ignored --skip cluster:: --skip six_clients_putting_60_mib_at_once
 step cql-cli env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cli --test integration \
   cql:: -- --include-ignored
+# The same S3 client tests on Cassandra, with a 64 MiB file for `aws s3 cp` (still 8 parts) to keep the suite short.
+step s3-clients-cassandra env S3_BIG_FILE_MIB=64 timeout 1200 scripts/s3-clients.sh "cql://127.0.0.1:9042/s3clients_$(date +%s)"
 step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3
 step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 1200 \
   cargo test --release --locked -p saltblob-cql --test integration cluster:: -- --include-ignored --nocapture
 step cassandra-stop scripts/cassandra.sh stop
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
      /^setup: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     # pytest: "==== 3 failed, 30 passed, 1 skipped, 2 errors in 12.34s (0:00:12) ===="
+     /^=+ .* in [0-9.]+s( \([0-9:]+\))? =+$/ {
+       for (k = 2; k < NF; k++) {
+         w = $(k + 1)
+         sub(/,$/, "", w)
+         if (w == "passed") p += $k
+         else if (w == "failed" || w == "error" || w == "errors") f += $k
+         else if (w == "skipped") i += $k
+       }
+     }
      END { printf "saltblob: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Real S3 clients against `saltblob serve`: the pytest suite in tests/s3 (boto3, and awscli v1 run as a command),
+# or with --bench the S3 bench (scripts/s3-bench.py) next to `saltblob bench` on a second store of the same kind.
+# boto3, awscli and pytest come from PyPI, pinned in tests/s3/requirements.txt, into a virtual environment that is
+# reused while that file is unchanged.
+#
+#   scripts/s3-clients.sh [STORE_URL] [-- PYTEST_ARGS...]
+#   scripts/s3-clients.sh --bench [STORE_URL] [-- S3_BENCH_ARGS...]
+#
+# STORE_URL is rocksdb:///DIR or cql://HOST:9042/KEYSPACE; by default an embedded store in a fresh temporary
+# directory. The tests start the server themselves (tests/s3/saltblob_server.py: a free loopback port, fresh
+# credentials, at most 60 s to answer, else the failure shows the server's log) and stop it when done; should they
+# be killed first, this script stops every server whose pid file they left. The gc test and the bench's direct
+# run use a second store next to STORE_URL (directory "-SUFFIX", keyspace "_SUFFIX").
+#
+# Environment:
+#   SALTBLOB_BIN       the saltblob binary (default: $CARGO_TARGET_DIR/release/saltblob, CARGO_TARGET_DIR as
+#                      scripts/env.sh sets it)
+#   SALTBLOB_CACHE     where the virtual environment lives (default ~/.cache/saltblob; it is venv-s3 there)
+#   S3_BIG_FILE_MIB    size of the `aws s3 cp` round-trip file (default 1024)
+#   S3_RSS_LIMIT_MIB   bound on the server's peak RSS after that upload (default 256; why: tests/s3/test_awscli.py)
+#
+# Prints the server's peak resident memory (VmHWM) after the big upload and at the end of the session.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+mode=tests
+if [ "${1:-}" = --bench ]; then
+  mode=bench
+  shift
+fi
+store_url=
+if [ $# -gt 0 ] && [ "$1" != -- ]; then
+  store_url=$1
+  shift
+fi
+[ "${1:-}" = -- ] && shift
+
+bin=${SALTBLOB_BIN:-$CARGO_TARGET_DIR/release/saltblob}
+if [ ! -x "$bin" ]; then
+  echo "error: no saltblob binary at $bin: build it (cargo build --release --locked -p saltblob-cli) or set SALTBLOB_BIN" >&2
+  exit 2
+fi
+bin=$(realpath "$bin")
+
+venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-s3
+requirements=tests/s3/requirements.txt
+
+# True if the environment exists, was installed from this very requirements file, and imports.
+venv_ready() {
+  [ -x "$venv/bin/python" ] && cmp -s "$venv/.saltblob-requirements" "$requirements" &&
+    "$venv/bin/python" -c 'import awscli, boto3, pytest' 2>/dev/null
+}
+
+ensure_venv() {
+  if venv_ready; then
+    echo "== s3-clients: virtual environment $venv is up to date"
+    return 0
+  fi
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "error: $(command -v python3) cannot create a virtual environment (no ensurepip); on Debian install python3-venv" >&2
+    exit 1
+  fi
+  echo "== s3-clients: creating $venv with $(python3 --version) and the packages of $requirements"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  cp "$requirements" "$venv/.saltblob-requirements"
+}
+
+work=$(mktemp -d -t saltblob-s3.XXXXXX)
+
+# Stops every server the tests left running (their pid files), then removes the scratch directory.
+# shellcheck disable=SC2317 # run by the EXIT trap
+cleanup() {
+  local f pid
+  for f in "$work"/*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(<"$f")
+    kill -TERM "$pid" 2>/dev/null || continue
+    for _ in $(seq 1 150); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+ensure_venv
+store_url=${store_url:-rocksdb://$work/store}
+
+if [ "$mode" = bench ]; then
+  "$venv/bin/python" scripts/s3-bench.py --saltblob "$bin" --store "$store_url" --work "$work" "$@"
+  exit
+fi
+
+echo "== s3-clients: pytest tests/s3 against saltblob serve on $store_url (big file ${S3_BIG_FILE_MIB:-1024} MiB)"
+status=0
+env SALTBLOB_BIN="$bin" S3_TEST_STORE="$store_url" S3_TEST_WORK="$work" \
+  "$venv/bin/python" -m pytest tests/s3 -v --durations=5 -p no:cacheprovider --basetemp "$work/pytest" "$@" || status=$?
+if [ -f "$work/rss-after-big-upload" ]; then
+  echo "== s3-clients: server peak RSS (VmHWM) $(<"$work/rss-after-big-upload") (bound ${S3_RSS_LIMIT_MIB:-256} MiB)"
+fi
+if [ -f "$work/peak-rss-kib" ]; then
+  echo "== s3-clients: server peak RSS (VmHWM) over the whole session $(($(<"$work/peak-rss-kib") / 1024)) MiB"
+fi
+if [ "$status" != 0 ] && [ -f "$work/server.log" ]; then
+  echo "== s3-clients: last lines of the server's log"
+  tail -n 30 "$work/server.log"
+fi
+exit "$status"
