@@ -92,7 +92,12 @@ async fn parts_compose_into_one_object_without_copying() {
     assert_eq!(listed.status, 200, "{}", listed.text());
     assert_eq!(listed.xml("PartNumber"), ["1", "2", "3"]);
     let uploads = c.call("GET", "/bkt").query("uploads", "").send().await;
-    assert_eq!(uploads.xml("UploadId"), vec![id.clone()], "{}", uploads.text());
+    assert_eq!(
+        uploads.xml("UploadId"),
+        vec![id.clone()],
+        "{}",
+        uploads.text()
+    );
 
     let key = b"s3/o/bkt/movie.mp4";
     let before = stored_chunks(&s, key).await;

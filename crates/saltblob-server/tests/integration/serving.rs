@@ -160,6 +160,8 @@ async fn an_empty_put_expecting_continue_closes_its_connection() {
             "body {body:?}: {:?}",
             r.headers
         );
+    }
+}
 
 /// A log writer that keeps what it is given.
 #[derive(Clone, Default)]
