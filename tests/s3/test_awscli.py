@@ -3,6 +3,7 @@ over 8 MiB into 8 MiB parts and downloads them with ranged GETs, 10 at a time), 
 tree, `aws s3 ls` with prefixes; and the server's peak memory during the big upload."""
 
 import os
+import time
 
 import pytest
 from s3util import MIB, empty_and_delete, file_multipart_etag, file_sha256, write_pattern_file
@@ -80,10 +81,14 @@ TREE = {
 
 def make_tree(root):
     hashes = {}
+    # Written a minute "ago": `aws s3 sync` uploads a file again if it is newer than the object's Last-Modified,
+    # which has whole seconds (as S3's), so a file written in the second of its upload would look newer.
+    before = time.time() - 60
     for index, (rel, size) in enumerate(sorted(TREE.items())):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         hashes[rel] = write_pattern_file(path, size, seed=100 + index)
+        os.utime(path, (before, before))
     return hashes
 
 

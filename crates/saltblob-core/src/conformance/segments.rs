@@ -233,7 +233,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
     );
     let cleaner = store(&backend, config);
     let parts = [data(100 * KIB as usize, 5), data(10 * KIB as usize, 6)];
-    let segments = put_segments(&composer, &key, &parts, Duration::from_secs(1)).await;
+    let segments = put_segments(&composer, &key, &parts, Duration::from_secs(5)).await;
 
     let commit = faulty.hold(Point::RecordWrite(Namespace::Manifest));
     let compose = tokio::spawn({
@@ -249,7 +249,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
         .expect("the commit landed; removing intents is best effort");
 
     // No version id is drawn from here on (see above).
-    clock.advance(Duration::from_secs(3));
+    clock.advance(Duration::from_secs(10));
     if backend.info().late_writes {
         clock.advance(Duration::from_micros(crate::reclaim::COMMIT_WINDOW_MICROS));
     }
