@@ -272,41 +272,14 @@ impl IntentLease {
             return self.check_claim();
         }
         let hold = commit_hold(inner);
-        let _turn = self.writing.lock().await;
-        let mut last_error = None;
-        for _ in 0..CLAIM_ATTEMPTS {
-            let current = {
-                let mut state = self.state.lock().map_err(|_| self.poisoned())?;
-                if let Some(why) = &state.lost {
-                    return Err(self.lost_error(why.clone()));
-                }
-                state.hold = hold;
-                state.intent
-            };
-            let claimed = Intent {
+        self.write_settled("the claim", |state| {
+            state.hold = hold;
+            Intent {
                 expires_micros: expiry(&*self.clock, self.lease, hold),
-                ..current
-            };
-            let outcome = self
-                .backend
-                .put_record(
-                    Namespace::Intent,
-                    &self.record_key,
-                    claimed.encode(),
-                    &Precondition::Equals(current.encode()),
-                )
-                .await;
-            match outcome {
-                Ok(outcome) => {
-                    if settle(&self.state, &self.progress, claimed, outcome)? {
-                        return Ok(());
-                    }
-                }
-                Err(e) if e.is_retryable() => last_error = Some(e),
-                Err(e) => return Err(e),
+                ..state.intent
             }
-        }
-        Err(last_error.unwrap_or_else(|| self.lost_error("the claim did not settle".into())))
+        })
+        .await
     }
 
     /// Succeeds while the claimed lease has at least a quarter of it left (before the hold): a manifest write
@@ -341,34 +314,46 @@ impl IntentLease {
             task.abort();
             let _ = task.await;
         }
+        let progress = Arc::clone(&self.progress);
+        self.write_settled("parking", |state| Intent {
+            expires_micros: until_micros,
+            chunks: progress.chunks.load(Ordering::Relaxed),
+            stored_bytes: progress.stored.load(Ordering::Relaxed),
+            ..state.intent
+        })
+        .await
+    }
+
+    /// Writes the intent `next` makes of the lease state with a compare-and-set from the value last written,
+    /// until it is in place ([`settle`]): tried again while the outcome is unknown or an own late write is found
+    /// in place. Fails with `IntentLost` once gc took the intent over; `what` names the write in errors.
+    async fn write_settled(
+        &self,
+        what: &str,
+        mut next: impl FnMut(&mut LeaseState) -> Intent,
+    ) -> Result<()> {
         let _turn = self.writing.lock().await;
         let mut last_error = None;
         for _ in 0..CLAIM_ATTEMPTS {
-            let current = {
-                let state = self.state.lock().map_err(|_| self.poisoned())?;
+            let (current, wanted) = {
+                let mut state = self.state.lock().map_err(|_| self.poisoned())?;
                 if let Some(why) = &state.lost {
                     return Err(self.lost_error(why.clone()));
                 }
-                state.intent
-            };
-            let parked = Intent {
-                expires_micros: until_micros,
-                chunks: self.progress.chunks.load(Ordering::Relaxed),
-                stored_bytes: self.progress.stored.load(Ordering::Relaxed),
-                ..current
+                (state.intent, next(&mut state))
             };
             let outcome = self
                 .backend
                 .put_record(
                     Namespace::Intent,
                     &self.record_key,
-                    parked.encode(),
+                    wanted.encode(),
                     &Precondition::Equals(current.encode()),
                 )
                 .await;
             match outcome {
                 Ok(outcome) => {
-                    if settle(&self.state, &self.progress, parked, outcome)? {
+                    if settle(&self.state, &self.progress, wanted, outcome)? {
                         return Ok(());
                     }
                 }
@@ -376,7 +361,7 @@ impl IntentLease {
                 Err(e) => return Err(e),
             }
         }
-        Err(last_error.unwrap_or_else(|| self.lost_error("parking did not settle".into())))
+        Err(last_error.unwrap_or_else(|| self.lost_error(format!("{what} did not settle"))))
     }
 
     /// Stops renewing and removes the intent (best effort: a leftover intent of a committed version is removed

@@ -38,7 +38,7 @@ use crate::body::Algorithm;
 use crate::error::from_store;
 use crate::keys::{MULTIPART_PREFIX, object_key};
 use crate::object::{
-    BodyChecks, ETAG_KEY, StoredHeaders, announced_trailer, checksum_of, finish_put,
+    ETAG_KEY, StoredHeaders, announced_trailer, body_checks, checksum_of, finish_put,
     last_modified_of, user_metadata, verified_body,
 };
 use crate::s3::SaltS3;
@@ -55,7 +55,7 @@ const MAX_PART_NUMBER: i32 = 10_000;
 const MAX_LISTED: usize = 1000;
 /// Metadata key of an upload record's state.
 const STATE_KEY: &str = "s3:upload-state";
-/// Content type of the upload and part records.
+/// Content type of the part records (an upload record has the object's content type to be).
 const RECORD_TYPE: &str = "application/x-saltblob-upload";
 
 /// What an upload is doing, as its record says.
@@ -238,9 +238,22 @@ impl SaltS3 {
         if upload.state != State::Open {
             return Err(no_such_upload());
         }
-        let mut opts = PutOptions::new()
-            .with_condition(PutCondition::IfVersion(upload.manifest.version))
-            .with_content_type(RECORD_TYPE);
+        self.set_state(bucket, id, upload, state).await
+    }
+
+    /// Rewrites `upload`'s record with `state`, if it is still the version read.
+    ///
+    /// # Errors
+    /// `NoSuchUpload` when the record changed since it was read.
+    async fn set_state(
+        &self,
+        bucket: &str,
+        id: &str,
+        upload: &Upload,
+        state: State,
+    ) -> S3Result<()> {
+        let mut opts =
+            PutOptions::new().with_condition(PutCondition::IfVersion(upload.manifest.version));
         opts.metadata = upload.manifest.metadata.clone();
         opts.metadata
             .insert(STATE_KEY.to_owned(), state.name().to_owned());
@@ -384,18 +397,7 @@ impl SaltS3 {
         let late = LateMetadata::new();
         let (reader, outcome) = verified_body(
             input.body,
-            BodyChecks {
-                trailer: trailer.zip(req.trailing_headers),
-                checksums: [
-                    (Algorithm::Crc32, input.checksum_crc32),
-                    (Algorithm::Crc32c, input.checksum_crc32c),
-                    (Algorithm::Crc64Nvme, input.checksum_crc64nvme),
-                    (Algorithm::Sha1, input.checksum_sha1),
-                    (Algorithm::Sha256, input.checksum_sha256),
-                ],
-                algorithm: input.checksum_algorithm,
-                content_md5: input.content_md5,
-            },
+            body_checks!(input, trailer.zip(req.trailing_headers)),
             late.clone(),
         )?;
         // Parts are a large object's: they run in the bulk class, whatever their own size.
@@ -550,22 +552,7 @@ impl SaltS3 {
         if upload.state != State::Completing {
             return Ok(());
         }
-        let reopened = Upload {
-            state: State::Open,
-            manifest: upload.manifest.clone(),
-            key: upload.key.clone(),
-        };
-        let mut opts =
-            PutOptions::new().with_condition(PutCondition::IfVersion(upload.manifest.version));
-        opts.metadata = reopened.manifest.metadata.clone();
-        opts.metadata
-            .insert(STATE_KEY.to_owned(), State::Open.name().to_owned());
-        opts.content_type = reopened.manifest.content_type.clone();
-        self.store
-            .put(upload_key(bucket, id), upload.key.clone(), &opts)
-            .await
-            .map(|_| ())
-            .map_err(from_store)
+        self.set_state(bucket, id, upload, State::Open).await
     }
 
     pub(crate) async fn abort_multipart_upload(

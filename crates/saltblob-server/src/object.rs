@@ -402,18 +402,7 @@ impl SaltS3 {
         let late = LateMetadata::new();
         let (reader, outcome) = verified_body(
             input.body,
-            BodyChecks {
-                trailer: trailer.zip(req.trailing_headers),
-                checksums: [
-                    (Algorithm::Crc32, input.checksum_crc32),
-                    (Algorithm::Crc32c, input.checksum_crc32c),
-                    (Algorithm::Crc64Nvme, input.checksum_crc64nvme),
-                    (Algorithm::Sha1, input.checksum_sha1),
-                    (Algorithm::Sha256, input.checksum_sha256),
-                ],
-                algorithm: input.checksum_algorithm,
-                content_md5: input.content_md5,
-            },
+            body_checks!(input, trailer.zip(req.trailing_headers)),
             late.clone(),
         )?;
         let mut opts = PutOptions::new().with_late_metadata(late).with_condition(
@@ -622,6 +611,29 @@ pub(crate) fn announced_trailer(headers: &HeaderMap) -> Option<Algorithm> {
         .and_then(|v| v.to_str().ok())
         .and_then(Algorithm::parse)
 }
+
+/// The [`BodyChecks`] of an S3 input with a body's checksum fields (PutObjectInput, UploadPartInput), whose
+/// fields it moves out; `$trailer` is the announced trailer with its handle.
+macro_rules! body_checks {
+    ($input:ident, $trailer:expr) => {
+        $crate::object::BodyChecks {
+            trailer: $trailer,
+            checksums: [
+                ($crate::body::Algorithm::Crc32, $input.checksum_crc32),
+                ($crate::body::Algorithm::Crc32c, $input.checksum_crc32c),
+                (
+                    $crate::body::Algorithm::Crc64Nvme,
+                    $input.checksum_crc64nvme,
+                ),
+                ($crate::body::Algorithm::Sha1, $input.checksum_sha1),
+                ($crate::body::Algorithm::Sha256, $input.checksum_sha256),
+            ],
+            algorithm: $input.checksum_algorithm,
+            content_md5: $input.content_md5,
+        }
+    };
+}
+pub(crate) use body_checks;
 
 /// What a put's body (PutObject, UploadPart) must match: its checksum headers, the checksum of its
 /// `aws-chunked` trailer, the checksum to compute (`x-amz-checksum-algorithm`) and Content-MD5.
