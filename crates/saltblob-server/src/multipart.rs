@@ -39,7 +39,7 @@ use crate::error::from_store;
 use crate::keys::{MULTIPART_PREFIX, object_key};
 use crate::object::{
     ETAG_KEY, StoredHeaders, announced_trailer, body_checks, checksum_of, finish_put,
-    last_modified_of, user_metadata, verified_body,
+    last_modified_of, stored_checksums, user_metadata, verified_body,
 };
 use crate::s3::SaltS3;
 use s3s::crypto::{Checksum as _, Md5};
@@ -147,12 +147,13 @@ impl StoredPart {
     }
 
     fn to_part(&self) -> Part {
+        let sums = stored_checksums(&self.manifest);
         Part {
-            checksum_crc32: checksum_of(&self.manifest, Algorithm::Crc32),
-            checksum_crc32c: checksum_of(&self.manifest, Algorithm::Crc32c),
-            checksum_crc64nvme: checksum_of(&self.manifest, Algorithm::Crc64Nvme),
-            checksum_sha1: checksum_of(&self.manifest, Algorithm::Sha1),
-            checksum_sha256: checksum_of(&self.manifest, Algorithm::Sha256),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
             e_tag: Some(ETag::Strong(self.md5_hex().to_owned())),
             last_modified: Some(last_modified_of(&self.manifest)),
             part_number: Some(self.number),
@@ -322,7 +323,8 @@ impl SaltS3 {
         }
     }
 
-    /// Discards `parts`' segments of `key` and deletes their records, then the upload record (best effort
+    /// Discards the segments of the `parts` of `key` that `discard` picks (the others belong to a composed
+    /// object) and deletes the parts' records, then the upload record (best effort
     /// for the records: a failure is logged, and the records stay for an abort or the sweep to remove).
     async fn remove_upload(
         &self,
@@ -330,10 +332,12 @@ impl SaltS3 {
         id: &str,
         key: &str,
         parts: &[StoredPart],
-        discard: bool,
+        discard: impl Fn(&StoredPart) -> bool,
     ) {
         for part in parts {
-            if discard && let Err(e) = self.store.discard_segment(key, &part.segment).await {
+            if discard(part)
+                && let Err(e) = self.store.discard_segment(key, &part.segment).await
+            {
                 tracing::warn!(upload = id, part = part.number, error = %e, "could not discard a part (gc reclaims it after its lease)");
                 continue;
             }
@@ -450,13 +454,14 @@ impl SaltS3 {
             let _ = self.store.delete(&record).await;
             return Err(no_such_upload());
         }
+        let sums = stored_checksums(&stored);
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(etag)),
-            checksum_crc32: checksum_of(&stored, Algorithm::Crc32),
-            checksum_crc32c: checksum_of(&stored, Algorithm::Crc32c),
-            checksum_crc64nvme: checksum_of(&stored, Algorithm::Crc64Nvme),
-            checksum_sha1: checksum_of(&stored, Algorithm::Sha1),
-            checksum_sha256: checksum_of(&stored, Algorithm::Sha256),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
             ..UploadPartOutput::default()
         }))
     }
@@ -525,14 +530,12 @@ impl SaltS3 {
             }
         };
         // The parts left out of the object are given up; the others now belong to it.
+        // (Part numbers are ascending: `choose_parts` checked.)
         let chosen_numbers: Vec<i32> = chosen.iter().map(|p| p.number).collect();
-        let (kept, dropped): (Vec<StoredPart>, Vec<StoredPart>) = stored
-            .into_iter()
-            .partition(|p| chosen_numbers.contains(&p.number));
-        self.remove_upload(&input.bucket, &input.upload_id, &key, &dropped, true)
-            .await;
-        self.remove_upload(&input.bucket, &input.upload_id, &key, &kept, false)
-            .await;
+        self.remove_upload(&input.bucket, &input.upload_id, &key, &stored, |p| {
+            chosen_numbers.binary_search(&p.number).is_err()
+        })
+        .await;
         tracing::debug!(
             size = manifest.size,
             segments = chosen_numbers.len(),
@@ -578,7 +581,7 @@ impl SaltS3 {
                 .await?;
         }
         let parts = self.all_parts(bucket, id).await?;
-        self.remove_upload(bucket, id, key, &parts, true).await;
+        self.remove_upload(bucket, id, key, &parts, |_| true).await;
         Ok(())
     }
 
@@ -730,7 +733,7 @@ impl SaltS3 {
                     let parts = self.all_parts(&bucket, &id).await?;
                     // A completing upload whose compose committed owns its parts: discarding them then is
                     // harmless (the reclaimer leaves chunks the current version owns).
-                    self.remove_upload(&bucket, &id, &object, &parts, true)
+                    self.remove_upload(&bucket, &id, &object, &parts, |_| true)
                         .await;
                     removed += 1;
                 }

@@ -140,6 +140,18 @@ pub(crate) fn checksum_of(m: &Manifest, algorithm: Algorithm) -> Option<String> 
         .cloned()
 }
 
+/// Every checksum stored with `m` (PutObject, UploadPart), as s3s returns them.
+pub(crate) fn stored_checksums(m: &Manifest) -> s3s::dto::Checksum {
+    s3s::dto::Checksum {
+        checksum_crc32: checksum_of(m, Algorithm::Crc32),
+        checksum_crc32c: checksum_of(m, Algorithm::Crc32c),
+        checksum_crc64nvme: checksum_of(m, Algorithm::Crc64Nvme),
+        checksum_sha1: checksum_of(m, Algorithm::Sha1),
+        checksum_sha256: checksum_of(m, Algorithm::Sha256),
+        ..s3s::dto::Checksum::default()
+    }
+}
+
 /// The priority class the store reads or writes `m`'s chunks in: `bulk` for a salted (large) blob.
 pub(crate) fn class_of(m: &Manifest) -> &'static str {
     match m.layout() {
@@ -218,14 +230,11 @@ struct Attributes {
 impl Attributes {
     /// The attributes of `m`; its checksums only when `with_checksums` (ChecksumMode ENABLED on a whole read).
     fn of(m: &Manifest, with_checksums: bool) -> Self {
-        let mut checksums = s3s::dto::Checksum::default();
-        if with_checksums {
-            checksums.checksum_crc32 = checksum_of(m, Algorithm::Crc32);
-            checksums.checksum_crc32c = checksum_of(m, Algorithm::Crc32c);
-            checksums.checksum_crc64nvme = checksum_of(m, Algorithm::Crc64Nvme);
-            checksums.checksum_sha1 = checksum_of(m, Algorithm::Sha1);
-            checksums.checksum_sha256 = checksum_of(m, Algorithm::Sha256);
-        }
+        let checksums = if with_checksums {
+            stored_checksums(m)
+        } else {
+            s3s::dto::Checksum::default()
+        };
         Self {
             etag: etag_of(m),
             last_modified: last_modified_of(m),
