@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::config::parse_size;
-use crate::layout::KIB;
+use crate::layout::{KIB, Layout};
 use crate::{Error, Result};
 
 /// The class of an operation, by name: [`PriorityClass::interactive`], [`PriorityClass::bulk`], or a class
@@ -31,6 +31,17 @@ impl PriorityClass {
     /// The built-in class of large transfers: salted blobs, streams that turn out large, gc, fsck and reclaim.
     pub fn bulk() -> Self {
         Self(Arc::from(BULK))
+    }
+
+    /// The class a blob's reads and writes run in by default (no class named by the operation or the store):
+    /// `interactive` for an inline or single-partition `layout`, `bulk` for a salted one or one not known yet (a
+    /// stream longer than its read-ahead). The one rule for puts, reads and the S3 server's labels.
+    pub fn for_layout(layout: Option<Layout>) -> Self {
+        match layout {
+            Some(Layout::Inline) => Self::interactive(),
+            Some(Layout::Chunked(l)) if l.salt_count == 1 => Self::interactive(),
+            _ => Self::bulk(),
+        }
     }
 
     /// A class by name; fails with [`Error::InvalidArgument`] naming `priority` if the name is malformed.

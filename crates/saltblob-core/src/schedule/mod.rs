@@ -208,19 +208,24 @@ impl Scheduler {
             .ok_or_else(|| crate::Error::invalid("priority", format!("unknown class \"{class}\"")))
     }
 
-    /// The class an operation runs in: the one it names, else the store's default, else `by_layout`. `None` when
-    /// scheduling is off.
+    /// The class an operation runs in: the one it names, else the store's default, else `by_layout` (see
+    /// [`PriorityClass::for_layout`]). `None` when scheduling is off.
     pub(crate) fn choose(
         &self,
         named: Option<&PriorityClass>,
-        by_layout: fn() -> PriorityClass,
+        by_layout: PriorityClass,
     ) -> Result<Option<ClassTag>> {
-        let class = named
-            .or(self.config.default_class.as_ref())
-            .cloned()
-            .unwrap_or_else(by_layout);
+        let class = self.resolve(named, by_layout);
         let tag = self.tag(&class)?;
         Ok(self.enabled().then_some(tag))
+    }
+
+    /// The class `named`, else the store's default, else `by_layout`, whether scheduling is on or off.
+    pub(crate) fn resolve(&self, named: Option<&PriorityClass>, by_layout: PriorityClass) -> PriorityClass {
+        named
+            .or(self.config.default_class.as_ref())
+            .cloned()
+            .unwrap_or(by_layout)
     }
 
     /// Raw chunk bytes of one backend call in `class`: `batch_bytes`, or at most

@@ -224,7 +224,7 @@ impl BlobStore {
         // An unknown class fails before the stream is read.
         self.inner
             .sched
-            .choose(opts.priority.as_ref(), PriorityClass::interactive)?;
+            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
         let (head, eof) = write::read_head(&self.inner, &policy, opts, &mut reader).await?;
         let class = write::class_for(&self.inner, &policy, opts, head.len() as u64, eof)?;
         let put = write::put(
@@ -326,7 +326,7 @@ impl BlobStore {
     ) -> Result<BlobStream> {
         let key = validate_key(key.as_ref())?;
         let sched = &self.inner.sched;
-        let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive)?;
+        let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive())?;
         let manifest = schedule::in_class(manifest_class, self.current(&key)).await?;
         let range = match opts.range {
             Some(range) => range.resolve(manifest.size),
@@ -340,10 +340,7 @@ impl BlobStore {
                 size: manifest.size,
             });
         }
-        let by_layout = match manifest.layout() {
-            Layout::Chunked(l) if l.salt_count > 1 => PriorityClass::bulk,
-            _ => PriorityClass::interactive,
-        };
+        let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
         let class = sched.choose(opts.priority.as_ref(), by_layout)?;
         Ok(read::stream_version(
             &self.inner,
@@ -377,7 +374,18 @@ impl BlobStore {
     /// consumed: memory stays bounded by one page, however many keys there are. A failed scan ends the stream
     /// with its error; a damaged manifest does not (see [`ListEntry::manifest`]).
     pub fn list_stream<'a>(&'a self, prefix: &'a [u8]) -> BoxStream<'a, Result<ListEntry>> {
-        let pages = self.inner.scan(Namespace::Manifest, prefix, None);
+        self.list_stream_after(prefix, None)
+    }
+
+    /// Like [`BlobStore::list_stream`], but only the keys after `start_after` (exclusive) when given: a listing
+    /// resumed from a marker or a continuation token, or one that skips past a common prefix, as object_store's
+    /// `list_with_offset`.
+    pub fn list_stream_after<'a>(
+        &'a self,
+        prefix: &'a [u8],
+        start_after: Option<Bytes>,
+    ) -> BoxStream<'a, Result<ListEntry>> {
+        let pages = self.inner.scan(Namespace::Manifest, prefix, start_after);
         stream::try_unfold(pages, async |mut pages| {
             Ok::<_, Error>(pages.next_page().await?.map(|page| (page, pages)))
         })
@@ -400,6 +408,15 @@ impl BlobStore {
             .scan_records(Namespace::Manifest, prefix, start_after, limit)
             .await?;
         Ok(self.live_entries(records))
+    }
+
+    /// The class the reads of `manifest`'s blob run in when the operation names none: the store's default class
+    /// (`priority=`), else by its layout ([`PriorityClass::for_layout`]). What a server reports as the class a
+    /// request of this blob ran in.
+    pub fn class_of(&self, manifest: &Manifest) -> PriorityClass {
+        self.inner
+            .sched
+            .resolve(None, PriorityClass::for_layout(Some(manifest.layout())))
     }
 
     /// How `key` is laid out: layout kind, chunk geometry and bytes per salt.
@@ -484,7 +501,7 @@ impl BlobStore {
         // The default class was checked when the store was built, and `bulk` always exists.
         self.inner
             .sched
-            .choose(None, PriorityClass::bulk)
+            .choose(None, PriorityClass::bulk())
             .ok()
             .flatten()
     }
@@ -520,6 +537,56 @@ mod tests {
     use crate::manifest::ManifestBody;
     use crate::records::PAGE;
     use crate::{LayoutPolicy, MemoryStore, PutOptions};
+
+    /// A listing resumed after a key lists only the keys after it, across pages, and a marker before the prefix
+    /// or past its last key lists all or none.
+    #[tokio::test]
+    async fn list_stream_after_starts_past_its_marker() {
+        let store = BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let total = PAGE + 3;
+        for i in 0..total {
+            store
+                .put(format!("k{i:05}"), &b"v"[..], &PutOptions::new())
+                .await
+                .expect("put");
+        }
+        store.put("l", &b"v"[..], &PutOptions::new()).await.expect("put");
+        let keys = async |after: Option<&str>| -> Vec<Bytes> {
+            let after = after.map(|a| Bytes::copy_from_slice(a.as_bytes()));
+            let listed: Vec<ListEntry> = store
+                .list_stream_after(b"k", after)
+                .try_collect()
+                .await
+                .expect("list");
+            listed.into_iter().map(|e| e.key).collect()
+        };
+        let after_two = keys(Some("k00002")).await;
+        assert_eq!(after_two.len(), total - 3);
+        assert_eq!(after_two.first().map(|k| &k[..]), Some(&b"k00003"[..]));
+        assert_eq!(after_two.last().map(|k| &k[..]), Some(format!("k{:05}", total - 1).as_bytes()));
+        assert_eq!(keys(Some("a")).await.len(), total);
+        assert_eq!(keys(None).await.len(), total);
+        assert!(keys(Some(&format!("k{:05}", total - 1))).await.is_empty());
+    }
+
+    /// The class of a blob's reads: the store's default class when it has one, else by layout.
+    #[tokio::test]
+    async fn class_of_is_the_store_default_else_the_layout() {
+        let policy = LayoutPolicy::default();
+        let small = vec![1u8; 10];
+        let salted = vec![2u8; (policy.fanout_threshold + 1) as usize];
+        let by_layout = BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let mut config = StoreConfig::default();
+        config.scheduler = config.scheduler.with_default_class(PriorityClass::bulk());
+        let all_bulk = BlobStore::new(Arc::new(MemoryStore::new()), config).expect("store");
+        for (store, small_class) in [(&by_layout, "interactive"), (&all_bulk, "bulk")] {
+            let m = store.put("s", small.clone(), &PutOptions::new()).await.expect("put");
+            assert_eq!(store.class_of(&m).name(), small_class);
+            let m = store.put("l", salted.clone(), &PutOptions::new()).await.expect("put");
+            assert!(matches!(m.layout(), Layout::Chunked(l) if l.salt_count > 1));
+            assert_eq!(store.class_of(&m).name(), "bulk");
+        }
+    }
 
     /// An expired manifest in a full page of the scan does not end the listing early (it did when the listing
     /// counted the entries it kept to tell a full page).

@@ -61,7 +61,7 @@ impl BlobStore {
         let policy = write::policy_for(inner, &opts)?;
         inner
             .sched
-            .choose(opts.priority.as_ref(), PriorityClass::interactive)?;
+            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
         let (head, eof) = write::read_head(inner, &policy, &opts, &mut reader).await?;
         let class = write::class_for(inner, &policy, &opts, head.len() as u64, eof)?;
         let until = inner.now_micros().saturating_add(micros(lease));
@@ -113,7 +113,7 @@ impl BlobStore {
         write::check_size(inner, &key, size, None)?;
         let class = inner
             .sched
-            .choose(opts.priority.as_ref(), PriorityClass::interactive)?;
+            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
         let now = inner.now_micros();
         let mut metadata = opts.metadata.clone();
         if let Some(late) = &opts.late_metadata {

@@ -51,11 +51,7 @@ pub(crate) fn class_for(
     eof: bool,
 ) -> Result<Option<ClassTag>> {
     let size = opts.size_hint.or(eof.then_some(head_len));
-    let by_layout = match size.map(|s| policy.layout_for(s)) {
-        Some(Layout::Inline) => PriorityClass::interactive,
-        Some(Layout::Chunked(l)) if l.salt_count == 1 => PriorityClass::interactive,
-        _ => PriorityClass::bulk,
-    };
+    let by_layout = PriorityClass::for_layout(size.map(|s| policy.layout_for(s)));
     inner.sched.choose(opts.priority.as_ref(), by_layout)
 }
 
