@@ -24,6 +24,8 @@ step() {
 # The set-up's own detection, against faked machines, and this machine after its set-up (scripts/prereqs.sh).
 step setup-checks timeout 120 scripts/test-setup.sh --this-machine
 step format cargo fmt --all -- --check
+# No import cycle between the modules of any crate (the script's own self-test first: it must find a cycle).
+step module-cycles sh -c 'python3 scripts/module-cycles.py --self-test && python3 scripts/module-cycles.py'
 # One profile (release) for lints, tests and the CLI, so that RocksDB is compiled once.
 step lint timeout 3600 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 step build timeout 3600 cargo build --release --locked --workspace --all-targets
@@ -57,7 +59,7 @@ step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 12
   cargo test --release --locked -p saltblob-cql --test integration cluster:: -- --include-ignored --nocapture
 step cassandra-stop scripts/cassandra.sh stop
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
-     /^setup: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     /^(setup|module-cycles): [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      # pytest: "==== 3 failed, 30 passed, 1 skipped, 2 errors in 12.34s (0:00:12) ===="
      /^=+ .* in [0-9.]+s( \([0-9:]+\))? =+$/ {
        for (k = 2; k < NF; k++) {

@@ -127,19 +127,14 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
         "content_type": m.content_type,
         "metadata": m.metadata,
     });
+    v["layout"] = m.layout_kind().into();
     match &m.body {
-        ManifestBody::Inline(_) => v["layout"] = "inline".into(),
+        ManifestBody::Inline(_) => {}
         ManifestBody::Chunked {
             layout,
             codec,
             stored_bytes,
         } => {
-            v["layout"] = if layout.salt_count == 1 {
-                "single-partition"
-            } else {
-                "salted"
-            }
-            .into();
             v["chunk_size"] = layout.chunk_size.into();
             v["chunk_count"] = layout.chunk_count.into();
             v["salt_count"] = layout.salt_count.into();
@@ -147,7 +142,6 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
             v["stored_bytes"] = (*stored_bytes).into();
         }
         ManifestBody::Segmented(segments) => {
-            v["layout"] = "segmented".into();
             v["segment_count"] = segments.len().into();
             v["stored_bytes"] = m.stored_bytes().into();
         }
@@ -181,12 +175,7 @@ pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
             codec,
             stored_bytes,
         } => {
-            let kind = if layout.salt_count == 1 {
-                "single-partition"
-            } else {
-                "salted"
-            };
-            lines.push(format!("layout:       {kind}"));
+            lines.push(format!("layout:       {}", m.layout_kind()));
             lines.push(format!(
                 "chunk size:   {}",
                 bytes(u64::from(layout.chunk_size))

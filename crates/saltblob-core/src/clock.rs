@@ -46,7 +46,7 @@ impl OffsetClock {
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: std::time::Duration) {
         self.offset_micros
-            .fetch_add(crate::records::micros(by), Ordering::SeqCst);
+            .fetch_add(crate::units::micros(by), Ordering::SeqCst);
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::codec::Codec;
-use crate::layout::{ByteRange, KIB, LayoutPolicy, MIB};
+use crate::layout::{ByteRange, LayoutPolicy};
 use crate::schedule::{PriorityClass, SchedulerConfig};
+use crate::units::MIB;
 use crate::version::VersionId;
 
 /// Configuration of a [`crate::BlobStore`].
@@ -263,45 +264,5 @@ impl GetOptions {
     pub fn with_priority(mut self, class: PriorityClass) -> Self {
         self.priority = Some(class);
         self
-    }
-}
-
-/// Parses a byte count as people write it: `65536`, `64k`, `64KiB`, `8m`, `8MiB`, `1GiB` (K/KB, M/MB and G/GB are
-/// binary units too). The error says what is accepted.
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a size (e.g. 65536, 64KiB, 8MiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => KIB,
-        "m" | "mb" | "mib" => MIB,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "\"{s}\" has an unknown unit (use B, KiB, MiB or GiB)"
-            ));
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("\"{s}\" is too large"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_size("65536"), Ok(65536));
-        assert_eq!(parse_size("64KiB"), Ok(65536));
-        assert_eq!(parse_size("8m"), Ok(8 << 20));
-        assert_eq!(parse_size(" 1GiB "), Ok(1 << 30));
-        for bad in ["", "12 parsecs", "-1", "KiB", "99999999999999999999G"] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::version::VersionId;
+use crate::version::{ParseVersionError, VersionId};
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -260,6 +260,12 @@ fn fmt_current(v: &Option<VersionId>) -> String {
     )
 }
 
+impl From<ParseVersionError> for Error {
+    fn from(e: ParseVersionError) -> Self {
+        Error::invalid("version id", e.to_string())
+    }
+}
+
 impl Error {
     /// Whether the same call may succeed if retried: true for transient backend failures and for reads that
     /// raced a reclaimed overwrite; false for bad input, missing data, failed preconditions, corruption and
@@ -270,6 +276,27 @@ impl Error {
             Error::Backend { retryable, .. } => *retryable,
             Error::VersionReclaimed { .. } | Error::IntentLost { .. } => true,
             _ => false,
+        }
+    }
+
+    /// This error as the last one of a loop that tried `attempts` times and gave up: a retryable backend error
+    /// becomes final (no longer [`Error::is_retryable`]) and says how often it was tried, so that no layer above
+    /// retries it again (OpenDAL's "persistent" errors). After a single attempt, or for any other error, it is
+    /// returned unchanged.
+    pub fn retries_exhausted(self, attempts: u32) -> Self {
+        match self {
+            Error::Backend {
+                backend,
+                message,
+                retryable: true,
+                source,
+            } if attempts > 1 => Error::Backend {
+                backend,
+                message: format!("{message} (gave up after {attempts} attempts)"),
+                retryable: false,
+                source,
+            },
+            other => other,
         }
     }
 

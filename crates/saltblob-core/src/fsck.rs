@@ -14,10 +14,12 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use crate::backend::{BlobRef, Namespace};
 use crate::intent::{self, Intent, intent_key};
 use crate::layout::ChunkLayout;
+use crate::liveness::{self, Ownership};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
-use crate::records::{Inner, micros};
+use crate::state::Inner;
 use crate::store::read;
+use crate::units::micros;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -199,9 +201,7 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             continue;
         }
         let intent = intents.get(&(key.clone(), version));
-        if intent.is_some_and(|i| !i.abandoned(now, intent::takeover_hold(inner)))
-            || intent::running_here(inner, version)
-        {
+        if liveness::in_flight(inner, version, intent, now) {
             report.puts_in_flight += 1;
             continue;
         }
@@ -383,18 +383,15 @@ async fn still_orphan(
     blob: &BlobRef,
     seen: Option<Intent>,
 ) -> Result<Option<Option<Bytes>>> {
-    if intent::running_here(inner, blob.version) {
+    if inner.running.contains(blob.version) {
         return Ok(None);
     }
     let intent_now = intent::read_record(inner, blob).await?;
     let unchanged = match (&seen, &intent_now) {
         (None, None) => true,
-        (Some(seen), Some(now)) => Intent::decode(now) == Some(*seen),
+        (Some(seen), Some(now)) => Intent::decode(now).ok() == Some(*seen),
         _ => false,
     };
-    let owned = inner
-        .read_manifest(&blob.key)
-        .await?
-        .is_some_and(|m| m.owns(blob.version));
-    Ok((unchanged && !owned).then_some(intent_now))
+    let not_owned = liveness::ownership(inner, blob).await? == Ownership::NotOwned;
+    Ok((unchanged && not_owned).then_some(intent_now))
 }

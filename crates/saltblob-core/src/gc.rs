@@ -3,7 +3,7 @@
 //! Space is left behind in two ways, and each has a record that finds it again:
 //! - a put replaces a version, or a delete removes one: the version goes to the reclaim queue
 //!   ([`crate::reclaim`]), due after the grace period;
-//! - a writer dies (or is cancelled) between its first chunk and its commit: its intent (see `intent.rs`)
+//! - a writer dies (or is cancelled) between its first chunk and its commit: its intent (see `intent/`)
 //!   expires. gc takes such an intent over and queues the put's chunks for reclaim.
 //!
 //! A gc pass handles the intents, then runs one reclaim pass and asks the backend to return the freed space.
@@ -14,9 +14,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::backend::{Namespace, SpaceReport};
-use crate::intent::{self, Intent, parse_intent_key};
+use crate::intent;
+use crate::liveness::{self, Ownership};
 use crate::reclaim::{self, ChunkSet, ReclaimReport};
-use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
+use crate::state::Inner;
+use crate::timing::CLOCK_MARGIN_MICROS;
+use crate::units::micros;
 use crate::{KeyDisplay, Result};
 
 /// Key of the intent scan's low-water mark in [`Namespace::Meta`]: a version id (u128 LE) below which every
@@ -109,7 +112,7 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
         for (k, v) in page {
             if k.get(16..).is_some_and(|key| key.starts_with(&opts.prefix)) {
                 let kept = gc_intent(inner, &k, &v, now, opts.dry_run, &mut report).await?;
-                if let (Some(version), true) = (parse_intent_key(&k), kept) {
+                if let (Ok(version), true) = (intent::parse_intent_key(&k), kept) {
                     oldest_live = oldest_live.min(version.version.0);
                 }
             }
@@ -171,24 +174,22 @@ async fn gc_intent(
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<bool> {
-    let (Some(blob), Some(intent)) = (parse_intent_key(k), Intent::decode(v)) else {
-        tracing::warn!(
-            "undecodable intent record {:?} left in place",
-            KeyDisplay::from(&k[..])
-        );
-        return Ok(true);
+    let (blob, intent) = match intent::decode_record(k, v) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            tracing::warn!("{e}, under {:?}: left in place", KeyDisplay::from(&k[..]));
+            return Ok(true);
+        }
     };
-    if !intent.abandoned(now, intent::takeover_hold(inner))
-        || intent::running_here(inner, blob.version)
-    {
+    if liveness::in_flight(inner, blob.version, Some(&intent), now) {
         report.puts_in_flight += 1;
         return Ok(true);
     }
-    let owned = match inner.read_manifest(&blob.key).await {
-        Ok(m) => m.is_some_and(|m| m.owns(blob.version)),
+    let owned = match liveness::ownership(inner, &blob).await? {
+        Ownership::Owned => true,
+        Ownership::NotOwned => false,
         // Unsure what is current: leave it.
-        Err(e) if e.is_corruption() => return Ok(true),
-        Err(e) => return Err(e),
+        Ownership::Unsure => return Ok(true),
     };
     // Committed, or a segment of what is committed: the intent outlived its put.
     if owned {
@@ -308,7 +309,9 @@ mod tests {
             .scan_records(Namespace::Intent, b"", None, 10)
             .await
             .expect("scan");
-        let version = parse_intent_key(&live[0].0).expect("intent key").version;
+        let version = intent::parse_intent_key(&live[0].0)
+            .expect("intent key")
+            .version;
         assert!(
             mark <= version.0,
             "the mark stops at or below the oldest live intent"

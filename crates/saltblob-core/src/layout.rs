@@ -4,12 +4,9 @@ use std::ops::Range;
 
 use crate::backend::BackendInfo;
 use crate::codec::Codec;
+use crate::units::parse_size;
+pub use crate::units::{KIB, MIB};
 use crate::{Error, Result};
-
-/// 1 KiB.
-pub const KIB: u64 = 1024;
-/// 1 MiB.
-pub const MIB: u64 = 1024 * KIB;
 
 /// Smallest accepted chunk size: 4 KiB, the physical sector of common devices.
 pub const MIN_CHUNK_SIZE: u32 = 4096;
@@ -110,7 +107,7 @@ impl LayoutPolicy {
     /// [`Error::InvalidArgument`] naming the parameter when the value is not a size or is 4 GiB or more.
     pub fn apply_url_param(&mut self, name: &str, value: &str) -> Result<bool> {
         let size = |what: &'static str| {
-            let bytes = crate::config::parse_size(value).map_err(|e| Error::invalid(what, e))?;
+            let bytes = parse_size(value).map_err(|e| Error::invalid(what, e))?;
             u32::try_from(bytes).map_err(|_| {
                 Error::invalid(
                     what,

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::Codec;
+use crate::decode::Reader;
 use crate::layout::{ChunkLayout, Layout, MAX_CHUNK_SIZE, MAX_SALT_LIMIT, MIN_CHUNK_SIZE};
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -100,10 +101,7 @@ impl Segment {
     pub fn decode(bytes: &Bytes) -> Result<Segment> {
         let corrupt = |detail: String| Error::corrupt("segment record", detail);
         let body = checked_body(bytes, &corrupt)?;
-        let mut r = Reader {
-            buf: body,
-            corrupt: &corrupt,
-        };
+        let mut r = Reader::new(body, &corrupt);
         let format = r.u8()?;
         if format != SEGMENT_FORMAT_V1 {
             return Err(corrupt(format!(
@@ -137,6 +135,17 @@ pub fn segments_digest(segments: &[Segment]) -> [u8; 32] {
 }
 
 impl Manifest {
+    /// How the blob is laid out, as the CLI and `describe` name it: `inline`, `single-partition`, `salted` or
+    /// `segmented`.
+    pub fn layout_kind(&self) -> &'static str {
+        match &self.body {
+            ManifestBody::Inline(_) => "inline",
+            ManifestBody::Chunked { layout, .. } if layout.salt_count == 1 => "single-partition",
+            ManifestBody::Chunked { .. } => "salted",
+            ManifestBody::Segmented(_) => "segmented",
+        }
+    }
+
     /// The layout of this version; a segmented version reports the layout of its largest segment (see
     /// [`Manifest::segments`] for all of them).
     pub fn layout(&self) -> Layout {
@@ -253,10 +262,7 @@ impl Manifest {
     pub fn decode(bytes: &Bytes, what: &dyn Fn() -> String) -> Result<Manifest> {
         let corrupt = |detail: String| Error::corrupt(what(), detail);
         let body = checked_body(bytes, &corrupt)?;
-        let mut r = Reader {
-            buf: body,
-            corrupt: &corrupt,
-        };
+        let mut r = Reader::new(body, &corrupt);
         let format = r.u8()?;
         if format != MANIFEST_FORMAT_V1 && format != MANIFEST_FORMAT_V2 {
             return Err(corrupt(format!(
@@ -402,57 +408,7 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A bounds-checked little-endian reader that reports short input as corruption.
-struct Reader<'a> {
-    buf: Bytes,
-    corrupt: &'a dyn Fn(String) -> Error,
-}
-
 impl Reader<'_> {
-    fn need(&self, n: usize) -> Result<()> {
-        if self.buf.remaining() < n {
-            return Err((self.corrupt)(format!(
-                "truncated: needed {n} more bytes, {} left",
-                self.buf.remaining()
-            )));
-        }
-        Ok(())
-    }
-    fn u8(&mut self) -> Result<u8> {
-        self.need(1)?;
-        Ok(self.buf.get_u8())
-    }
-    fn u16(&mut self) -> Result<u16> {
-        self.need(2)?;
-        Ok(self.buf.get_u16_le())
-    }
-    fn u32(&mut self) -> Result<u32> {
-        self.need(4)?;
-        Ok(self.buf.get_u32_le())
-    }
-    fn u64(&mut self) -> Result<u64> {
-        self.need(8)?;
-        Ok(self.buf.get_u64_le())
-    }
-    fn u128(&mut self) -> Result<u128> {
-        self.need(16)?;
-        Ok(self.buf.get_u128_le())
-    }
-    fn take(&mut self, n: usize) -> Result<Bytes> {
-        self.need(n)?;
-        Ok(self.buf.split_to(n))
-    }
-    /// Fails unless every byte was read.
-    fn end(&self) -> Result<()> {
-        if self.buf.has_remaining() {
-            return Err((self.corrupt)(format!(
-                "{} unexpected bytes after the last field",
-                self.buf.remaining()
-            )));
-        }
-        Ok(())
-    }
-
     /// A segment, as [`put_segment`] wrote it.
     fn segment(&mut self) -> Result<Segment> {
         let version = VersionId(self.u128()?);
@@ -461,10 +417,10 @@ impl Reader<'_> {
             .take(32)?
             .as_ref()
             .try_into()
-            .map_err(|_| (self.corrupt)("short digest".into()))?;
+            .map_err(|_| self.corrupt("short digest".into()))?;
         let kind = self.u8()?;
         if kind == TAG_SEGMENTED {
-            return Err((self.corrupt)("a segment that is itself segmented".into()));
+            return Err(self.corrupt("a segment that is itself segmented".into()));
         }
         let body = self.body(kind, size)?;
         Ok(Segment {
@@ -477,7 +433,7 @@ impl Reader<'_> {
 
     /// The body of layout tag `kind` for a blob of `size` bytes, checked against the size and bounds.
     fn body(&mut self, kind: u8, size: u64) -> Result<ManifestBody> {
-        let corrupt = self.corrupt;
+        let corrupt = self.corruption();
         Ok(match kind {
             TAG_INLINE => {
                 let tag = self.u8()?;
@@ -548,8 +504,7 @@ impl Reader<'_> {
     fn str(&mut self) -> Result<String> {
         let n = usize::from(self.u16()?);
         let b = self.take(n)?;
-        String::from_utf8(b.to_vec())
-            .map_err(|e| (self.corrupt)(format!("string is not UTF-8: {e}")))
+        String::from_utf8(b.to_vec()).map_err(|e| self.corrupt(format!("string is not UTF-8: {e}")))
     }
 }
 

@@ -8,22 +8,22 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
-use crate::Result;
 use crate::backend::{BlobRef, Namespace, Precondition};
-use crate::intent;
+use crate::decode::Reader;
 use crate::layout::MAX_SALT_LIMIT;
+use crate::liveness::{self, Ownership};
 use crate::manifest::{Manifest, ManifestBody};
-use crate::records::{CLOCK_MARGIN_MICROS, Inner, micros};
+use crate::state::Inner;
+use crate::timing::{CLOCK_MARGIN_MICROS, COMMIT_WINDOW_MICROS};
+use crate::units::micros;
 use crate::version::VersionId;
+use crate::{Error, Result};
+
+/// Format byte of a reclaim entry's value.
+const ENTRY_FORMAT: u8 = 1;
 
 /// Key of the reclaim queue's low-water mark in [`Namespace::Meta`]: a due time (u64 LE, Unix µs).
 const RECLAIM_WATERMARK: &[u8] = b"reclaim-watermark";
-
-/// How long after its due time a reclaim entry whose version is still current is kept: a commit or delete queues
-/// the version it replaces just before writing, so such an entry may belong to a write that has not landed yet
-/// (a stalled engine, a slow cluster). Dropping it earlier would orphan that version once the write lands. A
-/// commit that lands later than half this window after queueing queues its replaced version again. Ten minutes.
-pub(crate) const COMMIT_WINDOW_MICROS: u64 = 600_000_000;
 
 /// What one reclaim pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,34 +68,44 @@ impl ReclaimEntry {
         k.extend_from_slice(&self.version.to_be_bytes());
         k.extend_from_slice(&self.key);
         let mut v = Vec::with_capacity(21);
-        v.push(1);
+        v.push(ENTRY_FORMAT);
         v.extend_from_slice(&self.salt_count.to_le_bytes());
         v.extend_from_slice(&self.chunk_count.to_le_bytes());
         v.extend_from_slice(&self.stored_bytes.to_le_bytes());
         (k, Bytes::from(v))
     }
 
-    /// `None` for a record that is not an entry of this format, or whose salt count is out of bounds (a
-    /// reclaim pass deletes chunks salt by salt: a damaged count must not make it loop billions of times).
-    pub(crate) fn decode(k: &Bytes, v: &Bytes) -> Option<Self> {
-        let due_micros = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
-        let version = VersionId(u128::from_be_bytes(k.get(8..24)?.try_into().ok()?));
-        let key = k.slice(24..);
-        if v.len() != 21 || v.first() != Some(&1) || key.is_empty() {
-            return None;
+    /// Decodes an entry; fails with [`Error::Corrupt`] for a record that is not an entry of this format, or
+    /// whose salt count is out of bounds (a reclaim pass deletes chunks salt by salt: a damaged count must not
+    /// make it loop billions of times).
+    pub(crate) fn decode(k: &Bytes, v: &Bytes) -> Result<Self> {
+        let corrupt = |detail: String| Error::corrupt("reclaim entry", detail);
+        let mut key = Reader::new(k.clone(), &corrupt);
+        let (due_micros, version) = (key.u64_be()?, VersionId(key.u128_be()?));
+        let key = key.rest_nonempty()?;
+        let mut r = Reader::new(v.clone(), &corrupt);
+        let format = r.u8()?;
+        if format != ENTRY_FORMAT {
+            return Err(corrupt(format!(
+                "unknown format byte {format} (expected {ENTRY_FORMAT})"
+            )));
         }
-        let salt_count = u32::from_le_bytes(v.get(1..5)?.try_into().ok()?);
-        if !(1..=MAX_SALT_LIMIT).contains(&salt_count) {
-            return None;
-        }
-        Some(Self {
+        let salt_count = r.u32()?;
+        let entry = Self {
             due_micros,
             version,
             key,
             salt_count,
-            chunk_count: u64::from_le_bytes(v.get(5..13)?.try_into().ok()?),
-            stored_bytes: u64::from_le_bytes(v.get(13..21)?.try_into().ok()?),
-        })
+            chunk_count: r.u64()?,
+            stored_bytes: r.u64()?,
+        };
+        r.end()?;
+        if !(1..=MAX_SALT_LIMIT).contains(&salt_count) {
+            return Err(corrupt(format!(
+                "salt count {salt_count} outside 1..={MAX_SALT_LIMIT}"
+            )));
+        }
+        Ok(entry)
     }
 }
 
@@ -146,8 +156,11 @@ pub(crate) async fn queued_versions(inner: &Inner) -> Result<HashSet<(Bytes, Ver
     let mut pages = inner.scan(Namespace::Reclaim, b"", None);
     while let Some(page) = pages.next_page().await? {
         for (k, v) in &page {
-            if let Some(e) = ReclaimEntry::decode(k, v) {
-                out.insert((e.key, e.version));
+            match ReclaimEntry::decode(k, v) {
+                Ok(e) => {
+                    out.insert((e.key, e.version));
+                }
+                Err(e) => tracing::warn!("{e}: left out of the queued versions"),
             }
         }
     }
@@ -279,9 +292,13 @@ async fn process(
     let mut pages = inner.scan(Namespace::Reclaim, b"", after);
     while let Some(page) = pages.next_page().await? {
         for (k, v) in page {
-            let Some(entry) = ReclaimEntry::decode(&k, &v) else {
-                report.undecodable += 1;
-                continue;
+            let entry = match ReclaimEntry::decode(&k, &v) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    tracing::warn!("{e}: left in place");
+                    report.undecodable += 1;
+                    continue;
+                }
             };
             if entry.due_micros > cutoff {
                 // The queue is sorted by due time: nothing after this entry is due either.
@@ -291,17 +308,13 @@ async fn process(
             if !entry.key.starts_with(prefix) {
                 continue;
             }
-            // Whether the current version owns the entry's chunks (its own, or a segment's).
-            let current = match inner.read_manifest(&entry.key).await {
-                Ok(m) => m.is_some_and(|m| m.owns(entry.version)),
-                // Unsure what is current: delete nothing.
-                Err(e) if e.is_corruption() => true,
-                Err(e) => return Err(e),
-            };
             let blob = BlobRef {
                 key: entry.key.clone(),
                 version: entry.version,
             };
+            // Whether the current version owns the entry's chunks (its own, or a segment's); unsure what is
+            // current: delete nothing.
+            let current = liveness::ownership(inner, &blob).await? != Ownership::NotOwned;
             if current {
                 if now < entry.due_micros.saturating_add(COMMIT_WINDOW_MICROS) {
                     // The commit or delete that queued it may not have landed yet.
@@ -310,7 +323,7 @@ async fn process(
                     continue;
                 }
                 report.still_current += 1;
-            } else if intent::is_live(inner, &blob).await? {
+            } else if liveness::is_in_flight(inner, &blob).await? {
                 // Only when a gc pass died between queueing an abandoned put and fencing its intent.
                 report.in_flight += 1;
                 first_kept.get_or_insert(entry.due_micros);
@@ -347,7 +360,7 @@ mod tests {
         /// Arbitrary records never panic the decoder, and what decodes is within bounds.
         #[test]
         fn arbitrary_records_never_panic(k in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60), v in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30)) {
-            if let Some(e) = ReclaimEntry::decode(&Bytes::from(k), &Bytes::from(v)) {
+            if let Ok(e) = ReclaimEntry::decode(&Bytes::from(k), &Bytes::from(v)) {
                 proptest::prop_assert!((1..=MAX_SALT_LIMIT).contains(&e.salt_count) && !e.key.is_empty());
             }
         }
@@ -365,7 +378,7 @@ mod tests {
         };
         let (k, v) = e.encode();
         assert_eq!(
-            ReclaimEntry::decode(&Bytes::from(k.clone()), &v),
+            ReclaimEntry::decode(&Bytes::from(k.clone()), &v).ok(),
             Some(e.clone())
         );
         let later = ReclaimEntry {
@@ -374,7 +387,7 @@ mod tests {
         };
         assert!(k < later.encode().0);
         assert_eq!(
-            ReclaimEntry::decode(&Bytes::from_static(b"short"), &v),
+            ReclaimEntry::decode(&Bytes::from_static(b"short"), &v).ok(),
             None
         );
         for salt_count in [0, MAX_SALT_LIMIT + 1, 1 << 31] {
@@ -384,7 +397,7 @@ mod tests {
             }
             .encode();
             assert_eq!(
-                ReclaimEntry::decode(&Bytes::from(k), &v),
+                ReclaimEntry::decode(&Bytes::from(k), &v).ok(),
                 None,
                 "salt count {salt_count}"
             );

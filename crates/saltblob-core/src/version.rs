@@ -64,19 +64,21 @@ impl fmt::Debug for VersionId {
     }
 }
 
+/// A version id that does not parse: not 32 hex digits. Converts into [`crate::Error::InvalidArgument`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("\"{0}\" is not 32 hex digits")]
+pub struct ParseVersionError(pub String);
+
 impl FromStr for VersionId {
-    type Err = crate::Error;
+    type Err = ParseVersionError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.len() != 32 {
-            return Err(crate::Error::invalid(
-                "version id",
-                format!("\"{s}\" is not 32 hex digits"),
-            ));
+            return Err(ParseVersionError(s.to_owned()));
         }
-        u128::from_str_radix(s, 16).map(VersionId).map_err(|_| {
-            crate::Error::invalid("version id", format!("\"{s}\" is not 32 hex digits"))
-        })
+        u128::from_str_radix(s, 16)
+            .map(VersionId)
+            .map_err(|_| ParseVersionError(s.to_owned()))
     }
 }
 

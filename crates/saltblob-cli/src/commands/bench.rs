@@ -3,7 +3,7 @@
 
 use futures::future::LocalBoxFuture;
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::Failure;
 
 /// Arguments of `saltblob bench`.

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, Layout, PutOptions};
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::Failure;
 use crate::human::short;
 

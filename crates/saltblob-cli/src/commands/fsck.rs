@@ -7,7 +7,7 @@ use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, FsckOptions, FsckReport, OrphanReason};
 use serde_json::json;
 
-use super::{Command, Context, nothing_to_do};
+use super::command::{Command, Context, nothing_to_do};
 use crate::failure::Failure;
 use crate::human::{self, short};
 

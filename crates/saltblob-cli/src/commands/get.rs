@@ -7,7 +7,7 @@ use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, GetOptions, PriorityClass};
 use tokio::io::AsyncWriteExt;
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::Failure;
 use crate::human::{KeyArg, parse_key, parse_range};
 use crate::progress::Progress;

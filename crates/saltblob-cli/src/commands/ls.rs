@@ -6,7 +6,7 @@ use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, Manifest};
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::{Failure, one_line};
 use crate::human::{self, KeyArg, parse_key};
 

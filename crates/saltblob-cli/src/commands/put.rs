@@ -8,7 +8,7 @@ use saltblob::{
 };
 use tokio::io::AsyncRead;
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::Failure;
 use crate::human::{self, KeyArg, parse_key, parse_size};
 use crate::progress::{CountingReader, Progress};
@@ -55,7 +55,8 @@ fn parse_codec(s: &str) -> Result<Codec, String> {
 }
 
 fn parse_version(s: &str) -> Result<VersionId, String> {
-    s.parse().map_err(|e: Error| e.to_string())
+    s.parse::<VersionId>()
+        .map_err(|e| Error::from(e).to_string())
 }
 
 impl Command for Put {

@@ -3,7 +3,7 @@
 use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, Error};
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::Failure;
 use crate::human::{KeyArg, parse_key};
 

@@ -8,7 +8,7 @@ use futures::future::LocalBoxFuture;
 use saltblob_server::{AccessKey, ServerConfig, parse_credentials};
 use tokio::net::TcpListener;
 
-use super::{Command, Context};
+use super::command::{Command, Context};
 use crate::failure::Failure;
 
 /// Arguments of `saltblob serve`.

@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use super::faults::{Faulty, Point};
 use super::gc::chunks_by_version;
 use super::{assert_holds, data, prefix, repair_now, small_config, store};
-use crate::layout::KIB;
+use crate::units::KIB;
 use crate::{ChunkStore, Error, GcOptions, Namespace, OffsetClock, PutOptions};
 
 /// A put whose manifest write stalls past its lease while its renewals fail, and meanwhile gc (grace 0) and

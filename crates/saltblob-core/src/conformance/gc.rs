@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use super::faults::Faulty;
 use super::{assert_holds, data, prefix, small_config, store};
 use crate::intent::{Intent, intent_key};
-use crate::layout::KIB;
+use crate::units::KIB;
 use crate::{
     BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Clock, Error, FsckOptions, GcOptions,
     Layout, Manifest, Namespace, OffsetClock, OrphanReason, Precondition, PutOptions, VersionId,
@@ -96,7 +96,7 @@ async fn wait_for_renewal(
             .get_record(Namespace::Intent, &record)
             .await
             .expect("read the intent")
-            .and_then(|v| Intent::decode(&v));
+            .and_then(|v| Intent::decode(&v).ok());
         if intent.is_some_and(|i| !i.expired(clock.now_micros())) {
             return;
         }
@@ -218,7 +218,7 @@ pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
             (1, 0),
             "within the hold: {r:?}"
         );
-        clock.advance(Duration::from_micros(crate::reclaim::COMMIT_WINDOW_MICROS));
+        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     } else {
         clock.advance(lease * 2);
     }

@@ -34,7 +34,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
-use crate::layout::{KIB, Layout, LayoutPolicy};
+use crate::layout::{Layout, LayoutPolicy};
+use crate::units::KIB;
 use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Manifest, StoreConfig};
 
 pub use conditional::{conditional_puts, plain_and_conditional_commits_apply_in_order};

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::{assert_holds, data, expected_kind, prefix, small_config, store, trickle};
-use crate::layout::{KIB, Layout, MIB};
+use crate::layout::Layout;
+use crate::units::{KIB, MIB};
 use crate::{
     BlobRef, BlobStore, ChunkId, ChunkStore, Codec, Error, ManifestBody, PutOptions, StoreConfig,
 };

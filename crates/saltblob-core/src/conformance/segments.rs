@@ -9,8 +9,8 @@ use bytes::{Bytes, BytesMut};
 use super::faults::{Faulty, Point};
 use super::gc::chunks_by_version;
 use super::{data, prefix, small_config, store};
-use crate::layout::KIB;
 use crate::manifest::segments_digest;
+use crate::units::KIB;
 use crate::{
     ChunkStore, Error, FsckOptions, GcOptions, ManifestBody, Namespace, OffsetClock, PutOptions,
     Segment,
@@ -195,7 +195,7 @@ pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn Chu
     // Abandoned: once its lease (and, where writes may land late, the commit window) is over, gc reclaims it.
     clock.advance(lease * 2);
     if backend.info().late_writes {
-        clock.advance(Duration::from_micros(crate::reclaim::COMMIT_WINDOW_MICROS));
+        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
     let r = store
         .gc(&GcOptions::new()
@@ -251,7 +251,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
     // No version id is drawn from here on (see above).
     clock.advance(Duration::from_secs(10));
     if backend.info().late_writes {
-        clock.advance(Duration::from_micros(crate::reclaim::COMMIT_WINDOW_MICROS));
+        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
     let r = cleaner
         .gc(&GcOptions::new()

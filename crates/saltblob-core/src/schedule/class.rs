@@ -5,8 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::config::parse_size;
-use crate::layout::{KIB, Layout};
+use crate::layout::Layout;
+use crate::units::{KIB, parse_size};
 use crate::{Error, Result};
 
 /// The class of an operation, by name: [`PriorityClass::interactive`], [`PriorityClass::bulk`], or a class

@@ -221,7 +221,11 @@ impl Scheduler {
     }
 
     /// The class `named`, else the store's default, else `by_layout`, whether scheduling is on or off.
-    pub(crate) fn resolve(&self, named: Option<&PriorityClass>, by_layout: PriorityClass) -> PriorityClass {
+    pub(crate) fn resolve(
+        &self,
+        named: Option<&PriorityClass>,
+        by_layout: PriorityClass,
+    ) -> PriorityClass {
         named
             .or(self.config.default_class.as_ref())
             .cloned()

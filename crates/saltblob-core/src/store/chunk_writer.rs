@@ -12,13 +12,13 @@ use crate::backend::{BlobRef, ChunkStore, ChunkWrite};
 use crate::codec::{ChunkPlace, Codec, encode_chunk};
 use crate::intent::Progress;
 use crate::layout::ChunkLayout;
-use crate::records::Inner;
+use crate::retry::Backoff;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
-use crate::store::chunk_io::with_retry;
+use crate::state::Inner;
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
 
-/// Writes the chunks of one version: groups them into segments of up to the batch size and keeps at most the
+/// Writes the chunks of one version: groups them into batches of up to the batch size and keeps at most the
 /// in-flight window of raw bytes in backend calls at once.
 pub(crate) struct ChunkWriter {
     backend: Arc<dyn ChunkStore>,
@@ -26,13 +26,14 @@ pub(crate) struct ChunkWriter {
     /// The planned layout, with `chunk_count` the chunks pushed so far.
     layout: ChunkLayout,
     codec: Codec,
-    per_segment: usize,
-    attempts: u32,
+    per_batch: usize,
+    /// Retries of a failed chunk write.
+    backoff: Backoff,
     window: Arc<Semaphore>,
     window_bytes: usize,
     /// Each task's stored bytes and the subtrees of its chunks (none for a sequential digest).
     tasks: JoinSet<TaskResult>,
-    segment: Vec<(u64, Bytes)>,
+    batch: Vec<(u64, Bytes)>,
     stored: u64,
     /// Shared with the put's intent lease, which records it at each renewal.
     progress: Arc<Progress>,
@@ -68,13 +69,13 @@ impl ChunkWriter {
                 salt_count,
             },
             codec,
-            per_segment: usize::try_from(inner.chunks_per_segment(chunk_size, class.as_ref()))
+            per_batch: usize::try_from(inner.chunks_per_batch(chunk_size, class.as_ref()))
                 .unwrap_or(1),
-            attempts: inner.attempts(),
+            backoff: inner.chunk_backoff(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,
             tasks: JoinSet::new(),
-            segment: Vec::new(),
+            batch: Vec::new(),
             stored: 0,
             progress,
             digest: BlobDigest::new(chunk_size, class.clone()),
@@ -94,7 +95,7 @@ impl ChunkWriter {
         Ok(())
     }
 
-    /// Adds the next chunk's raw bytes; writes a segment once it is full. Fails with `IntentLost` once gc has
+    /// Adds the next chunk's raw bytes; writes a batch once it is full. Fails with `IntentLost` once gc has
     /// taken the put's intent over: chunks written after that would be referred to by nothing.
     pub(crate) async fn push(&mut self, raw: Bytes) -> Result<()> {
         if self.progress.lost() {
@@ -105,9 +106,9 @@ impl ChunkWriter {
             });
         }
         self.digest.update(&raw).await?;
-        self.segment.push((self.layout.chunk_count, raw));
+        self.batch.push((self.layout.chunk_count, raw));
         self.layout.chunk_count += 1;
-        if self.segment.len() >= self.per_segment {
+        if self.batch.len() >= self.per_batch {
             self.flush().await?;
         }
         while let Some(done) = self.tasks.try_join_next() {
@@ -117,22 +118,22 @@ impl ChunkWriter {
     }
 
     async fn flush(&mut self) -> Result<()> {
-        if self.segment.is_empty() {
+        if self.batch.is_empty() {
             return Ok(());
         }
-        let segment = std::mem::take(&mut self.segment);
-        let raw_bytes: usize = segment.iter().map(|(_, b)| b.len()).sum();
+        let batch = std::mem::take(&mut self.batch);
+        let raw_bytes: usize = batch.iter().map(|(_, b)| b.len()).sum();
         let permits = u32::try_from(raw_bytes.min(self.window_bytes)).unwrap_or(u32::MAX);
         let permit = Arc::clone(&self.window)
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, attempts, class, unlogged, hasher) = (
+        let (backend, blob, layout, codec, backoff, class, unlogged, hasher) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
             self.codec,
-            self.attempts,
+            self.backoff,
             self.class.clone(),
             self.unlogged,
             self.digest.chunk_hasher(),
@@ -141,18 +142,19 @@ impl ChunkWriter {
             let _permit = permit;
             let encoding = blob.clone();
             let (writes, hashes) = cpu::run(class.as_ref(), move || {
-                encode_segment(&encoding, layout, codec, hasher, &segment)
+                encode_batch(&encoding, layout, codec, hasher, &batch)
             })
             .await?;
             let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
-            with_retry(attempts, || {
-                if unlogged {
-                    backend.put_chunks_unlogged(&blob, writes.clone())
-                } else {
-                    backend.put_chunks(&blob, writes.clone())
-                }
-            })
-            .await?;
+            backoff
+                .run(|| {
+                    if unlogged {
+                        backend.put_chunks_unlogged(&blob, writes.clone())
+                    } else {
+                        backend.put_chunks(&blob, writes.clone())
+                    }
+                })
+                .await?;
             Ok((stored, hashes))
         }));
         Ok(())
@@ -167,7 +169,7 @@ impl ChunkWriter {
         }
         if self.unlogged {
             let backend = &self.backend;
-            with_retry(self.attempts, || backend.sync_unlogged_chunks()).await?;
+            self.backoff.run(|| backend.sync_unlogged_chunks()).await?;
         }
         Ok((self.stored, self.digest.finalize().await?))
     }
@@ -192,7 +194,7 @@ impl ChunkWriter {
     /// The writes are waited for, not aborted: an engine write already issued (RocksDB's runs on a blocking
     /// thread) lands even when its task is aborted, and one landing after the delete would leave chunks that no
     /// record refers to once the intent is removed. The window bounds how much is in flight, so the wait is at
-    /// most one backend call per segment in flight.
+    /// most one backend call per batch in flight.
     pub(crate) async fn abort(mut self) -> bool {
         while self.tasks.join_next().await.is_some() {}
         if self.layout.chunk_count > 0
@@ -211,17 +213,17 @@ impl ChunkWriter {
     }
 }
 
-/// The encoded chunks of a segment of `blob`, and their subtrees when `hasher` is given (each chunk hashed
+/// The encoded chunks of a batch of `blob`, and their subtrees when `hasher` is given (each chunk hashed
 /// right before it is encoded, while it is in the cache).
-fn encode_segment(
+fn encode_batch(
     blob: &BlobRef,
     layout: ChunkLayout,
     codec: Codec,
     hasher: Option<ChunkHasher>,
-    segment: &[(u64, Bytes)],
+    batch: &[(u64, Bytes)],
 ) -> (Vec<ChunkWrite>, Vec<ChunkHash>) {
     let mut hashes = Vec::new();
-    let writes = segment
+    let writes = batch
         .iter()
         .map(|(index, raw)| {
             if let Some(hasher) = hasher {

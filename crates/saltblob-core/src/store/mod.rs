@@ -1,13 +1,20 @@
 //! [`BlobStore`]: the saltblob API on top of any [`ChunkStore`].
 //!
-//! Each method checks its input once and hands over to the protocol that does the work: `write.rs` (put and
-//! delete, with the chunk writer of `chunk_writer.rs`), `read.rs` (streaming reads), the reclaim queue
-//! ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`]; `chunk_io.rs` holds the retry and batching rules
-//! the write and read pipelines share. None of those depends on this module.
+//! Each method hands over to the protocol that does the work, which checks the input first:
+//! - `key.rs`: what a key may be;
+//! - `digest.rs`: the blob digest (BLAKE3), hashed in the chunk tasks;
+//! - `chunk_writer.rs`: a put's chunks, in batches, within the in-flight window;
+//! - `write.rs`: a put (its plan, [`write::PutPlan`], then intent, chunks and commit) and a delete;
+//! - `read.rs`: streaming reads ([`BlobStream`]);
+//! - `segments.rs`: more of [`BlobStore`]: segments and their composition (multipart uploads).
+//!
+//! Each of those uses only the ones listed before it; none uses this file but `segments.rs`, which adds
+//! methods to [`BlobStore`]. The reclaim queue ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`] sit
+//! below the store.
 
-mod chunk_io;
 mod chunk_writer;
 mod digest;
+mod key;
 pub(crate) mod read;
 mod segments;
 mod write;
@@ -19,7 +26,9 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 
+pub use self::key::{MAX_KEY_LEN, validate_key};
 pub use self::read::BlobStream;
+use self::write::{Finish, PutPlan};
 use crate::backend::{ChunkStore, Namespace};
 use crate::config::{GetOptions, PutOptions, StoreConfig};
 use crate::fsck::{self, FsckOptions, FsckReport};
@@ -27,34 +36,13 @@ use crate::gc::{self, GcHandle, GcOptions, GcReport};
 use crate::layout::{ByteRange, Layout};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim::{self, ReclaimReport};
-use crate::records::Inner;
 use crate::schedule::{self, PriorityClass, ScheduledStore, Scheduler, SchedulerStats};
+use crate::state::Inner;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
-/// Longest key accepted, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
-
 /// Shortest accepted [`StoreConfig::intent_lease`].
 const MIN_INTENT_LEASE: Duration = Duration::from_millis(300);
-
-/// Checks a key: 1 to [`MAX_KEY_LEN`] bytes.
-pub fn validate_key(key: &[u8]) -> Result<Bytes> {
-    if key.is_empty() {
-        return Err(Error::InvalidKey {
-            reason: "the key is empty; keys are 1 to 1024 bytes".into(),
-        });
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(Error::InvalidKey {
-            reason: format!(
-                "the key is {} bytes long; keys are 1 to {MAX_KEY_LEN} bytes",
-                key.len()
-            ),
-        });
-    }
-    Ok(Bytes::copy_from_slice(key))
-}
 
 /// A blob store: values of any size under one key-value API, on any [`ChunkStore`] backend.
 ///
@@ -137,6 +125,7 @@ impl BlobStore {
                 sched,
                 info,
                 config,
+                running: Arc::default(),
             }),
         })
     }
@@ -175,22 +164,9 @@ impl BlobStore {
         data: impl Into<Bytes>,
         opts: &PutOptions,
     ) -> Result<Manifest> {
-        let key = validate_key(key.as_ref())?;
-        let data: Bytes = data.into();
-        let opts = opts.clone().with_size_hint(data.len() as u64);
-        let policy = write::policy_for(&self.inner, &opts)?;
-        let class = write::class_for(&self.inner, &policy, &opts, data.len() as u64, true)?;
-        let put = write::put(
-            &self.inner,
-            key,
-            &policy,
-            &opts,
-            data,
-            true,
-            tokio::io::empty(),
-            write::Finish::Commit,
-        );
-        schedule::in_class(class, put).await
+        let plan = PutPlan::of_bytes(&self.inner, key.as_ref(), opts, data.into())?;
+        plan.run(&self.inner, tokio::io::empty(), Finish::Commit)
+            .await
     }
 
     /// Stores everything `reader` yields under `key` as a new version; returns its manifest.
@@ -218,26 +194,8 @@ impl BlobStore {
     where
         R: AsyncRead + Unpin + Send,
     {
-        // Bad input fails before any of the stream is consumed.
-        let key = validate_key(key.as_ref())?;
-        let policy = write::policy_for(&self.inner, opts)?;
-        // An unknown class fails before the stream is read.
-        self.inner
-            .sched
-            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
-        let (head, eof) = write::read_head(&self.inner, &policy, opts, &mut reader).await?;
-        let class = write::class_for(&self.inner, &policy, opts, head.len() as u64, eof)?;
-        let put = write::put(
-            &self.inner,
-            key,
-            &policy,
-            opts,
-            head,
-            eof,
-            reader,
-            write::Finish::Commit,
-        );
-        schedule::in_class(class, put).await
+        let plan = PutPlan::read(&self.inner, key.as_ref(), opts, &mut reader).await?;
+        plan.run(&self.inner, reader, Finish::Commit).await
     }
 
     /// Reads the current manifest of `key`.
@@ -423,7 +381,7 @@ impl BlobStore {
     pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Description> {
         let key = validate_key(key.as_ref())?;
         let manifest = self.current(&key).await?;
-        let (layout_kind, bytes_per_salt) = match manifest.layout() {
+        let bytes_per_salt = match manifest.layout() {
             // Salt i of each segment, summed over the segments.
             _ if matches!(manifest.body, ManifestBody::Segmented(_)) => {
                 let mut sums: Vec<u64> = Vec::new();
@@ -436,22 +394,15 @@ impl BlobStore {
                         }
                     }
                 }
-                ("segmented", sums)
+                sums
             }
-            Layout::Inline => ("inline", Vec::new()),
-            Layout::Chunked(l) => (
-                if l.salt_count == 1 {
-                    "single-partition"
-                } else {
-                    "salted"
-                },
-                l.bytes_per_salt(manifest.size),
-            ),
+            Layout::Inline => Vec::new(),
+            Layout::Chunked(l) => l.bytes_per_salt(manifest.size),
         };
         Ok(Description {
             key,
+            layout_kind: manifest.layout_kind(),
             manifest,
-            layout_kind,
             bytes_per_salt,
         })
     }
@@ -535,14 +486,15 @@ mod tests {
     use super::*;
     use crate::backend::Precondition;
     use crate::manifest::ManifestBody;
-    use crate::records::PAGE;
+    use crate::state::PAGE;
     use crate::{LayoutPolicy, MemoryStore, PutOptions};
 
     /// A listing resumed after a key lists only the keys after it, across pages, and a marker before the prefix
     /// or past its last key lists all or none.
     #[tokio::test]
     async fn list_stream_after_starts_past_its_marker() {
-        let store = BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let store =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
         let total = PAGE + 3;
         for i in 0..total {
             store
@@ -550,7 +502,10 @@ mod tests {
                 .await
                 .expect("put");
         }
-        store.put("l", &b"v"[..], &PutOptions::new()).await.expect("put");
+        store
+            .put("l", &b"v"[..], &PutOptions::new())
+            .await
+            .expect("put");
         let keys = async |after: Option<&str>| -> Vec<Bytes> {
             let after = after.map(|a| Bytes::copy_from_slice(a.as_bytes()));
             let listed: Vec<ListEntry> = store
@@ -563,7 +518,10 @@ mod tests {
         let after_two = keys(Some("k00002")).await;
         assert_eq!(after_two.len(), total - 3);
         assert_eq!(after_two.first().map(|k| &k[..]), Some(&b"k00003"[..]));
-        assert_eq!(after_two.last().map(|k| &k[..]), Some(format!("k{:05}", total - 1).as_bytes()));
+        assert_eq!(
+            after_two.last().map(|k| &k[..]),
+            Some(format!("k{:05}", total - 1).as_bytes())
+        );
         assert_eq!(keys(Some("a")).await.len(), total);
         assert_eq!(keys(None).await.len(), total);
         assert!(keys(Some(&format!("k{:05}", total - 1))).await.is_empty());
@@ -575,14 +533,21 @@ mod tests {
         let policy = LayoutPolicy::default();
         let small = vec![1u8; 10];
         let salted = vec![2u8; (policy.fanout_threshold + 1) as usize];
-        let by_layout = BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let by_layout =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
         let mut config = StoreConfig::default();
         config.scheduler = config.scheduler.with_default_class(PriorityClass::bulk());
         let all_bulk = BlobStore::new(Arc::new(MemoryStore::new()), config).expect("store");
         for (store, small_class) in [(&by_layout, "interactive"), (&all_bulk, "bulk")] {
-            let m = store.put("s", small.clone(), &PutOptions::new()).await.expect("put");
+            let m = store
+                .put("s", small.clone(), &PutOptions::new())
+                .await
+                .expect("put");
             assert_eq!(store.class_of(&m).name(), small_class);
-            let m = store.put("l", salted.clone(), &PutOptions::new()).await.expect("put");
+            let m = store
+                .put("l", salted.clone(), &PutOptions::new())
+                .await
+                .expect("put");
             assert!(matches!(m.layout(), Layout::Chunked(l) if l.salt_count > 1));
             assert_eq!(store.class_of(&m).name(), "bulk");
         }

@@ -1,4 +1,4 @@
-//! Streaming reads: a version's chunks fetched segment by segment, at most the in-flight window ahead of the
+//! Streaming reads: a version's chunks fetched batch by batch, at most the in-flight window ahead of the
 //! consumer, each checked as it arrives, the digest verified at the end of a full read (each chunk's BLAKE3
 //! subtree hashed in the task that fetches and checks it, when the chunk size allows; see `digest.rs`).
 
@@ -16,9 +16,8 @@ use crate::backend::{BlobRef, ChunkId};
 use crate::codec::{ChunkPlace, decode_chunk};
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, Segment, hex};
-use crate::records::Inner;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
-use crate::store::chunk_io::with_retry;
+use crate::state::Inner;
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
 
@@ -159,13 +158,13 @@ fn stream_chunks(
     class: Option<ClassTag>,
 ) -> BoxStream<'static, Result<Bytes>> {
     let chunks = layout.chunks_covering(&range);
-    let per_segment = inner.chunks_per_segment(layout.chunk_size, class.as_ref());
+    let per_batch = inner.chunks_per_batch(layout.chunk_size, class.as_ref());
     let depth =
-        (inner.config.inflight_bytes / (per_segment as usize * layout.chunk_size as usize)).max(1);
-    // Lazily: a blob of millions of chunks needs no list of its segments.
-    let segments = (chunks.start..chunks.end)
-        .step_by(usize::try_from(per_segment).unwrap_or(1))
-        .map(move |s| s..(s + per_segment).min(chunks.end));
+        (inner.config.inflight_bytes / (per_batch as usize * layout.chunk_size as usize)).max(1);
+    // Lazily: a blob of millions of chunks needs no list of its batches.
+    let batches = (chunks.start..chunks.end)
+        .step_by(usize::try_from(per_batch).unwrap_or(1))
+        .map(move |s| s..(s + per_batch).min(chunks.end));
     let inner = Arc::clone(inner);
     let digest = verify_digest.then(|| BlobDigest::new(layout.chunk_size, class.clone()));
     let hasher = digest.as_ref().and_then(BlobDigest::chunk_hasher);
@@ -174,14 +173,14 @@ fn stream_chunks(
         key: key.clone(),
         version,
     };
-    let fetches = stream::iter(segments)
-        .map(move |segment| {
-            let fetch = fetch_segment(
+    let fetches = stream::iter(batches)
+        .map(move |batch| {
+            let fetch = fetch_batch(
                 Arc::clone(&inner),
                 blob.clone(),
                 layout,
                 size,
-                segment,
+                batch,
                 range.clone(),
                 hasher,
             );
@@ -242,7 +241,7 @@ fn stream_chunks(
     .boxed()
 }
 
-/// Adds a fetched segment to the digest of a full read: its subtrees to a tree, its bytes to a sequential one.
+/// Adds a fetched batch to the digest of a full read: its subtrees to a tree, its bytes to a sequential one.
 async fn add_to_digest(
     digest: &mut BlobDigest,
     pieces: &[Bytes],
@@ -283,26 +282,29 @@ struct ReadState {
     done: bool,
 }
 
-/// A fetched segment: its chunks' raw bytes in order, trimmed to the range read, and their subtrees when hashed.
+/// A fetched batch: its chunks' raw bytes in order, trimmed to the range read, and their subtrees when hashed.
 type Fetched = (Vec<Bytes>, Vec<ChunkHash>);
 
-/// Fetches and decodes chunks `segment`, trimmed to `range`; hashes their subtrees with `hasher` if given.
-async fn fetch_segment(
+/// Fetches and decodes chunks `batch`, trimmed to `range`; hashes their subtrees with `hasher` if given.
+async fn fetch_batch(
     inner: Arc<Inner>,
     blob: BlobRef,
     layout: ChunkLayout,
     size: u64,
-    segment: Range<u64>,
+    batch: Range<u64>,
     range: Range<u64>,
     hasher: Option<ChunkHasher>,
 ) -> Result<Fetched> {
-    let ids: Vec<ChunkId> = segment
+    let ids: Vec<ChunkId> = batch
         .map(|index| ChunkId {
             salt: layout.salt_of(index),
             index,
         })
         .collect();
-    let slots = with_retry(inner.attempts(), || inner.backend.get_chunks(&blob, &ids)).await?;
+    let slots = inner
+        .chunk_backoff()
+        .run(|| inner.backend.get_chunks(&blob, &ids))
+        .await?;
     if slots.len() != ids.len() {
         return Err(Error::backend(
             inner.info.name,
@@ -316,14 +318,14 @@ async fn fetch_segment(
     let stored: Vec<Bytes> = slots.into_iter().flatten().collect();
     // Checksums (and decompression, hashing) of a background class run on the bulk CPU pool.
     cpu::run(current_class().as_ref(), move || {
-        decode_segment(&blob, layout, size, &ids, &stored, &range, hasher)
+        decode_batch(&blob, layout, size, &ids, &stored, &range, hasher)
     })
     .await?
 }
 
 /// The raw bytes of `stored` chunks `ids` of `blob`, checked and trimmed to `range`, and the subtrees of the
 /// whole chunks when `hasher` is given.
-fn decode_segment(
+fn decode_batch(
     blob: &BlobRef,
     layout: ChunkLayout,
     size: u64,

@@ -14,15 +14,16 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 
-use super::write::{self, Finish};
-use super::{BlobStore, validate_key};
+use super::BlobStore;
+use super::key::validate_key;
+use super::write::{self, Finish, PutPlan};
 use crate::backend::BlobRef;
 use crate::config::PutOptions;
 use crate::intent;
 use crate::manifest::{MAX_SEGMENTS, Manifest, ManifestBody, Segment, segments_digest};
 use crate::reclaim::{self, ChunkSet};
-use crate::records::micros;
 use crate::schedule::{self, PriorityClass};
+use crate::units::micros;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -49,7 +50,6 @@ impl BlobStore {
     where
         R: AsyncRead + Unpin + Send,
     {
-        let key = validate_key(key.as_ref())?;
         let opts = PutOptions {
             condition: Default::default(),
             content_type: None,
@@ -57,25 +57,9 @@ impl BlobStore {
             late_metadata: None,
             ..opts.clone()
         };
-        let inner = &self.inner;
-        let policy = write::policy_for(inner, &opts)?;
-        inner
-            .sched
-            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
-        let (head, eof) = write::read_head(inner, &policy, &opts, &mut reader).await?;
-        let class = write::class_for(inner, &policy, &opts, head.len() as u64, eof)?;
-        let until = inner.now_micros().saturating_add(micros(lease));
-        let put = write::put(
-            inner,
-            key,
-            &policy,
-            &opts,
-            head,
-            eof,
-            reader,
-            Finish::Park(until),
-        );
-        let m = schedule::in_class(class, put).await?;
+        let plan = PutPlan::read(&self.inner, key.as_ref(), &opts, &mut reader).await?;
+        let until = self.inner.now_micros().saturating_add(micros(lease));
+        let m = plan.run(&self.inner, reader, Finish::Park(until)).await?;
         Ok(Segment {
             version: m.version,
             size: m.size,

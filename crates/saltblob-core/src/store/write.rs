@@ -1,9 +1,10 @@
 //! The write protocol: a put's pipeline (pre-check, intent, chunks, commit) and a delete.
 //!
-//! A put reads top to bottom: [`policy_for`] and [`read_head`] (the API's part), then [`put`]: the condition is
-//! checked, an inline value commits at once; a chunked one takes its intent lease (`intent.rs`), streams its
-//! chunks through the [`ChunkWriter`], claims its intent (which gc can then no longer take over) and commits the
-//! manifest, queueing the version it replaces for reclaim first.
+//! A put reads top to bottom: its [`PutPlan`] (key, layout policy, the start of the blob, class: the one
+//! preamble of `put`, `put_stream` and `put_segment`), then [`put`]: the condition is checked, an inline value
+//! commits at once; a chunked one takes its intent lease (`intent.rs`), streams its chunks through the
+//! [`ChunkWriter`], claims its intent (which gc can then no longer take over) and [`commit`]s the manifest,
+//! queueing the version it replaces for reclaim first.
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -14,18 +15,85 @@ use crate::intent::IntentLease;
 use crate::layout::{Layout, LayoutPolicy};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim;
-use crate::records::Inner;
-use crate::schedule::{ClassTag, PriorityClass};
+use crate::retry::Backoff;
+use crate::schedule::{self, ClassTag, PriorityClass};
+use crate::state::Inner;
 use crate::store::chunk_writer::ChunkWriter;
+use crate::store::key::validate_key;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
-/// Compare-and-set attempts of an unconditional commit that keeps losing races to other puts of the same key,
-/// before it commits plainly.
-const COMMIT_CAS_ATTEMPTS: u32 = 8;
+/// What every put decides before it writes: the validated key, the options, the layout policy with the put's
+/// overrides, the start of the blob (all of it when `eof`) and the class the put runs in. Bad input (key,
+/// options, class) fails here, before any byte of a stream is read.
+pub(crate) struct PutPlan {
+    key: Bytes,
+    opts: PutOptions,
+    policy: LayoutPolicy,
+    head: Bytes,
+    eof: bool,
+    class: Option<ClassTag>,
+}
+
+impl PutPlan {
+    /// The plan of a put of `data`, whole in memory: its size is known.
+    pub(crate) fn of_bytes(
+        inner: &Inner,
+        key: &[u8],
+        opts: &PutOptions,
+        data: Bytes,
+    ) -> Result<Self> {
+        let key = validate_key(key)?;
+        let opts = opts.clone().with_size_hint(data.len() as u64);
+        let policy = policy_for(inner, &opts)?;
+        let class = class_for(inner, &policy, &opts, data.len() as u64, true)?;
+        Ok(Self {
+            key,
+            opts,
+            policy,
+            head: data,
+            eof: true,
+            class,
+        })
+    }
+
+    /// The plan of a put of what `reader` yields: reads the start of it, enough to choose the layout
+    /// ([`read_head`]), once the key, options and class are known to be good.
+    pub(crate) async fn read<R: AsyncRead + Unpin>(
+        inner: &Inner,
+        key: &[u8],
+        opts: &PutOptions,
+        reader: &mut R,
+    ) -> Result<Self> {
+        let key = validate_key(key)?;
+        let policy = policy_for(inner, opts)?;
+        inner
+            .sched
+            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
+        let (head, eof) = read_head(inner, &policy, opts, reader).await?;
+        let class = class_for(inner, &policy, opts, head.len() as u64, eof)?;
+        Ok(Self {
+            key,
+            opts: opts.clone(),
+            policy,
+            head,
+            eof,
+            class,
+        })
+    }
+
+    /// Runs the put in its class: [`put`], with `reader` the rest of the blob after the head.
+    pub(crate) async fn run<R>(self, inner: &Inner, reader: R, finish: Finish) -> Result<Manifest>
+    where
+        R: AsyncRead + Unpin + Send,
+    {
+        let class = self.class.clone();
+        schedule::in_class(class, put(inner, self, reader, finish)).await
+    }
+}
 
 /// The store's layout policy with the put's overrides, checked.
-pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
+fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
     let mut policy = inner.config.policy.clone();
     if let Some(cs) = opts.chunk_size {
         policy = policy.with_single_chunk_size(cs);
@@ -43,7 +111,7 @@ pub(crate) fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolic
 /// The class a put runs in ([`PutOptions::priority`], else the store's default, else by layout): `interactive`
 /// when the blob is inline or single-partition, `bulk` when it is salted or a stream longer than its head
 /// (`head_len` bytes read, `eof` whether that was all). `None` when scheduling is off.
-pub(crate) fn class_for(
+fn class_for(
     inner: &Inner,
     policy: &LayoutPolicy,
     opts: &PutOptions,
@@ -59,7 +127,7 @@ pub(crate) fn class_for(
 ///
 /// When the length is known ([`PutOptions::size_hint`]), that is the inline limit + 1 bytes; otherwise up to the
 /// in-flight window (at most the fan-out threshold + 1 bytes).
-pub(crate) async fn read_head<R: AsyncRead + Unpin>(
+async fn read_head<R: AsyncRead + Unpin>(
     inner: &Inner,
     policy: &LayoutPolicy,
     opts: &PutOptions,
@@ -88,22 +156,21 @@ pub(crate) enum Finish {
     Park(u64),
 }
 
-/// The put pipeline, for a validated `key` and the `policy` of [`policy_for`]: `head` is the start of the
-/// blob (all of it when `eof`), `reader` the rest. Writes the intent, the chunks, then commits or parks.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn put<R>(
-    inner: &Inner,
-    key: Bytes,
-    policy: &LayoutPolicy,
-    opts: &PutOptions,
-    head: Bytes,
-    eof: bool,
-    mut reader: R,
-    finish: Finish,
-) -> Result<Manifest>
+/// The put pipeline of `plan`, `reader` being the rest of the blob after its head. Writes the intent, the
+/// chunks, then commits or parks.
+async fn put<R>(inner: &Inner, plan: PutPlan, mut reader: R, finish: Finish) -> Result<Manifest>
 where
     R: AsyncRead + Unpin + Send,
 {
+    let PutPlan {
+        key,
+        opts,
+        policy,
+        head,
+        eof,
+        class: _,
+    } = plan;
+    let opts = &opts;
     let head_len = head.len() as u64;
     check_size(inner, &key, head_len, opts.size_hint)?;
     let known_size = match (opts.size_hint, eof) {
@@ -348,39 +415,70 @@ pub(crate) async fn commit(
     pre: PreCheck,
     lease: Option<IntentLease>,
 ) -> Result<()> {
+    let outcome = write_manifest(inner, key, manifest, pre, lease.as_ref()).await;
+    // The one exit: the lease ends once the chunks are committed, deleted, or queued for reclaim.
+    let settled = match &outcome {
+        Ok(()) => true,
+        Err(CommitFailure::NotWritten(_)) => discard(inner, key, manifest).await,
+        // The commit may or may not have happened. Queue this version for reclaim: the reclaimer leaves it alone
+        // if it did become current.
+        Err(CommitFailure::Unknown(_)) => reclaim::schedule_logged(inner, key, manifest).await,
+    };
+    end_lease(lease, settled).await;
+    outcome.map_err(CommitFailure::into_error)
+}
+
+/// How a commit failed: before its manifest write (nothing changed), or in it (the outcome is unknown).
+enum CommitFailure {
+    NotWritten(Error),
+    Unknown(Error),
+}
+
+impl CommitFailure {
+    fn into_error(self) -> Error {
+        match self {
+            CommitFailure::NotWritten(e) | CommitFailure::Unknown(e) => e,
+        }
+    }
+}
+
+/// The steps of [`commit`] up to and including the manifest write, and the queueing of what it replaced.
+async fn write_manifest(
+    inner: &Inner,
+    key: &Bytes,
+    manifest: &Manifest,
+    pre: PreCheck,
+    lease: Option<&IntentLease>,
+) -> std::result::Result<(), CommitFailure> {
+    use CommitFailure::{NotWritten, Unknown};
     let cas = pre.condition == Precondition::None && inner.info.reports_previous;
     let mut raw = match &pre.condition {
         // Not knowing what the commit replaces would leave it unqueued: fail instead.
-        Precondition::None => match inner.backend.get_record(Namespace::Manifest, key).await {
-            Ok(raw) => raw,
-            Err(e) => {
-                end_lease(lease, discard(inner, key, manifest).await).await;
-                return Err(e);
-            }
-        },
+        Precondition::None => inner
+            .backend
+            .get_record(Namespace::Manifest, key)
+            .await
+            .map_err(NotWritten)?,
         Precondition::Equals(expected) => Some(expected.clone()),
         Precondition::Absent => None,
     };
-    let mut attempt = 0;
+    let mut cas_tries = Backoff::COMMIT_CAS.start();
     loop {
-        attempt += 1;
         let before = raw
             .as_ref()
             .and_then(|b| inner.decode_manifest(key, b).ok());
         let queued_at = inner.now_micros();
-        if let Some(old) = &before
-            && let Err(e) = reclaim::schedule(inner, key, old).await
-        {
-            end_lease(lease, discard(inner, key, manifest).await).await;
-            return Err(e);
+        if let Some(old) = &before {
+            reclaim::schedule(inner, key, old)
+                .await
+                .map_err(NotWritten)?;
         }
         // A manifest write is issued only while the claim holds with a margin, so that it lands before gc may
         // take the intent over.
-        if let Some(Err(e)) = lease.as_ref().map(IntentLease::check_claim) {
-            end_lease(lease, discard(inner, key, manifest).await).await;
-            return Err(e);
+        if let Some(lease) = lease {
+            lease.check_claim().map_err(NotWritten)?;
         }
-        let condition = if cas && attempt <= COMMIT_CAS_ATTEMPTS {
+        let condition = if cas && cas_tries.next_attempt().await {
             raw.clone()
                 .map_or(Precondition::Absent, Precondition::Equals)
         } else {
@@ -390,26 +488,22 @@ pub(crate) async fn commit(
             .backend
             .put_record(Namespace::Manifest, key, manifest.encode(), &condition)
             .await;
-        let replaced = match outcome {
-            Ok(RecordWrite::Done(Previous::Value(bytes))) => {
-                inner.decode_manifest(key, &bytes).ok()
-            }
-            Ok(RecordWrite::Done(Previous::Absent)) => None,
-            Ok(RecordWrite::Done(Previous::Unknown)) => before.clone(),
+        let replaced = match outcome.map_err(Unknown)? {
+            RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(key, &bytes).ok(),
+            RecordWrite::Done(Previous::Absent) => None,
+            RecordWrite::Done(Previous::Unknown) => before.clone(),
             // Another put committed since the read: queue what it committed and try again.
-            Ok(RecordWrite::ConditionFailed(current)) if condition != pre.condition => {
+            RecordWrite::ConditionFailed(current) if condition != pre.condition => {
                 raw = current;
                 continue;
             }
-            Ok(RecordWrite::ConditionFailed(current)) => {
-                end_lease(lease, discard(inner, key, manifest).await).await;
-                return Err(condition_error(inner, key, pre.expected, current.as_ref()));
-            }
-            Err(e) => {
-                // The commit may or may not have happened. Queue this version for reclaim: the reclaimer
-                // leaves it alone if it did become current.
-                end_lease(lease, reclaim::schedule_logged(inner, key, manifest).await).await;
-                return Err(e);
+            RecordWrite::ConditionFailed(current) => {
+                return Err(NotWritten(condition_error(
+                    inner,
+                    key,
+                    pre.expected,
+                    current.as_ref(),
+                )));
             }
         };
         reclaim::queue_replaced(
@@ -421,7 +515,6 @@ pub(crate) async fn commit(
             queued_at,
         )
         .await;
-        end_lease(lease, true).await;
         return Ok(());
     }
 }

@@ -1,27 +1,25 @@
-//! The shared base of every protocol: the store's state ([`Inner`]), manifest reads, the one paged scan over
-//! [`ChunkStore::scan_records`] and the low-water marks kept in [`Namespace::Meta`].
-//!
-//! Everything above (the API in [`crate::store`], the intent lease, the reclaim queue, gc and fsck) reads and
-//! writes records through this module; it depends on none of them.
+//! The store's state ([`Inner`]), shared by every protocol: the backend and what it can do, the configuration,
+//! the scheduler; manifest reads, the one paged scan over [`ChunkStore::scan_records`], the low-water marks kept
+//! in [`Namespace::Meta`], and the size and retries of one chunk batch. The protocols above (the API in
+//! [`crate::store`], the intent lease, the reclaim queue, gc and fsck) write their own records through
+//! [`Inner::backend`]; this module depends on none of them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 
 use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition};
+use crate::codec::CHUNK_HEADER_LEN;
 use crate::config::StoreConfig;
 use crate::layout::Layout;
 use crate::manifest::Manifest;
+use crate::retry::Backoff;
+use crate::running::RunningPuts;
+use crate::schedule::ClassTag;
 use crate::{Error, KeyDisplay, Result};
 
 /// Records read per page of a scan.
 pub(crate) const PAGE: usize = 512;
-
-/// How far behind this process's clock another client's clock may run: the low-water marks of the reclaim queue
-/// and of the intent scan stay this far behind what they have seen, so that entries such a client writes are not
-/// skipped. One minute.
-pub(crate) const CLOCK_MARGIN_MICROS: u64 = 60_000_000;
 
 /// The state every operation of one store shares: the backend, what it can do, and the configuration.
 #[derive(Debug)]
@@ -34,6 +32,8 @@ pub(crate) struct Inner {
     pub(crate) sched: Arc<crate::schedule::Scheduler>,
     pub(crate) info: BackendInfo,
     pub(crate) config: StoreConfig,
+    /// The puts of this store running in this process, which gc and fsck never take over.
+    pub(crate) running: Arc<RunningPuts>,
 }
 
 impl Inner {
@@ -110,6 +110,28 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// How a chunk read or write is retried: [`Backoff::CHUNK_IO`], or once when the backend retries by itself
+    /// ([`BackendInfo::retries_internally`]).
+    pub(crate) fn chunk_backoff(&self) -> Backoff {
+        if self.info.retries_internally {
+            Backoff::ONCE
+        } else {
+            Backoff::CHUNK_IO
+        }
+    }
+
+    /// Chunks of `chunk_size` raw bytes per backend call (a batch): the batch size in raw bytes (capped by the
+    /// scheduler's bulk unit in a background `class`, see [`crate::schedule`]), and at most the backend's batch
+    /// limit in encoded bytes. At least one.
+    pub(crate) fn chunks_per_batch(&self, chunk_size: u32, class: Option<&ClassTag>) -> u64 {
+        let raw_budget = self.sched.unit_bytes(self.config.batch_bytes, class);
+        let by_budget = raw_budget / (chunk_size as usize).max(1);
+        let by_backend = self.info.max_batch_bytes / (chunk_size as usize + CHUNK_HEADER_LEN);
+        by_budget.min(by_backend).max(1) as u64
+    }
+}
+
 /// A scan of one namespace, [`PAGE`] records at a time, in key order: the one loop over
 /// [`ChunkStore::scan_records`]. Made by [`Inner::scan`].
 pub(crate) struct RecordPages<'a> {
@@ -138,9 +160,4 @@ impl RecordPages<'_> {
         self.after = Some(last.clone());
         Ok(Some(page))
     }
-}
-
-/// `d` in microseconds, saturating.
-pub(crate) fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -1,0 +1,161 @@
+//! The intent lease of a chunked put: how gc tells a put in flight from an abandoned one.
+//!
+//! Before its first chunk a put writes an **intent** (key, version, start, lease expiry, salt count), renews it
+//! every third of the lease while it runs and removes it after the commit. gc treats an intent as abandoned only
+//! once its lease has expired (and, on a cluster, the takeover hold has passed since:
+//! [`crate::timing::takeover_hold`]). Before its commit a put **claims** its intent: a compare-and-set that
+//! extends the expiry by the commit hold ([`crate::timing::commit_hold`]), from the value it last wrote. gc's
+//! takeover is a compare-and-set on the value gc read, so of a claim and a takeover exactly one wins: a put whose intent was taken over fails instead of committing,
+//! and a claimed intent is not taken over before its manifest write has landed. Renewals go on through the
+//! commit. On a backend whose writes may land late ([`crate::BackendInfo::late_writes`], a cluster) there is no
+//! claim: a cluster that lost a node may time compare-and-sets out for a minute, which must not fail puts.
+//! There the put issues its manifest writes only while its lease has a quarter left, and gc waits the takeover
+//! hold past the lease, which outlasts any manifest write. Besides, gc and fsck never take over the intent of a put
+//! that runs in their own process on the same store ([`crate::running::RunningPuts`]): such a put is alive by
+//! definition.
+//!
+//! # Layout
+//! Each module uses only those listed before it.
+//! - `record.rs`: the record's format ([`Intent`], its key), with typed decode errors.
+//! - `lease.rs`: a put's lease ([`IntentLease`]) and [`Progress`].
+//! - this file: what others do with intents: a compose's claim of a segment's intent, gc's takeover, reads.
+
+mod lease;
+mod record;
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+pub(crate) use self::lease::{IntentLease, Progress};
+pub(crate) use self::record::{Intent, intent_key, parse_intent_key};
+use crate::backend::{BlobRef, Namespace, Precondition, RecordWrite};
+use crate::retry::Backoff;
+use crate::state::Inner;
+use crate::timing::commit_hold;
+use crate::units::micros;
+use crate::version::VersionId;
+use crate::{Error, KeyDisplay, Result};
+
+/// The intent record of `blob` as stored, if there is one.
+pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<Bytes>> {
+    inner
+        .backend
+        .get_record(Namespace::Intent, &intent_key(blob))
+        .await
+}
+
+/// Claims the parked intent of segment `blob` for a compose whose manifest is about to be written, so that gc
+/// leaves the segment's chunks alone until that write has landed: a compare-and-set to an expiry of at least a
+/// lease plus the commit hold from now (a parked expiry further out is kept). Where writes may land late (no
+/// claims, see [`IntentLease::claim`]) it checks that a lease is left instead. Fails with
+/// [`Error::SegmentGone`] when the intent is absent, undecodable or expired.
+pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
+    let gone = |detail: &str| Error::SegmentGone {
+        key: blob.key[..].into(),
+        version: blob.version,
+        detail: detail.into(),
+    };
+    let record_key = intent_key(blob);
+    let lease = micros(inner.config.intent_lease);
+    let mut last_error = None;
+    let mut tries = Backoff::INTENT_CAS.start();
+    while tries.next_attempt().await {
+        let now = inner.now_micros();
+        let Some(raw) = inner
+            .backend
+            .get_record(Namespace::Intent, &record_key)
+            .await?
+        else {
+            return Err(gone(
+                "its intent is gone (expired and reclaimed, discarded, or never written)",
+            ));
+        };
+        let intent = Intent::decode(&raw)
+            .map_err(|e| gone(&format!("its intent record does not decode ({e})")))?;
+        if intent.expired(now) {
+            return Err(gone("its lease has expired"));
+        }
+        if inner.info.late_writes {
+            if intent.expires_micros.saturating_sub(now) < lease {
+                return Err(gone("less than a lease is left of it"));
+            }
+            return Ok(());
+        }
+        let claimed = Intent {
+            expires_micros: intent.expires_micros.max(
+                now.saturating_add(lease)
+                    .saturating_add(micros(commit_hold(inner.config.intent_lease))),
+            ),
+            ..intent
+        };
+        match inner
+            .backend
+            .put_record(
+                Namespace::Intent,
+                &record_key,
+                claimed.encode(),
+                &Precondition::Equals(raw),
+            )
+            .await
+        {
+            Ok(RecordWrite::Done(_)) => return Ok(()),
+            // Changed in between (another compose claimed it, or gc took it over): read it again.
+            Ok(RecordWrite::ConditionFailed(_)) => {}
+            Err(e) if e.is_retryable() => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.map_or_else(
+        || gone("its intent kept changing while being claimed"),
+        |e| tries.give_up(e),
+    ))
+}
+
+/// Removes the intent of segment `blob` after a compose committed it (best effort: gc removes a leftover
+/// intent of a version the current one owns).
+pub(crate) async fn remove(inner: &Inner, blob: &BlobRef) {
+    if let Err(e) = inner
+        .backend
+        .delete_record(Namespace::Intent, &intent_key(blob), &Precondition::None)
+        .await
+    {
+        tracing::warn!(
+            "could not remove the intent of segment {} (gc will): {e}",
+            blob.version
+        );
+    }
+}
+
+/// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,
+/// so that its writer can no longer renew it and commit. False if the writer renewed it in between (it keeps
+/// its put).
+pub(crate) async fn take_over(inner: &Inner, record_key: &[u8], seen: Bytes) -> Result<bool> {
+    let outcome = inner
+        .backend
+        .delete_record(Namespace::Intent, record_key, &Precondition::Equals(seen))
+        .await?;
+    Ok(matches!(outcome, RecordWrite::Done(_)))
+}
+
+/// Decodes an intent record (key and value) as a scan returns it.
+pub(crate) fn decode_record(k: &Bytes, v: &[u8]) -> Result<(BlobRef, Intent)> {
+    Ok((parse_intent_key(k)?, Intent::decode(v)?))
+}
+
+/// Every intent record that decodes, by blob (one that does not is logged and left out).
+pub(crate) async fn all(inner: &Inner) -> Result<HashMap<(Bytes, VersionId), Intent>> {
+    let mut out = HashMap::new();
+    let mut pages = inner.scan(Namespace::Intent, b"", None);
+    while let Some(page) = pages.next_page().await? {
+        for (k, v) in &page {
+            match decode_record(k, v) {
+                Ok((blob, intent)) => {
+                    out.insert((blob.key, blob.version), intent);
+                }
+                Err(e) => tracing::warn!("{e}, under {:?}: left out", KeyDisplay::from(&k[..])),
+            }
+        }
+    }
+    Ok(out)
+}
