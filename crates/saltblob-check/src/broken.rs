@@ -177,12 +177,7 @@ impl ChunkStoreLayer for ManifestFirst {
         Ok(())
     }
 
-    async fn delete_chunks(
-        &self,
-        blob: &BlobRef,
-        salt_count: u32,
-        chunk_count: u64,
-    ) -> Result<()> {
+    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()> {
         lock(&self.pending).remove(blob);
         self.inner
             .delete_chunks(blob, salt_count, chunk_count)
