@@ -1,6 +1,6 @@
 //! Deliberately broken backends: [`ChunkStore`] wrappers that each break one guarantee saltblob relies on,
-//! so that tests can show the checker catches real bugs. Each wraps any backend and delegates everything
-//! else unchanged.
+//! so that tests can show the checker catches real bugs. Each wraps any backend (a [`ChunkStoreLayer`]) and
+//! delegates everything else unchanged.
 //!
 //! - [`ManifestFirst`]: commits the manifest before the chunks it lists → readers hit missing chunks
 //!   ([`crate::ViolationKind::Corrupt`]).
@@ -21,13 +21,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use saltblob_core::backend::{ChunkAddress, SpaceReport};
 use saltblob_core::{
-    BackendInfo, BlobRef, ChunkId, ChunkStore, ChunkWrite, Manifest, Namespace, Precondition,
-    Previous, RecordWrite, Result,
+    BlobRef, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace, Precondition, Previous,
+    RecordWrite, Result,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -70,114 +68,25 @@ impl Coin {
     }
 }
 
-/// Implements [`ChunkStore`] for a wrapper with a field `inner: Arc<dyn ChunkStore>`: the methods given in
-/// the braces as written, the methods listed in brackets delegated to `inner`. (`#[async_trait]` must see
-/// every method literally, so the delegated ones are accumulated first and the impl emitted at the end.)
-macro_rules! impl_chunk_store {
-    ($ty:ty, [$($m:ident),* $(,)?], { $($custom:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($m),*], { $($custom)* });
-    };
-    (@acc $ty:ty, [], { $($body:tt)* }) => {
-        #[async_trait]
-        impl ChunkStore for $ty {
-            $($body)*
-        }
-    };
-    (@acc $ty:ty, [$first:ident $(, $rest:ident)*], { $($body:tt)* }) => {
-        impl_chunk_store!(@one $first, $ty, [$($rest),*], { $($body)* });
-    };
-    (@one info, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            fn info(&self) -> BackendInfo {
-                self.inner.info()
-            }
-        });
-    };
-    (@one get_record, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
-                self.inner.get_record(ns, key).await
-            }
-        });
-    };
-    (@one delete_record, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            async fn delete_record(
-                &self,
-                ns: Namespace,
-                key: &[u8],
-                cond: &Precondition,
-            ) -> Result<RecordWrite> {
-                self.inner.delete_record(ns, key, cond).await
-            }
-        });
-    };
-    (@one scan_records, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            async fn scan_records(
-                &self,
-                ns: Namespace,
-                prefix: &[u8],
-                start_after: Option<&[u8]>,
-                limit: usize,
-            ) -> Result<Vec<(Bytes, Bytes)>> {
-                self.inner.scan_records(ns, prefix, start_after, limit).await
-            }
-        });
-    };
-    (@one put_chunks, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-                self.inner.put_chunks(blob, chunks).await
-            }
-        });
-    };
-    (@one get_chunks, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            async fn get_chunks(
-                &self,
-                blob: &BlobRef,
-                chunks: &[ChunkId],
-            ) -> Result<Vec<Option<Bytes>>> {
-                self.inner.get_chunks(blob, chunks).await
-            }
-        });
-    };
-    (@one delete_chunks, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            async fn delete_chunks(
-                &self,
-                blob: &BlobRef,
-                salt_count: u32,
-                chunk_count: u64,
-            ) -> Result<()> {
-                self.inner.delete_chunks(blob, salt_count, chunk_count).await
-            }
-        });
-    };
-    (@one maintenance, $ty:ty, [$($rest:ident),*], { $($body:tt)* }) => {
-        impl_chunk_store!(@acc $ty, [$($rest),*], { $($body)*
-            fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
-                self.inner.scan_chunks()
-            }
-
-            async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
-                self.inner.reclaim_space().await
-            }
-        });
-    };
-}
-
-/// Commits the manifest before the chunks: `put_chunks` only buffers the chunks and returns at once; the
-/// manifest write is done first and the buffered chunks of that version are written only after a random
-/// delay. Readers that find the new manifest in that window miss its chunks.
+/// Commits the manifest before the chunks: `put_chunks` and `put_chunks_unlogged` only buffer the chunks and
+/// return at once; the manifest write is done first and the buffered chunks of that version are written only
+/// after a random delay, each batch the way it came (and the unlogged ones then synced). Readers that find the
+/// new manifest in that window miss its chunks.
 #[derive(Debug)]
 pub struct ManifestFirst {
     inner: Arc<dyn ChunkStore>,
     delay: Range<Duration>,
     coin: Coin,
-    /// Buffered `put_chunks` calls per version, in call order (each within the backend's batch limit).
-    pending: Mutex<HashMap<BlobRef, Vec<Vec<ChunkWrite>>>>,
+    /// Buffered chunk writes per version, in call order (each within the backend's batch limit).
+    pending: Mutex<HashMap<BlobRef, Vec<Batch>>>,
+}
+
+/// One buffered chunk write.
+#[derive(Debug)]
+struct Batch {
+    chunks: Vec<ChunkWrite>,
+    /// Whether it came as `put_chunks_unlogged`.
+    unlogged: bool,
 }
 
 impl ManifestFirst {
@@ -204,69 +113,77 @@ impl ManifestFirst {
     pub fn pending_versions(&self) -> usize {
         lock(&self.pending).len()
     }
+
+    fn buffer(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>, unlogged: bool) {
+        lock(&self.pending)
+            .entry(blob.clone())
+            .or_default()
+            .push(Batch { chunks, unlogged });
+    }
 }
 
-impl_chunk_store!(
-    ManifestFirst,
-    [
-        info,
-        get_record,
-        delete_record,
-        scan_records,
-        get_chunks,
-        maintenance
-    ],
-    {
-        async fn put_record(
-            &self,
-            ns: Namespace,
-            key: &[u8],
-            value: Bytes,
-            cond: &Precondition,
-        ) -> Result<RecordWrite> {
-            let version = (ns == Namespace::Manifest)
-                .then(|| Manifest::decode(&value, &|| "manifest".to_owned()).ok())
-                .flatten()
-                .map(|m| m.version);
-            let written = self.inner.put_record(ns, key, value, cond).await?;
-            let Some(version) = version else {
-                return Ok(written);
-            };
-            let blob = BlobRef {
-                key: Bytes::copy_from_slice(key),
-                version,
-            };
-            let batches = lock(&self.pending).remove(&blob).unwrap_or_default();
-            if matches!(written, RecordWrite::Done(_)) && !batches.is_empty() {
-                tokio::time::sleep(self.coin.duration(&self.delay)).await;
-                for batch in batches {
-                    self.inner.put_chunks(&blob, batch).await?;
+#[async_trait]
+impl ChunkStoreLayer for ManifestFirst {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.inner.as_ref()
+    }
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        let version = (ns == Namespace::Manifest)
+            .then(|| Manifest::decode(&value, &|| "manifest".to_owned()).ok())
+            .flatten()
+            .map(|m| m.version);
+        let written = self.inner.put_record(ns, key, value, cond).await?;
+        let Some(version) = version else {
+            return Ok(written);
+        };
+        let blob = BlobRef {
+            key: Bytes::copy_from_slice(key),
+            version,
+        };
+        let batches = lock(&self.pending).remove(&blob).unwrap_or_default();
+        if matches!(written, RecordWrite::Done(_)) && !batches.is_empty() {
+            tokio::time::sleep(self.coin.duration(&self.delay)).await;
+            let unlogged = batches.iter().any(|b| b.unlogged);
+            for batch in batches {
+                if batch.unlogged {
+                    self.inner.put_chunks_unlogged(&blob, batch.chunks).await?;
+                } else {
+                    self.inner.put_chunks(&blob, batch.chunks).await?;
                 }
             }
-            Ok(written)
+            if unlogged {
+                self.inner.sync_unlogged_chunks().await?;
+            }
         }
-
-        async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-            lock(&self.pending)
-                .entry(blob.clone())
-                .or_default()
-                .push(chunks);
-            Ok(())
-        }
-
-        async fn delete_chunks(
-            &self,
-            blob: &BlobRef,
-            salt_count: u32,
-            chunk_count: u64,
-        ) -> Result<()> {
-            lock(&self.pending).remove(blob);
-            self.inner
-                .delete_chunks(blob, salt_count, chunk_count)
-                .await
-        }
+        Ok(written)
     }
-);
+
+    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        self.buffer(blob, chunks, false);
+        Ok(())
+    }
+
+    /// Buffered like `put_chunks`; the put's sync before its commit then reaches the inner store with nothing
+    /// of this version written yet.
+    async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        self.buffer(blob, chunks, true);
+        Ok(())
+    }
+
+    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()> {
+        lock(&self.pending).remove(blob);
+        self.inner
+            .delete_chunks(blob, salt_count, chunk_count)
+            .await
+    }
+}
 
 /// Reads manifests from a "lagging replica": with probability `p`, reading a manifest returns the record the
 /// key held before its latest write (or nothing, if it held none), as a read at consistency ONE might.
@@ -310,57 +227,51 @@ impl StaleReads {
     }
 }
 
-impl_chunk_store!(
-    StaleReads,
-    [
-        info,
-        scan_records,
-        put_chunks,
-        get_chunks,
-        delete_chunks,
-        maintenance
-    ],
-    {
-        async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
-            if ns == Namespace::Manifest && self.coin.flip() {
-                let stale = lock(&self.previous).get(key).cloned();
-                if let Some(stale) = stale {
-                    return Ok(stale);
-                }
-            }
-            self.inner.get_record(ns, key).await
-        }
-
-        async fn put_record(
-            &self,
-            ns: Namespace,
-            key: &[u8],
-            value: Bytes,
-            cond: &Precondition,
-        ) -> Result<RecordWrite> {
-            let before = self.read_before(ns, key).await;
-            let written = self.inner.put_record(ns, key, value, cond).await?;
-            if ns == Namespace::Manifest {
-                self.remember(key, before, &written).await;
-            }
-            Ok(written)
-        }
-
-        async fn delete_record(
-            &self,
-            ns: Namespace,
-            key: &[u8],
-            cond: &Precondition,
-        ) -> Result<RecordWrite> {
-            let before = self.read_before(ns, key).await;
-            let written = self.inner.delete_record(ns, key, cond).await?;
-            if ns == Namespace::Manifest {
-                self.remember(key, before, &written).await;
-            }
-            Ok(written)
-        }
+#[async_trait]
+impl ChunkStoreLayer for StaleReads {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.inner.as_ref()
     }
-);
+
+    async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
+        if ns == Namespace::Manifest && self.coin.flip() {
+            let stale = lock(&self.previous).get(key).cloned();
+            if let Some(stale) = stale {
+                return Ok(stale);
+            }
+        }
+        self.inner.get_record(ns, key).await
+    }
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        let before = self.read_before(ns, key).await;
+        let written = self.inner.put_record(ns, key, value, cond).await?;
+        if ns == Namespace::Manifest {
+            self.remember(key, before, &written).await;
+        }
+        Ok(written)
+    }
+
+    async fn delete_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        let before = self.read_before(ns, key).await;
+        let written = self.inner.delete_record(ns, key, cond).await?;
+        if ns == Namespace::Manifest {
+            self.remember(key, before, &written).await;
+        }
+        Ok(written)
+    }
+}
 
 /// Loses acknowledged commits: with probability `p`, a manifest write returns success (replacing nothing)
 /// without being performed.
@@ -385,33 +296,25 @@ impl LostAck {
     }
 }
 
-impl_chunk_store!(
-    LostAck,
-    [
-        info,
-        get_record,
-        delete_record,
-        scan_records,
-        put_chunks,
-        get_chunks,
-        delete_chunks,
-        maintenance
-    ],
-    {
-        async fn put_record(
-            &self,
-            ns: Namespace,
-            key: &[u8],
-            value: Bytes,
-            cond: &Precondition,
-        ) -> Result<RecordWrite> {
-            if ns == Namespace::Manifest && self.coin.flip() {
-                return Ok(RecordWrite::Done(Previous::Absent));
-            }
-            self.inner.put_record(ns, key, value, cond).await
-        }
+#[async_trait]
+impl ChunkStoreLayer for LostAck {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.inner.as_ref()
     }
-);
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        if ns == Namespace::Manifest && self.coin.flip() {
+            return Ok(RecordWrite::Done(Previous::Absent));
+        }
+        self.inner.put_record(ns, key, value, cond).await
+    }
+}
 
 /// Misreports conditional manifest writes: with probability `p`, one whose condition does not hold is
 /// performed anyway and reported refused.
@@ -436,40 +339,32 @@ impl RefusedButApplied {
     }
 }
 
-impl_chunk_store!(
-    RefusedButApplied,
-    [
-        info,
-        get_record,
-        delete_record,
-        scan_records,
-        put_chunks,
-        get_chunks,
-        delete_chunks,
-        maintenance
-    ],
-    {
-        async fn put_record(
-            &self,
-            ns: Namespace,
-            key: &[u8],
-            value: Bytes,
-            cond: &Precondition,
-        ) -> Result<RecordWrite> {
-            let outcome = self.inner.put_record(ns, key, value.clone(), cond).await?;
-            if ns != Namespace::Manifest
-                || !matches!(outcome, RecordWrite::ConditionFailed(_))
-                || !self.coin.flip()
-            {
-                return Ok(outcome);
-            }
-            self.inner
-                .put_record(ns, key, value, &Precondition::None)
-                .await?;
-            Ok(outcome)
-        }
+#[async_trait]
+impl ChunkStoreLayer for RefusedButApplied {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.inner.as_ref()
     }
-);
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        let outcome = self.inner.put_record(ns, key, value.clone(), cond).await?;
+        if ns != Namespace::Manifest
+            || !matches!(outcome, RecordWrite::ConditionFailed(_))
+            || !self.coin.flip()
+        {
+            return Ok(outcome);
+        }
+        self.inner
+            .put_record(ns, key, value, &Precondition::None)
+            .await?;
+        Ok(outcome)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -517,11 +412,12 @@ mod tests {
     #[tokio::test]
     async fn manifest_first_forgets_chunks_of_failed_puts() {
         let wrapper = Arc::new(ManifestFirst::new(Arc::new(MemoryStore::new())));
+        let backend: &dyn ChunkStore = wrapper.as_ref();
         let blob = BlobRef {
             key: Bytes::from_static(b"k"),
             version: saltblob_core::VersionId(1),
         };
-        wrapper
+        backend
             .put_chunks(
                 &blob,
                 vec![ChunkWrite {
@@ -533,8 +429,42 @@ mod tests {
             .await
             .expect("buffered");
         assert_eq!(wrapper.pending_versions(), 1);
-        wrapper.delete_chunks(&blob, 1, 1).await.expect("deleted");
+        backend.delete_chunks(&blob, 1, 1).await.expect("deleted");
         assert_eq!(wrapper.pending_versions(), 0);
+    }
+
+    /// A put large enough to store its chunks unlogged: its buffered chunks are written unlogged after the
+    /// manifest, then synced, all in the inner store.
+    #[tokio::test]
+    async fn manifest_first_writes_unlogged_chunks_unlogged_then_syncs() {
+        use saltblob_core::conformance::faults::{Faulty, Point};
+        use saltblob_core::memory::MEMORY_UNLOGGED_MIN_BYTES;
+
+        let memory = Arc::new(MemoryStore::new());
+        let faulty = Faulty::new(memory.clone());
+        let wrapper = Arc::new(ManifestFirst::with_delay(
+            faulty.clone(),
+            Duration::from_millis(300)..Duration::from_millis(300),
+            1,
+        ));
+        let s = store(wrapper.clone());
+        let size = usize::try_from(MEMORY_UNLOGGED_MIN_BYTES * 2).expect("fits");
+        let writer = {
+            let s = s.clone();
+            tokio::spawn(async move { s.put("k", vec![1u8; size], &PutOptions::new()).await })
+        };
+        // Once the manifest is in, the put's own sync is past: the next one is the late chunks'.
+        while s.head("k").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let sync = faulty.hold(Point::ChunkSync);
+        sync.reached().await;
+        assert!(
+            memory.lose_unsynced_chunks().expect("lose") > 0,
+            "the late chunks were written unlogged and wait for their sync"
+        );
+        sync.release();
+        writer.await.expect("joins").expect("put succeeds");
     }
 
     #[tokio::test]
@@ -569,6 +499,7 @@ mod tests {
     #[tokio::test]
     async fn lost_ack_drops_acknowledged_manifest_writes() {
         let wrapper = Arc::new(LostAck::new(Arc::new(MemoryStore::new()), 1.0, 0));
+        let backend: &dyn ChunkStore = wrapper.as_ref();
         let s = store(wrapper.clone());
         s.put("k", vec![1u8; 5000], &PutOptions::new())
             .await
@@ -576,10 +507,10 @@ mod tests {
         assert!(matches!(s.get("k").await, Err(Error::NotFound { .. })));
         assert_eq!(wrapper.lost(), 1);
         assert_eq!(
-            futures::StreamExt::count(wrapper.scan_chunks()).await,
+            futures::StreamExt::count(backend.scan_chunks()).await,
             2,
             "chunks were written, only the commit lost"
         );
-        assert_eq!(wrapper.reclaim_space().await.expect("delegated"), None);
+        assert_eq!(backend.reclaim_space().await.expect("delegated"), None);
     }
 }

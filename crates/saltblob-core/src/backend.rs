@@ -256,6 +256,11 @@ impl BackendInfo {
 /// - Missing things are not errors: a missing record is `None`, a missing chunk is `None` in its slot, deleting
 ///   what does not exist succeeds.
 /// - Errors say whether a retry may help ([`crate::Error::is_retryable`]).
+///
+/// # Wrappers
+/// A wrapper of another `ChunkStore` (a scheduler, a fault injector) implements
+/// [`crate::layer::ChunkStoreLayer`], not this trait: it overrides the calls it changes and every other call
+/// reaches the inner store's own method, never one of the defaults below.
 #[async_trait]
 pub trait ChunkStore: Send + Sync + Debug + 'static {
     /// What the backend is and its limits.
@@ -299,7 +304,7 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     /// Stores chunks like [`ChunkStore::put_chunks`], except that they may be lost in a crash until a
     /// [`ChunkStore::sync_unlogged_chunks`] called after this returned has returned: the engine may keep them out of
     /// its write-ahead log. The default is `put_chunks` (and then the default sync, which does nothing, is
-    /// right). A wrapper that forwards this method must forward `sync_unlogged_chunks` too.
+    /// right); an engine that overrides this method overrides `sync_unlogged_chunks` too.
     async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
         self.put_chunks(blob, chunks).await
     }

@@ -59,6 +59,7 @@ pub mod error;
 pub mod fsck;
 pub mod gc;
 mod intent;
+pub mod layer;
 pub mod layout;
 mod liveness;
 pub mod manifest;
@@ -86,6 +87,7 @@ pub use config::{GetOptions, LateMetadata, PutCondition, PutOptions, StoreConfig
 pub use error::{BoxError, Error, KeyDisplay, Result};
 pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
 pub use gc::{GcHandle, GcOptions, GcReport};
+pub use layer::ChunkStoreLayer;
 pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
 pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;

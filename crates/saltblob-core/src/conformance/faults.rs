@@ -4,6 +4,7 @@
 //! A store over the wrapper and a store over the backend itself act like two processes sharing the backend:
 //! neither sees the other's puts as running in its own process.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -12,9 +13,9 @@ use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::watch;
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    RecordWrite, SpaceReport,
+    BlobRef, ChunkAddress, ChunkStore, ChunkWrite, Namespace, Precondition, RecordWrite,
 };
+use crate::layer::ChunkStoreLayer;
 use crate::{Error, Result};
 
 /// A kind of backend call that [`Faulty`] can hold or fail.
@@ -24,14 +25,17 @@ pub enum Point {
     RecordRead(Namespace),
     /// `put_record` and `delete_record` in a namespace.
     RecordWrite(Namespace),
-    /// `put_chunks`. A held chunk write is already issued, as an engine's write on a thread of its own is: it
-    /// lands once released even if its caller has given up on it.
+    /// `put_chunks` and `put_chunks_unlogged`. A held chunk write is already issued, as an engine's write on a
+    /// thread of its own is: it lands once released even if its caller has given up on it.
     ChunkWrite,
+    /// `sync_unlogged_chunks`, issued like a chunk write.
+    ChunkSync,
     /// `scan_chunks`.
     ChunkScan,
 }
 
-/// A backend that forwards every call to another, except the calls held or failed at a [`Point`].
+/// A backend that forwards every call to another (a [`ChunkStoreLayer`]), except the calls held or failed at a
+/// [`Point`].
 #[derive(Debug, Clone)]
 pub struct Faulty {
     inner: Arc<dyn ChunkStore>,
@@ -125,12 +129,29 @@ impl Faulty {
         }
         Ok(())
     }
+
+    /// Issues `call` to the inner store at `point` on a task of its own, so that once released it runs to its
+    /// end even if its caller has given up on it (see [`Point::ChunkWrite`]).
+    async fn issue<T, F, Fut>(&self, point: Point, call: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<dyn ChunkStore>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.enter(point).await?;
+            call(this.inner).await
+        })
+        .await
+        .map_err(|e| Error::internal("chunk write task", e))?
+    }
 }
 
 #[async_trait]
-impl ChunkStore for Faulty {
-    fn info(&self) -> BackendInfo {
-        self.inner.info()
+impl ChunkStoreLayer for Faulty {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.inner.as_ref()
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -159,36 +180,27 @@ impl ChunkStore for Faulty {
         self.inner.delete_record(ns, key, cond).await
     }
 
-    async fn scan_records(
-        &self,
-        ns: Namespace,
-        prefix: &[u8],
-        start_after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        self.inner
-            .scan_records(ns, prefix, start_after, limit)
-            .await
-    }
-
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        let (this, blob) = (self.clone(), blob.clone());
-        tokio::spawn(async move {
-            this.enter(Point::ChunkWrite).await?;
-            this.inner.put_chunks(&blob, chunks).await
+        let blob = blob.clone();
+        self.issue(Point::ChunkWrite, move |inner| async move {
+            inner.put_chunks(&blob, chunks).await
         })
         .await
-        .map_err(|e| Error::internal("chunk write task", e))?
     }
 
-    async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
-        self.inner.get_chunks(blob, chunks).await
+    async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
+        let blob = blob.clone();
+        self.issue(Point::ChunkWrite, move |inner| async move {
+            inner.put_chunks_unlogged(&blob, chunks).await
+        })
+        .await
     }
 
-    async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()> {
-        self.inner
-            .delete_chunks(blob, salt_count, chunk_count)
-            .await
+    async fn sync_unlogged_chunks(&self) -> Result<()> {
+        self.issue(Point::ChunkSync, |inner| async move {
+            inner.sync_unlogged_chunks().await
+        })
+        .await
     }
 
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
@@ -200,8 +212,56 @@ impl ChunkStore for Faulty {
             .flatten()
             .boxed()
     }
+}
 
-    async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
-        self.inner.reclaim_space().await
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::data;
+    use crate::memory::MEMORY_UNLOGGED_MIN_BYTES;
+    use crate::{BlobStore, MemoryStore, PutOptions, StoreConfig};
+
+    /// A store over `Faulty` over a memory backend, which stores the chunks of puts of at least
+    /// [`MEMORY_UNLOGGED_MIN_BYTES`] unlogged; and a value that large.
+    fn large_put_setup() -> (Arc<MemoryStore>, Arc<Faulty>, BlobStore, Bytes) {
+        let memory = Arc::new(MemoryStore::new());
+        let faulty = Faulty::new(memory.clone());
+        let store = BlobStore::new(faulty.clone(), StoreConfig::default()).expect("store");
+        let size = usize::try_from(MEMORY_UNLOGGED_MIN_BYTES * 3).expect("fits");
+        (memory, faulty, store, data(size, 1))
+    }
+
+    /// A large put through `Faulty` reaches the inner store's unlogged pair, and can be held at its sync: a crash
+    /// there (the put dies, the engine loses what was not synced) loses its chunks before any commit. Without a
+    /// hold, nothing of the put is left unsynced once it returns.
+    #[tokio::test]
+    async fn a_large_put_reaches_the_inner_stores_unlogged_path() {
+        let (memory, faulty, store, value) = large_put_setup();
+        let sync = faulty.hold(Point::ChunkSync);
+        let put = tokio::spawn({
+            let (store, value) = (store.clone(), value.clone());
+            async move { store.put("large", value, &PutOptions::new()).await }
+        });
+        sync.reached().await;
+        put.abort();
+        let lost = memory.lose_unsynced_chunks().expect("lose");
+        assert!(lost > 0, "the chunks reached the inner store unlogged");
+        assert!(
+            matches!(store.get("large").await, Err(Error::NotFound { .. })),
+            "the put did not commit before its sync"
+        );
+        sync.release();
+
+        let (memory, _faulty, store, value) = large_put_setup();
+        store
+            .put("large", value.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(
+            memory.lose_unsynced_chunks().expect("lose"),
+            0,
+            "the sync reached the inner store before the commit"
+        );
+        assert_eq!(store.get("large").await.expect("get"), value);
     }
 }

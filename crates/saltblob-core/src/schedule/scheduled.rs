@@ -14,6 +14,7 @@ use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
     RecordWrite, SpaceReport,
 };
+use crate::layer::ChunkStoreLayer;
 
 /// Bytes a page of a record scan is estimated at before it runs.
 const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
@@ -22,8 +23,10 @@ const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 /// (requests outside any operation's class, such as intent renewals, run in the store's default class, else
 /// `interactive`, and the backend sees that class).
 ///
-/// Not scheduled: [`ChunkStore::scan_chunks`] (fsck's listing, a stream paced by its consumer) and
-/// [`ChunkStore::reclaim_space`] (engine maintenance after gc).
+/// Not scheduled: [`ChunkStore::scan_chunks`] (fsck's listing, a stream paced by its consumer),
+/// [`ChunkStore::sync_unlogged_chunks`] (a flush, which moves no bytes of its own) and
+/// [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that
+/// a new one cannot bypass admission by default.
 #[derive(Debug)]
 pub(crate) struct ScheduledStore {
     backend: Arc<dyn ChunkStore>,
@@ -74,7 +77,12 @@ fn len(value: &Option<Bytes>) -> u64 {
 }
 
 #[async_trait]
-impl ChunkStore for ScheduledStore {
+#[deny(clippy::missing_trait_methods)]
+impl ChunkStoreLayer for ScheduledStore {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.backend.as_ref()
+    }
+
     fn info(&self) -> BackendInfo {
         self.backend.info()
     }

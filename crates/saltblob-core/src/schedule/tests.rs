@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 
 use super::*;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    RecordWrite,
+    BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, RecordWrite,
 };
+use crate::layer::ChunkStoreLayer;
 use crate::layout::{LayoutPolicy, MIB};
 use crate::{BlobStore, Error, GetOptions, MemoryStore, PutOptions, StoreConfig};
 
@@ -175,8 +174,8 @@ async fn abandoned_requests_give_their_slots_back() {
     );
 }
 
-/// A memory backend whose chunk calls take 10 ms (of paused Tokio time), recording the class and size of each
-/// call as it starts.
+/// A memory backend whose chunk writes and reads take 10 ms (of paused Tokio time), recording the class and size
+/// of each call as it starts (a chunk write as `put_chunks`, logged or not).
 #[derive(Debug)]
 struct Slow {
     inner: MemoryStore,
@@ -188,12 +187,18 @@ impl Slow {
         let class = current_class().map_or("none".to_owned(), |c| c.name().to_owned());
         self.calls.lock().expect("calls").push((class, what, bytes));
     }
+
+    /// Records a chunk write, then takes its 10 ms.
+    async fn write(&self, chunks: &[ChunkWrite]) {
+        self.record("put_chunks", chunks.iter().map(|c| c.data.len()).sum());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[async_trait]
-impl ChunkStore for Slow {
-    fn info(&self) -> BackendInfo {
-        self.inner.info()
+impl ChunkStoreLayer for Slow {
+    fn inner(&self) -> &dyn ChunkStore {
+        &self.inner
     }
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> crate::Result<Option<Bytes>> {
         self.record("get_record", 0);
@@ -209,29 +214,17 @@ impl ChunkStore for Slow {
         self.record("put_record", value.len());
         self.inner.put_record(ns, key, value, cond).await
     }
-    async fn delete_record(
-        &self,
-        ns: Namespace,
-        key: &[u8],
-        cond: &Precondition,
-    ) -> crate::Result<RecordWrite> {
-        self.inner.delete_record(ns, key, cond).await
-    }
-    async fn scan_records(
-        &self,
-        ns: Namespace,
-        prefix: &[u8],
-        start_after: Option<&[u8]>,
-        limit: usize,
-    ) -> crate::Result<Vec<(Bytes, Bytes)>> {
-        self.inner
-            .scan_records(ns, prefix, start_after, limit)
-            .await
-    }
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> crate::Result<()> {
-        self.record("put_chunks", chunks.iter().map(|c| c.data.len()).sum());
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.write(&chunks).await;
         self.inner.put_chunks(blob, chunks).await
+    }
+    async fn put_chunks_unlogged(
+        &self,
+        blob: &BlobRef,
+        chunks: Vec<ChunkWrite>,
+    ) -> crate::Result<()> {
+        self.write(&chunks).await;
+        self.inner.put_chunks_unlogged(blob, chunks).await
     }
     async fn get_chunks(
         &self,
@@ -241,19 +234,6 @@ impl ChunkStore for Slow {
         self.record("get_chunks", chunks.len());
         tokio::time::sleep(Duration::from_millis(10)).await;
         self.inner.get_chunks(blob, chunks).await
-    }
-    async fn delete_chunks(
-        &self,
-        blob: &BlobRef,
-        salt_count: u32,
-        chunk_count: u64,
-    ) -> crate::Result<()> {
-        self.inner
-            .delete_chunks(blob, salt_count, chunk_count)
-            .await
-    }
-    fn scan_chunks(&self) -> BoxStream<'_, crate::Result<ChunkAddress>> {
-        self.inner.scan_chunks()
     }
 }
 
