@@ -11,7 +11,7 @@ use s3s::dto::{
     PutObjectInput, PutObjectOutput, Range, StreamingBlob,
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{BlobStream, GetOptions, LateMetadata, PutOptions};
+use saltblob_core::{BlobStream, GetOptions, PutOptions};
 
 use crate::attrs::{
     Attributes, CHECKSUM_KEY, Conditions, ETAG_KEY, etag_of, last_modified_of, object_metadata,
@@ -20,7 +20,7 @@ use crate::attrs::{
 use crate::body::{BlobBody, Expected, SharedOutcome, VerifyingReader};
 use crate::error::from_store;
 use crate::keys::object_key;
-use crate::put_body::{announced_trailer, body_checks, finish_put, verified_body};
+use crate::put_body::{PutBody, finish_put, put_body};
 use crate::service::SaltS3;
 
 /// Most keys one DeleteObjects request may name, as S3.
@@ -160,26 +160,23 @@ pub(crate) async fn handle_put_object(
     s3: &SaltS3,
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
-    let trailer = announced_trailer(&req.headers);
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
     let metadata = object_metadata!(input)?;
-    let late = LateMetadata::new();
-    let (reader, outcome) = verified_body(
-        input.body,
-        body_checks!(input, trailer.zip(req.trailing_headers)),
-        late.clone(),
-    )?;
+    let PutBody {
+        reader,
+        outcome,
+        late,
+        size_hint,
+    } = put_body!(req, input)?;
     let mut opts = PutOptions::new().with_late_metadata(late).with_condition(
         s3.put_condition(&key, input.if_match.as_ref(), input.if_none_match.as_ref())
             .await?,
     );
     opts.metadata = metadata;
     opts.content_type = input.content_type;
-    if let Some(len) = input.content_length.and_then(|l| u64::try_from(l).ok()) {
-        opts = opts.with_size_hint(len);
-    }
+    opts.size_hint = size_hint;
     let result = s3.store.put_stream(&key, reader, &opts).await;
     let manifest = finish_put(result, &outcome)?;
     s3.record_class_of(&req.extensions, &manifest);

@@ -27,9 +27,7 @@ use s3s::dto::{
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::manifest::hex;
-use saltblob_core::{
-    BlobStore, Error, LateMetadata, ListEntry, PriorityClass, PutOptions, Segment,
-};
+use saltblob_core::{BlobStore, Error, ListEntry, PriorityClass, PutOptions, Segment};
 
 use self::upload::{State, StoredPart, Upload, check_upload_id, no_such_upload};
 use crate::attrs::{
@@ -39,7 +37,7 @@ use crate::auth::record_class;
 use crate::body::Algorithm;
 use crate::error::from_store;
 use crate::keys::{MULTIPART_PREFIX, object_key};
-use crate::put_body::{announced_trailer, body_checks, finish_put, verified_body};
+use crate::put_body::{PutBody, finish_put, put_body};
 use crate::service::SaltS3;
 
 /// How long the parts of an upload stay claimable after they were written: an upload neither completed nor
@@ -61,6 +59,15 @@ fn check_part_number(number: i32) -> S3Result<()> {
             "Part number must be an integer between 1 and {MAX_PART_NUMBER}, inclusive"
         ))
     }
+}
+
+/// How many entries a listing of parts or uploads returns: as `requested`, at most (and by default)
+/// [`MAX_LISTED`].
+fn max_listed(requested: Option<i32>) -> usize {
+    requested
+        .and_then(|m| usize::try_from(m).ok())
+        .unwrap_or(MAX_LISTED)
+        .min(MAX_LISTED)
 }
 
 /// The ETag of an object composed of parts with these hex MD5s: MD5 of their binary MD5s, `-<count>`.
@@ -113,7 +120,6 @@ pub(crate) async fn handle_upload_part(
     s3: &SaltS3,
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
-    let trailer = announced_trailer(&req.headers);
     let input = req.input;
     check_part_number(input.part_number)?;
     s3.require_bucket(&input.bucket).await?;
@@ -122,19 +128,17 @@ pub(crate) async fn handle_upload_part(
         return Err(no_such_upload());
     }
     let key = object_key(&input.bucket, &input.key)?;
-    let late = LateMetadata::new();
-    let (reader, outcome) = verified_body(
-        input.body,
-        body_checks!(input, trailer.zip(req.trailing_headers)),
-        late.clone(),
-    )?;
+    let PutBody {
+        reader,
+        outcome,
+        late,
+        size_hint,
+    } = put_body!(req, input)?;
     // Parts are a large object's: they run in the bulk class, whatever their own size (a class the put names
     // is the one it runs in, before the store's default and the layout's).
     let class = PriorityClass::bulk();
     let mut opts = PutOptions::new().with_priority(class.clone());
-    if let Some(len) = input.content_length.and_then(|l| u64::try_from(l).ok()) {
-        opts = opts.with_size_hint(len);
-    }
+    opts.size_hint = size_hint;
     record_class(&req.extensions, class);
     let written = s3
         .store
@@ -295,11 +299,7 @@ pub(crate) async fn handle_list_parts(
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
     Upload::read(&s3.store, &input.bucket, &input.key, &input.upload_id).await?;
-    let max = input
-        .max_parts
-        .and_then(|m| usize::try_from(m).ok())
-        .unwrap_or(MAX_LISTED)
-        .min(MAX_LISTED);
+    let max = max_listed(input.max_parts);
     let after = input.part_number_marker.filter(|m| *m > 0);
     let mut parts =
         upload::parts(&s3.store, &input.bucket, &input.upload_id, after, max + 1).await?;
@@ -326,11 +326,7 @@ pub(crate) async fn handle_list_multipart_uploads(
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
-    let max = input
-        .max_uploads
-        .and_then(|m| usize::try_from(m).ok())
-        .unwrap_or(MAX_LISTED)
-        .min(MAX_LISTED);
+    let max = max_listed(input.max_uploads);
     let prefix = input.prefix.clone().unwrap_or_default();
     // Uploads list in the order they were created (their ids are time-ordered), not by key.
     let records = upload::upload_records(&input.bucket);
