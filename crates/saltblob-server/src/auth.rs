@@ -10,6 +10,7 @@ use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::path::S3Path;
 use s3s::{S3Result, s3_error};
+use saltblob_core::PriorityClass;
 
 /// An access key: its id and its secret (never shown by `Debug`).
 #[derive(Clone)]
@@ -111,8 +112,8 @@ pub(crate) struct RecordFields {
     pub key: Option<String>,
     /// The access key id that signed the request; `None` for anonymous requests.
     pub access_key: Option<String>,
-    /// The store's priority class the request's blob I/O ran in (`interactive` unless it touched a large blob).
-    pub class: Option<&'static str>,
+    /// The store's priority class the request's blob I/O ran in; `None` when the request read or wrote no blob.
+    pub class: Option<PriorityClass>,
 }
 
 impl RequestRecord {
@@ -128,13 +129,13 @@ impl RequestRecord {
     }
 
     /// Records the class the request's blob I/O ran in.
-    pub(crate) fn set_class(&self, class: &'static str) {
+    pub(crate) fn set_class(&self, class: PriorityClass) {
         self.update(|f| f.class = Some(class));
     }
 }
 
 /// Records `class` in the request record among `extensions`, if there is one.
-pub(crate) fn record_class(extensions: &http::Extensions, class: &'static str) {
+pub(crate) fn record_class(extensions: &http::Extensions, class: PriorityClass) {
     if let Some(record) = extensions.get::<Arc<RequestRecord>>() {
         record.set_class(class);
     }

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `s3/b/<bucket>` | the bucket record (a small inline blob; its version's creation time is the bucket's) |
 //! | `s3/o/<bucket>/<object key>` | the object: its bytes, content type and metadata |
-//! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart.rs`) |
+//! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart/upload.rs`) |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
 //! before any operation runs, so a bucket name never holds a `/`.
@@ -27,6 +27,11 @@ pub(crate) fn bucket_key(bucket: &str) -> String {
 /// The prefix of every object of `bucket`.
 pub(crate) fn objects_prefix(bucket: &str) -> String {
     format!("{OBJECT_PREFIX}{bucket}/")
+}
+
+/// The prefix of every multipart upload record of `bucket` (`multipart/upload.rs` lays them out).
+pub(crate) fn uploads_prefix(bucket: &str) -> String {
+    format!("{MULTIPART_PREFIX}{bucket}/")
 }
 
 /// The store key of object `key` of `bucket`.

@@ -17,27 +17,42 @@
 //! ```
 //!
 //! # Layout
-//! - `serve.rs`: [`run`]: the accept loop, TLS, graceful shutdown, the metrics listener, periodic gc, and the
-//!   wrapper that measures each request and writes its access-log line.
-//! - `s3.rs`: the `s3s::S3` implementation: bucket operations, and dispatch to `object.rs` (put, get, head,
-//!   delete, copy), `list.rs` (ListObjects v1/v2) and `multipart.rs` (multipart upload).
+//! Each module uses only those listed before it (a request's path runs down this list from `serve.rs`).
 //! - `keys.rs`: buckets and object keys in the store's key space.
+//! - `error.rs`: saltblob's errors as S3 errors.
+//! - `auth.rs`: access keys, their secrets for SigV4, anonymous reads per bucket, the request record (with the
+//!   priority class the access log and the latency histogram name).
+//! - `metrics.rs`: the Prometheus metrics.
 //! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
 //!   end; blob streams as response bodies.
-//! - `error.rs`: saltblob's errors as S3 errors.
-//! - `auth.rs`: access keys, their secrets for SigV4, anonymous reads per bucket, the request record.
-//! - `metrics.rs`: the Prometheus metrics.
+//! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
+//!   stored headers) and the conditional headers checked against them.
+//! - `put_body.rs`: a put's body as the store reads it: the checks an S3 input asks for, the verified reader
+//!   that records the ETag and checksums before the commit, and the one outcome of a put.
+//! - `service.rs`: `SaltS3`, the service's state, and the store checks handlers share (the
+//!   bucket check, a conditional put's condition, the class a request is labelled with).
+//! - `bucket.rs`: bucket operations.
+//! - `object.rs`: object operations: put, get, head, delete, copy.
+//! - `list.rs`: ListObjects v1 and v2.
+//! - `multipart/`: multipart upload; `multipart/upload.rs` holds its records and their typed state.
+//! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
+//! - `serve.rs`: [`run`]: the accept loop, TLS, graceful shutdown, the metrics listener, periodic gc, and the
+//!   wrapper that measures each request and writes its access-log line.
 
+mod attrs;
 mod auth;
 mod body;
+mod bucket;
 mod error;
 mod keys;
 mod list;
 mod metrics;
 mod multipart;
 mod object;
+mod put_body;
 mod s3;
 mod serve;
+mod service;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use saltblob_core::{GcReport, SchedulerStats};
+use saltblob_core::{GcReport, PriorityClass, SchedulerStats};
 
 /// Upper bounds of the request duration histogram's buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -53,7 +53,7 @@ pub(crate) struct Metrics {
     /// Requests by (operation, status).
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// Durations by (operation, class).
-    durations: Mutex<BTreeMap<(String, &'static str), Histogram>>,
+    durations: Mutex<BTreeMap<(String, PriorityClass), Histogram>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     in_flight: AtomicI64,
@@ -63,7 +63,7 @@ pub(crate) struct Metrics {
 /// One finished request, as the metrics count it.
 pub(crate) struct Finished<'a> {
     pub op: &'a str,
-    pub class: &'static str,
+    pub class: &'a PriorityClass,
     pub status: u16,
     pub duration: Duration,
     pub bytes_in: u64,
@@ -86,7 +86,7 @@ impl Metrics {
         }
         if let Ok(mut durations) = self.durations.lock() {
             durations
-                .entry((r.op.to_owned(), r.class))
+                .entry((r.op.to_owned(), r.class.clone()))
                 .or_default()
                 .observe(r.duration.as_secs_f64());
         }
@@ -324,7 +324,7 @@ mod tests {
         m.started();
         m.finished(&Finished {
             op: "GetObject",
-            class: "bulk",
+            class: &PriorityClass::bulk(),
             status: 200,
             duration: Duration::from_millis(30),
             bytes_in: 0,

@@ -23,14 +23,15 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
-use saltblob_core::{BlobStore, GcOptions};
+use saltblob_core::{BlobStore, GcOptions, PriorityClass};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::ServerConfig;
 use crate::auth::{Access, KeyAuth, RequestRecord};
 use crate::metrics::{Finished, Metrics};
-use crate::s3::SaltS3;
+use crate::multipart::sweep_expired_uploads;
+use crate::service::SaltS3;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -209,17 +210,13 @@ impl Drop for Aborting {
 }
 
 /// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
-/// whose parts' lease has passed (`multipart.rs`).
+/// whose parts' lease has passed (`multipart/`).
 async fn gc_loop(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let uploads = SaltS3 {
-        store: store.clone(),
-        region: String::new(),
-    };
     loop {
         tick.tick().await;
-        match uploads.sweep_expired_uploads().await {
+        match sweep_expired_uploads(&store).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(uploads = n, "removed expired multipart uploads"),
             Err(e) => {
@@ -432,12 +429,13 @@ impl Drop for RequestLog {
         } else {
             fields.op.as_str()
         };
-        let class = fields.class.unwrap_or("interactive");
+        // A request that read or wrote no blob (a bucket operation, a listing, a HEAD) is labelled interactive.
+        let class = fields.class.unwrap_or_else(PriorityClass::interactive);
         let duration = self.start.elapsed();
         let bytes_in = self.bytes_in.load(Ordering::Relaxed);
         self.metrics.finished(&Finished {
             op,
-            class,
+            class: &class,
             status: self.status,
             duration,
             bytes_in,
@@ -452,7 +450,7 @@ impl Drop for RequestLog {
             bytes_in,
             bytes_out = self.bytes_out,
             duration_ms = duration.as_secs_f64() * 1000.0,
-            class,
+            class = class.name(),
             access_key = fields.access_key.as_deref().unwrap_or("-"),
             method = %self.method,
             path = %self.path,

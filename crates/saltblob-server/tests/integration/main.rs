@@ -46,6 +46,8 @@ pub enum StoreKind {
     Rocks,
     /// The in-memory backend.
     Memory,
+    /// The store at this URL, with its parameters (e.g. `memory://?priority=bulk`).
+    Url(&'static str),
 }
 
 impl TestServer {
@@ -60,6 +62,7 @@ impl TestServer {
                 (format!("rocksdb://{}", dir.path().display()), Some(dir))
             }
             StoreKind::Memory => ("memory://".to_owned(), None),
+            StoreKind::Url(url) => (url.to_owned(), None),
         };
         let store = saltblob::open(&url, StoreConfig::default())
             .await

@@ -259,3 +259,62 @@ async fn the_access_log_has_one_line_per_request_without_secrets() {
         );
     }
 }
+
+/// A request is labelled with the class the store ran it in, by the store's rule: a small object on a store whose
+/// URL sets `priority=bulk` is put and read in `bulk` (the store's class wins over the layout's), on a default
+/// store in `interactive`; the access log and the latency histogram say so.
+#[tokio::test]
+async fn requests_are_labelled_with_the_class_the_store_ran() {
+    let captured = captured_log();
+    for (url, bucket, class, other) in [
+        (
+            "memory://?priority=bulk",
+            "classbulk",
+            "bulk",
+            "interactive",
+        ),
+        ("memory://", "classdefault", "interactive", "bulk"),
+    ] {
+        let s = TestServer::start_with(StoreKind::Url(url), |c| c).await;
+        assert_eq!(
+            s.client
+                .call("PUT", &format!("/{bucket}"))
+                .send()
+                .await
+                .status,
+            200
+        );
+        let path = format!("/{bucket}/small");
+        assert_eq!(s.client.put(&path, &b"12345"[..]).await.status, 200);
+        assert_eq!(s.client.get(&path).await.body, &b"12345"[..]);
+        let text = s.metrics().await;
+        for op in ["PutObject", "GetObject"] {
+            let count = |class: &str| {
+                format!(
+                    "saltblob_s3_request_duration_seconds_count{{op=\"{op}\",class=\"{class}\"}} 1\n"
+                )
+            };
+            assert!(
+                text.contains(&count(class)),
+                "{url}: {} missing from\n{text}",
+                count(class)
+            );
+            assert!(
+                !text.contains(&count(other)),
+                "{url}: {} in\n{text}",
+                count(other)
+            );
+        }
+        drop(s);
+        let log = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+        let get = log
+            .lines()
+            .find(|l| {
+                l.contains("saltblob_server::access")
+                    && l.contains(&format!("bucket=\"{bucket}\""))
+                    && l.contains("op=\"GetObject\"")
+            })
+            .unwrap_or_else(|| panic!("no GetObject line for {bucket} in\n{log}"));
+        assert!(get.contains(&format!("class=\"{class}\"")), "{url}: {get}");
+    }
+}

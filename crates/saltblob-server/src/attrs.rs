@@ -1,0 +1,287 @@
+//! How an object's S3 attributes sit in its manifest, and the conditional headers checked against them.
+//!
+//! Content-Type is the manifest's content type; user metadata `x-amz-meta-<name>` is stored under the key
+//! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
+//! `s3:etag` (hex MD5), `s3:checksum-<algorithm>` (base64, as sent or computed), `s3:cache-control`,
+//! `s3:content-disposition`, `s3:content-encoding`, `s3:content-language`. Multipart upload records keep the
+//! object's attributes to be in the same keys (`multipart/upload.rs`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderValue};
+use s3s::dto::{ETag, ETagCondition, Metadata, Timestamp, TimestampFormat};
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+use saltblob_core::Manifest;
+use saltblob_core::manifest::hex;
+
+use crate::body::Algorithm;
+
+/// Prefix of user metadata keys in a manifest (and of their HTTP headers).
+const USER_META: &str = "x-amz-meta-";
+/// Metadata key of the ETag (hex MD5 of the body).
+pub(crate) const ETAG_KEY: &str = "s3:etag";
+/// Prefix of the metadata keys of stored checksums.
+pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
+/// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
+const MAX_USER_METADATA: usize = 2048;
+
+/// The standard headers stored as `s3:<name>` metadata.
+#[derive(Default)]
+pub(crate) struct StoredHeaders {
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
+}
+
+impl StoredHeaders {
+    const NAMES: [&'static str; 4] = [
+        "cache-control",
+        "content-disposition",
+        "content-encoding",
+        "content-language",
+    ];
+
+    fn values(&self) -> [&Option<String>; 4] {
+        [
+            &self.cache_control,
+            &self.content_disposition,
+            &self.content_encoding,
+            &self.content_language,
+        ]
+    }
+
+    /// Writes the headers that are set into `metadata`, each under `s3:<name>`.
+    pub(crate) fn insert_into(&self, metadata: &mut BTreeMap<String, String>) {
+        for (name, value) in Self::NAMES.iter().zip(self.values()) {
+            if let Some(value) = value {
+                metadata.insert(format!("s3:{name}"), value.clone());
+            }
+        }
+    }
+
+    fn from_manifest(m: &Manifest) -> Self {
+        let get = |name: &str| m.metadata.get(&format!("s3:{name}")).cloned();
+        Self {
+            cache_control: get("cache-control"),
+            content_disposition: get("content-disposition"),
+            content_encoding: get("content-encoding"),
+            content_language: get("content-language"),
+        }
+    }
+}
+
+/// The manifest metadata of user metadata `user`.
+///
+/// # Errors
+/// `MetadataTooLarge` over [`MAX_USER_METADATA`] bytes.
+pub(crate) fn user_metadata(user: Option<Metadata>) -> S3Result<BTreeMap<String, String>> {
+    let user = user.unwrap_or_default();
+    let size: usize = user.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_USER_METADATA {
+        return Err(s3_error!(
+            MetadataTooLarge,
+            "Your metadata headers exceed the maximum allowed metadata size: {size} bytes, at most {MAX_USER_METADATA}"
+        ));
+    }
+    Ok(user
+        .into_iter()
+        .map(|(k, v)| (format!("{USER_META}{}", k.to_ascii_lowercase()), v))
+        .collect())
+}
+
+/// The manifest metadata an S3 input with user metadata and the standard headers (PutObjectInput,
+/// CopyObjectInput, CreateMultipartUploadInput) sets: [`user_metadata`] of its `metadata`, then its
+/// [`StoredHeaders`]; moves those fields out of `$input`.
+macro_rules! object_metadata {
+    ($input:ident) => {
+        $crate::attrs::user_metadata($input.metadata).map(|mut metadata| {
+            $crate::attrs::StoredHeaders {
+                cache_control: $input.cache_control,
+                content_disposition: $input.content_disposition,
+                content_encoding: $input.content_encoding,
+                content_language: $input.content_language,
+            }
+            .insert_into(&mut metadata);
+            metadata
+        })
+    };
+}
+pub(crate) use object_metadata;
+
+/// The user metadata of `m`, as s3s returns it (names without `x-amz-meta-`).
+fn user_metadata_of(m: &Manifest) -> Option<Metadata> {
+    let user: Metadata = m
+        .metadata
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(USER_META)?.to_owned(), v.clone())))
+        .collect();
+    (!user.is_empty()).then_some(user)
+}
+
+/// The ETag of `m`: the MD5 of its body when it was stored through S3; otherwise (a blob written by another
+/// client of the store) derived from its BLAKE3 digest, marked `-b3` so that no client takes it for an MD5.
+pub(crate) fn etag_of(m: &Manifest) -> ETag {
+    match m.metadata.get(ETAG_KEY) {
+        Some(etag) => ETag::Strong(etag.clone()),
+        None => ETag::Strong(format!("{}-b3", hex(m.digest.get(..16).unwrap_or(&[])))),
+    }
+}
+
+/// The Last-Modified time of `m`: its version's creation, to the second (HTTP dates have seconds).
+pub(crate) fn last_modified_of(m: &Manifest) -> Timestamp {
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_secs(m.created_micros / 1_000_000))
+}
+
+/// The stored checksum of `m` for `algorithm`, if any.
+pub(crate) fn checksum_of(m: &Manifest, algorithm: Algorithm) -> Option<String> {
+    m.metadata
+        .get(&format!("{CHECKSUM_KEY}{}", algorithm.name()))
+        .cloned()
+}
+
+/// Every checksum stored with `m` (PutObject, UploadPart), as s3s returns them.
+pub(crate) fn stored_checksums(m: &Manifest) -> s3s::dto::Checksum {
+    s3s::dto::Checksum {
+        checksum_crc32: checksum_of(m, Algorithm::Crc32),
+        checksum_crc32c: checksum_of(m, Algorithm::Crc32c),
+        checksum_crc64nvme: checksum_of(m, Algorithm::Crc64Nvme),
+        checksum_sha1: checksum_of(m, Algorithm::Sha1),
+        checksum_sha256: checksum_of(m, Algorithm::Sha256),
+        ..s3s::dto::Checksum::default()
+    }
+}
+
+/// `$output { fields }`, an s3s struct with the five checksum fields (PutObjectOutput, UploadPartOutput, Part,
+/// …), with the checksums of `$sums` (an `s3s::dto::Checksum`, such as [`stored_checksums`] gives) and every
+/// other field defaulted.
+macro_rules! with_checksums {
+    ($output:ident { $($field:ident: $value:expr),* $(,)? }, $sums:expr) => {{
+        let sums: s3s::dto::Checksum = $sums;
+        $output {
+            $($field: $value,)*
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            ..$output::default()
+        }
+    }};
+}
+pub(crate) use with_checksums;
+
+/// `$output { fields }`, a GetObjectOutput or HeadObjectOutput, with the object's [`Attributes`] `$attrs` (ETag,
+/// Last-Modified, content type, user metadata, stored headers, checksums) and every other field defaulted.
+macro_rules! with_attributes {
+    ($output:ident { $($field:ident: $value:expr),* $(,)? }, $attrs:expr) => {{
+        let attrs: $crate::attrs::Attributes = $attrs;
+        $crate::attrs::with_checksums!(
+            $output {
+                $($field: $value,)*
+                e_tag: Some(attrs.etag),
+                last_modified: Some(attrs.last_modified),
+                content_type: attrs.content_type,
+                metadata: attrs.metadata,
+                cache_control: attrs.headers.cache_control,
+                content_disposition: attrs.headers.content_disposition,
+                content_encoding: attrs.headers.content_encoding,
+                content_language: attrs.headers.content_language,
+            },
+            attrs.checksums
+        )
+    }};
+}
+pub(crate) use with_attributes;
+
+/// The conditional headers of a GET or HEAD (or of a copy's source).
+#[derive(Default)]
+pub(crate) struct Conditions {
+    pub if_match: Option<ETagCondition>,
+    pub if_none_match: Option<ETagCondition>,
+    pub if_modified_since: Option<Timestamp>,
+    pub if_unmodified_since: Option<Timestamp>,
+}
+
+impl Conditions {
+    /// Checks the conditions against `m` in RFC 9110's order: If-Match (else If-Unmodified-Since) fails with
+    /// 412 PreconditionFailed; If-None-Match (else If-Modified-Since) with 304 NotModified (`not_modified`), or
+    /// 412 for a copy's source.
+    pub(crate) fn check(&self, m: &Manifest, not_modified: S3ErrorCode) -> S3Result<()> {
+        let etag = etag_of(m);
+        let modified = last_modified_of(m);
+        let matches = |c: &ETagCondition| match c {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(e) => e.value() == etag.value(),
+        };
+        let failed = match (&self.if_match, &self.if_unmodified_since) {
+            (Some(c), _) => !matches(c),
+            (None, Some(since)) => modified > *since,
+            (None, None) => false,
+        };
+        if failed {
+            return Err(precondition_failed());
+        }
+        let unchanged = match (&self.if_none_match, &self.if_modified_since) {
+            (Some(c), _) => matches(c),
+            (None, Some(since)) => modified <= *since,
+            (None, None) => false,
+        };
+        if unchanged {
+            let mut error = S3Error::new(not_modified);
+            let mut headers = HeaderMap::new();
+            if let Ok(v) = etag.to_http_header() {
+                headers.insert(http::header::ETAG, v);
+            }
+            let mut date = Vec::new();
+            if modified
+                .format(TimestampFormat::HttpDate, &mut date)
+                .is_ok()
+                && let Ok(v) = HeaderValue::from_bytes(&date)
+            {
+                headers.insert(http::header::LAST_MODIFIED, v);
+            }
+            error.set_headers(headers);
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+/// `PreconditionFailed` (412), for a conditional read or put whose condition did not hold.
+pub(crate) fn precondition_failed() -> S3Error {
+    s3_error!(
+        PreconditionFailed,
+        "At least one of the pre-conditions you specified did not hold"
+    )
+}
+
+/// What a GET or HEAD returns about an object, from its manifest.
+pub(crate) struct Attributes {
+    pub etag: ETag,
+    pub last_modified: Timestamp,
+    pub content_type: Option<String>,
+    pub metadata: Option<Metadata>,
+    pub headers: StoredHeaders,
+    pub checksums: s3s::dto::Checksum,
+}
+
+impl Attributes {
+    /// The attributes of `m`; its checksums only when `with_checksums` (ChecksumMode ENABLED on a whole read).
+    pub(crate) fn of(m: &Manifest, with_checksums: bool) -> Self {
+        let checksums = if with_checksums {
+            stored_checksums(m)
+        } else {
+            s3s::dto::Checksum::default()
+        };
+        Self {
+            etag: etag_of(m),
+            last_modified: last_modified_of(m),
+            content_type: m.content_type.clone(),
+            metadata: user_metadata_of(m),
+            headers: StoredHeaders::from_manifest(m),
+            checksums,
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! A put's body as the store reads it (PutObject, UploadPart, CopyObject): what an S3 input says the body must
+//! match ([`BodyChecks`]), the [`VerifyingReader`] that checks it and records the ETag and checksums as the
+//! object's attributes before the commit ([`PutBody`], made by [`put_body!`]), and the one outcome of a put
+//! whose failure may be the body's or the store's ([`finish_put`]).
+
+use futures::{StreamExt, TryStreamExt};
+use http::HeaderMap;
+use s3s::S3Result;
+use s3s::dto::StreamingBlob;
+use saltblob_core::LateMetadata;
+use saltblob_core::manifest::hex;
+
+use crate::attrs::{CHECKSUM_KEY, ETAG_KEY};
+use crate::body::{Algorithm, Expected, SharedOutcome, VerifyingReader, body_error};
+use crate::error::from_store;
+
+/// The checksum algorithm whose value an `aws-chunked` body announces in its trailer (`x-amz-trailer`).
+pub(crate) fn announced_trailer(headers: &HeaderMap) -> Option<Algorithm> {
+    headers
+        .get("x-amz-trailer")
+        .and_then(|v| v.to_str().ok())
+        .and_then(Algorithm::parse)
+}
+
+/// The [`PutBody`] of request `$req` whose input `$input` (a PutObjectInput or UploadPartInput, already moved
+/// out of `$req`) has a body and the body's checksum fields, which it moves out: [`verified_body`] with the
+/// input's [`BodyChecks`] and Content-Length. An `S3Result`.
+macro_rules! put_body {
+    ($req:ident, $input:ident) => {
+        $crate::put_body::verified_body(
+            $input.body,
+            $crate::put_body::BodyChecks {
+                trailer: $crate::put_body::announced_trailer(&$req.headers)
+                    .zip($req.trailing_headers),
+                checksums: [
+                    ($crate::body::Algorithm::Crc32, $input.checksum_crc32),
+                    ($crate::body::Algorithm::Crc32c, $input.checksum_crc32c),
+                    (
+                        $crate::body::Algorithm::Crc64Nvme,
+                        $input.checksum_crc64nvme,
+                    ),
+                    ($crate::body::Algorithm::Sha1, $input.checksum_sha1),
+                    ($crate::body::Algorithm::Sha256, $input.checksum_sha256),
+                ],
+                algorithm: $input.checksum_algorithm,
+                content_md5: $input.content_md5,
+            },
+            $input.content_length,
+        )
+    };
+}
+pub(crate) use put_body;
+
+/// What a put's body (PutObject, UploadPart) must match: the checksum announced for its `aws-chunked` trailer
+/// (with the handle s3s fills at the body's end), its checksum headers, the checksum to compute
+/// (`x-amz-checksum-algorithm`) and Content-MD5.
+pub(crate) struct BodyChecks {
+    pub trailer: Option<(Algorithm, s3s::TrailingHeaders)>,
+    pub checksums: [(Algorithm, Option<String>); 5],
+    pub algorithm: Option<s3s::dto::ChecksumAlgorithm>,
+    pub content_md5: Option<String>,
+}
+
+/// A put's request body made ready for the store.
+pub(crate) struct PutBody {
+    /// The body, verified as the store reads it.
+    pub reader: VerifyingReader,
+    /// Why the reader refused the body, once it has (see [`finish_put`]).
+    pub outcome: SharedOutcome,
+    /// Where the reader records the ETag (`s3:etag`, hex MD5) and the checksums (`s3:checksum-<algorithm>`)
+    /// when the body verified, before it reports the end (so before any commit).
+    pub late: LateMetadata,
+    /// The length the request announced (Content-Length), as the store's size hint.
+    pub size_hint: Option<u64>,
+}
+
+/// `body` as a [`PutBody`] whose reader verifies `checks` at its end and then records the ETag and checksums;
+/// `content_length` becomes its size hint.
+///
+/// # Errors
+/// `InvalidDigest` for a malformed Content-MD5.
+pub(crate) fn verified_body(
+    body: Option<StreamingBlob>,
+    checks: BodyChecks,
+    content_length: Option<i64>,
+) -> S3Result<PutBody> {
+    let expected = Expected {
+        checksums: checks
+            .checksums
+            .into_iter()
+            .filter_map(|(a, v)| Some((a, v?)))
+            .collect(),
+        trailer: checks.trailer,
+        computed: checks
+            .algorithm
+            .as_ref()
+            .and_then(|a| Algorithm::parse(a.as_str())),
+        ..Expected::default()
+    }
+    .with_content_md5(checks.content_md5.as_deref())?;
+    let body = match body {
+        Some(body) => body.map_err(body_error).boxed(),
+        None => futures::stream::empty().boxed(),
+    };
+    let outcome = SharedOutcome::default();
+    let late = LateMetadata::new();
+    let record = late.clone();
+    let reader = VerifyingReader::new(body, expected, outcome.clone()).on_verified(move |v| {
+        record.insert(ETAG_KEY, hex(&v.md5));
+        for (algorithm, value) in &v.checksums {
+            record.insert(format!("{CHECKSUM_KEY}{}", algorithm.name()), value.clone());
+        }
+    });
+    Ok(PutBody {
+        reader,
+        outcome,
+        late,
+        size_hint: content_length.and_then(|l| u64::try_from(l).ok()),
+    })
+}
+
+/// The outcome of a put of a [`VerifyingReader`]'s body: the reader's own failure when it refused the body
+/// (a digest mismatch, a bad signature), else the store's.
+pub(crate) fn finish_put<T>(
+    result: saltblob_core::Result<T>,
+    outcome: &SharedOutcome,
+) -> S3Result<T> {
+    let failure = outcome.lock().ok().and_then(|mut o| o.take());
+    match (result, failure) {
+        (Ok(m), _) => Ok(m),
+        (Err(_), Some(failure)) => Err(failure),
+        (Err(e), None) => Err(from_store(e)),
+    }
+}
