@@ -516,48 +516,35 @@ impl Run {
     pub(crate) async fn cleanup(&self, raw: &[BlobRef]) -> Cleanup {
         let mut out = Cleanup::default();
         let progress = Progress::timed("clean-up", None, self.quiet);
-        loop {
-            let page = match self
-                .store
-                .list_page(self.prefix.as_bytes(), None, 1000)
-                .await
-            {
-                Ok(page) => page,
-                Err(e) => {
-                    out.problems
-                        .push(format!("listing the bench's keys failed: {e}"));
+        // Deleting behind the listing's cursor skips nothing: each page starts after the last key read.
+        let mut deletes = self
+            .store
+            .list_stream(self.prefix.as_bytes())
+            .map(|entry| {
+                let store = self.store.clone();
+                async move {
+                    let entry =
+                        entry.map_err(|e| format!("listing the bench's keys failed: {e}"))?;
+                    store
+                        .delete(&entry.key)
+                        .await
+                        .map_err(|e| format!("delete failed: {e}"))
+                }
+            })
+            .buffer_unordered(self.concurrency);
+        while let Some(deleted) = deletes.next().await {
+            match deleted {
+                Ok(_) => {
+                    out.deleted_keys += 1;
+                    progress.handle().inc(1);
+                }
+                Err(problem) => {
+                    out.problems.push(problem);
                     break;
                 }
-            };
-            if page.is_empty() {
-                break;
-            }
-            let results: Vec<Result<Option<VersionId>>> = futures::stream::iter(page)
-                .map(|entry| {
-                    let store = self.store.clone();
-                    async move { store.delete(&entry.key).await }
-                })
-                .buffer_unordered(self.concurrency)
-                .collect()
-                .await;
-            let (mut failed, mut deleted) = (0, 0);
-            for r in results {
-                match r {
-                    Ok(_) => deleted += 1,
-                    Err(e) => {
-                        failed += 1;
-                        if out.problems.len() < 5 {
-                            out.problems.push(format!("delete failed: {e}"));
-                        }
-                    }
-                }
-            }
-            out.deleted_keys += deleted;
-            progress.handle().inc(deleted);
-            if failed > 0 {
-                break;
             }
         }
+        drop(deletes);
         for blob in raw {
             match self.backend.delete_chunks(blob, 1, 1).await {
                 Ok(()) => out.deleted_raw_values += 1,

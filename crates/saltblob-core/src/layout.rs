@@ -4,8 +4,7 @@ use std::ops::Range;
 
 use crate::backend::BackendInfo;
 use crate::codec::Codec;
-use crate::units::parse_size;
-pub use crate::units::{KIB, MIB};
+use crate::units::{KIB, MIB, parse_size};
 use crate::{Error, Result};
 
 /// Smallest accepted chunk size: 4 KiB, the physical sector of common devices.

@@ -32,7 +32,8 @@
 //! - [`clock`]: [`Clock`], the time a store reads for leases, grace periods and version ids.
 //! - [`codec`], `decode.rs` (the one bounds-checked record decoder), `retry.rs` (the one retry policy,
 //!   [`Error::retries_exhausted`]), `running.rs` (the puts of a store running in this process).
-//! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract.
+//! - [`backend`]: [`ChunkStore`], the trait a storage engine implements, and its contract; [`layer`]:
+//!   [`ChunkStoreLayer`], the forwarding base every wrapper of a [`ChunkStore`] is written on.
 //! - [`layout`]: the layout policy (inline, one partition, salted fan-out), chunk/salt/range arithmetic and
 //!   [`ByteRange`]; [`manifest`]: the versioned on-disk format (`docs/format.md`).
 //! - [`schedule`]: priority classes ([`PriorityClass`], [`SchedulerConfig`]) and the scheduler every backend

@@ -62,6 +62,7 @@ pub async fn run(
         service: s3_service(&config, store.clone()),
         metrics: Arc::clone(&metrics),
         peer: None,
+        default_class: store.default_class(),
     };
     let _gc = config.gc_every.map(|every| {
         Aborting(tokio::spawn(gc_loop(
@@ -290,6 +291,9 @@ struct Handler {
     service: S3Service,
     metrics: Arc<Metrics>,
     peer: Option<SocketAddr>,
+    /// The class of a request that reads or writes no blob (a bucket operation, a listing, a HEAD): the store's
+    /// default class, else `interactive` ([`BlobStore::default_class`]), as the store runs it.
+    default_class: PriorityClass,
 }
 
 impl Handler {
@@ -302,6 +306,7 @@ impl Handler {
 
     async fn handle(self, mut req: Request<Incoming>) -> Response<LoggedBody> {
         let record = Arc::new(RequestRecord::default());
+        record.set_class(self.default_class.clone());
         req.extensions_mut().insert(Arc::clone(&record));
         let bytes_in = Arc::new(AtomicU64::new(0));
         let mut log = RequestLog {
@@ -429,7 +434,7 @@ impl Drop for RequestLog {
         } else {
             fields.op.as_str()
         };
-        // A request that read or wrote no blob (a bucket operation, a listing, a HEAD) is labelled interactive.
+        // Every request has a class: the handler's default until a blob's read or write sets its own.
         let class = fields.class.unwrap_or_else(PriorityClass::interactive);
         let duration = self.start.elapsed();
         let bytes_in = self.bytes_in.load(Ordering::Relaxed);

@@ -245,12 +245,8 @@ impl Scheduler {
 
     /// The class of a request issued outside any operation's class: the store's default, else `interactive`.
     fn fallback(&self) -> ClassTag {
-        let name = self
-            .config
-            .default_class
-            .as_ref()
-            .map_or(INTERACTIVE, PriorityClass::name);
-        let found = self.tags.iter().find(|t| &*t.name == name);
+        let class = self.resolve(None, PriorityClass::interactive());
+        let found = self.tags.iter().find(|t| &*t.name == class.name());
         // `interactive` always exists (validated); the first class is a mere safety net.
         found.or(self.tags.first()).cloned().unwrap_or(ClassTag {
             id: 0,

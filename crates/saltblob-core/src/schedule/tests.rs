@@ -12,7 +12,8 @@ use crate::backend::{
     BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, RecordWrite,
 };
 use crate::layer::ChunkStoreLayer;
-use crate::layout::{LayoutPolicy, MIB};
+use crate::layout::LayoutPolicy;
+use crate::units::MIB;
 use crate::{BlobStore, Error, GetOptions, MemoryStore, PutOptions, StoreConfig};
 
 fn scheduler(limit: usize) -> Arc<Scheduler> {

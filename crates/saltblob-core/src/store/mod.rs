@@ -352,22 +352,6 @@ impl BlobStore {
         .boxed()
     }
 
-    /// Up to `limit` blobs whose key starts with `prefix`, in key order, after `start_after` when given. Damaged
-    /// manifests are listed with their error (see [`ListEntry::manifest`]).
-    pub async fn list_page(
-        &self,
-        prefix: &[u8],
-        start_after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<ListEntry>> {
-        let records = self
-            .inner
-            .backend
-            .scan_records(Namespace::Manifest, prefix, start_after, limit)
-            .await?;
-        Ok(self.live_entries(records))
-    }
-
     /// The class the reads of `manifest`'s blob run in when the operation names none: the store's default class
     /// (`priority=`), else by its layout ([`PriorityClass::for_layout`]). What a server reports as the class a
     /// request of this blob ran in.
@@ -375,6 +359,13 @@ impl BlobStore {
         self.inner
             .sched
             .resolve(None, PriorityClass::for_layout(Some(manifest.layout())))
+    }
+
+    /// The class of the requests of this store that no operation's class covers (manifest reads of `head`,
+    /// listings, deletes, bucket-level work of a server): the store's default class (`priority=`), else
+    /// `interactive`. What a server reports as their class.
+    pub fn default_class(&self) -> PriorityClass {
+        self.inner.sched.resolve(None, PriorityClass::interactive())
     }
 
     /// How `key` is laid out: layout kind, chunk geometry and bytes per salt.
@@ -619,7 +610,13 @@ mod tests {
             }
         };
         check(store.list("k").await.expect("list"));
-        check(store.list_page(b"k", None, 10).await.expect("list_page"));
+        check(
+            store
+                .list_stream_after(b"k", Some(Bytes::from_static(b"a")))
+                .try_collect()
+                .await
+                .expect("list_stream_after"),
+        );
         check(
             store
                 .list_stream(b"k")

@@ -261,8 +261,8 @@ async fn the_access_log_has_one_line_per_request_without_secrets() {
 }
 
 /// A request is labelled with the class the store ran it in, by the store's rule: a small object on a store whose
-/// URL sets `priority=bulk` is put and read in `bulk` (the store's class wins over the layout's), on a default
-/// store in `interactive`; the access log and the latency histogram say so.
+/// URL sets `priority=bulk` is put and read in `bulk` (the store's class wins over the layout's), and so is a
+/// bucket operation; on a default store they are `interactive`. The access log and the latency histogram say so.
 #[tokio::test]
 async fn requests_are_labelled_with_the_class_the_store_ran() {
     let captured = captured_log();
@@ -288,7 +288,8 @@ async fn requests_are_labelled_with_the_class_the_store_ran() {
         assert_eq!(s.client.put(&path, &b"12345"[..]).await.status, 200);
         assert_eq!(s.client.get(&path).await.body, &b"12345"[..]);
         let text = s.metrics().await;
-        for op in ["PutObject", "GetObject"] {
+        // CreateBucket reads or writes no blob: it runs, and is labelled, in the store's default class.
+        for op in ["CreateBucket", "PutObject", "GetObject"] {
             let count = |class: &str| {
                 format!(
                     "saltblob_s3_request_duration_seconds_count{{op=\"{op}\",class=\"{class}\"}} 1\n"
