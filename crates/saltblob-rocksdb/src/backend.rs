@@ -83,10 +83,20 @@ impl RocksStore {
         }
     }
 
-    /// Whether writes to `ns` are synced: manifests (the commit point) follow the `sync` setting; internal
-    /// records are rebuilt or collected if lost.
-    fn synced(&self, ns: Namespace) -> bool {
-        ns == Namespace::Manifest && self.core.config().sync
+    /// Applies `change` to record `key` of `ns` if `cond` holds. Writes to manifests (the commit point) are
+    /// synced as the `sync` setting says; internal records are rebuilt or collected if lost, so never synced.
+    async fn write_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        cond: &Precondition,
+        change: Change,
+    ) -> Result<RecordWrite> {
+        let (cf_name, storage_key) = Self::record_location(ns, key);
+        let sync = ns == Namespace::Manifest && self.core.config().sync;
+        self.core
+            .conditional(cf_name, storage_key, sync, cond, change)
+            .await
     }
 
     /// Writes chunks in one batch, through the write-ahead log unless `unlogged`.
@@ -123,16 +133,7 @@ impl ChunkStore for RocksStore {
         value: Bytes,
         cond: &Precondition,
     ) -> Result<RecordWrite> {
-        let (cf_name, storage_key) = Self::record_location(ns, key);
-        self.core
-            .conditional(
-                cf_name,
-                storage_key,
-                self.synced(ns),
-                cond,
-                Change::Put(value),
-            )
-            .await
+        self.write_record(ns, key, cond, Change::Put(value)).await
     }
 
     async fn delete_record(
@@ -141,15 +142,7 @@ impl ChunkStore for RocksStore {
         key: &[u8],
         cond: &Precondition,
     ) -> Result<RecordWrite> {
-        let (cf_name, storage_key) = Self::record_location(ns, key);
-        self.core
-            .conditional(
-                cf_name,
-                storage_key,
-                self.synced(ns),
-                cond.for_delete(),
-                Change::Delete,
-            )
+        self.write_record(ns, key, cond.for_delete(), Change::Delete)
             .await
     }
 
@@ -163,7 +156,10 @@ impl ChunkStore for RocksStore {
         let (cf_name, storage_prefix) = Self::record_location(ns, prefix);
         let strip = storage_prefix.len() - prefix.len();
         let start = start_after.map(|s| Self::record_location(ns, s).1);
-        let entries = self.core.scan(cf_name, storage_prefix, start, limit).await?;
+        let entries = self
+            .core
+            .scan(cf_name, storage_prefix, start, limit)
+            .await?;
         Ok(entries
             .into_iter()
             .map(|(k, v)| {

@@ -56,7 +56,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("not-a-dir");
         std::fs::write(&file, b"x").expect("write");
-        let engine = rocksdb::DB::open_default(file.join("db")).expect_err("a file is not a directory");
+        let engine =
+            rocksdb::DB::open_default(file.join("db")).expect_err("a file is not a directory");
         let text = engine.to_string();
         let e = open(&file, engine);
         assert!(e.to_string().contains(&text), "{e}");

@@ -26,12 +26,12 @@
 //!   lock stripes of conditional writes, chunk write priorities, the flush of unlogged chunks, compaction.
 //! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation on top of `core`.
 
-pub mod error;
-pub mod config;
-pub mod keys;
-mod blob_files;
-mod core;
 pub mod backend;
+mod blob_files;
+pub mod config;
+mod core;
+pub mod error;
+pub mod keys;
 
 pub use backend::RocksStore;
 pub use config::{BlobCompression, RocksConfig, SCHEME};

@@ -186,7 +186,10 @@ fn an_unreachable_cluster_is_one_line() {
         "SALTBLOB_LOG=debug shows the driver's log: {stderr}"
     );
     assert!(
-        stderr.lines().last().is_some_and(|l| l.starts_with("saltblob: error: ")),
+        stderr
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("saltblob: error: ")),
         "{stderr}"
     );
 }

@@ -50,7 +50,11 @@ impl ArticleLayout {
     }
 
     /// Why the blob's largest salt or chunk id does not fit the columns' integer types, if it does not.
-    pub(super) fn fits(&self, salt_type: &str, chunk_id_type: &str) -> std::result::Result<(), String> {
+    pub(super) fn fits(
+        &self,
+        salt_type: &str,
+        chunk_id_type: &str,
+    ) -> std::result::Result<(), String> {
         let fits = |column: &str, ty: &str, largest: i64| {
             int_value(ty, largest).map(|_| ()).map_err(|_| {
                 format!(

@@ -25,12 +25,12 @@
 //!
 //! This file holds the entry point, [`import_salted`]: the loop over the table's partitions.
 
-mod report;
-mod values;
-mod layout;
 mod check;
+mod layout;
 mod reader;
+mod report;
 mod source;
+mod values;
 
 use futures::stream::TryStreamExt;
 use saltblob_core::{BlobStore, Result};

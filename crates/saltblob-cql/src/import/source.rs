@@ -5,6 +5,8 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::{BlobStore, Error, KeyDisplay, PutOptions, Result};
 use scylla::client::session::Session;
+use scylla::deserialize::row::DeserializeRow;
+use scylla::serialize::row::SerializeRow;
 use scylla::statement::Consistency;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
@@ -38,7 +40,11 @@ pub(super) struct Source<'a> {
 impl<'a> Source<'a> {
     /// Opens table `table` (`KEYSPACE.TABLE`) through `session`: checks that it is in the article's schema, with
     /// integer salt and chunk id columns, and prepares its statements at `consistency`.
-    pub(super) async fn open(session: &'a Session, table: &str, consistency: Consistency) -> Result<Self> {
+    pub(super) async fn open(
+        session: &'a Session,
+        table: &str,
+        consistency: Consistency,
+    ) -> Result<Self> {
         let bad = |reason: String| Error::invalid("table", reason);
         let (ks, tb) = table
             .split_once('.')
@@ -177,7 +183,11 @@ impl<'a> Source<'a> {
     /// Why partition `(key, salt)`, `salt` ≠ 0, holds rows no blob's layout reads, if it does; `None` when it
     /// is one of its blob's salts in use, or when the blob's own outcome (at its partition 0) names the
     /// problem.
-    pub(super) async fn stray_partition(&self, key: &CqlValue, salt: i64) -> Result<Option<String>> {
+    pub(super) async fn stray_partition(
+        &self,
+        key: &CqlValue,
+        salt: i64,
+    ) -> Result<Option<String>> {
         Ok(match self.layout_of(key).await? {
             Ok(layout) if (0..layout.salts_in_use()).contains(&salt) => None,
             Ok(layout) => Some(format!(
@@ -199,20 +209,35 @@ impl<'a> Source<'a> {
     ) -> Result<std::result::Result<ArticleLayout, String>> {
         let zero_salt = int_value(&self.salt_type, 0)?;
         let zero_id = int_value(&self.chunk_id_type, 0)?;
-        let row = self
-            .session
-            .execute_unpaged(&self.layout, (key, &zero_salt, &zero_id))
-            .await
-            .map_err(|e| error::execution("reading a layout row", e, &Default::default()))?
-            .into_rows_result()
-            .map_err(|e| error::shape("layout row", e))?
-            .maybe_first_row::<(Option<CqlValue>, Option<CqlValue>)>()
-            .map_err(|e| error::shape("layout row", e))?;
+        let row: Option<(Option<CqlValue>, Option<CqlValue>)> = self
+            .first_row(&self.layout, (key, &zero_salt, &zero_id), "layout row")
+            .await?;
         let (total, cardinality) = row.unwrap_or((None, None));
         Ok(ArticleLayout::from_row(
             total.as_ref(),
             cardinality.as_ref(),
         ))
+    }
+
+    /// The first row `statement` returns for `values`, if any; `what` names the row in errors (`reading a
+    /// {what}`).
+    async fn first_row<R>(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        what: &str,
+    ) -> Result<Option<R>>
+    where
+        R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+    {
+        self.session
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(|e| error::execution(&format!("reading a {what}"), e, &Default::default()))?
+            .into_rows_result()
+            .map_err(|e| error::shape(what, e))?
+            .maybe_first_row::<R>()
+            .map_err(|e| error::shape(what, e))
     }
 
     /// Whether partition `(key, salt)` holds a row.
@@ -275,15 +300,9 @@ impl<'a> Source<'a> {
             .map(|i| async move {
                 let salt = int_value(&self.salt_type, i % layout.salt_cardinality)?;
                 let id = int_value(&self.chunk_id_type, i)?;
-                let row = self
-                    .session
-                    .execute_unpaged(&self.chunk, (key, &salt, &id))
-                    .await
-                    .map_err(|e| error::execution("reading a chunk", e, &Default::default()))?
-                    .into_rows_result()
-                    .map_err(|e| error::shape("chunk", e))?
-                    .maybe_first_row::<(Option<Vec<u8>>,)>()
-                    .map_err(|e| error::shape("chunk", e))?;
+                let row: Option<(Option<Vec<u8>>,)> = self
+                    .first_row(&self.chunk, (key, &salt, &id), "chunk")
+                    .await?;
                 match row {
                     Some((Some(data),)) => {
                         layout

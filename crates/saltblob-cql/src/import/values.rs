@@ -68,7 +68,6 @@ mod tests {
         );
     }
 
-
     proptest! {
         /// A blob key, whatever its bytes, is imported under those bytes.
         #[test]
