@@ -56,8 +56,10 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SALTBLOB_LOG")
                 // The server's access log and gc passes are at info level; s3s logs every refused request as
-                // an error, which the access log already shows with its status.
-                .unwrap_or_else(|_| "warn,s3s=off,saltblob_server=info".into()),
+                // an error, which the access log already shows with its status; the CQL driver logs each failed
+                // connection attempt, which saltblob's one-line error already explains (`SALTBLOB_LOG=debug`
+                // shows them).
+                .unwrap_or_else(|_| "warn,s3s=off,scylla=off,saltblob_server=info".into()),
         )
         .with_writer(std::io::stderr)
         // Colours only on a terminal: the server's access log is often a file.

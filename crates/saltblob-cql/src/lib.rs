@@ -48,8 +48,9 @@
 //! - `lwt`: lightweight transactions and their settling against the client clock.
 //! - `scan`: record scans (the whole manifest table; range reads of the other namespaces).
 //! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
+//! - `reader`: chunk reads, cut into per-partition requests (a slice of consecutive indexes or an `IN` list).
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
-//! - [`import`]: import of tables in the salting article's original schema.
+//! - [`import`]: import of tables in the salting article's original schema (a folder: one file per job).
 
 pub mod backend;
 pub mod clock;

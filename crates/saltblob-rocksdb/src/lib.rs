@@ -17,15 +17,19 @@
 //! ```
 //!
 //! # Layout
+//! In OpenDAL's service layout. Each module uses only those listed before it (no import circles):
+//! - [`error`]: mapping of RocksDB errors (kept as the source), and the backend's name.
 //! - [`config`]: [`RocksConfig`] and its `rocksdb://` URL.
-//! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation.
 //! - [`keys`]: storage key encoding.
 //! - `blob_files`: at open, removal of the blob files a crashed process left unfinished.
-//! - [`error`]: mapping of RocksDB errors.
+//! - `core`: the thin engine wrapper: open and format check, the engine calls on column families and keys,
+//!   lock stripes of conditional writes, chunk write priorities, the flush of unlogged chunks, compaction.
+//! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation on top of `core`.
 
 pub mod backend;
 mod blob_files;
 pub mod config;
+mod core;
 pub mod error;
 pub mod keys;
 

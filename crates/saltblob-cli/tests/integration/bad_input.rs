@@ -164,3 +164,32 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     );
     assert!(!nowhere.exists(), "a read did not create a store");
 }
+
+/// A cluster that cannot be reached is one line of error (the driver's own log lines stay hidden), and
+/// `SALTBLOB_LOG=debug` still shows the driver's log.
+#[test]
+fn an_unreachable_cluster_is_one_line() {
+    let store = "cql://127.0.0.1:1/ks?connect_timeout=300ms";
+    let ls = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+        c.args(["--store", store, "--quiet", "ls"])
+            .env_remove("SALTBLOB_STORE")
+            .env_remove("SALTBLOB_LOG");
+        c
+    };
+    fails(&mut ls(), 1, "cannot connect to the cluster at 127.0.0.1:1");
+
+    let out = ls().env("SALTBLOB_LOG", "debug").output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.lines().any(|l| l.contains("scylla")),
+        "SALTBLOB_LOG=debug shows the driver's log: {stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("saltblob: error: ")),
+        "{stderr}"
+    );
+}

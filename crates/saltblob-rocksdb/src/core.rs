@@ -1,0 +1,582 @@
+//! [`RocksCore`]: the thin wrapper over the RocksDB engine. It opens the database (options, column families,
+//! format check), runs the engine calls on column families and byte keys (each on a blocking thread, errors
+//! mapped), serializes conditional writes with lock stripes, gives chunk writes their priority, flushes to make
+//! unlogged chunks durable and compacts to return space. It knows column families and keys, not saltblob's
+//! namespaces and blobs: those are the `backend` module's.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use rocksdb::{
+    BlockBasedOptions, BottommostLevelCompaction, ColumnFamily, ColumnFamilyDescriptor,
+    CompactOptions, DB, DBCompressionType, DBRecoveryMode, Direction, Env, IteratorMode, Options,
+    WriteBatch, WriteOptions,
+};
+use saltblob_core::backend::{Precondition, Previous, RecordWrite, SpaceReport};
+use saltblob_core::schedule::{ClassTag, current_class};
+use saltblob_core::{Error, Result};
+
+use crate::config::{BackgroundPriority, BlobCompression, RocksConfig};
+use crate::error::{self, NAME};
+use crate::{blob_files, keys};
+
+/// Format of the database layout (column families and keys); stored at first open, checked at every open.
+const DB_FORMAT: u8 = 1;
+
+/// Column family of manifests (blob key → manifest).
+pub(crate) const CF_MANIFESTS: &str = "manifests";
+/// Column family of chunks (chunk key → encoded chunk, in blob files).
+pub(crate) const CF_CHUNKS: &str = "chunks";
+/// Column family of internal records and the format marker.
+pub(crate) const CF_SYSTEM: &str = "system";
+/// Every column family, RocksDB's default one included.
+const ALL_COLUMN_FAMILIES: [&str; 4] = [
+    rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
+    CF_MANIFESTS,
+    CF_CHUNKS,
+    CF_SYSTEM,
+];
+const LOCK_STRIPES: usize = 64;
+/// Refill period of the background rate limiter (RocksDB's default).
+const RATE_LIMIT_REFILL_MICROS: i64 = 100_000;
+/// How much more often the rate limiter serves flushes than compactions (RocksDB's default).
+const RATE_LIMIT_FAIRNESS: i32 = 10;
+
+/// How RocksDB treats one chunk write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WritePriority {
+    /// An ordinary write.
+    Normal,
+    /// A low-priority write: RocksDB slows it down first when compaction falls behind.
+    Low,
+}
+
+impl WritePriority {
+    /// The priority of a chunk write in `class` (none: outside any scheduled operation) when background classes
+    /// get low-priority writes (`bulk_low_pri`).
+    pub(crate) fn of_chunk_write(class: Option<&ClassTag>, bulk_low_pri: bool) -> Self {
+        match class {
+            Some(tag) if bulk_low_pri && tag.is_background() => Self::Low,
+            _ => Self::Normal,
+        }
+    }
+
+    /// Unsynced write options of this priority, through the write-ahead log unless `unlogged`.
+    fn write_options(self, unlogged: bool) -> WriteOptions {
+        let mut wo = WriteOptions::default();
+        wo.set_low_pri(self == Self::Low);
+        wo.disable_wal(unlogged);
+        wo
+    }
+}
+
+/// The change a conditional write makes to its key.
+pub(crate) enum Change {
+    /// Sets the key's value.
+    Put(Bytes),
+    /// Removes the key.
+    Delete,
+}
+
+/// The open database and the state of its writers: lock stripes, compaction lock, unlogged-write bookkeeping.
+pub(crate) struct RocksCore {
+    db: DB,
+    config: RocksConfig,
+    stripes: Vec<Mutex<()>>,
+    hasher: RandomState,
+    /// Held while space is being reclaimed: one compaction of that kind at a time.
+    compacting: Mutex<()>,
+    /// Chunk writes issued as low-priority writes so far.
+    low_pri_chunk_writes: AtomicU64,
+    /// Unlogged chunk writes completed so far.
+    unlogged_writes: AtomicU64,
+    /// How many of the unlogged writes a finished flush covers; held while flushing, so that concurrent syncs
+    /// share one flush.
+    unlogged_synced: Mutex<u64>,
+    /// Flushes done to sync unlogged chunks.
+    unlogged_flushes: AtomicU64,
+}
+
+impl RocksCore {
+    /// Opens (creating if missing) the database described by `config`, removes the blob files an earlier
+    /// process left unfinished, and checks (or, in a new database, writes) the format marker.
+    pub(crate) fn open(config: RocksConfig) -> Result<Self> {
+        if config.path.is_file() {
+            return Err(Error::backend(
+                NAME,
+                format!(
+                    "cannot open the store at {}: it is a file, not a directory",
+                    config.path.display()
+                ),
+                false,
+            ));
+        }
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+        db_opts.increase_parallelism(
+            i32::try_from(std::thread::available_parallelism().map_or(2, |n| n.get())).unwrap_or(2),
+        );
+        db_opts.set_max_background_jobs(4);
+        db_opts.set_bytes_per_sync(1 << 20);
+        db_opts.set_wal_bytes_per_sync(config.wal_bytes_per_sync);
+        db_opts.set_max_total_wal_size(512 << 20);
+        db_opts.set_keep_log_file_num(4);
+        db_opts.set_enable_pipelined_write(config.pipelined_write);
+        if config.background_rate_limit > 0 {
+            db_opts.set_auto_tuned_ratelimiter(
+                i64::try_from(config.background_rate_limit).unwrap_or(i64::MAX),
+                RATE_LIMIT_REFILL_MICROS,
+                RATE_LIMIT_FAIRNESS,
+            );
+        }
+        if config.background_priority != BackgroundPriority::Normal {
+            let mut env = Env::new().map_err(error::map)?;
+            env.lower_thread_pool_cpu_priority();
+            env.lower_thread_pool_io_priority();
+            if config.background_priority == BackgroundPriority::Low {
+                env.lower_high_priority_thread_pool_cpu_priority();
+                env.lower_high_priority_thread_pool_io_priority();
+            }
+            db_opts.set_env(&env);
+        }
+
+        let mut chunk_opts = Options::default();
+        chunk_opts.set_enable_blob_files(true);
+        chunk_opts.set_min_blob_size(config.min_blob_size);
+        chunk_opts.set_blob_file_size(config.blob_file_size);
+        chunk_opts.set_blob_compression_type(match config.blob_compression {
+            BlobCompression::None => DBCompressionType::None,
+            BlobCompression::Lz4 => DBCompressionType::Lz4,
+            BlobCompression::Zstd => DBCompressionType::Zstd,
+        });
+        chunk_opts.set_enable_blob_gc(config.blob_gc);
+        chunk_opts.set_blob_gc_age_cutoff(config.blob_gc_age_cutoff);
+        chunk_opts.set_blob_gc_force_threshold(config.blob_gc_force_threshold);
+        chunk_opts.set_write_buffer_size(config.write_buffer_size);
+        chunk_opts.set_max_write_buffer_number(
+            i32::try_from(config.max_write_buffer_number).unwrap_or(i32::MAX),
+        );
+        chunk_opts.set_compression_type(DBCompressionType::None);
+
+        let mut small_opts = Options::default();
+        let mut table = BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        small_opts.set_block_based_table_factory(&table);
+        small_opts.set_compression_type(DBCompressionType::Lz4);
+
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(CF_MANIFESTS, small_opts.clone()),
+            ColumnFamilyDescriptor::new(CF_CHUNKS, chunk_opts),
+            ColumnFamilyDescriptor::new(CF_SYSTEM, small_opts),
+        ];
+        // Listed before the open: files of earlier processes only, none that this one's flushes are writing.
+        let earlier_blob_files = blob_files::named(&config.path);
+        let db = DB::open_cf_descriptors(&db_opts, &config.path, cfs)
+            .map_err(|e| error::open(&config.path, e))?;
+        blob_files::remove_unfinished(&db, &ALL_COLUMN_FAMILIES, &earlier_blob_files);
+        let core = Self {
+            db,
+            config,
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            hasher: RandomState::new(),
+            compacting: Mutex::new(()),
+            low_pri_chunk_writes: AtomicU64::new(0),
+            unlogged_writes: AtomicU64::new(0),
+            unlogged_synced: Mutex::new(0),
+            unlogged_flushes: AtomicU64::new(0),
+        };
+        core.check_format()?;
+        Ok(core)
+    }
+
+    /// The configuration the database was opened with.
+    pub(crate) fn config(&self) -> &RocksConfig {
+        &self.config
+    }
+
+    /// Chunk writes issued as RocksDB low-priority writes so far.
+    pub(crate) fn low_pri_chunk_writes(&self) -> u64 {
+        self.low_pri_chunk_writes.load(Ordering::Relaxed)
+    }
+
+    /// Flushes of the chunk memtables done so far to make unlogged chunks durable.
+    pub(crate) fn unlogged_flushes(&self) -> u64 {
+        self.unlogged_flushes.load(Ordering::Relaxed)
+    }
+
+    /// Flushes memtables and syncs the write-ahead log.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(error::map)?;
+        for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
+            self.db.flush_cf(self.cf(name)?).map_err(error::map)?;
+        }
+        Ok(())
+    }
+
+    fn check_format(&self) -> Result<()> {
+        let system = self.cf(CF_SYSTEM)?;
+        match self
+            .db
+            .get_cf(system, keys::FORMAT_MARKER_KEY)
+            .map_err(error::map)?
+        {
+            None => {
+                let mut wo = WriteOptions::default();
+                wo.set_sync(true);
+                self.db
+                    .put_cf_opt(system, keys::FORMAT_MARKER_KEY, [DB_FORMAT], &wo)
+                    .map_err(error::map)
+            }
+            Some(v) if v == [DB_FORMAT] => Ok(()),
+            Some(v) => Err(Error::corrupt(
+                format!("store at {}", self.config.path.display()),
+                format!(
+                    "database format marker is {v:?}; this build reads format [{DB_FORMAT}] (is it from a newer saltblob?)"
+                ),
+            )),
+        }
+    }
+
+    fn cf(&self, name: &str) -> Result<&ColumnFamily> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| Error::backend(NAME, format!("column family {name} is missing"), false))
+    }
+
+    /// Runs `f` on a blocking thread with the database.
+    async fn blocking<T, F>(self: &Arc<Self>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Self) -> Result<T> + Send + 'static,
+    {
+        let core = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&core))
+            .await
+            .map_err(error::join)?
+    }
+
+    /// The value of `key` in column family `cf_name`.
+    pub(crate) async fn get(
+        self: &Arc<Self>,
+        cf_name: &'static str,
+        key: Vec<u8>,
+    ) -> Result<Option<Bytes>> {
+        self.blocking(move |core| {
+            Ok(core
+                .db
+                .get_cf(core.cf(cf_name)?, key)
+                .map_err(error::map)?
+                .map(Bytes::from))
+        })
+        .await
+    }
+
+    /// The values of `keys` in column family `cf_name`, in the order of `keys`.
+    pub(crate) async fn multi_get(
+        self: &Arc<Self>,
+        cf_name: &'static str,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<Vec<Option<Bytes>>> {
+        self.blocking(move |core| {
+            core.db
+                .batched_multi_get_cf(core.cf(cf_name)?, &keys, false)
+                .into_iter()
+                .map(|slot| {
+                    slot.map(|v| v.map(|s| Bytes::copy_from_slice(&s)))
+                        .map_err(error::map)
+                })
+                .collect()
+        })
+        .await
+    }
+
+    fn stripe_of(&self, cf_name: &str, key: &[u8]) -> usize {
+        (self.hasher.hash_one((cf_name, key)) % LOCK_STRIPES as u64) as usize
+    }
+
+    /// Reads `key` of column family `cf_name`, checks `cond` on its value and, if it holds, applies `change`
+    /// (synced when `sync`), all under the key's lock stripe: conditional writes of one key are serialized.
+    pub(crate) async fn conditional(
+        self: &Arc<Self>,
+        cf_name: &'static str,
+        key: Vec<u8>,
+        sync: bool,
+        cond: &Precondition,
+        change: Change,
+    ) -> Result<RecordWrite> {
+        let stripe = self.stripe_of(cf_name, &key);
+        let cond = cond.clone();
+        self.blocking(move |core| {
+            let _guard: MutexGuard<'_, ()> = core
+                .stripes
+                .get(stripe)
+                .ok_or_else(|| Error::backend(NAME, "lock stripe out of range", false))?
+                .lock()
+                .map_err(|_| Error::backend(NAME, "record lock poisoned by a panic", false))?;
+            let handle = core.cf(cf_name)?;
+            let current = core
+                .db
+                .get_cf(handle, &key)
+                .map_err(error::map)?
+                .map(Bytes::from);
+            if !cond.holds(current.as_ref()) {
+                return Ok(RecordWrite::ConditionFailed(current));
+            }
+            let mut batch = WriteBatch::default();
+            match change {
+                Change::Put(value) => batch.put_cf(handle, &key, &value),
+                Change::Delete => batch.delete_cf(handle, &key),
+            }
+            let mut wo = WriteOptions::default();
+            wo.set_sync(sync);
+            core.db.write_opt(batch, &wo).map_err(error::map)?;
+            Ok(RecordWrite::Done(
+                current.map_or(Previous::Absent, Previous::Value),
+            ))
+        })
+        .await
+    }
+
+    /// Up to `limit` entries of column family `cf_name` whose keys start with `prefix`, in key order, after
+    /// `start_after` when given (a `start_after` before the prefix excludes nothing).
+    pub(crate) async fn scan(
+        self: &Arc<Self>,
+        cf_name: &'static str,
+        prefix: Vec<u8>,
+        start_after: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<Vec<(Box<[u8]>, Box<[u8]>)>> {
+        self.blocking(move |core| {
+            // From the prefix, or from `start_after` if that lies beyond it.
+            let from = start_after
+                .as_deref()
+                .filter(|s| *s > prefix.as_slice())
+                .unwrap_or(&prefix);
+            let mut out = Vec::new();
+            for item in core.db.iterator_cf(
+                core.cf(cf_name)?,
+                IteratorMode::From(from, Direction::Forward),
+            ) {
+                let (k, v) = item.map_err(error::map)?;
+                if Some(&*k) == start_after.as_deref() {
+                    continue;
+                }
+                if !k.starts_with(&prefix) || out.len() >= limit {
+                    break;
+                }
+                out.push((k, v));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Every key of column family `cf_name`, in order, decoded by `decode`; the stream ends after the first
+    /// error (of the engine or of `decode`), or when dropped.
+    pub(crate) fn scan_keys<T, D>(
+        self: &Arc<Self>,
+        cf_name: &'static str,
+        decode: D,
+    ) -> BoxStream<'static, Result<T>>
+    where
+        T: Send + 'static,
+        D: Fn(&[u8]) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<T>>(1024);
+        let core = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let handle = match core.cf(cf_name) {
+                Ok(h) => h,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            };
+            for item in core.db.iterator_cf(handle, IteratorMode::Start) {
+                let decoded = item.map_err(error::map).and_then(|(k, _)| decode(&k));
+                let failed = decoded.is_err();
+                // Stop when the consumer went away or after reporting an error.
+                if tx.blocking_send(decoded).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
+        .boxed()
+    }
+
+    /// Deletes the keys of column family `cf_name` from `start` (included) to `end` (excluded), unsynced.
+    pub(crate) async fn delete_range(
+        self: &Arc<Self>,
+        cf_name: &'static str,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    ) -> Result<()> {
+        self.blocking(move |core| {
+            let mut batch = WriteBatch::default();
+            batch.delete_range_cf(core.cf(cf_name)?, start, end);
+            core.db
+                .write_opt(batch, &WriteOptions::default())
+                .map_err(error::map)
+        })
+        .await
+    }
+
+    /// Writes chunk entries `(key, encoded chunk)` in one batch, unsynced, through the write-ahead log unless
+    /// `unlogged`, at the [`WritePriority`] of the calling task's class.
+    pub(crate) async fn write_chunks(
+        self: &Arc<Self>,
+        entries: Vec<(Vec<u8>, Bytes)>,
+        unlogged: bool,
+    ) -> Result<()> {
+        // The class is task-local: read it here, not on the blocking thread.
+        let priority =
+            WritePriority::of_chunk_write(current_class().as_ref(), self.config.bulk_low_pri);
+        if priority == WritePriority::Low {
+            self.low_pri_chunk_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.blocking(move |core| {
+            let handle = core.cf(CF_CHUNKS)?;
+            let mut batch = WriteBatch::default();
+            for (key, data) in &entries {
+                batch.put_cf(handle, key, data);
+            }
+            // Unsynced: the synced manifest commit that follows makes logged chunks durable too (one ordered
+            // log); unlogged ones are made durable by `sync_unlogged` before it.
+            core.db
+                .write_opt(batch, &priority.write_options(unlogged))
+                .map_err(error::map)
+        })
+        .await?;
+        if unlogged {
+            self.unlogged_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Makes every unlogged chunk write completed so far durable: flushes the chunk memtables (and waits for
+    /// every earlier flush of them), unless a flush that started after the last completed unlogged write
+    /// already did. A flush writes its blob and table files, syncs them, then records them in RocksDB's
+    /// manifest.
+    pub(crate) async fn sync_unlogged(self: &Arc<Self>) -> Result<()> {
+        let wanted = self.unlogged_writes.load(Ordering::SeqCst);
+        let flushed = self
+            .blocking(move |core| {
+                let mut covered = core
+                    .unlogged_synced
+                    .lock()
+                    .map_err(|_| Error::backend(NAME, "flush lock poisoned by a panic", false))?;
+                if *covered >= wanted {
+                    return Ok(false);
+                }
+                // Writes completed before the flush starts are in the memtables it flushes.
+                let upto = core.unlogged_writes.load(Ordering::SeqCst);
+                core.db.flush_cf(core.cf(CF_CHUNKS)?).map_err(error::map)?;
+                *covered = upto;
+                Ok(true)
+            })
+            .await?;
+        if flushed {
+            self.unlogged_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Returns the space of deleted chunks, one such compaction at a time: compacts the chunk index (small:
+    /// blob files hold the data), so that deleted ranges are dropped and blob files holding only garbage are
+    /// removed; then, when more than `space_reclaim_threshold` of the remaining blob bytes are garbage,
+    /// compacts again with blob garbage collection over every blob file, which moves the live chunks out of
+    /// partly-garbage files (rewriting live data).
+    pub(crate) async fn reclaim_space(self: &Arc<Self>) -> Result<SpaceReport> {
+        self.blocking(|core| {
+            let _one_at_a_time = core
+                .compacting
+                .lock()
+                .map_err(|_| Error::backend(NAME, "compaction lock poisoned by a panic", false))?;
+            core.reclaim_space_blocking()
+        })
+        .await
+    }
+
+    fn reclaim_space_blocking(&self) -> Result<SpaceReport> {
+        let db = &self.db;
+        let config = &self.config;
+        let threshold = config.space_reclaim_threshold;
+        let bytes_before = self.disk_bytes()?;
+        db.flush_wal(true).map_err(error::map)?;
+        self.compact_all(CF_SYSTEM)?;
+        self.compact_all(CF_MANIFESTS)?;
+        self.compact_all(CF_CHUNKS)?;
+        let chunks = self.cf(CF_CHUNKS)?;
+        let live = db
+            .property_int_value_cf(chunks, "rocksdb.live-blob-file-size")
+            .map_err(error::map)?
+            .unwrap_or(0);
+        let garbage = db
+            .property_int_value_cf(chunks, "rocksdb.live-blob-file-garbage-size")
+            .map_err(error::map)?
+            .unwrap_or(0);
+        #[expect(clippy::cast_precision_loss, reason = "a ratio of byte counts")]
+        let rewrite = live > 0 && garbage as f64 > threshold * live as f64;
+        if rewrite {
+            let on = |enabled: bool, cutoff: f64| {
+                db.set_options_cf(
+                    chunks,
+                    &[
+                        (
+                            "enable_blob_garbage_collection",
+                            if enabled { "true" } else { "false" },
+                        ),
+                        ("blob_garbage_collection_age_cutoff", &cutoff.to_string()),
+                    ],
+                )
+                .map_err(error::map)
+            };
+            on(true, 1.0)?;
+            let compacted = self.compact_all(CF_CHUNKS);
+            let restored = on(config.blob_gc, config.blob_gc_age_cutoff);
+            compacted?;
+            restored?;
+        }
+        Ok(SpaceReport {
+            bytes_before,
+            bytes_after: self.disk_bytes()?,
+            rewrote_live_data: rewrite,
+        })
+    }
+
+    /// Bytes of SST and blob files of every column family.
+    fn disk_bytes(&self) -> Result<u64> {
+        let mut total = 0;
+        for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
+            let handle = self.cf(name)?;
+            for property in [
+                "rocksdb.total-sst-files-size",
+                "rocksdb.total-blob-file-size",
+            ] {
+                total += self
+                    .db
+                    .property_int_value_cf(handle, property)
+                    .map_err(error::map)?
+                    .unwrap_or(0);
+            }
+        }
+        Ok(total)
+    }
+
+    /// Compacts all of column family `name`, down to the bottommost level.
+    fn compact_all(&self, name: &str) -> Result<()> {
+        let mut opts = CompactOptions::default();
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        self.db
+            .compact_range_cf_opt(self.cf(name)?, None::<&[u8]>, None::<&[u8]>, &opts);
+        Ok(())
+    }
+}
