@@ -2,7 +2,7 @@
 //!
 //! A put reads top to bottom: its [`PutPlan`] (key, layout policy, the start of the blob, class: the one
 //! preamble of `put`, `put_stream` and `put_segment`), then [`put`]: the condition is checked, an inline value
-//! commits at once; a chunked one takes its intent lease (`intent.rs`), streams its chunks through the
+//! commits at once; a chunked one takes its intent lease (`intent/`), streams its chunks through the
 //! [`ChunkWriter`], claims its intent (which gc can then no longer take over) and [`commit`]s the manifest,
 //! queueing the version it replaces for reclaim first.
 
@@ -253,7 +253,7 @@ where
     });
     let written = written.and_then(|w| add_late_metadata(&mut manifest, opts).map(|()| w));
     // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
-    // settles that race for good (see `intent.rs`).
+    // settles that race for good (see `intent/`).
     let written = match (written, finish) {
         (Ok(w), Finish::Commit) => lease.claim(inner).await.map(|()| w),
         (written, _) => written,
