@@ -281,7 +281,7 @@ async fn presigned_urls_out_of_bounds_are_refused() {
         "{}",
         r.text()
     );
-    for expires in ["0", "-7", "604801", "609901", "4294967295", "soon"] {
+    for expires in ["604801", "609901", "4294967295", "0", "-7", "soon"] {
         let url = forge::presign(c, "GET", "/bkt/k", expires, "s3", &host, &[]);
         is_error(
             &fetch(&s, &url, &[]).await,
