@@ -292,3 +292,31 @@ async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A credentials file that group or others may access is refused with what to do; a private one is read.
+    #[cfg(unix)]
+    #[test]
+    fn credentials_files_must_be_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("keys");
+        std::fs::write(&path, "AKID1 s3cret1\n").expect("write");
+        for mode in [0o644, 0o640, 0o604, 0o660] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let err = read_credentials(&path).expect_err("refused");
+            assert!(
+                err.contains("accessible by group or others")
+                    && err.contains("chmod 600")
+                    && !err.contains("s3cret"),
+                "{mode:o}: {err}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let keys = read_credentials(&path).expect("private file");
+        assert_eq!(keys.len(), 1);
+    }
+}
