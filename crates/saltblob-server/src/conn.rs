@@ -149,10 +149,7 @@ where
 /// drain forever. Reads are left to hyper (its header timeout) and to the request body's own timer.
 pub(crate) struct TimedIo<T> {
     inner: T,
-    timeout: Duration,
-    /// Armed while a write is stalled.
-    stall: Option<Pin<Box<Sleep>>>,
-    armed: bool,
+    stall: StallTimer,
     metrics: Arc<Metrics>,
 }
 
@@ -160,9 +157,7 @@ impl<T> TimedIo<T> {
     pub(crate) fn new(inner: T, timeout: Duration, metrics: Arc<Metrics>) -> Self {
         Self {
             inner,
-            timeout,
-            stall: None,
-            armed: false,
+            stall: StallTimer::new(timeout),
             metrics,
         }
     }
@@ -174,24 +169,53 @@ impl<T> TimedIo<T> {
         outcome: Poll<io::Result<R>>,
     ) -> Poll<io::Result<R>> {
         if outcome.is_ready() {
-            self.armed = false;
+            self.stall.progress();
             return outcome;
         }
-        let deadline = Instant::now() + self.timeout;
-        let stall = self
-            .stall
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if !self.armed {
-            stall.as_mut().reset(deadline);
-            self.armed = true;
-        }
-        ready!(stall.as_mut().poll(cx));
-        self.armed = false;
+        ready!(self.stall.stalled(cx));
         self.metrics.connection_closed(Closed::Write);
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "the client read nothing of the response for the IO timeout",
         )))
+    }
+}
+
+/// A timer that runs while an operation makes no progress: armed when the operation is pending, disarmed when it
+/// progresses; it runs out after `timeout` of stall.
+pub(crate) struct StallTimer {
+    timeout: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl StallTimer {
+    pub(crate) fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            sleep: None,
+            armed: false,
+        }
+    }
+
+    /// The operation progressed.
+    pub(crate) fn progress(&mut self) {
+        self.armed = false;
+    }
+
+    /// The operation is pending: arms the timer if it is not; `Ready` once it has run out (and it is disarmed).
+    pub(crate) fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let deadline = Instant::now() + self.timeout;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.armed {
+            sleep.as_mut().reset(deadline);
+            self.armed = true;
+        }
+        ready!(sleep.as_mut().poll(cx));
+        self.armed = false;
+        Poll::Ready(())
     }
 }
 

@@ -28,12 +28,11 @@ use saltblob_core::{BlobStore, GcOptions, PriorityClass};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::Sleep;
 
 use crate::ServerConfig;
 use crate::auth::{Access, KeyAuth, RequestRecord};
 use crate::chunked::{BodyFailed, Fault, Reframe};
-use crate::conn::{Activity, Deadlines, TimedIo, drive};
+use crate::conn::{Activity, Deadlines, StallTimer, TimedIo, drive};
 use crate::guard::Refusal;
 use crate::metrics::{Finished, Metrics};
 use crate::multipart::sweep_expired_uploads;
@@ -532,9 +531,7 @@ impl Handler {
             let counted = Counting {
                 inner: Box::pin(body),
                 count: bytes_in,
-                timeout,
-                stall: None,
-                armed: false,
+                stall: StallTimer::new(timeout),
                 fault: fault.clone(),
             };
             match framing {
@@ -631,10 +628,8 @@ impl hyper::service::Service<Request<Incoming>> for Handler {
 struct Counting {
     inner: Pin<Box<Incoming>>,
     count: Arc<AtomicU64>,
-    timeout: Duration,
-    /// Armed while a read waits for the client.
-    stall: Option<Pin<Box<Sleep>>>,
-    armed: bool,
+    /// Runs while a read waits for the client.
+    stall: StallTimer,
     fault: Fault,
 }
 
@@ -649,19 +644,10 @@ impl HttpBody for Counting {
         let frame = match self.inner.as_mut().poll_frame(cx) {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
-                let deadline = tokio::time::Instant::now() + self.timeout;
-                let this = &mut *self;
-                let stall = this
-                    .stall
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                if !this.armed {
-                    stall.as_mut().reset(deadline);
-                    this.armed = true;
-                }
-                if stall.as_mut().poll(cx).is_pending() {
+                if self.stall.stalled(cx).is_pending() {
                     return Poll::Pending;
                 }
-                this.fault.set(Refusal::new(
+                self.fault.set(Refusal::new(
                     "RequestTimeout",
                     StatusCode::BAD_REQUEST,
                     "Your socket connection to the server was not read from or written to within the \
@@ -672,7 +658,7 @@ impl HttpBody for Counting {
                 )))));
             }
         };
-        self.armed = false;
+        self.stall.progress();
         if let Some(Ok(frame)) = &frame
             && let Some(data) = frame.data_ref()
         {
