@@ -37,7 +37,7 @@ use crate::layout::{ByteRange, Layout};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim::{self, ReclaimReport};
 use crate::schedule::{self, PriorityClass, ScheduledStore, Scheduler, SchedulerStats};
-use crate::state::Inner;
+use crate::state::{Inner, ReadBudget};
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -124,6 +124,7 @@ impl BlobStore {
                 raw_backend: backend,
                 sched,
                 info,
+                read_budget: Arc::new(ReadBudget::new(config.read_ahead_budget as u64)),
                 config,
                 running: Arc::default(),
             }),
@@ -143,6 +144,13 @@ impl BlobStore {
     /// and in flight, bytes moved and time waited.
     pub fn scheduler_stats(&self) -> SchedulerStats {
         self.inner.sched.stats()
+    }
+
+    /// The store's read-ahead: bytes its reads now hold fetched ahead of their consumers, and the budget
+    /// ([`StoreConfig::read_ahead_budget`]; a read with nothing else in flight may exceed it by one batch).
+    pub fn read_ahead(&self) -> (u64, u64) {
+        let budget = &self.inner.read_budget;
+        (budget.in_use(), budget.limit())
     }
 
     /// The configuration.

@@ -4,7 +4,9 @@
 mod auth;
 mod buckets;
 mod client;
+mod forge;
 mod integrity;
+mod limits;
 mod list;
 mod multipart;
 mod objects;
