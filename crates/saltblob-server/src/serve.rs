@@ -329,7 +329,7 @@ impl Handler {
                 count: bytes_in,
             })
         });
-        let response = match self.service.call(req).await {
+        let response = match crate::object::call(&self.service, req).await {
             Ok(response) => response,
             Err(e) => {
                 tracing::error!(error = ?e, "the S3 service failed");
