@@ -1,4 +1,6 @@
-//! How an object's S3 attributes sit in its manifest, and the conditional headers checked against them.
+//! How an object's S3 attributes sit in its manifest, the conditional headers checked against them (of reads,
+//! [`Conditions`]; of deletes, [`DeleteConditions`]), the `response-*` overrides of a read
+//! ([`ResponseOverrides`]), and the one version id objects have ([`NULL_VERSION`]).
 //!
 //! Content-Type is the manifest's content type; user metadata `x-amz-meta-<name>` is stored under the key
 //! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
@@ -28,6 +30,17 @@ pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
 pub(crate) const NULL_VERSION: &str = "null";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
+
+/// Checks a request's `versionId`: `null` (or none) is the object's one version, the current object.
+///
+/// # Errors
+/// `InvalidArgument` (400) for any other version id, as S3 answers for a version that cannot exist.
+pub(crate) fn current_version(version_id: Option<&str>) -> S3Result<()> {
+    match version_id {
+        None | Some(NULL_VERSION) => Ok(()),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
+    }
+}
 
 /// The standard headers stored as `s3:<name>` metadata.
 #[derive(Default)]

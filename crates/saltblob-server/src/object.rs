@@ -5,7 +5,7 @@
 //! adjustments made around s3s ([`call`]) are `around.rs`.
 //!
 //! Objects have one version each, `null` (buckets have no versioning): a `versionId` of `null` names the
-//! current object, any other is `InvalidArgument` ([`current_version`]).
+//! current object, any other is `InvalidArgument` ([`crate::attrs::current_version`]).
 
 mod around;
 mod copy;
@@ -24,7 +24,7 @@ pub(crate) use self::around::call;
 pub(crate) use self::copy::handle_copy_object;
 use self::select::{Selection, content_range, open};
 use crate::attrs::{
-    Attributes, Conditions, DeleteConditions, NULL_VERSION, etag_of, object_metadata,
+    Attributes, Conditions, DeleteConditions, current_version, etag_of, object_metadata,
     precondition_failed, response_overrides, stored_checksums, with_attributes, with_checksums,
 };
 use crate::body::BlobBody;
@@ -38,17 +38,6 @@ const MAX_DELETE_OBJECTS: usize = 1000;
 
 fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
     mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
-}
-
-/// Checks a request's `versionId`: `null` (or none) is the object's one version, the current object.
-///
-/// # Errors
-/// `InvalidArgument` (400) for any other version id, as S3 answers for a version that cannot exist.
-pub(crate) fn current_version(version_id: Option<&str>) -> S3Result<()> {
-    match version_id {
-        None | Some(NULL_VERSION) => Ok(()),
-        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
-    }
 }
 
 /// GetObject: the object, a range of it or one of its parts, after its conditional headers; the `response-*`

@@ -24,10 +24,9 @@ use s3s::{HttpResponse, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s
 use saltblob_core::{LateMetadata, PutOptions};
 use tokio::task::JoinHandle;
 
-use super::current_version;
 use crate::attrs::{
-    CHECKSUM_KEY, Conditions, ETAG_KEY, etag_of, last_modified_of, object_metadata,
-    stored_checksums, with_checksums,
+    CHECKSUM_KEY, Conditions, ETAG_KEY, current_version, etag_of, last_modified_of,
+    object_metadata, stored_checksums, with_checksums,
 };
 use crate::body::{Algorithm, Expected, SharedOutcome, VerifyingReader};
 use crate::error::from_store;
