@@ -755,6 +755,32 @@ async fn copy_object_checks_source_and_destination_and_computes_a_fresh_etag() {
     );
     assert!(got.body == whole);
 
+    // The checksums are computed from the bytes too, not carried over: a blob whose stored checksum and ETag
+    // are stale (as another client of the store may leave them) gets right ones in its copy.
+    let data = b"checksummed bytes".to_vec();
+    let mut stale = saltblob::PutOptions::new();
+    stale
+        .metadata
+        .insert("s3:checksum-crc32".to_owned(), "AAAAAA==".to_owned());
+    stale.metadata.insert("s3:etag".to_owned(), "0".repeat(32));
+    s.store
+        .put("s3/o/bkt/stale", data.clone(), &stale)
+        .await
+        .expect("put");
+    let r = copy("/bkt/stale", "fresh").send().await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = c
+        .call("GET", "/bkt/fresh")
+        .header("x-amz-checksum-mode", "ENABLED")
+        .send()
+        .await;
+    assert_eq!(got.body, data);
+    assert_eq!(
+        got.header("x-amz-checksum-crc32"),
+        crate::client::base64(&crate::client::crc32(&data).to_be_bytes())
+    );
+    assert_eq!(got.header("etag"), format!("\"{}\"", md5_hex(&data)));
+
     let r = copy("/bkt/mp?versionId=3HL4kqtJlcpXroDTDmJ", "other")
         .send()
         .await;
