@@ -257,6 +257,34 @@ async fn list(s3: &SaltS3, query: Query<'_>) -> S3Result<Listing> {
     Ok(listing)
 }
 
+/// One response of a listing resumed after a text marker (ListObjects' `marker`, ListObjectVersions'
+/// `key-marker`; see [`v1_marker_position`]).
+async fn list_after_marker(
+    s3: &SaltS3,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    marker: Option<&str>,
+    max_keys: usize,
+) -> S3Result<Listing> {
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let after = marker
+        .filter(|m| !m.is_empty())
+        .map(|m| v1_marker_position(m, prefix, delimiter));
+    list(
+        s3,
+        Query {
+            bucket,
+            prefix,
+            delimiter,
+            after,
+            max_keys,
+            text_positions: true,
+        },
+    )
+    .await
+}
+
 fn objects(listing: &mut Listing, names: &Names) -> Vec<Object> {
     std::mem::take(&mut listing.objects)
         .into_iter()
@@ -338,22 +366,14 @@ pub(crate) async fn handle_list_objects(
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
-    let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
-    let after = input
-        .marker
-        .as_deref()
-        .map(|m| v1_marker_position(m, &prefix, delimiter));
     let max_keys = max_keys(input.max_keys)?;
-    let mut listing = list(
+    let mut listing = list_after_marker(
         s3,
-        Query {
-            bucket: &input.bucket,
-            prefix: &prefix,
-            delimiter,
-            after,
-            max_keys,
-            text_positions: true,
-        },
+        &input.bucket,
+        &prefix,
+        input.delimiter.as_deref(),
+        input.marker.as_deref(),
+        max_keys,
     )
     .await?;
     let names = Names::new(input.encoding_type.as_ref());
@@ -402,23 +422,14 @@ pub(crate) async fn handle_list_object_versions(
         }
     }
     let prefix = input.prefix.clone().unwrap_or_default();
-    let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
-    let after = input
-        .key_marker
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .map(|m| v1_marker_position(m, &prefix, delimiter));
     let max_keys = max_keys(input.max_keys)?;
-    let mut listing = list(
+    let mut listing = list_after_marker(
         s3,
-        Query {
-            bucket: &input.bucket,
-            prefix: &prefix,
-            delimiter,
-            after,
-            max_keys,
-            text_positions: true,
-        },
+        &input.bucket,
+        &prefix,
+        input.delimiter.as_deref(),
+        input.key_marker.as_deref(),
+        max_keys,
     )
     .await?;
     let names = Names::new(input.encoding_type.as_ref());
