@@ -579,6 +579,50 @@ mod tests {
         assert!(keys(Some(&format!("k{:05}", total - 1))).await.is_empty());
     }
 
+    /// A page reads at most its limit (at least one record), counts an expired blob in `read` without listing it,
+    /// and names the last key read as where the next page starts, until a short page ends the listing.
+    #[tokio::test]
+    async fn list_page_reads_at_most_its_limit_and_says_where_to_go_on() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        for key in ["k1", "k2", "k3", "k4", "k5"] {
+            store
+                .put(key, &b"v"[..], &PutOptions::new())
+                .await
+                .expect("put");
+        }
+        let expired = Manifest {
+            expires_micros: Some(1),
+            ..store.head("k2").await.expect("head")
+        };
+        backend
+            .put_record(
+                Namespace::Manifest,
+                b"k2",
+                expired.encode(),
+                &Precondition::None,
+            )
+            .await
+            .expect("expire");
+        let keys = |page: &ListPage| -> Vec<Bytes> {
+            page.entries.iter().map(|e| e.key.clone()).collect()
+        };
+        let first = store.list_page(b"k", None, 3).await.expect("page");
+        assert_eq!(
+            (first.read, keys(&first)),
+            (3, vec![Bytes::from("k1"), Bytes::from("k3")])
+        );
+        assert_eq!(first.next, Some(Bytes::from("k3")));
+        let last = store.list_page(b"k", first.next, 3).await.expect("page");
+        assert_eq!(
+            (last.read, keys(&last)),
+            (2, vec![Bytes::from("k4"), Bytes::from("k5")])
+        );
+        assert_eq!(last.next, None);
+        let one = store.list_page(b"k", None, 0).await.expect("page");
+        assert_eq!((one.read, one.next), (1, Some(Bytes::from("k1"))));
+    }
+
     /// The class of a blob's reads: the store's default class when it has one, else by layout.
     #[tokio::test]
     async fn class_of_is_the_store_default_else_the_layout() {
