@@ -539,7 +539,7 @@ impl Handler {
                 None => s3s::Body::http_body(counted),
             }
         });
-        let response = match self.service.call(req).await {
+        let response = match crate::object::call(&self.service, req).await {
             Ok(response) => response,
             Err(e) => {
                 tracing::error!(error = ?e, "the S3 service failed");

@@ -50,6 +50,8 @@ pub enum StoreKind {
     Memory,
     /// The store at this URL, with its parameters (e.g. `memory://?priority=bulk`).
     Url(&'static str),
+    /// This store, built by the test (on a counting or slowed backend layer, for instance).
+    Store(BlobStore),
 }
 
 impl TestServer {
@@ -65,10 +67,20 @@ impl TestServer {
             }
             StoreKind::Memory => ("memory://".to_owned(), None),
             StoreKind::Url(url) => (url.to_owned(), None),
+            StoreKind::Store(store) => return Self::serve(store, None, configure).await,
         };
         let store = saltblob::open(&url, StoreConfig::default())
             .await
             .expect("open store");
+        Self::serve(store, dir, configure).await
+    }
+
+    /// A server of `store` (which lives in `dir`, if anywhere), accepting [`ACCESS_KEY`].
+    async fn serve(
+        store: BlobStore,
+        dir: Option<tempfile::TempDir>,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let metrics = TcpListener::bind("127.0.0.1:0")
             .await
