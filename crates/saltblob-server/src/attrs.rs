@@ -23,6 +23,9 @@ const USER_META: &str = "x-amz-meta-";
 pub(crate) const ETAG_KEY: &str = "s3:etag";
 /// Prefix of the metadata keys of stored checksums.
 pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
+/// Metadata key of the checksum type of an object composed by a multipart upload (`COMPOSITE` or
+/// `FULL_OBJECT`); an object without it has full-object checksums.
+pub(crate) const CHECKSUM_TYPE_KEY: &str = "s3:checksum-type";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
 
@@ -188,6 +191,7 @@ macro_rules! with_attributes {
                 content_disposition: attrs.headers.content_disposition,
                 content_encoding: attrs.headers.content_encoding,
                 content_language: attrs.headers.content_language,
+                checksum_type: attrs.checksum_type,
             },
             attrs.checksums
         )
@@ -265,6 +269,8 @@ pub(crate) struct Attributes {
     pub metadata: Option<Metadata>,
     pub headers: StoredHeaders,
     pub checksums: s3s::dto::Checksum,
+    /// The checksums' type, when there are checksums (see [`CHECKSUM_TYPE_KEY`]).
+    pub checksum_type: Option<s3s::dto::ChecksumType>,
 }
 
 impl Attributes {
@@ -275,6 +281,18 @@ impl Attributes {
         } else {
             s3s::dto::Checksum::default()
         };
+        let any = with_checksums
+            && Algorithm::ALL
+                .into_iter()
+                .any(|a| checksum_of(m, a).is_some());
+        let checksum_type = any.then(|| {
+            s3s::dto::ChecksumType::from(
+                m.metadata
+                    .get(CHECKSUM_TYPE_KEY)
+                    .cloned()
+                    .unwrap_or_else(|| s3s::dto::ChecksumType::FULL_OBJECT.to_owned()),
+            )
+        });
         Self {
             etag: etag_of(m),
             last_modified: last_modified_of(m),
@@ -282,6 +300,7 @@ impl Attributes {
             metadata: user_metadata_of(m),
             headers: StoredHeaders::from_manifest(m),
             checksums,
+            checksum_type,
         }
     }
 }

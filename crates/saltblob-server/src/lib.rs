@@ -65,6 +65,9 @@ use tokio::net::TcpListener;
 
 pub use crate::auth::{AccessKey, parse_credentials};
 pub use crate::keys::{BUCKET_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::multipart::{
+    DEFAULT_MAX_UPLOADS_PER_BUCKET, FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY,
+};
 pub use crate::serve::{load_tls, run};
 
 /// How the server runs; [`ServerConfig::new`] gives the defaults.
@@ -86,6 +89,10 @@ pub struct ServerConfig {
     /// How long a shutdown waits for requests in flight before it drops them (an unfinished put then never
     /// commits). Defaults to 30 seconds.
     pub shutdown_timeout: Duration,
+    /// The most multipart uploads in progress a bucket may hold: CreateMultipartUpload is refused
+    /// (`InvalidRequest`, 400) beyond it. `None`: no cap. Defaults to 10,000
+    /// ([`DEFAULT_MAX_UPLOADS_PER_BUCKET`]).
+    pub max_uploads_per_bucket: Option<usize>,
 }
 
 impl ServerConfig {
@@ -99,7 +106,14 @@ impl ServerConfig {
             metrics_listener: None,
             gc_every: Some(Duration::from_secs(600)),
             shutdown_timeout: Duration::from_secs(30),
+            max_uploads_per_bucket: Some(DEFAULT_MAX_UPLOADS_PER_BUCKET),
         }
+    }
+
+    /// Caps the multipart uploads in progress per bucket (`None` or 0: no cap).
+    pub fn with_max_uploads_per_bucket(mut self, max: Option<usize>) -> Self {
+        self.max_uploads_per_bucket = max.filter(|m| *m > 0);
+        self
     }
 
     /// Lets anyone read the objects of `bucket` without signing.
@@ -146,6 +160,7 @@ impl fmt::Debug for ServerConfig {
             .field("metrics_listener", &self.metrics_listener)
             .field("gc_every", &self.gc_every)
             .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("max_uploads_per_bucket", &self.max_uploads_per_bucket)
             .finish()
     }
 }

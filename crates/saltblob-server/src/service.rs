@@ -16,6 +16,8 @@ use crate::keys::bucket_key;
 pub(crate) struct SaltS3 {
     pub(crate) store: BlobStore,
     pub(crate) region: String,
+    /// [`crate::ServerConfig::max_uploads_per_bucket`].
+    pub(crate) max_uploads_per_bucket: Option<usize>,
 }
 
 impl SaltS3 {

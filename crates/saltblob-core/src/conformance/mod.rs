@@ -61,6 +61,7 @@ pub use roundtrip::{
     roundtrip_sizes, streaming_put_of_unknown_length,
 };
 pub use segments::{
+    a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
     abandoned_and_discarded_segments_are_reclaimed,
     composed_blobs_read_back_and_own_their_segments,
     leftover_segment_intents_do_not_reclaim_a_composed_blob,
@@ -117,7 +118,8 @@ macro_rules! conformance_suite {
             records_are_separate_per_namespace, record_scans_page_in_key_order,
             record_scan_from_before_the_prefix, composed_blobs_read_back_and_own_their_segments,
             abandoned_and_discarded_segments_are_reclaimed,
-            leftover_segment_intents_do_not_reclaim_a_composed_blob);
+            leftover_segment_intents_do_not_reclaim_a_composed_blob,
+            a_segment_discarded_during_its_compose_stays_with_the_composed_blob);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

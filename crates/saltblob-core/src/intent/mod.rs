@@ -49,7 +49,8 @@ pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<
 /// leaves the segment's chunks alone until that write has landed: a compare-and-set to an expiry of at least a
 /// lease plus the commit hold from now (a parked expiry further out is kept). Where writes may land late (no
 /// claims, see [`IntentLease::claim`]) it checks that a lease is left instead. Fails with
-/// [`Error::SegmentGone`] when the intent is absent, undecodable or expired.
+/// [`Error::SegmentGone`] when the intent is absent or undecodable, or less than a lease is left of it (it
+/// expired, or was discarded: [`end_segment_lease`]).
 pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
     let gone = |detail: &str| Error::SegmentGone {
         key: blob.key[..].into(),
@@ -76,10 +77,12 @@ pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
         if intent.expired(now) {
             return Err(gone("its lease has expired"));
         }
+        if intent.expires_micros.saturating_sub(now) < lease {
+            return Err(gone(
+                "less than a lease is left of it (it was discarded, or is about to expire)",
+            ));
+        }
         if inner.info.late_writes {
-            if intent.expires_micros.saturating_sub(now) < lease {
-                return Err(gone("less than a lease is left of it"));
-            }
             return Ok(());
         }
         let claimed = Intent {
@@ -108,6 +111,70 @@ pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
     }
     Err(last_error.map_or_else(
         || gone("its intent kept changing while being claimed"),
+        |e| tries.give_up(e),
+    ))
+}
+
+/// Ends the parked lease of segment `blob` one intent lease from now (or keeps an earlier end), with a
+/// compare-and-set, so that no compose can claim it any more ([`claim_segment`] wants a lease left) and gc
+/// reclaims its chunks once the lease is over, under gc's own rules (the takeover hold where writes land late).
+/// The intent is never removed here: a compose that claimed (or, where writes land late, checked) the segment
+/// before this call issues its commit within three quarters of a lease of its own call, so its manifest lands
+/// before gc may take the segment over (`docs/guarantees.md`, *Segments*). Returns false when there is no
+/// intent (a compose committed the segment and removed it, or gc reclaimed it) or its lease already ends
+/// within a lease.
+///
+/// # Errors
+/// [`Error::Corrupt`] for an intent that does not decode (left in place, as gc leaves it), [`Error::Backend`].
+pub(crate) async fn end_segment_lease(inner: &Inner, blob: &BlobRef) -> Result<bool> {
+    let record_key = intent_key(blob);
+    let lease = micros(inner.config.intent_lease);
+    let mut last_error = None;
+    let mut tries = Backoff::INTENT_CAS.start();
+    while tries.next_attempt().await {
+        let Some(raw) = inner
+            .backend
+            .get_record(Namespace::Intent, &record_key)
+            .await?
+        else {
+            return Ok(false);
+        };
+        let intent = Intent::decode(&raw)?;
+        let end = inner.now_micros().saturating_add(lease);
+        if intent.expires_micros <= end {
+            return Ok(false);
+        }
+        let ended = Intent {
+            expires_micros: end,
+            ..intent
+        };
+        match inner
+            .backend
+            .put_record(
+                Namespace::Intent,
+                &record_key,
+                ended.encode(),
+                &Precondition::Equals(raw),
+            )
+            .await
+        {
+            Ok(RecordWrite::Done(_)) => return Ok(true),
+            // Changed in between (a compose claimed it, gc took it over): read it again.
+            Ok(RecordWrite::ConditionFailed(_)) => {}
+            Err(e) if e.is_retryable() => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.map_or_else(
+        || {
+            Error::internal(
+                "segment discard",
+                format!(
+                    "the intent of segment {} kept changing while its lease was being ended",
+                    blob.version
+                ),
+            )
+        },
         |e| tries.give_up(e),
     ))
 }

@@ -7,6 +7,7 @@ mod client;
 mod integrity;
 mod list;
 mod multipart;
+mod multipart_races;
 mod objects;
 mod serving;
 mod tls;
@@ -67,6 +68,17 @@ impl TestServer {
         let store = saltblob::open(&url, StoreConfig::default())
             .await
             .expect("open store");
+        let mut server = Self::start_on(store, configure).await;
+        server._dir = dir;
+        server
+    }
+
+    /// A server in front of `store` (built by the test: over a layer that holds or fails calls, with a clock
+    /// the test moves), accepting [`ACCESS_KEY`]; `configure` may change its configuration.
+    pub async fn start_on(
+        store: BlobStore,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let metrics = TcpListener::bind("127.0.0.1:0")
             .await
@@ -98,7 +110,7 @@ impl TestServer {
             metrics_addr,
             shutdown: Some(tx),
             task: Some(task),
-            _dir: dir,
+            _dir: None,
         }
     }
 

@@ -1,29 +1,73 @@
 //! Multipart upload: parts in any order, listings, completion without copying, S3's refusals, abort and gc.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use saltblob::{GcOptions, ManifestBody};
+use saltblob::{GcOptions, ManifestBody, OffsetClock, StoreConfig};
 
 use crate::TestServer;
 use crate::client::{Client, hex};
 
-const MIB: usize = 1 << 20;
+/// A server on a new embedded store whose clock the test moves, with a bucket `bkt`; keep the directory.
+pub(crate) async fn clocked() -> (TestServer, Arc<OffsetClock>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = OffsetClock::new();
+    let store = saltblob::open(
+        &format!("rocksdb://{}", dir.path().display()),
+        StoreConfig::default().with_clock(clock.clone()),
+    )
+    .await
+    .expect("open store");
+    let s = TestServer::start_on(store, |c| c).await;
+    let r = s.client.call("PUT", "/bkt").send().await;
+    assert_eq!(r.status, 200, "create bucket: {}", r.text());
+    (s, clock, dir)
+}
 
-fn md5_hex(data: &[u8]) -> String {
+/// Waits (at most 30 s) until upload `id` of bucket `bkt` is in `state` (its record's `s3:upload-state`).
+pub(crate) async fn wait_state(s: &TestServer, id: &str, state: &str) {
+    for _ in 0..300 {
+        let now = s
+            .store
+            .head(format!("s3/u/bkt/u/{id}"))
+            .await
+            .ok()
+            .and_then(|m| m.metadata.get("s3:upload-state").cloned());
+        if now.as_deref() == Some(state) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("upload {id} did not reach {state:?} within 30 s");
+}
+
+/// Moves `clock` past the intent lease (a discarded part's chunks go one lease after the discard) and runs gc
+/// with grace 0.
+async fn gc_after_leases(s: &TestServer, clock: &OffsetClock) -> saltblob::GcReport {
+    clock.advance(Duration::from_secs(120));
+    s.store
+        .gc(&GcOptions::new().with_grace(Duration::ZERO))
+        .await
+        .expect("gc")
+}
+
+pub(crate) const MIB: usize = 1 << 20;
+
+pub(crate) fn md5_hex(data: &[u8]) -> String {
     use s3s::crypto::Checksum as _;
     hex(&s3s::crypto::Md5::checksum(data))
 }
 
 /// `len` bytes that differ per `seed`.
-fn part(len: usize, seed: u8) -> Bytes {
+pub(crate) fn part(len: usize, seed: u8) -> Bytes {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
 
-async fn create(c: &Client, path: &str) -> String {
+pub(crate) async fn create(c: &Client, path: &str) -> String {
     let r = c
         .call("POST", path)
         .query("uploads", "")
@@ -35,7 +79,7 @@ async fn create(c: &Client, path: &str) -> String {
     r.xml("UploadId").pop().expect("upload id")
 }
 
-async fn upload(c: &Client, path: &str, id: &str, number: u32, data: &Bytes) -> String {
+pub(crate) async fn upload(c: &Client, path: &str, id: &str, number: u32, data: &Bytes) -> String {
     let r = c
         .call("PUT", path)
         .query("partNumber", &number.to_string())
@@ -49,7 +93,12 @@ async fn upload(c: &Client, path: &str, id: &str, number: u32, data: &Bytes) -> 
     etag
 }
 
-async fn complete(c: &Client, path: &str, id: &str, parts: &[(u32, &str)]) -> crate::client::Reply {
+pub(crate) async fn complete(
+    c: &Client,
+    path: &str,
+    id: &str,
+    parts: &[(u32, &str)],
+) -> crate::client::Reply {
     let body: String = parts
         .iter()
         .map(|(n, e)| format!("<Part><PartNumber>{n}</PartNumber><ETag>\"{e}\"</ETag></Part>"))
@@ -64,7 +113,7 @@ async fn complete(c: &Client, path: &str, id: &str, parts: &[(u32, &str)]) -> cr
 }
 
 /// Chunks stored under `key` (all versions).
-async fn stored_chunks(s: &TestServer, key: &[u8]) -> u64 {
+pub(crate) async fn stored_chunks(s: &TestServer, key: &[u8]) -> u64 {
     let mut n = 0;
     let mut all = s.store.backend().scan_chunks();
     while let Some(addr) = all.try_next().await.expect("scan") {
@@ -75,10 +124,11 @@ async fn stored_chunks(s: &TestServer, key: &[u8]) -> u64 {
 
 /// Parts uploaded out of order (one uploaded twice) are listed in order, composed into one object without
 /// copying a chunk, read back whole and by range across part boundaries, with the multipart ETag, content
-/// type and metadata given at creation; the replaced part's chunks are reclaimed, and the upload is gone.
+/// type and metadata given at creation; the replaced part's chunks are reclaimed, and the upload is gone; a
+/// repeated Complete answers 200 with the same ETag and Location (S3 does).
 #[tokio::test]
 async fn parts_compose_into_one_object_without_copying() {
-    let s = TestServer::with_bucket("bkt").await;
+    let (s, clock, _dir) = clocked().await;
     let c = &s.client;
     let path = "/bkt/movie.mp4";
     let id = create(c, path).await;
@@ -125,16 +175,26 @@ async fn parts_compose_into_one_object_without_copying() {
     assert_eq!(ranged.status, 206);
     assert!(ranged.body == whole[a..=b], "range across parts");
 
+    // Completed: a repeated complete answers as the first did.
+    let again = complete(c, path, &id, &[(1, &e1), (2, &e2), (3, &e3)]).await;
+    assert_eq!(again.status, 200, "repeated complete: {}", again.text());
+    assert_eq!(
+        again
+            .xml("ETag")
+            .pop()
+            .expect("etag")
+            .replace("&quot;", "\""),
+        etag
+    );
+    assert_eq!(again.xml("Location"), ["/bkt/movie.mp4"]);
+
     // The upload is gone; the part uploaded first as part 1 was discarded and is reclaimed.
     let gone = c.call("GET", path).query("uploadId", &id).send().await;
     assert_eq!(gone.code(), "NoSuchUpload");
     let uploads = c.call("GET", "/bkt").query("uploads", "").send().await;
     assert!(uploads.xml("UploadId").is_empty(), "{}", uploads.text());
-    let r = s
-        .store
-        .gc(&GcOptions::new().with_grace(Duration::ZERO))
-        .await
-        .expect("gc");
+    wait_state(&s, &id, "completed").await;
+    let r = gc_after_leases(&s, &clock).await;
     assert!(r.reclaim.versions >= 1, "{r:?}");
     assert!(
         stored_chunks(&s, key).await < before,
@@ -143,11 +203,12 @@ async fn parts_compose_into_one_object_without_copying() {
     assert!(c.get(path).await.body == whole, "still whole after gc");
 }
 
-/// CompleteMultipartUpload refuses parts out of order, unknown parts or ETags, and small parts but the last,
-/// and commits nothing; an aborted upload leaves no chunk after gc and no record, and the bucket can go.
+/// CompleteMultipartUpload refuses parts out of order, unknown parts or ETags, parts without a number or an
+/// ETag (`MalformedXML`, as S3), and small parts but the last, and commits nothing; an aborted upload leaves no
+/// chunk after gc, and no record once the bucket goes.
 #[tokio::test]
 async fn bad_completions_commit_nothing_and_abort_leaves_nothing() {
-    let s = TestServer::with_bucket("bkt").await;
+    let (s, clock, _dir) = clocked().await;
     let c = &s.client;
     let path = "/bkt/k";
     let id = create(c, path).await;
@@ -162,6 +223,21 @@ async fn bad_completions_commit_nothing_and_abort_leaves_nothing() {
         let r = complete(c, path, &id, &parts).await;
         assert_eq!(r.code(), code, "{parts:?}: {}", r.text());
         assert_eq!(c.get(path).await.code(), "NoSuchKey", "nothing committed");
+    }
+    for body in [
+        "<Part><PartNumber>1</PartNumber></Part>".to_owned(),
+        format!("<Part><ETag>\"{e1}\"</ETag></Part>"),
+        String::new(),
+    ] {
+        let r = c
+            .call("POST", path)
+            .query("uploadId", &id)
+            .body(format!(
+                "<CompleteMultipartUpload>{body}</CompleteMultipartUpload>"
+            ))
+            .send()
+            .await;
+        assert_eq!(r.code(), "MalformedXML", "{body}: {}", r.text());
     }
     // A small part that is not the last.
     let small = create(c, path).await;
@@ -186,19 +262,19 @@ async fn bad_completions_commit_nothing_and_abort_leaves_nothing() {
             .await;
         assert_eq!(again.code(), "NoSuchUpload");
     }
-    s.store
-        .gc(&GcOptions::new().with_grace(Duration::ZERO))
-        .await
-        .expect("gc");
+    for upload in [&id, &small] {
+        wait_state(&s, upload, "aborted").await;
+    }
+    gc_after_leases(&s, &clock).await;
     assert_eq!(
         stored_chunks(&s, b"s3/o/bkt/k").await,
         0,
         "every part reclaimed"
     );
-    let left = s.store.list("s3/u/").await.expect("list");
-    assert!(left.is_empty(), "no upload record left: {}", left.len());
     let r = c.delete("/bkt").await;
     assert_eq!(r.status, 204, "delete bucket: {}", r.text());
+    let left = s.store.list("s3/u/").await.expect("list");
+    assert!(left.is_empty(), "no upload record left: {}", left.len());
     let r = c
         .call("PUT", "/nobkt/k")
         .query("partNumber", "1")
