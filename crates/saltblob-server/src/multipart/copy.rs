@@ -120,14 +120,19 @@ pub(crate) async fn handle_upload_part_copy(
         late.entries(),
     )
     .await?;
+    #[expect(
+        clippy::needless_update,
+        reason = "`with_checksums!` defaults the other fields, and a CopyPartResult has none"
+    )]
+    let result = with_checksums!(
+        CopyPartResult {
+            e_tag: Some(ETag::Strong(StoredPart::md5_of(&stored).to_owned())),
+            last_modified: Some(last_modified_of(&stored)),
+        },
+        stored_checksums(&stored)
+    );
     Ok(S3Response::new(UploadPartCopyOutput {
-        copy_part_result: Some(with_checksums!(
-            CopyPartResult {
-                e_tag: Some(ETag::Strong(StoredPart::md5_of(&stored).to_owned())),
-                last_modified: Some(last_modified_of(&stored)),
-            },
-            stored_checksums(&stored)
-        )),
+        copy_part_result: Some(result),
         ..UploadPartCopyOutput::default()
     }))
 }

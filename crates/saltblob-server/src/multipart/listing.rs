@@ -58,7 +58,7 @@ fn start_after(
 
 /// One entry of the listing.
 enum Entry {
-    Upload(MultipartUpload),
+    Upload(Box<MultipartUpload>),
     Prefix(String),
 }
 
@@ -111,7 +111,7 @@ pub(crate) async fn handle_list_multipart_uploads(
         match entry {
             Entry::Upload(mut u) => {
                 u.key = u.key.map(show);
-                uploads.push(u);
+                uploads.push(*u);
             }
             Entry::Prefix(p) => prefixes.push(CommonPrefix {
                 prefix: Some(show(p)),
@@ -180,7 +180,7 @@ async fn read_entries(
             }
             let checksum = UploadChecksum::decode(&manifest.metadata).ok().flatten();
             let initiated = upload::initiated_millis(&id);
-            entries.push(Entry::Upload(MultipartUpload {
+            entries.push(Entry::Upload(Box::new(MultipartUpload {
                 key: Some(object.to_owned()),
                 upload_id: Some(id),
                 initiated: Some(Timestamp::from(
@@ -190,7 +190,7 @@ async fn read_entries(
                 checksum_type: checksum.map(UploadChecksum::kind_dto),
                 storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
                 ..MultipartUpload::default()
-            }));
+            })));
         }
         return Ok((entries, false));
     }
