@@ -418,11 +418,15 @@ pub(crate) async fn handle_abort_multipart_upload(
         return Err(no_such_upload());
     }
     let aborting = abort(&s3.store, &input.bucket, &key, upload).await?;
-    // The parts are given up after the reply; a failure there leaves the upload `aborting`, which the sweep
-    // takes up again.
+    // The parts are given up in a task of its own, which runs to its end even if the client goes away; a
+    // failure there leaves the upload `aborting`, which a later abort or the sweep takes up again.
     let store = s3.store.clone();
     let bucket = input.bucket;
-    tokio::spawn(async move { finish_abort(&store, &bucket, &key, &aborting).await });
+    let cleanup =
+        tokio::spawn(async move { finish_abort(&store, &bucket, &key, &aborting).await });
+    if let Err(e) = cleanup.await {
+        tracing::warn!(error = %e, "an abort's cleanup task failed (the sweep takes it up again)");
+    }
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
 }
 
