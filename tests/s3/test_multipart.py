@@ -194,32 +194,33 @@ def b64(digest):
 
 
 def test_full_object_and_composite_checksums(s3, bucket):
-    """CRC32C full-object and SHA256 composite uploads through botocore's own checksum support: the parts carry
-    the checksum (a trailer botocore computes), the object's checksum comes back from Complete, HeadObject and
-    ListParts, and GetObject with checksum mode is validated by botocore against the body."""
+    """CRC32 full-object and SHA256 composite uploads through botocore's own checksum support (CRC32C and
+    CRC64NVME need botocore's optional CRT; the Rust tests cover them): the parts carry the checksum (a trailer
+    botocore computes), the object's checksum comes back from Complete, HeadObject and ListParts, and GetObject
+    with checksum mode is validated by botocore against the body."""
     parts = three_parts(seed=50)
     whole = b"".join(parts)
 
-    key = "mp/crc32c"
-    created = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT")
-    assert (created["ChecksumAlgorithm"], created["ChecksumType"]) == ("CRC32C", "FULL_OBJECT")
+    key = "mp/crc32"
+    created = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32", ChecksumType="FULL_OBJECT")
+    assert (created["ChecksumAlgorithm"], created["ChecksumType"]) == ("CRC32", "FULL_OBJECT")
     upload_id = created["UploadId"]
     listed = []
     for number, data in enumerate(parts, 1):
         r = s3.upload_part(
-            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data, ChecksumAlgorithm="CRC32C"
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data, ChecksumAlgorithm="CRC32"
         )
-        listed.append({"PartNumber": number, "ETag": r["ETag"], "ChecksumCRC32C": r["ChecksumCRC32C"]})
+        listed.append({"PartNumber": number, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
     part_list = s3.list_parts(Bucket=bucket, Key=key, UploadId=upload_id)
-    assert (part_list["ChecksumAlgorithm"], part_list["ChecksumType"]) == ("CRC32C", "FULL_OBJECT")
-    assert [p["ChecksumCRC32C"] for p in part_list["Parts"]] == [p["ChecksumCRC32C"] for p in listed]
+    assert (part_list["ChecksumAlgorithm"], part_list["ChecksumType"]) == ("CRC32", "FULL_OBJECT")
+    assert [p["ChecksumCRC32"] for p in part_list["Parts"]] == [p["ChecksumCRC32"] for p in listed]
     done = s3.complete_multipart_upload(
         Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed}, ChecksumType="FULL_OBJECT"
     )
     assert done["ChecksumType"] == "FULL_OBJECT"
     head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
-    assert (head["ChecksumCRC32C"], head["ChecksumType"]) == (done["ChecksumCRC32C"], "FULL_OBJECT")
-    # botocore checks the full-object CRC32C against the body it reads.
+    assert (head["ChecksumCRC32"], head["ChecksumType"]) == (done["ChecksumCRC32"], "FULL_OBJECT")
+    # botocore checks the full-object CRC32 against the body it reads.
     assert s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")["Body"].read() == whole
 
     key = "mp/sha256"

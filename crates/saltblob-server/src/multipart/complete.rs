@@ -187,7 +187,11 @@ async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Ma
                 return Ok((done_of(upload.checksum, &record), None));
             }
             State::Aborting | State::Aborted => return Err(no_such_upload()),
-            State::Completing => return resolve(store, req, upload).await,
+            State::Completing => match resolve(store, req, upload).await? {
+                Some(done) => return Ok(done),
+                // Open again (the complete that moved it failed): start over.
+                None => continue,
+            },
             State::Open => {}
         }
         let parts = upload::all_parts(store, &req.bucket, &req.id).await?;
@@ -195,7 +199,7 @@ async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Ma
         let record = plan(req, &upload, &chosen)?;
         let nonce = record.write(store, &req.bucket, &req.id).await?;
         if let Some(completing) = upload.set_completing(store, &req.bucket, &nonce).await? {
-            return compose(store, req, completing, &record).await;
+            return compose(store, req, completing, &record, true).await;
         }
         // The record changed (a part was uploaded, or another complete or an abort moved it): start over.
     }
@@ -238,19 +242,19 @@ pub(super) async fn committed(
 }
 
 /// A complete of a `completing` upload: completed if the object is the compose of the recorded segments, else
-/// composes them again (the request must list the same parts).
+/// composes them again (the request must list the same parts). `None` when the upload is `open` again.
 async fn resolve(
     store: &BlobStore,
     req: &Request,
     mut upload: Upload,
-) -> S3Result<(Done, Option<Manifest>)> {
+) -> S3Result<Option<(Done, Option<Manifest>)>> {
     let record = compose_record(store, &req.bucket, &upload)
         .await?
         .ok_or_else(|| s3_error!(InternalError, "a completing upload has no compose record"))?;
     for _ in 0..MOVE_TRIES {
         if committed(store, &req.object, &record).await? {
             finish(store, &req.bucket, &req.object, upload, &record).await?;
-            return Ok((done_of(upload_checksum(&record), &record), None));
+            return Ok(Some((done_of(upload_checksum(&record), &record), None)));
         }
         let etag = multipart_etag(
             req.listed
@@ -270,13 +274,14 @@ async fn resolve(
             .set_state(store, &req.bucket, State::Completing)
             .await?
         {
-            Some(rearmed) => return compose(store, req, rearmed, &record).await,
+            Some(rearmed) => return compose(store, req, rearmed, &record, false).await.map(Some),
             None => {
                 upload = Upload::read(store, &req.bucket, &req.key, &req.id).await?;
                 match upload.state {
                     State::Completing => {}
-                    State::Completed => return Ok((done_of(upload.checksum, &record), None)),
-                    _ => return Err(no_such_upload()),
+                    State::Completed => return Ok(Some((done_of(upload.checksum, &record), None))),
+                    State::Open => return Ok(None),
+                    State::Aborting | State::Aborted => return Err(no_such_upload()),
                 }
             }
         }
@@ -320,13 +325,18 @@ fn done_of(checksum: Option<UploadChecksum>, record: &ComposeRecord) -> Done {
     }
 }
 
-/// Composes `record`'s segments into the object for the `completing` upload, then finishes it; on an error
-/// that says nothing was committed, moves it back to `open`.
+/// Composes `record`'s segments into the object for the `completing` upload, then finishes it. On an error, it
+/// finishes the upload all the same if the object is the compose of these segments (this compose's commit
+/// landed, or another's did: a complete that raced it); otherwise, on an error that says nothing was committed,
+/// the complete that moved the upload to `completing` (`reopen`) moves it back to `open` — unless another
+/// complete has composed again since (the record changed), whose compose may still commit. A complete that
+/// composes again ([`resolve`]) never reopens.
 async fn compose(
     store: &BlobStore,
     req: &Request,
     completing: Upload,
     record: &ComposeRecord,
+    reopen: bool,
 ) -> S3Result<(Done, Option<Manifest>)> {
     // Only while an abort (or the sweep) that reads this record waits for the compose to settle.
     let slack = micros(store.config().intent_lease / 4);
@@ -351,11 +361,20 @@ async fn compose(
             );
             Ok((done_of(checksum, record), Some(manifest)))
         }
-        Err(e) if not_committed(&e) => {
-            // Nothing was committed: the upload is open again, for a retry or an abort.
-            if let Err(back) = completing.set_state(store, &req.bucket, State::Open).await {
-                tracing::warn!(upload = req.id, error = %back, "could not reopen an upload whose complete failed");
+        Err(e) => {
+            if committed(store, &req.object, record).await.unwrap_or(false) {
+                let checksum = completing.checksum;
+                finish(store, &req.bucket, &req.object, completing, record).await?;
+                return Ok((done_of(checksum, record), None));
             }
+            if reopen && not_committed(&e) {
+                // Nothing was committed: the upload is open again, for a retry or an abort.
+                if let Err(back) = completing.set_state(store, &req.bucket, State::Open).await {
+                    tracing::warn!(upload = req.id, error = %back, "could not reopen an upload whose complete failed");
+                }
+            }
+            // Otherwise the commit may or may not have happened: the upload stays `completing`, and a retried
+            // complete, an abort after the window or the sweep resolves it.
             Err(match e {
                 Error::SegmentGone { .. } => s3_error!(
                     InvalidPart,
@@ -363,16 +382,6 @@ async fn compose(
                 ),
                 e => from_store(e),
             })
-        }
-        // The commit may or may not have happened. If the object is the compose now, it did; else the upload
-        // stays `completing`, and a retried complete, an abort after the window or the sweep resolves it.
-        Err(e) => {
-            if committed(store, &req.object, record).await.unwrap_or(false) {
-                let checksum = completing.checksum;
-                finish(store, &req.bucket, &req.object, completing, record).await?;
-                return Ok((done_of(checksum, record), None));
-            }
-            Err(from_store(e))
         }
     }
 }

@@ -422,8 +422,7 @@ pub(crate) async fn handle_abort_multipart_upload(
     // failure there leaves the upload `aborting`, which a later abort or the sweep takes up again.
     let store = s3.store.clone();
     let bucket = input.bucket;
-    let cleanup =
-        tokio::spawn(async move { finish_abort(&store, &bucket, &key, &aborting).await });
+    let cleanup = tokio::spawn(async move { finish_abort(&store, &bucket, &key, &aborting).await });
     if let Err(e) = cleanup.await {
         tracing::warn!(error = %e, "an abort's cleanup task failed (the sweep takes it up again)");
     }
