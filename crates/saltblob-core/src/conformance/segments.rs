@@ -16,6 +16,16 @@ use crate::{
     Segment,
 };
 
+/// A gc pass with grace 0 over the keys under `prefix`.
+async fn gc_now(store: &crate::BlobStore, prefix: &str) -> crate::GcReport {
+    store
+        .gc(&GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(prefix.to_owned()))
+        .await
+        .expect("gc")
+}
+
 /// Writes `parts` as segments of `key`, each claimable for `lease`.
 async fn put_segments(
     store: &crate::BlobStore,
@@ -110,12 +120,7 @@ pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn Ch
     );
 
     // gc and fsck see the segments' chunks as the composed blob's: nothing reclaimed, nothing orphaned.
-    let r = store
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc");
+    let r = gc_now(&store, &p).await;
     assert_eq!((r.abandoned_puts, r.reclaim.versions), (0, 0), "{r:?}");
     let f = store
         .fsck(&FsckOptions::new().with_prefix(p.clone()))
@@ -199,12 +204,7 @@ pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn Chu
     if backend.info().late_writes {
         clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
-    let r = store
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc");
+    let r = gc_now(&store, &p).await;
     assert_eq!(r.abandoned_puts, 2, "{r:?}");
     store.reclaim_all().await.expect("reclaim");
     let left = chunks_by_version(&backend, &key).await;
@@ -255,12 +255,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
     if backend.info().late_writes {
         clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
-    let r = cleaner
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc");
+    let r = gc_now(&cleaner, &p).await;
     assert_eq!((r.stale_intents, r.abandoned_puts), (2, 0), "{r:?}");
     let whole = [&parts[0][..], &parts[1][..]].concat();
     assert!(cleaner.get(&key).await.expect("get") == whole);
@@ -315,12 +310,7 @@ pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob
             "the lease was ended"
         );
     }
-    let r = cleaner
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc during the compose");
+    let r = gc_now(&cleaner, &p).await;
     assert_eq!(
         (r.abandoned_puts, r.reclaim.versions, r.reclaim.chunks),
         (0, 0, 0),
@@ -338,12 +328,7 @@ pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob
     if backend.info().late_writes {
         clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
-    let r = cleaner
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc after the commit");
+    let r = gc_now(&cleaner, &p).await;
     assert_eq!((r.abandoned_puts, r.reclaim.chunks), (0, 0), "{r:?}");
     assert_eq!(cleaner.head(&key).await.expect("head").version, m.version);
     assert!(cleaner.get(&key).await.expect("get after gc") == whole);

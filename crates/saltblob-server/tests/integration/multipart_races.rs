@@ -263,6 +263,14 @@ impl Rig {
         );
     }
 
+    /// A gc pass with grace 0, now.
+    async fn gc_now(&self) -> saltblob::GcReport {
+        self.store()
+            .gc(&GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc")
+    }
+
     /// Moves the clock past every lease, the window a completing upload is given, and the grace period; then
     /// checks that gc (grace 0) takes nothing the object owns: it reads back as `expected` (or stays absent),
     /// fsck finds no damage, and no chunk is left but the object's.
@@ -270,10 +278,7 @@ impl Rig {
         self.clock.advance(Duration::from_secs(3600));
         let store = self.store();
         for _ in 0..2 {
-            store
-                .gc(&GcOptions::new().with_grace(Duration::ZERO))
-                .await
-                .expect("gc");
+            self.gc_now().await;
         }
         let got = self.client().get(PATH).await;
         match expected {
@@ -443,11 +448,7 @@ async fn abort_during_a_held_complete_gives_up_nothing() {
     let abort = r.abort(&id).await;
     assert_eq!(abort.code(), "OperationAborted", "{}", abort.text());
     // gc meanwhile (grace 0) reclaims nothing the compose is committing.
-    let gc = r
-        .store()
-        .gc(&GcOptions::new().with_grace(Duration::ZERO))
-        .await
-        .expect("gc");
+    let gc = r.gc_now().await;
     assert_eq!(gc.reclaim.chunks, 0, "{gc:?}");
     r.held.release();
     let done = completing.await.expect("complete task");
@@ -490,11 +491,7 @@ async fn a_part_uploaded_again_during_complete_stays_out_of_the_object() {
     drop(tx);
     let refused = uploading.await.expect("upload task");
     assert_eq!(refused.code(), "NoSuchUpload", "{}", refused.text());
-    let gc = r
-        .store()
-        .gc(&GcOptions::new().with_grace(Duration::ZERO))
-        .await
-        .expect("gc");
+    let gc = r.gc_now().await;
     assert_eq!(gc.reclaim.chunks, 0, "{gc:?}");
     r.held.release();
     let done = completing.await.expect("complete task");
@@ -539,11 +536,7 @@ async fn a_commit_landing_after_the_window_still_owns_its_parts() {
     let abort = r.abort(&id).await;
     assert_eq!(abort.status, 204, "{}", abort.text());
     r.wait_state(&id, "aborted").await;
-    let gc = r
-        .store()
-        .gc(&GcOptions::new().with_grace(Duration::ZERO))
-        .await
-        .expect("gc");
+    let gc = r.gc_now().await;
     assert_eq!(
         gc.reclaim.chunks, 0,
         "the discarded parts' leases are not over: {gc:?}"
