@@ -546,3 +546,37 @@ async fn a_commit_landing_after_the_window_still_owns_its_parts() {
     assert_eq!(done.code(), "NoSuchUpload", "{}", done.text());
     r.check_after_gc(Some(&whole)).await;
 }
+
+/// A Complete still running after 5 s answers 200 at once and keeps the connection alive with whitespace until
+/// its result is there (S3 does the same): the result, or the error it ended with, is in the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_complete_keeps_the_connection_alive_and_sends_its_result() {
+    let r = Rig::new().await;
+    let (id, parts, whole) = r.upload_two_parts().await;
+    r.held.hold();
+    let completing = r.spawn_complete(&id, &parts);
+    r.held.reached(1).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    r.held.release();
+    let done = completing.await.expect("complete task");
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert!(done.text().starts_with("<?xml"), "{}", done.text());
+    assert_eq!(reply_etag(&done), etag_of(&parts));
+
+    // One that fails after 5 s (its commit times out): 200, with the error in the body; the upload is then
+    // aborted once the window is over.
+    let (again, again_parts, _) = r.upload_two_parts().await;
+    r.held.set_after(After::FailUnwritten);
+    r.held.hold();
+    let failing = r.spawn_complete(&again, &again_parts);
+    r.held.reached(2).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    r.held.release();
+    let failed = failing.await.expect("complete task");
+    assert_eq!(failed.status, 200, "{}", failed.text());
+    assert_eq!(failed.code(), "InternalError", "{}", failed.text());
+    r.held.set_after(After::Land);
+    r.clock.advance(Duration::from_secs(125));
+    assert_eq!(r.abort(&again).await.status, 204);
+    r.check_after_gc(Some(&whole)).await;
+}
