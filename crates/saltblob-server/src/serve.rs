@@ -188,7 +188,7 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
     let mut builder = S3ServiceBuilder::new(SaltS3 {
         store,
         region: config.region.clone(),
-        max_uploads_per_bucket: config.max_uploads_per_bucket,
+        uploads: crate::multipart::UploadCap::new(config.max_uploads_per_bucket),
     });
     builder.set_auth(KeyAuth::new(&config.credentials));
     builder.set_access(Access {
