@@ -90,7 +90,8 @@ pub struct ServerConfig {
     /// commits). Defaults to 30 seconds.
     pub shutdown_timeout: Duration,
     /// The most multipart uploads in progress a bucket may hold: CreateMultipartUpload is refused
-    /// (`InvalidRequest`, 400) beyond it. `None`: no cap. Defaults to 10,000
+    /// (`InvalidRequest`, 400) beyond it. A soft cap: each server counts a bucket's uploads every 10 s and adds
+    /// its own in between (docs/s3.md, *Limits*). `None`: no cap. Defaults to 10,000
     /// ([`DEFAULT_MAX_UPLOADS_PER_BUCKET`]).
     pub max_uploads_per_bucket: Option<usize>,
 }
