@@ -423,31 +423,44 @@ async fn give_up(
 /// deletes their records and the part records, at most [`CLEANUP_CONCURRENCY`] at once. Failures are logged;
 /// the sweep cleans up again before it removes the upload.
 async fn clean_up(store: &BlobStore, bucket: &str, id: &str, key: &str, keep: &HashSet<VersionId>) {
-    let segments = match upload::segment_records(store, bucket, id).await {
-        Ok(s) => s,
+    let (segments, parts) = match futures::try_join!(
+        upload::segment_records(store, bucket, id),
+        upload::all_parts(store, bucket, id)
+    ) {
+        Ok(found) => found,
         Err(e) => {
-            tracing::warn!(upload = id, error = %e, "could not list an upload's segments");
+            tracing::warn!(upload = id, error = %e, "could not list an upload's segments and parts");
             return;
         }
     };
-    let deleted: Vec<bytes::Bytes> = futures::stream::iter(segments)
+    // Every recorded segment, and the segment of every part record (an upload written before segment records
+    // existed has only those).
+    let mut seen: HashSet<VersionId> = segments.iter().map(|(_, s)| s.version).collect();
+    let unrecorded: Vec<(Option<bytes::Bytes>, Segment)> = parts
+        .iter()
+        .filter(|p| seen.insert(p.segment.version))
+        .map(|p| (None, p.segment.clone()))
+        .collect();
+    let all = segments
+        .into_iter()
+        .map(|(record, segment)| (Some(record), segment))
+        .chain(unrecorded);
+    let deleted: Vec<bytes::Bytes> = futures::stream::iter(all)
         .map(|(record, segment)| async move {
-            if keep.contains(&segment.version) {
-                return Some(record);
+            if !keep.contains(&segment.version)
+                && let Err(e) = store.discard_segment(key, &segment).await
+            {
+                tracing::warn!(upload = id, error = %e, "could not give up a segment (gc reclaims it after its lease)");
+                return None;
             }
-            match store.discard_segment(key, &segment).await {
-                Ok(_) => Some(record),
-                Err(e) => {
-                    tracing::warn!(upload = id, error = %e, "could not give up a segment (gc reclaims it after its lease)");
-                    None
-                }
-            }
+            record
         })
         .buffer_unordered(CLEANUP_CONCURRENCY)
         .filter_map(|r| async move { r })
         .collect()
         .await;
-    upload::delete_records(store, bucket, id, deleted, CLEANUP_CONCURRENCY).await;
+    let numbers: Vec<i32> = parts.iter().map(|p| p.number).collect();
+    upload::delete_records(store, bucket, id, deleted, &numbers, CLEANUP_CONCURRENCY).await;
 }
 
 /// AbortMultipartUpload: see [`abort`].

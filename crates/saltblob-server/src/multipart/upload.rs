@@ -703,27 +703,21 @@ impl ComposeRecord {
     }
 }
 
-/// Deletes the records of upload `id` of `bucket` that a finished upload no longer needs: its part records and
-/// the segment records `segments` (already given up, or owned by the object), at most `concurrency` at once.
-/// Failures are logged; the sweep deletes what is left.
+/// Deletes the records of upload `id` of `bucket` that a finished upload no longer needs: the segment records
+/// `segments` (already given up, or owned by the object) and the part records of part `numbers`, at most
+/// `concurrency` at once. Failures are logged; the sweep deletes what is left.
 pub(crate) async fn delete_records(
     store: &BlobStore,
     bucket: &str,
     id: &str,
     segments: Vec<Bytes>,
+    numbers: &[i32],
     concurrency: usize,
 ) {
-    let parts: Vec<Bytes> = match all_parts(store, bucket, id).await {
-        Ok(parts) => parts
-            .iter()
-            .map(|p| Bytes::from(part_key(bucket, id, p.number)))
-            .collect(),
-        Err(e) => {
-            tracing::warn!(upload = id, error = %e, "could not list an upload's parts to delete them");
-            Vec::new()
-        }
-    };
-    let keys = segments.into_iter().chain(parts);
+    let parts = numbers
+        .iter()
+        .map(|n| Bytes::from(part_key(bucket, id, *n)));
+    let keys: Vec<Bytes> = segments.into_iter().chain(parts).collect();
     futures::stream::iter(keys)
         .map(|key| async move {
             if let Err(e) = store.delete(&key).await {
