@@ -28,6 +28,10 @@ pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
 /// The version id of every object: buckets here have no versioning, so each key holds one version, `null`, as
 /// S3 names the version of an object written while versioning was never enabled.
 pub(crate) const NULL_VERSION: &str = "null";
+
+/// Metadata key of the checksum type of an object composed by a multipart upload (`COMPOSITE` or
+/// `FULL_OBJECT`); an object without it has full-object checksums.
+pub(crate) const CHECKSUM_TYPE_KEY: &str = "s3:checksum-type";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
 
@@ -205,6 +209,7 @@ macro_rules! with_attributes {
                 content_encoding: attrs.headers.content_encoding,
                 content_language: attrs.headers.content_language,
                 expires: attrs.expires,
+                checksum_type: attrs.checksum_type,
             },
             attrs.checksums
         )
@@ -284,6 +289,8 @@ pub(crate) struct Attributes {
     pub checksums: s3s::dto::Checksum,
     /// `Expires`: only ever set by a `response-expires` override (the header is not stored).
     pub expires: Option<Timestamp>,
+    /// The checksums' type, when there are checksums (see [`CHECKSUM_TYPE_KEY`]).
+    pub checksum_type: Option<s3s::dto::ChecksumType>,
 }
 
 impl Attributes {
@@ -294,6 +301,18 @@ impl Attributes {
         } else {
             s3s::dto::Checksum::default()
         };
+        let any = with_checksums
+            && Algorithm::ALL
+                .into_iter()
+                .any(|a| checksum_of(m, a).is_some());
+        let checksum_type = any.then(|| {
+            s3s::dto::ChecksumType::from(
+                m.metadata
+                    .get(CHECKSUM_TYPE_KEY)
+                    .cloned()
+                    .unwrap_or_else(|| s3s::dto::ChecksumType::FULL_OBJECT.to_owned()),
+            )
+        });
         Self {
             etag: etag_of(m),
             last_modified: last_modified_of(m),
@@ -302,6 +321,7 @@ impl Attributes {
             headers: StoredHeaders::from_manifest(m),
             checksums,
             expires: None,
+            checksum_type,
         }
     }
 

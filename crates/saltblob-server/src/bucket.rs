@@ -14,7 +14,8 @@ use saltblob_core::{Error, PutCondition, PutOptions};
 
 use crate::attrs::last_modified_of;
 use crate::error::from_store;
-use crate::keys::{BUCKET_PREFIX, bucket_key, objects_prefix, uploads_prefix};
+use crate::keys::{BUCKET_PREFIX, bucket_key, objects_prefix};
+use crate::multipart;
 use crate::service::SaltS3;
 
 /// ListBuckets: every bucket record, in name order (one walk over the records, a page at a time).
@@ -105,22 +106,22 @@ pub(crate) async fn handle_get_bucket_versioning(
     Ok(S3Response::new(GetBucketVersioningOutput::default()))
 }
 
-/// DeleteBucket: deletes the bucket record when the bucket holds no object and no multipart upload
-/// (`BucketNotEmpty` if it does).
+/// DeleteBucket: when the bucket holds no object, aborts its multipart uploads (as S3 does) and deletes the
+/// bucket record; `BucketNotEmpty` while it holds objects, `OperationAborted` while a complete of one of its
+/// uploads may still commit.
 pub(crate) async fn handle_delete_bucket(
     s3: &SaltS3,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     let bucket = req.input.bucket;
     s3.require_bucket(&bucket).await?;
-    if s3.holds_any(&objects_prefix(&bucket)).await?
-        || s3.holds_any(&uploads_prefix(&bucket)).await?
-    {
+    if s3.holds_any(&objects_prefix(&bucket)).await? {
         return Err(s3_error!(
             BucketNotEmpty,
             "The bucket you tried to delete is not empty"
         ));
     }
+    multipart::abort_all_uploads(&s3.store, &bucket).await?;
     s3.store
         .delete(bucket_key(&bucket))
         .await

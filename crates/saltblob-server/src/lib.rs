@@ -77,6 +77,9 @@ use tokio::net::TcpListener;
 pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
 pub use crate::keys::{BUCKET_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::multipart::{
+    DEFAULT_MAX_UPLOADS_PER_BUCKET, FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY,
+};
 pub use crate::serve::{load_tls, run};
 
 /// How the server runs; [`ServerConfig::new`] gives the defaults. `docs/s3.md`, *Limits*, explains each limit.
@@ -116,6 +119,11 @@ pub struct ServerConfig {
     /// How long a request in flight may make no progress on the socket: a response the client stops reading,
     /// or a request body that stops arriving (`400 RequestTimeout`). Defaults to 30 seconds.
     pub io_timeout: Duration,
+    /// The most multipart uploads in progress a bucket may hold: CreateMultipartUpload is refused
+    /// (`InvalidRequest`, 400) beyond it. A soft cap: each server counts a bucket's uploads every 10 s and adds
+    /// its own in between (docs/s3.md, *Limits*). `None`: no cap. Defaults to 10,000
+    /// ([`DEFAULT_MAX_UPLOADS_PER_BUCKET`]).
+    pub max_uploads_per_bucket: Option<usize>,
 }
 
 impl ServerConfig {
@@ -135,7 +143,14 @@ impl ServerConfig {
             first_request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(30),
+            max_uploads_per_bucket: Some(DEFAULT_MAX_UPLOADS_PER_BUCKET),
         }
+    }
+
+    /// Caps the multipart uploads in progress per bucket (`None` or 0: no cap).
+    pub fn with_max_uploads_per_bucket(mut self, max: Option<usize>) -> Self {
+        self.max_uploads_per_bucket = max.filter(|m| *m > 0);
+        self
     }
 
     /// Lets anyone read the objects of `bucket` without signing (not list them: [`Self::with_anonymous_list`]).
@@ -211,6 +226,7 @@ impl fmt::Debug for ServerConfig {
             .field("first_request_timeout", &self.first_request_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("io_timeout", &self.io_timeout)
+            .field("max_uploads_per_bucket", &self.max_uploads_per_bucket)
             .finish()
     }
 }

@@ -140,7 +140,7 @@ fn v1_marker_position(marker: &str, prefix: &str, delimiter: Option<&str>) -> Po
 }
 
 /// `s` percent-encoded as S3 does for `encoding-type=url`: every byte but unreserved characters and `/`.
-fn url_encode(s: &str) -> String {
+pub(crate) fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {

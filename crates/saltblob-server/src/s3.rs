@@ -13,7 +13,7 @@ use s3s::dto::{
     ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
     ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
     ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutObjectInput, PutObjectOutput,
-    UploadPartInput, UploadPartOutput,
+    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
@@ -139,6 +139,13 @@ impl S3 for SaltS3 {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         multipart::handle_upload_part(self, req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        multipart::handle_upload_part_copy(self, req).await
     }
 
     async fn complete_multipart_upload(

@@ -16,6 +16,8 @@ use crate::keys::bucket_key;
 pub(crate) struct SaltS3 {
     pub(crate) store: BlobStore,
     pub(crate) region: String,
+    /// The cap on multipart uploads in progress per bucket.
+    pub(crate) uploads: crate::multipart::UploadCap,
 }
 
 impl SaltS3 {

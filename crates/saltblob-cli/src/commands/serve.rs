@@ -65,6 +65,10 @@ pub struct Serve {
     /// How long a shutdown (SIGINT, SIGTERM) waits for requests in flight; unfinished puts never commit.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_timeout: Duration,
+    /// The most multipart uploads in progress a bucket may hold; CreateMultipartUpload beyond it is refused
+    /// (InvalidRequest). 0: no cap.
+    #[arg(long, value_name = "N", default_value_t = saltblob_server::DEFAULT_MAX_UPLOADS_PER_BUCKET)]
+    max_uploads_per_bucket: usize,
 }
 
 impl Command for Serve {
@@ -110,7 +114,8 @@ impl Serve {
                 self.first_request_timeout,
                 self.idle_timeout,
                 self.io_timeout,
-            );
+            )
+            .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket));
         config.region = self.region.clone();
         let buckets = |names: &[String]| {
             names

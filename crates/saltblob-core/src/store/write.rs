@@ -209,7 +209,7 @@ where
         manifest.digest = *blake3::hash(&head).as_bytes();
         manifest.body = ManifestBody::Inline(head);
         if let Finish::Commit = finish {
-            commit(inner, &key, &manifest, pre, None).await?;
+            commit(inner, &key, &manifest, pre, None, None).await?;
         }
         return Ok(manifest);
     }
@@ -274,7 +274,7 @@ where
         stored_bytes: written.stored_bytes,
     };
     match finish {
-        Finish::Commit => commit(inner, &key, &manifest, pre, Some(lease)).await?,
+        Finish::Commit => commit(inner, &key, &manifest, pre, Some(lease), None).await?,
         // A failure leaves the intent to expire at its last renewal, after which gc reclaims the chunks.
         Finish::Park(until) => lease.park(until).await?,
     }
@@ -407,15 +407,18 @@ pub(crate) async fn precheck(
 /// commit, and left to `fsck --repair` if this process dies in that moment.
 ///
 /// `lease` (a chunked put's) is ended once the chunks are committed, deleted or queued for reclaim; if
-/// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks.
+/// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks. A manifest write
+/// is issued only while the lease's claim holds, and (a compose's) not after `issue_by` (Unix µs): past it the
+/// commit fails with `IntentLost` before writing.
 pub(crate) async fn commit(
     inner: &Inner,
     key: &Bytes,
     manifest: &Manifest,
     pre: PreCheck,
     lease: Option<IntentLease>,
+    issue_by: Option<u64>,
 ) -> Result<()> {
-    let outcome = write_manifest(inner, key, manifest, pre, lease.as_ref()).await;
+    let outcome = write_manifest(inner, key, manifest, pre, lease.as_ref(), issue_by).await;
     // The one exit: the lease ends once the chunks are committed, deleted, or queued for reclaim.
     let settled = match &outcome {
         Ok(()) => true,
@@ -449,6 +452,7 @@ async fn write_manifest(
     manifest: &Manifest,
     pre: PreCheck,
     lease: Option<&IntentLease>,
+    issue_by: Option<u64>,
 ) -> std::result::Result<(), CommitFailure> {
     use CommitFailure::{NotWritten, Unknown};
     let cas = pre.condition == Precondition::None && inner.info.reports_previous;
@@ -477,6 +481,19 @@ async fn write_manifest(
         // take the intent over.
         if let Some(lease) = lease {
             lease.check_claim().map_err(NotWritten)?;
+        }
+        if let Some(by) = issue_by {
+            let now = inner.now_micros();
+            if now > by {
+                return Err(NotWritten(Error::IntentLost {
+                    key: key[..].into(),
+                    version: manifest.version,
+                    detail: format!(
+                        "its commit was due {} µs ago (the claims of its segments may no longer hold)",
+                        now - by
+                    ),
+                }));
+            }
         }
         let condition = if cas && cas_tries.next_attempt().await {
             raw.clone()

@@ -9,6 +9,7 @@ mod integrity;
 mod limits;
 mod list;
 mod multipart;
+mod multipart_races;
 mod objects;
 mod serving;
 mod tls;
@@ -67,18 +68,20 @@ impl TestServer {
             }
             StoreKind::Memory => ("memory://".to_owned(), None),
             StoreKind::Url(url) => (url.to_owned(), None),
-            StoreKind::Store(store) => return Self::serve(store, None, configure).await,
+            StoreKind::Store(store) => return Self::start_on(store, configure).await,
         };
         let store = saltblob::open(&url, StoreConfig::default())
             .await
             .expect("open store");
-        Self::serve(store, dir, configure).await
+        let mut server = Self::start_on(store, configure).await;
+        server._dir = dir;
+        server
     }
 
-    /// A server of `store` (which lives in `dir`, if anywhere), accepting [`ACCESS_KEY`].
-    async fn serve(
+    /// A server in front of `store` (built by the test: over a layer that holds or fails calls, with a clock
+    /// the test moves), accepting [`ACCESS_KEY`]; `configure` may change its configuration.
+    pub async fn start_on(
         store: BlobStore,
-        dir: Option<tempfile::TempDir>,
         configure: impl FnOnce(ServerConfig) -> ServerConfig,
     ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -112,7 +115,7 @@ impl TestServer {
             metrics_addr,
             shutdown: Some(tx),
             task: Some(task),
-            _dir: dir,
+            _dir: None,
         }
     }
 
