@@ -280,7 +280,7 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
     let mut builder = S3ServiceBuilder::new(SaltS3 {
         store,
         region: config.region.clone(),
-        uploads: crate::multipart::UploadCap::new(config.max_uploads_per_bucket),
+        uploads: crate::multipart::cap::UploadCap::new(config.max_uploads_per_bucket),
     });
     builder.set_auth(KeyAuth(config.credentials.clone()));
     builder.set_access(Access {

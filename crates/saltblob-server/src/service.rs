@@ -17,7 +17,7 @@ pub(crate) struct SaltS3 {
     pub(crate) store: BlobStore,
     pub(crate) region: String,
     /// The cap on multipart uploads in progress per bucket.
-    pub(crate) uploads: crate::multipart::UploadCap,
+    pub(crate) uploads: crate::multipart::cap::UploadCap,
 }
 
 impl SaltS3 {
