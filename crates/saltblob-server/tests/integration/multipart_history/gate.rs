@@ -50,8 +50,8 @@ pub(super) struct ComposeGate {
     rules: Mutex<HashMap<String, VecDeque<Action>>>,
     /// Commits arrived so far, by multipart ETag.
     arrivals: watch::Sender<HashMap<String, u64>>,
-    /// Commits failed with [`Action::LandLate`], to be written later: key, value, condition.
-    late: Mutex<Vec<(Bytes, Bytes, Precondition)>>,
+    /// Commits failed with [`Action::LandLate`], to be written later: multipart ETag, key, value, condition.
+    late: Mutex<Vec<(String, Bytes, Bytes, Precondition)>>,
     /// Reads so far of each watched record key.
     reads: watch::Sender<HashMap<Vec<u8>, u64>>,
 }
@@ -97,16 +97,28 @@ impl ComposeGate {
         self.push(etag, Action::LandLate);
     }
 
-    /// Writes the commits failed with [`ComposeGate::land_late_next`] (each on its own condition: one whose
-    /// condition no longer holds does not land, as a late conditional write would not).
-    pub(super) async fn land_late(&self) {
-        let late = std::mem::take(&mut *lock(&self.late));
-        for (key, value, cond) in late {
-            self.inner
+    /// Writes the commits of `etag`'s compose failed with [`ComposeGate::land_late_next`] (each on its own
+    /// condition: one whose condition no longer holds does not land, as a late conditional write would not).
+    /// Returns how many landed.
+    pub(super) async fn land_late(&self, etag: &str) -> usize {
+        let late: Vec<_> = {
+            let mut all = lock(&self.late);
+            let (mine, others) = std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|(e, ..)| e == etag);
+            *all = others;
+            mine
+        };
+        let mut landed = 0;
+        for (_, key, value, cond) in late {
+            let written = self
+                .inner
                 .put_record(Namespace::Manifest, &key, value, &cond)
                 .await
                 .expect("the late write reaches the store");
+            landed += usize::from(matches!(written, RecordWrite::Done(_)));
         }
+        landed
     }
 
     /// Commits of `etag`'s compose arrived so far (held, failed or written).
@@ -205,7 +217,7 @@ impl ChunkStoreLayer for ComposeGate {
                 ));
             }
             Some(Action::LandLate) => {
-                lock(&self.late).push((Bytes::copy_from_slice(key), value, cond.clone()));
+                lock(&self.late).push((etag, Bytes::copy_from_slice(key), value, cond.clone()));
                 return Err(Error::backend(
                     "gate",
                     "injected: the commit timed out (it lands later)",

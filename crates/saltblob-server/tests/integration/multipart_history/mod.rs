@@ -227,19 +227,30 @@ pub(crate) enum Race {
     PartAgainBeforeComplete,
     /// A Complete held past 5 s: 200 at once, the result when it is there.
     CompleteKeptAlive,
+    /// A Complete whose commit fails (500) but is still in flight, an Abort within the window (409); after the
+    /// window, between rounds, the Abort proceeds (204: the parts are given up), gc (grace 0) runs, and only then
+    /// the commit lands (the timing assumption broken on purpose): the object it commits must read whole, the
+    /// core's fence between a compose and a discard (`docs/guarantees.md`, *Segments*).
+    CommitLandsAfterAbort,
 }
 
-/// What a race leaves for after the commit window: an upload to abort, and the value its completes listed.
-type Leftover = (Upload, Value);
+/// What a race leaves for after the commit window: an upload to abort, the value its completes listed, and
+/// whether its commit is still to land (after the abort and a gc).
+struct Leftover {
+    upload: Upload,
+    value: Value,
+    lands_late: bool,
+}
 
 impl Race {
-    /// Every race: five rounds of two keys.
-    const SCHEDULE: [[Race; 2]; 5] = [
+    /// Every race: six rounds of two keys.
+    const SCHEDULE: [[Race; 2]; 6] = [
         [Race::SecondCompleteWins, Race::CompleteKeptAlive],
         [Race::ClientGoesAway, Race::AbortAfterFailedComplete],
         [Race::CompletesHeldTogether, Race::PartAgainDuringComplete],
         [Race::RetryAfterFailedComplete, Race::CommitLandsLate],
         [Race::AbortDuringHeldComplete, Race::PartAgainBeforeComplete],
+        [Race::CommitLandsAfterAbort, Race::Plain],
     ];
 
     async fn run(self, rig: &Rig, a: &mut Actor, key: &str, rng: &mut Rng) -> Option<Leftover> {
@@ -294,7 +305,23 @@ impl Race {
                 a.complete(&mut up, &g).await;
                 a.abort(&up).await;
                 a.get(key).await;
-                return Some((up, g));
+                return Some(Leftover {
+                    upload: up,
+                    value: g,
+                    lands_late: false,
+                });
+            }
+            Race::CommitLandsAfterAbort => {
+                a.put_object(key, rng.pick(&PUT_SIZES)).await;
+                gate.land_late_next(&g.etag);
+                a.complete(&mut up, &g).await;
+                a.abort(&up).await;
+                a.get(key).await;
+                return Some(Leftover {
+                    upload: up,
+                    value: g,
+                    lands_late: true,
+                });
             }
             Race::RetryAfterFailedComplete => {
                 a.delete(key).await;
@@ -307,7 +334,7 @@ impl Race {
                 gate.land_late_next(&g.etag);
                 a.complete(&mut up, &g).await;
                 a.abort(&up).await;
-                gate.land_late().await;
+                assert_eq!(gate.land_late(&g.etag).await, 1, "the late commit lands");
                 a.get(key).await;
                 a.abort(&up).await;
                 a.complete(&mut up, &g).await;
@@ -423,12 +450,18 @@ pub(crate) async fn run(rig: &Rig, label: &str) -> Report {
         for task in background {
             task.await.expect("background client");
         }
-        // Between rounds: past the commit window, the uploads left `completing` are aborted.
+        // Between rounds: past the commit window, the uploads left `completing` are aborted (a commit still in
+        // flight lands after the abort and a gc), and a Complete again answers for them.
         rig.clock.advance(rig.window());
         for (a, leftover) in uploaders.iter_mut().zip(leftovers) {
-            if let Some((mut up, value)) = leftover {
-                a.abort(&up).await;
-                a.complete(&mut up, &value).await;
+            if let Some(mut left) = leftover {
+                a.abort(&left.upload).await;
+                if left.lands_late {
+                    rig.gc_now().await;
+                    let landed = rig.gate.land_late(&left.value.etag).await;
+                    assert_eq!(landed, 1, "the late commit lands after the abort");
+                }
+                a.complete(&mut left.upload, &left.value).await;
             }
         }
         rig.gc_now().await;
@@ -476,7 +509,7 @@ async fn check_races_happened(rig: &Rig, label: &str) {
         ("complete failed", 2),
         ("complete indeterminate", 4),
         ("abort 409 OperationAborted", 3),
-        ("abort 204", 1),
+        ("abort 204", 2),
         ("upload part 404 NoSuchUpload", 1),
     ] {
         assert!(
