@@ -493,22 +493,17 @@ impl Actor {
 
     /// GetObject of the whole object.
     pub async fn get(&mut self, key: &str) {
-        let shared = Arc::clone(&self.shared);
-        let _reading = shared.readers.read().await;
-        let op = self.invoke(
-            OpKind::Get {
-                key: key.to_owned(),
-            },
-            None,
-        );
-        let answer = self.send(self.shared.client.call("GET", &path(key))).await;
-        self.shared.tally.add("get", &answer);
-        op.complete(read_outcome(&self.shared, key, &answer));
+        self.read(key, None).await;
     }
 
     /// GetObject of a `Range` (e.g. `bytes=0-99`). A range past the end (416) is recorded as a failed read: it
     /// says nothing of which value is there.
     pub async fn get_range(&mut self, key: &str, range: &str) {
+        self.read(key, Some(range)).await;
+    }
+
+    /// GetObject, of `range` if any, recorded while gc with grace 0 is kept out.
+    async fn read(&mut self, key: &str, range: Option<&str>) {
         let shared = Arc::clone(&self.shared);
         let _reading = shared.readers.read().await;
         let op = self.invoke(
@@ -517,17 +512,19 @@ impl Actor {
             },
             None,
         );
-        let call = self
-            .shared
-            .client
-            .call("GET", &path(key))
-            .header("range", range);
-        let answer = self.send(call).await;
-        self.shared.tally.add("get range", &answer);
-        match range_outcome(&self.shared, key, &answer) {
-            Some(outcome) => op.complete(outcome),
-            None => op.complete(failed("416 InvalidRange".into(), false)),
-        }
+        let call = shared.client.call("GET", &path(key));
+        let Some(range) = range else {
+            let answer = self.send(call).await;
+            shared.tally.add("get", &answer);
+            op.complete(read_outcome(&shared, key, &answer));
+            return;
+        };
+        let answer = self.send(call.header("range", range)).await;
+        shared.tally.add("get range", &answer);
+        op.complete(
+            range_outcome(&shared, key, &answer)
+                .unwrap_or_else(|| failed("416 InvalidRange".into(), false)),
+        );
     }
 
     /// CreateMultipartUpload.

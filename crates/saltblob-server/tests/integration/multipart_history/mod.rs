@@ -322,28 +322,21 @@ impl Race {
                 first.await.expect("complete task");
                 second.await.expect("complete task");
             }
-            Race::AbortAfterFailedComplete => {
+            Race::AbortAfterFailedComplete | Race::CommitLandsAfterAbort => {
+                let lands_late = matches!(self, Race::CommitLandsAfterAbort);
                 a.put_object(key, rng.pick(&PUT_SIZES)).await;
-                gate.fail_unwritten(&g.etag);
+                if lands_late {
+                    gate.land_late_next(&g.etag);
+                } else {
+                    gate.fail_unwritten(&g.etag);
+                }
                 a.complete(&mut up, &g).await;
                 a.abort(&up).await;
                 a.get(key).await;
                 return Some(Leftover {
                     upload: up,
                     value: g,
-                    lands_late: false,
-                });
-            }
-            Race::CommitLandsAfterAbort => {
-                a.put_object(key, rng.pick(&PUT_SIZES)).await;
-                gate.land_late_next(&g.etag);
-                a.complete(&mut up, &g).await;
-                a.abort(&up).await;
-                a.get(key).await;
-                return Some(Leftover {
-                    upload: up,
-                    value: g,
-                    lands_late: true,
+                    lands_late,
                 });
             }
             Race::RetryAfterFailedComplete => {
