@@ -226,21 +226,23 @@ impl Rig {
 pub(crate) enum Race {
     /// Parts, then a Complete.
     Plain,
-    /// The client goes away while its Complete is held at the commit, then retries.
+    /// The client goes away while its Complete is held at the commit; a PutObject meanwhile; then the commit
+    /// and the client's retry.
     ClientGoesAway,
-    /// The first Complete is held; a second composes again and commits; a PutObject replaces the object and gc
-    /// (grace 0) runs; then the first's commit goes through.
+    /// The first Complete is held; a second composes again and commits; gc (grace 0) runs and a PutObject
+    /// replaces the object; then the first's commit goes through (gc between the PutObject and that commit is
+    /// not raced: see the module documentation).
     SecondCompleteWins,
-    /// Two Completes held at their commits together, then let through.
+    /// Two Completes held at their commits together, a PutObject, then the commits let through.
     CompletesHeldTogether,
     /// A Complete whose commit fails unwritten (500), an Abort within the window (409); after the window,
     /// between rounds, the Abort proceeds (204) and a Complete finds no upload.
     AbortAfterFailedComplete,
-    /// A Complete whose commit fails unwritten, an Abort (409), then the retried Complete.
+    /// A DeleteObject, a Complete whose commit fails unwritten, an Abort (409), then the retried Complete.
     RetryAfterFailedComplete,
     /// A Complete whose commit fails and lands later; an Abort before (409) and after it lands.
     CommitLandsLate,
-    /// An Abort while a Complete is held (409), and gc meanwhile; then the commit.
+    /// An Abort while a Complete is held (409), a PutObject and gc meanwhile; then the commit.
     AbortDuringHeldComplete,
     /// Part 1 uploaded again with another value's bytes: its upload read the record `open`, and it finishes
     /// while a Complete is held (refused); gc meanwhile; then the commit.
