@@ -52,6 +52,9 @@ step cql-suite env TEST_CQL=127.0.0.1:9042 TEST_CQL_TLS_DIR="${SALTBLOB_CASSANDR
   --include-ignored --skip cluster:: --skip six_clients_putting_60_mib_at_once
 step cql-cli env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cli --test integration \
   cql:: -- --include-ignored
+# The multipart races of the S3 server, history-checked, on Cassandra (a keyspace of their own).
+step cql-server-races env TEST_CQL=127.0.0.1:9042 timeout 600 cargo test --release --locked -p saltblob-server \
+  --test integration multipart_history::multipart_races_lose_nothing_committed_cql -- --include-ignored
 # The same S3 client tests on Cassandra, with a 64 MiB file for `aws s3 cp` (still 8 parts) to keep the suite short.
 step s3-clients-cassandra env S3_BIG_FILE_MIB=64 timeout 1200 scripts/s3-clients.sh "cql://127.0.0.1:9042/s3clients_$(date +%s)"
 step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3

@@ -9,6 +9,7 @@ mod integrity;
 mod limits;
 mod list;
 mod multipart;
+mod multipart_history;
 mod multipart_races;
 mod objects;
 mod serving;
