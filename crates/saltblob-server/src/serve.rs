@@ -454,6 +454,7 @@ impl Handler {
         record.set_class(self.default_class.clone());
         req.extensions_mut().insert(Arc::clone(&record));
         let bytes_in = Arc::new(AtomicU64::new(0));
+        let chunk_signatures = Arc::new(AtomicU64::new(0));
         if let Some(activity) = &self.activity {
             activity.request_started();
         }
@@ -467,6 +468,8 @@ impl Handler {
             request_id: request_id.clone(),
             bytes_in: Arc::clone(&bytes_in),
             bytes_out: 0,
+            payload: chunked::payload_name(req.headers()),
+            chunk_signatures: Arc::clone(&chunk_signatures),
             // Until a response exists: the client went away first.
             status: 499,
             completed: false,
@@ -498,7 +501,10 @@ impl Handler {
                 tracing::debug!(code = refusal.code, header = ?refusal.header, "request refused");
                 (refusal_response(&refusal, &request_id), unread_body)
             }
-            None => self.serve(req, &request_id, bytes_in).await,
+            None => {
+                self.serve(req, &request_id, bytes_in, chunk_signatures)
+                    .await
+            }
         };
         let mut response = response;
         log.status = response.status().as_u16();
@@ -516,13 +522,14 @@ impl Handler {
         })
     }
 
-    /// Runs `req` through s3s, its body counted, timed and (if `aws-chunked`) framed; returns the response and
-    /// whether its connection is to be closed after it.
+    /// Runs `req` through s3s, its body counted, timed and (if `aws-chunked`) framed, its chunk signatures
+    /// counted in `chunk_signatures`; returns the response and whether its connection is to be closed after it.
     async fn serve(
         &self,
         req: Request<Incoming>,
         request_id: &str,
         bytes_in: Arc<AtomicU64>,
+        chunk_signatures: Arc<AtomicU64>,
     ) -> (Response<s3s::Body>, bool) {
         let close_after = empty_body_expects_continue(&req);
         let fault = Fault::default();
@@ -536,7 +543,12 @@ impl Handler {
                 fault: fault.clone(),
             };
             match framing {
-                Some(mode) => s3s::Body::http_body(Reframe::new(counted, mode, fault.clone())),
+                Some(mode) => s3s::Body::http_body(Reframe::new(
+                    counted,
+                    mode,
+                    fault.clone(),
+                    chunk_signatures,
+                )),
                 None => s3s::Body::http_body(counted),
             }
         });
@@ -690,6 +702,10 @@ struct RequestLog {
     request_id: String,
     bytes_in: Arc<AtomicU64>,
     bytes_out: u64,
+    /// How the body was sent (`x-amz-content-sha256`, as [`chunked::payload_name`] names it).
+    payload: &'static str,
+    /// The `aws-chunked` chunk headers that carried a signature (each checked by s3s).
+    chunk_signatures: Arc<AtomicU64>,
     /// The response's status; 499 until there is one.
     status: u16,
     /// Whether the response was sent to its end.
@@ -734,6 +750,8 @@ impl Drop for RequestLog {
             response_status = self.status,
             bytes_in,
             bytes_out = self.bytes_out,
+            payload = self.payload,
+            chunk_signatures = self.chunk_signatures.load(Ordering::Relaxed),
             duration_ms = duration.as_secs_f64() * 1000.0,
             class = class.name(),
             access_key = fields.access_key.as_deref().unwrap_or("-"),
