@@ -12,6 +12,7 @@ mod multipart;
 mod multipart_races;
 mod objects;
 mod serving;
+mod settings;
 mod tls;
 
 use std::net::SocketAddr;
