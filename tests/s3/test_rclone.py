@@ -12,21 +12,13 @@ import os
 import subprocess
 
 import pytest
-from s3util import MIB, REGION, file_sha256, write_pattern_file
+from s3util import CLIENT_FILES, MIB, REGION, tree_hashes, write_files, write_pattern_file
 
 KIB = 1024
 RCLONE_TIMEOUT_S = 300
 
-# Small, inline, chunked, and above the lowered 5 MiB multipart cutoff (three 5 MiB parts, the last one 2 MiB).
-FILES = {
-    "empty.bin": 0,
-    "one.bin": 1,
-    "ten-k.bin": 10 * KIB,
-    "dir/hundred-k.bin": 100 * KIB,
-    "dir/sub/twelve-m.bin": 12 * MIB,
-    "names/a file with spaces.txt": 5,
-    "names/ünïcödé+plus&amp=.txt": 6,
-}
+# Above the lowered 5 MiB multipart cutoff, twelve-m.bin is three parts (5, 5 and 2 MiB).
+FILES = CLIENT_FILES
 
 
 class Rclone:
@@ -77,16 +69,7 @@ MULTIPART = ["--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M", "--s3-copy-cut
 
 
 def make_files(root, files=FILES):
-    hashes = {}
-    for index, (rel, size) in enumerate(sorted(files.items())):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        hashes[rel] = write_pattern_file(path, size, seed=300 + index)
-    return hashes
-
-
-def tree_hashes(root):
-    return {str(p.relative_to(root)): file_sha256(p) for p in root.rglob("*") if p.is_file()}
+    return write_files(root, files, seed=300)
 
 
 def listing(rclone, path, *extra):

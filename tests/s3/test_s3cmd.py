@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from s3util import MIB, REGION, file_sha256, write_pattern_file
+from s3util import CLIENT_FILES, MIB, REGION, file_sha256, tree_hashes, write_files, write_pattern_file
 
 KIB = 1024
 S3CMD_TIMEOUT_S = 300
@@ -69,28 +69,11 @@ def s3cmd(server, tmp_path_factory):
 
 MULTIPART = ["--multipart-chunk-size-mb=5"]
 
-FILES = {
-    "empty.bin": 0,
-    "one.bin": 1,
-    "ten-k.bin": 10 * KIB,
-    "dir/hundred-k.bin": 100 * KIB,
-    "dir/sub/twelve-m.bin": 12 * MIB,
-    "names/a file with spaces.txt": 5,
-    "names/ünïcödé+plus&amp=.txt": 6,
-}
+FILES = CLIENT_FILES
 
 
 def make_files(root, files=FILES):
-    hashes = {}
-    for index, (rel, size) in enumerate(sorted(files.items())):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        hashes[rel] = write_pattern_file(path, size, seed=500 + index)
-    return hashes
-
-
-def tree_hashes(root):
-    return {str(p.relative_to(root)): file_sha256(p) for p in root.rglob("*") if p.is_file()}
+    return write_files(root, files, seed=500)
 
 
 def ls_objects(output):
