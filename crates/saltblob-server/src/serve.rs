@@ -9,7 +9,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -523,7 +523,10 @@ impl Handler {
     }
 
     /// Runs `req` through s3s, its body counted, timed and (if `aws-chunked`) framed, its chunk signatures
-    /// counted in `chunk_signatures`; returns the response and whether its connection is to be closed after it.
+    /// counted in `chunk_signatures`; returns the response and whether its connection is to be closed after it:
+    /// also when the operation answered without reading the body to its end (a PUT to a missing bucket, a
+    /// refused part): hyper then closes the connection, and a client told so in the response (`Connection:
+    /// close`) does not send its next request on it (urllib3, under boto3, did, and got a dropped connection).
     async fn serve(
         &self,
         req: Request<Incoming>,
@@ -532,6 +535,8 @@ impl Handler {
         chunk_signatures: Arc<AtomicU64>,
     ) -> (Response<s3s::Body>, bool) {
         let close_after = empty_body_expects_continue(&req);
+        let has_body = !req.body().is_end_stream();
+        let ended = Arc::new(AtomicBool::new(false));
         let fault = Fault::default();
         let framing = chunked::mode(req.headers());
         let timeout = self.io_timeout;
@@ -541,6 +546,7 @@ impl Handler {
                 count: bytes_in,
                 stall: StallTimer::new(timeout),
                 fault: fault.clone(),
+                ended: Arc::clone(&ended),
             };
             match framing {
                 Some(mode) => s3s::Body::http_body(Reframe::new(
@@ -567,7 +573,10 @@ impl Handler {
                 tracing::debug!(code = refusal.code, "request body refused");
                 (refusal_response(&refusal, request_id), true)
             }
-            _ => (with_request_id(response, request_id), close_after),
+            _ => {
+                let unread = has_body && !ended.load(Ordering::Relaxed);
+                (with_request_id(response, request_id), close_after || unread)
+            }
         }
     }
 }
@@ -644,6 +653,8 @@ struct Counting {
     /// Runs while a read waits for the client.
     stall: StallTimer,
     fault: Fault,
+    /// Set once the body has been read to its end.
+    ended: Arc<AtomicBool>,
 }
 
 impl HttpBody for Counting {
@@ -676,6 +687,9 @@ impl HttpBody for Counting {
             && let Some(data) = frame.data_ref()
         {
             self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        if frame.is_none() || self.inner.is_end_stream() {
+            self.ended.store(true, Ordering::Relaxed);
         }
         Poll::Ready(frame.map(|f| f.map_err(Into::into)))
     }

@@ -305,6 +305,43 @@ async fn the_access_log_names_the_payload_and_counts_signed_chunks() {
     );
 }
 
+/// An HTTP/1.1 response given before the request body was read to its end says `Connection: close` (hyper
+/// closes that connection): a PUT to a missing bucket whose body has not come (boto3 waits for `100 Continue`)
+/// is answered at once. Without the header, urllib3 (under boto3) sent its next request on the closed
+/// connection and got "Remote end closed connection without response". A body read to its end keeps the
+/// connection.
+#[tokio::test]
+async fn a_response_before_the_body_is_read_closes_the_connection() {
+    let s = TestServer::with_bucket("keepbkt").await;
+    let (tx, rx) = mpsc::channel(1);
+    let call = s
+        .client
+        .call("PUT", "/nobucket/k")
+        .header("expect", "100-continue")
+        .stream(rx, 5)
+        .send();
+    let r = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("answered without the body");
+    drop(tx);
+    assert_eq!((r.status, r.code().as_str()), (404, "NoSuchBucket"));
+    assert_eq!(r.header("connection"), "close");
+
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(Bytes::from_static(b"12345")).await.expect("send");
+    drop(tx);
+    let ok = s
+        .client
+        .call("PUT", "/keepbkt/k")
+        .stream(rx, 5)
+        .send()
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.header("connection"), "");
+    let small = s.client.put("/keepbkt/small", &b"xyz"[..]).await;
+    assert_eq!((small.status, small.header("connection")), (200, ""));
+}
+
 /// A request is labelled with the class the store ran it in, by the store's rule: a small object on a store whose
 /// URL sets `priority=bulk` is put and read in `bulk` (the store's class wins over the layout's), and so is a
 /// bucket operation; on a default store they are `interactive`. The access log and the latency histogram say so.
