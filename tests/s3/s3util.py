@@ -5,6 +5,7 @@ import hashlib
 import os
 import random
 import struct
+import subprocess
 import uuid
 
 import boto3
@@ -57,6 +58,12 @@ CLIENT_FILES = {
     "names/a file with spaces.txt": 5,
     "names/ünïcödé+plus&amp=.txt": 6,
 }
+
+
+def run_tool(argv, env, timeout_s):
+    """(exit code, stdout, stderr) of the command ARGV run with ENV, killed after TIMEOUT_S seconds."""
+    done = subprocess.run(argv, env=env, check=False, capture_output=True, text=True, timeout=timeout_s)
+    return done.returncode, done.stdout, done.stderr
 
 
 def write_files(root, files, seed):

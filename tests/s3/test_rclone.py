@@ -9,10 +9,9 @@ empty configuration file of its own, so nothing of the machine's rclone set-up i
 
 import json
 import os
-import subprocess
 
 import pytest
-from s3util import CLIENT_FILES, MIB, REGION, tree_hashes, write_files, write_pattern_file
+from s3util import CLIENT_FILES, MIB, REGION, run_tool, tree_hashes, write_files, write_pattern_file
 
 KIB = 1024
 RCLONE_TIMEOUT_S = 300
@@ -41,15 +40,10 @@ class Rclone:
 
     def run(self, *args):
         """(exit code, stdout, stderr) of `rclone ARGS…` with no retries: an error shows as it is."""
-        done = subprocess.run(
-            ["rclone", "--retries", "1", "--low-level-retries", "1", "--contimeout", "10s", "--timeout", "60s", *args],
-            env=self.env,
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=RCLONE_TIMEOUT_S,
+        retries = ["--retries", "1", "--low-level-retries", "1"]
+        return run_tool(
+            ["rclone", *retries, "--contimeout", "10s", "--timeout", "60s", *args], self.env, RCLONE_TIMEOUT_S
         )
-        return done.returncode, done.stdout, done.stderr
 
     def __call__(self, *args):
         """Runs `rclone ARGS…`; returns its output; fails the test with its stderr on error."""

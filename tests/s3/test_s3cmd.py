@@ -9,12 +9,11 @@ bucket's location before most calls. Its configuration file is written here (pat
 no ~/.s3cfg is read. A retry would show as "Retrying" or "Waiting" in its stderr: the tests require none."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from s3util import CLIENT_FILES, MIB, REGION, file_sha256, tree_hashes, write_files, write_pattern_file
+from s3util import CLIENT_FILES, MIB, REGION, file_sha256, run_tool, tree_hashes, write_files, write_pattern_file
 
 KIB = 1024
 S3CMD_TIMEOUT_S = 300
@@ -43,15 +42,7 @@ class S3cmd:
 
     def run(self, *args):
         """(exit code, stdout, stderr) of `s3cmd -c CONFIG ARGS…`."""
-        done = subprocess.run(
-            [sys.executable, self.executable, "-c", str(self.config), *args],
-            env=self.env,
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=S3CMD_TIMEOUT_S,
-        )
-        return done.returncode, done.stdout, done.stderr
+        return run_tool([sys.executable, self.executable, "-c", str(self.config), *args], self.env, S3CMD_TIMEOUT_S)
 
     def __call__(self, *args):
         """Runs s3cmd ARGS…; returns its output; fails the test on an error, a warning of a retry, or an MD5
