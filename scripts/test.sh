@@ -36,7 +36,8 @@ skips=()
 for t in "${fault_tests[@]}"; do skips+=(--skip "$t"); done
 step tests timeout 1800 cargo test --release --locked --workspace -- "${skips[@]}"
 step fault-tests timeout 1800 cargo test --release --locked --workspace -- --nocapture "${fault_tests[@]}"
-# Real S3 clients (boto3, awscli v1, from PyPI into a virtual environment) against `saltblob serve` on the embedded
+# Real S3 clients (boto3, awscli v1 and s3cmd from PyPI into a virtual environment, rclone from Debian, the AWS SDK
+# for Java v2 from Maven Central) against `saltblob serve` on the embedded
 # store, with the 1 GiB `aws s3 cp` round trip and the server's peak RSS (scripts/s3-clients.sh).
 step s3-clients-embedded timeout 1500 scripts/s3-clients.sh
 

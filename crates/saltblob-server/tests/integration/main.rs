@@ -13,6 +13,7 @@ mod multipart_history;
 mod multipart_races;
 mod objects;
 mod serving;
+mod settings;
 mod tls;
 
 use std::net::SocketAddr;
