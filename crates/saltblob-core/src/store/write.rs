@@ -542,6 +542,9 @@ pub(crate) async fn delete(
     key: Bytes,
     only: Option<VersionId>,
 ) -> Result<Option<VersionId>> {
+    if only.is_none() && inner.info.reports_previous {
+        return delete_current(inner, key).await;
+    }
     // Queued before the delete, as in a put's commit, so that a crash right after it orphans nothing.
     let (pre_read, condition) = match only {
         None => match inner.read_manifest(&key).await {
@@ -588,6 +591,50 @@ pub(crate) async fn delete(
     let version = previous.as_ref().map(|m| m.version);
     reclaim::queue_replaced(inner, &key, None, previous, pre_read.as_ref(), queued_at).await;
     Ok(version)
+}
+
+/// An unconditional delete on a backend whose conditional writes are cheap (those that report the replaced
+/// record): a compare-and-set on the record it read and queued, which reads, queues and tries again when a put
+/// committed in between, so that what it deletes is always queued first, as a put's commit does. Without it, a
+/// version committed between the read and the delete would be queued only after the delete, and a crash in
+/// between would leave its chunks named by nothing. A key absent when read is left alone: the delete took
+/// effect then.
+async fn delete_current(inner: &Inner, key: Bytes) -> Result<Option<VersionId>> {
+    let mut raw = inner.backend.get_record(Namespace::Manifest, &key).await?;
+    let mut tries = Backoff::COMMIT_CAS.start();
+    loop {
+        let Some(expected) = raw.clone() else {
+            return Ok(None);
+        };
+        // A damaged manifest must stay deletable; its chunks are left to `fsck --repair`.
+        let read = inner.decode_manifest(&key, &expected).ok();
+        let queued_at = inner.now_micros();
+        if let Some(old) = &read {
+            reclaim::schedule(inner, &key, old).await?;
+        }
+        let condition = if tries.next_attempt().await {
+            Precondition::Equals(expected)
+        } else {
+            Precondition::None
+        };
+        let previous = match inner
+            .backend
+            .delete_record(Namespace::Manifest, &key, &condition)
+            .await?
+        {
+            RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(&key, &bytes).ok(),
+            RecordWrite::Done(Previous::Absent) => None,
+            RecordWrite::Done(Previous::Unknown) => read.clone(),
+            // Replaced (or deleted) since the read: queue what is there now and try again.
+            RecordWrite::ConditionFailed(current) => {
+                raw = current;
+                continue;
+            }
+        };
+        let version = previous.as_ref().map(|m| m.version);
+        reclaim::queue_replaced(inner, &key, None, previous, read.as_ref(), queued_at).await;
+        return Ok(version);
+    }
 }
 
 /// The current manifest of `key` (its record `raw`) when it is `version`, not expired.
@@ -755,6 +802,83 @@ mod tests {
             .expect("gc");
         assert_eq!((gc.abandoned_puts, gc.reclaim.versions), (1, 1), "{gc:?}");
         assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
+    }
+
+    /// A put that commits while an unconditional delete of its key is between its read of the manifest and its
+    /// delete: the delete removes the new version, which it did not queue first; a crash before it queues it
+    /// afterwards (here: reclaim writes fail from the delete on) leaves chunks that no manifest, intent or queue
+    /// entry names, and gc never reclaims them (the crash loop's "no orphan after gc" flake).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_racing_a_commit_leaves_no_orphan_after_a_crash() {
+        use crate::layer::ChunkStoreLayer;
+        use crate::{FsckOptions, GcOptions};
+
+        #[derive(Debug)]
+        struct CommitBeforeDelete {
+            backend: Arc<MemoryStore>,
+            racer: std::sync::Mutex<Option<BlobStore>>,
+            armed: std::sync::Mutex<bool>,
+        }
+        #[async_trait::async_trait]
+        impl ChunkStoreLayer for CommitBeforeDelete {
+            fn inner(&self) -> &dyn ChunkStore {
+                &*self.backend
+            }
+            async fn delete_record(
+                &self,
+                ns: Namespace,
+                key: &[u8],
+                cond: &Precondition,
+            ) -> Result<RecordWrite> {
+                let racer = if ns == Namespace::Manifest {
+                    self.racer.lock().expect("lock").take()
+                } else {
+                    None
+                };
+                if let Some(racer) = racer {
+                    racer
+                        .put(key, Bytes::from(vec![2u8; 40_000]), &PutOptions::new())
+                        .await
+                        .expect("the racing put commits");
+                    *self.armed.lock().expect("lock") = true;
+                }
+                let out = self.backend.delete_record(ns, key, cond).await;
+                if ns == Namespace::Manifest
+                    && matches!(out, Ok(RecordWrite::Done(_)))
+                    && *self.armed.lock().expect("lock")
+                {
+                    // The process dies once the manifest is deleted: nothing more reaches the store.
+                    self.backend
+                        .fail_writes(&[Namespace::Reclaim], false)
+                        .expect("inject");
+                }
+                out
+            }
+        }
+
+        let backend = Arc::new(MemoryStore::new());
+        let config = StoreConfig::default().with_grace(Duration::ZERO);
+        let plain = BlobStore::new(backend.clone(), config.clone()).expect("store");
+        let layer = Arc::new(CommitBeforeDelete {
+            backend: backend.clone(),
+            racer: std::sync::Mutex::new(None),
+            armed: std::sync::Mutex::new(false),
+        });
+        let store = BlobStore::new(layer.clone(), config).expect("store");
+        store
+            .put("k", Bytes::from(vec![1u8; 40_000]), &PutOptions::new())
+            .await
+            .expect("put");
+        *layer.racer.lock().expect("lock") = Some(plain.clone());
+        store.delete("k").await.expect("delete");
+        backend.fail_writes(&[], false).expect("heal");
+        plain
+            .gc(&GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc");
+        let fsck = plain.fsck(&FsckOptions::new()).await.expect("fsck");
+        assert!(fsck.orphans.is_empty(), "no orphan after gc: {fsck:?}");
+        assert_eq!(backend.chunk_count().expect("count"), 0);
     }
 
     /// A large put stores its chunks unlogged where the backend asks for it, and makes them durable before its
