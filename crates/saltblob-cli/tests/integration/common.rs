@@ -100,13 +100,20 @@ pub fn peak_rss_mib(stderr: &[u8]) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Bytes of the files directly under `dir` (an embedded store's directory has no subdirectories).
+/// Bytes of the files under `dir` and its subdirectories (an embedded store's directory holds RocksDB's files
+/// and `extents/`, the extent files of large blobs).
 pub fn disk_usage(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .expect("read store dir")
-        .map(|e| e.expect("dir entry").metadata().expect("metadata"))
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
+        .map(|e| e.expect("dir entry"))
+        .map(|e| {
+            let meta = e.metadata().expect("metadata");
+            if meta.is_dir() {
+                disk_usage(&e.path())
+            } else {
+                meta.len()
+            }
+        })
         .sum()
 }
 

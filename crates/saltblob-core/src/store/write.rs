@@ -230,10 +230,12 @@ where
         planned_salt,
         policy.codec,
         policy.chunk_size_for(known_size),
+        known_size,
         known_size.unwrap_or(head_len),
         lease.progress(),
     );
-    let written = write_chunks(
+    let written = match writer.begin().await {
+        Ok(()) => write_chunks(
         inner,
         &key,
         &mut reader,
@@ -242,7 +244,9 @@ where
         &mut writer,
         opts.size_hint,
     )
-    .await;
+    .await,
+        Err(e) => Err(e),
+    };
     let written = written.and_then(|written| match opts.size_hint {
         Some(hint) if hint != written.size => Err(Error::SizeMismatch {
             key: key.as_ref().into(),

@@ -1,6 +1,7 @@
-//! Large puts write their chunks without the write-ahead log and flush them before they commit: a process
-//! killed (SIGKILL, no orderly close that would flush the memtables) right after such a commit keeps the blob
-//! whole, and the log did not carry its bytes.
+//! Large puts that keep RocksDB's blob files (extent files off: `extent_min_bytes=off`) write their chunks
+//! without the write-ahead log and flush them before they commit: a process killed (SIGKILL, no orderly close
+//! that would flush the memtables) right after such a commit keeps the blob whole, and the log did not carry its
+//! bytes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,6 +29,13 @@ fn value() -> Bytes {
     )
 }
 
+/// The default configuration with extent files off: large puts take the unlogged blob-file path.
+fn blob_files_config(dir: &Path) -> RocksConfig {
+    let mut config = RocksConfig::new(dir);
+    config.extent_min_bytes = None;
+    config
+}
+
 /// Bytes of the write-ahead log files in `dir`.
 fn wal_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
@@ -50,7 +58,7 @@ fn unlogged_put_child() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let store_dir = dir.join("store");
-        let rocks = Arc::new(RocksStore::open(RocksConfig::new(&store_dir)).expect("open"));
+        let rocks = Arc::new(RocksStore::open(blob_files_config(&store_dir)).expect("open"));
         let store = BlobStore::new(
             Arc::clone(&rocks) as Arc<dyn ChunkStore>,
             StoreConfig::default(),
@@ -96,7 +104,7 @@ fn a_killed_process_keeps_its_committed_large_put() {
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let rocks = RocksStore::open(RocksConfig::new(dir.path().join("store"))).expect("reopen");
+        let rocks = RocksStore::open(blob_files_config(&dir.path().join("store"))).expect("reopen");
         let store = BlobStore::new(Arc::new(rocks), StoreConfig::default()).expect("store");
         let got = store
             .get("large")
