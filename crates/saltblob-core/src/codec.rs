@@ -249,6 +249,24 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_the_chunk_in_two_parts_sharing_the_raw_bytes() {
+        let raw = Bytes::from((0..70_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        for codec in [Codec::None, Codec::Zstd, Codec::Lz4] {
+            let (header, payload) = encode_record(place(5), &raw, codec);
+            let mut joined = header.to_vec();
+            joined.extend_from_slice(&payload);
+            assert_eq!(&joined[..], &encode_chunk(place(5), &raw, codec)[..], "{codec}");
+        }
+        let incompressible: Bytes = (0..65536).map(|_| rand::random::<u8>()).collect();
+        let (_, payload) = encode_record(place(0), &incompressible, Codec::Zstd);
+        assert_eq!(
+            payload.as_ptr(),
+            incompressible.as_ptr(),
+            "stored as is: the payload is the raw bytes, not a copy"
+        );
+    }
+
+    #[test]
     fn a_chunk_under_another_address_fails_its_checksum() {
         let enc = encode_chunk(place(3), b"hello world", Codec::None);
         assert!(matches!(

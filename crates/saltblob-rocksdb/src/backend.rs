@@ -207,15 +207,17 @@ impl ChunkStore for RocksStore {
         self.extents.begin(blob, plan).await
     }
 
-    /// Copies the records into the extent file's I/O buffers, then writes their pointers through the log.
+    /// Copies the records into the extent file's I/O buffers, then writes their pointers through the log
+    /// (unsynced: the synced commit makes them durable). A retried call writes its records again, elsewhere in
+    /// the file, and points to the new copies.
     async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
-        let pointers = self.extents.append(blob, &records).await?;
-        let entries = records
-            .iter()
-            .zip(pointers)
-            .map(|(r, p)| {
+        let placed = self.extents.append(blob, &records).await?;
+        drop(records);
+        let entries = placed
+            .into_iter()
+            .map(|(salt, index, p)| {
                 (
-                    keys::chunk_key(blob, r.salt, r.index),
+                    keys::chunk_key(blob, salt, index),
                     Bytes::copy_from_slice(&p.encode()),
                 )
             })

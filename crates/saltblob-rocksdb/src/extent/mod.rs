@@ -36,6 +36,7 @@ use saltblob_core::{BlobRef, ChunkRecord, Error, KeyDisplay, RecordsPlan, Result
 use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name};
 use self::io::{AlignedBuf, BufferPool, IoMode};
 use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
+pub(crate) use self::writer::Placed;
 use crate::config::RocksConfig;
 use crate::error::NAME;
 
@@ -253,7 +254,7 @@ impl Extents {
         &self,
         blob: &BlobRef,
         records: &[ChunkRecord],
-    ) -> Result<Vec<Pointer>> {
+    ) -> Result<Vec<Placed>> {
         self.writer(blob)?.append(records).await
     }
 

@@ -27,6 +27,8 @@ use crate::error::NAME;
 pub(crate) const FIRST_GROW_STEP: u64 = 64 << 20;
 /// The largest allocation step of a stream's file.
 const MAX_GROW_STEP: u64 = 1 << 30;
+/// Where one chunk's record went: its salt and index (its key) and its pointer.
+pub(crate) type Placed = (u32, u64, Pointer);
 
 /// What opening a writer needs to know of its file.
 pub(crate) struct Opened {
@@ -108,10 +110,9 @@ impl ExtentWriter {
         }
     }
 
-    /// Copies `records` into the file's buffers, in order, each right after the previous one; returns where
-    /// each went. Full buffers are written while the call goes on (it waits only when `depth` writes are in
-    /// flight).
-    pub(crate) async fn append(&self, records: &[ChunkRecord]) -> Result<Vec<Pointer>> {
+    /// Copies `records` into the file's buffers, in order, each right after the previous one; returns where each
+    /// went. Full buffers are written while the call goes on (it waits only when `depth` writes are in flight).
+    pub(crate) async fn append(&self, records: &[ChunkRecord]) -> Result<Vec<Placed>> {
         let mut st = self.state.lock().await;
         self.check(&st)?;
         let outcome = self.append_locked(&mut st, records).await;
@@ -121,8 +122,8 @@ impl ExtentWriter {
         outcome
     }
 
-    async fn append_locked(&self, st: &mut State, records: &[ChunkRecord]) -> Result<Vec<Pointer>> {
-        let mut pointers = Vec::with_capacity(records.len());
+    async fn append_locked(&self, st: &mut State, records: &[ChunkRecord]) -> Result<Vec<Placed>> {
+        let mut placed = Vec::with_capacity(records.len());
         for r in records {
             let len = u32::try_from(r.len()).map_err(|_| {
                 self.error(format!("a chunk record of {} bytes", r.len()), None)
@@ -131,9 +132,9 @@ impl ExtentWriter {
             self.reserve(st, offset + u64::from(len)).await?;
             self.put(st, &r.header).await?;
             self.put(st, &r.payload).await?;
-            pointers.push(Pointer { offset, len });
+            placed.push((r.salt, r.index, Pointer { offset, len }));
         }
-        Ok(pointers)
+        Ok(placed)
     }
 
     /// Copies `bytes` at the fill point, writing out each buffer that fills.

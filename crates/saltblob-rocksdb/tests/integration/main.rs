@@ -2,5 +2,6 @@
 
 mod conformance;
 mod extents;
+mod fixtures;
 mod history;
 mod unlogged;
