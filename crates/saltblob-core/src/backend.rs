@@ -244,6 +244,11 @@ pub struct BackendInfo {
     /// `None` (the default): never. For engines that keep a large version in a file of its own (RocksDB's
     /// extent files), written with direct I/O from buffers the encoder fills once.
     pub chunk_records_min_bytes: Option<u64>,
+    /// Raw bytes per backend call (a batch) when a version's chunks are stored as records, and when a version
+    /// that large is read: larger than the scheduler's bulk unit where a call costs the engine only a copy into
+    /// its I/O buffer (a write) or one aligned read of the device's best request size. `None` (the default):
+    /// the usual batch size.
+    pub chunk_records_batch_bytes: Option<usize>,
 }
 
 impl BackendInfo {
@@ -264,6 +269,7 @@ impl BackendInfo {
             unlogged_chunks_min_bytes: None,
             large_chunk_size: None,
             chunk_records_min_bytes: None,
+            chunk_records_batch_bytes: None,
         }
     }
 
@@ -315,6 +321,13 @@ impl BackendInfo {
     #[must_use]
     pub fn with_chunk_records(mut self, min_bytes: Option<u64>) -> Self {
         self.chunk_records_min_bytes = min_bytes;
+        self
+    }
+
+    /// Declares the batch size of puts and reads of chunk records ([`BackendInfo::chunk_records_batch_bytes`]).
+    #[must_use]
+    pub fn with_chunk_records_batch(mut self, bytes: usize) -> Self {
+        self.chunk_records_batch_bytes = Some(bytes);
         self
     }
 

@@ -135,6 +135,7 @@ impl ChunkStore for RocksStore {
         BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true)
             .with_unlogged_chunks(self.core.config().unlogged_min_bytes)
             .with_chunk_records(self.core.config().extent_min_bytes)
+            .with_chunk_records_batch(self.core.config().extent_io_bytes)
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {

@@ -209,7 +209,7 @@ fn a_real_full_disk_fails_large_puts_cleanly() {
     for (file, what) in [("err1", "cannot allocate"), ("err2", "cannot grow")] {
         let err = std::fs::read_to_string(src.join(file)).expect("stderr");
         assert!(
-            err.contains(what) && err.contains("No space left on device") && err.contains("free space"),
+            err.contains(what) && err.contains("No space left on device") && err.contains("free space on it"),
             "{file}: {err}"
         );
     }

@@ -100,8 +100,12 @@ impl ChunkWriter {
                 salt_count,
             },
             codec,
-            per_batch: usize::try_from(inner.chunks_per_batch(chunk_size, class.as_ref()))
-                .unwrap_or(1),
+            per_batch: usize::try_from(inner.chunks_per_batch_of(
+                chunk_size,
+                class.as_ref(),
+                at_least,
+            ))
+            .unwrap_or(1),
             backoff: inner.chunk_backoff(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,

@@ -52,9 +52,85 @@ impl AlignedBuf {
         self.len
     }
 
-    /// The usable bytes as shared [`Bytes`] (no copy): slices of it are handed out as chunks.
-    pub(crate) fn freeze(self) -> Bytes {
-        Bytes::from(self.storage).slice(self.start..self.start + self.len)
+    /// Bytes it can hold from its aligned start.
+    fn capacity(&self) -> usize {
+        self.storage.len() - self.start
+    }
+}
+
+/// Buffers for reads, reused: a read buffer is handed out as shared [`Bytes`] (its chunks are slices of it,
+/// no copy) and comes back here when the last of them is dropped, so that reads neither zero nor fault in fresh
+/// memory each time. Sizes are rounded up to 64 KiB; at most `keep` idle buffers are kept.
+pub(crate) struct ReadBuffers {
+    align: usize,
+    keep: usize,
+    free: Mutex<Vec<AlignedBuf>>,
+}
+
+/// Granularity of read buffer sizes, so that reads of about the same size share buffers.
+const READ_GRAIN: usize = 64 << 10;
+
+impl ReadBuffers {
+    /// A pool of read buffers aligned to `align`, keeping at most `keep` idle.
+    pub(crate) fn new(align: usize, keep: usize) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            align,
+            keep,
+            free: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A buffer of `len` usable bytes (aligned to the pool's alignment, which must be at least the one the
+    /// read needs): an idle one that fits (holding at most twice as much), or a new one. Its contents are
+    /// whatever it last held.
+    pub(crate) fn take(&self, len: usize) -> AlignedBuf {
+        let reused = self.free.lock().ok().and_then(|mut free| {
+            let at = free
+                .iter()
+                .position(|b| b.capacity() >= len && b.capacity() <= len.saturating_mul(2))?;
+            Some(free.swap_remove(at))
+        });
+        let mut buf =
+            reused.unwrap_or_else(|| AlignedBuf::new(len.div_ceil(READ_GRAIN) * READ_GRAIN, self.align));
+        buf.len = len;
+        buf
+    }
+
+    /// The usable bytes of `buf` as shared [`Bytes`]; the buffer comes back to the pool when the last slice
+    /// of them is dropped.
+    pub(crate) fn share(self: &std::sync::Arc<Self>, buf: AlignedBuf) -> Bytes {
+        Bytes::from_owner(Lent {
+            buf: Some(buf),
+            pool: std::sync::Arc::clone(self),
+        })
+    }
+
+    fn give(&self, buf: AlignedBuf) {
+        if let Ok(mut free) = self.free.lock()
+            && free.len() < self.keep
+        {
+            free.push(buf);
+        }
+    }
+}
+
+/// A read buffer lent out as [`Bytes`]; given back to its pool when dropped.
+struct Lent {
+    buf: Option<AlignedBuf>,
+    pool: std::sync::Arc<ReadBuffers>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_ref().map_or(&[], AlignedBuf::bytes)
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.pool.give(buf);
+        }
     }
 }
 
@@ -253,17 +329,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buffers_are_aligned_and_freeze_without_copying() {
+    fn buffers_are_aligned() {
         for (len, align) in [(4096, 4096), (1 << 20, 4096), (8192, 8192)] {
             let mut b = AlignedBuf::new(len, align);
             assert_eq!(b.bytes().as_ptr().addr() % align, 0);
             assert_eq!(b.bytes_mut().len(), len);
-            b.bytes_mut()[0] = 7;
-            let addr = b.bytes().as_ptr().addr();
-            let frozen = b.freeze();
-            assert_eq!(frozen.len(), len);
-            assert_eq!((frozen.as_ptr().addr(), frozen[0]), (addr, 7));
         }
+    }
+
+    /// A read buffer is shared without copying, and reused once every slice of it is gone.
+    #[test]
+    fn read_buffers_are_lent_without_copying_and_come_back() {
+        let pool = ReadBuffers::new(4096, 2);
+        let mut b = pool.take(100_000);
+        assert_eq!((b.len(), b.bytes().as_ptr().addr() % 4096), (100_000, 0));
+        b.bytes_mut()[5] = 42;
+        let addr = b.bytes().as_ptr().addr();
+        let shared = pool.share(b);
+        let slice = shared.slice(5..10);
+        assert_eq!((shared.as_ptr().addr(), slice[0]), (addr, 42));
+        drop(shared);
+        let other = pool.take(100_000);
+        assert_ne!(other.bytes().as_ptr().addr(), addr, "still lent: a slice lives");
+        drop(slice);
+        let again = pool.take(90_000);
+        assert_eq!(again.bytes().as_ptr().addr(), addr, "came back and is reused");
+        assert_eq!(again.len(), 90_000);
+        let big = pool.take(300_000);
+        assert!(big.len() == 300_000 && big.bytes().as_ptr().addr() != addr);
+        drop(other);
     }
 
     #[test]

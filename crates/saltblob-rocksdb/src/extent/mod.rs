@@ -34,7 +34,7 @@ use bytes::Bytes;
 use saltblob_core::{BlobRef, ChunkRecord, Error, KeyDisplay, RecordsPlan, Result};
 
 use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name};
-use self::io::{AlignedBuf, BufferPool, IoMode};
+use self::io::{AlignedBuf, BufferPool, IoMode, ReadBuffers};
 use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
 pub(crate) use self::writer::Placed;
 use crate::config::RocksConfig;
@@ -44,6 +44,10 @@ use crate::error::NAME;
 const MAX_RUN_BYTES: u64 = 16 << 20;
 /// Records this close to the previous one are read in the same request (the gap is read and dropped).
 const MAX_GAP_BYTES: u64 = 128 << 10;
+/// Memory alignment of read buffers: a multiple of any file system's direct I/O alignment.
+const READ_ALIGN: usize = 64 << 10;
+/// Idle read buffers kept for reuse (about the reads in flight of one large get).
+const READ_BUFFERS_KEPT: usize = 16;
 
 /// A file [`Extents::create`] made: named, its header written, its size allocated.
 struct Created {
@@ -73,6 +77,8 @@ pub(crate) struct Extents {
     mode: OnceLock<IoMode>,
     /// Buffers of `io_bytes`, once the alignment is known.
     pool: OnceLock<Arc<BufferPool>>,
+    /// Buffers of reads, reused (aligned to at least any alignment the reads need: 64 KiB).
+    reads: Arc<ReadBuffers>,
     /// Whether the fall-back to buffered I/O was logged.
     fallback_logged: AtomicBool,
 }
@@ -111,6 +117,7 @@ impl Extents {
             writers: Mutex::new(HashMap::new()),
             mode: OnceLock::new(),
             pool: OnceLock::new(),
+            reads: ReadBuffers::new(READ_ALIGN, READ_BUFFERS_KEPT),
             fallback_logged: AtomicBool::new(false),
         })
     }
@@ -338,10 +345,7 @@ impl Extents {
             }
             let start = mode.round_down(first.pointer.offset);
             let len = mode.round_up(end) - start;
-            let mut buf = AlignedBuf::new(
-                usize::try_from(len).unwrap_or(usize::MAX),
-                usize::try_from(mode.align).unwrap_or(4096),
-            );
+            let mut buf = self.reads.take(usize::try_from(len).unwrap_or(usize::MAX));
             let got = io::read_at_most(&file, buf.bytes_mut(), start)
                 .map_err(|e| dir_error(&path, "cannot read it", e))?;
             if (got as u64) < end - start {
@@ -351,7 +355,7 @@ impl Extents {
                     .unwrap_or(first);
                 return Err(truncated(blob, &path, start + got as u64, past));
             }
-            let bytes = buf.freeze();
+            let bytes = self.reads.share(buf);
             for w in run {
                 let from = usize::try_from(w.pointer.offset - start).unwrap_or(0);
                 let to = usize::try_from(w.pointer.end() - start).unwrap_or(0);
@@ -437,7 +441,7 @@ pub(crate) fn read_header(path: &Path) -> Result<Header> {
 /// An I/O error on `path`, with what was being done, as a non-retryable backend error.
 fn dir_error(path: &Path, what: &str, e: std::io::Error) -> Error {
     let hint = match e.raw_os_error() {
-        Some(libc::ENOSPC) => " (no space left on the device: free space, or store large blobs elsewhere)",
+        Some(libc::ENOSPC) => " (the device is full: free space on it, then retry)",
         Some(libc::EACCES | libc::EPERM) => " (check the permissions of the store's extents directory)",
         Some(libc::EROFS) => " (the file system is read-only)",
         Some(libc::EEXIST) => " (a file of that name is already there: it is not this put's, and is left alone)",

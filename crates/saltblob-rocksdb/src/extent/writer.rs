@@ -315,7 +315,7 @@ impl ExtentWriter {
     /// An error of this writer: what failed, the file, and the I/O error (kept as the source).
     fn error(&self, what: String, e: Option<io::Error>) -> Error {
         let hint = match e.as_ref().and_then(io::Error::raw_os_error) {
-            Some(libc::ENOSPC) => " (no space left on the device: free space, or store large blobs elsewhere)",
+            Some(libc::ENOSPC) => " (the device is full: free space on it, then retry)",
             Some(libc::EDQUOT) => " (disk quota exceeded)",
             Some(libc::EROFS) => " (the file system is read-only)",
             _ => "",
