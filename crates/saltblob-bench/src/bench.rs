@@ -131,11 +131,16 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     show(run.small_write().await?, &mut phases);
     show(run.small_read().await?, &mut phases);
     if args.stream_mb > 0 {
-        let (url, key, mib) = (url.to_owned(), format!("{}stream", run.prefix), args.stream_mb);
+        let (url, key, mib) = (
+            url.to_owned(),
+            format!("{}stream", run.prefix),
+            args.stream_mb,
+        );
         let id = run_id.clone();
-        let p = tokio::task::spawn_blocking(move || crate::stream::stream_put(&url, &key, mib, &id))
-            .await
-            .map_err(|e| Error::internal("stream phase", e))?;
+        let p =
+            tokio::task::spawn_blocking(move || crate::stream::stream_put(&url, &key, mib, &id))
+                .await
+                .map_err(|e| Error::internal("stream phase", e))?;
         show(p, &mut phases);
     }
     if args.unchunked {

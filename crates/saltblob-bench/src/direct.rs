@@ -30,6 +30,10 @@ pub const DEPTHS: [usize; 5] = [1, 2, 4, 8, 16];
 pub const KNEE_GAIN: f64 = 0.05;
 /// Buffer alignment for O_DIRECT: the 4 KiB sector (a multiple of every logical block size in use).
 const ALIGN: usize = 4096;
+/// Size of each file of the durable dd pattern: the bench's default large blob.
+pub const DURABLE_BYTES: u64 = 60 << 20;
+/// Files of the durable dd pattern (the median is reported).
+pub const DURABLE_RUNS: usize = 5;
 
 /// O_DIRECT results on the device behind a directory.
 #[derive(Clone, Debug, Serialize)]
@@ -59,6 +63,14 @@ pub struct DeviceProbe {
     /// `dd if=/dev/zero of=FILE bs=1M oflag=direct` measures. The gap to `write_1mib_depth1_mib_s` is the cost
     /// of allocating blocks while writing, which pre-sizing a file avoids.
     pub append_1mib_depth1_mib_s: f64,
+    /// dd's pattern made durable, as a put must be: [`DURABLE_BYTES`] (or the probe file's size, if smaller)
+    /// appended to a new file in 1 MiB requests
+    /// at depth 1, then `fdatasync`, the median of [`DURABLE_RUNS`] files, MiB/s. On a disk with a volatile
+    /// write cache (a virtual disk's host cache) the final flush can cost as much as the writes; dd's own
+    /// figure leaves it out.
+    pub durable_1mib_depth1_mib_s: f64,
+    /// The median `fdatasync` of those files, milliseconds.
+    pub durable_sync_ms: f64,
     /// The extent I/O settings of the embedded store that this device's write knees suggest.
     pub extent_settings: Option<ExtentSettings>,
     /// Wall time of the whole probe, seconds.
@@ -241,6 +253,8 @@ pub(crate) fn measure_device(
         .map_err(|e| io_error(format!("O_DIRECT append to {}", append_path.display()), e))?;
     drop(append_file);
     progress.inc(1);
+    let (durable_1mib_depth1_mib_s, durable_sync_ms) =
+        durable_pattern(dir, file_bytes.min(DURABLE_BYTES))?;
     progress.finish();
     let knees = knees(&points);
     let best = |op: &str| {
@@ -264,11 +278,57 @@ pub(crate) fn measure_device(
         read_mib_s: best("read"),
         write_1mib_depth1_mib_s: dd_like,
         append_1mib_depth1_mib_s: append.point.mib_s,
+        durable_1mib_depth1_mib_s,
+        durable_sync_ms,
         extent_settings: extent_settings(&knees),
         points,
         knees,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// dd's pattern made durable: `bytes` (a whole number of MiB; [`DURABLE_BYTES`] unless the probe file is
+/// smaller) appended in 1 MiB O_DIRECT requests at depth 1 to a new file, then `fdatasync`; [`DURABLE_RUNS`]
+/// files, each deleted after. Returns the median bandwidth, write and sync together, and the median sync time
+/// in milliseconds.
+fn durable_pattern(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
+    let mut buf = AlignedBuf::new(1 << 20);
+    rand::RngCore::fill_bytes(&mut rand::rng(), buf.bytes_mut());
+    let mut runs = Vec::with_capacity(DURABLE_RUNS);
+    for _ in 0..DURABLE_RUNS {
+        let path = dir.join(format!(
+            ".saltblob-probe-durable-{:016x}",
+            rand::random::<u64>()
+        ));
+        let fail = |e: io::Error| io_error(format!("durable dd pattern on {}", path.display()), e);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .map_err(fail)?;
+        let _cleanup = RemoveOnDrop(path.clone());
+        let started = Instant::now();
+        for i in 0..bytes >> 20 {
+            file.write_all_at(buf.bytes(), i << 20).map_err(fail)?;
+        }
+        let written = Instant::now();
+        file.sync_data().map_err(fail)?;
+        let total = started.elapsed().as_secs_f64();
+        runs.push((total, written.elapsed().as_secs_f64()));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let total = median(runs.iter().map(|r| r.0).collect());
+    let sync = median(runs.iter().map(|r| r.1).collect());
+    let mib_s = if total > 0.0 {
+        bytes as f64 / MIB / total
+    } else {
+        0.0
+    };
+    Ok((mib_s, sync * 1e3))
 }
 
 /// Pre-sizes `file` to `len` bytes with allocated (unwritten) extents.

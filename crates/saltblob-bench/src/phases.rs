@@ -94,7 +94,8 @@ impl Run {
             busy.as_secs_f64(),
             false,
         );
-        let mut details = json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) });
+        let mut details =
+            json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) });
         if let Some(bytes) = disk {
             details["disk_write_bytes"] = bytes.into();
         }
@@ -132,9 +133,8 @@ impl Run {
             busy.as_secs_f64(),
             true,
         );
-        report.details = Some(
-            json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) }),
-        );
+        report.details =
+            Some(json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) }));
         report
     }
 

@@ -28,6 +28,8 @@ pub(crate) fn ratios(
     let dd = reference.and_then(ProbeReport::dd_write_mib_s);
     let dd_name = "dd pattern: 1 MiB O_DIRECT appends, depth 1";
     let no_dd = "no dd-pattern reference (needs the device probe of an embedded store)";
+    let durable = reference.and_then(ProbeReport::durable_write_mib_s);
+    let durable_name = "durable dd pattern: 60 MiB of 1 MiB O_DIRECT appends, then fdatasync";
     for (name, what, phase_name, reference_bw, bw_name, missing) in [
         (
             "large_write_vs_reference",
@@ -51,6 +53,15 @@ pub(crate) fn ratios(
             "large_write",
             dd,
             dd_name,
+            no_dd,
+        ),
+        (
+            "large_write_vs_durable_dd",
+            "large-blob write throughput ÷ the probe's durable dd pattern (the same writes, then the fdatasync \
+             every durable put pays)",
+            "large_write",
+            durable,
+            durable_name,
             no_dd,
         ),
     ] {
@@ -93,6 +104,13 @@ pub(crate) fn ratios(
             "P99 of one large put ÷ (large size ÷ the probe's dd-pattern write bandwidth) (goal ≤ 1.5)",
             "large_write",
             dd,
+            no_dd,
+        ),
+        (
+            "large_put_p99_vs_durable_ideal",
+            "P99 of one large put ÷ (large size ÷ the probe's durable dd-pattern bandwidth)",
+            "large_write",
+            durable,
             no_dd,
         ),
     ] {
@@ -147,7 +165,10 @@ pub(crate) fn ratios(
     ] {
         let cpu_s = phase(phase_name).and_then(|p| {
             let d = p.details.as_ref()?;
-            Some((d.get("cpu_seconds")?.as_f64()?, d.get("cpu_seconds_per_gib")?.as_f64()?))
+            Some((
+                d.get("cpu_seconds")?.as_f64()?,
+                d.get("cpu_seconds_per_gib")?.as_f64()?,
+            ))
         });
         out.push(Ratio {
             name,

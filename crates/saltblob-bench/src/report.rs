@@ -357,6 +357,12 @@ pub fn probe_text(r: &ProbeReport) -> String {
             );
             let _ = writeln!(
                 s,
+                "  durable dd pattern (60 MiB as above, then fdatasync, median of 5): {:.0} MiB/s, of which the \
+                 fdatasync took {:.1} ms",
+                d.durable_1mib_depth1_mib_s, d.durable_sync_ms
+            );
+            let _ = writeln!(
+                s,
                 "  reference: write {:.0} MiB/s, read {:.0} MiB/s (best points), measured in {:.1} s",
                 d.write_mib_s, d.read_mib_s, d.seconds
             );

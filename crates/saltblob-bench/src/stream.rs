@@ -48,10 +48,7 @@ fn child_store(url: &str, run_id: &str) -> Result<(String, Option<PathBuf>), Str
         return Ok((url.to_owned(), None));
     };
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let dir = PathBuf::from(format!(
-        "{}.stream-{run_id}",
-        path.trim_end_matches('/')
-    ));
+    let dir = PathBuf::from(format!("{}.stream-{run_id}", path.trim_end_matches('/')));
     std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let query = if query.is_empty() {
         String::new()
@@ -63,7 +60,8 @@ fn child_store(url: &str, run_id: &str) -> Result<(String, Option<PathBuf>), Str
 
 /// Runs the child; returns its wall time, its peak RSS in KiB and the URL it wrote to.
 fn run_child(url: &str, key: &str, mib: u64, run_id: &str) -> Result<(f64, u64, String), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the saltblob binary: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the saltblob binary: {e}"))?;
     let (child_url, made) = child_store(url, run_id)?;
     let outcome = (|| {
         let started = Instant::now();

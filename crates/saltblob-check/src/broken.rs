@@ -24,8 +24,8 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use saltblob_core::{
-    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace, Precondition, Previous,
-    RecordWrite, Result,
+    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace,
+    Precondition, Previous, RecordWrite, Result,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

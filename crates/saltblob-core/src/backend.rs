@@ -334,8 +334,7 @@ impl BackendInfo {
     /// Whether a put of `size` bytes (a lower bound, for a stream of unknown length) stores its chunks as
     /// records of its version. Takes precedence over [`BackendInfo::unlogged_put`].
     pub fn records_put(&self, size: u64) -> bool {
-        self.chunk_records_min_bytes
-            .is_some_and(|min| size >= min)
+        self.chunk_records_min_bytes.is_some_and(|min| size >= min)
     }
 }
 

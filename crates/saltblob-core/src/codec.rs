@@ -255,7 +255,11 @@ mod tests {
             let (header, payload) = encode_record(place(5), &raw, codec);
             let mut joined = header.to_vec();
             joined.extend_from_slice(&payload);
-            assert_eq!(&joined[..], &encode_chunk(place(5), &raw, codec)[..], "{codec}");
+            assert_eq!(
+                &joined[..],
+                &encode_chunk(place(5), &raw, codec)[..],
+                "{codec}"
+            );
         }
         let incompressible: Bytes = (0..65536).map(|_| rand::random::<u8>()).collect();
         let (_, payload) = encode_record(place(0), &incompressible, Codec::Zstd);

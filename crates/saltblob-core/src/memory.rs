@@ -196,9 +196,7 @@ impl ChunkStore for MemoryStore {
     }
 
     async fn begin_chunk_records(&self, blob: &BlobRef, _plan: RecordsPlan) -> Result<()> {
-        self.lock()?
-            .files
-            .insert((blob.key.clone(), blob.version));
+        self.lock()?.files.insert((blob.key.clone(), blob.version));
         Ok(())
     }
 
@@ -270,7 +268,9 @@ impl ChunkStore for MemoryStore {
             .lock()?
             .files
             .contains(&(blob.key.clone(), blob.version));
-        Ok(Some(if file { "version file" } else { "chunks" }.to_owned()))
+        Ok(Some(
+            if file { "version file" } else { "chunks" }.to_owned(),
+        ))
     }
 
     fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {

@@ -306,7 +306,11 @@ impl RocksCore {
 
     /// The values of `keys` in column family `cf_name`, in the order of `keys` (blocking: call it on a blocking
     /// thread, see [`RocksCore::blocking`]).
-    pub(crate) fn multi_get(&self, cf_name: &'static str, keys: &[Vec<u8>]) -> Result<Vec<Option<Bytes>>> {
+    pub(crate) fn multi_get(
+        &self,
+        cf_name: &'static str,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Bytes>>> {
         self.db
             .batched_multi_get_cf(self.cf(cf_name)?, keys, false)
             .into_iter()

@@ -54,7 +54,10 @@ fn extent_fault_child() {
         }
         let mut data = vec![0u8; LARGE as usize];
         Noise::new(99).fill(&mut data);
-        let outcome = match store.put("big", Bytes::from(data), &PutOptions::new()).await {
+        let outcome = match store
+            .put("big", Bytes::from(data), &PutOptions::new())
+            .await
+        {
             Ok(m) => format!("ok {}", m.version),
             Err(e) => format!("error {e}"),
         };
@@ -81,7 +84,8 @@ fn put_under_faults(spec: &Path, faults: &[&str]) -> String {
     let started = Instant::now();
     while !spec.join("ready").exists() {
         assert!(
-            started.elapsed() < Duration::from_secs(60) && child.try_wait().expect("poll").is_none(),
+            started.elapsed() < Duration::from_secs(60)
+                && child.try_wait().expect("poll").is_none(),
             "the child did not open the store"
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -124,7 +128,9 @@ fn check_failed_put(spec: &Path, outcome: &str, expected: &str, previous: blake3
 fn first_version(spec: &Path) -> blake3::Hash {
     let file = spec.join("v1");
     let digest = random_file(&file, LARGE, 1);
-    ok(saltblob(&spec.join("store")).args(["put", "big"]).arg(&file));
+    ok(saltblob(&spec.join("store"))
+        .args(["put", "big"])
+        .arg(&file));
     assert_eq!(extent_files(&spec.join("store")).len(), 1);
     digest
 }
@@ -145,10 +151,7 @@ fn a_failed_extent_fsync_fails_the_put_and_its_file_goes() {
 fn a_full_disk_under_an_extent_write_fails_the_put_cleanly() {
     let spec = tempfile::tempdir().expect("tempdir");
     let previous = first_version(spec.path());
-    let outcome = put_under_faults(
-        spec.path(),
-        &["enable name=posix/io/rw/pwrite,failinfo=28"],
-    );
+    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
     check_failed_put(spec.path(), &outcome, "No space left on device", previous);
 }
 
@@ -199,21 +202,30 @@ fn a_real_full_disk_fails_large_puts_cleanly() {
         "$SB" --store "$S" --quiet fsck --json >"$SRC/fsck.json"
         ls "$D/store/extents" | wc -l
     "#;
-    let Some((success, stdout, stderr)) =
-        in_private_mount(script, &[("D", &mnt), ("SRC", &src)])
+    let Some((success, stdout, stderr)) = in_private_mount(script, &[("D", &mnt), ("SRC", &src)])
     else {
         return;
     };
     assert!(success, "{stdout}\n{stderr}");
-    assert_eq!(stdout.trim(), "1", "only the live version's extent file is left");
+    assert_eq!(
+        stdout.trim(),
+        "1",
+        "only the live version's extent file is left"
+    );
     for (file, what) in [("err1", "cannot allocate"), ("err2", "cannot grow")] {
         let err = std::fs::read_to_string(src.join(file)).expect("stderr");
         assert!(
-            err.contains(what) && err.contains("No space left on device") && err.contains("free space on it"),
+            err.contains(what)
+                && err.contains("No space left on device")
+                && err.contains("free space on it"),
             "{file}: {err}"
         );
     }
-    assert_eq!(hash_file(&src.join("out")), small, "the previous version, whole");
+    assert_eq!(
+        hash_file(&src.join("out")),
+        small,
+        "the previous version, whole"
+    );
     let fsck: serde_json::Value =
         serde_json::from_slice(&std::fs::read(src.join("fsck.json")).expect("fsck")).expect("json");
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
@@ -236,8 +248,7 @@ fn extents_fall_back_to_buffered_io_without_o_direct() {
         "$SB" --store "$S" --quiet describe big --json
         ls "$D/store/extents" | wc -l
     "#;
-    let Some((success, stdout, stderr)) =
-        in_private_mount(script, &[("D", &mnt), ("SRC", &src)])
+    let Some((success, stdout, stderr)) = in_private_mount(script, &[("D", &mnt), ("SRC", &src)])
     else {
         return;
     };

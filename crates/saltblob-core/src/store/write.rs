@@ -235,16 +235,18 @@ where
         lease.progress(),
     );
     let written = match writer.begin().await {
-        Ok(()) => write_chunks(
-        inner,
-        &key,
-        &mut reader,
-        head,
-        eof,
-        &mut writer,
-        opts.size_hint,
-    )
-    .await,
+        Ok(()) => {
+            write_chunks(
+                inner,
+                &key,
+                &mut reader,
+                head,
+                eof,
+                &mut writer,
+                opts.size_hint,
+            )
+            .await
+        }
         Err(e) => Err(e),
     };
     let written = written.and_then(|written| match opts.size_hint {
@@ -738,7 +740,11 @@ mod tests {
         )
         .expect("store");
         let min = usize::try_from(MEMORY_RECORDS_MIN_BYTES).expect("fits");
-        let large = Bytes::from((0..min * 2 + 7).map(|i| (i % 253) as u8).collect::<Vec<_>>());
+        let large = Bytes::from(
+            (0..min * 2 + 7)
+                .map(|i| (i % 253) as u8)
+                .collect::<Vec<_>>(),
+        );
         store
             .put("large", large.clone(), &PutOptions::new())
             .await
@@ -776,7 +782,11 @@ mod tests {
 
         // Replaced, then reclaimed: the replaced version's file goes.
         store
-            .put("large", Bytes::from_static(b"small now"), &PutOptions::new())
+            .put(
+                "large",
+                Bytes::from_static(b"small now"),
+                &PutOptions::new(),
+            )
             .await
             .expect("overwrite");
         store.reclaim_all().await.expect("reclaim");

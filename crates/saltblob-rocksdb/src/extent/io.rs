@@ -90,8 +90,8 @@ impl ReadBuffers {
                 .position(|b| b.capacity() >= len && b.capacity() <= len.saturating_mul(2))?;
             Some(free.swap_remove(at))
         });
-        let mut buf =
-            reused.unwrap_or_else(|| AlignedBuf::new(len.div_ceil(READ_GRAIN) * READ_GRAIN, self.align));
+        let mut buf = reused
+            .unwrap_or_else(|| AlignedBuf::new(len.div_ceil(READ_GRAIN) * READ_GRAIN, self.align));
         buf.len = len;
         buf
     }
@@ -350,10 +350,18 @@ mod tests {
         assert_eq!((shared.as_ptr().addr(), slice[0]), (addr, 42));
         drop(shared);
         let other = pool.take(100_000);
-        assert_ne!(other.bytes().as_ptr().addr(), addr, "still lent: a slice lives");
+        assert_ne!(
+            other.bytes().as_ptr().addr(),
+            addr,
+            "still lent: a slice lives"
+        );
         drop(slice);
         let again = pool.take(90_000);
-        assert_eq!(again.bytes().as_ptr().addr(), addr, "came back and is reused");
+        assert_eq!(
+            again.bytes().as_ptr().addr(),
+            addr,
+            "came back and is reused"
+        );
         assert_eq!(again.len(), 90_000);
         let big = pool.take(300_000);
         assert!(big.len() == 300_000 && big.bytes().as_ptr().addr() != addr);
@@ -371,7 +379,11 @@ mod tests {
         assert_eq!(pool.take().bytes()[0], 9, "the first returned is kept");
         assert_eq!(pool.take().bytes()[0], 0, "the second was dropped");
         pool.give(AlignedBuf::new(4096, 4096));
-        assert_eq!(pool.take().len(), 8192, "a buffer of another size is not kept");
+        assert_eq!(
+            pool.take().len(),
+            8192,
+            "a buffer of another size is not kept"
+        );
     }
 
     #[test]
@@ -379,11 +391,21 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (file, direct, why_not) = create(&dir.path().join("f"), true).expect("create");
         let (mode, statx_no) = IoMode::of(&file, direct);
-        assert!(mode.align >= MIN_ALIGN && mode.align.is_power_of_two(), "{mode:?}");
-        assert_eq!(mode.direct, direct && statx_no.is_none(), "{why_not:?} {statx_no:?}");
+        assert!(
+            mode.align >= MIN_ALIGN && mode.align.is_power_of_two(),
+            "{mode:?}"
+        );
+        assert_eq!(
+            mode.direct,
+            direct && statx_no.is_none(),
+            "{why_not:?} {statx_no:?}"
+        );
         assert_eq!(mode.round_up(1), mode.align);
         assert_eq!(mode.round_down(mode.align + 1), mode.align);
-        assert!(create(&dir.path().join("f"), true).is_err(), "never clobbers");
+        assert!(
+            create(&dir.path().join("f"), true).is_err(),
+            "never clobbers"
+        );
         if preallocate(&file, 0, 1 << 20).expect("fallocate") {
             assert_eq!(file.metadata().expect("meta").len(), 1 << 20);
         }

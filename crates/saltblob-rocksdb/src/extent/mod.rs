@@ -35,8 +35,8 @@ use saltblob_core::{BlobRef, ChunkRecord, Error, KeyDisplay, RecordsPlan, Result
 
 use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name};
 use self::io::{AlignedBuf, BufferPool, IoMode, ReadBuffers};
-use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
 pub(crate) use self::writer::Placed;
+use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
 use crate::config::RocksConfig;
 use crate::error::NAME;
 
@@ -89,9 +89,8 @@ impl Extents {
     pub(crate) fn open(config: &RocksConfig) -> Result<Self> {
         let dir = config.path.join(format::EXTENT_DIR);
         if config.extent_min_bytes.is_some() && !dir.is_dir() {
-            std::fs::create_dir_all(&dir).map_err(|e| {
-                dir_error(&dir, "cannot create the extent directory", e)
-            })?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| dir_error(&dir, "cannot create the extent directory", e))?;
             // The directory's own entry, durable before any file in it is trusted.
             std::fs::File::open(&config.path)
                 .and_then(|d| d.sync_all())
@@ -170,10 +169,9 @@ impl Extents {
     pub(crate) async fn begin(self: &Arc<Self>, blob: &BlobRef, plan: RecordsPlan) -> Result<()> {
         let this = Arc::clone(self);
         let for_task = blob.clone();
-        let (opened, dir) =
-            tokio::task::spawn_blocking(move || this.create(&for_task, plan))
-                .await
-                .map_err(crate::error::join)??;
+        let (opened, dir) = tokio::task::spawn_blocking(move || this.create(&for_task, plan))
+            .await
+            .map_err(crate::error::join)??;
         let Created {
             file,
             path,
@@ -304,7 +302,11 @@ impl Extents {
     /// Reads the records `wanted` of `blob` (blocking); returns each one's slot and stored bytes. When the file
     /// is gone (the version was deleted meanwhile) nothing is returned, and the caller reports the chunks
     /// missing. A record that lies past the end of the file is `Corrupt`.
-    pub(crate) fn read(&self, blob: &BlobRef, mut wanted: Vec<Wanted>) -> Result<Vec<(usize, Bytes)>> {
+    pub(crate) fn read(
+        &self,
+        blob: &BlobRef,
+        mut wanted: Vec<Wanted>,
+    ) -> Result<Vec<(usize, Bytes)>> {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
@@ -434,7 +436,8 @@ pub(crate) fn read_header(path: &Path) -> Result<Header> {
     let what = format!("extent file {}", path.display());
     let mut bytes = vec![0u8; 8192];
     let file = std::fs::File::open(path).map_err(|e| dir_error(path, "cannot open it", e))?;
-    let n = io::read_at_most(&file, &mut bytes, 0).map_err(|e| dir_error(path, "cannot read it", e))?;
+    let n =
+        io::read_at_most(&file, &mut bytes, 0).map_err(|e| dir_error(path, "cannot read it", e))?;
     Header::decode(bytes.get(..n).unwrap_or_default(), &what)
 }
 
@@ -442,9 +445,13 @@ pub(crate) fn read_header(path: &Path) -> Result<Header> {
 fn dir_error(path: &Path, what: &str, e: std::io::Error) -> Error {
     let hint = match e.raw_os_error() {
         Some(libc::ENOSPC) => " (the device is full: free space on it, then retry)",
-        Some(libc::EACCES | libc::EPERM) => " (check the permissions of the store's extents directory)",
+        Some(libc::EACCES | libc::EPERM) => {
+            " (check the permissions of the store's extents directory)"
+        }
         Some(libc::EROFS) => " (the file system is read-only)",
-        Some(libc::EEXIST) => " (a file of that name is already there: it is not this put's, and is left alone)",
+        Some(libc::EEXIST) => {
+            " (a file of that name is already there: it is not this put's, and is left alone)"
+        }
         _ => "",
     };
     Error::backend_caused(

@@ -74,6 +74,8 @@ struct State {
     failed: Option<String>,
     /// Whether `sync` succeeded.
     synced: bool,
+    /// When the writer was made (for the timings `sync` logs).
+    started: std::time::Instant,
 }
 
 impl ExtentWriter {
@@ -106,6 +108,7 @@ impl ExtentWriter {
                 dir_sync: Some(dir_sync),
                 failed: None,
                 synced: false,
+                started: std::time::Instant::now(),
             }),
         }
     }
@@ -125,9 +128,8 @@ impl ExtentWriter {
     async fn append_locked(&self, st: &mut State, records: &[ChunkRecord]) -> Result<Vec<Placed>> {
         let mut placed = Vec::with_capacity(records.len());
         for r in records {
-            let len = u32::try_from(r.len()).map_err(|_| {
-                self.error(format!("a chunk record of {} bytes", r.len()), None)
-            })?;
+            let len = u32::try_from(r.len())
+                .map_err(|_| self.error(format!("a chunk record of {} bytes", r.len()), None))?;
             let offset = st.offset + st.filled as u64;
             self.reserve(st, offset + u64::from(len)).await?;
             self.put(st, &r.header).await?;
@@ -244,6 +246,7 @@ impl ExtentWriter {
     }
 
     async fn sync_locked(&self, st: &mut State) -> Result<()> {
+        let called = std::time::Instant::now();
         let end = self.mode.round_up(st.offset + st.filled as u64);
         if st.filled > 0 {
             let len = usize::try_from(end - st.offset).unwrap_or(usize::MAX);
@@ -269,6 +272,7 @@ impl ExtentWriter {
         if let Some(e) = first_error {
             return Err(e);
         }
+        let landed = std::time::Instant::now();
         let (file, allocated) = (Arc::clone(&self.file), st.allocated);
         let synced = tokio::task::spawn_blocking(move || {
             if allocated > end {
@@ -279,12 +283,23 @@ impl ExtentWriter {
         .await
         .map_err(|e| self.error(format!("sync task failed: {e}"), None))?;
         synced.map_err(|e| self.error("cannot sync (fdatasync)".into(), Some(e)))?;
+        let fdatasync = landed.elapsed();
         if let Some(dir_sync) = st.dir_sync.take() {
             dir_sync
                 .await
                 .map_err(|e| self.error(format!("directory sync task failed: {e}"), None))?
                 .map_err(|e| self.error("cannot sync its directory".into(), Some(e)))?;
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            "extent file {}: {end} bytes durable {:.1} ms after its creation; the sync waited {:.1} ms for the \
+             last writes, {:.1} ms for fdatasync, {:.1} ms for the directory",
+            self.path.display(),
+            ms(st.started.elapsed()),
+            ms(landed - called),
+            ms(fdatasync),
+            ms(landed.elapsed() - fdatasync),
+        );
         Ok(())
     }
 
@@ -321,10 +336,7 @@ impl ExtentWriter {
             _ => "",
         };
         let message = match &e {
-            Some(e) => format!(
-                "extent file {}: {what}: {e}{hint}",
-                self.path.display()
-            ),
+            Some(e) => format!("extent file {}: {what}: {e}{hint}", self.path.display()),
             None => format!("extent file {}: {what}", self.path.display()),
         };
         match e {

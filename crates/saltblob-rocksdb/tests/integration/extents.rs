@@ -91,7 +91,12 @@ async fn large_versions_live_in_extent_files_until_reclaimed() {
         "{len} bytes for {records} of records: pre-sized to the data, header and alignment"
     );
     assert_eq!(
-        store.describe("big").await.expect("describe").storage.as_deref(),
+        store
+            .describe("big")
+            .await
+            .expect("describe")
+            .storage
+            .as_deref(),
         Some("extent")
     );
     assert_eq!(
@@ -105,7 +110,12 @@ async fn large_versions_live_in_extent_files_until_reclaimed() {
     );
     assert_eq!(store.get("big").await.expect("get"), large);
     assert_eq!(store.get("small").await.expect("get"), small);
-    for range in [0..1, 65_535..65_537, 5_000_000..5_300_000, (LARGE - 10) as u64..LARGE as u64] {
+    for range in [
+        0..1,
+        65_535..65_537,
+        5_000_000..5_300_000,
+        (LARGE - 10) as u64..LARGE as u64,
+    ] {
         let got = store.get_range("big", range.clone()).await.expect("range");
         let (s, e) = (range.start as usize, range.end as usize);
         assert_eq!(got, large.slice(s..e), "range {range:?}");
@@ -121,15 +131,25 @@ async fn large_versions_live_in_extent_files_until_reclaimed() {
     assert_eq!(store.get("big").await.expect("get"), streamed);
     let len2 = std::fs::metadata(&path2).expect("extent 2").len();
     assert!(len2 < (LARGE as u64) + (1 << 20), "{len2}: trimmed");
-    assert!(path1.exists(), "the replaced version's file stays until reclaimed");
+    assert!(
+        path1.exists(),
+        "the replaced version's file stays until reclaimed"
+    );
     store.reclaim_all().await.expect("reclaim");
-    assert_eq!(extent_files(dir.path()), vec![path2.clone()], "replaced file unlinked");
+    assert_eq!(
+        extent_files(dir.path()),
+        vec![path2.clone()],
+        "replaced file unlinked"
+    );
 
     store.delete("big").await.expect("delete");
     store.reclaim_all().await.expect("reclaim");
     assert!(extent_files(dir.path()).is_empty(), "deleted file unlinked");
     let fsck = store.fsck(&FsckOptions::new()).await.expect("fsck");
-    assert!(fsck.damaged.is_empty() && fsck.orphans.is_empty(), "{fsck:?}");
+    assert!(
+        fsck.damaged.is_empty() && fsck.orphans.is_empty(),
+        "{fsck:?}"
+    );
 }
 
 /// An extent file cut short is reported as corruption naming the file and the chunk, not read as data:
@@ -163,7 +183,10 @@ async fn a_truncated_extent_is_reported_as_corruption() {
         "{text}"
     );
     assert_eq!(
-        store.get_range("big", 0..1_000_000).await.expect("before the cut"),
+        store
+            .get_range("big", 0..1_000_000)
+            .await
+            .expect("before the cut"),
         large.slice(..1_000_000)
     );
     let fsck = store.fsck(&FsckOptions::new()).await.expect("fsck");
@@ -205,10 +228,17 @@ async fn foreign_and_read_only_files_in_the_extent_directory() {
     let gc = GcOptions::new().with_grace(Duration::ZERO);
     store.gc(&gc).await.expect("gc");
     let fsck = store
-        .fsck(&FsckOptions::new().with_repair(true).with_min_age(Duration::ZERO))
+        .fsck(
+            &FsckOptions::new()
+                .with_repair(true)
+                .with_min_age(Duration::ZERO),
+        )
         .await
         .expect("fsck");
-    assert!(fsck.orphans.is_empty() && fsck.damaged.is_empty(), "{fsck:?}");
+    assert!(
+        fsck.orphans.is_empty() && fsck.damaged.is_empty(),
+        "{fsck:?}"
+    );
     assert_eq!(fsck.version_files, 1, "{fsck:?}");
     drop(store);
     drop(rocks);
@@ -248,7 +278,10 @@ async fn fsck_reports_and_repairs_orphan_extent_files() {
         version: saltblob_core::VersionId::generate(),
     };
     rocks
-        .begin_chunk_records(&orphan, saltblob_core::RecordsPlan::new(65536, Some(1 << 20)))
+        .begin_chunk_records(
+            &orphan,
+            saltblob_core::RecordsPlan::new(65536, Some(1 << 20)),
+        )
         .await
         .expect("begin");
     let fsck = store.fsck(&FsckOptions::new()).await.expect("fsck");
@@ -256,7 +289,11 @@ async fn fsck_reports_and_repairs_orphan_extent_files() {
     assert_eq!((fsck.orphans[0].chunks, fsck.orphans[0].files), (0, 1));
     assert_eq!(&fsck.orphans[0].key[..], b"ghost");
     let fsck = store
-        .fsck(&FsckOptions::new().with_repair(true).with_min_age(Duration::ZERO))
+        .fsck(
+            &FsckOptions::new()
+                .with_repair(true)
+                .with_min_age(Duration::ZERO),
+        )
         .await
         .expect("repair");
     assert!(fsck.orphans[0].removed, "{fsck:?}");
@@ -339,7 +376,8 @@ fn a_kill_between_extent_sync_and_commit_keeps_the_previous_version() {
     let signal = dir.path().join("synced");
     let started = Instant::now();
     while !signal.exists() {
-        if started.elapsed() > Duration::from_secs(120) || child.try_wait().expect("wait").is_some() {
+        if started.elapsed() > Duration::from_secs(120) || child.try_wait().expect("wait").is_some()
+        {
             let _ = child.kill();
             panic!("the child did not reach the sync of its second put (or it exited)");
         }
@@ -364,9 +402,16 @@ fn a_kill_between_extent_sync_and_commit_keeps_the_previous_version() {
             .await
             .expect("gc");
         assert_eq!(gc.abandoned_puts, 1, "{gc:?}");
-        assert_eq!(extent_files(&store_dir).len(), 1, "the abandoned file is gone");
+        assert_eq!(
+            extent_files(&store_dir).len(),
+            1,
+            "the abandoned file is gone"
+        );
         let fsck = store.fsck(&FsckOptions::new()).await.expect("fsck");
-        assert!(fsck.damaged.is_empty() && fsck.orphans.is_empty(), "{fsck:?}");
+        assert!(
+            fsck.damaged.is_empty() && fsck.orphans.is_empty(),
+            "{fsck:?}"
+        );
         assert_eq!(store.get("k").await.expect("get"), value(LARGE, 1));
     });
 }

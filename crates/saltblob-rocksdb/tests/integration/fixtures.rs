@@ -15,7 +15,13 @@ use saltblob_rocksdb::{RocksConfig, RocksStore};
 const BLOBS: [(&str, usize, u32, Codec, &str); 4] = [
     ("fixture/extent-raw", 40_000, 4096, Codec::None, "extent"),
     ("fixture/extent-zstd", 30_000, 4096, Codec::Zstd, "extent"),
-    ("fixture/blob-files", 50_000, 4096, Codec::None, "blob files"),
+    (
+        "fixture/blob-files",
+        50_000,
+        4096,
+        Codec::None,
+        "blob files",
+    ),
     ("fixture/inline", 100, 4096, Codec::None, "manifest"),
 ];
 
@@ -130,7 +136,10 @@ async fn the_committed_format2_fixture_reads_back() {
         .fsck(&saltblob_core::FsckOptions::new())
         .await
         .expect("fsck");
-    assert!(fsck.damaged.is_empty() && fsck.orphans.is_empty(), "{fsck:?}");
+    assert!(
+        fsck.damaged.is_empty() && fsck.orphans.is_empty(),
+        "{fsck:?}"
+    );
     assert_eq!(fsck.version_files, 2);
     assert_eq!(fsck.blobs, 4);
 }
