@@ -128,7 +128,7 @@ impl Extents {
 
     /// The I/O mode of the file system, learnt from `file` (opened direct or not) the first time.
     fn mode_of(&self, file: &std::fs::File, direct: bool, why_not: Option<String>) -> IoMode {
-        let mode = *self.mode.get_or_init(|| {
+        *self.mode.get_or_init(|| {
             let (mode, statx_no) = IoMode::of(file, direct);
             if let Some(why) = why_not.or(statx_no)
                 && !self.fallback_logged.swap(true, Ordering::Relaxed)
@@ -140,8 +140,7 @@ impl Extents {
                 );
             }
             mode
-        });
-        mode
+        })
     }
 
     fn writers(&self) -> Result<std::sync::MutexGuard<'_, HashMap<BlobRef, Arc<ExtentWriter>>>> {
