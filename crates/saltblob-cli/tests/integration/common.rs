@@ -139,3 +139,13 @@ pub fn fsck_gc_fsck(store: &Path, lease: std::time::Duration) -> (String, serde_
         .replace('\n', "; ");
     (report, fsck)
 }
+
+/// The runtime of a child process run under libfiu's `fiu-run -x`: no I/O driver, whose wake-ups are writes to an
+/// eventfd, which injected write faults would break.
+pub fn fault_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("runtime")
+}

@@ -38,12 +38,7 @@ fn extent_fault_child() {
         return;
     };
     let spec = PathBuf::from(spec);
-    // No I/O driver: its wake-ups are writes to an eventfd, which injected write faults would break.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let rt = fault_runtime();
     rt.block_on(async move {
         let store = saltblob::open(&store_url(&spec.join("store")), StoreConfig::default())
             .await
@@ -181,15 +176,21 @@ fn in_private_mount(script: &str, vars: &[(&str, &Path)]) -> Option<(bool, Strin
     ))
 }
 
+/// A scratch directory with a mount point `mnt` and a directory `src` (outside the mount) in it.
+fn mount_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let spec = tempfile::tempdir().expect("tempdir");
+    let (mnt, src) = (spec.path().join("mnt"), spec.path().join("src"));
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    std::fs::create_dir_all(&src).expect("source dir");
+    (spec, mnt, src)
+}
+
 /// A real full disk: on a 256 MiB tmpfs, a 300 MiB put of known size fails as its extent file is allocated
 /// (before any chunk is written), and a 300 MiB stream fails when its file can grow no more; each with a
 /// clear error, the previous version whole, and no extent file left but the live one.
 #[test]
 fn a_real_full_disk_fails_large_puts_cleanly() {
-    let spec = tempfile::tempdir().expect("tempdir");
-    let (mnt, src) = (spec.path().join("mnt"), spec.path().join("src"));
-    std::fs::create_dir_all(&mnt).expect("mount point");
-    std::fs::create_dir_all(&src).expect("source dir");
+    let (_scratch, mnt, src) = mount_dirs();
     let small = random_file(&src.join("v1"), 16 << 20, 1);
     random_file(&src.join("huge"), 300 << 20, 2);
     let script = r#"
@@ -235,10 +236,7 @@ fn a_real_full_disk_fails_large_puts_cleanly() {
 /// reads back whole.
 #[test]
 fn extents_fall_back_to_buffered_io_without_o_direct() {
-    let spec = tempfile::tempdir().expect("tempdir");
-    let (mnt, src) = (spec.path().join("mnt"), spec.path().join("src"));
-    std::fs::create_dir_all(&mnt).expect("mount point");
-    std::fs::create_dir_all(&src).expect("source dir");
+    let (_scratch, mnt, src) = mount_dirs();
     let digest = random_file(&src.join("v1"), LARGE, 3);
     let script = r#"
         mount -t ramfs ramfs "$D"

@@ -53,12 +53,7 @@ fn fault_child() {
         return;
     };
     let spec = PathBuf::from(spec);
-    // No I/O driver: its wake-ups are writes to an eventfd, which the injected faults would break.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let rt = fault_runtime();
     rt.block_on(async move {
         let store = saltblob::open(&store_url(&spec.join("store")), StoreConfig::default())
             .await

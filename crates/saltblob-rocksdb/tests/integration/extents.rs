@@ -4,9 +4,9 @@
 //! files; the committed format fixture.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -361,28 +361,13 @@ fn extent_kill_child() {
 #[test]
 fn a_kill_between_extent_sync_and_commit_keeps_the_previous_version() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "extents::extent_kill_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the child");
-    let signal = dir.path().join("synced");
-    let started = Instant::now();
-    while !signal.exists() {
-        if started.elapsed() > Duration::from_secs(120) || child.try_wait().expect("wait").is_some()
-        {
-            let _ = child.kill();
-            panic!("the child did not reach the sync of its second put (or it exited)");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut child = crate::child_until(
+        "extents::extent_kill_child",
+        CHILD_ENV,
+        dir.path(),
+        "synced",
+        Duration::from_secs(120),
+    );
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
     let store_dir = dir.path().join("store");

@@ -4,9 +4,8 @@
 //! bytes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use saltblob_core::backend::ChunkStore;
@@ -78,27 +77,14 @@ fn unlogged_put_child() {
 #[test]
 fn a_killed_process_keeps_its_committed_large_put() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "unlogged::unlogged_put_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the child");
+    let mut child = crate::child_until(
+        "unlogged::unlogged_put_child",
+        CHILD_ENV,
+        dir.path(),
+        "committed",
+        COMMIT_WAIT,
+    );
     let report = dir.path().join("committed");
-    let started = Instant::now();
-    while !report.exists() {
-        if started.elapsed() > COMMIT_WAIT || child.try_wait().expect("wait").is_some() {
-            let _ = child.kill();
-            panic!("the child did not commit within {COMMIT_WAIT:?} (or it exited)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
 
