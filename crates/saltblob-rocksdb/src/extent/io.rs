@@ -60,7 +60,8 @@ impl AlignedBuf {
 
 /// Buffers for reads, reused: a read buffer is handed out as shared [`Bytes`] (its chunks are slices of it,
 /// no copy) and comes back here when the last of them is dropped, so that reads neither zero nor fault in fresh
-/// memory each time. Sizes are rounded up to 64 KiB; at most `keep` idle buffers are kept.
+/// memory each time. Sizes are rounded up to 64 KiB; at most `keep` idle buffers are kept, of [`READ_IDLE_BYTES`]
+/// in all (a larger one that comes back is freed).
 pub(crate) struct ReadBuffers {
     align: usize,
     keep: usize,
@@ -69,6 +70,8 @@ pub(crate) struct ReadBuffers {
 
 /// Granularity of read buffer sizes, so that reads of about the same size share buffers.
 const READ_GRAIN: usize = 64 << 10;
+/// The most bytes of idle read buffers kept: what one large get reads ahead (16 reads of 1 MiB batches).
+pub(crate) const READ_IDLE_BYTES: usize = 32 << 20;
 
 impl ReadBuffers {
     /// A pool of read buffers aligned to `align`, keeping at most `keep` idle.
@@ -106,10 +109,11 @@ impl ReadBuffers {
     }
 
     fn give(&self, buf: AlignedBuf) {
-        if let Ok(mut free) = self.free.lock()
-            && free.len() < self.keep
-        {
-            free.push(buf);
+        if let Ok(mut free) = self.free.lock() {
+            let idle: usize = free.iter().map(AlignedBuf::capacity).sum();
+            if free.len() < self.keep && idle + buf.capacity() <= READ_IDLE_BYTES {
+                free.push(buf);
+            }
         }
     }
 }
@@ -366,6 +370,16 @@ mod tests {
         let big = pool.take(300_000);
         assert!(big.len() == 300_000 && big.bytes().as_ptr().addr() != addr);
         drop(other);
+
+        // Idle buffers are kept up to READ_IDLE_BYTES in all: a huge one is freed when it comes back.
+        let huge = pool.take(READ_IDLE_BYTES);
+        drop(pool.share(huge));
+        drop(pool.share(big));
+        let kept = pool.free.lock().expect("lock");
+        assert!(
+            kept.len() == 1 && kept[0].capacity() < READ_IDLE_BYTES,
+            "kept the small one only"
+        );
     }
 
     #[test]

@@ -301,11 +301,7 @@ impl Extents {
     /// Reads the records `wanted` of `blob` (blocking); returns each one's slot and stored bytes. When the file
     /// is gone (the version was deleted meanwhile) nothing is returned, and the caller reports the chunks
     /// missing. A record that lies past the end of the file is `Corrupt`.
-    pub(crate) fn read(
-        &self,
-        blob: &BlobRef,
-        mut wanted: Vec<Wanted>,
-    ) -> Result<Vec<(usize, Bytes)>> {
+    pub(crate) fn read(&self, blob: &BlobRef, wanted: Vec<Wanted>) -> Result<Vec<(usize, Bytes)>> {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
@@ -323,43 +319,24 @@ impl Extents {
             .metadata()
             .map_err(|e| dir_error(&path, "cannot stat it", e))?
             .len();
-        wanted.sort_by_key(|w| w.pointer.offset);
         let mut out = Vec::with_capacity(wanted.len());
-        let mut rest = &wanted[..];
-        while let Some(first) = rest.first() {
-            let mut end = first.pointer.end();
-            let mut n = 1;
-            while let Some(next) = rest.get(n) {
-                let reach = next.pointer.end().max(end);
-                if next.pointer.offset > end + MAX_GAP_BYTES
-                    || reach - first.pointer.offset > MAX_RUN_BYTES
-                {
-                    break;
-                }
-                end = reach;
-                n += 1;
-            }
-            let (run, after) = rest.split_at(n);
-            rest = after;
-            if let Some(past) = run.iter().find(|w| w.pointer.end() > file_len) {
+        for run in plan_runs(wanted, mode) {
+            if let Some(past) = run.members.iter().find(|w| w.pointer.end() > file_len) {
                 return Err(truncated(blob, &path, file_len, past));
             }
-            let start = mode.round_down(first.pointer.offset);
-            let len = mode.round_up(end) - start;
-            let mut buf = self.reads.take(usize::try_from(len).unwrap_or(usize::MAX));
-            let got = io::read_at_most(&file, buf.bytes_mut(), start)
+            let mut buf = self
+                .reads
+                .take(usize::try_from(run.len).unwrap_or(usize::MAX));
+            let got = io::read_at_most(&file, buf.bytes_mut(), run.start)
                 .map_err(|e| dir_error(&path, "cannot read it", e))?;
-            if (got as u64) < end - start {
-                let past = run
-                    .iter()
-                    .find(|w| w.pointer.end() > start + got as u64)
-                    .unwrap_or(first);
-                return Err(truncated(blob, &path, start + got as u64, past));
+            let got_end = run.start + got as u64;
+            if let Some(past) = run.members.iter().find(|w| w.pointer.end() > got_end) {
+                return Err(truncated(blob, &path, got_end, past));
             }
             let bytes = self.reads.share(buf);
-            for w in run {
-                let from = usize::try_from(w.pointer.offset - start).unwrap_or(0);
-                let to = usize::try_from(w.pointer.end() - start).unwrap_or(0);
+            for w in &run.members {
+                let from = usize::try_from(w.pointer.offset - run.start).unwrap_or(0);
+                let to = usize::try_from(w.pointer.end() - run.start).unwrap_or(0);
                 out.push((w.slot, bytes.slice(from..to)));
             }
         }
@@ -430,6 +407,47 @@ impl Extents {
     }
 }
 
+/// One read of an extent file: the aligned span `start..start + len` and the records it covers.
+struct Run {
+    start: u64,
+    len: u64,
+    members: Vec<Wanted>,
+}
+
+/// Groups the records `wanted` into reads: sorted by offset, neighbours at most [`MAX_GAP_BYTES`] apart share
+/// a read of at most [`MAX_RUN_BYTES`] (the gap is read and dropped), and each read covers its records rounded
+/// out to `mode`'s alignment, nothing more. So a small range reads the few records that cover it, and a large
+/// read one aligned request per batch of records.
+fn plan_runs(mut wanted: Vec<Wanted>, mode: IoMode) -> Vec<Run> {
+    wanted.sort_by_key(|w| w.pointer.offset);
+    let mut runs: Vec<Run> = Vec::new();
+    let mut end = 0;
+    for w in wanted {
+        let joins = runs.last().is_some_and(|run| {
+            let first = run.members.first().map_or(run.start, |f| f.pointer.offset);
+            w.pointer.offset <= end + MAX_GAP_BYTES
+                && w.pointer.end().max(end) - first <= MAX_RUN_BYTES
+        });
+        match runs.last_mut() {
+            Some(run) if joins => {
+                end = end.max(w.pointer.end());
+                run.len = mode.round_up(end) - run.start;
+                run.members.push(w);
+            }
+            _ => {
+                end = w.pointer.end();
+                let start = mode.round_down(w.pointer.offset);
+                runs.push(Run {
+                    start,
+                    len: mode.round_up(end) - start,
+                    members: vec![w],
+                });
+            }
+        }
+    }
+    runs
+}
+
 /// The header of the extent file at `path`.
 pub(crate) fn read_header(path: &Path) -> Result<Header> {
     let what = format!("extent file {}", path.display());
@@ -477,4 +495,69 @@ fn truncated(blob: &BlobRef, path: &Path, len: u64, w: &Wanted) -> Error {
             w.pointer.end()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODE: IoMode = IoMode {
+        direct: true,
+        align: 4096,
+    };
+    /// A stored 64 KiB chunk: header and payload.
+    const RECORD: u32 = 65_536 + 12;
+
+    /// The pointers of chunks `indexes` of a version whose records lie one after another from 4096.
+    fn wanted(indexes: &[u64]) -> Vec<Wanted> {
+        indexes
+            .iter()
+            .enumerate()
+            .map(|(slot, &index)| Wanted {
+                slot,
+                index,
+                pointer: Pointer {
+                    offset: 4096 + index * u64::from(RECORD),
+                    len: RECORD,
+                },
+            })
+            .collect()
+    }
+
+    /// A small range reads only the record that covers it, rounded out to the alignment; a batch of
+    /// neighbours is one read; far-apart records, or more than a run holds, are separate reads.
+    #[test]
+    fn reads_cover_the_records_asked_for_and_no_more() {
+        let runs = plan_runs(wanted(&[500]), MODE);
+        assert_eq!(runs.len(), 1);
+        let (start, len) = (runs[0].start, runs[0].len);
+        let record = 4096 + 500 * u64::from(RECORD);
+        assert!(start <= record && start + len >= record + u64::from(RECORD));
+        assert!(
+            len < u64::from(RECORD) + 2 * 4096,
+            "{len} bytes read for one record"
+        );
+        assert_eq!((start % 4096, len % 4096), (0, 0), "aligned");
+
+        // Sixteen neighbours, handed over in any order: one read, slots kept.
+        let batch: Vec<u64> = (32..48).rev().collect();
+        let runs = plan_runs(wanted(&batch), MODE);
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].members.len(), 16);
+        assert!(runs[0].len < 16 * u64::from(RECORD) + 2 * 4096);
+        let first = runs[0].members.first().map(|w| (w.index, w.slot));
+        assert_eq!(first, Some((32, 15)));
+
+        // Two records far apart: two small reads, not the span between them.
+        let runs = plan_runs(wanted(&[3, 900]), MODE);
+        assert_eq!(runs.len(), 2, "a gap of 897 records is not read");
+        assert!(runs.iter().all(|r| r.len < u64::from(RECORD) + 2 * 4096));
+
+        // A gap of one record (64 KiB) is read through; more than a run's bytes are split.
+        assert_eq!(plan_runs(wanted(&[10, 12]), MODE).len(), 1);
+        let many: Vec<u64> = (0..400).collect();
+        let runs = plan_runs(wanted(&many), MODE);
+        assert!(runs.len() >= 2 && runs.iter().all(|r| r.len <= MAX_RUN_BYTES + 4096));
+        assert_eq!(runs.iter().map(|r| r.members.len()).sum::<usize>(), 400);
+    }
 }
