@@ -30,65 +30,62 @@ pub(crate) fn process_cpu_seconds() -> f64 {
 /// One CPU core's seconds per GiB of each step of a put, on this machine, now.
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuSteps {
-    /// BLAKE3 of each 64 KiB chunk (the blob digest's subtrees).
+    /// BLAKE3 of each 64 KiB chunk (the blob digest's subtrees): the chunk's first touch, from memory.
     pub blake3_s_per_gib: f64,
-    /// CRC32C of each chunk (with its 12-byte header, as the chunk codec computes it).
+    /// CRC32C of each chunk with its 12-byte header, as the chunk codec computes it, right after its BLAKE3
+    /// (the chunk in the cache, as in a put).
     pub crc32c_s_per_gib: f64,
-    /// One copy of each chunk into a 1 MiB I/O buffer that stays in the cache.
+    /// One copy of each chunk into a 1 MiB I/O buffer, right after its CRC32C.
     pub copy_s_per_gib: f64,
     /// The sum: the CPU a put needs per GiB at the least (one hash, one checksum, one copy).
     pub floor_s_per_gib: f64,
 }
 
-/// Measures [`CpuSteps`] (about a second): each step over 64 MiB of 64 KiB chunks, the best of three rounds.
+/// Measures [`CpuSteps`] (about a second): each 64 KiB chunk of 64 MiB hashed, checksummed and copied in turn,
+/// as a put's chunk task does, each step timed on its own; the best of three rounds (fresh data each round, so
+/// that BLAKE3 reads it from memory).
 pub fn measure_steps() -> CpuSteps {
-    let data = Bytes::from(
-        (0..SAMPLE)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-            .collect::<Vec<_>>(),
-    );
-    let chunks: Vec<Bytes> = (0..SAMPLE / CHUNK)
-        .map(|i| data.slice(i * CHUNK..(i + 1) * CHUNK))
-        .collect();
-    let best = |mut step: Box<dyn FnMut() -> u64 + '_>| {
-        let mut seconds = f64::MAX;
-        let mut sink = 0u64;
-        for _ in 0..3 {
-            let t = Instant::now();
-            sink = sink.wrapping_add(step());
-            seconds = seconds.min(t.elapsed().as_secs_f64());
-        }
-        std::hint::black_box(sink);
-        seconds / (SAMPLE as f64 / GIB)
-    };
-    let blake3_s_per_gib = best(Box::new(|| {
-        chunks
-            .iter()
-            .map(|c| u64::from(blake3::hash(c).as_bytes()[0]))
-            .sum()
-    }));
-    let crc32c_s_per_gib = best(Box::new(|| {
-        chunks
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let place = ChunkPlace {
-                    key: b"k",
-                    version: VersionId(1),
-                    index: i as u64,
-                };
-                u64::from(encode_record(place, c, Codec::None).0[8])
-            })
-            .sum()
-    }));
     let mut buffer = vec![0u8; IO_BUFFER];
-    let copy_s_per_gib = best(Box::new(|| {
-        for (i, c) in chunks.iter().enumerate() {
-            let at = (i * CHUNK) % IO_BUFFER;
-            buffer[at..at + CHUNK].copy_from_slice(c);
+    let mut best = [f64::MAX; 3];
+    let mut sink = 0u64;
+    for round in 0..3u64 {
+        let data = Bytes::from(
+            (0..SAMPLE as u64)
+                .map(|i| ((i + round).wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect::<Vec<_>>(),
+        );
+        let mut spent = [0.0f64; 3];
+        for (i, at) in (0..SAMPLE).step_by(CHUNK).enumerate() {
+            let chunk = data.slice(at..at + CHUNK);
+            let t = Instant::now();
+            sink = sink.wrapping_add(u64::from(blake3::hash(&chunk).as_bytes()[0]));
+            let hashed = Instant::now();
+            let place = ChunkPlace {
+                key: b"k",
+                version: VersionId(1),
+                index: i as u64,
+            };
+            sink = sink.wrapping_add(u64::from(encode_record(place, &chunk, Codec::None).0[8]));
+            let checked = Instant::now();
+            let to = at % IO_BUFFER;
+            if let Some(dest) = buffer.get_mut(to..to + CHUNK) {
+                dest.copy_from_slice(&chunk);
+            }
+            let copied = Instant::now();
+            for (s, d) in spent
+                .iter_mut()
+                .zip([hashed - t, checked - hashed, copied - checked])
+            {
+                *s += d.as_secs_f64();
+            }
         }
-        u64::from(buffer[7])
-    }));
+        for (b, s) in best.iter_mut().zip(spent) {
+            *b = b.min(s);
+        }
+    }
+    std::hint::black_box((sink, buffer.first().copied()));
+    let per_gib = |seconds: f64| seconds / (SAMPLE as f64 / GIB);
+    let [blake3_s_per_gib, crc32c_s_per_gib, copy_s_per_gib] = best.map(per_gib);
     CpuSteps {
         blake3_s_per_gib,
         crc32c_s_per_gib,

@@ -577,13 +577,13 @@ impl Run {
     }
 }
 
-/// Bytes this process (all its threads: the engine's flushes and compactions too) caused to be written to
-/// storage so far (`write_bytes` of `/proc/self/io`); `None` where the kernel does not report it.
 /// CPU seconds per GiB of `bytes` (`None` when nothing was moved).
 fn per_gib(cpu_seconds: f64, bytes: u64) -> Option<f64> {
     (bytes > 0).then(|| cpu_seconds / (bytes as f64 / (1u64 << 30) as f64))
 }
 
+/// Bytes this process (all its threads: the engine's flushes and compactions too) caused to be written to
+/// storage so far (`write_bytes` of `/proc/self/io`); `None` where the kernel does not report it.
 pub(crate) fn process_write_bytes() -> Option<u64> {
     std::fs::read_to_string("/proc/self/io")
         .ok()?

@@ -15,6 +15,11 @@ pub fn saltblob(store: &Path) -> Command {
     c
 }
 
+/// The URL of the embedded store in `dir`, with the defaults.
+pub fn store_url(dir: &Path) -> String {
+    format!("rocksdb://{}", dir.display())
+}
+
 /// Runs `cmd` and returns its output, failing the test with its stderr if it did not succeed.
 pub fn ok(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("run saltblob");

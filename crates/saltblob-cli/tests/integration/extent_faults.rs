@@ -18,10 +18,6 @@ const CHILD_ENV: &str = "SALTBLOB_EXTENT_FAULT_CHILD";
 /// A large blob: over the 8 MiB extent threshold.
 const LARGE: u64 = 12 << 20;
 
-fn store_url(dir: &Path) -> String {
-    format!("rocksdb://{}", dir.display())
-}
-
 /// The extent files of the store in `store`.
 fn extent_files(store: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(store.join("extents"))
@@ -150,9 +146,15 @@ fn a_full_disk_under_an_extent_write_fails_the_put_cleanly() {
     check_failed_put(spec.path(), &outcome, "No space left on device", previous);
 }
 
-/// Runs `script` with `sh` in a private user and mount namespace (`unshare -rm`), with `$D` a directory on
-/// which it may mount; returns stdout and stderr. `None` when this machine cannot make such namespaces.
-fn in_private_mount(script: &str, vars: &[(&str, &Path)]) -> Option<(bool, String, String)> {
+/// Mounts `mount` (the arguments of `mount` before the mount point, e.g. `-t ramfs ramfs`) on `$D` in a private
+/// user and mount namespace (`unshare -rm`), then runs `script` there with `sh`, `$S` the URL of a store in
+/// `$D/store`, `$SRC` a directory outside the mount and `$SB` the binary; fails the test if it fails. Returns
+/// its stdout and stderr, and the `$SRC` directory; `None` when this machine cannot make such namespaces.
+fn on_private_mount(
+    mount: &str,
+    script: &str,
+    prepare: impl FnOnce(&Path),
+) -> Option<(String, String, tempfile::TempDir)> {
     let probe = Command::new("unshare")
         .args(["-rm", "true"])
         .stderr(Stdio::null())
@@ -161,28 +163,26 @@ fn in_private_mount(script: &str, vars: &[(&str, &Path)]) -> Option<(bool, Strin
         eprintln!("unshare -rm is not available here (no user namespaces): skipped");
         return None;
     }
-    let mut cmd = Command::new("unshare");
-    cmd.args(["-rm", "sh", "-euc", script])
-        .env("SB", env!("CARGO_BIN_EXE_saltblob"))
-        .env_remove("SALTBLOB_STORE");
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run unshare");
-    Some((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
-/// A scratch directory with a mount point `mnt` and a directory `src` (outside the mount) in it.
-fn mount_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let spec = tempfile::tempdir().expect("tempdir");
-    let (mnt, src) = (spec.path().join("mnt"), spec.path().join("src"));
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let (mnt, src) = (scratch.path().join("mnt"), scratch.path().join("src"));
     std::fs::create_dir_all(&mnt).expect("mount point");
     std::fs::create_dir_all(&src).expect("source dir");
-    (spec, mnt, src)
+    prepare(&src);
+    let script = format!("mount {mount} \"$D\"\nS=\"rocksdb://$D/store\"\n{script}");
+    let out = Command::new("unshare")
+        .args(["-rm", "sh", "-euc", &script])
+        .env("SB", env!("CARGO_BIN_EXE_saltblob"))
+        .env("D", &mnt)
+        .env("SRC", &src)
+        .env_remove("SALTBLOB_STORE")
+        .output()
+        .expect("run unshare");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    Some((stdout, stderr, scratch))
 }
 
 /// A real full disk: on a 256 MiB tmpfs, a 300 MiB put of known size fails as its extent file is allocated
@@ -190,12 +190,8 @@ fn mount_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// clear error, the previous version whole, and no extent file left but the live one.
 #[test]
 fn a_real_full_disk_fails_large_puts_cleanly() {
-    let (_scratch, mnt, src) = mount_dirs();
-    let small = random_file(&src.join("v1"), 16 << 20, 1);
-    random_file(&src.join("huge"), 300 << 20, 2);
+    let mut small = None;
     let script = r#"
-        mount -t tmpfs -o size=256m tmpfs "$D"
-        S="rocksdb://$D/store"
         "$SB" --store "$S" --quiet put big "$SRC/v1"
         if "$SB" --store "$S" --quiet put big "$SRC/huge" 2>"$SRC/err1"; then echo "known-size put succeeded"; exit 1; fi
         if "$SB" --store "$S" --quiet put big - <"$SRC/huge" 2>"$SRC/err2"; then echo "stream succeeded"; exit 1; fi
@@ -203,11 +199,15 @@ fn a_real_full_disk_fails_large_puts_cleanly() {
         "$SB" --store "$S" --quiet fsck --json >"$SRC/fsck.json"
         ls "$D/store/extents" | wc -l
     "#;
-    let Some((success, stdout, stderr)) = in_private_mount(script, &[("D", &mnt), ("SRC", &src)])
+    let Some((stdout, _, scratch)) =
+        on_private_mount("-t tmpfs -o size=256m tmpfs", script, |src| {
+            small = Some(random_file(&src.join("v1"), 16 << 20, 1));
+            random_file(&src.join("huge"), 300 << 20, 2);
+        })
     else {
         return;
     };
-    assert!(success, "{stdout}\n{stderr}");
+    let src = scratch.path().join("src");
     assert_eq!(
         stdout.trim(),
         "1",
@@ -223,7 +223,7 @@ fn a_real_full_disk_fails_large_puts_cleanly() {
         );
     }
     assert_eq!(
-        hash_file(&src.join("out")),
+        Some(hash_file(&src.join("out"))),
         small,
         "the previous version, whole"
     );
@@ -236,25 +236,22 @@ fn a_real_full_disk_fails_large_puts_cleanly() {
 /// reads back whole.
 #[test]
 fn extents_fall_back_to_buffered_io_without_o_direct() {
-    let (_scratch, mnt, src) = mount_dirs();
-    let digest = random_file(&src.join("v1"), LARGE, 3);
+    let mut digest = None;
     let script = r#"
-        mount -t ramfs ramfs "$D"
-        S="rocksdb://$D/store"
         "$SB" --store "$S" --quiet put big "$SRC/v1"
         "$SB" --store "$S" --quiet get big -o "$SRC/out"
         "$SB" --store "$S" --quiet describe big --json
         ls "$D/store/extents" | wc -l
     "#;
-    let Some((success, stdout, stderr)) = in_private_mount(script, &[("D", &mnt), ("SRC", &src)])
-    else {
+    let Some((stdout, stderr, scratch)) = on_private_mount("-t ramfs ramfs", script, |src| {
+        digest = Some(random_file(&src.join("v1"), LARGE, 3));
+    }) else {
         return;
     };
-    assert!(success, "{stdout}\n{stderr}");
     assert!(
         stderr.contains("refuses O_DIRECT") && stderr.contains("buffered I/O"),
         "the fall-back is logged with its reason: {stderr}"
     );
     assert!(stdout.contains("\"storage\":\"extent\""), "{stdout}");
-    assert_eq!(hash_file(&src.join("out")), digest);
+    assert_eq!(Some(hash_file(&scratch.path().join("src/out"))), digest);
 }

@@ -40,10 +40,6 @@ fn keys() -> Vec<String> {
     key_set("fault/", 4)
 }
 
-fn store_url(dir: &Path) -> String {
-    format!("rocksdb://{}", dir.display())
-}
-
 /// The child: runs the load until the parent creates the `stop` file. Not a test on its own (it returns at once
 /// without the environment variable the parent sets).
 #[test]

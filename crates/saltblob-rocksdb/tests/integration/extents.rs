@@ -64,24 +64,31 @@ fn blob(key: &str, m: &saltblob_core::Manifest) -> BlobRef {
     }
 }
 
+/// A fresh store (in `dir`) holding key `big`, a large blob of `value(LARGE, seed)` in an extent file; returns
+/// the stores, the bytes and the path of the extent file.
+async fn store_with_big(dir: &Path, seed: u64) -> (Arc<RocksStore>, BlobStore, Bytes, PathBuf) {
+    let (rocks, store) = open(dir);
+    let large = value(LARGE, seed);
+    let m = store
+        .put("big", large.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let path = rocks.extent_path(&blob("big", &m));
+    (rocks, store, large, path)
+}
+
 /// A large put goes to an extent file of its version (pre-sized, trimmed to its data), small ones to RocksDB's
 /// blob files; both read back whole and by ranges; an overwrite keeps the old file until it is reclaimed, and
 /// a delete's reclaim unlinks the last one. A stream of unknown length goes to an extent too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_versions_live_in_extent_files_until_reclaimed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (rocks, store) = open(dir.path());
-    let large = value(LARGE, 1);
-    let m1 = store
-        .put("big", large.clone(), &PutOptions::new())
-        .await
-        .expect("put");
+    let (rocks, store, large, path1) = store_with_big(dir.path(), 1).await;
     let small = value(3 << 20, 2);
     store
         .put("small", small.clone(), &PutOptions::new())
         .await
         .expect("put small");
-    let path1 = rocks.extent_path(&blob("big", &m1));
     assert_eq!(extent_files(dir.path()), vec![path1.clone()], "one extent");
     let len = std::fs::metadata(&path1).expect("extent").len();
     let chunks = LARGE.div_ceil(64 << 10) as u64;
@@ -158,14 +165,9 @@ async fn large_versions_live_in_extent_files_until_reclaimed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_extent_is_reported_as_corruption() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let large = value(LARGE, 4);
-    let path = {
-        let (rocks, store) = open(dir.path());
-        let m = store
-            .put("big", large.clone(), &PutOptions::new())
-            .await
-            .expect("put");
-        rocks.extent_path(&blob("big", &m))
+    let (large, path) = {
+        let (_rocks, _store, large, path) = store_with_big(dir.path(), 4).await;
+        (large, path)
     };
     let cut = 8 << 20;
     std::fs::OpenOptions::new()
@@ -203,12 +205,7 @@ async fn a_truncated_extent_is_reported_as_corruption() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_and_read_only_files_in_the_extent_directory() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (rocks, store) = open(dir.path());
-    let large = value(LARGE, 5);
-    let m = store
-        .put("big", large.clone(), &PutOptions::new())
-        .await
-        .expect("put");
+    let (rocks, store, large, path) = store_with_big(dir.path(), 5).await;
     let extents = dir.path().join("extents");
     let foreign = [
         extents.join("notes.txt"),
@@ -219,7 +216,6 @@ async fn foreign_and_read_only_files_in_the_extent_directory() {
     for f in &foreign {
         std::fs::write(f, b"not saltblob's").expect("foreign file");
     }
-    let path = rocks.extent_path(&blob("big", &m));
     let mut perms = std::fs::metadata(&path).expect("meta").permissions();
     perms.set_readonly(true);
     std::fs::set_permissions(&path, perms).expect("read-only");
