@@ -145,12 +145,31 @@ pub fn fsck_gc_fsck(store: &Path, lease: std::time::Duration) -> (String, serde_
     (report, fsck)
 }
 
-/// The runtime of a child process run under libfiu's `fiu-run -x`: no I/O driver, whose wake-ups are writes to an
-/// eventfd, which injected write faults would break.
-pub fn fault_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+/// The body of a child process run under libfiu's `fiu-run -x` by the test that sets environment variable `env`
+/// to its working directory: opens the embedded store in `<dir>/store` with the defaults and runs `body` with the
+/// directory and the store, on a runtime without an I/O driver (its wake-ups are writes to an eventfd, which
+/// injected write faults would break). Returns at once when `env` is not set (the child run as a plain test).
+pub fn fault_child<F, Fut>(env: &str, body: F)
+where
+    F: FnOnce(std::path::PathBuf, saltblob::BlobStore) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(dir) = std::env::var_os(env) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_time()
         .build()
-        .expect("runtime")
+        .expect("runtime");
+    rt.block_on(async move {
+        let store = saltblob::open(
+            &store_url(&dir.join("store")),
+            saltblob::StoreConfig::default(),
+        )
+        .await
+        .expect("open store");
+        body(dir, store).await;
+    });
 }

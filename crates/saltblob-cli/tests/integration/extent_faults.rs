@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use saltblob::{PutOptions, StoreConfig};
+use saltblob::PutOptions;
 
 use crate::common::*;
 
@@ -30,15 +30,7 @@ fn extent_files(store: &Path) -> Vec<PathBuf> {
 #[test]
 #[ignore = "the child process of the injected extent faults; run by them"]
 fn extent_fault_child() {
-    let Some(spec) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let spec = PathBuf::from(spec);
-    let rt = fault_runtime();
-    rt.block_on(async move {
-        let store = saltblob::open(&store_url(&spec.join("store")), StoreConfig::default())
-            .await
-            .expect("open store");
+    fault_child(CHILD_ENV, async |spec, store| {
         std::fs::write(spec.join("ready"), b"").expect("ready");
         while !spec.join("go").exists() {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -5,7 +5,7 @@
 //! read back and the history is checked (an acknowledged put that did not survive would be *lost*), and `fsck`
 //! must find nothing damaged.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,15 +45,7 @@ fn keys() -> Vec<String> {
 #[test]
 #[ignore = "the child process of injected_write_and_fsync_failures_surface_as_errors; run by it"]
 fn fault_child() {
-    let Some(spec) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let spec = PathBuf::from(spec);
-    let rt = fault_runtime();
-    rt.block_on(async move {
-        let store = saltblob::open(&store_url(&spec.join("store")), StoreConfig::default())
-            .await
-            .expect("open store");
+    crate::common::fault_child(CHILD_ENV, async |spec, store| {
         let sink = Arc::new(FileSink::open(spec.join("history.jsonl")).expect("history file"));
         let mut load = WorkloadConfig::new(keys());
         load.clients = 3;

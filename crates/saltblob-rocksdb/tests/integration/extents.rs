@@ -77,6 +77,14 @@ async fn store_with_big(dir: &Path, seed: u64) -> (Arc<RocksStore>, BlobStore, B
     (rocks, store, large, path)
 }
 
+/// `fsck --repair` of every orphan, however young.
+async fn repair(store: &BlobStore) -> saltblob_core::FsckReport {
+    let opts = FsckOptions::new()
+        .with_repair(true)
+        .with_min_age(Duration::ZERO);
+    store.fsck(&opts).await.expect("fsck --repair")
+}
+
 /// A large put goes to an extent file of its version (pre-sized, trimmed to its data), small ones to RocksDB's
 /// blob files; both read back whole and by ranges; an overwrite keeps the old file until it is reclaimed, and
 /// a delete's reclaim unlinks the last one. A stream of unknown length goes to an extent too.
@@ -223,14 +231,7 @@ async fn foreign_and_read_only_files_in_the_extent_directory() {
 
     let gc = GcOptions::new().with_grace(Duration::ZERO);
     store.gc(&gc).await.expect("gc");
-    let fsck = store
-        .fsck(
-            &FsckOptions::new()
-                .with_repair(true)
-                .with_min_age(Duration::ZERO),
-        )
-        .await
-        .expect("fsck");
+    let fsck = repair(&store).await;
     assert!(
         fsck.orphans.is_empty() && fsck.damaged.is_empty(),
         "{fsck:?}"
@@ -284,14 +285,7 @@ async fn fsck_reports_and_repairs_orphan_extent_files() {
     assert_eq!(fsck.orphans.len(), 1, "{fsck:?}");
     assert_eq!((fsck.orphans[0].chunks, fsck.orphans[0].files), (0, 1));
     assert_eq!(&fsck.orphans[0].key[..], b"ghost");
-    let fsck = store
-        .fsck(
-            &FsckOptions::new()
-                .with_repair(true)
-                .with_min_age(Duration::ZERO),
-        )
-        .await
-        .expect("repair");
+    let fsck = repair(&store).await;
     assert!(fsck.orphans[0].removed, "{fsck:?}");
     assert!(extent_files(dir.path()).is_empty());
 }
