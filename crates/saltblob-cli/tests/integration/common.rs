@@ -145,6 +145,19 @@ pub fn fsck_gc_fsck(store: &Path, lease: std::time::Duration) -> (String, serde_
     (report, fsck)
 }
 
+/// The ignored test `name` of this binary as a child process under libfiu's `fiu-run -x` (faults off until
+/// `fiu-ctrl` enables them), with environment variable `env` set to `dir`; stdout discarded, stderr piped.
+pub fn fiu_child(name: &str, env: &str, dir: &Path) -> Command {
+    let mut c = Command::new("fiu-run");
+    c.arg("-x")
+        .arg(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--ignored", "--test-threads=1"])
+        .env(env, dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
 /// The body of a child process run under libfiu's `fiu-run -x` by the test that sets environment variable `env`
 /// to its working directory: opens the embedded store in `<dir>/store` with the defaults and runs `body` with the
 /// directory and the store, on a runtime without an I/O driver (its wake-ups are writes to an eventfd, which

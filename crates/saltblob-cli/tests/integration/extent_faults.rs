@@ -50,18 +50,7 @@ fn extent_fault_child() {
 
 /// Runs the child under `fiu-run -x`, enables `faults` once it is ready, lets it put, and returns its outcome.
 fn put_under_faults(spec: &Path, faults: &[&str]) -> String {
-    let mut child = Command::new("fiu-run")
-        .arg("-x")
-        .arg(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "extent_faults::extent_fault_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, spec)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    let mut child = fiu_child("extent_faults::extent_fault_child", CHILD_ENV, spec)
         .spawn()
         .expect("spawn the child under fiu-run (Debian's fiu-utils)");
     let started = Instant::now();

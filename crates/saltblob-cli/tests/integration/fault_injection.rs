@@ -99,18 +99,7 @@ fn injected_write_and_fsync_failures_surface_as_errors() {
     );
     let spec = tempfile::tempdir().expect("tempdir");
     let history = spec.path().join("history.jsonl");
-    let mut child = Command::new("fiu-run")
-        .arg("-x")
-        .arg(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "fault_injection::fault_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, spec.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    let mut child = fiu_child("fault_injection::fault_child", CHILD_ENV, spec.path())
         .spawn()
         .expect("spawn the child under fiu-run");
     let pid = child.id();
