@@ -52,19 +52,7 @@ struct Cli {
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SALTBLOB_LOG")
-                // The server's access log and gc passes are at info level; s3s logs every refused request as
-                // an error, which the access log already shows with its status; the CQL driver logs each failed
-                // connection attempt, which saltblob's one-line error already explains (`SALTBLOB_LOG=debug`
-                // shows them).
-                .unwrap_or_else(|_| "warn,s3s=off,scylla=off,saltblob_server=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: the server's access log is often a file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,6 +75,50 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// The default log filter. The server's access log and gc passes are at info level; s3s logs every refused
+/// request as an error, which the access log already shows with its status; the CQL driver logs each failed
+/// connection attempt, which saltblob's one-line error already explains (`SALTBLOB_LOG=debug` shows them).
+const DEFAULT_LOG_FILTER: &str = "warn,s3s=off,scylla=off,saltblob_server=info";
+
+/// Logs to stderr, filtered by `SALTBLOB_LOG` (else [`DEFAULT_LOG_FILTER`]) and by [`may_log`] whatever
+/// `SALTBLOB_LOG` says.
+fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    tracing_subscriber::fmt()
+        .with_env_filter(log_filter(std::env::var("SALTBLOB_LOG").ok().as_deref()))
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal: the server's access log is often a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .finish()
+        .with(tracing_subscriber::filter::filter_fn(may_log))
+        .init();
+}
+
+/// The filter `SALTBLOB_LOG` (`setting`) asks for, or [`DEFAULT_LOG_FILTER`] when it is unset or invalid.
+fn log_filter(setting: Option<&str>) -> tracing_subscriber::EnvFilter {
+    setting
+        .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER))
+}
+
+/// Whether an event or span may be logged at all. s3s's debug logs carry what lets a reader forge requests:
+/// the expected signature of every refused request (`s3s::ops::signature`), and whole requests with their
+/// `Authorization` header or presigned URL (`s3s::service`, and the form fields in `s3s::ops`). Those are
+/// never logged, whatever `SALTBLOB_LOG` says (its span directives included); s3s's warnings and errors are.
+fn may_log(meta: &tracing::Metadata<'_>) -> bool {
+    let target = meta.target();
+    let under = |module: &str| {
+        target
+            .strip_prefix(module)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    };
+    if under("s3s::ops::signature") || under("s3s::sig_v2") || under("s3s::sig_v4") {
+        return false;
+    }
+    !(under("s3s") && *meta.level() > tracing::Level::WARN)
 }
 
 /// Caps glibc malloc at two arenas before any thread starts. Chunk buffers are allocated and freed on many
@@ -139,4 +171,77 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         return command.without_store(&dir);
     }
     command.run(&context).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+
+    /// A log writer that keeps what it is given.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if let Ok(mut v) = self.0.lock() {
+                v.extend_from_slice(buf);
+            }
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Whatever `SALTBLOB_LOG` enables, s3s's logs of expected signatures and whole requests are not written;
+    /// s3s's errors and saltblob's own debug logs are.
+    #[test]
+    fn signatures_are_never_logged_whatever_saltblob_log_says() {
+        for setting in [
+            "trace",
+            "s3s=trace,s3s::ops::signature=trace",
+            "[check]=trace",
+        ] {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(log_filter(Some(setting)))
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish()
+                .with(tracing_subscriber::filter::filter_fn(may_log));
+            tracing::subscriber::with_default(subscriber, || {
+                let span = tracing::debug_span!(target: "s3s::ops::signature", "check");
+                let _entered = span.enter();
+                tracing::debug!(target: "s3s::ops::signature", expected = "f00dfeed", "signature mismatch");
+                tracing::debug!(target: "s3s::service", req = "X-Amz-Signature=cafebabe", "request");
+                tracing::error!(target: "s3s::ops", "failed to prepare");
+                tracing::debug!(target: "saltblob_server::own", "own debug line");
+            });
+            let log = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+            if setting == "trace" {
+                assert!(
+                    log.contains("failed to prepare") && log.contains("own debug line"),
+                    "{log}"
+                );
+            }
+            assert!(
+                !log.contains("f00dfeed") && !log.contains("cafebabe"),
+                "{setting}: a signature in the log:\n{log}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_invalid_saltblob_log_falls_back_to_the_default() {
+        assert_eq!(
+            log_filter(Some("=[")).to_string(),
+            log_filter(None).to_string()
+        );
+    }
 }

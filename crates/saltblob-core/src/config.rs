@@ -23,6 +23,11 @@ pub struct StoreConfig {
     pub inflight_bytes: usize,
     /// Raw bytes of chunks sent to the backend in one call. Defaults to 1 MiB (capped by the backend).
     pub batch_bytes: usize,
+    /// Raw bytes of chunks all reads of the store together fetch ahead of their consumers (each read at most
+    /// its [`StoreConfig::inflight_bytes`] window). A read with nothing in flight always fetches its next
+    /// batch, so that N readers who stop reading hold at most this plus N batches (about N MiB), not N windows.
+    /// Defaults to 256 MiB.
+    pub read_ahead_budget: usize,
     /// How long a replaced or deleted version's chunks stay readable, for readers that started before.
     /// Defaults to 5 minutes.
     pub grace: Duration,
@@ -48,6 +53,7 @@ impl Default for StoreConfig {
             policy: LayoutPolicy::default(),
             inflight_bytes: 16 * MIB as usize,
             batch_bytes: MIB as usize,
+            read_ahead_budget: 256 * MIB as usize,
             grace: Duration::from_secs(300),
             max_blob_size: None,
             intent_lease: Duration::from_secs(60),
@@ -73,6 +79,12 @@ impl StoreConfig {
     /// Sets [`StoreConfig::batch_bytes`].
     pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
         self.batch_bytes = bytes;
+        self
+    }
+
+    /// Sets [`StoreConfig::read_ahead_budget`].
+    pub fn with_read_ahead_budget(mut self, bytes: usize) -> Self {
+        self.read_ahead_budget = bytes;
         self
     }
 

@@ -95,6 +95,6 @@ pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use shown::{escape_key, redact_url, unescape_key};
-pub use store::{BlobStore, BlobStream, Description, ListEntry, MAX_KEY_LEN};
+pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN};
 pub use units::{KIB, MIB, parse_size};
 pub use version::{ParseVersionError, VersionId};

@@ -5,6 +5,7 @@
 //! [`Inner::backend`]; this module depends on none of them.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -34,6 +35,68 @@ pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     /// The puts of this store running in this process, which gc and fsck never take over.
     pub(crate) running: Arc<RunningPuts>,
+    /// The bytes all reads of this store may fetch ahead of their consumers ([`StoreConfig::read_ahead_budget`]).
+    pub(crate) read_budget: Arc<ReadBudget>,
+}
+
+/// One budget of read-ahead bytes for every read of a store: a read takes a batch's bytes from it before it
+/// fetches the batch ahead of its consumer, and gives them back when the consumer has taken the batch. A read
+/// with nothing in flight always gets its next batch (over budget if need be), so that every read progresses;
+/// N readers that stop consuming thus hold the budget plus at most N batches, not N windows.
+#[derive(Debug)]
+pub(crate) struct ReadBudget {
+    limit: u64,
+    used: AtomicU64,
+}
+
+impl ReadBudget {
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `bytes`: when they fit in the budget, or whatever the budget says when `must` (the read has nothing
+    /// else in flight). `None` when they do not fit.
+    pub(crate) fn take(self: &Arc<Self>, bytes: u64, must: bool) -> Option<BudgetHeld> {
+        if must {
+            self.used.fetch_add(bytes, Ordering::AcqRel);
+        } else {
+            self.used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(bytes).filter(|total| *total <= self.limit)
+                })
+                .ok()?;
+        }
+        Some(BudgetHeld {
+            budget: Arc::clone(self),
+            bytes,
+        })
+    }
+
+    /// Bytes taken now.
+    pub(crate) fn in_use(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The budget.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// Bytes taken from a [`ReadBudget`], given back when dropped.
+#[derive(Debug)]
+pub(crate) struct BudgetHeld {
+    budget: Arc<ReadBudget>,
+    bytes: u64,
+}
+
+impl Drop for BudgetHeld {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 impl Inner {

@@ -1,4 +1,6 @@
-//! How an object's S3 attributes sit in its manifest, and the conditional headers checked against them.
+//! How an object's S3 attributes sit in its manifest, the conditional headers checked against them (of reads,
+//! [`Conditions`]; of deletes, [`DeleteConditions`]), the `response-*` overrides of a read
+//! ([`ResponseOverrides`]), and the one version id objects have ([`NULL_VERSION`]).
 //!
 //! Content-Type is the manifest's content type; user metadata `x-amz-meta-<name>` is stored under the key
 //! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
@@ -23,8 +25,26 @@ const USER_META: &str = "x-amz-meta-";
 pub(crate) const ETAG_KEY: &str = "s3:etag";
 /// Prefix of the metadata keys of stored checksums.
 pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
+/// The version id of every object: buckets here have no versioning, so each key holds one version, `null`, as
+/// S3 names the version of an object written while versioning was never enabled.
+pub(crate) const NULL_VERSION: &str = "null";
+
+/// Metadata key of the checksum type of an object composed by a multipart upload (`COMPOSITE` or
+/// `FULL_OBJECT`); an object without it has full-object checksums.
+pub(crate) const CHECKSUM_TYPE_KEY: &str = "s3:checksum-type";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
+
+/// Checks a request's `versionId`: `null` (or none) is the object's one version, the current object.
+///
+/// # Errors
+/// `InvalidArgument` (400) for any other version id, as S3 answers for a version that cannot exist.
+pub(crate) fn current_version(version_id: Option<&str>) -> S3Result<()> {
+    match version_id {
+        None | Some(NULL_VERSION) => Ok(()),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
+    }
+}
 
 /// The standard headers stored as `s3:<name>` metadata.
 #[derive(Default)]
@@ -188,6 +208,8 @@ macro_rules! with_attributes {
                 content_disposition: attrs.headers.content_disposition,
                 content_encoding: attrs.headers.content_encoding,
                 content_language: attrs.headers.content_language,
+                expires: attrs.expires,
+                checksum_type: attrs.checksum_type,
             },
             attrs.checksums
         )
@@ -265,6 +287,10 @@ pub(crate) struct Attributes {
     pub metadata: Option<Metadata>,
     pub headers: StoredHeaders,
     pub checksums: s3s::dto::Checksum,
+    /// `Expires`: only ever set by a `response-expires` override (the header is not stored).
+    pub expires: Option<Timestamp>,
+    /// The checksums' type, when there are checksums (see [`CHECKSUM_TYPE_KEY`]).
+    pub checksum_type: Option<s3s::dto::ChecksumType>,
 }
 
 impl Attributes {
@@ -275,6 +301,18 @@ impl Attributes {
         } else {
             s3s::dto::Checksum::default()
         };
+        let any = with_checksums
+            && Algorithm::ALL
+                .into_iter()
+                .any(|a| checksum_of(m, a).is_some());
+        let checksum_type = any.then(|| {
+            s3s::dto::ChecksumType::from(
+                m.metadata
+                    .get(CHECKSUM_TYPE_KEY)
+                    .cloned()
+                    .unwrap_or_else(|| s3s::dto::ChecksumType::FULL_OBJECT.to_owned()),
+            )
+        });
         Self {
             etag: etag_of(m),
             last_modified: last_modified_of(m),
@@ -282,6 +320,110 @@ impl Attributes {
             metadata: user_metadata_of(m),
             headers: StoredHeaders::from_manifest(m),
             checksums,
+            expires: None,
+            checksum_type,
         }
+    }
+
+    /// The attributes with the `response-*` overrides of a GET or HEAD in place of the stored ones.
+    pub(crate) fn overridden(mut self, overrides: ResponseOverrides) -> Self {
+        let ResponseOverrides {
+            content_type,
+            headers,
+            expires,
+        } = overrides;
+        self.content_type = content_type.or(self.content_type);
+        self.headers = StoredHeaders {
+            cache_control: headers.cache_control.or(self.headers.cache_control),
+            content_disposition: headers
+                .content_disposition
+                .or(self.headers.content_disposition),
+            content_encoding: headers.content_encoding.or(self.headers.content_encoding),
+            content_language: headers.content_language.or(self.headers.content_language),
+        };
+        self.expires = expires;
+        self
+    }
+}
+
+/// The `response-*` query parameters of a GET or HEAD: header values the response carries in place of the
+/// stored ones (a presigned download link that names the file, for instance).
+#[derive(Default)]
+pub(crate) struct ResponseOverrides {
+    pub content_type: Option<String>,
+    pub headers: StoredHeaders,
+    pub expires: Option<Timestamp>,
+}
+
+/// The [`ResponseOverrides`] of a GetObjectInput or HeadObjectInput `$input` (moves its `response_*` fields out).
+macro_rules! response_overrides {
+    ($input:ident) => {
+        $crate::attrs::ResponseOverrides {
+            content_type: $input.response_content_type,
+            headers: $crate::attrs::StoredHeaders {
+                cache_control: $input.response_cache_control,
+                content_disposition: $input.response_content_disposition,
+                content_encoding: $input.response_content_encoding,
+                content_language: $input.response_content_language,
+            },
+            expires: $input.response_expires,
+        }
+    };
+}
+pub(crate) use response_overrides;
+
+impl ResponseOverrides {
+    /// Whether any override is asked for.
+    pub(crate) fn any(&self) -> bool {
+        self.content_type.is_some()
+            || self.expires.is_some()
+            || self.headers.values().iter().any(|v| v.is_some())
+    }
+
+    /// Checks that a request with these overrides may have them: AWS serves them only to signed requests.
+    ///
+    /// # Errors
+    /// `InvalidRequest` (400) for an anonymous request that asks for any.
+    pub(crate) fn check(&self, signed: bool) -> S3Result<()> {
+        if self.any() && !signed {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Request specific response headers cannot be used for anonymous GET requests."
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The conditions of a delete (DeleteObject's `If-Match`, `x-amz-if-match-last-modified-time` and
+/// `x-amz-if-match-size` headers, or the `ETag`, `LastModifiedTime` and `Size` of a DeleteObjects entry): the
+/// object is deleted only if every one given holds for its current version.
+#[derive(Default)]
+pub(crate) struct DeleteConditions {
+    pub etag: Option<ETagCondition>,
+    pub last_modified: Option<Timestamp>,
+    pub size: Option<i64>,
+}
+
+impl DeleteConditions {
+    /// Whether any condition is given.
+    pub(crate) fn any(&self) -> bool {
+        self.etag.is_some() || self.last_modified.is_some() || self.size.is_some()
+    }
+
+    /// Whether every condition given holds for `m` (an ETag of `*` holds for any version).
+    pub(crate) fn hold_for(&self, m: &Manifest) -> bool {
+        let etag = self.etag.as_ref().is_none_or(|c| match c {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(e) => e.value() == "*" || e.value() == etag_of(m).value(),
+        });
+        let modified = self
+            .last_modified
+            .as_ref()
+            .is_none_or(|t| *t == last_modified_of(m));
+        let size = self
+            .size
+            .is_none_or(|s| u64::try_from(s).is_ok_and(|s| s == m.size));
+        etag && modified && size
     }
 }

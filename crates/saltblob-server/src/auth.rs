@@ -1,10 +1,11 @@
-//! Access keys and their secrets (SigV4 is checked by s3s with the secret [`KeyAuth`] gives it), the access
-//! check (signed requests, or anonymous reads of the buckets that allow them), and the [`RequestRecord`] the
-//! access check fills in for the access log.
+//! Access keys and their secrets (SigV4 is checked by s3s with the secret [`KeyAuth`] gives it, from the
+//! [`KeyRing`], which can be replaced while the server runs), the access check (signed requests, or anonymous
+//! reads and listings of the buckets that allow them), and the [`RequestRecord`] the access check fills in for
+//! the access log.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
@@ -72,23 +73,68 @@ pub fn parse_credentials(text: &str) -> Result<Vec<AccessKey>, String> {
     Ok(keys)
 }
 
-/// The secrets of the configured access keys, for s3s's SigV4 check.
-pub(crate) struct KeyAuth(HashMap<String, SecretKey>);
+/// The access keys a server accepts. Clones share one set: after [`KeyRing::replace`] the next request is
+/// checked against the new keys (a removed key, and every URL it presigned, stops working at once; `saltblob
+/// serve` replaces them from its `--credentials` file on SIGHUP).
+#[derive(Clone, Default)]
+pub struct KeyRing(Arc<RwLock<Arc<HashMap<String, SecretKey>>>>);
 
-impl KeyAuth {
-    pub(crate) fn new(keys: &[AccessKey]) -> Self {
-        Self(
-            keys.iter()
-                .map(|k| (k.id.clone(), SecretKey::from(k.secret.as_str())))
-                .collect(),
+impl KeyRing {
+    /// A ring holding `keys`.
+    pub fn new(keys: &[AccessKey]) -> Self {
+        let ring = Self::default();
+        ring.replace(keys);
+        ring
+    }
+
+    /// Replaces the keys with `keys`.
+    pub fn replace(&self, keys: &[AccessKey]) {
+        let map: HashMap<String, SecretKey> = keys
+            .iter()
+            .map(|k| (k.id.clone(), SecretKey::from(k.secret.as_str())))
+            .collect();
+        let mut current = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *current = Arc::new(map);
+    }
+
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.keys().len()
+    }
+
+    /// Whether it holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn keys(&self) -> Arc<HashMap<String, SecretKey>> {
+        Arc::clone(
+            &self
+                .0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
     }
 }
 
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut ids: Vec<String> = self.keys().keys().cloned().collect();
+        ids.sort();
+        f.debug_struct("KeyRing").field("ids", &ids).finish()
+    }
+}
+
+/// The secrets of the configured access keys, for s3s's SigV4 check.
+pub(crate) struct KeyAuth(pub(crate) KeyRing);
+
 #[async_trait::async_trait]
 impl S3Auth for KeyAuth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        self.0.get(access_key).cloned().ok_or_else(|| {
+        self.0.keys().get(access_key).cloned().ok_or_else(|| {
             s3_error!(
                 InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records."
@@ -142,18 +188,15 @@ pub(crate) fn record_class(extensions: &http::Extensions, class: PriorityClass) 
 }
 
 /// Operations an anonymous request may run on a bucket listed in `--anonymous-read`.
-const ANONYMOUS_READ_OPS: [&str; 5] = [
-    "GetObject",
-    "HeadObject",
-    "ListObjects",
-    "ListObjectsV2",
-    "HeadBucket",
-];
+const ANONYMOUS_READ_OPS: [&str; 3] = ["GetObject", "HeadObject", "HeadBucket"];
+/// Operations an anonymous request may run on a bucket listed in `--anonymous-list`.
+const ANONYMOUS_LIST_OPS: [&str; 3] = ["ListObjects", "ListObjectsV2", "HeadBucket"];
 
 /// The access check: a signed request (its signature was checked by s3s) may do anything; an anonymous one
-/// only reads the buckets in `anonymous_read`.
+/// only reads the buckets in `anonymous_read` and lists those in `anonymous_list`.
 pub(crate) struct Access {
     pub(crate) anonymous_read: BTreeSet<String>,
+    pub(crate) anonymous_list: BTreeSet<String>,
 }
 
 #[async_trait::async_trait]
@@ -167,10 +210,11 @@ impl S3Access for Access {
         };
         let access_key = cx.credentials().map(|c| c.access_key.clone());
         let signed = access_key.is_some();
-        let anonymous_ok = bucket
-            .as_ref()
-            .is_some_and(|b| self.anonymous_read.contains(b))
-            && ANONYMOUS_READ_OPS.contains(&op.as_str());
+        let allowed = |buckets: &BTreeSet<String>, ops: &[&str]| {
+            bucket.as_ref().is_some_and(|b| buckets.contains(b)) && ops.contains(&op.as_str())
+        };
+        let anonymous_ok = allowed(&self.anonymous_read, &ANONYMOUS_READ_OPS)
+            || allowed(&self.anonymous_list, &ANONYMOUS_LIST_OPS);
         if let Some(record) = cx.extensions_mut().get::<Arc<RequestRecord>>() {
             record.update(|f| {
                 f.op = op;

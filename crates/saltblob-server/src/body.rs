@@ -85,8 +85,10 @@ pub(crate) struct Expected {
     pub checksums: Vec<(Algorithm, String)>,
     /// A checksum whose value comes in the `aws-chunked` trailer, with the handle s3s fills at the body's end.
     pub trailer: Option<(Algorithm, TrailingHeaders)>,
-    /// A checksum to compute and store without a value to check (`x-amz-checksum-algorithm` alone).
-    pub computed: Option<Algorithm>,
+    /// Checksums to compute and store without a value to check (`x-amz-checksum-algorithm` alone; a copy's).
+    pub computed: Vec<Algorithm>,
+    /// The most bytes the body may hold (S3's 5 GiB for a single put); `None`: no limit.
+    pub max_bytes: Option<u64>,
 }
 
 impl Expected {
@@ -113,7 +115,7 @@ impl Expected {
             .iter()
             .map(|(a, _)| *a)
             .chain(self.trailer.as_ref().map(|(a, _)| *a))
-            .chain(self.computed)
+            .chain(self.computed.iter().copied())
     }
 }
 
@@ -143,6 +145,8 @@ pub(crate) struct VerifyingReader {
     on_verified: Option<OnVerified>,
     /// Set once the stream has ended or failed: the result every later read repeats.
     ended: Option<Result<(), String>>,
+    /// Bytes read so far.
+    read: u64,
 }
 
 impl VerifyingReader {
@@ -165,6 +169,7 @@ impl VerifyingReader {
             outcome,
             on_verified: None,
             ended: None,
+            read: 0,
         }
     }
 
@@ -262,7 +267,16 @@ impl AsyncRead for VerifyingReader {
                 return Poll::Ready(ended.clone().map_err(io::Error::other));
             }
             let ended = match ready!(this.stream.poll_next_unpin(cx)) {
+                Some(Ok(bytes))
+                    if this
+                        .expected
+                        .max_bytes
+                        .is_some_and(|max| this.read.saturating_add(bytes.len() as u64) > max) =>
+                {
+                    this.fail(entity_too_large())
+                }
                 Some(Ok(bytes)) => {
+                    this.read += bytes.len() as u64;
                     if let Some(md5) = &mut this.md5 {
                         md5.update(&bytes);
                     }
@@ -276,6 +290,14 @@ impl AsyncRead for VerifyingReader {
             this.ended = Some(ended);
         }
     }
+}
+
+/// `EntityTooLarge` (400): a body over the largest object a request may put.
+pub(crate) fn entity_too_large() -> S3Error {
+    s3_error!(
+        EntityTooLarge,
+        "Your proposed upload exceeds the maximum allowed object size."
+    )
 }
 
 /// The S3 error for a request body that could not be read: a bad `aws-chunked` signature or payload hash
@@ -417,5 +439,26 @@ mod tests {
             .with_content_md5(Some("bm90IDE2IGJ5dGVz"))
             .expect_err("not 16 bytes");
         assert_eq!(err.code(), &S3ErrorCode::InvalidDigest);
+    }
+
+    /// A body of unknown length that runs past its limit fails with `EntityTooLarge` as soon as it does, before
+    /// its end (the store then drops the put); one at the limit reads through.
+    #[tokio::test]
+    async fn a_body_over_its_limit_fails_as_it_passes_it() {
+        let limited = |max| Expected {
+            max_bytes: Some(max),
+            ..Expected::default()
+        };
+        let (mut r, _) = reader(&[b"hello ", b"world"], limited(11));
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).await.expect("at the limit");
+        assert_eq!(out, b"hello world");
+
+        let (mut r, outcome) = reader(&[b"hello ", b"world", b"never read"], limited(10));
+        let mut out = Vec::new();
+        assert!(r.read_to_end(&mut out).await.is_err());
+        assert_eq!(out, b"hello ", "nothing past the limit is handed on");
+        let failure = outcome.lock().expect("lock").take().expect("failure");
+        assert_eq!(failure.code(), &S3ErrorCode::EntityTooLarge);
     }
 }

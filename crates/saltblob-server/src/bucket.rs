@@ -1,17 +1,21 @@
-//! Bucket operations: ListBuckets, CreateBucket, HeadBucket, DeleteBucket. A bucket is a small record
-//! (`keys.rs`); its version's creation time is the bucket's.
+//! Bucket operations: ListBuckets, CreateBucket, HeadBucket, DeleteBucket, and the bucket sub-resources tools
+//! read before they work (GetBucketLocation, GetBucketVersioning). A bucket is a small record (`keys.rs`); its
+//! version's creation time is the bucket's.
 
 use futures::TryStreamExt;
 use s3s::dto::{
-    Bucket, CreateBucketInput, CreateBucketOutput, DeleteBucketInput, DeleteBucketOutput,
-    HeadBucketInput, HeadBucketOutput, ListBucketsInput, ListBucketsOutput,
+    Bucket, BucketLocationConstraint, CreateBucketInput, CreateBucketOutput, DeleteBucketInput,
+    DeleteBucketOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketVersioningInput,
+    GetBucketVersioningOutput, HeadBucketInput, HeadBucketOutput, ListBucketsInput,
+    ListBucketsOutput,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::{Error, PutCondition, PutOptions};
 
 use crate::attrs::last_modified_of;
 use crate::error::from_store;
-use crate::keys::{BUCKET_PREFIX, bucket_key, objects_prefix, uploads_prefix};
+use crate::keys::{BUCKET_PREFIX, bucket_key, objects_prefix};
+use crate::multipart;
 use crate::service::SaltS3;
 
 /// ListBuckets: every bucket record, in name order (one walk over the records, a page at a time).
@@ -38,7 +42,12 @@ pub(crate) async fn handle_list_buckets(
     }))
 }
 
-/// CreateBucket: writes the bucket record if it is absent (`BucketAlreadyOwnedByYou` if not).
+/// The region whose CreateBucket of a bucket the caller already owns succeeds (AWS's legacy behaviour there);
+/// every other region answers `BucketAlreadyOwnedByYou`.
+const LEGACY_REGION: &str = "us-east-1";
+
+/// CreateBucket: writes the bucket record if it is absent. If it exists (every bucket belongs to the one owner
+/// all keys share): 200 in us-east-1, as AWS answers there, else `BucketAlreadyOwnedByYou` (409).
 pub(crate) async fn handle_create_bucket(
     s3: &SaltS3,
     req: S3Request<CreateBucketInput>,
@@ -47,11 +56,13 @@ pub(crate) async fn handle_create_bucket(
     let opts = PutOptions::new()
         .with_condition(PutCondition::IfAbsent)
         .with_content_type("application/x-saltblob-bucket");
-    let created = saltblob_core::version::now_micros().to_string();
-    match s3.store.put(bucket_key(&bucket), created, &opts).await {
-        Ok(_) => Ok(S3Response::new(CreateBucketOutput {
-            location: Some(format!("/{bucket}")),
-        })),
+    let created_at = saltblob_core::version::now_micros().to_string();
+    let created = Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{bucket}")),
+    }));
+    match s3.store.put(bucket_key(&bucket), created_at, &opts).await {
+        Ok(_) => created,
+        Err(Error::AlreadyExists { .. }) if s3.region == LEGACY_REGION => created,
         Err(Error::AlreadyExists { .. }) => Err(s3_error!(
             BucketAlreadyOwnedByYou,
             "Your previous request to create the named bucket succeeded and you already own it."
@@ -72,22 +83,45 @@ pub(crate) async fn handle_head_bucket(
     }))
 }
 
-/// DeleteBucket: deletes the bucket record when the bucket holds no object and no multipart upload
-/// (`BucketNotEmpty` if it does).
+/// GetBucketLocation: the server's region; empty for us-east-1, as AWS answers (a null location constraint).
+pub(crate) async fn handle_get_bucket_location(
+    s3: &SaltS3,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    s3.require_bucket(&req.input.bucket).await?;
+    let location_constraint =
+        (s3.region != LEGACY_REGION).then(|| BucketLocationConstraint::from(s3.region.clone()));
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint,
+    }))
+}
+
+/// GetBucketVersioning: buckets here have never had versioning, so the configuration is empty (no `Status`),
+/// as AWS answers for a bucket whose versioning was never enabled.
+pub(crate) async fn handle_get_bucket_versioning(
+    s3: &SaltS3,
+    req: S3Request<GetBucketVersioningInput>,
+) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+    s3.require_bucket(&req.input.bucket).await?;
+    Ok(S3Response::new(GetBucketVersioningOutput::default()))
+}
+
+/// DeleteBucket: when the bucket holds no object, aborts its multipart uploads (as S3 does) and deletes the
+/// bucket record; `BucketNotEmpty` while it holds objects, `OperationAborted` while a complete of one of its
+/// uploads may still commit.
 pub(crate) async fn handle_delete_bucket(
     s3: &SaltS3,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     let bucket = req.input.bucket;
     s3.require_bucket(&bucket).await?;
-    if s3.holds_any(&objects_prefix(&bucket)).await?
-        || s3.holds_any(&uploads_prefix(&bucket)).await?
-    {
+    if s3.holds_any(&objects_prefix(&bucket)).await? {
         return Err(s3_error!(
             BucketNotEmpty,
             "The bucket you tried to delete is not empty"
         ));
     }
+    multipart::abort_all_uploads(&s3.store, &bucket).await?;
     s3.store
         .delete(bucket_key(&bucket))
         .await

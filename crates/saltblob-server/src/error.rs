@@ -1,5 +1,6 @@
-//! saltblob's errors as the S3 errors clients expect. Client errors keep saltblob's message (it names the key,
-//! never a secret); storage and internal failures get a generic message, their detail going to the log only.
+//! saltblob's errors as the S3 errors clients expect, each with S3's fixed message for its code: the store's own
+//! text names store keys (`s3/o/<bucket>/<key>`) and limits of the store, which are not the client's business,
+//! so it goes to the log only (at debug level for the client's mistakes, warn or error for failures).
 
 use s3s::{S3Error, S3ErrorCode};
 use saltblob_core::Error;
@@ -7,53 +8,62 @@ use saltblob_core::Error;
 /// The S3 error for a failed store operation on an object.
 pub(crate) fn from_store(e: Error) -> S3Error {
     let (code, message) = match &e {
-        Error::NotFound { .. } => (
-            S3ErrorCode::NoSuchKey,
-            "The specified key does not exist.".to_owned(),
-        ),
-        Error::InvalidKey { .. } => (S3ErrorCode::KeyTooLongError, e.to_string()),
+        Error::NotFound { .. } => (S3ErrorCode::NoSuchKey, "The specified key does not exist."),
+        Error::InvalidKey { .. } => (S3ErrorCode::KeyTooLongError, "Your key is too long"),
         Error::InvalidArgument {
             what: "metadata" | "content type",
             ..
-        } => (S3ErrorCode::MetadataTooLarge, e.to_string()),
-        Error::InvalidArgument { .. } => (S3ErrorCode::InvalidArgument, e.to_string()),
+        } => (
+            S3ErrorCode::MetadataTooLarge,
+            "Your metadata headers exceed the maximum allowed metadata size.",
+        ),
+        Error::InvalidArgument { .. } => (
+            S3ErrorCode::InvalidArgument,
+            "An argument of the request is not valid.",
+        ),
         Error::AlreadyExists { .. } | Error::PreconditionFailed { .. } => (
             S3ErrorCode::PreconditionFailed,
-            "At least one of the pre-conditions you specified did not hold".to_owned(),
+            "At least one of the pre-conditions you specified did not hold",
         ),
         Error::RangeNotSatisfiable { .. } => (
             S3ErrorCode::InvalidRange,
-            "The requested range is not satisfiable".to_owned(),
+            "The requested range is not satisfiable",
         ),
-        Error::TooLarge { .. } => (S3ErrorCode::EntityTooLarge, e.to_string()),
+        Error::TooLarge { .. } => (
+            S3ErrorCode::EntityTooLarge,
+            "Your proposed upload exceeds the maximum allowed object size.",
+        ),
         Error::SizeMismatch { .. } | Error::Io(_) => (
             S3ErrorCode::IncompleteBody,
-            "You did not provide the number of bytes specified by the Content-Length HTTP header."
-                .to_owned(),
+            "You did not provide the number of bytes specified by the Content-Length HTTP header.",
         ),
         e if e.is_retryable() => {
             tracing::warn!(error = %e, "store operation failed (retryable)");
             (
                 S3ErrorCode::ServiceUnavailable,
-                "The store is busy or unavailable; please retry.".to_owned(),
+                "The store is busy or unavailable; please retry.",
             )
         }
         e => {
             tracing::error!(error = %e, corruption = e.is_corruption(), "store operation failed");
             (
                 S3ErrorCode::InternalError,
-                "We encountered an internal error. Please try again.".to_owned(),
+                "We encountered an internal error. Please try again.",
             )
         }
     };
+    if code != S3ErrorCode::ServiceUnavailable && code != S3ErrorCode::InternalError {
+        tracing::debug!(error = %e, code = code.as_str(), "store refused a request");
+    }
     S3Error::with_message(code, message)
 }
 
-/// `NoSuchBucket` for `bucket`.
+/// `NoSuchBucket` (the bucket is named by the request; the message is S3's).
 pub(crate) fn no_such_bucket(bucket: &str) -> S3Error {
+    tracing::debug!(bucket, "no such bucket");
     S3Error::with_message(
         S3ErrorCode::NoSuchBucket,
-        format!("The specified bucket does not exist: {bucket}"),
+        "The specified bucket does not exist",
     )
 }
 
@@ -84,6 +94,16 @@ mod tests {
                 S3ErrorCode::EntityTooLarge,
             ),
             (
+                Error::InvalidKey {
+                    reason: "key \"s3/o/b/k\" is longer than 1024 bytes".into(),
+                },
+                S3ErrorCode::KeyTooLongError,
+            ),
+            (
+                Error::invalid("metadata", "key \"s3/o/b/k\" has 9000 bytes of metadata"),
+                S3ErrorCode::MetadataTooLarge,
+            ),
+            (
                 Error::backend("rocksdb", "busy", true),
                 S3ErrorCode::ServiceUnavailable,
             ),
@@ -95,7 +115,11 @@ mod tests {
         for (error, code) in cases {
             let s3 = from_store(error);
             assert_eq!(s3.code(), &code);
-            assert!(!s3.message().unwrap_or_default().contains("hunter2"));
+            let message = s3.message().unwrap_or_default();
+            assert!(
+                !message.contains("hunter2") && !message.contains("s3/o/"),
+                "{message}"
+            );
         }
     }
 }

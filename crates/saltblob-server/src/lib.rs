@@ -20,9 +20,15 @@
 //! Each module uses only those listed before it (a request's path runs down this list from `serve.rs`).
 //! - `keys.rs`: buckets and object keys in the store's key space.
 //! - `error.rs`: saltblob's errors as S3 errors.
-//! - `auth.rs`: access keys, their secrets for SigV4, anonymous reads per bucket, the request record (with the
-//!   priority class the access log and the latency histogram name).
+//! - `guard.rs`: the requests saltblob refuses (SigV2, presigned bounds, features it does not have, …), checked
+//!   before s3s sees a request.
+//! - `auth.rs`: access keys (a [`KeyRing`] that can be replaced while serving), their secrets for SigV4,
+//!   anonymous reads and listings per bucket, the request record (with the priority class the access log and
+//!   the latency histogram name).
 //! - `metrics.rs`: the Prometheus metrics.
+//! - `chunked.rs`: `aws-chunked` request bodies framed before s3s decodes them (unsigned chunks streamed,
+//!   signed ones capped).
+//! - `conn.rs`: connection limits: the first-request and idle deadlines, the write stall timeout.
 //! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
 //!   end; blob streams as response bodies.
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
@@ -36,14 +42,19 @@
 //! - `list.rs`: ListObjects v1 and v2.
 //! - `multipart/`: multipart upload; `multipart/upload.rs` holds its records and their typed state.
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
-//! - `serve.rs`: [`run`]: the accept loop, TLS, graceful shutdown, the metrics listener, periodic gc, and the
-//!   wrapper that measures each request and writes its access-log line.
+//! - `serve.rs`: [`run`]: the accept loop under the connection cap, TLS, graceful shutdown, the metrics
+//!   listener, periodic gc, and the handler that refuses (`guard.rs`), sheds requests beyond the cap, frames
+//!   `aws-chunked` bodies, gives each response its request id, and measures each request and writes its
+//!   access-log line.
 
 mod attrs;
 mod auth;
 mod body;
 mod bucket;
+mod chunked;
+mod conn;
 mod error;
+mod guard;
 mod keys;
 mod list;
 mod metrics;
@@ -63,18 +74,25 @@ use std::time::Duration;
 pub use saltblob_core::BlobStore;
 use tokio::net::TcpListener;
 
-pub use crate::auth::{AccessKey, parse_credentials};
+pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
+pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
 pub use crate::keys::{BUCKET_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::multipart::{
+    DEFAULT_MAX_UPLOADS_PER_BUCKET, FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY,
+};
 pub use crate::serve::{load_tls, run};
 
-/// How the server runs; [`ServerConfig::new`] gives the defaults.
+/// How the server runs; [`ServerConfig::new`] gives the defaults. `docs/s3.md`, *Limits*, explains each limit.
 #[must_use]
 pub struct ServerConfig {
-    /// The access keys accepted (SigV4). At least one is required: [`run`] refuses to start without.
-    pub credentials: Vec<AccessKey>,
-    /// Buckets whose objects anyone may read without signing (GetObject, HeadObject, ListObjects, HeadBucket).
-    /// Defaults to none.
+    /// The access keys accepted (SigV4). At least one is required: [`run`] refuses to start without. The
+    /// running server reads them through this handle, so [`KeyRing::replace`] changes them while it serves.
+    pub credentials: KeyRing,
+    /// Buckets whose objects anyone may read without signing (GetObject, HeadObject, HeadBucket). Defaults to
+    /// none.
     pub anonymous_read: BTreeSet<String>,
+    /// Buckets anyone may list without signing (ListObjects, ListObjectsV2, HeadBucket). Defaults to none.
+    pub anonymous_list: BTreeSet<String>,
     /// The region reported to clients. Defaults to `us-east-1`.
     pub region: String,
     /// TLS (see [`load_tls`]); `None`, the default, serves plain HTTP.
@@ -86,25 +104,64 @@ pub struct ServerConfig {
     /// How long a shutdown waits for requests in flight before it drops them (an unfinished put then never
     /// commits). Defaults to 30 seconds.
     pub shutdown_timeout: Duration,
+    /// Connections open at once; a connection accepted beyond it is closed at once. Defaults to 1024.
+    pub max_connections: usize,
+    /// Requests in flight at once (to the end of their response); one beyond it is answered
+    /// `503 SlowDown` at once. Defaults to 512.
+    pub max_requests: usize,
+    /// How long a new connection (after its TLS handshake) may take to send its first request's head; a
+    /// connection that sends nothing, or part of a request or of an HTTP/2 preface, is closed then. Defaults
+    /// to 10 seconds.
+    pub first_request_timeout: Duration,
+    /// How long a connection may stay open with no request in flight (HTTP/1.1 keep-alive and HTTP/2 alike;
+    /// for HTTP/1.1 it also bounds the time to send a request's head). Defaults to 30 seconds.
+    pub idle_timeout: Duration,
+    /// How long a request in flight may make no progress on the socket: a response the client stops reading,
+    /// or a request body that stops arriving (`400 RequestTimeout`). Defaults to 30 seconds.
+    pub io_timeout: Duration,
+    /// The most multipart uploads in progress a bucket may hold: CreateMultipartUpload is refused
+    /// (`InvalidRequest`, 400) beyond it. A soft cap: each server counts a bucket's uploads every 10 s and adds
+    /// its own in between (docs/s3.md, *Limits*). `None`: no cap. Defaults to 10,000
+    /// ([`DEFAULT_MAX_UPLOADS_PER_BUCKET`]).
+    pub max_uploads_per_bucket: Option<usize>,
 }
 
 impl ServerConfig {
     /// The defaults, with these access keys.
     pub fn new(credentials: Vec<AccessKey>) -> Self {
         Self {
-            credentials,
+            credentials: KeyRing::new(&credentials),
             anonymous_read: BTreeSet::new(),
+            anonymous_list: BTreeSet::new(),
             region: "us-east-1".to_owned(),
             tls: None,
             metrics_listener: None,
             gc_every: Some(Duration::from_secs(600)),
             shutdown_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_requests: 512,
+            first_request_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            io_timeout: Duration::from_secs(30),
+            max_uploads_per_bucket: Some(DEFAULT_MAX_UPLOADS_PER_BUCKET),
         }
     }
 
-    /// Lets anyone read the objects of `bucket` without signing.
+    /// Caps the multipart uploads in progress per bucket (`None` or 0: no cap).
+    pub fn with_max_uploads_per_bucket(mut self, max: Option<usize>) -> Self {
+        self.max_uploads_per_bucket = max.filter(|m| *m > 0);
+        self
+    }
+
+    /// Lets anyone read the objects of `bucket` without signing (not list them: [`Self::with_anonymous_list`]).
     pub fn with_anonymous_read(mut self, bucket: impl Into<String>) -> Self {
         self.anonymous_read.insert(bucket.into());
+        self
+    }
+
+    /// Lets anyone list the objects of `bucket` without signing.
+    pub fn with_anonymous_list(mut self, bucket: impl Into<String>) -> Self {
+        self.anonymous_list.insert(bucket.into());
         self
     }
 
@@ -134,6 +191,23 @@ impl ServerConfig {
         self.shutdown_timeout = timeout;
         self
     }
+
+    /// Sets [`Self::max_connections`] and [`Self::max_requests`] (each at least 1).
+    pub fn with_caps(mut self, max_connections: usize, max_requests: usize) -> Self {
+        self.max_connections = max_connections.max(1);
+        self.max_requests = max_requests.max(1);
+        self
+    }
+
+    /// Sets [`Self::first_request_timeout`], [`Self::idle_timeout`] and [`Self::io_timeout`] (each at least
+    /// 1 ms).
+    pub fn with_timeouts(mut self, first_request: Duration, idle: Duration, io: Duration) -> Self {
+        let floor = |d: Duration| d.max(Duration::from_millis(1));
+        self.first_request_timeout = floor(first_request);
+        self.idle_timeout = floor(idle);
+        self.io_timeout = floor(io);
+        self
+    }
 }
 
 impl fmt::Debug for ServerConfig {
@@ -141,11 +215,18 @@ impl fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("credentials", &self.credentials)
             .field("anonymous_read", &self.anonymous_read)
+            .field("anonymous_list", &self.anonymous_list)
             .field("region", &self.region)
             .field("tls", &self.tls.is_some())
             .field("metrics_listener", &self.metrics_listener)
             .field("gc_every", &self.gc_every)
             .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("max_requests", &self.max_requests)
+            .field("first_request_timeout", &self.first_request_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("max_uploads_per_bucket", &self.max_uploads_per_bucket)
             .finish()
     }
 }

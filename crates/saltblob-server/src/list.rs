@@ -1,28 +1,65 @@
-//! ListObjectsV2 and ListObjects (v1): one walk over the bucket's keys in key order
-//! ([`saltblob_core::BlobStore::list_stream_after`], which reads a page at a time), never the whole bucket in
-//! memory. With a delimiter, the keys under one common prefix are skipped by a single jump past it: the walk is
-//! dropped and a new one opened after the prefix.
+//! ListObjectsV2, ListObjects (v1) and ListObjectVersions: one walk over the bucket's keys in key order, a page
+//! at a time ([`saltblob_core::BlobStore::list_page`]), never the whole bucket in memory.
+//!
+//! Each request's work is bounded. With a delimiter, the keys under one common prefix are skipped by a single
+//! jump past it, and the walk after a jump starts with a one-record page that doubles with each further page
+//! of the same walk (up to [`MAX_PAGE`]): a listing of N common prefixes reads about N records, not a page per
+//! prefix. Every record read counts toward [`MAX_EXAMINED`], the skipped ones too (keys that are not UTF-8,
+//! damaged or expired manifests); a listing that reaches it answers truncated, with a continuation token (or
+//! NextMarker) that resumes after the last record it read.
 //!
 //! A continuation token is the hex of the position to resume after (relative to the bucket): opaque to clients
 //! and stateless on the server.
 
 use bytes::Bytes;
-use futures::TryStreamExt;
 use s3s::dto::{
-    CommonPrefix, EncodingType, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, Object, ObjectStorageClass,
+    CommonPrefix, EncodingType, ListObjectVersionsInput, ListObjectVersionsOutput,
+    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object,
+    ObjectStorageClass, ObjectVersion, ObjectVersionStorageClass,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::Manifest;
 use saltblob_core::manifest::hex;
 
-use crate::attrs::{etag_of, last_modified_of};
+use crate::attrs::{NULL_VERSION, etag_of, last_modified_of};
 use crate::error::from_store;
 use crate::keys::objects_prefix;
 use crate::service::SaltS3;
 
 /// Most keys (and common prefixes) one response lists, as S3.
 const MAX_KEYS: usize = 1000;
+/// Most records one listing request reads from the store, those it skips included: the bound on its work.
+pub(crate) const MAX_EXAMINED: usize = 10_000;
+/// The largest page a walk reads at once.
+const MAX_PAGE: usize = 512;
+
+/// Where a listing stops: after a key, or past every key under a common prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Position {
+    /// After this key (relative to the bucket; not UTF-8 when a store client wrote such a key).
+    Key(Vec<u8>),
+    /// Past every key that starts with this common prefix.
+    Past(String),
+}
+
+impl Position {
+    /// The position as the store's `start_after`, relative to the bucket.
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Position::Key(key) => key.clone(),
+            Position::Past(prefix) => past(prefix),
+        }
+    }
+
+    /// The position as a v1 marker (text): the key, or the common prefix (which the next request recognises
+    /// as one, [`v1_marker_position`]); `None` for a key that is not UTF-8.
+    fn marker(&self) -> Option<String> {
+        match self {
+            Position::Key(key) => String::from_utf8(key.clone()).ok(),
+            Position::Past(prefix) => Some(prefix.clone()),
+        }
+    }
+}
 
 /// One response's worth of a listing.
 #[derive(Default)]
@@ -30,8 +67,8 @@ struct Listing {
     objects: Vec<(String, Manifest)>,
     prefixes: Vec<String>,
     truncated: bool,
-    /// Where the next response resumes (after this position, relative to the bucket), when truncated.
-    next: Option<Vec<u8>>,
+    /// Where the next response resumes, when truncated.
+    next: Option<Position>,
 }
 
 /// What to list.
@@ -39,9 +76,12 @@ struct Query<'a> {
     bucket: &'a str,
     prefix: &'a str,
     delimiter: Option<&'a str>,
-    /// List the keys after this position (relative to the bucket).
-    after: Option<Vec<u8>>,
+    /// List the keys after this position.
+    after: Option<Position>,
     max_keys: usize,
+    /// Whether a resume position must be text (ListObjects v1 and ListObjectVersions, whose markers are): such
+    /// a listing does not stop at its budget on a key that is not UTF-8, but reads on to the next one that is.
+    text_positions: bool,
 }
 
 /// The position just past every key that starts with `prefix` (no UTF-8 key continues with a 0xFF byte).
@@ -81,8 +121,26 @@ fn decode_token(token: &str) -> S3Result<Vec<u8>> {
         .collect()
 }
 
+/// Where a v1 marker (or a ListObjectVersions key marker) resumes: past every key under it when it is a common
+/// prefix of this listing (it starts with `prefix`, and the first `delimiter` after the prefix ends exactly at
+/// its end), else right after it. NextMarker is such a common prefix when the last entry of a page was one; a
+/// key that merely ends with the delimiter (a folder marker object, `dir/` listed under prefix `dir/`) is not.
+fn v1_marker_position(marker: &str, prefix: &str, delimiter: Option<&str>) -> Position {
+    let is_common_prefix = delimiter.is_some_and(|d| {
+        marker
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.find(d).map(|at| at + d.len() == rest.len()))
+            .unwrap_or(false)
+    });
+    if is_common_prefix {
+        Position::Past(marker.to_owned())
+    } else {
+        Position::Key(marker.as_bytes().to_vec())
+    }
+}
+
 /// `s` percent-encoded as S3 does for `encoding-type=url`: every byte but unreserved characters and `/`.
-fn url_encode(s: &str) -> String {
+pub(crate) fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
@@ -107,61 +165,124 @@ impl Names {
     }
 }
 
-/// One response's worth of the listing `query` describes.
+/// One response's worth of the listing `query` describes (see the module doc for how its work is bounded).
 async fn list(s3: &SaltS3, query: Query<'_>) -> S3Result<Listing> {
+    let mut listing = Listing::default();
+    if query.max_keys == 0 {
+        // Nothing asked for: nothing listed, and nothing left out.
+        return Ok(listing);
+    }
     let base = objects_prefix(query.bucket);
     let scan_prefix = format!("{base}{}", query.prefix);
     let absolute = |relative: &[u8]| Bytes::from([base.as_bytes(), relative].concat());
-    let mut after = query.after.as_deref().map(absolute);
     let delimiter = query.delimiter.filter(|d| !d.is_empty());
-    let mut listing = Listing::default();
-    let mut count = 0;
-    'scan: loop {
-        let mut entries = s3
+    // Where the walk reads next (after it), and where a response cut short now would resume.
+    let mut resume = query.after.clone();
+    let mut page = if delimiter.is_some() { 1 } else { MAX_PAGE };
+    let mut examined = 0;
+    'walk: loop {
+        let over_budget = examined >= MAX_EXAMINED;
+        let stoppable = resume
+            .as_ref()
+            .is_some_and(|p| !query.text_positions || p.marker().is_some());
+        if over_budget && stoppable {
+            listing.truncated = true;
+            listing.next = resume;
+            break;
+        }
+        let left = query.max_keys - listing.objects.len() - listing.prefixes.len();
+        // One entry more than the response can take tells whether it is truncated.
+        let limit = if over_budget {
+            1
+        } else {
+            page.min(left + 1).min(MAX_EXAMINED - examined)
+        };
+        let start = resume.as_ref().map(|p| absolute(&p.bytes()));
+        let read = s3
             .store
-            .list_stream_after(scan_prefix.as_bytes(), after.take());
-        while let Some(entry) = entries.try_next().await.map_err(from_store)? {
+            .list_page(scan_prefix.as_bytes(), start, limit)
+            .await
+            .map_err(from_store)?;
+        examined += read.read;
+        for entry in read.entries {
             let relative = entry.key.get(base.len()..).unwrap_or_default();
             let Ok(name) = std::str::from_utf8(relative) else {
                 continue; // not written through S3: no S3 key names it
             };
             let rest = name.get(query.prefix.len()..).unwrap_or_default();
-            if let Some(d) = delimiter
-                && let Some(at) = rest.find(d)
-            {
-                if count == query.max_keys {
-                    listing.truncated = true;
-                    break 'scan;
-                }
-                let common = &name[..query.prefix.len() + at + d.len()];
-                listing.prefixes.push(common.to_owned());
-                count += 1;
-                listing.next = Some(past(common));
-                // Skip every key under the common prefix: a new walk after it.
-                after = Some(absolute(&past(common)));
-                continue 'scan;
-            }
-            let manifest = match entry.manifest {
-                Ok(m) => m,
-                Err(e) => {
+            let common = delimiter.and_then(|d| {
+                rest.find(d)
+                    .map(|at| &name[..query.prefix.len() + at + d.len()])
+            });
+            let manifest = match (common, entry.manifest) {
+                (Some(_), _) => None,
+                (None, Ok(m)) => Some(m),
+                (None, Err(e)) => {
                     tracing::warn!(error = %e, "listing skips an object whose manifest is damaged");
                     continue;
                 }
             };
-            if count == query.max_keys {
+            if listing.objects.len() + listing.prefixes.len() == query.max_keys {
                 listing.truncated = true;
-                break 'scan;
+                break 'walk;
             }
-            listing.objects.push((name.to_owned(), manifest));
-            count += 1;
-            listing.next = Some(relative.to_vec());
+            match (common, manifest) {
+                (Some(common), _) => {
+                    listing.prefixes.push(common.to_owned());
+                    listing.next = Some(Position::Past(common.to_owned()));
+                    // Skip every key under the common prefix: a new walk after it, from a small page.
+                    resume = listing.next.clone();
+                    page = 1;
+                    continue 'walk;
+                }
+                (None, Some(m)) => {
+                    listing.objects.push((name.to_owned(), m));
+                    listing.next = Some(Position::Key(relative.to_vec()));
+                }
+                (None, None) => {}
+            }
         }
-        break;
+        match read.next {
+            None => break,
+            Some(last) => {
+                let relative = last.get(base.len()..).unwrap_or_default().to_vec();
+                resume = Some(Position::Key(relative));
+                page = (page * 2).min(MAX_PAGE);
+            }
+        }
     }
     if !listing.truncated {
         listing.next = None;
     }
     Ok(listing)
+}
+
+/// One response of a listing resumed after a text marker (ListObjects' `marker`, ListObjectVersions'
+/// `key-marker`; see [`v1_marker_position`]).
+async fn list_after_marker(
+    s3: &SaltS3,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    marker: Option<&str>,
+    max_keys: usize,
+) -> S3Result<Listing> {
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let after = marker
+        .filter(|m| !m.is_empty())
+        .map(|m| v1_marker_position(m, prefix, delimiter));
+    list(
+        s3,
+        Query {
+            bucket,
+            prefix,
+            delimiter,
+            after,
+            max_keys,
+            text_positions: true,
+        },
+    )
+    .await
 }
 
 fn objects(listing: &mut Listing, names: &Names) -> Vec<Object> {
@@ -198,8 +319,8 @@ pub(crate) async fn handle_list_objects_v2(
     s3.require_bucket(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let after = match (&input.continuation_token, &input.start_after) {
-        (Some(token), _) => Some(decode_token(token)?),
-        (None, Some(start)) => Some(start.as_bytes().to_vec()),
+        (Some(token), _) => Some(Position::Key(decode_token(token)?)),
+        (None, Some(start)) => Some(Position::Key(start.as_bytes().to_vec())),
         (None, None) => None,
     };
     let max_keys = max_keys(input.max_keys)?;
@@ -211,6 +332,7 @@ pub(crate) async fn handle_list_objects_v2(
             delimiter: input.delimiter.as_deref(),
             after,
             max_keys,
+            text_positions: false,
         },
     )
     .await?;
@@ -226,7 +348,7 @@ pub(crate) async fn handle_list_objects_v2(
         key_count: i32::try_from(key_count).ok(),
         is_truncated: Some(listing.truncated),
         continuation_token: input.continuation_token,
-        next_continuation_token: listing.next.as_deref().map(hex),
+        next_continuation_token: listing.next.map(|p| hex(&p.bytes())),
         start_after: input.start_after.map(|s| names.show(s)),
         encoding_type: input.encoding_type,
         contents: Some(objects),
@@ -235,7 +357,8 @@ pub(crate) async fn handle_list_objects_v2(
     }))
 }
 
-/// ListObjects (v1): resumes after its marker (past every key under it when it is a common prefix).
+/// ListObjects (v1): resumes after its marker (past every key under it when it is a common prefix of this
+/// listing); NextMarker when truncated.
 pub(crate) async fn handle_list_objects(
     s3: &SaltS3,
     req: S3Request<ListObjectsInput>,
@@ -243,33 +366,21 @@ pub(crate) async fn handle_list_objects(
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
-    let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
-    // A marker that is a common prefix (as NextMarker is) resumes past every key under it.
-    let after = input.marker.as_deref().map(|m| match delimiter {
-        Some(d) if m.ends_with(d) => past(m),
-        _ => m.as_bytes().to_vec(),
-    });
     let max_keys = max_keys(input.max_keys)?;
-    let mut listing = list(
+    let mut listing = list_after_marker(
         s3,
-        Query {
-            bucket: &input.bucket,
-            prefix: &prefix,
-            delimiter,
-            after,
-            max_keys,
-        },
+        &input.bucket,
+        &prefix,
+        input.delimiter.as_deref(),
+        input.marker.as_deref(),
+        max_keys,
     )
     .await?;
     let names = Names::new(input.encoding_type.as_ref());
     let next_marker = listing
-        .truncated
-        .then(|| {
-            let last_key = listing.objects.last().map(|(k, _)| k.clone());
-            let last_prefix = listing.prefixes.last().cloned();
-            last_key.max(last_prefix)
-        })
-        .flatten()
+        .next
+        .as_ref()
+        .and_then(Position::marker)
         .map(|m| names.show(m));
     let objects = objects(&mut listing, &names);
     let prefixes = prefixes(&mut listing, &names);
@@ -288,6 +399,77 @@ pub(crate) async fn handle_list_objects(
     }))
 }
 
+/// ListObjectVersions of a bucket without versioning: every object is its one version, `null`, the latest.
+/// `key-marker` resumes as a v1 marker does; `version-id-marker` may only be `null` (the one version of the
+/// key marker, so the listing resumes after that key) and needs a key marker.
+pub(crate) async fn handle_list_object_versions(
+    s3: &SaltS3,
+    req: S3Request<ListObjectVersionsInput>,
+) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+    let input = req.input;
+    s3.require_bucket(&input.bucket).await?;
+    match (&input.key_marker, input.version_id_marker.as_deref()) {
+        (_, None | Some("")) => {}
+        (None, Some(_)) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "A version-id marker cannot be specified without a key marker."
+            ));
+        }
+        (Some(_), Some(NULL_VERSION)) => {}
+        (Some(_), Some(_)) => {
+            return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+        }
+    }
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max_keys = max_keys(input.max_keys)?;
+    let mut listing = list_after_marker(
+        s3,
+        &input.bucket,
+        &prefix,
+        input.delimiter.as_deref(),
+        input.key_marker.as_deref(),
+        max_keys,
+    )
+    .await?;
+    let names = Names::new(input.encoding_type.as_ref());
+    let next_key_marker = listing.next.as_ref().and_then(Position::marker);
+    let next_version_id_marker = matches!(listing.next, Some(Position::Key(_)))
+        .then(|| NULL_VERSION.to_owned())
+        .filter(|_| next_key_marker.is_some());
+    let versions = std::mem::take(&mut listing.objects)
+        .into_iter()
+        .map(|(key, m)| ObjectVersion {
+            key: Some(names.show(key)),
+            version_id: Some(NULL_VERSION.to_owned()),
+            is_latest: Some(true),
+            size: i64::try_from(m.size).ok(),
+            e_tag: Some(etag_of(&m)),
+            last_modified: Some(last_modified_of(&m)),
+            storage_class: Some(ObjectVersionStorageClass::from_static(
+                ObjectVersionStorageClass::STANDARD,
+            )),
+            ..ObjectVersion::default()
+        })
+        .collect();
+    let prefixes = prefixes(&mut listing, &names);
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        prefix: Some(names.show(prefix)),
+        delimiter: input.delimiter.map(|d| names.show(d)),
+        key_marker: input.key_marker.map(|m| names.show(m)),
+        version_id_marker: input.version_id_marker,
+        max_keys: i32::try_from(max_keys).ok(),
+        is_truncated: Some(listing.truncated),
+        next_key_marker: next_key_marker.map(|m| names.show(m)),
+        next_version_id_marker,
+        encoding_type: input.encoding_type,
+        versions: Some(versions),
+        common_prefixes: Some(prefixes),
+        ..ListObjectVersionsOutput::default()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +482,21 @@ mod tests {
             assert!(decode_token(bad).is_err(), "{bad}");
         }
         assert_eq!(url_encode("a b/c+d"), "a%20b/c%2Bd");
+    }
+
+    #[test]
+    fn a_v1_marker_jumps_only_when_it_is_a_common_prefix_of_the_listing() {
+        let key = |k: &str| Position::Key(k.as_bytes().to_vec());
+        let jump = |p: &str| Position::Past(p.to_owned());
+        // A folder marker object listed under its own prefix: resume right after it.
+        assert_eq!(v1_marker_position("dir/", "dir/", Some("/")), key("dir/"));
+        // A common prefix of the listing: past every key under it.
+        assert_eq!(v1_marker_position("dir/", "", Some("/")), jump("dir/"));
+        assert_eq!(v1_marker_position("a/b/", "a/", Some("/")), jump("a/b/"));
+        assert_eq!(v1_marker_position("a//", "a/", Some("/")), jump("a//"));
+        // Not common prefixes: a second delimiter, another prefix, no delimiter.
+        assert_eq!(v1_marker_position("a/b/c/", "a/", Some("/")), key("a/b/c/"));
+        assert_eq!(v1_marker_position("b/", "a/", Some("/")), key("b/"));
+        assert_eq!(v1_marker_position("dir/", "", None), key("dir/"));
     }
 }

@@ -9,6 +9,28 @@ use std::time::Duration;
 
 use saltblob_core::{GcReport, PriorityClass, SchedulerStats};
 
+/// Why a connection was closed by the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// No request by the first-request deadline.
+    FirstRequest,
+    /// No request in flight for the idle timeout.
+    Idle,
+    /// A write made no progress for the IO timeout.
+    Write,
+}
+
+impl Closed {
+    /// The metrics label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::FirstRequest => "first_request",
+            Self::Idle => "idle",
+            Self::Write => "write",
+        }
+    }
+}
+
 /// Upper bounds of the request duration histogram's buckets, in seconds.
 const BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0,
@@ -58,6 +80,11 @@ pub(crate) struct Metrics {
     bytes_out: AtomicU64,
     in_flight: AtomicI64,
     gc: Mutex<GcFigures>,
+    connections_open: AtomicI64,
+    connections_refused: AtomicU64,
+    /// Connections the server closed, by [`Closed`] (first request, idle, write).
+    connections_closed: [AtomicU64; 3],
+    requests_shed: AtomicU64,
 }
 
 /// One finished request, as the metrics count it.
@@ -92,6 +119,38 @@ impl Metrics {
         }
     }
 
+    /// A connection was accepted and is being served.
+    pub(crate) fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A served connection has ended.
+    pub(crate) fn connection_ended(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A connection beyond the cap was closed unserved.
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The server closed a connection, for `why`.
+    pub(crate) fn connection_closed(&self, why: Closed) {
+        let slot = match why {
+            Closed::FirstRequest => 0,
+            Closed::Idle => 1,
+            Closed::Write => 2,
+        };
+        if let Some(counter) = self.connections_closed.get(slot) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request beyond the cap on requests in flight was answered `503 SlowDown`.
+    pub(crate) fn request_shed(&self) {
+        self.requests_shed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A gc pass has ended.
     pub(crate) fn gc_ran(&self, report: Option<&GcReport>) {
         let Ok(mut gc) = self.gc.lock() else { return };
@@ -108,8 +167,9 @@ impl Metrics {
         }
     }
 
-    /// The metrics in Prometheus' text format, with the store's scheduler figures.
-    pub(crate) fn render(&self, scheduler: &SchedulerStats) -> String {
+    /// The metrics in Prometheus' text format, with the store's scheduler figures and its read-ahead
+    /// (`read_ahead`: bytes in use, budget).
+    pub(crate) fn render(&self, scheduler: &SchedulerStats, read_ahead: (u64, u64)) -> String {
         let mut out = String::new();
         let mut lines = Vec::new();
 
@@ -171,6 +231,36 @@ impl Metrics {
                 self.in_flight.load(Ordering::Relaxed).to_string(),
             ),
             (
+                "saltblob_s3_connections_open",
+                "gauge",
+                "Connections being served.",
+                self.connections_open.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "saltblob_s3_connections_refused_total",
+                "counter",
+                "Connections closed unserved because --max-connections were open.",
+                self.connections_refused.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "saltblob_s3_requests_shed_total",
+                "counter",
+                "Requests answered 503 SlowDown because --max-requests were in flight.",
+                self.requests_shed.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "saltblob_read_ahead_bytes",
+                "gauge",
+                "Bytes of chunks the store's reads hold ahead of their readers (one budget for all reads).",
+                read_ahead.0.to_string(),
+            ),
+            (
+                "saltblob_read_ahead_budget_bytes",
+                "gauge",
+                "The store's read-ahead budget.",
+                read_ahead.1.to_string(),
+            ),
+            (
                 "saltblob_scheduler_limit",
                 "gauge",
                 "Backend requests the store's scheduler allows in flight (adaptive).",
@@ -187,6 +277,24 @@ impl Metrics {
             lines.push(format!("{name} {value}"));
             flush(&mut out, &mut lines);
         }
+
+        let name = family(
+            &mut out,
+            "saltblob_s3_connections_closed_total",
+            "counter",
+            "Connections the server closed: no request by the first-request deadline, idle, or a write stalled.",
+        );
+        for (why, counter) in [Closed::FirstRequest, Closed::Idle, Closed::Write]
+            .into_iter()
+            .zip(&self.connections_closed)
+        {
+            lines.push(format!(
+                "{name}{{reason=\"{}\"}} {}",
+                why.label(),
+                counter.load(Ordering::Relaxed)
+            ));
+        }
+        flush(&mut out, &mut lines);
 
         type ClassFigure = fn(&saltblob_core::ClassStats) -> String;
         let class_families: [(&str, &str, &str, ClassFigure); 6] = [
@@ -330,7 +438,8 @@ mod tests {
             bytes_in: 0,
             bytes_out: 1000,
         });
-        let text = m.render(&SchedulerStats::default());
+        m.connection_closed(Closed::Write);
+        let text = m.render(&SchedulerStats::default(), (5, 9));
         for expected in [
             "saltblob_s3_requests_total{op=\"GetObject\",status=\"200\"} 1\n",
             "saltblob_s3_request_duration_seconds_bucket{op=\"GetObject\",class=\"bulk\",le=\"0.025\"} 0\n",
@@ -339,6 +448,8 @@ mod tests {
             "saltblob_s3_request_duration_seconds_count{op=\"GetObject\",class=\"bulk\"} 1\n",
             "saltblob_s3_bytes_out_total 1000\n",
             "saltblob_s3_requests_in_flight 1\n",
+            "saltblob_s3_connections_closed_total{reason=\"write\"} 1\n",
+            "saltblob_read_ahead_bytes 5\n",
         ] {
             assert!(text.contains(expected), "{expected} missing from\n{text}");
         }

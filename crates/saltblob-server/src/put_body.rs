@@ -11,8 +11,13 @@ use saltblob_core::LateMetadata;
 use saltblob_core::manifest::hex;
 
 use crate::attrs::{CHECKSUM_KEY, ETAG_KEY};
-use crate::body::{Algorithm, Expected, SharedOutcome, VerifyingReader, body_error};
+use crate::body::{
+    Algorithm, Expected, SharedOutcome, Verified, VerifyingReader, body_error, entity_too_large,
+};
 use crate::error::from_store;
+
+/// The largest object one request may put, as S3: 5 GiB (PutObject, and each part of a multipart upload).
+pub(crate) const MAX_PUT_BYTES: u64 = 5 << 30;
 
 /// The checksum algorithm whose value an `aws-chunked` body announces in its trailer (`x-amz-trailer`).
 pub(crate) fn announced_trailer(headers: &HeaderMap) -> Option<Algorithm> {
@@ -75,15 +80,20 @@ pub(crate) struct PutBody {
 }
 
 /// `body` as a [`PutBody`] whose reader verifies `checks` at its end and then records the ETag and checksums;
-/// `content_length` becomes its size hint.
+/// `content_length` becomes its size hint. A body over [`MAX_PUT_BYTES`] is refused: at once when
+/// Content-Length says so, before a byte is read; else by the reader, as soon as it has read more.
 ///
 /// # Errors
-/// `InvalidDigest` for a malformed Content-MD5.
+/// `EntityTooLarge` when Content-Length is over [`MAX_PUT_BYTES`]; `InvalidDigest` for a malformed Content-MD5.
 pub(crate) fn verified_body(
     body: Option<StreamingBlob>,
     checks: BodyChecks,
     content_length: Option<i64>,
 ) -> S3Result<PutBody> {
+    let size_hint = content_length.and_then(|l| u64::try_from(l).ok());
+    if size_hint.is_some_and(|size| size > MAX_PUT_BYTES) {
+        return Err(entity_too_large());
+    }
     let expected = Expected {
         checksums: checks
             .checksums
@@ -94,7 +104,10 @@ pub(crate) fn verified_body(
         computed: checks
             .algorithm
             .as_ref()
-            .and_then(|a| Algorithm::parse(a.as_str())),
+            .and_then(|a| Algorithm::parse(a.as_str()))
+            .into_iter()
+            .collect(),
+        max_bytes: Some(MAX_PUT_BYTES),
         ..Expected::default()
     }
     .with_content_md5(checks.content_md5.as_deref())?;
@@ -104,19 +117,25 @@ pub(crate) fn verified_body(
     };
     let outcome = SharedOutcome::default();
     let late = LateMetadata::new();
-    let record = late.clone();
-    let reader = VerifyingReader::new(body, expected, outcome.clone()).on_verified(move |v| {
-        record.insert(ETAG_KEY, hex(&v.md5));
-        for (algorithm, value) in &v.checksums {
-            record.insert(format!("{CHECKSUM_KEY}{}", algorithm.name()), value.clone());
-        }
-    });
+    let reader = VerifyingReader::new(body, expected, outcome.clone())
+        .on_verified(record_into(late.clone()));
     Ok(PutBody {
         reader,
         outcome,
         late,
-        size_hint: content_length.and_then(|l| u64::try_from(l).ok()),
+        size_hint,
     })
+}
+
+/// What records a verified body's ETag (`s3:etag`, hex MD5) and checksums (`s3:checksum-<algorithm>`) into
+/// `late`, for [`VerifyingReader::on_verified`].
+pub(crate) fn record_into(late: LateMetadata) -> impl FnOnce(&Verified) + Send + 'static {
+    move |v| {
+        late.insert(ETAG_KEY, hex(&v.md5));
+        for (algorithm, value) in &v.checksums {
+            late.insert(format!("{CHECKSUM_KEY}{}", algorithm.name()), value.clone());
+        }
+    }
 }
 
 /// The outcome of a put of a [`VerifyingReader`]'s body: the reader's own failure when it refused the body

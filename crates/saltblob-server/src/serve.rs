@@ -1,5 +1,7 @@
-//! [`run`]: the accept loop (plain or TLS), HTTP/1.1 and HTTP/2 connections, graceful shutdown, the metrics
-//! listener and periodic gc; and [`Handler`], which wraps the S3 service to count, time and log each request.
+//! [`run`]: the accept loop (plain or TLS) under the connection cap, HTTP/1.1 and HTTP/2 connections driven
+//! under their deadlines (`conn.rs`), graceful shutdown, the metrics listener and periodic gc; and [`Handler`],
+//! which refuses what saltblob does not serve (`guard.rs`), sheds requests beyond the cap, frames `aws-chunked`
+//! bodies (`chunked.rs`), and wraps the S3 service to count, time and log each request.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -7,41 +9,52 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use s3s::config::{S3Config, StaticConfigProvider};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use saltblob_core::{BlobStore, GcOptions, PriorityClass};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::ServerConfig;
 use crate::auth::{Access, KeyAuth, RequestRecord};
+use crate::chunked::{BodyFailed, Fault, Reframe};
+use crate::conn::{Activity, Deadlines, StallTimer, TimedIo, drive};
+use crate::guard::Refusal;
 use crate::metrics::{Finished, Metrics};
 use crate::multipart::sweep_expired_uploads;
 use crate::service::SaltS3;
+use crate::{chunked, guard};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest XML request body (DeleteObjects of 1000 keys of 1 KiB fits).
 const XML_MAX_BODY: usize = 4 << 20;
+/// Interval of HTTP/2 keep-alive pings, and how long a ping may go unanswered before the connection closes.
+const H2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(20));
+/// Connections the metrics listener serves at once (more are closed at once).
+const METRICS_MAX_CONNECTIONS: usize = 16;
 
 /// Serves S3 on `listener` (and, if configured, metrics on `config.metrics_listener`) from `store` until
 /// `shutdown` completes; then stops accepting, lets the requests in flight finish for up to
 /// [`ServerConfig::shutdown_timeout`], and returns. A put whose body had not ended by then is dropped before
 /// its commit: nothing of it becomes visible.
+///
+/// At most [`ServerConfig::max_connections`] connections are served at once (one more is closed as soon as it
+/// is accepted) and at most [`ServerConfig::max_requests`] requests (one more is answered `503 SlowDown`).
 ///
 /// # Errors
 /// `InvalidInput` when `config` has no access key (anonymous access is only per bucket, for reads).
@@ -63,6 +76,9 @@ pub async fn run(
         metrics: Arc::clone(&metrics),
         peer: None,
         default_class: store.default_class(),
+        requests: Arc::new(Semaphore::new(config.max_requests.max(1))),
+        activity: None,
+        io_timeout: config.io_timeout,
     };
     let _gc = config.gc_every.map(|every| {
         Aborting(tokio::spawn(gc_loop(
@@ -76,15 +92,37 @@ pub async fn run(
             l,
             Arc::clone(&metrics),
             store.clone(),
+            config.first_request_timeout,
+            config.io_timeout,
         )))
     });
     let tls = config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let mut connections = auto::Builder::new(TokioExecutor::new());
-    // A timer enables hyper's header read timeout (30 s), so that a client that never finishes its headers
-    // does not hold a connection forever.
-    connections.http1().timer(TokioTimer::new());
-    connections.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Idle connections (HTTP/1.1 and HTTP/2) are closed by `conn.rs`; hyper's header read timeout, a second
+    // later, is the backstop for a request head that stops arriving on an HTTP/1.1 connection. HTTP/2 gets
+    // keep-alive pings, so that a dead peer is dropped.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.idle_timeout + Duration::from_secs(1));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEP_ALIVE.0)
+        .keep_alive_timeout(H2_KEEP_ALIVE.1);
+    let serving = Arc::new(Serving {
+        builder,
+        tls,
+        deadlines: Deadlines {
+            first_request: config.first_request_timeout,
+            idle: config.idle_timeout,
+        },
+        io_timeout: config.io_timeout,
+        metrics: Arc::clone(&metrics),
+    });
+    let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let (stop, stopping) = watch::channel(false);
+    let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -97,55 +135,109 @@ pub async fn run(
                     continue;
                 }
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
-        let handler = handler.for_peer(peer);
-        match &tls {
-            None => {
-                let conn = connections.serve_connection(TokioIo::new(stream), handler);
-                let conn = graceful.watch(conn.into_owned());
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            Some(acceptor) => {
-                let acceptor = acceptor.clone();
-                let connections = connections.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let stream = match tls_handshake(&acceptor, stream).await {
-                        Ok(stream) => stream,
-                        Err(e) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                    };
-                    let conn = connections.serve_connection(TokioIo::new(stream), handler);
-                    if let Err(e) = watcher.watch(conn.into_owned()).await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
-            }
-        }
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            metrics.connection_refused();
+            tracing::debug!(%peer, "connection refused: --max-connections are open");
+            drop(stream);
+            continue;
+        };
+        connections.spawn(Arc::clone(&serving).serve(
+            stream,
+            peer,
+            handler.clone(),
+            stopping.clone(),
+            slot,
+        ));
     }
     drop(listener);
     tracing::info!("shutting down: waiting for requests in flight");
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(config.shutdown_timeout) => tracing::warn!(
-            timeout = ?config.shutdown_timeout,
-            "requests still in flight at the shutdown timeout are dropped (unfinished puts do not commit)"
-        ),
+    let _ = stop.send(true);
+    let all_closed = async { while connections.join_next().await.is_some() {} };
+    match tokio::time::timeout(config.shutdown_timeout, all_closed).await {
+        Ok(()) => tracing::info!("all connections closed"),
+        Err(_) => {
+            tracing::warn!(
+                timeout = ?config.shutdown_timeout,
+                "requests still in flight at the shutdown timeout are dropped (unfinished puts do not commit)"
+            );
+            connections.shutdown().await;
+        }
     }
     Ok(())
 }
 
-async fn tls_handshake(
+/// What serving one accepted connection needs.
+struct Serving {
+    builder: auto::Builder<TokioExecutor>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    deadlines: Deadlines,
+    io_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Serving {
+    /// Serves `stream` (TLS first, if configured) to its end with `handler`, holding its connection `_slot`.
+    async fn serve(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        handler: Handler,
+        stopping: watch::Receiver<bool>,
+        _slot: OwnedSemaphorePermit,
+    ) {
+        let io = TimedIo::new(stream, self.io_timeout, Arc::clone(&self.metrics));
+        self.metrics.connection_opened();
+        match &self.tls {
+            None => self.http(io, peer, handler, stopping).await,
+            Some(acceptor) => match tls_handshake(acceptor, io).await {
+                Ok(tls) => self.http(tls, peer, handler, stopping).await,
+                Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            },
+        }
+        self.metrics.connection_ended();
+    }
+
+    /// Runs HTTP on `io` under the connection's deadlines (which start now, after any TLS handshake).
+    async fn http<I>(
+        &self,
+        io: I,
+        peer: SocketAddr,
+        handler: Handler,
+        stopping: watch::Receiver<bool>,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Activity::new();
+        let handler = handler.for_connection(peer, Arc::clone(&activity));
+        let conn = self.builder.serve_connection(TokioIo::new(io), handler);
+        let (closed, result) = drive(
+            conn,
+            |c| c.graceful_shutdown(),
+            &activity,
+            self.deadlines,
+            stopping,
+        )
+        .await;
+        if let Some(why) = closed {
+            tracing::debug!(%peer, reason = why.label(), "connection closed by the server");
+            self.metrics.connection_closed(why);
+        }
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+async fn tls_handshake<S>(
     acceptor: &tokio_rustls::TlsAcceptor,
-    stream: TcpStream,
-) -> io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
+    stream: S,
+) -> io::Result<tokio_rustls::server::TlsStream<S>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
@@ -188,15 +280,21 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
     let mut builder = S3ServiceBuilder::new(SaltS3 {
         store,
         region: config.region.clone(),
+        uploads: crate::multipart::cap::UploadCap::new(config.max_uploads_per_bucket),
     });
-    builder.set_auth(KeyAuth::new(&config.credentials));
+    builder.set_auth(KeyAuth(config.credentials.clone()));
     builder.set_access(Access {
         anonymous_read: config.anonymous_read.clone(),
+        anonymous_list: config.anonymous_list.clone(),
     });
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
-    // POST object (browser forms) is not supported; s3s would buffer its file before the access check.
+    // POST object (browser forms) is refused before s3s (`guard.rs`); should one get through, s3s buffers
+    // nothing of it.
     s3_config.post_object_max_file_size = 0;
+    s3_config.form_max_field_size = 0;
+    s3_config.form_max_fields_size = 0;
+    s3_config.form_max_parts = 0;
     builder.set_config(Arc::new(StaticConfigProvider::new(Arc::new(s3_config))));
     builder.build()
 }
@@ -244,8 +342,21 @@ async fn gc_loop(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
     }
 }
 
-/// Serves `GET /metrics` on `listener` (HTTP/1.1) until aborted.
-async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, store: BlobStore) {
+/// Serves `GET /metrics` on `listener` (HTTP/1.1) until aborted: at most [`METRICS_MAX_CONNECTIONS`] at once,
+/// each with `header_timeout` to send a request head (and to stay idle between requests) and `io_timeout` for
+/// a stalled write.
+async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    store: BlobStore,
+    header_timeout: Duration,
+    io_timeout: Duration,
+) {
+    let slots = Arc::new(Semaphore::new(METRICS_MAX_CONNECTIONS));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -255,11 +366,15 @@ async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, store: Blob
                 continue;
             }
         };
-        let metrics = Arc::clone(&metrics);
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let metrics_for_service = Arc::clone(&metrics);
         let store = store.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let response = if req.method() == Method::GET && req.uri().path() == "/metrics" {
-                let text = metrics.render(&store.scheduler_stats());
+                let text = metrics_for_service.render(&store.scheduler_stats(), store.read_ahead());
                 Response::builder()
                     .header(
                         http::header::CONTENT_TYPE,
@@ -275,17 +390,39 @@ async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>, store: Blob
             };
             async move { response }
         });
+        let io = TimedIo::new(stream, io_timeout, Arc::clone(&metrics));
+        let conn = builder.serve_connection(TokioIo::new(io), service);
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "metrics connection ended with an error");
             }
+            drop(slot);
         });
     }
 }
 
-/// The S3 service wrapped to count, time and log each request.
+/// A new request id: 16 upper-case hex digits, as AWS's `x-amz-request-id`, unique within the process and
+/// unlikely to repeat across restarts.
+fn new_request_id() -> String {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        now ^ u64::from(std::process::id()).rotate_left(32)
+    });
+    // splitmix64 of the counter: distinct ids that do not look sequential.
+    let mut x = seed.wrapping_add(
+        NEXT.fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    format!("{:016X}", x ^ (x >> 31))
+}
+
+/// The S3 service wrapped to refuse, shed, count, time and log each request.
 #[derive(Clone)]
 struct Handler {
     service: S3Service,
@@ -294,21 +431,32 @@ struct Handler {
     /// The class of a request that reads or writes no blob (a bucket operation, a listing, a HEAD): the store's
     /// default class, else `interactive` ([`BlobStore::default_class`]), as the store runs it.
     default_class: PriorityClass,
+    /// One permit per request in flight ([`ServerConfig::max_requests`]).
+    requests: Arc<Semaphore>,
+    /// The connection's requests, for its deadlines.
+    activity: Option<Arc<Activity>>,
+    /// How long a request body may stop arriving.
+    io_timeout: Duration,
 }
 
 impl Handler {
-    fn for_peer(&self, peer: SocketAddr) -> Self {
+    fn for_connection(&self, peer: SocketAddr, activity: Arc<Activity>) -> Self {
         Self {
             peer: Some(peer),
+            activity: Some(activity),
             ..self.clone()
         }
     }
 
     async fn handle(self, mut req: Request<Incoming>) -> Response<LoggedBody> {
+        let request_id = new_request_id();
         let record = Arc::new(RequestRecord::default());
         record.set_class(self.default_class.clone());
         req.extensions_mut().insert(Arc::clone(&record));
         let bytes_in = Arc::new(AtomicU64::new(0));
+        if let Some(activity) = &self.activity {
+            activity.request_started();
+        }
         let mut log = RequestLog {
             start: Instant::now(),
             record,
@@ -316,20 +464,83 @@ impl Handler {
             peer: self.peer,
             method: req.method().clone(),
             path: req.uri().path().to_owned(),
+            request_id: request_id.clone(),
             bytes_in: Arc::clone(&bytes_in),
             bytes_out: 0,
             // Until a response exists: the client went away first.
             status: 499,
+            completed: false,
+            activity: self.activity.clone(),
+            _permit: None,
         };
         self.metrics.started();
+        // HTTP/1.1 must close a connection whose request body is left unread (HTTP/2 resets the stream).
+        let http1 = req.version() < Version::HTTP_2;
+        let unread_body = !req.body().is_end_stream();
+        let refusal = guard::check(req.method(), req.uri(), req.headers()).or_else(|| {
+            match Arc::clone(&self.requests).try_acquire_owned() {
+                Ok(permit) => {
+                    log._permit = Some(permit);
+                    None
+                }
+                Err(_) => {
+                    self.metrics.request_shed();
+                    Some(Refusal::new(
+                        "SlowDown",
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "Please reduce your request rate.",
+                    ))
+                }
+            }
+        });
+        let (response, close) = match refusal {
+            Some(refusal) => {
+                tracing::debug!(code = refusal.code, header = ?refusal.header, "request refused");
+                (refusal_response(&refusal, &request_id), unread_body)
+            }
+            None => self.serve(req, &request_id, bytes_in).await,
+        };
+        let mut response = response;
+        log.status = response.status().as_u16();
+        if let Ok(id) = HeaderValue::from_str(&request_id) {
+            response.headers_mut().insert("x-amz-request-id", id);
+        }
+        if http1 && close {
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response.map(|body| LoggedBody {
+            inner: Box::pin(body),
+            log: Some(log),
+        })
+    }
+
+    /// Runs `req` through s3s, its body counted, timed and (if `aws-chunked`) framed; returns the response and
+    /// whether its connection is to be closed after it.
+    async fn serve(
+        &self,
+        req: Request<Incoming>,
+        request_id: &str,
+        bytes_in: Arc<AtomicU64>,
+    ) -> (Response<s3s::Body>, bool) {
         let close_after = empty_body_expects_continue(&req);
+        let fault = Fault::default();
+        let framing = chunked::mode(req.headers());
+        let timeout = self.io_timeout;
         let req = req.map(|body| {
-            s3s::Body::http_body(Counting {
+            let counted = Counting {
                 inner: Box::pin(body),
                 count: bytes_in,
-            })
+                stall: StallTimer::new(timeout),
+                fault: fault.clone(),
+            };
+            match framing {
+                Some(mode) => s3s::Body::http_body(Reframe::new(counted, mode, fault.clone())),
+                None => s3s::Body::http_body(counted),
+            }
         });
-        let response = match self.service.call(req).await {
+        let response = match crate::object::call(&self.service, req).await {
             Ok(response) => response,
             Err(e) => {
                 tracing::error!(error = ?e, "the S3 service failed");
@@ -338,19 +549,52 @@ impl Handler {
                 response
             }
         };
-        log.status = response.status().as_u16();
-        let mut response = response;
-        if close_after {
-            response.headers_mut().insert(
-                http::header::CONNECTION,
-                http::HeaderValue::from_static("close"),
-            );
+        match fault.take() {
+            // The body failed: its error, not what the operation made of the failure.
+            Some(refusal) if !response.status().is_success() => {
+                tracing::debug!(code = refusal.code, "request body refused");
+                (refusal_response(&refusal, request_id), true)
+            }
+            _ => (with_request_id(response, request_id), close_after),
         }
-        response.map(|body| LoggedBody {
-            inner: Box::pin(body),
-            log: Some(log),
-        })
     }
+}
+
+/// The error response of `refusal`.
+fn refusal_response(refusal: &Refusal, request_id: &str) -> Response<s3s::Body> {
+    let mut response = Response::new(s3s::Body::from(refusal.xml(request_id)));
+    *response.status_mut() = refusal.status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    response
+}
+
+/// `response` with `<RequestId>` added to its error document, if it is one that has none.
+fn with_request_id(mut response: Response<s3s::Body>, request_id: &str) -> Response<s3s::Body> {
+    if response.status().is_success() {
+        return response;
+    }
+    let Some(body) = response.body().bytes() else {
+        return response;
+    };
+    const END: &[u8] = b"</Error>";
+    let has_id = body.windows(11).any(|w| w == b"<RequestId>");
+    let Some(at) = body.windows(END.len()).rposition(|w| w == END) else {
+        return response;
+    };
+    if has_id {
+        return response;
+    }
+    let id = format!("<RequestId>{}</RequestId>", guard::xml_escape(request_id));
+    let mut out = Vec::with_capacity(body.len() + id.len());
+    out.extend_from_slice(&body[..at]);
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(&body[at..]);
+    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+    *response.body_mut() = s3s::Body::from(out);
+    response
 }
 
 /// Whether `req` asks for `100 Continue` with an empty body (`Content-Length: 0`), as botocore (boto3, awscli)
@@ -380,27 +624,48 @@ impl hyper::service::Service<Request<Incoming>> for Handler {
     }
 }
 
-/// A request body that counts the bytes it yields.
+/// A request body that counts the bytes it yields and fails when the client sends nothing for `timeout`
+/// while it is being read (`400 RequestTimeout`, recorded in `fault`).
 struct Counting {
     inner: Pin<Box<Incoming>>,
     count: Arc<AtomicU64>,
+    /// Runs while a read waits for the client.
+    stall: StallTimer,
+    fault: Fault,
 }
 
 impl HttpBody for Counting {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = self.inner.as_mut().poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &frame
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let frame = match self.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                if self.stall.stalled(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.fault.set(Refusal::new(
+                    "RequestTimeout",
+                    StatusCode::BAD_REQUEST,
+                    "Your socket connection to the server was not read from or written to within the \
+                     timeout period. Idle connections will be closed.",
+                ));
+                return Poll::Ready(Some(Err(Box::new(BodyFailed(
+                    "the request body stopped arriving",
+                )))));
+            }
+        };
+        self.stall.progress();
+        if let Some(Ok(frame)) = &frame
             && let Some(data) = frame.data_ref()
         {
             self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
-        frame
+        Poll::Ready(frame.map(|f| f.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -413,7 +678,8 @@ impl HttpBody for Counting {
 }
 
 /// What is known of one request, counted and logged once when dropped: at the end of its response body, or
-/// when the client went away.
+/// when the client went away. A response cut off before its end (the client left, a write stalled, the body
+/// failed) is counted and logged as aborted, with status 499.
 struct RequestLog {
     start: Instant,
     record: Arc<RequestRecord>,
@@ -421,13 +687,23 @@ struct RequestLog {
     peer: Option<SocketAddr>,
     method: Method,
     path: String,
+    request_id: String,
     bytes_in: Arc<AtomicU64>,
     bytes_out: u64,
+    /// The response's status; 499 until there is one.
     status: u16,
+    /// Whether the response was sent to its end.
+    completed: bool,
+    activity: Option<Arc<Activity>>,
+    /// The request's place among those in flight.
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for RequestLog {
     fn drop(&mut self) {
+        if let Some(activity) = &self.activity {
+            activity.request_ended();
+        }
         let fields = self.record.fields();
         let op = if fields.op.is_empty() {
             "Unknown"
@@ -438,10 +714,12 @@ impl Drop for RequestLog {
         let class = fields.class.unwrap_or_else(PriorityClass::interactive);
         let duration = self.start.elapsed();
         let bytes_in = self.bytes_in.load(Ordering::Relaxed);
+        let aborted = !self.completed;
+        let status = if aborted { 499 } else { self.status };
         self.metrics.finished(&Finished {
             op,
             class: &class,
-            status: self.status,
+            status,
             duration,
             bytes_in,
             bytes_out: self.bytes_out,
@@ -451,7 +729,9 @@ impl Drop for RequestLog {
             op,
             bucket = fields.bucket.as_deref().unwrap_or("-"),
             key = fields.key.as_deref().unwrap_or("-"),
-            status = self.status,
+            status,
+            aborted,
+            response_status = self.status,
             bytes_in,
             bytes_out = self.bytes_out,
             duration_ms = duration.as_secs_f64() * 1000.0,
@@ -460,6 +740,7 @@ impl Drop for RequestLog {
             method = %self.method,
             path = %self.path,
             peer = %self.peer.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            request_id = %self.request_id,
             "request"
         );
     }
@@ -469,6 +750,15 @@ impl Drop for RequestLog {
 struct LoggedBody {
     inner: Pin<Box<s3s::Body>>,
     log: Option<RequestLog>,
+}
+
+impl LoggedBody {
+    /// The response was sent whole: its log says so when it is dropped.
+    fn complete(&mut self) {
+        if let Some(log) = &mut self.log {
+            log.completed = true;
+        }
+    }
 }
 
 impl HttpBody for LoggedBody {
@@ -487,7 +777,10 @@ impl HttpBody for LoggedBody {
                     log.bytes_out += len;
                 }
             }
-            Poll::Ready(None) => drop(self.log.take()),
+            Poll::Ready(None) => {
+                self.complete();
+                drop(self.log.take());
+            }
             Poll::Ready(Some(Err(_))) | Poll::Pending => {}
         }
         frame
@@ -499,5 +792,17 @@ impl HttpBody for LoggedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        // hyper sends no body for HEAD, 204 and 304, and stops polling a body that says it has ended.
+        let bodiless = self.log.as_ref().is_some_and(|log| {
+            log.method == Method::HEAD || matches!(log.status, 204 | 304) || log.status < 200
+        });
+        if bodiless || self.inner.is_end_stream() {
+            self.complete();
+        }
     }
 }

@@ -16,6 +16,8 @@ use crate::keys::bucket_key;
 pub(crate) struct SaltS3 {
     pub(crate) store: BlobStore,
     pub(crate) region: String,
+    /// The cap on multipart uploads in progress per bucket.
+    pub(crate) uploads: crate::multipart::cap::UploadCap,
 }
 
 impl SaltS3 {
@@ -42,39 +44,44 @@ impl SaltS3 {
         Ok(first.is_some())
     }
 
-    /// The store condition of a conditional put (PutObject, CompleteMultipartUpload): `If-None-Match: *` writes
-    /// only a new key; `If-Match: ETAG` only over the version that has that ETag (the version is pinned, so a
-    /// concurrent overwrite fails the put instead of being replaced).
+    /// The store condition of a conditional put (PutObject, CopyObject's destination, CompleteMultipartUpload):
+    /// `If-None-Match: *` writes only a new key; `If-Match: ETAG` (or `*`) only over the version that has that
+    /// ETag (the version is pinned, so a concurrent overwrite fails the put instead of being replaced). Both
+    /// together are evaluated in RFC 9110's order (If-Match first): they never both hold.
     ///
     /// # Errors
-    /// `PreconditionFailed` (412) when the condition does not hold; `NotImplemented` for any other combination.
+    /// `NoSuchKey` (404) for `If-Match` on a key that holds nothing, as AWS answers; `PreconditionFailed` (412)
+    /// when a condition does not hold; `NotImplemented` for an `If-None-Match` other than `*` (S3 takes no
+    /// other on a write).
     pub(crate) async fn put_condition(
         &self,
         key: &str,
         if_match: Option<&ETagCondition>,
         if_none_match: Option<&ETagCondition>,
     ) -> S3Result<PutCondition> {
-        match (if_match, if_none_match) {
-            (None, None) => Ok(PutCondition::None),
-            (None, Some(ETagCondition::Any)) => Ok(PutCondition::IfAbsent),
-            (Some(condition), None) => {
-                let current = match self.store.head(key).await {
-                    Ok(m) => m,
-                    Err(Error::NotFound { .. }) => return Err(precondition_failed()),
-                    Err(e) => return Err(from_store(e)),
-                };
-                match condition {
-                    ETagCondition::Any => {}
-                    ETagCondition::ETag(etag) if etag.value() == etag_of(&current).value() => {}
-                    ETagCondition::ETag(_) => return Err(precondition_failed()),
-                }
-                Ok(PutCondition::IfVersion(current.version))
-            }
-            _ => Err(s3_error!(
+        if if_none_match.is_some_and(|c| !c.is_any()) {
+            return Err(s3_error!(
                 NotImplemented,
-                "PutObject takes If-None-Match: * or If-Match, not both nor another If-None-Match"
-            )),
+                "A write takes If-None-Match: * only (write only a new key)"
+            ));
         }
+        let Some(condition) = if_match else {
+            return Ok(if if_none_match.is_some() {
+                PutCondition::IfAbsent
+            } else {
+                PutCondition::None
+            });
+        };
+        let current = self.store.head(key).await.map_err(from_store)?;
+        let matches = match condition {
+            ETagCondition::Any => true,
+            ETagCondition::ETag(etag) => etag.value() == etag_of(&current).value(),
+        };
+        // The key holds a version, so `If-None-Match: *` fails whatever If-Match says.
+        if !matches || if_none_match.is_some() {
+            return Err(precondition_failed());
+        }
+        Ok(PutCondition::IfVersion(current.version))
     }
 
     /// Labels the request (access log, latency histogram) with the class the store runs `manifest`'s blob in:

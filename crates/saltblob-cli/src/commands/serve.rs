@@ -1,15 +1,16 @@
 //! `saltblob serve`: the S3-compatible server (crate `saltblob-server`; docs/s3.md).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
-use saltblob_server::{AccessKey, ServerConfig, parse_credentials};
+use saltblob_server::{AccessKey, KeyRing, ServerConfig, parse_credentials};
 use tokio::net::TcpListener;
 
 use super::command::{Command, Context};
 use crate::failure::Failure;
+use crate::human::parse_size;
 
 /// Arguments of `saltblob serve`.
 #[derive(clap::Args, Debug)]
@@ -17,7 +18,8 @@ pub struct Serve {
     /// Address to serve S3 on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
     listen: SocketAddr,
-    /// Access keys: one "ACCESS_KEY_ID SECRET" pair per line, '#' starts a comment. Without it, the key in
+    /// Access keys: one "ACCESS_KEY_ID SECRET" pair per line, '#' starts a comment; the file must not be
+    /// accessible by group or others (chmod 600), and is read again on SIGHUP. Without it, the key in
     /// SALTBLOB_ACCESS_KEY_ID and SALTBLOB_SECRET_ACCESS_KEY is used; with neither, the server does not start.
     #[arg(long, value_name = "FILE")]
     credentials: Option<PathBuf>,
@@ -30,9 +32,30 @@ pub struct Serve {
     /// Serve Prometheus metrics at http://ADDR/metrics. Defaults to no metrics.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
-    /// Buckets anyone may read without signing (GetObject, HeadObject, ListObjects, HeadBucket), comma-separated.
+    /// Buckets anyone may read without signing (GetObject, HeadObject, HeadBucket), comma-separated.
     #[arg(long, value_name = "BUCKET,...", value_delimiter = ',')]
     anonymous_read: Vec<String>,
+    /// Buckets anyone may list without signing (ListObjects, ListObjectsV2, HeadBucket), comma-separated.
+    #[arg(long, value_name = "BUCKET,...", value_delimiter = ',')]
+    anonymous_list: Vec<String>,
+    /// Connections served at once; one more is closed as soon as it is accepted.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Requests in flight at once; one more is answered 503 SlowDown.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    max_requests: u32,
+    /// How long a new connection may take to send its first request's head (HTTP version detection included).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    first_request_timeout: Duration,
+    /// How long a connection may stay open with no request in flight (HTTP/1.1 keep-alive and HTTP/2).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// How long a request may make no progress: a response the client stops reading, a body that stops arriving.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    io_timeout: Duration,
+    /// Bytes all GETs together may fetch ahead of their clients (the store's read-ahead budget).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    read_ahead_budget: u64,
     /// The region reported to clients (HeadBucket, ListBuckets); requests signed for any region are accepted.
     #[arg(long, default_value = "us-east-1")]
     region: String,
@@ -42,6 +65,10 @@ pub struct Serve {
     /// How long a shutdown (SIGINT, SIGTERM) waits for requests in flight; unfinished puts never commit.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_timeout: Duration,
+    /// The most multipart uploads in progress a bucket may hold; CreateMultipartUpload beyond it is refused
+    /// (InvalidRequest). 0: no cap.
+    #[arg(long, value_name = "N", default_value_t = saltblob_server::DEFAULT_MAX_UPLOADS_PER_BUCKET)]
+    max_uploads_per_bucket: usize,
 }
 
 impl Command for Serve {
@@ -58,13 +85,7 @@ impl Serve {
     /// The access keys, from --credentials or the environment.
     fn credentials(&self) -> Result<Vec<AccessKey>, Failure> {
         let keys = match &self.credentials {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Failure::usage(format!("cannot read --credentials {}: {e}", path.display()))
-                })?;
-                parse_credentials(&text)
-                    .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?
-            }
+            Some(path) => read_credentials(path).map_err(Failure::usage)?,
             None => match (
                 std::env::var("SALTBLOB_ACCESS_KEY_ID"),
                 std::env::var("SALTBLOB_SECRET_ACCESS_KEY"),
@@ -87,14 +108,25 @@ impl Serve {
     async fn serve(&self, context: &Context) -> Result<(), Failure> {
         let mut config = ServerConfig::new(self.credentials()?)
             .with_gc_every(Some(self.gc_every))
-            .with_shutdown_timeout(self.shutdown_timeout);
+            .with_shutdown_timeout(self.shutdown_timeout)
+            .with_caps(self.max_connections as usize, self.max_requests as usize)
+            .with_timeouts(
+                self.first_request_timeout,
+                self.idle_timeout,
+                self.io_timeout,
+            )
+            .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket));
         config.region = self.region.clone();
-        config.anonymous_read = self
-            .anonymous_read
-            .iter()
-            .map(|b| b.trim().to_owned())
-            .filter(|b| !b.is_empty())
-            .collect();
+        let buckets = |names: &[String]| {
+            names
+                .iter()
+                .map(|b| b.trim().to_owned())
+                .filter(|b| !b.is_empty())
+                .collect()
+        };
+        config.anonymous_read = buckets(&self.anonymous_read);
+        config.anonymous_list = buckets(&self.anonymous_list);
+        raise_open_files_limit(self.max_connections);
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             config = config
                 .with_tls_files(cert, key)
@@ -112,7 +144,12 @@ impl Serve {
         if let Some(addr) = self.metrics_listen {
             config = config.with_metrics_listener(bind(addr, "--metrics-listen").await?);
         }
-        let store = context.open().await?;
+        let read_ahead = usize::try_from(self.read_ahead_budget).unwrap_or(usize::MAX);
+        let store = saltblob::open(
+            &context.url,
+            context.config.clone().with_read_ahead_budget(read_ahead),
+        )
+        .await?;
         let scheme = if config.tls.is_some() {
             "https"
         } else {
@@ -126,9 +163,115 @@ impl Serve {
                 .map(|a| format!(", metrics on http://{a}/metrics"))
                 .unwrap_or_default()
         );
+        let _reload = self
+            .credentials
+            .clone()
+            .map(|path| tokio::spawn(reload_on_sighup(path, config.credentials.clone())));
         saltblob_server::run(listener, config, store, shutdown_signal()).await?;
         eprintln!("saltblob: server stopped");
         Ok(())
+    }
+}
+
+/// Reads and parses a credentials file, refusing one that group or others may access.
+fn read_credentials(path: &Path) -> Result<Vec<AccessKey>, String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| format!("cannot read --credentials {}: {e}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "--credentials {} is accessible by group or others (mode {:04o}): it holds secrets; run chmod 600 {}",
+                path.display(),
+                mode & 0o7777,
+                path.display()
+            ));
+        }
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read --credentials {}: {e}", path.display()))?;
+    parse_credentials(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Replaces the keys of `ring` from the credentials file at `path` on every SIGHUP; a file that cannot be read
+/// or holds no key leaves the keys as they were (and says why on stderr).
+async fn reload_on_sighup(path: PathBuf, ring: KeyRing) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+            eprintln!(
+                "saltblob: warning: cannot listen for SIGHUP: credentials will not be reloaded"
+            );
+            return;
+        };
+        while hangup.recv().await.is_some() {
+            match read_credentials(&path) {
+                Ok(keys) if !keys.is_empty() => {
+                    ring.replace(&keys);
+                    eprintln!(
+                        "saltblob: reloaded {} access key(s) from {}",
+                        keys.len(),
+                        path.display()
+                    );
+                }
+                Ok(_) => eprintln!(
+                    "saltblob: error: {} holds no access key: keeping the {} key(s) in use",
+                    path.display(),
+                    ring.len()
+                ),
+                Err(e) => eprintln!(
+                    "saltblob: error: reloading credentials failed, keeping the {} key(s) in use: {e}",
+                    ring.len()
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, ring);
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, so that `max_connections` sockets (plus the store's
+/// files) fit; warns when they may not.
+#[allow(unsafe_code)]
+fn raise_open_files_limit(max_connections: u32) {
+    #[cfg(unix)]
+    {
+        /// Files the store and the process need besides the connections (RocksDB's files, the metrics
+        /// listener, Cassandra connections).
+        const RESERVED: u64 = 512;
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit only read and write the struct passed, which lives on this stack.
+        let soft = unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return;
+            }
+            if limit.rlim_cur < limit.rlim_max {
+                let raised = libc::rlimit {
+                    rlim_cur: limit.rlim_max,
+                    rlim_max: limit.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit.rlim_cur = limit.rlim_max;
+                }
+            }
+            limit.rlim_cur
+        };
+        let needed = u64::from(max_connections) + RESERVED;
+        if (soft as u64) < needed {
+            eprintln!(
+                "saltblob: warning: the open files limit ({soft}) is below --max-connections plus {RESERVED}; \
+                 connections may fail to be accepted (raise it with ulimit -n {needed})"
+            );
+        }
     }
 }
 
@@ -152,5 +295,33 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A credentials file that group or others may access is refused with what to do; a private one is read.
+    #[cfg(unix)]
+    #[test]
+    fn credentials_files_must_be_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("keys");
+        std::fs::write(&path, "AKID1 s3cret1\n").expect("write");
+        for mode in [0o644, 0o640, 0o604, 0o660] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let err = read_credentials(&path).expect_err("refused");
+            assert!(
+                err.contains("accessible by group or others")
+                    && err.contains("chmod 600")
+                    && !err.contains("s3cret"),
+                "{mode:o}: {err}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let keys = read_credentials(&path).expect("private file");
+        assert_eq!(keys.len(), 1);
     }
 }

@@ -30,6 +30,10 @@ fn serve_refuses_to_start_without_access_keys_and_creates_no_store() {
 
     let creds = dir.path().join("creds");
     std::fs::write(&creds, "AKID s3cret extra\n").expect("write");
+    // A credentials file must be private (checked first, see the unit tests of commands/serve.rs).
+    #[cfg(unix)]
+    std::fs::set_permissions(&creds, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
     let out = saltblob(&store)
         .args(["serve", "--credentials"])
         .arg(&creds)

@@ -7,7 +7,7 @@
 //! # Layout
 //! - [`roundtrip`]: what is put reads back, in every layout, codec and policy.
 //! - [`versions`]: overwrites, deletes, concurrent writers and readers of replaced versions.
-//! - [`conditional`]: conditional puts and the order of commits.
+//! - [`conditional`]: conditional puts and deletes, and the order of commits.
 //! - [`reads`]: range reads and listing by prefix.
 //! - [`failures`]: bad input and damaged data are refused or reported, and change nothing.
 //! - [`gc`]: garbage collection, the intent lease and `fsck`.
@@ -38,7 +38,10 @@ use crate::layout::{Layout, LayoutPolicy};
 use crate::units::KIB;
 use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Manifest, StoreConfig};
 
-pub use conditional::{conditional_puts, plain_and_conditional_commits_apply_in_order};
+pub use conditional::{
+    conditional_deletes_remove_only_the_named_version, conditional_puts,
+    plain_and_conditional_commits_apply_in_order,
+};
 pub use failures::{
     bad_input_changes_nothing, corrupt_chunk_is_detected, corrupt_manifest_is_detected,
     size_hint_mismatch_changes_nothing,
@@ -61,6 +64,7 @@ pub use roundtrip::{
     roundtrip_sizes, streaming_put_of_unknown_length,
 };
 pub use segments::{
+    a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
     abandoned_and_discarded_segments_are_reclaimed,
     composed_blobs_read_back_and_own_their_segments,
     leftover_segment_intents_do_not_reclaim_a_composed_blob,
@@ -117,7 +121,9 @@ macro_rules! conformance_suite {
             records_are_separate_per_namespace, record_scans_page_in_key_order,
             record_scan_from_before_the_prefix, composed_blobs_read_back_and_own_their_segments,
             abandoned_and_discarded_segments_are_reclaimed,
-            leftover_segment_intents_do_not_reclaim_a_composed_blob);
+            leftover_segment_intents_do_not_reclaim_a_composed_blob,
+            conditional_deletes_remove_only_the_named_version,
+            a_segment_discarded_during_its_compose_stays_with_the_composed_blob);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

@@ -16,6 +16,16 @@ use crate::{
     Segment,
 };
 
+/// A gc pass with grace 0 over the keys under `prefix`.
+async fn gc_now(store: &crate::BlobStore, prefix: &str) -> crate::GcReport {
+    store
+        .gc(&GcOptions::new()
+            .with_grace(Duration::ZERO)
+            .with_prefix(prefix.to_owned()))
+        .await
+        .expect("gc")
+}
+
 /// Writes `parts` as segments of `key`, each claimable for `lease`.
 async fn put_segments(
     store: &crate::BlobStore,
@@ -110,12 +120,7 @@ pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn Ch
     );
 
     // gc and fsck see the segments' chunks as the composed blob's: nothing reclaimed, nothing orphaned.
-    let r = store
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc");
+    let r = gc_now(&store, &p).await;
     assert_eq!((r.abandoned_puts, r.reclaim.versions), (0, 0), "{r:?}");
     let f = store
         .fsck(&FsckOptions::new().with_prefix(p.clone()))
@@ -138,8 +143,9 @@ pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn Ch
     );
 }
 
-/// A segment whose lease ended is reclaimed by gc, and one discarded is reclaimed at once; neither can be
-/// composed any more (nothing is committed), while a compose of the segments that remain succeeds.
+/// A segment whose lease ended is reclaimed by gc, and so is one discarded, once a lease has passed since the
+/// discard; neither can be composed any more (nothing is committed), while a compose of the segments that remain
+/// succeeds.
 pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn ChunkStore>) {
     let p = prefix("segments-gone");
     let key = format!("{p}blob");
@@ -159,7 +165,7 @@ pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn Chu
     .await;
     assert_eq!(chunks_by_version(&backend, &key).await.len(), 3);
 
-    // Discarded: its chunks go, and it cannot be composed.
+    // Discarded: it cannot be composed, and its chunks go once its lease is over (below).
     assert!(
         store
             .discard_segment(&key, &long[1])
@@ -192,18 +198,14 @@ pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn Chu
     assert_eq!(m.size, 30 * KIB);
     assert!(store.get(&key).await.expect("get") == data(30 * KIB as usize, 2));
 
-    // Abandoned: once its lease (and, where writes may land late, the commit window) is over, gc reclaims it.
+    // Abandoned, and discarded: once their leases (and, where writes may land late, the commit window) are
+    // over, gc reclaims them.
     clock.advance(lease * 2);
     if backend.info().late_writes {
         clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
-    let r = store
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc");
-    assert_eq!(r.abandoned_puts, 1, "{r:?}");
+    let r = gc_now(&store, &p).await;
+    assert_eq!(r.abandoned_puts, 2, "{r:?}");
     store.reclaim_all().await.expect("reclaim");
     let left = chunks_by_version(&backend, &key).await;
     assert!(
@@ -253,12 +255,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
     if backend.info().late_writes {
         clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
     }
-    let r = cleaner
-        .gc(&GcOptions::new()
-            .with_grace(Duration::ZERO)
-            .with_prefix(p.clone()))
-        .await
-        .expect("gc");
+    let r = gc_now(&cleaner, &p).await;
     assert_eq!((r.stale_intents, r.abandoned_puts), (2, 0), "{r:?}");
     let whole = [&parts[0][..], &parts[1][..]].concat();
     assert!(cleaner.get(&key).await.expect("get") == whole);
@@ -267,4 +264,109 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
         .await
         .expect("fsck");
     assert!(f.damaged.is_empty() && f.orphans.is_empty(), "{f:?}");
+}
+
+/// A segment discarded (by another client) while a compose of it is past its claim and about to commit stays
+/// with the composed blob: gc with grace 0, run from that other client between the discard and the commit,
+/// reclaims nothing, and the blob reads back whole after the commit and after gc. A compose that reaches its
+/// commit later than three quarters of the intent lease after its call commits nothing (`IntentLost`), and a
+/// compose retried then succeeds.
+pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob(
+    backend: Arc<dyn ChunkStore>,
+) {
+    let p = prefix("segments-discard-race");
+    let key = format!("{p}blob");
+    let clock = OffsetClock::new();
+    // Long enough for the compose's deadline to outlast the discards and the gc pass on a slow cluster; the
+    // clock jumps past it later.
+    let intent_lease = Duration::from_secs(20);
+    let config = small_config()
+        .with_intent_lease(intent_lease)
+        .with_grace(Duration::ZERO)
+        .with_clock(clock.clone());
+    let faulty = Faulty::new(Arc::clone(&backend));
+    let composer = store(
+        &(Arc::clone(&faulty) as Arc<dyn ChunkStore>),
+        config.clone(),
+    );
+    let cleaner = store(&backend, config);
+    let parts = [data(200 * KIB as usize, 7), data(50 * KIB as usize, 8)];
+    let whole = [&parts[0][..], &parts[1][..]].concat();
+    let segments = put_segments(&composer, &key, &parts, Duration::from_secs(3600)).await;
+
+    // The compose has claimed its segments; its manifest write is held.
+    let commit = faulty.hold(Point::RecordWrite(Namespace::Manifest));
+    let compose = tokio::spawn({
+        let (composer, key, segments) = (composer.clone(), key.clone(), segments.clone());
+        async move { composer.compose(&key, &segments, &PutOptions::new()).await }
+    });
+    commit.reached().await;
+    for segment in &segments {
+        assert!(
+            cleaner
+                .discard_segment(&key, segment)
+                .await
+                .expect("discard"),
+            "the lease was ended"
+        );
+    }
+    let r = gc_now(&cleaner, &p).await;
+    assert_eq!(
+        (r.abandoned_puts, r.reclaim.versions, r.reclaim.chunks),
+        (0, 0, 0),
+        "nothing of a segment a compose may commit is reclaimed: {r:?}"
+    );
+    commit.release();
+    let m = compose
+        .await
+        .expect("compose task")
+        .expect("the compose commits");
+    assert!(cleaner.get(&key).await.expect("get") == whole);
+
+    // Later, with every lease (and the commit window) over: the blob owns its segments, gc takes nothing.
+    clock.advance(intent_lease * 4);
+    if backend.info().late_writes {
+        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
+    }
+    let r = gc_now(&cleaner, &p).await;
+    assert_eq!((r.abandoned_puts, r.reclaim.chunks), (0, 0), "{r:?}");
+    assert_eq!(cleaner.head(&key).await.expect("head").version, m.version);
+    assert!(cleaner.get(&key).await.expect("get after gc") == whole);
+    let f = cleaner
+        .fsck(&FsckOptions::new().with_prefix(p.clone()))
+        .await
+        .expect("fsck");
+    assert!(f.damaged.is_empty() && f.orphans.is_empty(), "{f:?}");
+
+    // A compose held before its commit past its deadline commits nothing; retried, it commits. (The manifest
+    // read that precedes an unconditional commit is held for longer than the lease, in real time: no version id
+    // is drawn on the advanced clock.)
+    let lease = Duration::from_secs(1);
+    let quick = store(
+        &(Arc::clone(&faulty) as Arc<dyn ChunkStore>),
+        small_config().with_intent_lease(lease),
+    );
+    let late_key = format!("{p}late");
+    let late = put_segments(&quick, &late_key, &parts, Duration::from_secs(3600)).await;
+    let read = faulty.hold(Point::RecordRead(Namespace::Manifest));
+    let compose = tokio::spawn({
+        let (quick, key, late) = (quick.clone(), late_key.clone(), late.clone());
+        async move { quick.compose(&key, &late, &PutOptions::new()).await }
+    });
+    read.reached().await;
+    tokio::time::sleep(lease).await;
+    read.release();
+    match compose.await.expect("compose task") {
+        Err(Error::IntentLost { .. }) => {}
+        other => panic!("a compose past its deadline: {other:?}"),
+    }
+    assert!(matches!(
+        quick.head(&late_key).await,
+        Err(Error::NotFound { .. })
+    ));
+    quick
+        .compose(&late_key, &late, &PutOptions::new())
+        .await
+        .expect("retried, the compose commits");
+    assert!(quick.get(&late_key).await.expect("get") == whole);
 }

@@ -45,71 +45,145 @@ pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<
         .await
 }
 
+/// What [`update_intent`] does with the intent it read.
+enum Update<T> {
+    /// Writes this intent in place of the one read, then returns the value.
+    Write(Intent, T),
+    /// Writes nothing and returns this.
+    Stop(Result<T>),
+}
+
+/// Reads the intent record under `record_key` and writes what `next` makes of it (`next` gets the decoded
+/// record, `None` when there is none, and now), with a compare-and-set on the value read; reads again when the
+/// record changed in between or the write failed and may be retried. Fails with `exhausted` when the record kept
+/// changing, or with the last retryable error.
+async fn update_intent<T>(
+    inner: &Inner,
+    record_key: &[u8],
+    mut next: impl FnMut(Option<Result<Intent>>, u64) -> Update<T>,
+    exhausted: impl FnOnce() -> Error,
+) -> Result<T> {
+    let mut last_error = None;
+    let mut tries = Backoff::INTENT_CAS.start();
+    while tries.next_attempt().await {
+        let raw = inner
+            .backend
+            .get_record(Namespace::Intent, record_key)
+            .await?;
+        let decoded = raw.as_ref().map(|r| Intent::decode(r));
+        let (written, value) = match next(decoded, inner.now_micros()) {
+            Update::Stop(outcome) => return outcome,
+            Update::Write(intent, value) => (intent, value),
+        };
+        let condition = raw.map_or(Precondition::Absent, Precondition::Equals);
+        match inner
+            .backend
+            .put_record(Namespace::Intent, record_key, written.encode(), &condition)
+            .await
+        {
+            Ok(RecordWrite::Done(_)) => return Ok(value),
+            // Changed in between (a compose claimed it, a discard ended it, gc took it over): read it again.
+            Ok(RecordWrite::ConditionFailed(_)) => {}
+            Err(e) if e.is_retryable() => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.map_or_else(exhausted, |e| tries.give_up(e)))
+}
+
 /// Claims the parked intent of segment `blob` for a compose whose manifest is about to be written, so that gc
 /// leaves the segment's chunks alone until that write has landed: a compare-and-set to an expiry of at least a
 /// lease plus the commit hold from now (a parked expiry further out is kept). Where writes may land late (no
 /// claims, see [`IntentLease::claim`]) it checks that a lease is left instead. Fails with
-/// [`Error::SegmentGone`] when the intent is absent, undecodable or expired.
+/// [`Error::SegmentGone`] when the intent is absent or undecodable, or less than a lease is left of it (it
+/// expired, or was discarded: [`end_segment_lease`]).
 pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
     let gone = |detail: &str| Error::SegmentGone {
         key: blob.key[..].into(),
         version: blob.version,
         detail: detail.into(),
     };
-    let record_key = intent_key(blob);
     let lease = micros(inner.config.intent_lease);
-    let mut last_error = None;
-    let mut tries = Backoff::INTENT_CAS.start();
-    while tries.next_attempt().await {
-        let now = inner.now_micros();
-        let Some(raw) = inner
-            .backend
-            .get_record(Namespace::Intent, &record_key)
-            .await?
-        else {
-            return Err(gone(
-                "its intent is gone (expired and reclaimed, discarded, or never written)",
-            ));
+    let hold = micros(commit_hold(inner.config.intent_lease));
+    let claim = |read: Option<Result<Intent>>, now: u64| {
+        let intent = match read {
+            None => {
+                return Update::Stop(Err(gone(
+                    "its intent is gone (expired and reclaimed, discarded, or never written)",
+                )));
+            }
+            Some(Err(e)) => {
+                return Update::Stop(Err(gone(&format!(
+                    "its intent record does not decode ({e})"
+                ))));
+            }
+            Some(Ok(intent)) => intent,
         };
-        let intent = Intent::decode(&raw)
-            .map_err(|e| gone(&format!("its intent record does not decode ({e})")))?;
         if intent.expired(now) {
-            return Err(gone("its lease has expired"));
+            return Update::Stop(Err(gone("its lease has expired")));
+        }
+        if intent.expires_micros.saturating_sub(now) < lease {
+            return Update::Stop(Err(gone(
+                "less than a lease is left of it (it was discarded, or is about to expire)",
+            )));
         }
         if inner.info.late_writes {
-            if intent.expires_micros.saturating_sub(now) < lease {
-                return Err(gone("less than a lease is left of it"));
-            }
-            return Ok(());
+            return Update::Stop(Ok(()));
         }
-        let claimed = Intent {
-            expires_micros: intent.expires_micros.max(
-                now.saturating_add(lease)
-                    .saturating_add(micros(commit_hold(inner.config.intent_lease))),
+        let expires_micros = intent
+            .expires_micros
+            .max(now.saturating_add(lease).saturating_add(hold));
+        Update::Write(
+            Intent {
+                expires_micros,
+                ..intent
+            },
+            (),
+        )
+    };
+    update_intent(inner, &intent_key(blob), claim, || {
+        gone("its intent kept changing while being claimed")
+    })
+    .await
+}
+
+/// Ends the parked lease of segment `blob` one intent lease from now (or keeps an earlier end), with a
+/// compare-and-set, so that no compose can claim it any more ([`claim_segment`] wants a lease left) and gc
+/// reclaims its chunks once the lease is over, under gc's own rules (the takeover hold where writes land late).
+/// The intent is never removed here: a compose that claimed (or, where writes land late, checked) the segment
+/// before this call issues its commit within three quarters of a lease of its own call, so its manifest lands
+/// before gc may take the segment over (`docs/guarantees.md`, *Segments*). Returns false when there is no
+/// intent (a compose committed the segment and removed it, or gc reclaimed it) or its lease already ends
+/// within a lease.
+///
+/// # Errors
+/// [`Error::Corrupt`] for an intent that does not decode (left in place, as gc leaves it), [`Error::Backend`].
+pub(crate) async fn end_segment_lease(inner: &Inner, blob: &BlobRef) -> Result<bool> {
+    let lease = micros(inner.config.intent_lease);
+    let end = |read: Option<Result<Intent>>, now: u64| match read {
+        None => Update::Stop(Ok(false)),
+        Some(Err(e)) => Update::Stop(Err(e)),
+        Some(Ok(intent)) if intent.expires_micros <= now.saturating_add(lease) => {
+            Update::Stop(Ok(false))
+        }
+        Some(Ok(intent)) => Update::Write(
+            Intent {
+                expires_micros: now.saturating_add(lease),
+                ..intent
+            },
+            true,
+        ),
+    };
+    update_intent(inner, &intent_key(blob), end, || {
+        Error::internal(
+            "segment discard",
+            format!(
+                "the intent of segment {} kept changing while its lease was being ended",
+                blob.version
             ),
-            ..intent
-        };
-        match inner
-            .backend
-            .put_record(
-                Namespace::Intent,
-                &record_key,
-                claimed.encode(),
-                &Precondition::Equals(raw),
-            )
-            .await
-        {
-            Ok(RecordWrite::Done(_)) => return Ok(()),
-            // Changed in between (another compose claimed it, or gc took it over): read it again.
-            Ok(RecordWrite::ConditionFailed(_)) => {}
-            Err(e) if e.is_retryable() => last_error = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last_error.map_or_else(
-        || gone("its intent kept changing while being claimed"),
-        |e| tries.give_up(e),
-    ))
+        )
+    })
+    .await
 }
 
 /// Removes the intent of segment `blob` after a compose committed it (best effort: gc removes a leftover

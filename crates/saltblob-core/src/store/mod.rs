@@ -37,7 +37,7 @@ use crate::layout::{ByteRange, Layout};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::reclaim::{self, ReclaimReport};
 use crate::schedule::{self, PriorityClass, ScheduledStore, Scheduler, SchedulerStats};
-use crate::state::Inner;
+use crate::state::{Inner, ReadBudget};
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -63,6 +63,18 @@ pub struct ListEntry {
     /// Its current version's manifest, or [`Error::Corrupt`] when the stored manifest does not decode (a damaged
     /// key is listed whether or not it has expired; [`BlobStore::delete`] removes it).
     pub manifest: Result<Manifest>,
+}
+
+/// One page of a listing, from [`BlobStore::list_page`].
+#[derive(Debug)]
+pub struct ListPage {
+    /// The blobs of the page, in key order.
+    pub entries: Vec<ListEntry>,
+    /// How many records the page read, expired blobs included: what it cost.
+    pub read: usize,
+    /// The last key the page read, after which the next page starts; `None` when the listing is over (the page
+    /// read fewer records than it could).
+    pub next: Option<Bytes>,
 }
 
 /// How one key is laid out, from [`BlobStore::describe`].
@@ -128,6 +140,7 @@ impl BlobStore {
                 raw_backend: backend,
                 sched,
                 info,
+                read_budget: Arc::new(ReadBudget::new(config.read_ahead_budget as u64)),
                 config,
                 running: Arc::default(),
             }),
@@ -147,6 +160,13 @@ impl BlobStore {
     /// and in flight, bytes moved and time waited.
     pub fn scheduler_stats(&self) -> SchedulerStats {
         self.inner.sched.stats()
+    }
+
+    /// The store's read-ahead: bytes its reads now hold fetched ahead of their consumers, and the budget
+    /// ([`StoreConfig::read_ahead_budget`]; a read with nothing else in flight may exceed it by one batch).
+    pub fn read_ahead(&self) -> (u64, u64) {
+        let budget = &self.inner.read_budget;
+        (budget.in_use(), budget.limit())
     }
 
     /// The configuration.
@@ -320,7 +340,23 @@ impl BlobStore {
     /// [`Error::InvalidKey`], [`Error::Backend`]; a manifest that does not decode is deleted, not an error.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
         let key = validate_key(key.as_ref())?;
-        write::delete(&self.inner, key).await
+        write::delete(&self.inner, key, None).await
+    }
+
+    /// Deletes `key` only if its current version is `version`, atomically with the check: a version written
+    /// since the caller read `version` is never deleted by it (S3's conditional deletes). The deleted version's
+    /// chunks are reclaimed after the grace period, as with [`BlobStore::delete`]. On the cluster backend the
+    /// check costs a lightweight transaction, as a conditional put does.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the key holds no blob; [`Error::PreconditionFailed`] when it holds another
+    /// version (`actual` names it; `None` when its manifest does not decode); [`Error::InvalidKey`],
+    /// [`Error::Backend`]. Nothing is deleted on any error.
+    pub async fn delete_version(&self, key: impl AsRef<[u8]>, version: VersionId) -> Result<()> {
+        let key = validate_key(key.as_ref())?;
+        write::delete(&self.inner, key, Some(version))
+            .await
+            .map(drop)
     }
 
     /// Every blob whose key starts with `prefix`, in key order (all in memory: see [`BlobStore::list_stream`]).
@@ -354,6 +390,39 @@ impl BlobStore {
         .map_ok(|page| stream::iter(self.live_entries(page).into_iter().map(Ok)))
         .try_flatten()
         .boxed()
+    }
+
+    /// One page of the blobs whose key starts with `prefix`, after `start_after` when given, in key order: one
+    /// read of at most `limit` manifest records (at least 1), for a caller that bounds its own work, such as a
+    /// server that reads a small page after each jump past a common prefix and stops at a budget. Expired blobs
+    /// are left out of [`ListPage::entries`] but count in [`ListPage::read`]; a damaged manifest is listed with
+    /// its error (see [`ListEntry::manifest`]).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the scan fails.
+    pub async fn list_page(
+        &self,
+        prefix: &[u8],
+        start_after: Option<Bytes>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let limit = limit.max(1);
+        let records = self
+            .inner
+            .backend
+            .scan_records(Namespace::Manifest, prefix, start_after.as_deref(), limit)
+            .await?;
+        let read = records.len();
+        let next = if read < limit {
+            None
+        } else {
+            records.last().map(|(key, _)| key.clone())
+        };
+        Ok(ListPage {
+            entries: self.live_entries(records),
+            read,
+            next,
+        })
     }
 
     /// The class the reads of `manifest`'s blob run in when the operation names none: the store's default class
@@ -536,6 +605,50 @@ mod tests {
         assert_eq!(keys(Some("a")).await.len(), total);
         assert_eq!(keys(None).await.len(), total);
         assert!(keys(Some(&format!("k{:05}", total - 1))).await.is_empty());
+    }
+
+    /// A page reads at most its limit (at least one record), counts an expired blob in `read` without listing it,
+    /// and names the last key read as where the next page starts, until a short page ends the listing.
+    #[tokio::test]
+    async fn list_page_reads_at_most_its_limit_and_says_where_to_go_on() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        for key in ["k1", "k2", "k3", "k4", "k5"] {
+            store
+                .put(key, &b"v"[..], &PutOptions::new())
+                .await
+                .expect("put");
+        }
+        let expired = Manifest {
+            expires_micros: Some(1),
+            ..store.head("k2").await.expect("head")
+        };
+        backend
+            .put_record(
+                Namespace::Manifest,
+                b"k2",
+                expired.encode(),
+                &Precondition::None,
+            )
+            .await
+            .expect("expire");
+        let keys = |page: &ListPage| -> Vec<Bytes> {
+            page.entries.iter().map(|e| e.key.clone()).collect()
+        };
+        let first = store.list_page(b"k", None, 3).await.expect("page");
+        assert_eq!(
+            (first.read, keys(&first)),
+            (3, vec![Bytes::from("k1"), Bytes::from("k3")])
+        );
+        assert_eq!(first.next, Some(Bytes::from("k3")));
+        let last = store.list_page(b"k", first.next, 3).await.expect("page");
+        assert_eq!(
+            (last.read, keys(&last)),
+            (2, vec![Bytes::from("k4"), Bytes::from("k5")])
+        );
+        assert_eq!(last.next, None);
+        let one = store.list_page(b"k", None, 0).await.expect("page");
+        assert_eq!((one.read, one.next), (1, Some(Bytes::from("k1"))));
     }
 
     /// The class of a blob's reads: the store's default class when it has one, else by layout.

@@ -1,5 +1,6 @@
 //! Streaming reads: a version's chunks fetched batch by batch, at most the in-flight window ahead of the
-//! consumer, each checked as it arrives, the digest verified at the end of a full read (each chunk's BLAKE3
+//! consumer and within the store's read-ahead budget shared by all reads (`ReadBudget`), each checked as it
+//! arrives, the digest verified at the end of a full read (each chunk's BLAKE3
 //! subtree hashed in the task that fetches and checks it, when the chunk size allows; see `digest.rs`).
 
 use std::collections::VecDeque;
@@ -17,13 +18,14 @@ use crate::codec::{ChunkPlace, decode_chunk};
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, Segment, hex};
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
-use crate::state::Inner;
+use crate::state::{BudgetHeld, Inner, ReadBudget};
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
 ///
-/// At most the store's in-flight window of chunks is fetched ahead of the consumer. A full read verifies the
+/// At most the store's in-flight window of chunks is fetched ahead of the consumer, and only as far as the
+/// store's read-ahead budget allows (the next batch always). A full read verifies the
 /// manifest's digest after the last chunk and yields [`Error::DigestMismatch`] instead of ending cleanly if it
 /// differs; every chunk is checked against its CRC32C as it arrives.
 pub struct BlobStream {
@@ -165,6 +167,7 @@ fn stream_chunks(
     let batches = (chunks.start..chunks.end)
         .step_by(usize::try_from(per_batch).unwrap_or(1))
         .map(move |s| s..(s + per_batch).min(chunks.end));
+    let budget = Arc::clone(&inner.read_budget);
     let inner = Arc::clone(inner);
     let digest = verify_digest.then(|| BlobDigest::new(layout.chunk_size, class.clone()));
     let hasher = digest.as_ref().and_then(BlobDigest::chunk_hasher);
@@ -173,8 +176,10 @@ fn stream_chunks(
         key: key.clone(),
         version,
     };
-    let fetches = stream::iter(batches)
-        .map(move |batch| {
+    let chunk_size = u64::from(layout.chunk_size);
+    let fetches = Fetches {
+        batches: Box::new(batches.peekable()),
+        start: Box::new(move |batch: Range<u64>| {
             let fetch = fetch_batch(
                 Arc::clone(&inner),
                 blob.clone(),
@@ -184,16 +189,17 @@ fn stream_chunks(
                 range.clone(),
                 hasher,
             );
-            let task = AbortOnDrop(tokio::spawn(in_class(class.clone(), fetch)));
-            async move {
-                task.await
-                    .map_err(|e| Error::internal("read task failed", e))?
-            }
-        })
-        .buffered(depth);
+            AbortOnDrop(tokio::spawn(in_class(class.clone(), fetch)))
+        }),
+        queue: VecDeque::new(),
+        depth,
+        budget,
+        chunk_size,
+    };
     let state = ReadState {
-        fetches: fetches.boxed(),
+        fetches,
         pending: VecDeque::new(),
+        held: None,
         digest,
         key,
         manifest: manifest.clone(),
@@ -204,11 +210,14 @@ fn stream_chunks(
             if let Some(piece) = st.pending.pop_front() {
                 return Some((Ok(piece), st));
             }
+            // The consumer has taken the last batch: its read-ahead goes back to the budget.
+            st.held = None;
             if st.done {
                 return None;
             }
             match st.fetches.next().await {
-                Some(Ok((pieces, hashes))) => {
+                Some((Ok((pieces, hashes)), held)) => {
+                    st.held = Some(held);
                     if let Some(d) = st.digest.as_mut()
                         && let Err(e) = add_to_digest(d, &pieces, hashes).await
                     {
@@ -217,7 +226,7 @@ fn stream_chunks(
                     }
                     st.pending.extend(pieces);
                 }
-                Some(Err(e)) => {
+                Some((Err(e), _)) => {
                     st.done = true;
                     return Some((Err(e), st));
                 }
@@ -272,9 +281,59 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
+/// A read's batch fetches: started in order, at most `depth` in flight, each holding its bytes of the store's
+/// read-ahead budget until the consumer has taken it; the first in the queue always starts (see
+/// [`ReadBudget`]).
+struct Fetches {
+    batches: Box<dyn PeekableBatches>,
+    start: Box<dyn Fn(Range<u64>) -> AbortOnDrop<Result<Fetched>> + Send>,
+    queue: VecDeque<(AbortOnDrop<Result<Fetched>>, BudgetHeld)>,
+    depth: usize,
+    budget: Arc<ReadBudget>,
+    chunk_size: u64,
+}
+
+/// The batches of a read still to fetch.
+trait PeekableBatches: Iterator<Item = Range<u64>> + Send {
+    fn peek_batch(&mut self) -> Option<&Range<u64>>;
+}
+
+impl<I: Iterator<Item = Range<u64>> + Send> PeekableBatches for std::iter::Peekable<I> {
+    fn peek_batch(&mut self) -> Option<&Range<u64>> {
+        self.peek()
+    }
+}
+
+impl Fetches {
+    /// The next batch in order, with its share of the budget; `None` when all have been fetched.
+    async fn next(&mut self) -> Option<(Result<Fetched>, BudgetHeld)> {
+        while self.queue.len() < self.depth {
+            let Some(batch) = self.batches.peek_batch() else {
+                break;
+            };
+            let bytes = (batch.end - batch.start) * self.chunk_size;
+            let Some(held) = self.budget.take(bytes, self.queue.is_empty()) else {
+                break;
+            };
+            let Some(batch) = self.batches.next() else {
+                break;
+            };
+            self.queue.push_back(((self.start)(batch), held));
+        }
+        let (task, held) = self.queue.pop_front()?;
+        let fetched = task
+            .await
+            .map_err(|e| Error::internal("read task failed", e))
+            .and_then(|r| r);
+        Some((fetched, held))
+    }
+}
+
 struct ReadState {
-    fetches: BoxStream<'static, Result<Fetched>>,
+    fetches: Fetches,
     pending: VecDeque<Bytes>,
+    /// The read-ahead of the batch in `pending`.
+    held: Option<BudgetHeld>,
     /// Present when the read covers the whole blob and its digest is to be verified.
     digest: Option<BlobDigest>,
     key: Bytes,
@@ -379,5 +438,64 @@ fn digest_error(key: &[u8], manifest: &Manifest, got: blake3::Hash) -> Error {
         version: manifest.version,
         expected: manifest.digest_hex(),
         actual: hex(got.as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use crate::units::KIB;
+    use crate::{BlobStore, LayoutPolicy, MemoryStore, PutOptions, StoreConfig};
+
+    /// Readers that stop reading hold the store's one read-ahead budget plus at most one batch each, not a
+    /// window each (audit F10); each still reads its blob whole, and the budget is all given back.
+    #[tokio::test]
+    async fn readers_share_one_read_ahead_budget() {
+        const READERS: u64 = 8;
+        let batch = 64 * KIB;
+        let budget = 256 * KIB;
+        let config = StoreConfig::default()
+            .with_policy(
+                LayoutPolicy::default()
+                    .with_inline_limit(1000)
+                    .with_single_chunk_size(16 * KIB as u32),
+            )
+            .with_inflight_bytes(1024 * KIB as usize)
+            .with_batch_bytes(batch as usize)
+            .with_read_ahead_budget(budget as usize);
+        let store = BlobStore::new(std::sync::Arc::new(MemoryStore::new()), config).expect("store");
+        let data: Vec<u8> = (0..4096 * KIB).map(|i| (i % 253) as u8).collect();
+        store
+            .put("k", data.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        let mut readers = Vec::new();
+        for _ in 0..READERS {
+            let mut stream = store.get_stream("k").await.expect("stream");
+            let first = stream.next().await.expect("a piece").expect("read");
+            readers.push((stream, first.to_vec()));
+        }
+        // Let every fetch the readers may start finish.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let (held, limit) = store.read_ahead();
+        println!(
+            "{READERS} stalled readers hold {} KiB of read-ahead (budget {} KiB, one window {} KiB)",
+            held / KIB,
+            limit / KIB,
+            1024
+        );
+        assert_eq!(limit, budget);
+        assert!(
+            held <= budget + READERS * batch,
+            "{held} bytes held: more than the budget plus a batch per reader"
+        );
+        for (mut stream, mut got) in readers {
+            while let Some(piece) = stream.next().await {
+                got.extend_from_slice(&piece.expect("read"));
+            }
+            assert!(got == data, "read whole");
+        }
+        assert_eq!(store.read_ahead().0, 0, "all given back");
     }
 }

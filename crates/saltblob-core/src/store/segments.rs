@@ -6,7 +6,14 @@
 //! after, like an abandoned put's. [`BlobStore::compose`] claims every segment's intent (as a put claims its own
 //! before its commit) and commits a manifest that lists the segments (format version 2): from then on the
 //! composed version owns their chunks, which are reclaimed when it is replaced or deleted, entry by entry.
-//! [`BlobStore::discard_segment`] queues a segment's chunks for reclaim at once.
+//! [`BlobStore::discard_segment`] ends a segment's lease one intent lease from now, after which gc reclaims it.
+//!
+//! The fence between a compose and a discard of the same segment (they may run at once, in two processes): a
+//! compose claims (or, where writes land late, checks) each segment's intent only while more than a lease is
+//! left of it, and issues its commit within three quarters of a lease of its call; a discard never brings a
+//! lease's end nearer than one lease from now, and never removes the intent. So a compose that got past a
+//! segment's claim before its discard has its manifest written before gc may take the segment over, and the
+//! reclaimer then finds the chunks owned; one that comes after the discard fails with `SegmentGone`.
 
 use std::time::Duration;
 
@@ -21,8 +28,8 @@ use crate::backend::BlobRef;
 use crate::config::PutOptions;
 use crate::intent;
 use crate::manifest::{MAX_SEGMENTS, Manifest, ManifestBody, Segment, segments_digest};
-use crate::reclaim::{self, ChunkSet};
 use crate::schedule::{self, PriorityClass};
+use crate::timing::takeover_hold;
 use crate::units::micros;
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -74,13 +81,17 @@ impl BlobStore {
     /// type and metadata come from `opts`. Once committed, the blob owns the segments' chunks; on error nothing
     /// is committed and the segments stay claimable until their leases end (a retry may succeed).
     ///
-    /// A segment must not be discarded ([`BlobStore::discard_segment`]) while a compose of it runs: callers
-    /// fence the two (the S3 server does, with its upload record).
+    /// A segment may be discarded ([`BlobStore::discard_segment`]) while a compose of it runs, by this process
+    /// or another: the compose then either fails with [`Error::SegmentGone`] (the discard came first) or
+    /// commits, and the composed blob owns the segment whole (see the module's fence). The commit is issued
+    /// within three quarters of the intent lease of this call, or not at all ([`Error::IntentLost`]): so it has
+    /// landed, or never will, [`BlobStore::compose_settles_within`] after the call.
     ///
     /// # Errors
     /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (no segments, too many, the same one twice, a
     /// segmented segment, attributes), [`Error::TooLarge`], [`Error::SegmentGone`] (a segment's lease ended or
-    /// it was discarded), condition errors as [`BlobStore::put`], [`Error::Backend`].
+    /// it was discarded), [`Error::IntentLost`] (claiming the segments took past the commit deadline; nothing
+    /// was committed, a retry may succeed), condition errors as [`BlobStore::put`], [`Error::Backend`].
     pub async fn compose(
         &self,
         key: impl AsRef<[u8]>,
@@ -89,6 +100,10 @@ impl BlobStore {
     ) -> Result<Manifest> {
         let key = validate_key(key.as_ref())?;
         let inner = &self.inner;
+        // The latest moment the commit may be issued (see the module's fence).
+        let issue_by = inner
+            .now_micros()
+            .saturating_add(micros(inner.config.intent_lease) / 4 * 3);
         check_segments(segments)?;
         let size = segments
             .iter()
@@ -124,7 +139,7 @@ impl BlobStore {
                 .try_collect::<Vec<()>>()
                 .await?;
             manifest.version = VersionId::generate_at(inner.now_micros());
-            write::commit(inner, &key, &manifest, pre, None).await?;
+            write::commit(inner, &key, &manifest, pre, None, Some(issue_by)).await?;
             stream::iter(chunked)
                 .map(|blob| async move { intent::remove(inner, &blob).await })
                 .buffer_unordered(INTENT_CONCURRENCY)
@@ -135,44 +150,34 @@ impl BlobStore {
         .await
     }
 
-    /// Gives up `segment` of `key`: queues its chunks for reclaim (after the grace period) and removes its
-    /// intent, so that no compose can claim it any more. Returns false when there was nothing to discard (the
-    /// segment is inline, was discarded or reclaimed already, or a compose committed it: then the composed
-    /// blob owns it and it stays).
+    /// How long after a call of [`BlobStore::compose`] its commit has either landed or never will: three
+    /// quarters of the intent lease (the compose issues its commit by then or fails), plus the takeover hold
+    /// where writes may land late (the commit window, ten minutes, `docs/guarantees.md`). Read on the store's
+    /// clock; a caller comparing with a time another process wrote adds the clock margin it allows.
+    pub fn compose_settles_within(&self) -> Duration {
+        self.inner.config.intent_lease / 4 * 3 + takeover_hold(self.inner.info.late_writes)
+    }
+
+    /// Gives up `segment` of `key`: ends its lease one intent lease from now, so that no compose can claim it
+    /// any more, after which gc reclaims its chunks (on a backend whose writes may land late, once the takeover
+    /// hold has passed too). A compose of the segment already past its claim still commits, and then owns the
+    /// chunks (see the module's fence). Returns false when there was nothing to discard: the segment is inline,
+    /// its lease ends within a lease anyway (discarded already, or about to expire), or it has no intent (a
+    /// compose committed it, or gc reclaimed it).
     ///
     /// # Errors
-    /// [`Error::InvalidKey`], [`Error::Backend`].
+    /// [`Error::InvalidKey`], [`Error::Corrupt`] (its intent does not decode: left for `fsck`),
+    /// [`Error::Backend`].
     pub async fn discard_segment(&self, key: impl AsRef<[u8]>, segment: &Segment) -> Result<bool> {
         let key = validate_key(key.as_ref())?;
-        let inner = &self.inner;
-        let ManifestBody::Chunked {
-            layout,
-            stored_bytes,
-            ..
-        } = &segment.body
-        else {
+        if !matches!(segment.body, ManifestBody::Chunked { .. }) {
             return Ok(false);
-        };
+        }
         let blob = BlobRef {
             key,
             version: segment.version,
         };
-        let Some(seen) = intent::read_record(inner, &blob).await? else {
-            return Ok(false);
-        };
-        let chunks = ChunkSet {
-            salt_count: layout.salt_count,
-            chunk_count: layout.chunk_count,
-            stored_bytes: *stored_bytes,
-        };
-        // Queued first, as gc does with an abandoned put: a crash in between leaves an entry the reclaimer skips
-        // while the intent lives, and then honours.
-        let entry = reclaim::enqueue(inner, &blob, chunks, inner.now_micros()).await?;
-        if intent::take_over(inner, &intent::intent_key(&blob), seen).await? {
-            return Ok(true);
-        }
-        reclaim::withdraw(inner, &entry).await?;
-        Ok(false)
+        intent::end_segment_lease(&self.inner, &blob).await
     }
 }
 

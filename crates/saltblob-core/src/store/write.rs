@@ -209,7 +209,7 @@ where
         manifest.digest = *blake3::hash(&head).as_bytes();
         manifest.body = ManifestBody::Inline(head);
         if let Finish::Commit = finish {
-            commit(inner, &key, &manifest, pre, None).await?;
+            commit(inner, &key, &manifest, pre, None, None).await?;
         }
         return Ok(manifest);
     }
@@ -280,7 +280,7 @@ where
         stored_bytes: written.stored_bytes,
     };
     match finish {
-        Finish::Commit => commit(inner, &key, &manifest, pre, Some(lease)).await?,
+        Finish::Commit => commit(inner, &key, &manifest, pre, Some(lease), None).await?,
         // A failure leaves the intent to expire at its last renewal, after which gc reclaims the chunks.
         Finish::Park(until) => lease.park(until).await?,
     }
@@ -413,15 +413,18 @@ pub(crate) async fn precheck(
 /// commit, and left to `fsck --repair` if this process dies in that moment.
 ///
 /// `lease` (a chunked put's) is ended once the chunks are committed, deleted or queued for reclaim; if
-/// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks.
+/// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks. A manifest write
+/// is issued only while the lease's claim holds, and (a compose's) not after `issue_by` (Unix µs): past it the
+/// commit fails with `IntentLost` before writing.
 pub(crate) async fn commit(
     inner: &Inner,
     key: &Bytes,
     manifest: &Manifest,
     pre: PreCheck,
     lease: Option<IntentLease>,
+    issue_by: Option<u64>,
 ) -> Result<()> {
-    let outcome = write_manifest(inner, key, manifest, pre, lease.as_ref()).await;
+    let outcome = write_manifest(inner, key, manifest, pre, lease.as_ref(), issue_by).await;
     // The one exit: the lease ends once the chunks are committed, deleted, or queued for reclaim.
     let settled = match &outcome {
         Ok(()) => true,
@@ -455,6 +458,7 @@ async fn write_manifest(
     manifest: &Manifest,
     pre: PreCheck,
     lease: Option<&IntentLease>,
+    issue_by: Option<u64>,
 ) -> std::result::Result<(), CommitFailure> {
     use CommitFailure::{NotWritten, Unknown};
     let cas = pre.condition == Precondition::None && inner.info.reports_previous;
@@ -483,6 +487,19 @@ async fn write_manifest(
         // take the intent over.
         if let Some(lease) = lease {
             lease.check_claim().map_err(NotWritten)?;
+        }
+        if let Some(by) = issue_by {
+            let now = inner.now_micros();
+            if now > by {
+                return Err(NotWritten(Error::IntentLost {
+                    key: key[..].into(),
+                    version: manifest.version,
+                    detail: format!(
+                        "its commit was due {} µs ago (the claims of its segments may no longer hold)",
+                        now - by
+                    ),
+                }));
+            }
         }
         let condition = if cas && cas_tries.next_attempt().await {
             raw.clone()
@@ -526,13 +543,28 @@ async fn write_manifest(
 }
 
 /// Deletes the manifest of a validated `key`; see [`crate::BlobStore::delete`].
-pub(crate) async fn delete(inner: &Inner, key: Bytes) -> Result<Option<VersionId>> {
+pub(crate) async fn delete(
+    inner: &Inner,
+    key: Bytes,
+    only: Option<VersionId>,
+) -> Result<Option<VersionId>> {
     // Queued before the delete, as in a put's commit, so that a crash right after it orphans nothing.
-    let pre_read = match inner.read_manifest(&key).await {
-        Ok(m) => m,
-        // A damaged manifest must stay deletable; its chunks are left to `fsck --repair`.
-        Err(e) if e.is_corruption() => None,
-        Err(e) => return Err(e),
+    let (pre_read, condition) = match only {
+        None => match inner.read_manifest(&key).await {
+            Ok(m) => (m, Precondition::None),
+            // A damaged manifest must stay deletable; its chunks are left to `fsck --repair`.
+            Err(e) if e.is_corruption() => (None, Precondition::None),
+            Err(e) => return Err(e),
+        },
+        Some(version) => {
+            let raw = inner.backend.get_record(Namespace::Manifest, &key).await?;
+            let current = version_check(inner, &key, version, raw.as_ref())?;
+            // `version_check` found the record, so `raw` is there.
+            (
+                Some(current),
+                raw.map_or(Precondition::None, Precondition::Equals),
+            )
+        }
     };
     let queued_at = inner.now_micros();
     if let Some(old) = &pre_read {
@@ -540,17 +572,72 @@ pub(crate) async fn delete(inner: &Inner, key: Bytes) -> Result<Option<VersionId
     }
     let previous = match inner
         .backend
-        .delete_record(Namespace::Manifest, &key, &Precondition::None)
+        .delete_record(Namespace::Manifest, &key, &condition)
         .await?
     {
         // Deleted even when damaged (its version then unknown), as the pre-read allows.
         RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(&key, &bytes).ok(),
         RecordWrite::Done(Previous::Absent) => None,
-        RecordWrite::Done(Previous::Unknown) | RecordWrite::ConditionFailed(_) => pre_read.clone(),
+        RecordWrite::Done(Previous::Unknown) => pre_read.clone(),
+        // Replaced or deleted since the read (only a conditional delete has a condition to fail): what the
+        // schedule above queued is still current, or was queued again by whoever replaced it.
+        RecordWrite::ConditionFailed(current) => {
+            return Err(match only {
+                Some(version) => condition_lost(inner, &key, version, current.as_ref()),
+                None => Error::internal(
+                    "delete",
+                    "an unconditional delete reported a failed condition",
+                ),
+            });
+        }
     };
     let version = previous.as_ref().map(|m| m.version);
     reclaim::queue_replaced(inner, &key, None, previous, pre_read.as_ref(), queued_at).await;
     Ok(version)
+}
+
+/// The current manifest of `key` (its record `raw`) when it is `version`, not expired.
+///
+/// # Errors
+/// [`Error::NotFound`] when the key holds no blob (or an expired one); [`Error::PreconditionFailed`] when it
+/// holds another version (`actual: None` when its manifest does not decode).
+fn version_check(
+    inner: &Inner,
+    key: &Bytes,
+    version: VersionId,
+    raw: Option<&Bytes>,
+) -> Result<Manifest> {
+    let not_found = || Error::NotFound {
+        key: key.as_ref().into(),
+    };
+    let raw = raw.ok_or_else(not_found)?;
+    match inner.decode_manifest(key, raw) {
+        Ok(m) if m.is_expired(inner.now_micros()) => Err(not_found()),
+        Ok(m) if m.version == version => Ok(m),
+        current => Err(Error::PreconditionFailed {
+            key: key.as_ref().into(),
+            expected: version,
+            actual: current.ok().map(|m| m.version),
+        }),
+    }
+}
+
+/// The error of a conditional delete of `version` whose record write found `current` instead.
+fn condition_lost(
+    inner: &Inner,
+    key: &Bytes,
+    version: VersionId,
+    current: Option<&Bytes>,
+) -> Error {
+    match version_check(inner, key, version, current) {
+        Err(e) => e,
+        // The same version under other bytes: still not the record the delete was conditioned on.
+        Ok(m) => Error::PreconditionFailed {
+            key: key.as_ref().into(),
+            expected: version,
+            actual: Some(m.version),
+        },
+    }
 }
 
 /// The error of a put whose condition `expected` failed, `current` being the record found.

@@ -8,11 +8,9 @@ async fn bucket_lifecycle() {
     let c = &s.client;
     assert_eq!(c.call("PUT", "/alpha").send().await.status, 200);
     assert_eq!(c.call("PUT", "/beta").send().await.status, 200);
+    // Creating a bucket you already own succeeds in us-east-1, as AWS answers there.
     let again = c.call("PUT", "/alpha").send().await;
-    assert_eq!(
-        (again.status, again.code().as_str()),
-        (409, "BucketAlreadyOwnedByYou")
-    );
+    assert_eq!(again.status, 200, "{}", again.text());
     let list = c.get("/").await;
     assert_eq!(list.status, 200);
     assert_eq!(list.xml("Name"), ["alpha", "beta"]);
@@ -60,6 +58,18 @@ async fn a_missing_bucket_is_no_such_bucket_for_every_operation() {
             .header("x-amz-copy-source", "/nobucket/k")
             .send()
             .await,
+        c.call("GET", "/nobucket")
+            .query("location", "")
+            .send()
+            .await,
+        c.call("GET", "/nobucket")
+            .query("versioning", "")
+            .send()
+            .await,
+        c.call("GET", "/nobucket")
+            .query("versions", "")
+            .send()
+            .await,
     ];
     for r in replies {
         assert_eq!(
@@ -68,7 +78,51 @@ async fn a_missing_bucket_is_no_such_bucket_for_every_operation() {
             "{}",
             r.text()
         );
+        assert!(!r.text().contains("s3/"), "{}", r.text());
     }
     // Nothing was stored for the refused put.
     assert!(s.store.list("").await.expect("list").is_empty());
+}
+
+/// GetBucketLocation (empty in us-east-1, the region elsewhere), GetBucketVersioning (an empty configuration:
+/// versioning never enabled), and CreateBucket of an owned bucket outside us-east-1 (409
+/// BucketAlreadyOwnedByYou, as AWS answers there).
+#[tokio::test]
+async fn location_versioning_and_recreation_per_region() {
+    for region in ["us-east-1", "eu-west-1"] {
+        let s = TestServer::start_with(crate::StoreKind::Memory, |mut c| {
+            c.region = region.to_owned();
+            c
+        })
+        .await;
+        let c = &s.client;
+        assert_eq!(c.call("PUT", "/bkt").send().await.status, 200);
+        let location = c.call("GET", "/bkt").query("location", "").send().await;
+        assert_eq!(location.status, 200, "{}", location.text());
+        let text = location.text();
+        let constraint = text
+            .split_once("<LocationConstraint")
+            .and_then(|(_, rest)| rest.split_once('>'))
+            .map(|(_, rest)| rest.split('<').next().unwrap_or_default())
+            .unwrap_or_else(|| panic!("no LocationConstraint: {text}"));
+        let expected = if region == "us-east-1" { "" } else { region };
+        assert_eq!(constraint, expected, "{text}");
+        let versioning = c.call("GET", "/bkt").query("versioning", "").send().await;
+        assert_eq!(versioning.status, 200, "{}", versioning.text());
+        assert!(
+            versioning.text().contains("VersioningConfiguration"),
+            "{}",
+            versioning.text()
+        );
+        assert!(versioning.xml("Status").is_empty(), "{}", versioning.text());
+        let again = c.call("PUT", "/bkt").send().await;
+        if region == "us-east-1" {
+            assert_eq!(again.status, 200, "{}", again.text());
+        } else {
+            assert_eq!(
+                (again.status, again.code().as_str()),
+                (409, "BucketAlreadyOwnedByYou")
+            );
+        }
+    }
 }

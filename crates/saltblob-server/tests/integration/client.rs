@@ -327,7 +327,7 @@ fn tokio_stream(mut rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = By
 }
 
 /// SigV4's canonical query string: sorted, every name and value %-encoded.
-fn canonical_query(query: &[(String, String)]) -> String {
+pub fn canonical_query(query: &[(String, String)]) -> String {
     let mut pairs: Vec<(String, String)> = query
         .iter()
         .map(|(k, v)| (uri_encode(k), uri_encode(v)))
@@ -353,7 +353,7 @@ pub fn uri_encode(s: &str) -> String {
         .collect()
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+pub fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
     mac.update(data);
     mac.finalize().into_bytes().to_vec()
@@ -364,7 +364,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// `x-amz-date` (`YYYYMMDDTHHMMSSZ`) and the date (`YYYYMMDD`) of `at`.
-fn amz_dates(at: SystemTime) -> (String, String) {
+pub fn amz_dates(at: SystemTime) -> (String, String) {
     let secs = at
         .duration_since(SystemTime::UNIX_EPOCH)
         .expect("after 1970")

@@ -1,0 +1,577 @@
+//! CompleteMultipartUpload. The work runs in a task of its own, which the request awaits: a client that goes
+//! away does not cancel it half-way, so the upload reaches `completed`, or `open` again, or (when the store
+//! cannot say whether the commit happened) stays `completing` until a retry or the sweep resolves it.
+//!
+//! 1. The listed parts are checked (ascending, each with the ETag it was uploaded with, checksums, sizes) and
+//!    what the object will be is written as a compose record under a fresh nonce.
+//! 2. The upload record moves from `open` to `completing`, naming that nonce (a conditional put: a part
+//!    uploaded meanwhile, or another complete or an abort, makes it fail, and the complete starts over).
+//! 3. The segments are composed into the object (no byte copied), at most a quarter of the intent lease after
+//!    the move, so that the compose has settled [`super::completing_window`] after it.
+//! 4. `completed`, then the reply; the parts left out are given up after the reply, in the background.
+//!
+//! A repeated complete of a `completed` upload answers as the first one did. A complete of a `completing`
+//! upload resolves it: if the object's manifest is the compose of the recorded segments, the upload completed;
+//! otherwise it composes the recorded segments again (if it lists the same parts), which is safe however many
+//! composes of them run.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use s3s::dto::{
+    ChecksumType, CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CompletedPart, ETag,
+};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions, Segment};
+
+use super::checksum::{self, UploadChecksum};
+use super::upload::{
+    self, ComposeRecord, State, StoredPart, Upload, check_upload_id, no_such_upload,
+};
+use super::{MIN_PART_SIZE, clean_up, micros, multipart_etag, now};
+use crate::attrs::{CHECKSUM_KEY, CHECKSUM_TYPE_KEY, ETAG_KEY, checksum_of};
+use crate::auth::record_class;
+use crate::body::Algorithm;
+use crate::error::from_store;
+use crate::keys::object_key;
+use crate::service::SaltS3;
+
+/// How long the request waits for the complete before it answers 200 at once and sends the result when it is
+/// there (S3 does the same: whitespace keeps the connection alive, and an error may then come with the 200).
+const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(5);
+/// How often a complete starts over when the upload record changed under it (parts still being uploaded).
+const MOVE_TRIES: usize = 8;
+
+/// What a CompleteMultipartUpload asks for, owned by the task that runs it.
+struct Request {
+    bucket: String,
+    key: String,
+    /// The object's store key.
+    object: String,
+    id: String,
+    listed: Vec<CompletedPart>,
+    condition: PutCondition,
+    /// The object checksum sent (`x-amz-checksum-<algorithm>`), if any.
+    sent: Option<(Algorithm, String)>,
+    /// `x-amz-checksum-type`, if sent.
+    sent_type: Option<ChecksumType>,
+    /// `x-amz-mp-object-size`, if sent.
+    size: Option<i64>,
+}
+
+/// What a complete answers.
+struct Done {
+    etag: String,
+    checksum: Option<(UploadChecksum, String)>,
+}
+
+/// CompleteMultipartUpload: see the module doc.
+pub(crate) async fn handle_complete_multipart_upload(
+    s3: &SaltS3,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let input = req.input;
+    s3.require_bucket(&input.bucket).await?;
+    let object = object_key(&input.bucket, &input.key)?;
+    check_upload_id(&input.upload_id)?;
+    let listed = input
+        .multipart_upload
+        .and_then(|m| m.parts)
+        .unwrap_or_default();
+    if listed.is_empty()
+        || listed
+            .iter()
+            .any(|p| p.part_number.is_none() || p.e_tag.is_none())
+    {
+        return Err(s3_error!(
+            MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema: every Part needs a PartNumber and an ETag, and at least one Part is needed"
+        ));
+    }
+    let sent: Vec<(Algorithm, String)> = [
+        (Algorithm::Crc32, input.checksum_crc32),
+        (Algorithm::Crc32c, input.checksum_crc32c),
+        (Algorithm::Crc64Nvme, input.checksum_crc64nvme),
+        (Algorithm::Sha1, input.checksum_sha1),
+        (Algorithm::Sha256, input.checksum_sha256),
+    ]
+    .into_iter()
+    .filter_map(|(a, v)| Some((a, v?)))
+    .collect();
+    if sent.len() > 1 {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed."
+        ));
+    }
+    let condition = s3
+        .put_condition(
+            &object,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+        )
+        .await?;
+    let request = Request {
+        bucket: input.bucket,
+        key: input.key,
+        object,
+        id: input.upload_id,
+        listed,
+        condition,
+        sent: sent.into_iter().next(),
+        sent_type: input.checksum_type,
+        size: input.mpu_object_size,
+    };
+    let store = s3.store.clone();
+    let extensions = req.extensions.clone();
+    // Runs to its end even if this request is dropped (the client went away).
+    let mut task = tokio::spawn(async move {
+        let done = complete(&store, &request).await;
+        if let Ok((_, Some(manifest))) = &done {
+            record_class(&extensions, store.class_of(manifest));
+        }
+        done.map(|(done, _)| output(&request, done))
+    });
+    let joined = |r: Result<S3Result<_>, tokio::task::JoinError>| {
+        r.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a CompleteMultipartUpload task failed");
+            Err(s3_error!(
+                InternalError,
+                "We encountered an internal error. Please try again."
+            ))
+        })
+    };
+    let out = match tokio::time::timeout(KEEP_ALIVE_AFTER, &mut task).await {
+        Ok(r) => joined(r)?,
+        Err(_) => CompleteMultipartUploadOutput {
+            future: Some(Box::pin(async move { joined(task.await) })),
+            ..CompleteMultipartUploadOutput::default()
+        },
+    };
+    Ok(S3Response::new(out))
+}
+
+/// The response to `req` for `done`.
+fn output(req: &Request, done: Done) -> CompleteMultipartUploadOutput {
+    let mut out = CompleteMultipartUploadOutput {
+        bucket: Some(req.bucket.clone()),
+        key: Some(req.key.clone()),
+        e_tag: Some(ETag::Strong(done.etag)),
+        location: Some(format!("/{}/{}", req.bucket, req.key)),
+        ..CompleteMultipartUploadOutput::default()
+    };
+    if let Some((c, value)) = done.checksum {
+        let value = Some(value);
+        match c.algorithm {
+            Algorithm::Crc32 => out.checksum_crc32 = value,
+            Algorithm::Crc32c => out.checksum_crc32c = value,
+            Algorithm::Crc64Nvme => out.checksum_crc64nvme = value,
+            Algorithm::Sha1 => out.checksum_sha1 = value,
+            Algorithm::Sha256 => out.checksum_sha256 = value,
+        }
+        out.checksum_type = Some(c.kind_dto());
+    }
+    out
+}
+
+/// Runs the complete; returns what to answer, and the manifest it committed (`None` when an earlier complete
+/// had).
+async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Manifest>)> {
+    for _ in 0..MOVE_TRIES {
+        let upload = Upload::read(store, &req.bucket, &req.key, &req.id).await?;
+        match upload.state {
+            State::Completed => {
+                let record = compose_record(store, &req.bucket, &upload)
+                    .await?
+                    .ok_or_else(no_such_upload)?;
+                return Ok((done_of(upload.checksum, &record), None));
+            }
+            State::Aborting | State::Aborted => return Err(no_such_upload()),
+            State::Completing => match resolve(store, req, upload).await? {
+                Some(done) => return Ok(done),
+                // Open again (the complete that moved it failed): start over.
+                None => continue,
+            },
+            State::Open => {}
+        }
+        let parts = upload::all_parts(store, &req.bucket, &req.id).await?;
+        let chosen = choose_parts(&req.listed, &parts, upload.checksum)?;
+        let record = plan(req, &upload, &chosen)?;
+        let nonce = record.write(store, &req.bucket, &req.id).await?;
+        if let Some(completing) = upload.set_completing(store, &req.bucket, &nonce).await? {
+            return compose(store, req, completing, &record, true).await;
+        }
+        // The record changed (a part was uploaded, or another complete or an abort moved it): start over.
+    }
+    Err(s3_error!(
+        SlowDown,
+        "The upload kept changing while it was being completed (parts still being uploaded?); please retry"
+    ))
+}
+
+/// The compose record a `completing` or `completed` upload names.
+///
+/// # Errors
+/// A store error, or one that does not decode.
+pub(super) async fn compose_record(
+    store: &BlobStore,
+    bucket: &str,
+    upload: &Upload,
+) -> S3Result<Option<ComposeRecord>> {
+    match &upload.compose {
+        Some(nonce) => ComposeRecord::read(store, bucket, &upload.id, nonce).await,
+        None => Ok(None),
+    }
+}
+
+/// Whether the object at store key `object` is now the compose of `record`'s segments.
+///
+/// # Errors
+/// A store error.
+pub(super) async fn committed(
+    store: &BlobStore,
+    object: &str,
+    record: &ComposeRecord,
+) -> S3Result<bool> {
+    match store.head(object).await {
+        Ok(m) => Ok(record.composed(&m)),
+        Err(Error::NotFound { .. }) => Ok(false),
+        Err(e) if e.is_corruption() => Ok(false),
+        Err(e) => Err(from_store(e)),
+    }
+}
+
+/// A complete of a `completing` upload: completed if the object is the compose of the recorded segments, else
+/// composes them again (the request must list the same parts). `None` when the upload is `open` again.
+async fn resolve(
+    store: &BlobStore,
+    req: &Request,
+    mut upload: Upload,
+) -> S3Result<Option<(Done, Option<Manifest>)>> {
+    let record = compose_record(store, &req.bucket, &upload)
+        .await?
+        .ok_or_else(|| s3_error!(InternalError, "a completing upload has no compose record"))?;
+    for _ in 0..MOVE_TRIES {
+        if committed(store, &req.object, &record).await? {
+            finish(store, &req.bucket, &req.object, upload, &record).await?;
+            return Ok(Some((done_of(upload_checksum(&record), &record), None)));
+        }
+        let etag = multipart_etag(
+            req.listed
+                .iter()
+                .filter_map(|p| p.e_tag.as_ref().map(ETag::value)),
+        );
+        if Some(&etag) != record.metadata.get(ETAG_KEY) {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::OperationAborted,
+                "A CompleteMultipartUpload of this upload with other parts is in progress: retry it with the same parts",
+            );
+            e.set_status_code(http::StatusCode::CONFLICT);
+            return Err(e);
+        }
+        // Composing again, from now: the move is written again, so that an abort waits out the window anew.
+        match upload
+            .set_state(store, &req.bucket, State::Completing)
+            .await?
+        {
+            Some(rearmed) => return compose(store, req, rearmed, &record, false).await.map(Some),
+            None => {
+                upload = Upload::read(store, &req.bucket, &req.key, &req.id).await?;
+                match upload.state {
+                    State::Completing => {}
+                    State::Completed => return Ok(Some((done_of(upload.checksum, &record), None))),
+                    State::Open => return Ok(None),
+                    State::Aborting | State::Aborted => return Err(no_such_upload()),
+                }
+            }
+        }
+    }
+    Err(s3_error!(
+        SlowDown,
+        "The upload kept changing while it was being completed; please retry"
+    ))
+}
+
+/// The upload checksum a compose record's metadata was made with.
+fn upload_checksum(record: &ComposeRecord) -> Option<UploadChecksum> {
+    let kind = record.metadata.get(CHECKSUM_TYPE_KEY)?;
+    let (algorithm, _) = Algorithm::ALL.into_iter().find_map(|a| {
+        Some((
+            a,
+            record
+                .metadata
+                .get(&format!("{CHECKSUM_KEY}{}", a.name()))?,
+        ))
+    })?;
+    UploadChecksum::from_create(
+        Some(&algorithm.name().to_ascii_uppercase().into()),
+        Some(&ChecksumType::from(kind.clone())),
+    )
+    .ok()
+    .flatten()
+}
+
+/// What a complete of the upload whose compose record is `record` answers.
+fn done_of(checksum: Option<UploadChecksum>, record: &ComposeRecord) -> Done {
+    let checksum = checksum.or_else(|| upload_checksum(record)).and_then(|c| {
+        let value = record
+            .metadata
+            .get(&format!("{CHECKSUM_KEY}{}", c.algorithm.name()))?;
+        Some((c, value.clone()))
+    });
+    Done {
+        etag: record.metadata.get(ETAG_KEY).cloned().unwrap_or_default(),
+        checksum,
+    }
+}
+
+/// Composes `record`'s segments into the object for the `completing` upload, then finishes it. On an error, it
+/// finishes the upload all the same if the object is the compose of these segments (this compose's commit
+/// landed, or another's did: a complete that raced it); otherwise, on an error that says nothing was committed,
+/// the complete that moved the upload to `completing` (`reopen`) moves it back to `open` — unless another
+/// complete has composed again since (the record changed), whose compose may still commit. A complete that
+/// composes again ([`resolve`]) never reopens.
+async fn compose(
+    store: &BlobStore,
+    req: &Request,
+    completing: Upload,
+    record: &ComposeRecord,
+    reopen: bool,
+) -> S3Result<(Done, Option<Manifest>)> {
+    // Only while an abort (or the sweep) that reads this record waits for the compose to settle.
+    let slack = micros(store.config().intent_lease / 4);
+    if now(store).saturating_sub(completing.written_micros()) > slack {
+        return Err(s3_error!(
+            SlowDown,
+            "The upload could not be completed in time (the store is slow); please retry"
+        ));
+    }
+    let mut opts = PutOptions::new().with_condition(req.condition);
+    opts.metadata = completing.object_metadata();
+    opts.metadata.extend(record.metadata.clone());
+    opts.content_type = completing.manifest.content_type.clone();
+    match store.compose(&req.object, &record.segments, &opts).await {
+        Ok(manifest) => {
+            let checksum = completing.checksum;
+            finish(store, &req.bucket, &req.object, completing, record).await?;
+            tracing::debug!(
+                size = manifest.size,
+                segments = record.segments.len(),
+                "multipart upload completed"
+            );
+            Ok((done_of(checksum, record), Some(manifest)))
+        }
+        Err(e) => {
+            if committed(store, &req.object, record).await.unwrap_or(false) {
+                let checksum = completing.checksum;
+                finish(store, &req.bucket, &req.object, completing, record).await?;
+                return Ok((done_of(checksum, record), None));
+            }
+            if reopen && not_committed(&e) {
+                // Nothing was committed: the upload is open again, for a retry or an abort.
+                if let Err(back) = completing.set_state(store, &req.bucket, State::Open).await {
+                    tracing::warn!(upload = req.id, error = %back, "could not reopen an upload whose complete failed");
+                }
+            }
+            // Otherwise the commit may or may not have happened: the upload stays `completing`, and a retried
+            // complete, an abort after the window or the sweep resolves it.
+            Err(match e {
+                Error::SegmentGone { .. } => s3_error!(
+                    InvalidPart,
+                    "One or more of the specified parts could not be found: a part expired or was given up"
+                ),
+                e => from_store(e),
+            })
+        }
+    }
+}
+
+/// Whether a compose that failed with `e` certainly committed nothing.
+fn not_committed(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::PreconditionFailed { .. }
+            | Error::AlreadyExists { .. }
+            | Error::SegmentGone { .. }
+            | Error::InvalidArgument { .. }
+            | Error::InvalidKey { .. }
+            | Error::TooLarge { .. }
+            | Error::IntentLost { .. }
+    )
+}
+
+/// Marks a `completing` upload whose compose committed `completed`, takes it out of the listing, and gives up
+/// the parts the object does not own after the reply (in a task of its own).
+///
+/// # Errors
+/// A store error writing the record.
+pub(super) async fn finish(
+    store: &BlobStore,
+    bucket: &str,
+    object: &str,
+    mut upload: Upload,
+    record: &ComposeRecord,
+) -> S3Result<()> {
+    loop {
+        match upload.state {
+            State::Completed => break,
+            State::Completing => {}
+            _ => return Err(no_such_upload()),
+        }
+        match upload.set_state(store, bucket, State::Completed).await? {
+            Some(done) => {
+                upload = done;
+                break;
+            }
+            None => {
+                upload = Upload::read_any(store, bucket, &upload.id)
+                    .await?
+                    .ok_or_else(no_such_upload)?;
+            }
+        }
+    }
+    upload.delete_index(store, bucket).await;
+    let keep: HashSet<_> = record.segments.iter().map(|s| s.version).collect();
+    let (store, bucket, object, id) = (
+        store.clone(),
+        bucket.to_owned(),
+        object.to_owned(),
+        upload.id.clone(),
+    );
+    tokio::spawn(async move { clean_up(&store, &bucket, &id, &object, &keep).await });
+    Ok(())
+}
+
+/// The compose record of `chosen` for `req`: the segments, the multipart ETag, and (for an upload with a
+/// checksum) the object's checksum, after the checks of the request's own checksum and size.
+fn plan(req: &Request, upload: &Upload, chosen: &[&StoredPart]) -> S3Result<ComposeRecord> {
+    let mut metadata = BTreeMap::new();
+    metadata.insert(
+        ETAG_KEY.to_owned(),
+        multipart_etag(chosen.iter().map(|p| p.md5_hex())),
+    );
+    match upload.checksum {
+        Some(c) => {
+            c.check_complete(req.sent_type.as_ref(), req.sent.as_ref().map(|(a, _)| *a))?;
+            let values: Vec<(String, u64)> = chosen
+                .iter()
+                .map(|p| {
+                    checksum_of(&p.manifest, c.algorithm)
+                        .map(|v| (v, p.segment.size))
+                        .ok_or_else(|| invalid_part(p.number))
+                })
+                .collect::<S3Result<_>>()?;
+            let value = c.of_parts(values.iter().map(|(v, size)| (v.as_str(), *size)))?;
+            if let Some((_, sent)) = &req.sent
+                && !c.matches(sent, &value)
+            {
+                return Err(s3_error!(
+                    BadDigest,
+                    "The {} you specified did not match the calculated checksum.",
+                    c.algorithm.name()
+                ));
+            }
+            checksum::object_metadata(c, &value, &mut metadata);
+        }
+        None if req.sent.is_some() || req.sent_type.is_some() => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The upload was created without a checksum algorithm: the complete request cannot name one"
+            ));
+        }
+        None => {}
+    }
+    let total: u64 = chosen.iter().map(|p| p.segment.size).sum();
+    if let Some(size) = req.size
+        && u64::try_from(size).ok() != Some(total)
+    {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The provided 'x-amz-mp-object-size' header value {size} does not match what was computed: {total}"
+        ));
+    }
+    Ok(ComposeRecord {
+        segments: chosen
+            .iter()
+            .map(|p| p.segment.clone())
+            .collect::<Vec<Segment>>(),
+        metadata,
+    })
+}
+
+fn invalid_part(number: i32) -> S3Error {
+    s3_error!(
+        InvalidPart,
+        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag: part {number}"
+    )
+}
+
+/// The stored parts a CompleteMultipartUpload lists, checked as S3 does: part numbers ascending
+/// (`InvalidPartOrder`), each uploaded with the ETag given (`InvalidPart`), each checksum given equal to the
+/// part's (`InvalidPart`), each listed with the upload's checksum when it is composite (`InvalidRequest`),
+/// each but the last at least 5 MiB (`EntityTooSmall`).
+fn choose_parts<'a>(
+    listed: &[CompletedPart],
+    stored: &'a [StoredPart],
+    checksum: Option<UploadChecksum>,
+) -> S3Result<Vec<&'a StoredPart>> {
+    let mut chosen: Vec<&StoredPart> = Vec::with_capacity(listed.len());
+    for part in listed {
+        let number = part.part_number.unwrap_or(0);
+        if chosen.last().is_some_and(|p| p.number >= number) {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "The list of parts was not in ascending order. Parts must be ordered by part number."
+            ));
+        }
+        let found = stored
+            .iter()
+            .find(|p| p.number == number)
+            .ok_or_else(|| invalid_part(number))?;
+        if part
+            .e_tag
+            .as_ref()
+            .is_none_or(|etag| etag.value().trim_matches('"') != found.md5_hex())
+        {
+            return Err(invalid_part(number));
+        }
+        let sent = [
+            (Algorithm::Crc32, &part.checksum_crc32),
+            (Algorithm::Crc32c, &part.checksum_crc32c),
+            (Algorithm::Crc64Nvme, &part.checksum_crc64nvme),
+            (Algorithm::Sha1, &part.checksum_sha1),
+            (Algorithm::Sha256, &part.checksum_sha256),
+        ];
+        if let Some(c) = checksum
+            && c.kind == checksum::Kind::Composite
+            && sent.iter().all(|(a, v)| *a != c.algorithm || v.is_none())
+        {
+            return Err(c.missing_in_complete(number));
+        }
+        for (algorithm, value) in sent {
+            if let (Some(sent), Some(stored)) = (value, checksum_of(&found.manifest, algorithm))
+                && sent.trim() != stored
+            {
+                return Err(invalid_part(number));
+            }
+        }
+        chosen.push(found);
+    }
+    if let Some(small) = chosen
+        .iter()
+        .rev()
+        .skip(1)
+        .find(|p| p.segment.size < MIN_PART_SIZE)
+    {
+        let mut e = S3Error::with_message(
+            S3ErrorCode::EntityTooSmall,
+            format!(
+                "Your proposed upload is smaller than the minimum allowed object size: part {} holds {} bytes; every part but the last must hold at least {MIN_PART_SIZE}",
+                small.number, small.segment.size
+            ),
+        );
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        return Err(e);
+    }
+    Ok(chosen)
+}

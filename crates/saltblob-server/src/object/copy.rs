@@ -1,0 +1,283 @@
+//! CopyObject: the source's bytes streamed into a new put of the destination (a get feeding a put, in the
+//! store's in-flight window), with a fresh ETag (the MD5 of the bytes, as AWS gives a copy, also of a multipart
+//! source) and fresh checksums of the algorithms the source had.
+//!
+//! A copy runs in its own task. If it has not finished after [`HEAD_AFTER`], the response starts (200, XML) and
+//! a space follows every [`KEEP_ALIVE_EVERY`] until it ends, then the `CopyObjectResult`, or the `Error` it
+//! failed with, as AWS does: a client's read timeout (60 s in botocore) then never cuts a long copy. The task
+//! runs to its end even if the client goes away.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use http::HeaderMap;
+use http_body::{Body as HttpBody, Frame};
+use s3s::dto::{
+    CopyObjectInput, CopyObjectOutput, CopyObjectResult, CopySource, ETagCondition,
+    MetadataDirective,
+};
+use s3s::{HttpResponse, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use saltblob_core::{LateMetadata, PutOptions};
+use tokio::task::JoinHandle;
+
+use crate::attrs::{
+    CHECKSUM_KEY, Conditions, ETAG_KEY, current_version, etag_of, last_modified_of,
+    object_metadata, stored_checksums, with_checksums,
+};
+use crate::body::{Algorithm, Expected, SharedOutcome, VerifyingReader};
+use crate::error::from_store;
+use crate::keys::object_key;
+use crate::put_body::{MAX_PUT_BYTES, finish_put, record_into};
+use crate::service::SaltS3;
+
+/// How long a copy may run before its response starts and is kept alive.
+const HEAD_AFTER: Duration = Duration::from_secs(1);
+/// How often a kept-alive copy response sends a space while the copy runs.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(1);
+
+/// The outcome of a copy's task.
+type CopyTask = JoinHandle<S3Result<CopyObjectResult>>;
+
+/// A copy still running when its response started, handed from the handler to [`keep_alive_body`] in the
+/// response's extensions (which must be `Clone`: the task is taken out once).
+#[derive(Clone)]
+struct RunningCopy(Arc<Mutex<Option<CopyTask>>>);
+
+/// The destination's `If-Match` and `If-None-Match` headers (which s3s 0.14 does not parse for CopyObject).
+///
+/// # Errors
+/// `InvalidArgument` for a value that is not an ETag list or `*`.
+fn destination_conditions(
+    headers: &HeaderMap,
+) -> S3Result<(Option<ETagCondition>, Option<ETagCondition>)> {
+    let parse = |name: http::HeaderName| {
+        headers
+            .get(&name)
+            .map(|v| {
+                ETagCondition::parse_http_header(v.as_bytes())
+                    .map_err(|_| s3_error!(InvalidArgument, "Invalid {} header", name.as_str()))
+            })
+            .transpose()
+    };
+    Ok((
+        parse(http::header::IF_MATCH)?,
+        parse(http::header::IF_NONE_MATCH)?,
+    ))
+}
+
+/// CopyObject: checks the source (its version may only be `null`; its `x-amz-copy-source-if-*` conditions;
+/// at most 5 GiB, as S3) and the destination's `If-Match`/`If-None-Match`, then streams the source into the
+/// destination. The attributes are copied (`x-amz-metadata-directive: COPY`, the default) or replaced
+/// (`REPLACE`); the ETag and checksums are computed from the bytes.
+pub(crate) async fn handle_copy_object(
+    s3: &SaltS3,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let input = req.input;
+    let CopySource::Bucket {
+        bucket: src_bucket,
+        key: src_key,
+        version_id,
+    } = &input.copy_source
+    else {
+        return Err(s3_error!(
+            NotImplemented,
+            "Only copy sources of the form bucket/key are supported"
+        ));
+    };
+    current_version(version_id.as_deref())?;
+    let (if_match, if_none_match) = destination_conditions(&req.headers)?;
+    s3.require_bucket(src_bucket).await?;
+    s3.require_bucket(&input.bucket).await?;
+    let src = object_key(src_bucket, src_key)?;
+    let dst = object_key(&input.bucket, &input.key)?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    if src == dst && !replace {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+        ));
+    }
+    let stream = s3.store.get_stream(&src).await.map_err(from_store)?;
+    Conditions {
+        if_match: input.copy_source_if_match,
+        if_none_match: input.copy_source_if_none_match,
+        if_modified_since: input.copy_source_if_modified_since,
+        if_unmodified_since: input.copy_source_if_unmodified_since,
+    }
+    .check(&stream.manifest, S3ErrorCode::PreconditionFailed)?;
+    let source = stream.manifest.clone();
+    if source.size > MAX_PUT_BYTES {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The specified copy source is larger than the maximum allowable size for a copy source: {MAX_PUT_BYTES}"
+        ));
+    }
+    let condition = s3
+        .put_condition(&dst, if_match.as_ref(), if_none_match.as_ref())
+        .await?;
+    s3.record_class_of(&req.extensions, &source);
+    // Fresh ETag and checksums: those of the source are not copied but computed again from its bytes.
+    let is_own = |k: &String| k == ETAG_KEY || k.starts_with(CHECKSUM_KEY);
+    let mut computed: Vec<Algorithm> = source
+        .metadata
+        .keys()
+        .filter_map(|k| Algorithm::parse(k.strip_prefix(CHECKSUM_KEY)?))
+        .collect();
+    computed.extend(
+        input
+            .checksum_algorithm
+            .as_ref()
+            .and_then(|a| Algorithm::parse(a.as_str())),
+    );
+    let late = LateMetadata::new();
+    let mut opts = PutOptions::new()
+        .with_size_hint(source.size)
+        .with_condition(condition)
+        .with_late_metadata(late.clone());
+    if replace {
+        opts.metadata = object_metadata!(input)?;
+        opts.content_type = input.content_type;
+    } else {
+        opts.metadata = source
+            .metadata
+            .iter()
+            .filter(|(k, _)| !is_own(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        opts.content_type = source.content_type.clone();
+    }
+    let expected = Expected {
+        computed,
+        ..Expected::default()
+    };
+    let outcome = SharedOutcome::default();
+    let reader = VerifyingReader::new(
+        stream.map_err(from_store).boxed(),
+        expected,
+        outcome.clone(),
+    )
+    .on_verified(record_into(late));
+    let store = s3.store.clone();
+    let mut task: CopyTask = tokio::spawn(async move {
+        let manifest = finish_put(store.put_stream(&dst, reader, &opts).await, &outcome)?;
+        Ok(with_checksums!(
+            CopyObjectResult {
+                e_tag: Some(etag_of(&manifest)),
+                last_modified: Some(last_modified_of(&manifest)),
+            },
+            stored_checksums(&manifest)
+        ))
+    });
+    if let Ok(joined) = tokio::time::timeout(HEAD_AFTER, &mut task).await {
+        return Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(joined.map_err(task_failed)??),
+            ..CopyObjectOutput::default()
+        }));
+    }
+    let mut response = S3Response::new(CopyObjectOutput::default());
+    response
+        .extensions
+        .insert(RunningCopy(Arc::new(Mutex::new(Some(task)))));
+    Ok(response)
+}
+
+/// `InternalError` for a copy task that panicked or was cancelled (the runtime shutting down).
+fn task_failed(e: tokio::task::JoinError) -> S3Error {
+    tracing::error!(error = %e, "a copy task failed");
+    S3Error::with_message(
+        S3ErrorCode::InternalError,
+        "We encountered an internal error. Please try again.",
+    )
+}
+
+/// Gives a CopyObject response whose copy still runs (see the module doc) the body that keeps its connection
+/// alive; any other response is left as it is.
+pub(super) fn keep_alive_body(response: &mut HttpResponse) {
+    let Some(RunningCopy(task)) = response.extensions_mut().remove::<RunningCopy>() else {
+        return;
+    };
+    let Some(task) = task.lock().ok().and_then(|mut t| t.take()) else {
+        return;
+    };
+    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+    *response.body_mut() = s3s::Body::http_body_unsync(KeepAlive::new(task, KEEP_ALIVE_EVERY));
+}
+
+/// The body of a kept-alive copy response: the XML declaration, a space every `every` while the copy runs,
+/// then its result or error document.
+struct KeepAlive {
+    task: Option<CopyTask>,
+    started: bool,
+    tick: tokio::time::Interval,
+}
+
+impl KeepAlive {
+    fn new(task: CopyTask, every: Duration) -> Self {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            task: Some(task),
+            started: false,
+            tick,
+        }
+    }
+}
+
+/// The XML document (without declaration) of a copy's outcome.
+fn outcome_document(outcome: S3Result<CopyObjectResult>) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    let mut ser = s3s::xml::Serializer::new(&mut buf);
+    let written = match &outcome {
+        Ok(result) => s3s::xml::Serialize::serialize(result, &mut ser),
+        Err(e) => s3s::xml::Serialize::serialize(e, &mut ser),
+    };
+    if let Err(e) = written {
+        tracing::error!(error = %e, "a copy's result could not be written as XML");
+        buf = b"<Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>".to_vec();
+    }
+    Bytes::from(buf)
+}
+
+impl HttpBody for KeepAlive {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if !this.started {
+            this.started = true;
+            let decl = &b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"[..];
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(decl)))));
+        }
+        let Some(task) = this.task.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(joined) = task.poll_unpin(cx) {
+            this.task = None;
+            let outcome = joined.map_err(task_failed).and_then(|r| r);
+            if let Err(e) = &outcome {
+                tracing::info!(code = e.code().as_str(), "a kept-alive copy failed");
+            }
+            return Poll::Ready(Some(Ok(Frame::data(outcome_document(outcome)))));
+        }
+        match this.tick.poll_tick(cx) {
+            Poll::Ready(_) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b" "))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.started && self.task.is_none()
+    }
+}
