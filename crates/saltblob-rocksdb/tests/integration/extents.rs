@@ -1,5 +1,5 @@
 //! Extent files: large versions in files of their own, with RocksDB as their index. Where they go and what
-//! reads them back; replaced and deleted versions' files unlinked by reclaim; a truncated file, foreign and
+//! reads them back (within the store's read-ahead budget); replaced and deleted versions' files unlinked by reclaim; a truncated file, foreign and
 //! read-only files in the directory; a process killed between the extent's sync and the commit; fsck's orphan
 //! files; the committed format fixture.
 
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
 use saltblob_core::backend::ChunkStore;
 use saltblob_core::{
     BlobRef, BlobStore, ChunkStoreLayer, Error, FsckOptions, GcOptions, PutOptions, StoreConfig,
@@ -205,6 +206,53 @@ async fn a_truncated_extent_is_reported_as_corruption() {
     store.delete("big").await.expect("delete");
     store.reclaim_all().await.expect("reclaim");
     assert!(!path.exists(), "the damaged file goes with its version");
+}
+
+/// Reads of extent files take their read-ahead from the store's one budget, like reads of chunks in RocksDB's
+/// blob files: readers that stop after their first piece hold at most the budget plus one batch (one extent
+/// I/O, 1 MiB) each, not a window (16 MiB) each; each then reads its blob whole, and the budget is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extent_reads_share_the_read_ahead_budget() {
+    const READERS: u64 = 4;
+    const BUDGET: u64 = 4 << 20;
+    const BATCH: u64 = 1 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rocks = Arc::new(RocksStore::open(RocksConfig::new(dir.path())).expect("open"));
+    let store = BlobStore::new(
+        rocks as Arc<dyn ChunkStore>,
+        StoreConfig::default().with_read_ahead_budget(BUDGET as usize),
+    )
+    .expect("store");
+    let large = value(LARGE, 7);
+    store
+        .put("big", large.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        let mut stream = store.get_stream("big").await.expect("stream");
+        let first = stream.next().await.expect("a piece").expect("read");
+        readers.push((stream, first.to_vec()));
+    }
+    // Let every fetch the readers may start land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (held, limit) = store.read_ahead();
+    println!(
+        "{READERS} stalled readers of an extent hold {} KiB of read-ahead (budget {} KiB)",
+        held >> 10,
+        limit >> 10
+    );
+    assert!(
+        held <= BUDGET + READERS * BATCH,
+        "{held} bytes held: more than the budget plus a batch per reader"
+    );
+    for (mut stream, mut got) in readers {
+        while let Some(piece) = stream.next().await {
+            got.extend_from_slice(&piece.expect("read"));
+        }
+        assert!(got == large[..], "read whole");
+    }
+    assert_eq!(store.read_ahead().0, 0, "all given back");
 }
 
 /// Files in the extent directory that are not saltblob's are never touched: not by opening, gc, fsck
