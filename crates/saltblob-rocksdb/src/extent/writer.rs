@@ -345,3 +345,62 @@ impl ExtentWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::OwnedFd;
+
+    use bytes::Bytes;
+    use saltblob_core::VersionId;
+
+    use super::*;
+
+    /// A failed `fdatasync` is final: the writer never reports its version durable afterwards and refuses every
+    /// later record, even where a second `fdatasync` would succeed (a kernel may drop the dirty pages whose
+    /// writeback failed and report success the next time). A pipe stands in for a file whose sync fails: its
+    /// `fdatasync` is EINVAL.
+    #[tokio::test]
+    async fn a_failed_sync_is_final() {
+        let (_reader, pipe) = std::io::pipe().expect("pipe");
+        let opened = Opened {
+            file: File::from(OwnedFd::from(pipe)),
+            path: PathBuf::from("a pipe"),
+            mode: IoMode {
+                direct: false,
+                align: 4096,
+            },
+            data_start: 4096,
+            allocated: 4096,
+            sized: true,
+            dir_sync: tokio::task::spawn_blocking(|| Ok(())),
+        };
+        let blob = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: VersionId::generate(),
+        };
+        let writer = ExtentWriter::new(blob, opened, Arc::new(BufferPool::new(65536, 4096, 2)), 2);
+        let first = writer.sync().await.expect_err("fdatasync of a pipe fails");
+        assert!(first.to_string().contains("fdatasync"), "{first}");
+        let again = writer
+            .sync()
+            .await
+            .expect_err("never durable after a failed sync");
+        assert!(
+            again
+                .to_string()
+                .contains("not trusted after an earlier failure"),
+            "{again}"
+        );
+        let record = ChunkRecord {
+            salt: 0,
+            index: 0,
+            header: [0; saltblob_core::codec::CHUNK_HEADER_LEN],
+            payload: Bytes::from_static(b"payload"),
+        };
+        let refused = writer
+            .append(&[record])
+            .await
+            .expect_err("no record after a failed sync");
+        assert!(refused.to_string().contains("not trusted"), "{refused}");
+    }
+}
