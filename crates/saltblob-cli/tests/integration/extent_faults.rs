@@ -1,5 +1,6 @@
 //! Faults on the extent path of the embedded store (large blobs in files of their own): an `fdatasync` that
-//! fails and a write that finds the disk full (injected with libfiu into one large put of a running process),
+//! fails and writes that find the disk full, at the header or halfway through the data (injected with libfiu
+//! into one large put of a running process),
 //! a real full disk (a small tmpfs in a private mount namespace: the allocation of a known-size put fails before
 //! any chunk, a stream's runs out while it grows), and a file system without `O_DIRECT` (ramfs), which falls
 //! back to buffered I/O with a logged reason. In every case the put fails with a clear error (or, for ramfs,
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use saltblob::PutOptions;
+use tokio::io::AsyncWriteExt;
 
 use crate::common::*;
 
@@ -26,21 +28,40 @@ fn extent_files(store: &Path) -> Vec<PathBuf> {
 }
 
 /// The child: opens the store, says `ready`, waits for `go`, puts a new version of `big`, writes the outcome
-/// to `outcome` and exits. Not a test on its own (it returns at once without the environment variable).
+/// to `outcome` and exits. With a file `midway` in its directory, it streams the new version (of known size)
+/// instead and says `ready` only once half of it has gone into the put (its extent file made, part of it
+/// written), so that the faults hit the writes of its data. Not a test on its own (it returns at once without
+/// the environment variable).
 #[test]
 #[ignore = "the child process of the injected extent faults; run by them"]
 fn extent_fault_child() {
     fault_child(CHILD_ENV, async |spec, store| {
-        std::fs::write(spec.join("ready"), b"").expect("ready");
-        while !spec.join("go").exists() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
         let mut data = vec![0u8; LARGE as usize];
         Noise::new(99).fill(&mut data);
-        let outcome = match store
-            .put("big", Bytes::from(data), &PutOptions::new())
-            .await
-        {
+        let data = Bytes::from(data);
+        let go = async || {
+            std::fs::write(spec.join("ready"), b"").expect("ready");
+            while !spec.join("go").exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let outcome = if spec.join("midway").exists() {
+            let (mut tx, rx) = tokio::io::duplex(1 << 20);
+            let opts = PutOptions::new().with_size_hint(LARGE);
+            let feed = async {
+                let half = data.len() / 2;
+                tx.write_all(&data[..half]).await.expect("the first half");
+                go().await;
+                // The put may have failed and dropped its end already.
+                let _ = tx.write_all(&data[half..]).await;
+                drop(tx);
+            };
+            tokio::join!(store.put_stream("big", rx, &opts), feed).0
+        } else {
+            go().await;
+            store.put("big", data, &PutOptions::new()).await
+        };
+        let outcome = match outcome {
             Ok(m) => format!("ok {}", m.version),
             Err(e) => format!("error {e}"),
         };
@@ -117,14 +138,35 @@ fn a_failed_extent_fsync_fails_the_put_and_its_file_goes() {
     check_failed_put(spec.path(), &outcome, "fdatasync", previous);
 }
 
-/// A write of the extent file finds the disk full (ENOSPC, errno 28): the put fails saying so, and leaves
-/// nothing.
+/// The first write of the extent file (its header, as the put begins) finds the disk full (ENOSPC, errno 28):
+/// the put fails saying so, and leaves nothing.
 #[test]
 fn a_full_disk_under_an_extent_write_fails_the_put_cleanly() {
     let spec = tempfile::tempdir().expect("tempdir");
     let previous = first_version(spec.path());
     let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
-    check_failed_put(spec.path(), &outcome, "No space left on device", previous);
+    check_failed_put(
+        spec.path(),
+        &outcome,
+        "cannot write its header: No space left on device",
+        previous,
+    );
+}
+
+/// The disk fills halfway through a put: the writes of its data fail (ENOSPC) after some of them landed. The
+/// put fails saying so, its file goes, and the previous version stays.
+#[test]
+fn a_full_disk_midway_through_an_extent_fails_the_put_cleanly() {
+    let spec = tempfile::tempdir().expect("tempdir");
+    let previous = first_version(spec.path());
+    std::fs::write(spec.path().join("midway"), b"").expect("midway");
+    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
+    check_failed_put(
+        spec.path(),
+        &outcome,
+        "cannot write: No space left on device",
+        previous,
+    );
 }
 
 /// Mounts `mount` (the arguments of `mount` before the mount point, e.g. `-t ramfs ramfs`) on `$D` in a private
