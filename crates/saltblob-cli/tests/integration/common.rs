@@ -158,6 +158,28 @@ pub fn fiu_child(name: &str, env: &str, dir: &Path) -> Command {
     c
 }
 
+/// Runs `fiu-ctrl` with `commands` (each one `-c` argument, e.g. `enable name=posix/io/sync/fdatasync`) on the
+/// process `pid`, which runs under `fiu-run`; fails the test if it fails.
+pub fn fiu_ctrl(pid: u32, commands: impl IntoIterator<Item = String>) {
+    let mut cmd = Command::new("fiu-ctrl");
+    for c in commands {
+        cmd.arg("-c").arg(c);
+    }
+    let status = cmd.arg(pid.to_string()).status().expect("run fiu-ctrl");
+    assert!(status.success(), "fiu-ctrl failed: {status}");
+}
+
+/// Waits for `child` and fails the test, with its stderr, unless it exited successfully.
+pub fn child_succeeded(child: std::process::Child) {
+    let out = child.wait_with_output().expect("wait for the child");
+    assert!(
+        out.status.success(),
+        "the child died: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The body of a child process run under libfiu's `fiu-run -x` by the test that sets environment variable `env`
 /// to its working directory: opens the embedded store in `<dir>/store` with the defaults and runs `body` with the
 /// directory and the store, on a runtime without an I/O driver (its wake-ups are writes to an eventfd, which

@@ -83,20 +83,9 @@ fn put_under_faults(spec: &Path, faults: &[&str]) -> String {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut ctrl = Command::new("fiu-ctrl");
-    for f in faults {
-        ctrl.arg("-c").arg(f);
-    }
-    let status = ctrl.arg(child.id().to_string()).status().expect("fiu-ctrl");
-    assert!(status.success(), "fiu-ctrl failed: {status}");
+    fiu_ctrl(child.id(), faults.iter().map(|f| (*f).to_owned()));
     std::fs::write(spec.join("go"), b"").expect("go");
-    let out = child.wait_with_output().expect("wait for the child");
-    assert!(
-        out.status.success(),
-        "the child died: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    child_succeeded(child);
     std::fs::read_to_string(spec.join("outcome")).expect("outcome")
 }
 

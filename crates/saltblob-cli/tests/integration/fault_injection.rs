@@ -70,15 +70,6 @@ fn fault_child() {
     });
 }
 
-fn fiu_ctrl(pid: u32, commands: impl IntoIterator<Item = String>) {
-    let mut cmd = Command::new("fiu-ctrl");
-    for c in commands {
-        cmd.arg("-c").arg(c);
-    }
-    let status = cmd.arg(pid.to_string()).status().expect("run fiu-ctrl");
-    assert!(status.success(), "fiu-ctrl failed: {status}");
-}
-
 fn ok_ops(history: &Path) -> usize {
     History::load(history)
         .map(|h| h.ops.iter().filter(|op| op.is_ok()).count())
@@ -120,15 +111,9 @@ fn injected_write_and_fsync_failures_surface_as_errors() {
     std::thread::sleep(Duration::from_secs(3));
     fiu_ctrl(pid, POINTS.iter().map(|p| format!("disable name={p}")));
     std::fs::write(spec.path().join("stop"), b"").expect("stop file");
-    let out = child.wait_with_output().expect("wait for the child");
     // A child killed by a failure it could not handle (a panic, an abort) fails the test; what it did is
     // checked either way.
-    assert!(
-        out.status.success(),
-        "the child died: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    child_succeeded(child);
 
     let sink = Arc::new(FileSink::open(&history).expect("history file"));
     sink.record(&Event::Barrier {
