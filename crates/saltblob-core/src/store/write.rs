@@ -230,19 +230,25 @@ where
         planned_salt,
         policy.codec,
         policy.chunk_size_for(known_size),
+        known_size,
         known_size.unwrap_or(head_len),
         lease.progress(),
     );
-    let written = write_chunks(
-        inner,
-        &key,
-        &mut reader,
-        head,
-        eof,
-        &mut writer,
-        opts.size_hint,
-    )
-    .await;
+    let written = match writer.begin().await {
+        Ok(()) => {
+            write_chunks(
+                inner,
+                &key,
+                &mut reader,
+                head,
+                eof,
+                &mut writer,
+                opts.size_hint,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     let written = written.and_then(|written| match opts.size_hint {
         Some(hint) if hint != written.size => Err(Error::SizeMismatch {
             key: key.as_ref().into(),
@@ -928,6 +934,75 @@ mod tests {
         assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
         assert_eq!(store.get("stream").await.expect("get"), large);
         assert_eq!(store.get("small").await.expect("get"), small);
+    }
+
+    /// A put of at least the backend's records threshold begins its version's storage (a "file"), stores its
+    /// chunks as records and syncs them before its commit: losing what was not synced right after the commit
+    /// loses nothing of it. A put that fails after the begin deletes the file with its chunks; reclaiming a
+    /// replaced version deletes its file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunk_records_are_synced_before_the_commit() {
+        use crate::memory::MEMORY_RECORDS_MIN_BYTES;
+
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default().with_grace(Duration::ZERO),
+        )
+        .expect("store");
+        let min = usize::try_from(MEMORY_RECORDS_MIN_BYTES).expect("fits");
+        let large = Bytes::from(
+            (0..min * 2 + 7)
+                .map(|i| (i % 253) as u8)
+                .collect::<Vec<_>>(),
+        );
+        store
+            .put("large", large.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
+        assert_eq!(backend.version_file_count().expect("files"), 1);
+        assert_eq!(store.get("large").await.expect("get after a crash"), large);
+        let d = store.describe("large").await.expect("describe");
+        assert_eq!(d.storage.as_deref(), Some("version file"));
+
+        // A stream of unknown length that fails after its begin leaves no file and no chunk behind.
+        struct Failing(usize);
+        impl AsyncRead for Failing {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                if self.0 == 0 {
+                    return std::task::Poll::Ready(Err(std::io::Error::other("source failed")));
+                }
+                let n = self.0.min(buf.remaining()).min(1 << 20);
+                buf.put_slice(&vec![9u8; n]);
+                self.0 -= n;
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let chunks = backend.chunk_count().expect("count");
+        let failed = store
+            .put_stream("failing", Failing(min * 3), &PutOptions::new())
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(backend.version_file_count().expect("files"), 1);
+        assert_eq!(backend.chunk_count().expect("count"), chunks);
+
+        // Replaced, then reclaimed: the replaced version's file goes.
+        store
+            .put(
+                "large",
+                Bytes::from_static(b"small now"),
+                &PutOptions::new(),
+            )
+            .await
+            .expect("overwrite");
+        store.reclaim_all().await.expect("reclaim");
+        assert_eq!(backend.version_file_count().expect("files"), 0);
+        assert_eq!(backend.chunk_count().expect("count"), 0);
     }
 
     /// What a reader puts in [`LateMetadata`] before its end is stored with the version, for inline and chunked
