@@ -64,6 +64,7 @@ pub use roundtrip::{
     roundtrip_sizes, streaming_put_of_unknown_length,
 };
 pub use segments::{
+    a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
     a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
     abandoned_and_discarded_segments_are_reclaimed,
     composed_blobs_read_back_and_own_their_segments,
@@ -123,7 +124,8 @@ macro_rules! conformance_suite {
             abandoned_and_discarded_segments_are_reclaimed,
             leftover_segment_intents_do_not_reclaim_a_composed_blob,
             conditional_deletes_remove_only_the_named_version,
-            a_segment_discarded_during_its_compose_stays_with_the_composed_blob);
+            a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
+            a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::faults::{Faulty, Point};
+use super::faults::{Faulty, Hold, Point};
 use super::gc::chunks_by_version;
 use super::{data, prefix, small_config, store};
 use crate::manifest::segments_digest;
@@ -48,13 +48,96 @@ async fn put_segments(
     out
 }
 
+/// Moves `clock` on by `by`, plus the commit window where writes may land late: past every lease the case
+/// gave, and past the takeover hold.
+fn advance_past_leases(clock: &Arc<OffsetClock>, backend: &Arc<dyn ChunkStore>, by: Duration) {
+    clock.advance(by);
+    if backend.info().late_writes {
+        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
+    }
+}
+
+/// Two clients of one backend on one clock (intent lease 20 s: long enough for a held compose's deadline to
+/// outlast what a case does meanwhile on a slow cluster; grace 0): `composer` through a fault injector, to hold
+/// its commit, and `other` direct; and two parts of `key`, written as segments claimable for an hour.
+struct TwoClients {
+    clock: Arc<OffsetClock>,
+    intent_lease: Duration,
+    faulty: Arc<Faulty>,
+    composer: crate::BlobStore,
+    other: crate::BlobStore,
+    parts: [Bytes; 2],
+    whole: Vec<u8>,
+    segments: Vec<Segment>,
+}
+
+impl TwoClients {
+    async fn new(backend: &Arc<dyn ChunkStore>, key: &str, seed: u64) -> Self {
+        let clock = OffsetClock::new();
+        let intent_lease = Duration::from_secs(20);
+        let config = small_config()
+            .with_intent_lease(intent_lease)
+            .with_grace(Duration::ZERO)
+            .with_clock(clock.clone());
+        let faulty = Faulty::new(Arc::clone(backend));
+        let composer = store(
+            &(Arc::clone(&faulty) as Arc<dyn ChunkStore>),
+            config.clone(),
+        );
+        let other = store(backend, config);
+        let parts = [
+            data(200 * KIB as usize, seed),
+            data(50 * KIB as usize, seed + 1),
+        ];
+        let whole = [&parts[0][..], &parts[1][..]].concat();
+        let segments = put_segments(&other, key, &parts, Duration::from_secs(3600)).await;
+        Self {
+            clock,
+            intent_lease,
+            faulty,
+            composer,
+            other,
+            parts,
+            whole,
+            segments,
+        }
+    }
+
+    /// Starts `composer`'s compose of the segments under `key` and returns once it has claimed them and its
+    /// commit (the manifest write) is held; release the hold to let it commit.
+    async fn held_compose(
+        &self,
+        key: &str,
+    ) -> (
+        Hold,
+        tokio::task::JoinHandle<crate::Result<crate::Manifest>>,
+    ) {
+        let commit = self.faulty.hold(Point::RecordWrite(Namespace::Manifest));
+        let compose = tokio::spawn({
+            let (composer, key, segments) =
+                (self.composer.clone(), key.to_owned(), self.segments.clone());
+            async move { composer.compose(&key, &segments, &PutOptions::new()).await }
+        });
+        commit.reached().await;
+        (commit, compose)
+    }
+}
+
 /// A blob composed of a salted, a single-partition and an inline segment reads back whole and in ranges across
 /// segment boundaries, with its attributes; composing wrote no chunk (the segments' chunks are its own), gc
-/// and fsck leave it whole, and replacing it reclaims every segment's chunks.
+/// and fsck leave it whole, and replacing it reclaims every segment's chunks once the segments' leases, which
+/// the compose ended rather than removed, are over.
 pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn ChunkStore>) {
     let p = prefix("segments");
     let key = format!("{p}composed");
-    let store = store(&backend, small_config());
+    let clock = OffsetClock::new();
+    let intent_lease = Duration::from_secs(5);
+    let store = store(
+        &backend,
+        small_config()
+            .with_intent_lease(intent_lease)
+            .with_clock(clock.clone()),
+    );
     let parts = [
         data(300 * KIB as usize, 1),
         data(20 * KIB as usize, 2),
@@ -130,17 +213,32 @@ pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn Ch
     assert_eq!(f.blobs, 1, "{f:?}");
     assert!(store.get(&key).await.expect("get after gc") == whole);
 
-    // Replaced: every segment's chunks go with it.
+    // Replaced: every segment's chunks go with it, once the leases the compose left on its segments are over
+    // (another compose of the same segments may still land until then: the next case).
     store
         .put(&key, data(10, 4), &PutOptions::new())
         .await
         .expect("overwrite");
-    let r = store.reclaim_all().await.expect("reclaim");
-    assert!(r.versions >= 2, "{r:?}");
+    let r = gc_now(&store, &p).await;
+    assert_eq!(
+        r.reclaim.versions, 0,
+        "segments kept while their intents live: {r:?}"
+    );
+    assert_eq!(chunks_by_version(&backend, &key).await, before);
+    // No version id is drawn from here on (see `abandoned_and_discarded_segments_are_reclaimed`).
+    advance_past_leases(&clock, &backend, intent_lease * 2);
+    let r = gc_now(&store, &p).await;
+    assert_eq!(r.stale_intents + r.abandoned_puts, 2, "{r:?}");
+    store.reclaim_all().await.expect("reclaim");
     assert!(
         chunks_by_version(&backend, &key).await.is_empty(),
         "segments reclaimed with the version that owned them"
     );
+    let f = store
+        .fsck(&FsckOptions::new().with_prefix(p))
+        .await
+        .expect("fsck");
+    assert!(f.damaged.is_empty() && f.orphans.is_empty(), "{f:?}");
 }
 
 /// A segment whose lease ended is reclaimed by gc, and so is one discarded, once a lease has passed since the
@@ -200,10 +298,7 @@ pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn Chu
 
     // Abandoned, and discarded: once their leases (and, where writes may land late, the commit window) are
     // over, gc reclaims them.
-    clock.advance(lease * 2);
-    if backend.info().late_writes {
-        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
-    }
+    advance_past_leases(&clock, &backend, lease * 2);
     let r = gc_now(&store, &p).await;
     assert_eq!(r.abandoned_puts, 2, "{r:?}");
     store.reclaim_all().await.expect("reclaim");
@@ -251,10 +346,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
         .expect("the commit landed; removing intents is best effort");
 
     // No version id is drawn from here on (see above).
-    clock.advance(Duration::from_secs(10));
-    if backend.info().late_writes {
-        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
-    }
+    advance_past_leases(&clock, &backend, Duration::from_secs(10));
     let r = gc_now(&cleaner, &p).await;
     assert_eq!((r.stale_intents, r.abandoned_puts), (2, 0), "{r:?}");
     let whole = [&parts[0][..], &parts[1][..]].concat();
@@ -276,31 +368,19 @@ pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob
 ) {
     let p = prefix("segments-discard-race");
     let key = format!("{p}blob");
-    let clock = OffsetClock::new();
-    // Long enough for the compose's deadline to outlast the discards and the gc pass on a slow cluster; the
-    // clock jumps past it later.
-    let intent_lease = Duration::from_secs(20);
-    let config = small_config()
-        .with_intent_lease(intent_lease)
-        .with_grace(Duration::ZERO)
-        .with_clock(clock.clone());
-    let faulty = Faulty::new(Arc::clone(&backend));
-    let composer = store(
-        &(Arc::clone(&faulty) as Arc<dyn ChunkStore>),
-        config.clone(),
-    );
-    let cleaner = store(&backend, config);
-    let parts = [data(200 * KIB as usize, 7), data(50 * KIB as usize, 8)];
-    let whole = [&parts[0][..], &parts[1][..]].concat();
-    let segments = put_segments(&composer, &key, &parts, Duration::from_secs(3600)).await;
-
     // The compose has claimed its segments; its manifest write is held.
-    let commit = faulty.hold(Point::RecordWrite(Namespace::Manifest));
-    let compose = tokio::spawn({
-        let (composer, key, segments) = (composer.clone(), key.clone(), segments.clone());
-        async move { composer.compose(&key, &segments, &PutOptions::new()).await }
-    });
-    commit.reached().await;
+    let c = TwoClients::new(&backend, &key, 7).await;
+    let (commit, compose) = c.held_compose(&key).await;
+    let TwoClients {
+        clock,
+        intent_lease,
+        faulty,
+        other: cleaner,
+        parts,
+        whole,
+        segments,
+        ..
+    } = c;
     for segment in &segments {
         assert!(
             cleaner
@@ -324,10 +404,7 @@ pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob
     assert!(cleaner.get(&key).await.expect("get") == whole);
 
     // Later, with every lease (and the commit window) over: the blob owns its segments, gc takes nothing.
-    clock.advance(intent_lease * 4);
-    if backend.info().late_writes {
-        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
-    }
+    advance_past_leases(&clock, &backend, intent_lease * 4);
     let r = gc_now(&cleaner, &p).await;
     assert_eq!((r.abandoned_puts, r.reclaim.chunks), (0, 0), "{r:?}");
     assert_eq!(cleaner.head(&key).await.expect("head").version, m.version);
@@ -369,4 +446,65 @@ pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob
         .await
         .expect("retried, the compose commits");
     assert!(quick.get(&late_key).await.expect("get") == whole);
+}
+
+/// Two composes of the same segments (a client retrying a complete): the first is held before its commit, the
+/// second commits, is replaced by a put, and gc with grace 0 runs; the second's segments are queued but kept,
+/// because their intents live on (the compose ended their leases instead of removing them). Then the first
+/// commit lands and the blob reads back whole; once the leases are over gc drops the intents (the current
+/// version owns the segments) and fsck finds nothing wrong. (That a replaced composed version's chunks do go
+/// once its segments' leases are over: `composed_blobs_read_back_and_own_their_segments`.)
+pub async fn a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks(
+    backend: Arc<dyn ChunkStore>,
+) {
+    let p = prefix("segments-two-composes");
+    let key = format!("{p}blob");
+    let c = TwoClients::new(&backend, &key, 9).await;
+    let stored = chunks_by_version(&backend, &key).await;
+    // The first compose has claimed the segments; its commit is held.
+    let (commit, held) = c.held_compose(&key).await;
+    let TwoClients {
+        clock,
+        intent_lease,
+        other: second,
+        whole,
+        segments,
+        ..
+    } = c;
+    let m2 = second
+        .compose(&key, &segments, &PutOptions::new())
+        .await
+        .expect("the second compose commits");
+    assert!(second.get(&key).await.expect("get") == whole);
+    second
+        .put(&key, data(10, 11), &PutOptions::new())
+        .await
+        .expect("replace");
+    let r = gc_now(&second, &p).await;
+    assert_eq!(
+        (r.abandoned_puts, r.reclaim.chunks),
+        (0, 0),
+        "a segment another compose may still commit is kept: {r:?}"
+    );
+    assert_eq!(chunks_by_version(&backend, &key).await, stored);
+
+    commit.release();
+    let m1 = held
+        .await
+        .expect("compose task")
+        .expect("the first compose commits");
+    assert_ne!(m1.version, m2.version);
+    assert_eq!(second.head(&key).await.expect("head").version, m1.version);
+    assert!(second.get(&key).await.expect("get") == whole);
+
+    // Leases over: the current version owns the segments; gc only drops their intents.
+    advance_past_leases(&clock, &backend, intent_lease * 2);
+    let r = gc_now(&second, &p).await;
+    assert_eq!((r.abandoned_puts, r.reclaim.chunks), (0, 0), "{r:?}");
+    assert!(second.get(&key).await.expect("get after gc") == whole);
+    let f = second
+        .fsck(&FsckOptions::new().with_prefix(p))
+        .await
+        .expect("fsck");
+    assert!(f.damaged.is_empty() && f.orphans.is_empty(), "{f:?}");
 }

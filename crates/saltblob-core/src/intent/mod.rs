@@ -186,16 +186,17 @@ pub(crate) async fn end_segment_lease(inner: &Inner, blob: &BlobRef) -> Result<b
     .await
 }
 
-/// Removes the intent of segment `blob` after a compose committed it (best effort: gc removes a leftover
-/// intent of a version the current one owns).
-pub(crate) async fn remove(inner: &Inner, blob: &BlobRef) {
-    if let Err(e) = inner
-        .backend
-        .delete_record(Namespace::Intent, &intent_key(blob), &Precondition::None)
-        .await
-    {
+/// After a compose committed segment `blob`: ends its lease one intent lease from now ([`end_segment_lease`]),
+/// never sooner, instead of removing the intent. Another compose of the same segment may have claimed it before
+/// this one committed (a client retrying a complete whose outcome it did not see); its commit lands within
+/// [`crate::BlobStore::compose_settles_within`] of its call, so the intent outlives it, and while the intent
+/// lives gc and the reclaim pass leave the segment's chunks alone even if this compose's version is replaced
+/// and queued meanwhile. Then gc drops the intent (the current version owns the segment) or reclaims the
+/// chunks (it was replaced). Best effort: an intent left as claimed expires later and is handled the same way.
+pub(crate) async fn settle_composed(inner: &Inner, blob: &BlobRef) {
+    if let Err(e) = end_segment_lease(inner, blob).await {
         tracing::warn!(
-            "could not remove the intent of segment {} (gc will): {e}",
+            "could not end the lease of composed segment {} (gc will once it expires): {e}",
             blob.version
         );
     }

@@ -14,6 +14,15 @@
 //! lease's end nearer than one lease from now, and never removes the intent. So a compose that got past a
 //! segment's claim before its discard has its manifest written before gc may take the segment over, and the
 //! reclaimer then finds the chunks owned; one that comes after the discard fails with `SegmentGone`.
+//!
+//! The same fence holds between two composes of the same segments (a client retrying a complete whose outcome
+//! it did not see): after its commit a compose ends each segment's lease as a discard does, rather than
+//! removing the intent. A second compose that claimed a segment before that commits within its own deadline,
+//! while the intent still lives; and while it lives, gc and the reclaim pass leave the segment's chunks alone,
+//! even when the first compose's version is replaced and queued for reclaim with a grace shorter than
+//! [`BlobStore::compose_settles_within`]. So the chunks of a replaced composed version go no sooner than a
+//! lease (plus the takeover hold where writes land late) after its compose, and never under a compose that
+//! lands later.
 
 use std::time::Duration;
 
@@ -34,7 +43,7 @@ use crate::units::micros;
 use crate::version::VersionId;
 use crate::{Error, Result};
 
-/// Intents claimed or removed at once by a compose.
+/// Intents claimed or settled at once by a compose.
 const INTENT_CONCURRENCY: usize = 16;
 
 impl BlobStore {
@@ -141,7 +150,7 @@ impl BlobStore {
             manifest.version = VersionId::generate_at(inner.now_micros());
             write::commit(inner, &key, &manifest, pre, None, Some(issue_by)).await?;
             stream::iter(chunked)
-                .map(|blob| async move { intent::remove(inner, &blob).await })
+                .map(|blob| async move { intent::settle_composed(inner, &blob).await })
                 .buffer_unordered(INTENT_CONCURRENCY)
                 .collect::<Vec<()>>()
                 .await;

@@ -11,8 +11,8 @@
 //! ([`gate::ComposeGate`]) that holds, fails, or makes land late the commit (the manifest write) of a chosen
 //! upload's compose: every step of a race waits for the gate (the commit has arrived, the upload record has been
 //! read), never for a timer. The races ([`Race`]):
-//! - **a held compose**: two Completes, the first held while the second composes again and commits, gc (grace 0)
-//!   and a PutObject before the first's commit goes through; two Completes held together; an Abort (409), a
+//! - **a held compose**: two Completes, the first held while the second composes again and commits, gc (grace 0),
+//!   a PutObject and gc again before the first's commit goes through; two Completes held together; an Abort (409), a
 //!   PutObject and gc while a Complete is held; a Complete held past 5 s (200 at once, its result when there);
 //! - **a client that goes away during Complete**: its connection closed while the commit is held, a PutObject
 //!   meanwhile, then the commit and the client's retry;
@@ -33,11 +33,10 @@
 //! a committed object that is gone shows as *lost*, one whose chunks were reclaimed as *corrupt*. gc with
 //! grace 0 runs only while no read is in flight (a shared lock: the grace period protects readers, not data).
 //!
-//! Not raced: gc (grace 0) *after* the PutObject that replaces the second Complete's object and before the
-//! first's held commit lands. The first commit then names chunks gc reclaimed with the replaced version, and
-//! the object reads corrupt: a store whose gc grace is shorter than a compose's commit window (three quarters
-//! of the intent lease) is not protected against two composes of the same parts (see the report of this test's
-//! author; `docs/guarantees.md` does not claim it).
+//! gc (grace 0) *after* the PutObject that replaces the second Complete's object and before the first's held
+//! commit lands is raced too: the replaced version's segments are queued, but the segments' intents, whose
+//! leases the second compose ended rather than removed, keep gc off them until the first commit has landed
+//! (`docs/guarantees.md`, *Two composes of the same segments*).
 //!
 //! # Values
 //! Every PutObject writes, and every upload composes, a self-describing value of `saltblob_check::value` (key,
@@ -229,9 +228,8 @@ pub(crate) enum Race {
     /// The client goes away while its Complete is held at the commit; a PutObject meanwhile; then the commit
     /// and the client's retry.
     ClientGoesAway,
-    /// The first Complete is held; a second composes again and commits; gc (grace 0) runs and a PutObject
-    /// replaces the object; then the first's commit goes through (gc between the PutObject and that commit is
-    /// not raced: see the module documentation).
+    /// The first Complete is held; a second composes again and commits; gc (grace 0) runs, a PutObject
+    /// replaces the object and gc runs again; then the first's commit goes through and must read whole.
     SecondCompleteWins,
     /// Two Completes held at their commits together, a PutObject, then the commits let through.
     CompletesHeldTogether,
@@ -309,6 +307,9 @@ impl Race {
                 a.get(key).await;
                 rig.gc_now().await;
                 a.put_object(key, rng.pick(&PUT_SIZES)).await;
+                // The second Complete's object is replaced and queued: gc (grace 0) must still leave the
+                // segments to the first compose, whose commit lands next.
+                rig.gc_now().await;
                 held.release();
                 first.await.expect("complete task");
                 a.get(key).await;
