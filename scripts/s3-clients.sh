@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Real S3 clients against `saltblob serve`: the pytest suite in tests/s3 (boto3, and awscli v1 run as a command),
-# or with --bench the S3 bench (scripts/s3-bench.py) next to `saltblob bench` on a second store of the same kind.
-# boto3, awscli and pytest come from PyPI, pinned in tests/s3/requirements.txt, into a virtual environment that is
-# reused while that file is unchanged.
+# Real S3 clients against `saltblob serve`: the pytest suite in tests/s3 (boto3; awscli v1, s3cmd, rclone and the
+# AWS SDK for Java v2 run as commands), or with --bench the S3 bench (scripts/s3-bench.py) next to `saltblob bench`
+# on a second store of the same kind. boto3, awscli, s3cmd and pytest come from PyPI, pinned in
+# tests/s3/requirements.txt, into a virtual environment that is reused while that file is unchanged; rclone is
+# Debian's package, installed with the test set-up (scripts/prereqs.sh), as are Java 17 and Maven, which fetches
+# the SDK's jars (tests/s3/java/pom.xml) from Maven Central into the cache, reused while that file is unchanged.
 #
 #   scripts/s3-clients.sh [STORE_URL] [-- PYTEST_ARGS...]
 #   scripts/s3-clients.sh --bench [STORE_URL] [-- S3_BENCH_ARGS...]
@@ -16,7 +18,8 @@
 # Environment:
 #   SALTBLOB_BIN       the saltblob binary (default: $CARGO_TARGET_DIR/release/saltblob, CARGO_TARGET_DIR as
 #                      scripts/env.sh sets it)
-#   SALTBLOB_CACHE     where the virtual environment lives (default ~/.cache/saltblob; it is venv-s3 there)
+#   SALTBLOB_CACHE     where the virtual environment and the Java jars live (default ~/.cache/saltblob; they are
+#                      venv-s3, java-sdk and its Maven repository m2-s3 there)
 #   S3_BIG_FILE_MIB    size of the `aws s3 cp` round-trip file (default 1024)
 #   S3_RSS_LIMIT_MIB   bound on the server's peak RSS after that upload (default 256; why: tests/s3/test_awscli.py)
 #
@@ -50,7 +53,7 @@ requirements=tests/s3/requirements.txt
 # True if the environment exists, was installed from this very requirements file, and imports.
 venv_ready() {
   [ -x "$venv/bin/python" ] && cmp -s "$venv/.saltblob-requirements" "$requirements" &&
-    "$venv/bin/python" -c 'import awscli, boto3, pytest' 2>/dev/null
+    "$venv/bin/python" -c 'import awscli, boto3, pytest' 2>/dev/null && [ -x "$venv/bin/s3cmd" ]
 }
 
 ensure_venv() {
@@ -67,6 +70,29 @@ ensure_venv() {
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
   cp "$requirements" "$venv/.saltblob-requirements"
+}
+
+java_pom=tests/s3/java/pom.xml
+java_lib=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/java-sdk
+java_repo=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/m2-s3
+
+# The AWS SDK for Java's jars (those pom.xml names, with their dependencies) in $java_lib, fetched by Maven into
+# its own local repository next to it unless they were fetched from this very pom.xml before.
+ensure_java_sdk() {
+  if [ -f "$java_lib/.saltblob-pom" ] && cmp -s "$java_lib/.saltblob-pom" "$java_pom"; then
+    echo "== s3-clients: the AWS SDK for Java's jars in $java_lib are up to date"
+    return 0
+  fi
+  echo "== s3-clients: fetching the AWS SDK for Java's jars of $java_pom into $java_lib"
+  rm -rf "$java_lib"
+  if ! mvn -B -q -f "$java_pom" -Dmaven.repo.local="$java_repo" \
+    org.apache.maven.plugins:maven-dependency-plugin:2.8:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$java_lib" >"$work/mvn.log" 2>&1; then
+    tail -n 30 "$work/mvn.log" >&2
+    echo "error: Maven could not fetch the jars of $java_pom (above): check the network to Maven Central" >&2
+    exit 1
+  fi
+  cp "$java_pom" "$java_lib/.saltblob-pom"
 }
 
 work=$(mktemp -d -t saltblob-s3.XXXXXX)
@@ -99,9 +125,14 @@ if [ "$mode" = bench ]; then
   exit
 fi
 
+# rclone (test group), Java 17 and Maven (the test Cassandra's group) from Debian, if missing.
+saltblob_test_setup
+ensure_java_sdk
+java_bin=$(prereq_find_java17)
+
 echo "== s3-clients: pytest tests/s3 against saltblob serve on $store_url (big file ${S3_BIG_FILE_MIB:-1024} MiB)"
 status=0
-env SALTBLOB_BIN="$bin" S3_TEST_STORE="$store_url" S3_TEST_WORK="$work" \
+env SALTBLOB_BIN="$bin" S3_TEST_STORE="$store_url" S3_TEST_WORK="$work" S3_JAVA="$java_bin" S3_JAVA_LIB="$java_lib" \
   "$venv/bin/python" -m pytest tests/s3 -v --durations=5 -p no:cacheprovider --basetemp "$work/pytest" "$@" || status=$?
 if [ -f "$work/rss-after-big-upload" ]; then
   echo "== s3-clients: server peak RSS (VmHWM) $(<"$work/rss-after-big-upload") (bound ${S3_RSS_LIMIT_MIB:-256} MiB)"

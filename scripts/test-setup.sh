@@ -35,7 +35,7 @@ fake_java() {
 
 # The fresh machine of this project's kind: a C/C++ toolchain, Debian's Java 17 (which brings openssl, through
 # ca-certificates) and Maven, and libclang-cpp14 (a look-alike of libclang) but neither libclang-dev nor
-# libclang1-14 nor fiu-utils.
+# libclang1-14 nor fiu-utils nor rclone.
 FRESH=(gcc g++ make maven libclang-cpp14 openjdk-17-jre-headless openssl)
 
 # machine PKG...: the fake package database holds exactly these packages as installed, plus some in other states.
@@ -72,13 +72,13 @@ PATH="$scratch/java17:$PATH"
 
 machine "${FRESH[@]}"
 expect "fresh machine (libclang-cpp14 only): the build asks for libclang-dev" "libclang-dev" build
-expect "fresh machine: the tests ask for fiu-utils" "fiu-utils" test
+expect "fresh machine: the tests ask for fiu-utils and rclone" "fiu-utils rclone" test
 expect "fresh machine: Cassandra needs nothing more" "" cassandra
 
 machine "${FRESH[@]}" libclang1-14 libclang-common-14-dev
 expect "libclang1-14 and clang's headers without libclang-dev: still asks for libclang-dev" "libclang-dev" build
 
-machine "${FRESH[@]}" libclang-dev fiu-utils
+machine "${FRESH[@]}" libclang-dev fiu-utils rclone
 expect "everything installed: asks for nothing" "" build test cassandra
 
 # Each Debian prerequisite alone missing: exactly that one is asked for, by its group.
@@ -87,13 +87,13 @@ for entry in "${SALTBLOB_PREREQS[@]}"; do
   pkg=${entry#* }
   pkg=${pkg%% *}
   others=()
-  for p in "${FRESH[@]}" libclang-dev fiu-utils; do [ "$p" = "$pkg" ] || others+=("$p"); done
+  for p in "${FRESH[@]}" libclang-dev fiu-utils rclone; do [ "$p" = "$pkg" ] || others+=("$p"); done
   machine "${others[@]}"
   expect "$pkg missing: the $group set-up asks for it" "$pkg" "$group"
   expect "$pkg missing: the other groups do not" "" $(printf '%s\n' build test cassandra | grep -vx "$group")
 done
 
-machine "${FRESH[@]}" libclang-dev fiu-utils
+machine "${FRESH[@]}" libclang-dev fiu-utils rclone
 echo "gcc deinstall ok config-files" >>"$FAKE_DPKG_DB"
 sed -i '/^gcc install/d' "$FAKE_DPKG_DB"
 expect "a removed package (configuration files left) counts as missing" "gcc" build
@@ -101,8 +101,18 @@ echo "fiu-utils unknown ok not-installed" >>"$FAKE_DPKG_DB"
 sed -i '/^fiu-utils install/d' "$FAKE_DPKG_DB"
 expect "a package known to apt but not installed counts as missing" "fiu-utils" test
 
-# Java 17 is decided by running the candidates cassandra.sh would run.
+# rclone is decided by its package too: an `rclone` on PATH that no Debian package installed (a download, another
+# version) is not what the tests were written against, and does not count.
 machine "${FRESH[@]}" libclang-dev fiu-utils
+mkdir -p "$scratch/rclone-bin"
+printf '#!/bin/sh\necho "rclone v1.99.0"\n' >"$scratch/rclone-bin/rclone"
+chmod +x "$scratch/rclone-bin/rclone"
+PATH="$scratch/rclone-bin:$PATH" expect "an rclone binary on PATH without the rclone package: asks for rclone" "rclone" test
+echo "rclone install ok half-configured" >>"$FAKE_DPKG_DB"
+expect "a half-configured rclone package counts as missing" "rclone" test
+
+# Java 17 is decided by running the candidates cassandra.sh would run.
+machine "${FRESH[@]}" libclang-dev fiu-utils rclone
 PATH="$scratch/java11:$PATH" expect "only Java 11 on PATH: asks for openjdk-17-jre-headless" "openjdk-17-jre-headless" cassandra
 PATH="$scratch/java11:$PATH" JAVA_HOME="$scratch/jdk17" expect "JAVA_HOME without a java: asks for it" \
   "openjdk-17-jre-headless" cassandra
@@ -115,7 +125,9 @@ PATH="$scratch/java11:$PATH" expect "Debian's Java 17 beside a default Java 11: 
 machine "${FRESH[@]}"
 out=$(SALTBLOB_SETUP_DRY_RUN=1 prereq_ensure build test 2>&1)
 if grep -qx "== installing libclang-dev (Debian package): libclang.so and clang's headers, which bindgen loads to generate RocksDB's bindings" <<<"$out" \
-  && grep -q "^== installing fiu-utils (Debian package): " <<<"$out" && [ "$(wc -l <<<"$out")" = 2 ]; then
+  && grep -q "^== installing fiu-utils (Debian package): " <<<"$out" \
+  && grep -qx "== installing rclone (Debian package): rclone, a real S3 client the S3 server's tests run (tests/s3/test_rclone.py)" <<<"$out" \
+  && [ "$(wc -l <<<"$out")" = 3 ]; then
   echo "ok   the set-up prints one line per package it installs, with the reason"
   passed=$((passed + 1))
 else

@@ -29,14 +29,17 @@ step module-cycles sh -c 'python3 scripts/module-cycles.py --self-test && python
 # One profile (release) for lints, tests and the CLI, so that RocksDB is compiled once.
 step lint timeout 3600 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 step build timeout 3600 cargo build --release --locked --workspace --all-targets
-# The fault tests (crash loop, kills of a 200 MiB put, libfiu write/fsync failures, hot keys and the broken
-# backends the history checker must catch) run in a step of their own, with their figures printed.
-fault_tests=(crash:: crash_loop:: fault_injection:: history:: broken::)
+# The fault tests (crash loop, kills of a 200 MiB put, libfiu write/fsync failures, the extent files' faults: a
+# kill between an extent's sync and its commit, a failed fdatasync, a full disk, a file system without O_DIRECT;
+# hot keys and the broken backends the history checker must catch) run in a step of their own, with their figures
+# printed. Conformance on extent files and the truncated, foreign and read-only extent cases are in `tests`.
+fault_tests=(crash:: crash_loop:: fault_injection:: extent_faults:: a_kill_between_extent_sync_and_commit history:: broken::)
 skips=()
 for t in "${fault_tests[@]}"; do skips+=(--skip "$t"); done
 step tests timeout 1800 cargo test --release --locked --workspace -- "${skips[@]}"
 step fault-tests timeout 1800 cargo test --release --locked --workspace -- --nocapture "${fault_tests[@]}"
-# Real S3 clients (boto3, awscli v1, from PyPI into a virtual environment) against `saltblob serve` on the embedded
+# Real S3 clients (boto3, awscli v1 and s3cmd from PyPI into a virtual environment, rclone from Debian, the AWS SDK
+# for Java v2 from Maven Central) against `saltblob serve` on the embedded
 # store, with the 1 GiB `aws s3 cp` round trip and the server's peak RSS (scripts/s3-clients.sh).
 step s3-clients-embedded timeout 1500 scripts/s3-clients.sh
 
@@ -52,6 +55,9 @@ step cql-suite env TEST_CQL=127.0.0.1:9042 TEST_CQL_TLS_DIR="${SALTBLOB_CASSANDR
   --include-ignored --skip cluster:: --skip six_clients_putting_60_mib_at_once
 step cql-cli env TEST_CQL=127.0.0.1:9042 timeout 1800 cargo test --release --locked -p saltblob-cli --test integration \
   cql:: -- --include-ignored
+# The multipart races of the S3 server, history-checked, on Cassandra (a keyspace of their own).
+step cql-server-races env TEST_CQL=127.0.0.1:9042 timeout 600 cargo test --release --locked -p saltblob-server \
+  --test integration multipart_history::multipart_races_lose_nothing_committed_cql -- --include-ignored
 # The same S3 client tests on Cassandra, with a 64 MiB file for `aws s3 cp` (still 8 parts) to keep the suite short.
 step s3-clients-cassandra env S3_BIG_FILE_MIB=64 timeout 1200 scripts/s3-clients.sh "cql://127.0.0.1:9042/s3clients_$(date +%s)"
 step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3

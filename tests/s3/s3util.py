@@ -5,6 +5,7 @@ import hashlib
 import os
 import random
 import struct
+import subprocess
 import uuid
 
 import boto3
@@ -43,6 +44,42 @@ def file_sha256(path):
         while block := f.read(BLOCK):
             digest.update(block)
     return digest.hexdigest()
+
+
+# A small tree of every size class a client treats differently: empty, inline, chunked, and (12 MiB) above the
+# 5 MiB multipart cutoff the client tests set; with nested directories and keys a URL or an XML listing must
+# escape (a space, "+", "&", "=", non-ASCII).
+CLIENT_FILES = {
+    "empty.bin": 0,
+    "one.bin": 1,
+    "ten-k.bin": 10 * 1024,
+    "dir/hundred-k.bin": 100 * 1024,
+    "dir/sub/twelve-m.bin": 12 * MIB,
+    "names/a file with spaces.txt": 5,
+    "names/ünïcödé+plus&amp=.txt": 6,
+}
+
+
+def run_tool(argv, env, timeout_s):
+    """(exit code, stdout, stderr) of the command ARGV run with ENV, killed after TIMEOUT_S seconds."""
+    done = subprocess.run(argv, env=env, check=False, capture_output=True, text=True, timeout=timeout_s)
+    return done.returncode, done.stdout, done.stderr
+
+
+def write_files(root, files, seed):
+    """Writes FILES ({relative path: size}) under ROOT as write_pattern_file does, the i-th in name order with seed
+    SEED + i; returns {relative path: sha256}."""
+    hashes = {}
+    for index, (rel, size) in enumerate(sorted(files.items())):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        hashes[rel] = write_pattern_file(path, size, seed=seed + index)
+    return hashes
+
+
+def tree_hashes(root):
+    """{relative path: sha256} of every file under ROOT."""
+    return {str(p.relative_to(root)): file_sha256(p) for p in root.rglob("*") if p.is_file()}
 
 
 def md5_etag(data):

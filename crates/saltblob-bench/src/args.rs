@@ -39,6 +39,11 @@ pub struct BenchArgs {
     /// throughput ratio.
     #[arg(long, value_name = "SECONDS")]
     pub mixed: Option<f64>,
+    /// Also stream MIB MiB through `saltblob put KEY -` in a child process (the running binary) and report its
+    /// peak resident memory (phase `stream_put`); on an embedded store the child writes to a fresh store beside
+    /// it. 0 (the default): skip.
+    #[arg(long, default_value_t = 0, value_name = "MIB")]
+    pub stream_mb: u64,
     /// Concurrent large put/get/delete loops (each on its own keys) in the bulk phases of `--mixed`.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub large_writers: usize,

@@ -130,6 +130,19 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     show(run.large_read().await, &mut phases);
     show(run.small_write().await?, &mut phases);
     show(run.small_read().await?, &mut phases);
+    if args.stream_mb > 0 {
+        let (url, key, mib) = (
+            url.to_owned(),
+            format!("{}stream", run.prefix),
+            args.stream_mb,
+        );
+        let id = run_id.clone();
+        let p =
+            tokio::task::spawn_blocking(move || crate::stream::stream_put(&url, &key, mib, &id))
+                .await
+                .map_err(|e| Error::internal("stream phase", e))?;
+        show(p, &mut phases);
+    }
     if args.unchunked {
         let (w, r, raw) = run.unchunked(largest_chunk).await;
         raw_values = raw;
@@ -158,12 +171,16 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
             run.concurrency,
         )
     });
+    let cpu_steps = tokio::task::spawn_blocking(crate::cpu::measure_steps)
+        .await
+        .map_err(|e| Error::internal("cpu steps", e))?;
     let ratios = ratios(
         &phases,
         reference_report.as_ref(),
         &run.plan,
         largest_chunk,
         isolation.as_ref(),
+        &cpu_steps,
     );
     let report = BenchReport {
         store: shown_url,
@@ -173,6 +190,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         ratios,
         isolation,
         cleanup,
+        cpu_steps,
         reference_report,
     };
     println!("{}", report::summary_table(&report));

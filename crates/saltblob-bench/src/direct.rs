@@ -1,5 +1,5 @@
 //! The device reference of an embedded store: sequential O_DIRECT bandwidth on a pre-sized (fallocated) file in
-//! its directory, at 128 KiB and 1 MiB requests and queue depths 1, 2, 4, 8 and 16 (one thread per request in
+//! its directory, at 128 KiB, 1 MiB and 4 MiB requests and queue depths 1, 2, 4, 8 and 16 (one thread per request in
 //! flight, each issuing `pwrite`/`pread` at the next free offset), with the depth where bandwidth stops growing
 //! (< 5% gain from doubling it). By Little's law, the requests in flight needed = bandwidth × latency; past that
 //! depth, more requests only queue. Then dd's pattern (1 MiB requests, one at a time, appending to a new file
@@ -23,13 +23,17 @@ use crate::progress::Progress;
 use crate::stats::MIB;
 
 /// Request sizes of the O_DIRECT probe.
-pub const REQUEST_SIZES: [usize; 2] = [128 << 10, 1 << 20];
+pub const REQUEST_SIZES: [usize; 3] = [128 << 10, 1 << 20, 4 << 20];
 /// Queue depths of the O_DIRECT probe.
 pub const DEPTHS: [usize; 5] = [1, 2, 4, 8, 16];
 /// Doubling the depth must gain at least this fraction for bandwidth to count as still growing.
 pub const KNEE_GAIN: f64 = 0.05;
 /// Buffer alignment for O_DIRECT: the 4 KiB sector (a multiple of every logical block size in use).
 const ALIGN: usize = 4096;
+/// Size of each file of the durable dd pattern: the bench's default large blob.
+pub const DURABLE_BYTES: u64 = 60 << 20;
+/// Files of the durable dd pattern (the median is reported).
+pub const DURABLE_RUNS: usize = 5;
 
 /// O_DIRECT results on the device behind a directory.
 #[derive(Clone, Debug, Serialize)]
@@ -59,8 +63,46 @@ pub struct DeviceProbe {
     /// `dd if=/dev/zero of=FILE bs=1M oflag=direct` measures. The gap to `write_1mib_depth1_mib_s` is the cost
     /// of allocating blocks while writing, which pre-sizing a file avoids.
     pub append_1mib_depth1_mib_s: f64,
+    /// dd's pattern made durable, as a put must be: [`DURABLE_BYTES`] (or the probe file's size, if smaller)
+    /// appended to a new file in 1 MiB requests
+    /// at depth 1, then `fdatasync`, the median of [`DURABLE_RUNS`] files, MiB/s. On a disk with a volatile
+    /// write cache (a virtual disk's host cache) the final flush can cost as much as the writes; dd's own
+    /// figure leaves it out.
+    pub durable_1mib_depth1_mib_s: f64,
+    /// The median `fdatasync` of those files, milliseconds.
+    pub durable_sync_ms: f64,
+    /// The extent I/O settings of the embedded store that this device's write knees suggest.
+    pub extent_settings: Option<ExtentSettings>,
     /// Wall time of the whole probe, seconds.
     pub seconds: f64,
+}
+
+/// Request size and depth for extent files (`rocksdb://` options `extent_io_bytes` and `extent_io_depth`): of
+/// the write knees, the one that needs the least buffer memory (request × (depth + 1)) among those within 5% of
+/// the best knee's bandwidth.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExtentSettings {
+    /// Bytes per request.
+    pub io_bytes: u64,
+    /// Requests in flight.
+    pub io_depth: usize,
+    /// Write bandwidth at that point, MiB/s.
+    pub mib_s: f64,
+}
+
+/// The [`ExtentSettings`] that `knees` suggest; `None` without write knees.
+pub fn extent_settings(knees: &[Knee]) -> Option<ExtentSettings> {
+    let writes: Vec<&Knee> = knees.iter().filter(|k| k.op == "write").collect();
+    let best = writes.iter().map(|k| k.mib_s).fold(0.0, f64::max);
+    writes
+        .iter()
+        .filter(|k| k.mib_s >= best * (1.0 - KNEE_GAIN))
+        .min_by_key(|k| k.request_bytes * (k.depth as u64 + 1))
+        .map(|k| ExtentSettings {
+            io_bytes: k.request_bytes,
+            io_depth: k.depth,
+            mib_s: k.mib_s,
+        })
 }
 
 /// One O_DIRECT measurement.
@@ -211,6 +253,8 @@ pub(crate) fn measure_device(
         .map_err(|e| io_error(format!("O_DIRECT append to {}", append_path.display()), e))?;
     drop(append_file);
     progress.inc(1);
+    let (durable_1mib_depth1_mib_s, durable_sync_ms) =
+        durable_pattern(dir, file_bytes.min(DURABLE_BYTES))?;
     progress.finish();
     let knees = knees(&points);
     let best = |op: &str| {
@@ -234,10 +278,57 @@ pub(crate) fn measure_device(
         read_mib_s: best("read"),
         write_1mib_depth1_mib_s: dd_like,
         append_1mib_depth1_mib_s: append.point.mib_s,
+        durable_1mib_depth1_mib_s,
+        durable_sync_ms,
+        extent_settings: extent_settings(&knees),
         points,
         knees,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// dd's pattern made durable: `bytes` (a whole number of MiB; [`DURABLE_BYTES`] unless the probe file is
+/// smaller) appended in 1 MiB O_DIRECT requests at depth 1 to a new file, then `fdatasync`; [`DURABLE_RUNS`]
+/// files, each deleted after. Returns the median bandwidth, write and sync together, and the median sync time
+/// in milliseconds.
+fn durable_pattern(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
+    let mut buf = AlignedBuf::new(1 << 20);
+    rand::RngCore::fill_bytes(&mut rand::rng(), buf.bytes_mut());
+    let mut runs = Vec::with_capacity(DURABLE_RUNS);
+    for _ in 0..DURABLE_RUNS {
+        let path = dir.join(format!(
+            ".saltblob-probe-durable-{:016x}",
+            rand::random::<u64>()
+        ));
+        let fail = |e: io::Error| io_error(format!("durable dd pattern on {}", path.display()), e);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .map_err(fail)?;
+        let _cleanup = RemoveOnDrop(path.clone());
+        let started = Instant::now();
+        for i in 0..bytes >> 20 {
+            file.write_all_at(buf.bytes(), i << 20).map_err(fail)?;
+        }
+        let written = Instant::now();
+        file.sync_data().map_err(fail)?;
+        let total = started.elapsed().as_secs_f64();
+        runs.push((total, written.elapsed().as_secs_f64()));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let total = median(runs.iter().map(|r| r.0).collect());
+    let sync = median(runs.iter().map(|r| r.1).collect());
+    let mib_s = if total > 0.0 {
+        bytes as f64 / MIB / total
+    } else {
+        0.0
+    };
+    Ok((mib_s, sync * 1e3))
 }
 
 /// Pre-sizes `file` to `len` bytes with allocated (unwritten) extents.
@@ -466,6 +557,28 @@ mod tests {
         );
         assert_eq!(k[0].gains_percent, vec![80.0, 66.7, 3.3, 3.2]);
         assert_eq!((k[1].op, k[1].depth, k[1].still_growing), ("read", 4, true));
+    }
+
+    #[test]
+    fn the_extent_settings_are_the_cheapest_knee_near_the_best() {
+        let knee = |op: &'static str, request_bytes: u64, depth: usize, mib_s: f64| Knee {
+            op,
+            request_bytes,
+            depth,
+            mib_s,
+            still_growing: false,
+            gains_percent: Vec::new(),
+        };
+        let knees = vec![
+            knee("write", 128 << 10, 16, 3000.0),
+            knee("write", 1 << 20, 2, 2900.0),
+            knee("write", 4 << 20, 1, 3100.0),
+            knee("read", 128 << 10, 1, 9000.0),
+        ];
+        let s = extent_settings(&knees).expect("suggested");
+        // 128 KiB × 17 = 2.1 MiB and 1 MiB × 3 = 3 MiB are within 5% of 3100; 4 MiB × 2 = 8 MiB is not cheaper.
+        assert_eq!((s.io_bytes, s.io_depth), (128 << 10, 16));
+        assert!(extent_settings(&knees[3..]).is_none());
     }
 
     #[test]

@@ -18,6 +18,12 @@
 //!    `small_p99_ratio` (small P99 under load ÷ alone, goal ≤ 2) and `bulk_throughput_ratio` (bulk throughput
 //!    under small load ÷ alone, goal ≥ 0.7), printed and written as `"isolation"` in the JSON.
 //!
+//! 7. with `--stream-mb MIB`: `stream_put`, `saltblob put KEY -` of MIB MiB in a child process, which reports its
+//!    peak resident memory.
+//!
+//! The large phases also report the process's CPU seconds per GiB, read against the CPU floor of a put measured
+//! in the same run ([`cpu::CpuSteps`]: BLAKE3, CRC32C and one copy per byte).
+//!
 //! Each phase reports op count, bytes, wall time, MiB/s, HDR-histogram latency percentiles and errors, printed
 //! as a cassandra-stress-like block, then a side-by-side table and the ratios of `BENCHMARKS.md`; `--json` and
 //! `--plot` write the same data. The bench deletes its keys at the end unless `--keep`.
@@ -52,13 +58,15 @@
 //! - `isolation`: the per-class figures and ratios of `--mixed`; `results`: [`BenchReport`] and the other report
 //!   types of a bench run.
 //! - `plan`: the bench's sizes and counts, validated; `payload`: stamped payloads and how a read is checked;
-//!   `load`: load drivers (count-bound, time-bound, background); `phases`: the phase runners and the clean-up;
+//!   `load`: load drivers (count-bound, time-bound, background); [`cpu`]: process CPU time and the CPU floor of a
+//!   put; `phases`: the phase runners and the clean-up; `stream`: the streaming put in a child process;
 //!   `ratios`: the figures of `BENCHMARKS.md`.
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
 //! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
 
 mod args;
 pub mod bench;
+pub mod cpu;
 pub mod device;
 mod direct;
 mod isolation;
@@ -76,6 +84,7 @@ pub mod report;
 mod results;
 mod rows;
 pub mod stats;
+mod stream;
 
 pub use args::{BenchArgs, ProbeArgs, ProbeOptions};
 pub use bench::{BenchReport, bench};

@@ -13,6 +13,7 @@ use saltblob::{
 };
 use serde_json::json;
 
+use crate::cpu::process_cpu_seconds;
 use crate::isolation::{BULK_ALONE, BULK_UNDER_LOAD, SMALL_ALONE, SMALL_UNDER_LOAD};
 use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
 use crate::payload::{Outcome, TAG_LARGE, TAG_MIXED, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
@@ -58,15 +59,17 @@ impl Run {
         let mut progress = Progress::new("large_write", plan.count, "blobs", self.quiet);
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
+        let mut cpu = 0.0;
         let written_before = process_write_bytes();
         for i in 0..plan.count {
             let data = stamped(&self.large_base, self.tag, TAG_LARGE, i);
-            let t = Instant::now();
+            let (t, cpu_before) = (Instant::now(), process_cpu_seconds());
             let result = self
                 .store
                 .put(self.key("large", i), data, &PutOptions::new())
                 .await;
             let elapsed = t.elapsed();
+            cpu += process_cpu_seconds() - cpu_before;
             busy += elapsed;
             tally.add(
                 match result {
@@ -91,7 +94,12 @@ impl Run {
             busy.as_secs_f64(),
             false,
         );
-        report.details = disk.map(|bytes| json!({ "disk_write_bytes": bytes }));
+        let mut details =
+            json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) });
+        if let Some(bytes) = disk {
+            details["disk_write_bytes"] = bytes.into();
+        }
+        report.details = Some(details);
         report
     }
 
@@ -100,10 +108,12 @@ impl Run {
         let mut progress = Progress::new("large_read", plan.count, "blobs", self.quiet);
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
+        let mut cpu = 0.0;
         for i in 0..plan.count {
-            let t = Instant::now();
+            let (t, cpu_before) = (Instant::now(), process_cpu_seconds());
             let result = self.store.get(self.key("large", i)).await;
             let elapsed = t.elapsed();
+            cpu += process_cpu_seconds() - cpu_before;
             busy += elapsed;
             let outcome = match result {
                 Ok(got) => check(&got, plan.large_bytes, self.tag, TAG_LARGE, i),
@@ -113,7 +123,7 @@ impl Run {
             progress.inc(1);
         }
         progress.finish();
-        tally.report(
+        let mut report = tally.report(
             "large_read",
             format!(
                 "{} gets of {} MiB, one at a time, BLAKE3 digest verified",
@@ -122,7 +132,10 @@ impl Run {
             ),
             busy.as_secs_f64(),
             true,
-        )
+        );
+        report.details =
+            Some(json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) }));
+        report
     }
 
     pub(crate) async fn small_write(&self) -> Result<PhaseReport> {
@@ -562,6 +575,11 @@ impl Run {
         progress.finish();
         out
     }
+}
+
+/// CPU seconds per GiB of `bytes` (`None` when nothing was moved).
+fn per_gib(cpu_seconds: f64, bytes: u64) -> Option<f64> {
+    (bytes > 0).then(|| cpu_seconds / (bytes as f64 / (1u64 << 30) as f64))
 }
 
 /// Bytes this process (all its threads: the engine's flushes and compactions too) caused to be written to

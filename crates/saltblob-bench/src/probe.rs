@@ -3,8 +3,9 @@
 //! What is measured (the measurements live in the private modules `reference`, `direct` and `rows`; their types
 //! are re-exported here):
 //! - **Embedded store** (a directory): the block device behind it ([`crate::device`]) and sequential O_DIRECT
-//!   bandwidth on a pre-sized file in that directory, at 128 KiB and 1 MiB requests and queue depths 1 to 16,
-//!   with the depth where bandwidth stops growing; then dd's pattern (1 MiB appends to a file not pre-sized).
+//!   bandwidth on a pre-sized file in that directory, at 128 KiB, 1 MiB and 4 MiB requests and queue depths 1 to
+//!   16, with the depth where bandwidth stops growing, and the extent I/O settings those knees suggest
+//!   ([`ExtentSettings`]); then dd's pattern (1 MiB appends to a file not pre-sized).
 //! - **Any other store** (a cluster): single-row writes and reads of chunk-size values through the backend
 //!   ([`saltblob::ChunkStore::put_chunks`] of one chunk on a scratch key) at the bench concurrency, then deleted.
 
@@ -16,7 +17,10 @@ use crate::reference::device_probe;
 use crate::report;
 use crate::rows::rows_probe;
 
-pub use crate::direct::{DEPTHS, DeviceProbe, KNEE_GAIN, Knee, Point, REQUEST_SIZES, knees};
+pub use crate::direct::{
+    DEPTHS, DeviceProbe, ExtentSettings, KNEE_GAIN, Knee, Point, REQUEST_SIZES, extent_settings,
+    knees,
+};
 pub use crate::reference::{ProbeReport, local_dir};
 pub use crate::rows::RowsProbe;
 

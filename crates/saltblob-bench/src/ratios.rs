@@ -1,5 +1,6 @@
 //! The figures of merit of `BENCHMARKS.md`, computed from a run's phases and its reference.
 
+use crate::cpu::CpuSteps;
 use crate::isolation::Isolation;
 use crate::plan::Plan;
 use crate::reference::ProbeReport;
@@ -13,6 +14,7 @@ pub(crate) fn ratios(
     plan: &Plan,
     largest_chunk: u64,
     isolation: Option<&Isolation>,
+    cpu: &CpuSteps,
 ) -> Vec<Ratio> {
     let phase = |name: &str| phases.iter().find(|p| p.name == name && p.ops > 0);
     let lat = |name: &str| phase(name).and_then(|p| p.latency_ms);
@@ -26,6 +28,8 @@ pub(crate) fn ratios(
     let dd = reference.and_then(ProbeReport::dd_write_mib_s);
     let dd_name = "dd pattern: 1 MiB O_DIRECT appends, depth 1";
     let no_dd = "no dd-pattern reference (needs the device probe of an embedded store)";
+    let durable = reference.and_then(ProbeReport::durable_write_mib_s);
+    let durable_name = "durable dd pattern: 60 MiB of 1 MiB O_DIRECT appends, then fdatasync";
     for (name, what, phase_name, reference_bw, bw_name, missing) in [
         (
             "large_write_vs_reference",
@@ -49,6 +53,15 @@ pub(crate) fn ratios(
             "large_write",
             dd,
             dd_name,
+            no_dd,
+        ),
+        (
+            "large_write_vs_durable_dd",
+            "large-blob write throughput ÷ the probe's durable dd pattern (the same writes, then the fdatasync \
+             every durable put pays)",
+            "large_write",
+            durable,
+            durable_name,
             no_dd,
         ),
     ] {
@@ -93,6 +106,13 @@ pub(crate) fn ratios(
             dd,
             no_dd,
         ),
+        (
+            "large_put_p99_vs_durable_ideal",
+            "P99 of one large put ÷ (large size ÷ the probe's durable dd-pattern bandwidth)",
+            "large_write",
+            durable,
+            no_dd,
+        ),
     ] {
         let (value, computed) = match (lat(phase_name), reference_bw.filter(|b| *b > 0.0)) {
             (Some(l), Some(bw)) => {
@@ -128,6 +148,62 @@ pub(crate) fn ratios(
         computed: disk.map_or_else(
             || "the kernel reports no write_bytes (/proc/self/io)".to_owned(),
             |(d, b)| format!("{:.1} MiB ÷ {:.1} MiB", d as f64 / MIB, b as f64 / MIB),
+        ),
+    });
+    for (name, what, phase_name) in [
+        (
+            "large_write_cpu_seconds_per_gib",
+            "CPU seconds of the whole process (every thread) per GiB put, during the large puts; read against \
+             cpu_floor_seconds_per_gib",
+            "large_write",
+        ),
+        (
+            "large_read_cpu_seconds_per_gib",
+            "CPU seconds of the whole process per GiB read, during the large gets",
+            "large_read",
+        ),
+    ] {
+        let cpu_s = phase(phase_name).and_then(|p| {
+            let d = p.details.as_ref()?;
+            Some((
+                d.get("cpu_seconds")?.as_f64()?,
+                d.get("cpu_seconds_per_gib")?.as_f64()?,
+            ))
+        });
+        out.push(Ratio {
+            name,
+            what,
+            value: cpu_s.map(|(_, per_gib)| per_gib),
+            computed: cpu_s.map_or_else(
+                || format!("{phase_name} has no successful operation"),
+                |(s, _)| {
+                    let gib = phase(phase_name).map_or(0.0, |p| p.bytes as f64 / (MIB * 1024.0));
+                    format!("{s:.3} CPU s ÷ {gib:.3} GiB")
+                },
+            ),
+        });
+    }
+    out.push(Ratio {
+        name: "cpu_floor_seconds_per_gib",
+        what: "one core's seconds per GiB of what a put cannot avoid: BLAKE3 + CRC32C + one copy, per 64 KiB chunk \
+               (measured in this run)",
+        value: Some(cpu.floor_s_per_gib),
+        computed: format!(
+            "BLAKE3 {:.3} + CRC32C {:.3} + copy {:.3} s/GiB",
+            cpu.blake3_s_per_gib, cpu.crc32c_s_per_gib, cpu.copy_s_per_gib
+        ),
+    });
+    let rss = phase(crate::stream::STREAM_PUT).and_then(|p| {
+        let mib = p.details.as_ref()?.get("peak_rss_mib")?.as_f64()?;
+        Some((mib, p.bytes))
+    });
+    out.push(Ratio {
+        name: "stream_put_peak_rss_mib",
+        what: "peak resident memory of `saltblob put KEY -` streaming --stream-mb MiB, in MiB (goal ≤ 64 for 1 GiB)",
+        value: rss.map(|(mib, _)| mib),
+        computed: rss.map_or_else(
+            || "run with --stream-mb MIB".to_owned(),
+            |(mib, bytes)| format!("{mib:.1} MiB peak while streaming {} MiB", bytes >> 20),
         ),
     });
     for (name, what, phase_name) in [

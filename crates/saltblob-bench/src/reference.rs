@@ -41,6 +41,15 @@ impl ProbeReport {
         }
     }
 
+    /// dd's pattern made durable (ending with `fdatasync`, as a put must), MiB/s; `None` for the single-row
+    /// reference.
+    pub fn durable_write_mib_s(&self) -> Option<f64> {
+        match self {
+            ProbeReport::Device(d) => Some(d.durable_1mib_depth1_mib_s),
+            ProbeReport::Rows(_) => None,
+        }
+    }
+
     /// The reference read bandwidth in MiB/s.
     pub fn read_mib_s(&self) -> f64 {
         match self {
@@ -123,6 +132,7 @@ mod tests {
                 assert!(d.points.iter().all(|p| p.bytes > 0 && p.mib_s > 0.0));
                 assert!(d.write_mib_s >= d.write_1mib_depth1_mib_s);
                 assert!(d.append_1mib_depth1_mib_s > 0.0);
+                assert!(d.durable_1mib_depth1_mib_s > 0.0 && d.durable_sync_ms >= 0.0);
             }
             Ok(other) => panic!("not a device probe: {other:?}"),
             // Some file systems (tmpfs on old kernels) refuse O_DIRECT; the probe must say so, not crash.

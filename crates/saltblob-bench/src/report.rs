@@ -357,9 +357,23 @@ pub fn probe_text(r: &ProbeReport) -> String {
             );
             let _ = writeln!(
                 s,
+                "  durable dd pattern (60 MiB as above, then fdatasync, median of 5): {:.0} MiB/s, of which the \
+                 fdatasync took {:.1} ms",
+                d.durable_1mib_depth1_mib_s, d.durable_sync_ms
+            );
+            let _ = writeln!(
+                s,
                 "  reference: write {:.0} MiB/s, read {:.0} MiB/s (best points), measured in {:.1} s",
                 d.write_mib_s, d.read_mib_s, d.seconds
             );
+            if let Some(e) = &d.extent_settings {
+                let _ = writeln!(
+                    s,
+                    "  extent files (rocksdb://…?extent_io_bytes={}&extent_io_depth={}): the cheapest write knee within \
+                     5% of the best, {:.0} MiB/s",
+                    e.io_bytes, e.io_depth, e.mib_s
+                );
+            }
         }
         ProbeReport::Rows(r) => {
             let _ = writeln!(

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::cpu::CpuSteps;
 use crate::isolation::Isolation;
 use crate::reference::ProbeReport;
 use crate::stats::PhaseReport;
@@ -25,6 +26,9 @@ pub struct BenchReport {
     pub isolation: Option<Isolation>,
     /// What the clean-up did.
     pub cleanup: Cleanup,
+    /// One core's CPU seconds per GiB of each step a put cannot avoid (BLAKE3, CRC32C, one copy), measured at
+    /// the end of the run: what `large_write`'s `cpu_seconds_per_gib` is read against.
+    pub cpu_steps: CpuSteps,
     /// The parsed reference, for the ratios.
     #[serde(skip)]
     pub reference_report: Option<ProbeReport>,

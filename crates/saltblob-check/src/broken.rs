@@ -24,8 +24,8 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use saltblob_core::{
-    BlobRef, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace, Precondition, Previous,
-    RecordWrite, Result,
+    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace,
+    Precondition, Previous, RecordWrite, Result,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,10 +68,10 @@ impl Coin {
     }
 }
 
-/// Commits the manifest before the chunks: `put_chunks` and `put_chunks_unlogged` only buffer the chunks and
-/// return at once; the manifest write is done first and the buffered chunks of that version are written only
-/// after a random delay, each batch the way it came (and the unlogged ones then synced). Readers that find the
-/// new manifest in that window miss its chunks.
+/// Commits the manifest before the chunks: `put_chunks`, `put_chunks_unlogged` and `put_chunk_records` only
+/// buffer the chunks and return at once; the manifest write is done first and the buffered chunks of that
+/// version are written only after a random delay, each batch the way it came (and the unlogged ones and the
+/// records then synced). Readers that find the new manifest in that window miss its chunks.
 #[derive(Debug)]
 pub struct ManifestFirst {
     inner: Arc<dyn ChunkStore>,
@@ -81,12 +81,16 @@ pub struct ManifestFirst {
     pending: Mutex<HashMap<BlobRef, Vec<Batch>>>,
 }
 
-/// One buffered chunk write.
+/// One buffered chunk write, the way it came.
 #[derive(Debug)]
-struct Batch {
-    chunks: Vec<ChunkWrite>,
-    /// Whether it came as `put_chunks_unlogged`.
-    unlogged: bool,
+enum Batch {
+    /// `put_chunks`, or `put_chunks_unlogged` when `unlogged`.
+    Chunks {
+        chunks: Vec<ChunkWrite>,
+        unlogged: bool,
+    },
+    /// `put_chunk_records`.
+    Records(Vec<ChunkRecord>),
 }
 
 impl ManifestFirst {
@@ -114,11 +118,11 @@ impl ManifestFirst {
         lock(&self.pending).len()
     }
 
-    fn buffer(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>, unlogged: bool) {
+    fn buffer(&self, blob: &BlobRef, batch: Batch) {
         lock(&self.pending)
             .entry(blob.clone())
             .or_default()
-            .push(Batch { chunks, unlogged });
+            .push(batch);
     }
 }
 
@@ -150,30 +154,61 @@ impl ChunkStoreLayer for ManifestFirst {
         let batches = lock(&self.pending).remove(&blob).unwrap_or_default();
         if matches!(written, RecordWrite::Done(_)) && !batches.is_empty() {
             tokio::time::sleep(self.coin.duration(&self.delay)).await;
-            let unlogged = batches.iter().any(|b| b.unlogged);
+            let (mut unlogged, mut records) = (false, false);
             for batch in batches {
-                if batch.unlogged {
-                    self.inner.put_chunks_unlogged(&blob, batch.chunks).await?;
-                } else {
-                    self.inner.put_chunks(&blob, batch.chunks).await?;
+                match batch {
+                    Batch::Chunks {
+                        chunks,
+                        unlogged: true,
+                    } => {
+                        unlogged = true;
+                        self.inner.put_chunks_unlogged(&blob, chunks).await?;
+                    }
+                    Batch::Chunks { chunks, .. } => self.inner.put_chunks(&blob, chunks).await?,
+                    Batch::Records(batch) => {
+                        records = true;
+                        self.inner.put_chunk_records(&blob, batch).await?;
+                    }
                 }
             }
             if unlogged {
                 self.inner.sync_unlogged_chunks().await?;
+            }
+            if records {
+                self.inner.sync_chunk_records(&blob).await?;
             }
         }
         Ok(written)
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        self.buffer(blob, chunks, false);
+        self.buffer(
+            blob,
+            Batch::Chunks {
+                chunks,
+                unlogged: false,
+            },
+        );
         Ok(())
     }
 
     /// Buffered like `put_chunks`; the put's sync before its commit then reaches the inner store with nothing
     /// of this version written yet.
     async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        self.buffer(blob, chunks, true);
+        self.buffer(
+            blob,
+            Batch::Chunks {
+                chunks,
+                unlogged: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Buffered like `put_chunks`; the put's sync of its records reaches the inner store with nothing of them
+    /// written yet.
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        self.buffer(blob, Batch::Records(records));
         Ok(())
     }
 

@@ -153,6 +153,7 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
 pub fn describe_json(d: &Description) -> serde_json::Value {
     let mut v = manifest_json(&d.key, &d.manifest);
     v["layout"] = d.layout_kind.into();
+    v["storage"] = d.storage.clone().into();
     v["bytes_per_salt"] = d.bytes_per_salt.clone().into();
     v
 }

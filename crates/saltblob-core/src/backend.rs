@@ -9,7 +9,7 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt};
 
 use crate::Result;
 use crate::version::VersionId;
@@ -111,6 +111,70 @@ pub struct ChunkWrite {
     pub data: Bytes,
 }
 
+/// One encoded chunk in its two parts, the 12-byte header and the payload, for
+/// [`ChunkStore::put_chunk_records`]. An engine that copies chunks into I/O buffers of its own copies each byte
+/// once: the payload of a chunk stored as is shares the caller's raw bytes, it is not a copy of them.
+#[derive(Clone, Debug)]
+pub struct ChunkRecord {
+    /// Partition within the version, `index % salt_count`.
+    pub salt: u32,
+    /// Chunk index.
+    pub index: u64,
+    /// The chunk header (format byte, codec tag, raw length, CRC32C; `docs/format.md`).
+    pub header: [u8; crate::codec::CHUNK_HEADER_LEN],
+    /// The payload the header describes.
+    pub payload: Bytes,
+}
+
+impl ChunkRecord {
+    /// Stored bytes of the record: header and payload.
+    pub fn len(&self) -> usize {
+        self.header.len() + self.payload.len()
+    }
+
+    /// Whether the record is empty (never: the header is always there).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The record as one [`ChunkWrite`], header and payload copied into one buffer.
+    pub fn into_write(self) -> ChunkWrite {
+        let mut data = Vec::with_capacity(self.len());
+        data.extend_from_slice(&self.header);
+        data.extend_from_slice(&self.payload);
+        ChunkWrite {
+            salt: self.salt,
+            index: self.index,
+            data: Bytes::from(data),
+        }
+    }
+}
+
+/// What a backend learns of a version before its chunk records arrive ([`ChunkStore::begin_chunk_records`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordsPlan {
+    /// Raw bytes per chunk (the last chunk may be shorter).
+    pub chunk_size: u32,
+    /// The blob's size when it is known; `None` for a stream of unknown length.
+    pub size: Option<u64>,
+}
+
+impl RecordsPlan {
+    /// A plan of chunks of `chunk_size` raw bytes, `size` bytes in all when known.
+    pub fn new(chunk_size: u32, size: Option<u64>) -> Self {
+        Self { chunk_size, size }
+    }
+
+    /// The most bytes the records can take when the size is known: every chunk stored as is, with its header
+    /// (compression is kept only where it shrinks a chunk).
+    pub fn max_stored_bytes(&self) -> Option<u64> {
+        let size = self.size?;
+        let chunks = size.div_ceil(u64::from(self.chunk_size.max(1)));
+        size.checked_add(chunks.checked_mul(crate::codec::CHUNK_HEADER_LEN as u64)?)
+    }
+}
+
 /// The address of one chunk within a version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChunkId {
@@ -174,6 +238,17 @@ pub struct BackendInfo {
     /// makes bigger rows faster (see [`crate::LayoutPolicy::large_chunk_size`]). Defaults to `None`: the
     /// policy's chunk size.
     pub large_chunk_size: Option<u32>,
+    /// Puts of at least this many bytes store their chunks as records of their version
+    /// ([`ChunkStore::begin_chunk_records`], [`ChunkStore::put_chunk_records`], then
+    /// [`ChunkStore::sync_chunk_records`] before their commit), in place of the unlogged or logged chunk writes;
+    /// `None` (the default): never. For engines that keep a large version in a file of its own (RocksDB's
+    /// extent files), written with direct I/O from buffers the encoder fills once.
+    pub chunk_records_min_bytes: Option<u64>,
+    /// Raw bytes per backend call (a batch) when a version's chunks are stored as records, and when a version
+    /// that large is read: larger than the scheduler's bulk unit where a call costs the engine only a copy into
+    /// its I/O buffer (a write) or one aligned read of the device's best request size. `None` (the default):
+    /// the usual batch size.
+    pub chunk_records_batch_bytes: Option<usize>,
 }
 
 impl BackendInfo {
@@ -193,6 +268,8 @@ impl BackendInfo {
             late_writes: false,
             unlogged_chunks_min_bytes: None,
             large_chunk_size: None,
+            chunk_records_min_bytes: None,
+            chunk_records_batch_bytes: None,
         }
     }
 
@@ -237,6 +314,27 @@ impl BackendInfo {
     pub fn unlogged_put(&self, size: u64) -> bool {
         self.unlogged_chunks_min_bytes
             .is_some_and(|min| size >= min)
+    }
+
+    /// Declares that puts of at least `min_bytes` bytes should store their chunks as records of their version
+    /// ([`BackendInfo::chunk_records_min_bytes`]); `None`: never.
+    #[must_use]
+    pub fn with_chunk_records(mut self, min_bytes: Option<u64>) -> Self {
+        self.chunk_records_min_bytes = min_bytes;
+        self
+    }
+
+    /// Declares the batch size of puts and reads of chunk records ([`BackendInfo::chunk_records_batch_bytes`]).
+    #[must_use]
+    pub fn with_chunk_records_batch(mut self, bytes: usize) -> Self {
+        self.chunk_records_batch_bytes = Some(bytes);
+        self
+    }
+
+    /// Whether a put of `size` bytes (a lower bound, for a stream of unknown length) stores its chunks as
+    /// records of its version. Takes precedence over [`BackendInfo::unlogged_put`].
+    pub fn records_put(&self, size: u64) -> bool {
+        self.chunk_records_min_bytes.is_some_and(|min| size >= min)
     }
 }
 
@@ -315,16 +413,61 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         Ok(())
     }
 
+    /// Prepares the storage of one version whose chunks a put is about to store as records (a put of at least
+    /// [`BackendInfo::chunk_records_min_bytes`]): an engine that keeps such a version in a file of its own
+    /// creates it here, pre-sized when `plan` gives the size. Called once per version, before its first
+    /// [`ChunkStore::put_chunk_records`]. Whatever it creates is removed by
+    /// [`ChunkStore::delete_chunks`] of the version, whether or not any record was stored. The default does
+    /// nothing.
+    async fn begin_chunk_records(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<()> {
+        let _ = (blob, plan);
+        Ok(())
+    }
+
+    /// Stores chunk records of a version begun with [`ChunkStore::begin_chunk_records`] (of several salts, at
+    /// most [`BackendInfo::max_batch_bytes`]). Like unlogged chunks, they may be lost in a crash until a
+    /// [`ChunkStore::sync_chunk_records`] of their version, called after this returned, has returned. Readers
+    /// get them back with [`ChunkStore::get_chunks`], as one stored chunk each (header, then payload). The
+    /// default joins each record into one chunk and stores it with [`ChunkStore::put_chunks_unlogged`].
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        let writes = records.into_iter().map(ChunkRecord::into_write).collect();
+        self.put_chunks_unlogged(blob, writes).await
+    }
+
+    /// Makes durable every record of `blob` whose [`ChunkStore::put_chunk_records`] returned before this call;
+    /// once it returns, the put may commit. A failure is final for the version: an engine that could not make
+    /// its records durable (a failed fsync) never reports them durable later, so the put fails and is cleaned
+    /// up. The default is [`ChunkStore::sync_unlogged_chunks`], which the default `put_chunk_records` needs.
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        let _ = blob;
+        self.sync_unlogged_chunks().await
+    }
+
     /// Reads chunks of one version; the result has one slot per requested chunk, in request order.
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>>;
 
-    /// Deletes every chunk of one version (all salts below `salt_count`; `chunk_count` bounds the indexes).
+    /// Deletes every chunk of one version (all salts below `salt_count`; `chunk_count` bounds the indexes), and
+    /// whatever [`ChunkStore::begin_chunk_records`] created for it.
     async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()>;
+
+    /// Where the engine keeps the chunks of `blob`, in a few words for `describe` (RocksDB: `extent` or `blob
+    /// files`); `None` when it cannot tell or the version has no chunks. The default is `None`.
+    async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
+        let _ = blob;
+        Ok(None)
+    }
 
     /// The address of every stored chunk, of every version, in no particular order; for `fsck`, which compares
     /// them with the manifests. Reads no more than it must (engines that cannot list keys alone may read
     /// values); memory stays bounded however many chunks there are.
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>>;
+
+    /// Every version for which the engine keeps a file of its own (an extent), whether or not
+    /// [`ChunkStore::scan_chunks`] lists chunks of it; for `fsck`, which reports the files of versions that
+    /// nothing refers to. In no particular order, in bounded memory. The default lists nothing.
+    fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {
+        futures::stream::empty().boxed()
+    }
 
     /// Asks the engine to return the space of deleted chunks to the file system, after garbage collection
     /// deleted some. The default does nothing (engines that reclaim space on their own, e.g. by compaction

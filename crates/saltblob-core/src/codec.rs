@@ -93,25 +93,52 @@ pub struct ChunkPlace<'a> {
 
 /// Encodes one chunk: tries `codec`, keeps the raw bytes when compression does not shrink them.
 pub fn encode_chunk(place: ChunkPlace<'_>, raw: &[u8], codec: Codec) -> Bytes {
+    let (header, compressed) = encode_parts(place, raw, codec);
+    let payload = compressed.as_deref().unwrap_or(raw);
+    let mut out = BytesMut::with_capacity(CHUNK_HEADER_LEN + payload.len());
+    out.put_slice(&header);
+    out.put_slice(payload);
+    out.freeze()
+}
+
+/// Encodes one chunk as [`encode_chunk`] does, but returns its header and its payload apart: a chunk stored as
+/// is has `raw` itself as its payload (shared, not copied), so that whoever writes the record copies each byte
+/// once.
+pub fn encode_record(
+    place: ChunkPlace<'_>,
+    raw: &Bytes,
+    codec: Codec,
+) -> ([u8; CHUNK_HEADER_LEN], Bytes) {
+    let (header, compressed) = encode_parts(place, raw, codec);
+    (header, compressed.map_or_else(|| raw.clone(), Bytes::from))
+}
+
+/// The header of a chunk of `raw` bytes and, when `codec` shrinks them, the compressed payload (`None`: the
+/// payload is `raw`). The checksum is computed here, over the payload in place.
+fn encode_parts(
+    place: ChunkPlace<'_>,
+    raw: &[u8],
+    codec: Codec,
+) -> ([u8; CHUNK_HEADER_LEN], Option<Vec<u8>>) {
     let compressed = match codec {
         Codec::None => None,
         Codec::Zstd => zstd::bulk::compress(raw, ZSTD_LEVEL).ok(),
         Codec::Lz4 => Some(lz4_flex::block::compress(raw)),
-    };
-    let (codec, payload): (Codec, &[u8]) = match &compressed {
-        Some(c) if c.len() < raw.len() => (codec, c),
-        _ => (Codec::None, raw),
+    }
+    .filter(|c| c.len() < raw.len());
+    let stored_codec = if compressed.is_some() {
+        codec
+    } else {
+        Codec::None
     };
     let raw_len = u32::try_from(raw.len()).unwrap_or(u32::MAX);
-    let mut out = BytesMut::with_capacity(CHUNK_HEADER_LEN + payload.len());
-    out.put_u8(CHUNK_FORMAT_V1);
-    out.put_u8(codec.tag());
-    out.put_u16_le(0);
-    out.put_u32_le(raw_len);
-    let crc = chunk_crc(place, &out, payload);
-    out.put_u32_le(crc);
-    out.put_slice(payload);
-    out.freeze()
+    let mut header = [0u8; CHUNK_HEADER_LEN];
+    header[0] = CHUNK_FORMAT_V1;
+    header[1] = stored_codec.tag();
+    header[4..8].copy_from_slice(&raw_len.to_le_bytes());
+    let crc = chunk_crc(place, &header[..8], compressed.as_deref().unwrap_or(raw));
+    header[8..].copy_from_slice(&crc.to_le_bytes());
+    (header, compressed)
 }
 
 /// Decodes one stored chunk, verifying its format byte, CRC32C, codec tag and decoded length, which must be
@@ -219,6 +246,28 @@ mod tests {
         let enc = encode_chunk(place(0), &random, Codec::Zstd);
         assert_eq!(enc.get(1).copied(), Some(Codec::None.tag()));
         assert_eq!(enc.len(), random.len() + CHUNK_HEADER_LEN);
+    }
+
+    #[test]
+    fn a_record_is_the_chunk_in_two_parts_sharing_the_raw_bytes() {
+        let raw = Bytes::from((0..70_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        for codec in [Codec::None, Codec::Zstd, Codec::Lz4] {
+            let (header, payload) = encode_record(place(5), &raw, codec);
+            let mut joined = header.to_vec();
+            joined.extend_from_slice(&payload);
+            assert_eq!(
+                &joined[..],
+                &encode_chunk(place(5), &raw, codec)[..],
+                "{codec}"
+            );
+        }
+        let incompressible: Bytes = (0..65536).map(|_| rand::random::<u8>()).collect();
+        let (_, payload) = encode_record(place(0), &incompressible, Codec::Zstd);
+        assert_eq!(
+            payload.as_ptr(),
+            incompressible.as_ptr(),
+            "stored as is: the payload is the raw bytes, not a copy"
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The consistency check ([`crate::BlobStore::fsck`]).
 //!
 //! `fsck` reads every committed blob in full (chunk checksums, lengths, the blob digest), lists every stored
-//! chunk and compares the two: chunks of no committed version, no put in flight and no queued reclaim are
-//! **orphans**, which `--repair` removes (and nothing else).
+//! chunk, and every file the backend keeps for a version of its own (an extent), and compares them: chunks and
+//! files of no committed version, no put in flight and no queued reclaim are **orphans**, which `--repair`
+//! removes (and nothing else).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,6 +94,8 @@ pub struct Orphan {
     pub version: VersionId,
     /// Chunks found.
     pub chunks: u64,
+    /// Files of the version's own found (an extent file; see [`crate::ChunkStore::scan_version_files`]).
+    pub files: u64,
     /// Why they are orphans.
     pub reason: OrphanReason,
     /// Whether `--repair` removed them.
@@ -108,6 +111,8 @@ pub struct FsckReport {
     pub bytes: u64,
     /// Stored chunks listed.
     pub chunks: u64,
+    /// Files of a version's own listed (extent files).
+    pub version_files: u64,
     /// Committed blobs that do not read back whole, and chunks stored outside their version's layout.
     pub damaged: Vec<Damage>,
     /// Chunks that nothing refers to.
@@ -129,6 +134,7 @@ impl FsckReport {
 #[derive(Debug, Default)]
 struct Stored {
     chunks: u64,
+    files: u64,
     max_salt: u32,
     max_index: u64,
     /// Chunks outside the committed layout, with the first one as evidence.
@@ -177,6 +183,15 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
         }
     }
     drop(chunks);
+    let mut files = inner.backend.scan_version_files();
+    while let Some(blob) = files.try_next().await? {
+        if !blob.key.starts_with(&opts.prefix) {
+            continue;
+        }
+        report.version_files += 1;
+        stored.entry((blob.key, blob.version)).or_default().files += 1;
+    }
+    drop(files);
 
     // Read after the listing, so that a put that wrote chunks before it shows here as in flight or done.
     let intents = intent::all(inner).await?;
@@ -233,6 +248,7 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             key,
             version,
             chunks: s.chunks,
+            files: s.files,
             reason,
             removed: false,
         });

@@ -16,8 +16,8 @@ use futures::stream::BoxStream;
 
 use crate::Result;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    RecordWrite, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
+    Precondition, RecordWrite, RecordsPlan, SpaceReport,
 };
 
 /// A [`ChunkStore`] that wraps another: implement this, not [`ChunkStore`], and the wrapper is a [`ChunkStore`].
@@ -95,6 +95,21 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
         self.inner().sync_unlogged_chunks().await
     }
 
+    /// [`ChunkStore::begin_chunk_records`].
+    async fn begin_chunk_records(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<()> {
+        self.inner().begin_chunk_records(blob, plan).await
+    }
+
+    /// [`ChunkStore::put_chunk_records`].
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        self.inner().put_chunk_records(blob, records).await
+    }
+
+    /// [`ChunkStore::sync_chunk_records`].
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        self.inner().sync_chunk_records(blob).await
+    }
+
     /// [`ChunkStore::get_chunks`].
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         self.inner().get_chunks(blob, chunks).await
@@ -107,9 +122,19 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
             .await
     }
 
+    /// [`ChunkStore::chunk_storage`].
+    async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
+        self.inner().chunk_storage(blob).await
+    }
+
     /// [`ChunkStore::scan_chunks`].
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
         self.inner().scan_chunks()
+    }
+
+    /// [`ChunkStore::scan_version_files`].
+    fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {
+        self.inner().scan_version_files()
     }
 
     /// [`ChunkStore::reclaim_space`].
@@ -171,6 +196,18 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         ChunkStoreLayer::sync_unlogged_chunks(self).await
     }
 
+    async fn begin_chunk_records(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<()> {
+        ChunkStoreLayer::begin_chunk_records(self, blob, plan).await
+    }
+
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        ChunkStoreLayer::put_chunk_records(self, blob, records).await
+    }
+
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        ChunkStoreLayer::sync_chunk_records(self, blob).await
+    }
+
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         ChunkStoreLayer::get_chunks(self, blob, chunks).await
     }
@@ -179,8 +216,16 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         ChunkStoreLayer::delete_chunks(self, blob, salt_count, chunk_count).await
     }
 
+    async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
+        ChunkStoreLayer::chunk_storage(self, blob).await
+    }
+
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
         ChunkStoreLayer::scan_chunks(self)
+    }
+
+    fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {
+        ChunkStoreLayer::scan_version_files(self)
     }
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {

@@ -77,8 +77,8 @@ pub mod units;
 pub mod version;
 
 pub use backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    Previous, RecordWrite, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
+    Precondition, Previous, RecordWrite, RecordsPlan, SpaceReport,
 };
 #[cfg(feature = "conformance")]
 pub use clock::OffsetClock;

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    Previous, RecordWrite,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
+    Precondition, Previous, RecordWrite, RecordsPlan,
 };
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -19,6 +19,10 @@ type ChunkKey = (Bytes, VersionId, u32, u64);
 
 /// Puts of at least this many bytes store their chunks unlogged (see [`MemoryStore::lose_unsynced_chunks`]).
 pub const MEMORY_UNLOGGED_MIN_BYTES: u64 = 1 << 20;
+/// Puts of at least this many bytes store their chunks as records of a version "file" of its own
+/// ([`ChunkStore::begin_chunk_records`]), as RocksDB's extents do: listed by
+/// [`ChunkStore::scan_version_files`], lost until synced, removed with the version's chunks.
+pub const MEMORY_RECORDS_MIN_BYTES: u64 = 8 << 20;
 
 /// A [`ChunkStore`] in process memory. Nothing survives the process; for tests and examples.
 #[derive(Debug, Default)]
@@ -36,6 +40,8 @@ struct State {
     failing_chunk_deletes: bool,
     /// Chunks stored unlogged and not synced since: what a crash would lose.
     unsynced: std::collections::BTreeSet<ChunkKey>,
+    /// Versions begun with `begin_chunk_records` and not deleted since: their "files".
+    files: std::collections::BTreeSet<(Bytes, VersionId)>,
 }
 
 impl MemoryStore {
@@ -69,6 +75,11 @@ impl MemoryStore {
         Ok(self.lock()?.chunks.len())
     }
 
+    /// Number of version files held (versions begun with [`ChunkStore::begin_chunk_records`], not deleted).
+    pub fn version_file_count(&self) -> Result<usize> {
+        Ok(self.lock()?.files.len())
+    }
+
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>> {
         self.state
             .lock()
@@ -90,6 +101,7 @@ impl ChunkStore for MemoryStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new("memory", 64 << 20, 8 << 20, true)
             .with_unlogged_chunks(Some(MEMORY_UNLOGGED_MIN_BYTES))
+            .with_chunk_records(Some(MEMORY_RECORDS_MIN_BYTES))
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -183,6 +195,40 @@ impl ChunkStore for MemoryStore {
         Ok(())
     }
 
+    async fn begin_chunk_records(&self, blob: &BlobRef, _plan: RecordsPlan) -> Result<()> {
+        self.lock()?.files.insert((blob.key.clone(), blob.version));
+        Ok(())
+    }
+
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        let mut state = self.lock()?;
+        if !state.files.contains(&(blob.key.clone(), blob.version)) {
+            return Err(Error::backend(
+                "memory",
+                format!("records of version {} before its begin", blob.version),
+                false,
+            ));
+        }
+        for r in records {
+            let k = (blob.key.clone(), blob.version, r.salt, r.index);
+            state.unsynced.insert(k.clone());
+            state.chunks.insert(k, r.into_write().data);
+        }
+        Ok(())
+    }
+
+    /// Syncs the records of `blob` only: unlogged chunks and other versions' records stay unsynced.
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        let mut state = self.lock()?;
+        let lo = (blob.key.clone(), blob.version, 0, 0);
+        let hi = (blob.key.clone(), blob.version, u32::MAX, u64::MAX);
+        let synced: Vec<ChunkKey> = state.unsynced.range(lo..=hi).cloned().collect();
+        for k in synced {
+            state.unsynced.remove(&k);
+        }
+        Ok(())
+    }
+
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let state = self.lock()?;
         Ok(chunks
@@ -213,7 +259,35 @@ impl ChunkStore for MemoryStore {
             state.unsynced.remove(&k);
             state.chunks.remove(&k);
         }
+        state.files.remove(&(blob.key.clone(), blob.version));
         Ok(())
+    }
+
+    async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
+        let file = self
+            .lock()?
+            .files
+            .contains(&(blob.key.clone(), blob.version));
+        Ok(Some(
+            if file { "version file" } else { "chunks" }.to_owned(),
+        ))
+    }
+
+    fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {
+        let listed: Result<Vec<BlobRef>> = self.lock().map(|state| {
+            state
+                .files
+                .iter()
+                .map(|(key, version)| BlobRef {
+                    key: key.clone(),
+                    version: *version,
+                })
+                .collect()
+        });
+        match listed {
+            Ok(all) => stream::iter(all.into_iter().map(Ok)).boxed(),
+            Err(e) => stream::once(async move { Err(e) }).boxed(),
+        }
     }
 
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {

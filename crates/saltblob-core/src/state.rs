@@ -189,6 +189,28 @@ impl Inner {
     /// limit in encoded bytes. At least one.
     pub(crate) fn chunks_per_batch(&self, chunk_size: u32, class: Option<&ClassTag>) -> u64 {
         let raw_budget = self.sched.unit_bytes(self.config.batch_bytes, class);
+        self.chunks_in(raw_budget, chunk_size)
+    }
+
+    /// Chunks per backend call of a version of `size` bytes: when a version that large stores its chunks as
+    /// records and the backend asks for a batch size of its own for them
+    /// ([`BackendInfo::chunk_records_batch_bytes`]: a call then costs it a copy or one aligned read of the
+    /// device's best size), that batch; otherwise [`Inner::chunks_per_batch`].
+    pub(crate) fn chunks_per_batch_of(
+        &self,
+        chunk_size: u32,
+        class: Option<&ClassTag>,
+        size: u64,
+    ) -> u64 {
+        match self.info.chunk_records_batch_bytes {
+            Some(batch) if self.info.records_put(size) => self.chunks_in(batch, chunk_size),
+            _ => self.chunks_per_batch(chunk_size, class),
+        }
+    }
+
+    /// Chunks of `chunk_size` raw bytes in `raw_budget`, at most the backend's batch limit in encoded bytes,
+    /// at least one.
+    fn chunks_in(&self, raw_budget: usize, chunk_size: u32) -> u64 {
         let by_budget = raw_budget / (chunk_size as usize).max(1);
         let by_backend = self.info.max_batch_bytes / (chunk_size as usize + CHUNK_HEADER_LEN);
         by_budget.min(by_backend).max(1) as u64

@@ -5,16 +5,18 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    RecordWrite, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
+    Precondition, RecordWrite, RecordsPlan, SpaceReport,
 };
-use saltblob_core::{Error, Result};
+use saltblob_core::{Error, KeyDisplay, Result};
 
 use crate::config::RocksConfig;
 use crate::core::{CF_CHUNKS, CF_MANIFESTS, CF_SYSTEM, Change, RocksCore};
 use crate::error::NAME;
+use crate::extent::format::Pointer;
+use crate::extent::{Extents, Wanted};
 use crate::keys;
 
 /// Largest encoded chunk accepted.
@@ -22,10 +24,17 @@ pub const MAX_CHUNK_BYTES: u32 = 64 << 20;
 /// Largest batch of chunk bytes written in one `WriteBatch`.
 const MAX_BATCH_BYTES: usize = 16 << 20;
 
-/// The embedded backend: RocksDB with blob files for chunk data.
+/// The embedded backend: RocksDB with blob files for the chunks of small and medium blobs, and extent files of
+/// saltblob's own for large ones.
 ///
-/// Column families: `manifests` (blob key → manifest), `chunks` (chunk key → encoded chunk, in blob files),
-/// `system` (internal records and the format marker).
+/// Column families: `manifests` (blob key → manifest), `chunks` (chunk key → encoded chunk, in blob files, or
+/// a pointer into the version's extent file), `system` (internal records and the format marker). Extent files
+/// live in `<path>/extents/` (`crate::extent`).
+///
+/// Large puts ([`RocksConfig::extent_min_bytes`]) write their chunk records once, with aligned direct I/O, into
+/// an extent file pre-sized to the blob, and a pointer per chunk through the write-ahead log (unsynced); before
+/// the commit the file is `fdatasync`ed and its directory `fsync`ed ([`ChunkStore::sync_chunk_records`]), and
+/// the synced commit that follows makes the pointers durable with it (one ordered log).
 ///
 /// Chunks of small puts go through the write-ahead log unsynced; the manifest commit is written after them and
 /// synced (by default), and RocksDB recovers the log in order (point-in-time recovery), so a recovered manifest
@@ -35,6 +44,7 @@ const MAX_BATCH_BYTES: usize = 16 << 20;
 /// RocksDB records them, so again a recovered manifest always has its chunks.
 pub struct RocksStore {
     core: Arc<RocksCore>,
+    extents: Arc<Extents>,
 }
 
 impl std::fmt::Debug for RocksStore {
@@ -48,9 +58,14 @@ impl std::fmt::Debug for RocksStore {
 impl RocksStore {
     /// Opens (creating if missing) the database described by `config`.
     pub fn open(config: RocksConfig) -> Result<Self> {
-        Ok(Self {
-            core: Arc::new(RocksCore::open(config)?),
-        })
+        let core = Arc::new(RocksCore::open(config)?);
+        let extents = Arc::new(Extents::open(core.config())?);
+        Ok(Self { core, extents })
+    }
+
+    /// The path of the extent file of `blob` (which may not exist): for tests and tools.
+    pub fn extent_path(&self, blob: &BlobRef) -> std::path::PathBuf {
+        self.extents.path_of(blob)
     }
 
     /// The configuration the store was opened with.
@@ -119,6 +134,8 @@ impl ChunkStore for RocksStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true)
             .with_unlogged_chunks(self.core.config().unlogged_min_bytes)
+            .with_chunk_records(self.core.config().extent_min_bytes)
+            .with_chunk_records_batch(self.core.config().extent_io_bytes)
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -185,22 +202,102 @@ impl ChunkStore for RocksStore {
         self.core.sync_unlogged().await
     }
 
+    /// Creates the version's extent file (moving the store to database format 2 first, once).
+    async fn begin_chunk_records(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<()> {
+        self.core.mark_extents().await?;
+        self.extents.begin(blob, plan).await
+    }
+
+    /// Copies the records into the extent file's I/O buffers, then writes their pointers through the log
+    /// (unsynced: the synced commit makes them durable). A retried call writes its records again, elsewhere in
+    /// the file, and points to the new copies.
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        let placed = self.extents.append(blob, &records).await?;
+        drop(records);
+        let entries = placed
+            .into_iter()
+            .map(|(salt, index, p)| {
+                (
+                    keys::chunk_key(blob, salt, index),
+                    Bytes::copy_from_slice(&p.encode()),
+                )
+            })
+            .collect();
+        self.core.write_chunks(entries, false).await
+    }
+
+    /// `fdatasync` of the extent file, and `fsync` of its directory.
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        self.extents.sync(blob).await
+    }
+
+    /// Chunks in blob files come back as stored; pointers are followed into the version's extent file, read in
+    /// runs of adjacent records on the same blocking thread.
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let keys: Vec<Vec<u8>> = chunks
             .iter()
             .map(|c| keys::chunk_key(blob, c.salt, c.index))
             .collect();
-        self.core.multi_get(CF_CHUNKS, keys).await
+        let extents = Arc::clone(&self.extents);
+        let (blob, ids) = (blob.clone(), chunks.to_vec());
+        self.core
+            .blocking(move |core| {
+                let mut slots = core.multi_get(CF_CHUNKS, &keys)?;
+                let mut wanted = Vec::new();
+                for (slot, (value, id)) in slots.iter_mut().zip(&ids).enumerate() {
+                    let what = || {
+                        format!(
+                            "chunk {} of key \"{}\" version {}",
+                            id.index,
+                            KeyDisplay::from(&blob.key[..]),
+                            blob.version
+                        )
+                    };
+                    if let Some(pointer) = value
+                        .as_deref()
+                        .map(|v| Pointer::decode(v, what))
+                        .transpose()?
+                        .flatten()
+                    {
+                        *value = None;
+                        wanted.push(Wanted {
+                            slot,
+                            index: id.index,
+                            pointer,
+                        });
+                    }
+                }
+                for (slot, bytes) in extents.read(&blob, wanted)? {
+                    if let Some(s) = slots.get_mut(slot) {
+                        *s = Some(bytes);
+                    }
+                }
+                Ok(slots)
+            })
+            .await
     }
 
+    /// The extent file goes first (a put still writing it stops), then the chunk keys: a crash in between
+    /// leaves pointers without a file, which the next gc or `fsck --repair` removes like any orphaned chunks.
     async fn delete_chunks(
         &self,
         blob: &BlobRef,
         salt_count: u32,
         _chunk_count: u64,
     ) -> Result<()> {
+        self.extents.remove(blob).await?;
         let (start, end) = keys::version_range(blob, salt_count);
         self.core.delete_range(CF_CHUNKS, start, end).await
+    }
+
+    /// `extent` when the version has an extent file, else `blob files`.
+    async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
+        let kind = if self.extents.exists(blob) {
+            "extent"
+        } else {
+            "blob files"
+        };
+        Ok(Some(kind.to_owned()))
     }
 
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
@@ -214,8 +311,28 @@ impl ChunkStore for RocksStore {
         })
     }
 
+    /// Every file in the extent directory of saltblob's naming whose header names its version and key.
+    fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<BlobRef>>(256);
+        let extents = Arc::clone(&self.extents);
+        tokio::task::spawn_blocking(move || extents.list(|item| tx.blocking_send(item).is_ok()));
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
+        .boxed()
+    }
+
+    /// Compacts (see `RocksCore::reclaim_space`); the figures include the extent files, whose space deleting a
+    /// version already returned.
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
-        self.core.reclaim_space().await.map(Some)
+        let mut report = self.core.reclaim_space().await?;
+        let extents = Arc::clone(&self.extents);
+        let bytes = tokio::task::spawn_blocking(move || extents.disk_bytes())
+            .await
+            .map_err(crate::error::join)?;
+        report.bytes_before += bytes;
+        report.bytes_after += bytes;
+        Ok(Some(report))
     }
 }
 

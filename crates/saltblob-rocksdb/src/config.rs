@@ -11,6 +11,16 @@ pub const SCHEME: &str = "rocksdb";
 pub const MAX_WRITE_BUFFER_NUMBERS: std::ops::RangeInclusive<u32> = 2..=64;
 /// Default of [`RocksConfig::unlogged_min_bytes`].
 pub const DEFAULT_UNLOGGED_MIN_BYTES: u64 = 8 << 20;
+/// Default of [`RocksConfig::extent_min_bytes`].
+pub const DEFAULT_EXTENT_MIN_BYTES: u64 = 8 << 20;
+/// Default of [`RocksConfig::extent_io_bytes`].
+pub const DEFAULT_EXTENT_IO_BYTES: usize = 1 << 20;
+/// Default of [`RocksConfig::extent_io_depth`].
+pub const DEFAULT_EXTENT_IO_DEPTH: usize = 4;
+/// Accepted values of [`RocksConfig::extent_io_bytes`] (and it must be a multiple of 4 KiB).
+pub const EXTENT_IO_BYTES: std::ops::RangeInclusive<usize> = (64 << 10)..=(64 << 20);
+/// Accepted values of [`RocksConfig::extent_io_depth`].
+pub const EXTENT_IO_DEPTHS: std::ops::RangeInclusive<usize> = 1..=64;
 /// Smallest nonzero [`RocksConfig::background_rate_limit`], in bytes per second: below it a flush of one
 /// memtable would take longer than writes can wait.
 pub const MIN_RATE_LIMIT: u64 = 1 << 20;
@@ -132,8 +142,26 @@ pub struct RocksConfig {
     /// is written once (to a blob file, at the memtable flush) instead of twice, and flush the chunk memtables
     /// before their commit; smaller puts log their chunks, as a flush per small put would cost more than the
     /// second write. `None` (URL value `off`): every put logs its chunks. Defaults to 8 MiB (the fan-out
-    /// threshold: the puts that are salted).
+    /// threshold: the puts that are salted). Puts that go to an extent file ([`RocksConfig::extent_min_bytes`])
+    /// do neither.
     pub unlogged_min_bytes: Option<u64>,
+    /// Puts of at least this many bytes (a stream: once it is known to be that long) store their chunks in an
+    /// extent file of their version's own under `<path>/extents/`, written once with aligned direct I/O into a
+    /// file pre-sized to the blob, with RocksDB holding a 13-byte pointer per chunk (`docs/format.md`, *Extent
+    /// files*); smaller puts keep RocksDB's blob files. `None` (URL value `off`): never. Defaults to 8 MiB
+    /// (measured: BENCHMARKS.md, *Extent files*).
+    pub extent_min_bytes: Option<u64>,
+    /// Bytes of one write of an extent file, and of each of its I/O buffers: the device's knee, past which
+    /// bigger requests gain nothing (`saltblob probe` measures it). A multiple of 4 KiB from 64 KiB to 64 MiB.
+    /// Defaults to 1 MiB.
+    pub extent_io_bytes: usize,
+    /// Writes of one extent file in flight at once (1 to 64): the depth at the probe's knee. Memory per large
+    /// put is about `extent_io_bytes × (extent_io_depth + 1)`. Defaults to 4.
+    pub extent_io_depth: usize,
+    /// Whether extent files are written and read with `O_DIRECT` (no page-cache copy). Where the file system
+    /// refuses it (ramfs, some network and FUSE file systems) they fall back to buffered I/O, and the reason is
+    /// logged once. Defaults to `true`.
+    pub extent_direct_io: bool,
 }
 
 impl RocksConfig {
@@ -157,6 +185,10 @@ impl RocksConfig {
             pipelined_write: true,
             wal_bytes_per_sync: 256 << 10,
             unlogged_min_bytes: Some(DEFAULT_UNLOGGED_MIN_BYTES),
+            extent_min_bytes: Some(DEFAULT_EXTENT_MIN_BYTES),
+            extent_io_bytes: DEFAULT_EXTENT_IO_BYTES,
+            extent_io_depth: DEFAULT_EXTENT_IO_DEPTH,
+            extent_direct_io: true,
         }
     }
 
@@ -170,7 +202,8 @@ impl RocksConfig {
     /// `min_blob_size`, `blob_file_size`, `blob_compression`, `blob_gc`, `blob_gc_age_cutoff`,
     /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`, `max_write_buffer_number`,
     /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`,
-    /// `unlogged_min_bytes` (bytes, or `off`).
+    /// `unlogged_min_bytes` (bytes, or `off`), `extent_min_bytes` (bytes, or `off`), `extent_io_bytes`,
+    /// `extent_io_depth`, `extent_direct_io`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -247,20 +280,53 @@ impl RocksConfig {
                 "background_priority" => config.background_priority = v.parse()?,
                 "pipelined_write" => config.pipelined_write = flag(k)?,
                 "wal_bytes_per_sync" => config.wal_bytes_per_sync = num(k)?,
-                "unlogged_min_bytes" => {
-                    config.unlogged_min_bytes = match v {
+                "unlogged_min_bytes" | "extent_min_bytes" => {
+                    let min = match v {
                         "off" | "none" => None,
                         _ => Some(v.parse::<u64>().map_err(|_| {
                             bad(format!("{k}={v} is not a whole number of bytes or off"))
                         })?),
+                    };
+                    if k == "unlogged_min_bytes" {
+                        config.unlogged_min_bytes = min;
+                    } else {
+                        config.extent_min_bytes = min;
                     }
                 }
+                "extent_io_bytes" => {
+                    config.extent_io_bytes = num(k)
+                        .ok()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|n| EXTENT_IO_BYTES.contains(n) && n % 4096 == 0)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "{k}={v} is not a multiple of 4096 from {} to {} bytes",
+                                EXTENT_IO_BYTES.start(),
+                                EXTENT_IO_BYTES.end()
+                            ))
+                        })?;
+                }
+                "extent_io_depth" => {
+                    config.extent_io_depth = num(k)
+                        .ok()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|n| EXTENT_IO_DEPTHS.contains(n))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "{k}={v} is not a whole number from {} to {}",
+                                EXTENT_IO_DEPTHS.start(),
+                                EXTENT_IO_DEPTHS.end()
+                            ))
+                        })?;
+                }
+                "extent_direct_io" => config.extent_direct_io = flag(k)?,
                 _ => {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: sync, min_blob_size, blob_file_size, blob_compression, \
                          blob_gc, blob_gc_age_cutoff, blob_gc_force_threshold, write_buffer_size, \
                          space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
-                         background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes"
+                         background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes, \
+                         extent_min_bytes, extent_io_bytes, extent_io_depth, extent_direct_io"
                     )));
                 }
             }
@@ -325,6 +391,18 @@ mod tests {
         assert_eq!(c.unlogged_min_bytes, Some(0));
         let c = RocksConfig::from_url("rocksdb:///x?unlogged_min_bytes=off").expect("parses");
         assert_eq!(c.unlogged_min_bytes, None);
+        assert_eq!(c.extent_min_bytes, Some(8 << 20));
+        assert_eq!((c.extent_io_bytes, c.extent_io_depth), (1 << 20, 4));
+        assert!(c.extent_direct_io);
+        let c = RocksConfig::from_url(
+            "rocksdb:///x?extent_min_bytes=0&extent_io_bytes=4194304&extent_io_depth=2&extent_direct_io=false",
+        )
+        .expect("parses");
+        assert_eq!(c.extent_min_bytes, Some(0));
+        assert_eq!((c.extent_io_bytes, c.extent_io_depth), (4 << 20, 2));
+        assert!(!c.extent_direct_io);
+        let c = RocksConfig::from_url("rocksdb:///x?extent_min_bytes=off").expect("parses");
+        assert_eq!(c.extent_min_bytes, None);
         let c = RocksConfig::from_url(
             "rocksdb:///x?background_rate_limit=0&background_priority=LOW&max_write_buffer_number=64",
         )
@@ -370,6 +448,13 @@ mod tests {
             ("rocksdb:///x?wal_bytes_per_sync=1MiB", "wal_bytes_per_sync"),
             ("rocksdb:///x?unlogged_min_bytes=8MiB", "unlogged_min_bytes"),
             ("rocksdb:///x?unlogged_min_bytes=-1", "unlogged_min_bytes"),
+            ("rocksdb:///x?extent_min_bytes=8MiB", "extent_min_bytes"),
+            ("rocksdb:///x?extent_io_bytes=1000000", "extent_io_bytes"),
+            ("rocksdb:///x?extent_io_bytes=4096", "extent_io_bytes"),
+            ("rocksdb:///x?extent_io_bytes=134217728", "extent_io_bytes"),
+            ("rocksdb:///x?extent_io_depth=0", "extent_io_depth"),
+            ("rocksdb:///x?extent_io_depth=65", "extent_io_depth"),
+            ("rocksdb:///x?extent_direct_io=maybe", "extent_direct_io"),
         ] {
             let err = RocksConfig::from_url(url).expect_err(url).to_string();
             assert!(err.contains(option), "{url}: {err}");

@@ -24,7 +24,12 @@ use crate::error::{self, NAME};
 use crate::{blob_files, keys};
 
 /// Format of the database layout (column families and keys); stored at first open, checked at every open.
+/// Format 1: chunks in the `chunks` family (blob files). Format 2 adds extent files, whose chunks the family
+/// holds pointers to (`docs/format.md`); a store moves to 2 when its first extent file is created, so that a
+/// build that reads only format 1 refuses it instead of misreading pointers as chunks.
 const DB_FORMAT: u8 = 1;
+/// The format of a store that has held extent files.
+const DB_FORMAT_EXTENTS: u8 = 2;
 
 /// Column family of manifests (blob key → manifest).
 pub(crate) const CF_MANIFESTS: &str = "manifests";
@@ -98,6 +103,8 @@ pub(crate) struct RocksCore {
     unlogged_synced: Mutex<u64>,
     /// Flushes done to sync unlogged chunks.
     unlogged_flushes: AtomicU64,
+    /// Whether the format marker says [`DB_FORMAT_EXTENTS`].
+    extents_marked: std::sync::atomic::AtomicBool,
 }
 
 impl RocksCore {
@@ -189,8 +196,11 @@ impl RocksCore {
             unlogged_writes: AtomicU64::new(0),
             unlogged_synced: Mutex::new(0),
             unlogged_flushes: AtomicU64::new(0),
+            extents_marked: std::sync::atomic::AtomicBool::new(false),
         };
-        core.check_format()?;
+        let format = core.check_format()?;
+        core.extents_marked
+            .store(format == DB_FORMAT_EXTENTS, Ordering::Relaxed);
         Ok(core)
     }
 
@@ -218,28 +228,46 @@ impl RocksCore {
         Ok(())
     }
 
-    fn check_format(&self) -> Result<()> {
+    /// Checks the format marker, writing it in a new database; returns the format.
+    fn check_format(&self) -> Result<u8> {
         let system = self.cf(CF_SYSTEM)?;
         match self
             .db
             .get_cf(system, keys::FORMAT_MARKER_KEY)
             .map_err(error::map)?
         {
-            None => {
-                let mut wo = WriteOptions::default();
-                wo.set_sync(true);
-                self.db
-                    .put_cf_opt(system, keys::FORMAT_MARKER_KEY, [DB_FORMAT], &wo)
-                    .map_err(error::map)
+            None => self.write_format(DB_FORMAT).map(|()| DB_FORMAT),
+            Some(v) if v == [DB_FORMAT] || v == [DB_FORMAT_EXTENTS] => {
+                Ok(v.first().copied().unwrap_or(DB_FORMAT))
             }
-            Some(v) if v == [DB_FORMAT] => Ok(()),
             Some(v) => Err(Error::corrupt(
                 format!("store at {}", self.config.path.display()),
                 format!(
-                    "database format marker is {v:?}; this build reads format [{DB_FORMAT}] (is it from a newer saltblob?)"
+                    "database format marker is {v:?}; this build reads formats [{DB_FORMAT}] and \
+                     [{DB_FORMAT_EXTENTS}] (is it from a newer saltblob?)"
                 ),
             )),
         }
+    }
+
+    /// Writes the format marker, synced.
+    fn write_format(&self, format: u8) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db
+            .put_cf_opt(self.cf(CF_SYSTEM)?, keys::FORMAT_MARKER_KEY, [format], &wo)
+            .map_err(error::map)
+    }
+
+    /// Moves the store to the format with extent files, once, before its first extent file is created.
+    pub(crate) async fn mark_extents(self: &Arc<Self>) -> Result<()> {
+        if self.extents_marked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.blocking(|core| core.write_format(DB_FORMAT_EXTENTS))
+            .await?;
+        self.extents_marked.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     fn cf(&self, name: &str) -> Result<&ColumnFamily> {
@@ -249,7 +277,7 @@ impl RocksCore {
     }
 
     /// Runs `f` on a blocking thread with the database.
-    async fn blocking<T, F>(self: &Arc<Self>, f: F) -> Result<T>
+    pub(crate) async fn blocking<T, F>(self: &Arc<Self>, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Self) -> Result<T> + Send + 'static,
@@ -276,23 +304,21 @@ impl RocksCore {
         .await
     }
 
-    /// The values of `keys` in column family `cf_name`, in the order of `keys`.
-    pub(crate) async fn multi_get(
-        self: &Arc<Self>,
+    /// The values of `keys` in column family `cf_name`, in the order of `keys` (blocking: call it on a blocking
+    /// thread, see [`RocksCore::blocking`]).
+    pub(crate) fn multi_get(
+        &self,
         cf_name: &'static str,
-        keys: Vec<Vec<u8>>,
+        keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Bytes>>> {
-        self.blocking(move |core| {
-            core.db
-                .batched_multi_get_cf(core.cf(cf_name)?, &keys, false)
-                .into_iter()
-                .map(|slot| {
-                    slot.map(|v| v.map(|s| Bytes::copy_from_slice(&s)))
-                        .map_err(error::map)
-                })
-                .collect()
-        })
-        .await
+        self.db
+            .batched_multi_get_cf(self.cf(cf_name)?, keys, false)
+            .into_iter()
+            .map(|slot| {
+                slot.map(|v| v.map(|s| Bytes::copy_from_slice(&s)))
+                    .map_err(error::map)
+            })
+            .collect()
     }
 
     fn stripe_of(&self, cf_name: &str, key: &[u8]) -> usize {
@@ -553,7 +579,7 @@ impl RocksCore {
     }
 
     /// Bytes of SST and blob files of every column family.
-    fn disk_bytes(&self) -> Result<u64> {
+    pub(crate) fn disk_bytes(&self) -> Result<u64> {
         let mut total = 0;
         for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
             let handle = self.cf(name)?;

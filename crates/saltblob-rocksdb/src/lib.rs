@@ -1,8 +1,9 @@
 //! # saltblob on RocksDB
 //!
-//! The embedded backend of saltblob: one directory on one machine. Chunk data is kept in RocksDB blob files
-//! (key-value separation), so large values do not churn the LSM tree; manifests and internal records live in
-//! small column families of their own.
+//! The embedded backend of saltblob: one directory on one machine. The chunks of small and medium blobs are kept
+//! in RocksDB blob files (key-value separation), so they do not churn the LSM tree; a large blob's chunks go to
+//! an extent file of its version's own, written once with aligned direct I/O, with RocksDB as its index.
+//! Manifests and internal records live in small column families of their own.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -24,6 +25,9 @@
 //! - `blob_files`: at open, removal of the blob files a crashed process left unfinished.
 //! - `core`: the thin engine wrapper: open and format check, the engine calls on column families and keys,
 //!   lock stripes of conditional writes, chunk write priorities, the flush of unlogged chunks, compaction.
+//! - `extent`: extent files, the chunk records of large versions in files of their own, written with aligned
+//!   direct I/O (`extent/format.rs`: names, header, pointers; `extent/io.rs`: aligned buffers, `O_DIRECT`,
+//!   `fallocate`; `extent/writer.rs`: one version's writer).
 //! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation on top of `core`.
 
 pub mod backend;
@@ -31,6 +35,7 @@ mod blob_files;
 pub mod config;
 mod core;
 pub mod error;
+mod extent;
 pub mod keys;
 
 pub use backend::RocksStore;

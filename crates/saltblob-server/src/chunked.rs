@@ -13,10 +13,12 @@
 //!   unsigned body (`400 InvalidRequest`).
 //!
 //! A failure is recorded in the request's [`Fault`], whose error then replaces whatever the operation answered
-//! (see `serve.rs`).
+//! (see `serve.rs`). The chunk headers that carry a `chunk-signature` are counted for the access log
+//! (`chunk_signatures`), which so shows that a request's body came in signed chunks.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -77,6 +79,33 @@ pub(crate) fn mode(headers: &HeaderMap) -> Option<Mode> {
     }
 }
 
+/// How a request's body is sent, from its `x-amz-content-sha256`, as the access log names it (`payload`): the
+/// header's value when it is one of the fixed values of S3's protocol (`UNSIGNED-PAYLOAD` and the `STREAMING-*`
+/// payloads), `sha256` for a hex SHA-256 of the body (a signed payload), `-` without the header and `other` for
+/// anything else (never a client's text, which the log does not repeat).
+pub(crate) fn payload_name(headers: &HeaderMap) -> &'static str {
+    const FIXED: [&str; 6] = [
+        "UNSIGNED-PAYLOAD",
+        "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+        "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD",
+        "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD-TRAILER",
+    ];
+    let Some(value) = headers.get("x-amz-content-sha256") else {
+        return "-";
+    };
+    let value = value.as_bytes();
+    if let Some(name) = FIXED.iter().find(|name| name.as_bytes() == value) {
+        return name;
+    }
+    if value.len() == 64 && value.iter().all(u8::is_ascii_hexdigit) {
+        "sha256"
+    } else {
+        "other"
+    }
+}
+
 /// Whether an `aws-chunked` body's chunks carry signatures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -108,16 +137,20 @@ pub(crate) struct Reframe<B> {
     state: State,
     out: VecDeque<Bytes>,
     fault: Fault,
+    /// Chunk headers seen with a `chunk-signature` (the final chunk's included).
+    signatures: Arc<AtomicU64>,
 }
 
 impl<B> Reframe<B> {
-    pub(crate) fn new(inner: B, mode: Mode, fault: Fault) -> Self {
+    /// Frames `inner`; every chunk header with a `chunk-signature` adds one to `signatures`.
+    pub(crate) fn new(inner: B, mode: Mode, fault: Fault, signatures: Arc<AtomicU64>) -> Self {
         Self {
             inner: Box::pin(inner),
             mode,
             state: State::Header(BytesMut::new()),
             out: VecDeque::new(),
             fault,
+            signatures,
         }
     }
 
@@ -215,6 +248,9 @@ impl<B> Reframe<B> {
             }
             _ => return Err(self.malformed()),
         };
+        if extension.starts_with(b";chunk-signature=") {
+            self.signatures.fetch_add(1, Ordering::Relaxed);
+        }
         if size == 0 {
             self.out.push_back(line);
             self.state = State::Trailer;
@@ -317,6 +353,11 @@ mod tests {
 
     /// The output of `Reframe` over `pieces` in `mode`: the bytes, or the fault's code.
     async fn run(mode: Mode, pieces: Vec<&'static [u8]>) -> Result<Vec<u8>, String> {
+        run_counted(mode, pieces).await.0
+    }
+
+    /// `run`, and the chunk signatures `Reframe` counted.
+    async fn run_counted(mode: Mode, pieces: Vec<&'static [u8]>) -> (Result<Vec<u8>, String>, u64) {
         let stream = futures::stream::iter(
             pieces
                 .into_iter()
@@ -324,11 +365,69 @@ mod tests {
                 .collect::<Vec<Piece>>(),
         );
         let fault = Fault::default();
-        let body = Reframe::new(StreamBody::new(stream), mode, fault.clone());
-        match body.collect().await {
+        let signatures = Arc::new(AtomicU64::new(0));
+        let body = Reframe::new(
+            StreamBody::new(stream),
+            mode,
+            fault.clone(),
+            Arc::clone(&signatures),
+        );
+        let out = match body.collect().await {
             Ok(collected) => Ok(collected.to_bytes().to_vec()),
             Err(_) => Err(fault.take().map(|r| r.code.to_owned()).unwrap_or_default()),
-        }
+        };
+        (out, signatures.load(Ordering::Relaxed))
+    }
+
+    /// Every chunk header with a `chunk-signature` is counted, the final chunk's included; unsigned chunks are not.
+    #[tokio::test]
+    async fn chunk_signatures_are_counted() {
+        let sig = "0".repeat(64);
+        let signed: &'static [u8] = Box::leak(
+            format!(
+                "3;chunk-signature={sig}\r\nabc\r\n2;chunk-signature={sig}\r\nde\r\n0;chunk-signature={sig}\r\n\r\n"
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        let (out, count) = run_counted(Mode::Signed, vec![signed]).await;
+        assert!(out.is_ok(), "{out:?}");
+        assert_eq!(count, 3);
+        let (out, count) = run_counted(
+            Mode::Unsigned,
+            vec![b"3\r\nabc\r\n0\r\nx-amz-checksum-crc32:AAAA\r\n\r\n"],
+        )
+        .await;
+        assert!(out.is_ok(), "{out:?}");
+        assert_eq!(count, 0);
+    }
+
+    /// The access log's `payload`: S3's fixed names as sent, a body hash as `sha256`, never a client's own text.
+    #[test]
+    fn payload_names() {
+        let name = |value: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(v) = value {
+                headers.insert(
+                    "x-amz-content-sha256",
+                    http::HeaderValue::from_str(v).expect("header"),
+                );
+            }
+            payload_name(&headers)
+        };
+        assert_eq!(name(None), "-");
+        assert_eq!(
+            name(Some("STREAMING-AWS4-HMAC-SHA256-PAYLOAD")),
+            "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+        );
+        assert_eq!(
+            name(Some("STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")),
+            "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+        );
+        assert_eq!(name(Some("UNSIGNED-PAYLOAD")), "UNSIGNED-PAYLOAD");
+        assert_eq!(name(Some(&"ab".repeat(32))), "sha256");
+        assert_eq!(name(Some("STREAMING-made-up\"x")), "other");
+        assert_eq!(name(Some(&"ab".repeat(31))), "other");
     }
 
     #[tokio::test]

@@ -17,8 +17,9 @@
 //!    parameter: server-side encryption (`x-amz-server-side-encryption*`, also the copy source's customer key),
 //!    object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
 //!    (`x-amz-tagging`, `x-amz-tagging-directive` other than `COPY`): `501 NotImplemented`; ACLs (`x-amz-acl`
-//!    other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`, `PUT ?acl`):
-//!    `400 AccessControlListNotSupported`, as AWS for a bucket whose ACLs are disabled.
+//!    other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`): `400 AccessControlListNotSupported`,
+//!    as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in its body is decided by
+//!    `settings.rs`, which reads it: AWS takes one that only grants the owner `FULL_CONTROL`.)
 //!
 //! A refusal's message is fixed text: it never holds a key, a path or anything of the store.
 
@@ -205,9 +206,6 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
         ));
     }
 
-    if method == Method::PUT && param("acl").is_some() {
-        return Some(Refusal::acl("x-amz-acl"));
-    }
     let named = headers
         .iter()
         .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
@@ -529,7 +527,12 @@ mod tests {
         ] {
             assert_eq!(refused(Method::PUT, "/b/k", &[header]), acl, "{header:?}");
         }
-        assert_eq!(refused(Method::PUT, "/b/k?acl", &[]), acl);
+        assert_eq!(
+            refused(Method::PUT, "/b/k?acl", &[("x-amz-acl", "public-read")]),
+            acl
+        );
+        // An ACL in the body is for settings.rs to read.
+        assert_eq!(refused(Method::PUT, "/b/k?acl", &[]), None);
     }
 
     #[test]

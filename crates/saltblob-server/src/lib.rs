@@ -64,6 +64,7 @@ mod put_body;
 mod s3;
 mod serve;
 mod service;
+mod settings;
 
 use std::collections::BTreeSet;
 use std::fmt;

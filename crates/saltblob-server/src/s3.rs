@@ -1,24 +1,34 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
 //! operations in `bucket.rs`, object operations in `object.rs`, listings in `list.rs`, multipart upload in
-//! `multipart/`. Every other S3 operation answers `NotImplemented` (s3s's default).
+//! `multipart/`, the settings saltblob does not keep (ACLs, policy, CORS, …) in `settings.rs`. Every other S3
+//! operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
     CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
     DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput,
-    DeleteObjectsOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketVersioningInput,
-    GetBucketVersioningOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
-    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
+    DeleteObjectsOutput, GetBucketAclInput, GetBucketAclOutput, GetBucketCorsInput,
+    GetBucketCorsOutput, GetBucketEncryptionInput, GetBucketEncryptionOutput,
+    GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput,
+    GetBucketLocationInput, GetBucketLocationOutput, GetBucketOwnershipControlsInput,
+    GetBucketOwnershipControlsOutput, GetBucketPolicyInput, GetBucketPolicyOutput,
+    GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput, GetBucketTaggingInput,
+    GetBucketTaggingOutput, GetBucketVersioningInput, GetBucketVersioningOutput, GetObjectAclInput,
+    GetObjectAclOutput, GetObjectInput, GetObjectLockConfigurationInput,
+    GetObjectLockConfigurationOutput, GetObjectOutput, GetObjectTaggingInput,
+    GetObjectTaggingOutput, GetPublicAccessBlockInput, GetPublicAccessBlockOutput, HeadBucketInput,
+    HeadBucketOutput, HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
     ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
     ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutObjectInput, PutObjectOutput,
-    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutBucketAclInput, PutBucketAclOutput,
+    PutObjectAclInput, PutObjectAclOutput, PutObjectInput, PutObjectOutput, UploadPartCopyInput,
+    UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::service::SaltS3;
-use crate::{bucket, list, multipart, object};
+use crate::{bucket, list, multipart, object, settings};
 
 #[async_trait::async_trait]
 impl S3 for SaltS3 {
@@ -174,5 +184,145 @@ impl S3 for SaltS3 {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         multipart::handle_list_multipart_uploads(self, req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        settings::handle_get_bucket_acl(self, req).await
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        settings::handle_get_object_acl(self, req).await
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        settings::handle_get_bucket_ownership_controls(self, req).await
+    }
+
+    async fn get_bucket_request_payment(
+        &self,
+        req: S3Request<GetBucketRequestPaymentInput>,
+    ) -> S3Result<S3Response<GetBucketRequestPaymentOutput>> {
+        settings::handle_get_bucket_request_payment(self, req).await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        settings::handle_get_object_tagging(self, req).await
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "NoSuchBucketPolicy",
+            "The bucket policy does not exist",
+        )
+        .await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "NoSuchCORSConfiguration",
+            "The CORS configuration does not exist",
+        )
+        .await
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "NoSuchLifecycleConfiguration",
+            "The lifecycle configuration does not exist",
+        )
+        .await
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "NoSuchTagSet",
+            "The TagSet does not exist",
+        )
+        .await
+    }
+
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "NoSuchPublicAccessBlockConfiguration",
+            "The public access block configuration was not found",
+        )
+        .await
+    }
+
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "ServerSideEncryptionConfigurationNotFoundError",
+            "The server side encryption configuration was not found",
+        )
+        .await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        settings::not_set(
+            self,
+            &req.input.bucket,
+            "ObjectLockConfigurationNotFoundError",
+            "Object Lock configuration does not exist for this bucket",
+        )
+        .await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        settings::handle_put_bucket_acl(self, req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        settings::handle_put_object_acl(self, req).await
     }
 }

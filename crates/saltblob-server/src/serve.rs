@@ -9,7 +9,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -454,6 +454,7 @@ impl Handler {
         record.set_class(self.default_class.clone());
         req.extensions_mut().insert(Arc::clone(&record));
         let bytes_in = Arc::new(AtomicU64::new(0));
+        let chunk_signatures = Arc::new(AtomicU64::new(0));
         if let Some(activity) = &self.activity {
             activity.request_started();
         }
@@ -467,6 +468,8 @@ impl Handler {
             request_id: request_id.clone(),
             bytes_in: Arc::clone(&bytes_in),
             bytes_out: 0,
+            payload: chunked::payload_name(req.headers()),
+            chunk_signatures: Arc::clone(&chunk_signatures),
             // Until a response exists: the client went away first.
             status: 499,
             completed: false,
@@ -498,7 +501,10 @@ impl Handler {
                 tracing::debug!(code = refusal.code, header = ?refusal.header, "request refused");
                 (refusal_response(&refusal, &request_id), unread_body)
             }
-            None => self.serve(req, &request_id, bytes_in).await,
+            None => {
+                self.serve(req, &request_id, bytes_in, chunk_signatures)
+                    .await
+            }
         };
         let mut response = response;
         log.status = response.status().as_u16();
@@ -516,15 +522,21 @@ impl Handler {
         })
     }
 
-    /// Runs `req` through s3s, its body counted, timed and (if `aws-chunked`) framed; returns the response and
-    /// whether its connection is to be closed after it.
+    /// Runs `req` through s3s, its body counted, timed and (if `aws-chunked`) framed, its chunk signatures
+    /// counted in `chunk_signatures`; returns the response and whether its connection is to be closed after it:
+    /// also when the operation answered without reading the body to its end (a PUT to a missing bucket, a
+    /// refused part): hyper then closes the connection, and a client told so in the response (`Connection:
+    /// close`) does not send its next request on it (urllib3, under boto3, did, and got a dropped connection).
     async fn serve(
         &self,
         req: Request<Incoming>,
         request_id: &str,
         bytes_in: Arc<AtomicU64>,
+        chunk_signatures: Arc<AtomicU64>,
     ) -> (Response<s3s::Body>, bool) {
         let close_after = empty_body_expects_continue(&req);
+        let has_body = !req.body().is_end_stream();
+        let ended = Arc::new(AtomicBool::new(false));
         let fault = Fault::default();
         let framing = chunked::mode(req.headers());
         let timeout = self.io_timeout;
@@ -534,9 +546,15 @@ impl Handler {
                 count: bytes_in,
                 stall: StallTimer::new(timeout),
                 fault: fault.clone(),
+                ended: Arc::clone(&ended),
             };
             match framing {
-                Some(mode) => s3s::Body::http_body(Reframe::new(counted, mode, fault.clone())),
+                Some(mode) => s3s::Body::http_body(Reframe::new(
+                    counted,
+                    mode,
+                    fault.clone(),
+                    chunk_signatures,
+                )),
                 None => s3s::Body::http_body(counted),
             }
         });
@@ -555,7 +573,10 @@ impl Handler {
                 tracing::debug!(code = refusal.code, "request body refused");
                 (refusal_response(&refusal, request_id), true)
             }
-            _ => (with_request_id(response, request_id), close_after),
+            _ => {
+                let unread = has_body && !ended.load(Ordering::Relaxed);
+                (with_request_id(response, request_id), close_after || unread)
+            }
         }
     }
 }
@@ -632,6 +653,8 @@ struct Counting {
     /// Runs while a read waits for the client.
     stall: StallTimer,
     fault: Fault,
+    /// Set once the body has been read to its end.
+    ended: Arc<AtomicBool>,
 }
 
 impl HttpBody for Counting {
@@ -665,6 +688,9 @@ impl HttpBody for Counting {
         {
             self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
+        if frame.is_none() || self.inner.is_end_stream() {
+            self.ended.store(true, Ordering::Relaxed);
+        }
         Poll::Ready(frame.map(|f| f.map_err(Into::into)))
     }
 
@@ -690,6 +716,10 @@ struct RequestLog {
     request_id: String,
     bytes_in: Arc<AtomicU64>,
     bytes_out: u64,
+    /// How the body was sent (`x-amz-content-sha256`, as [`chunked::payload_name`] names it).
+    payload: &'static str,
+    /// The `aws-chunked` chunk headers that carried a signature (each checked by s3s).
+    chunk_signatures: Arc<AtomicU64>,
     /// The response's status; 499 until there is one.
     status: u16,
     /// Whether the response was sent to its end.
@@ -734,6 +764,8 @@ impl Drop for RequestLog {
             response_status = self.status,
             bytes_in,
             bytes_out = self.bytes_out,
+            payload = self.payload,
+            chunk_signatures = self.chunk_signatures.load(Ordering::Relaxed),
             duration_ms = duration.as_secs_f64() * 1000.0,
             class = class.name(),
             access_key = fields.access_key.as_deref().unwrap_or("-"),

@@ -137,17 +137,30 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
     }
     check_isolation(json, writers);
     let ratios = json["ratios"].as_array().expect("ratios");
-    assert_eq!(ratios.len(), 13);
+    assert_eq!(ratios.len(), 19);
     // The dd pattern is measured by the device probe only; a store may write nothing to disk (memory).
     let device = json["reference"]["kind"] == "device";
     for r in ratios {
         let value = r["value"].as_f64();
         match r["name"].as_str() {
-            Some("large_write_vs_dd" | "large_put_p99_vs_dd_ideal") if !device => assert!(
+            Some(
+                "large_write_vs_dd"
+                | "large_put_p99_vs_dd_ideal"
+                | "large_write_vs_durable_dd"
+                | "large_put_p99_vs_durable_ideal",
+            ) if !device => assert!(
                 value.is_none()
                     && r["computed"]
                         .as_str()
                         .is_some_and(|c| c.contains("dd-pattern")),
+                "{r}"
+            ),
+            // The streaming put runs in a child `saltblob` process, only with --stream-mb.
+            Some("stream_put_peak_rss_mib") => assert!(
+                value.is_none()
+                    && r["computed"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("--stream-mb")),
                 "{r}"
             ),
             Some("large_write_disk_bytes_per_byte") => {
@@ -157,6 +170,27 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
         }
     }
     assert_eq!(json["config"]["small_count"], 256);
+    for step in [
+        "blake3_s_per_gib",
+        "crc32c_s_per_gib",
+        "copy_s_per_gib",
+        "floor_s_per_gib",
+    ] {
+        assert!(
+            json["cpu_steps"][step].as_f64().is_some_and(|v| v > 0.0),
+            "{step}: {}",
+            json["cpu_steps"]
+        );
+    }
+    for phase in [&phases[0], &phases[1]] {
+        let details = &phase["details"];
+        assert!(
+            details["cpu_seconds_per_gib"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{details}"
+        );
+    }
     assert!(json["cleanup"]["deleted_keys"].as_u64().expect("deleted") >= 2 + 256 + 2);
 }
 
@@ -326,7 +360,18 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
     assert_eq!(json["config"]["scheduler"]["enabled"], false);
     assert_eq!(reference["kind"], "device");
     assert!(reference["device"]["st_dev"].as_str().is_some());
-    assert_eq!(reference["points"].as_array().map(Vec::len), Some(20));
+    // Write and read at 3 request sizes and 5 depths.
+    assert_eq!(reference["points"].as_array().map(Vec::len), Some(30));
+    assert!(
+        reference["durable_1mib_depth1_mib_s"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0),
+        "{reference}"
+    );
+    assert!(
+        reference["extent_settings"]["io_bytes"].as_u64().is_some(),
+        "{reference}"
+    );
     let store = saltblob::open(&url, saltblob::StoreConfig::default())
         .await
         .expect("reopens");

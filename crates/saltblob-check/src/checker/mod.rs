@@ -16,7 +16,9 @@
 //! - [`ViolationKind::Lost`]: NotFound although an acknowledged put P completed before the get was invoked
 //!   and no delete (of any outcome) invoked before the get completed ended after P was invoked.
 //!
-//! A small value may match several puts; the get is a violation only if every candidate is. Times are
+//! A value may have been written by several puts: a small value matches every put of the same bytes, and a
+//! whole value may be put by several operations on purpose (an S3 CompleteMultipartUpload sent again, each
+//! request recorded as a put of the upload's value). The get is a violation only if every candidate is. Times are
 //! microseconds: two operations are only ordered when one's completion is strictly before the other's
 //! invocation, so events within the same microsecond count as concurrent (no false alarm from the clock's
 //! resolution).
@@ -210,7 +212,8 @@ impl PrefixMax {
 /// The writes of one key, indexed for the per-get rules.
 #[derive(Default)]
 struct KeyIndex<'a> {
-    puts: HashMap<ValueId, &'a Op>,
+    /// The puts of each whole value (usually one), by invocation.
+    puts: HashMap<ValueId, Vec<&'a Op>>,
     /// Puts of values too short for a header, by their bytes.
     small_puts: HashMap<Vec<u8>, Vec<&'a Op>>,
     /// Acknowledged writes: (completion, invocation).
@@ -237,7 +240,7 @@ fn index(history: &History) -> HashMap<&str, KeyIndex<'_>> {
                 let acked = op.is_ok().then_some((op.end, op.invoke));
                 match op.kind {
                     OpKind::Put { id, len, .. } => {
-                        ix.puts.entry(id).or_insert(op);
+                        ix.puts.entry(id).or_default().push(op);
                         if header_len(key.as_bytes()).is_none_or(|h| len < h as u64) {
                             let bytes = generate(key.as_bytes(), id, len as usize).to_vec();
                             ix.small_puts.entry(bytes).or_default().push(op);
@@ -458,16 +461,28 @@ fn check_get(
                     ViolationKind::Unknown,
                     format!("returned value {id} ({len} bytes), which no put wrote to this key"),
                 )),
-                Some(put) => match put.kind {
-                    OpKind::Put { len: put_len, .. } if put_len != *len => Some((
-                        ViolationKind::Unknown,
-                        format!(
-                            "returned value {id} of {len} bytes, but {} wrote {put_len} bytes",
-                            describe(put)
-                        ),
-                    )),
-                    _ => check_candidate(get, put, ix),
-                },
+                Some(puts) => {
+                    let mut first = None;
+                    for put in puts {
+                        let found = match put.kind {
+                            OpKind::Put { len: put_len, .. } if put_len != *len => Some((
+                                ViolationKind::Unknown,
+                                format!(
+                                    "returned value {id} of {len} bytes, but {} wrote {put_len} bytes",
+                                    describe(put)
+                                ),
+                            )),
+                            _ => check_candidate(get, put, ix),
+                        };
+                        match found {
+                            None => return None,
+                            Some(v) => {
+                                first.get_or_insert(v);
+                            }
+                        }
+                    }
+                    first
+                }
             }
         }
         GetResult::Value {

@@ -562,3 +562,40 @@ fn sequential_model_histories_are_clean_and_mutations_are_caught() {
         }
     }
 }
+
+/// A put of value `id` (len 100), for a value several operations write (an S3 Complete sent again).
+fn put_again(h: &mut H, id: ValueId, at: u64, done: Option<(u64, Outcome)>) {
+    let kind = OpKind::Put {
+        key: K.into(),
+        id,
+        len: 100,
+    };
+    h.op(kind, at, done);
+}
+
+#[test]
+fn a_value_put_by_several_operations_takes_the_most_favourable_one() {
+    // The first put of the value failed early; another write was acknowledged after it.
+    let mut h = H::default();
+    let v = h.put(0, Some((10, false)));
+    h.put(20, Some((30, true)));
+    h.get_value(40, 50, v);
+    assert_eq!(h.kinds(), vec![ViolationKind::Stale], "one put: stale");
+    // A second operation putting the same value, acknowledged after that write, may have written it last.
+    put_again(&mut h, v, 0, Some((35, Outcome::Ok(OpResult::Put))));
+    h.get_value(60, 70, v);
+    assert!(h.kinds().is_empty(), "the second put may be the last write");
+    // Once a write is acknowledged after every put of the value, reading it is stale again.
+    h.delete(80, Some((90, true)));
+    h.get_value(100, 110, v);
+    assert_eq!(h.kinds(), vec![ViolationKind::Stale]);
+    // A value whose every put is refused is never read.
+    let mut h = H::default();
+    let r = h.refused_put(0, 10, 100);
+    let refused = Outcome::Refused {
+        error: "precondition failed".into(),
+    };
+    put_again(&mut h, r, 0, Some((20, refused)));
+    h.get_value(30, 40, r);
+    assert_eq!(h.kinds(), vec![ViolationKind::Refused]);
+}

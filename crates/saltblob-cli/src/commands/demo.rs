@@ -1,4 +1,6 @@
-//! `saltblob demo`: stores and reads back a mixed-size set, verifies every digest, prints layouts and latencies.
+//! `saltblob demo`: stores and reads back a mixed-size set, verifies every digest, prints layouts (and where the
+//! backend keeps each blob's chunks: on the embedded store, `extent` files for large blobs, RocksDB's `blob
+//! files` for the others) and latencies.
 
 use std::time::Instant;
 
@@ -45,8 +47,8 @@ const SIZES: [u64; 9] = [
 /// if a blob reads back differently.
 async fn demo(store: &BlobStore, small: bool) -> Result<(), Failure> {
     println!(
-        "{:<22} {:>10}  {:<17} {:>7} {:>6}  {:>9} {:>9} {:>10}  digest",
-        "key", "size", "layout", "chunks", "salts", "put ms", "get ms", "get MiB/s"
+        "{:<22} {:>10}  {:<17} {:<10} {:>7} {:>6}  {:>9} {:>9} {:>10}  digest",
+        "key", "size", "layout", "stored in", "chunks", "salts", "put ms", "get ms", "get MiB/s"
     );
     let mut failures = 0;
     for (i, size) in SIZES
@@ -80,8 +82,13 @@ async fn demo(store: &BlobStore, small: bool) -> Result<(), Failure> {
         } else {
             0.0
         };
+        let stored = match (&d.storage, manifest.layout()) {
+            (Some(s), _) => s.clone(),
+            (None, Layout::Inline) => "manifest".to_owned(),
+            (None, Layout::Chunked(_)) => "-".to_owned(),
+        };
         println!(
-            "{key:<22} {:>10}  {:<17} {chunks:>7} {salts:>6}  {put_ms:>9.2} {:>9.2} {mib_s:>10.1}  {}",
+            "{key:<22} {:>10}  {:<17} {stored:<10} {chunks:>7} {salts:>6}  {put_ms:>9.2} {:>9.2} {mib_s:>10.1}  {}",
             short(size),
             d.layout_kind,
             get_s * 1e3,

@@ -91,13 +91,15 @@ fn fsck_json(r: &FsckReport) -> serde_json::Value {
         .iter()
         .map(|o| {
             json!({"key": human::escape_key(&o.key), "version": o.version.to_string(),
-                   "chunks": o.chunks, "reason": reason(o.reason), "removed": o.removed})
+                   "chunks": o.chunks, "files": o.files, "reason": reason(o.reason),
+                   "removed": o.removed})
         })
         .collect();
     json!({
         "blobs": r.blobs,
         "bytes": r.bytes,
         "chunks": r.chunks,
+        "version_files": r.version_files,
         "damaged": damaged,
         "orphans": orphans,
         "orphans_left": r.orphans_left(),
@@ -116,8 +118,13 @@ fn print_fsck(r: &FsckReport, repair: bool) {
         );
     }
     for o in &r.orphans {
+        let files = match o.files {
+            0 => String::new(),
+            1 => ", its extent file".to_owned(),
+            n => format!(", {n} extent files"),
+        };
         println!(
-            "ORPHAN {} version {}: {} chunk(s), {}{}",
+            "ORPHAN {} version {}: {} chunk(s){files}, {}{}",
             human::escape_key(&o.key),
             o.version,
             o.chunks,
@@ -126,10 +133,11 @@ fn print_fsck(r: &FsckReport, repair: bool) {
         );
     }
     println!(
-        "fsck: {} blob(s) checked, {} read and verified, {} chunk(s) listed",
+        "fsck: {} blob(s) checked, {} read and verified, {} chunk(s) and {} extent file(s) listed",
         r.blobs,
         short(r.bytes),
-        r.chunks
+        r.chunks,
+        r.version_files
     );
     let removed = r.orphans.len() - r.orphans_left();
     println!(

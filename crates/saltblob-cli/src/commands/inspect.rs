@@ -69,6 +69,9 @@ impl Describe {
             println!("{}", human::describe_json(&d));
         } else {
             println!("{}", human::manifest_text(&d.key, &d.manifest));
+            if let Some(storage) = &d.storage {
+                println!("stored in:    {storage}");
+            }
             if !d.bytes_per_salt.is_empty() {
                 println!(
                     "bytes per salt: {}",

@@ -15,6 +15,11 @@ pub fn saltblob(store: &Path) -> Command {
     c
 }
 
+/// The URL of the embedded store in `dir`, with the defaults.
+pub fn store_url(dir: &Path) -> String {
+    format!("rocksdb://{}", dir.display())
+}
+
 /// Runs `cmd` and returns its output, failing the test with its stderr if it did not succeed.
 pub fn ok(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("run saltblob");
@@ -100,13 +105,20 @@ pub fn peak_rss_mib(stderr: &[u8]) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Bytes of the files directly under `dir` (an embedded store's directory has no subdirectories).
+/// Bytes of the files under `dir` and its subdirectories (an embedded store's directory holds RocksDB's files
+/// and `extents/`, the extent files of large blobs).
 pub fn disk_usage(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .expect("read store dir")
-        .map(|e| e.expect("dir entry").metadata().expect("metadata"))
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
+        .map(|e| e.expect("dir entry"))
+        .map(|e| {
+            let meta = e.metadata().expect("metadata");
+            if meta.is_dir() {
+                disk_usage(&e.path())
+            } else {
+                meta.len()
+            }
+        })
         .sum()
 }
 
@@ -131,4 +143,68 @@ pub fn fsck_gc_fsck(store: &Path, lease: std::time::Duration) -> (String, serde_
         .trim_end()
         .replace('\n', "; ");
     (report, fsck)
+}
+
+/// The ignored test `name` of this binary as a child process under libfiu's `fiu-run -x` (faults off until
+/// `fiu-ctrl` enables them), with environment variable `env` set to `dir`; stdout discarded, stderr piped.
+pub fn fiu_child(name: &str, env: &str, dir: &Path) -> Command {
+    let mut c = Command::new("fiu-run");
+    c.arg("-x")
+        .arg(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--ignored", "--test-threads=1"])
+        .env(env, dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
+/// Runs `fiu-ctrl` with `commands` (each one `-c` argument, e.g. `enable name=posix/io/sync/fdatasync`) on the
+/// process `pid`, which runs under `fiu-run`; fails the test if it fails.
+pub fn fiu_ctrl(pid: u32, commands: impl IntoIterator<Item = String>) {
+    let mut cmd = Command::new("fiu-ctrl");
+    for c in commands {
+        cmd.arg("-c").arg(c);
+    }
+    let status = cmd.arg(pid.to_string()).status().expect("run fiu-ctrl");
+    assert!(status.success(), "fiu-ctrl failed: {status}");
+}
+
+/// Waits for `child` and fails the test, with its stderr, unless it exited successfully.
+pub fn child_succeeded(child: std::process::Child) {
+    let out = child.wait_with_output().expect("wait for the child");
+    assert!(
+        out.status.success(),
+        "the child died: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The body of a child process run under libfiu's `fiu-run -x` by the test that sets environment variable `env`
+/// to its working directory: opens the embedded store in `<dir>/store` with the defaults and runs `body` with the
+/// directory and the store, on a runtime without an I/O driver (its wake-ups are writes to an eventfd, which
+/// injected write faults would break). Returns at once when `env` is not set (the child run as a plain test).
+pub fn fault_child<F, Fut>(env: &str, body: F)
+where
+    F: FnOnce(std::path::PathBuf, saltblob::BlobStore) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(dir) = std::env::var_os(env) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let store = saltblob::open(
+            &store_url(&dir.join("store")),
+            saltblob::StoreConfig::default(),
+        )
+        .await
+        .expect("open store");
+        body(dir, store).await;
+    });
 }

@@ -5,7 +5,7 @@
 //! read back and the history is checked (an acknowledged put that did not survive would be *lost*), and `fsck`
 //! must find nothing damaged.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,29 +40,12 @@ fn keys() -> Vec<String> {
     key_set("fault/", 4)
 }
 
-fn store_url(dir: &Path) -> String {
-    format!("rocksdb://{}", dir.display())
-}
-
 /// The child: runs the load until the parent creates the `stop` file. Not a test on its own (it returns at once
 /// without the environment variable the parent sets).
 #[test]
 #[ignore = "the child process of injected_write_and_fsync_failures_surface_as_errors; run by it"]
 fn fault_child() {
-    let Some(spec) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let spec = PathBuf::from(spec);
-    // No I/O driver: its wake-ups are writes to an eventfd, which the injected faults would break.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("runtime");
-    rt.block_on(async move {
-        let store = saltblob::open(&store_url(&spec.join("store")), StoreConfig::default())
-            .await
-            .expect("open store");
+    crate::common::fault_child(CHILD_ENV, async |spec, store| {
         let sink = Arc::new(FileSink::open(spec.join("history.jsonl")).expect("history file"));
         let mut load = WorkloadConfig::new(keys());
         load.clients = 3;
@@ -87,15 +70,6 @@ fn fault_child() {
     });
 }
 
-fn fiu_ctrl(pid: u32, commands: impl IntoIterator<Item = String>) {
-    let mut cmd = Command::new("fiu-ctrl");
-    for c in commands {
-        cmd.arg("-c").arg(c);
-    }
-    let status = cmd.arg(pid.to_string()).status().expect("run fiu-ctrl");
-    assert!(status.success(), "fiu-ctrl failed: {status}");
-}
-
 fn ok_ops(history: &Path) -> usize {
     History::load(history)
         .map(|h| h.ops.iter().filter(|op| op.is_ok()).count())
@@ -116,18 +90,7 @@ fn injected_write_and_fsync_failures_surface_as_errors() {
     );
     let spec = tempfile::tempdir().expect("tempdir");
     let history = spec.path().join("history.jsonl");
-    let mut child = Command::new("fiu-run")
-        .arg("-x")
-        .arg(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "fault_injection::fault_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, spec.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+    let mut child = fiu_child("fault_injection::fault_child", CHILD_ENV, spec.path())
         .spawn()
         .expect("spawn the child under fiu-run");
     let pid = child.id();
@@ -148,15 +111,9 @@ fn injected_write_and_fsync_failures_surface_as_errors() {
     std::thread::sleep(Duration::from_secs(3));
     fiu_ctrl(pid, POINTS.iter().map(|p| format!("disable name={p}")));
     std::fs::write(spec.path().join("stop"), b"").expect("stop file");
-    let out = child.wait_with_output().expect("wait for the child");
     // A child killed by a failure it could not handle (a panic, an abort) fails the test; what it did is
     // checked either way.
-    assert!(
-        out.status.success(),
-        "the child died: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    child_succeeded(child);
 
     let sink = Arc::new(FileSink::open(&history).expect("history file"));
     sink.record(&Event::Barrier {

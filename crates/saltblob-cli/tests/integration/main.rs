@@ -5,6 +5,7 @@ mod common;
 mod cql;
 mod crash;
 mod crash_loop;
+mod extent_faults;
 mod fault_injection;
 mod keys;
 mod maintenance;

@@ -1,4 +1,6 @@
-//! Streaming a 1 GiB blob through `put -` and `get -` stays within a bounded amount of memory.
+//! Streaming a 1 GiB blob through `put -` and `get -` stays within a bounded amount of memory: the put within
+//! 64 MiB (issue 22's goal: its chunks go to an extent file through a few I/O buffers, not through RocksDB's
+//! memtables), the get within 256 MiB.
 
 use std::io::{Read, Write};
 use std::process::Stdio;
@@ -7,9 +9,10 @@ use crate::common::*;
 
 const SIZE: u64 = 1 << 30;
 const LIMIT_MIB: f64 = 256.0;
+const PUT_LIMIT_MIB: f64 = 64.0;
 
 #[test]
-fn streaming_a_gib_through_stdin_and_stdout_stays_below_256_mib() {
+fn streaming_a_gib_put_stays_within_64_mib_and_get_within_256_mib() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path().join("store");
 
@@ -72,13 +75,14 @@ fn streaming_a_gib_through_stdin_and_stdout_stays_below_256_mib() {
     let get_peak = peak_rss_mib(&out.stderr);
 
     println!(
-        "1 GiB streamed: put peak {put_peak:.1} MiB, get peak {get_peak:.1} MiB resident (limit {LIMIT_MIB} MiB)"
+        "1 GiB streamed: put peak {put_peak:.1} MiB (limit {PUT_LIMIT_MIB} MiB), get peak {get_peak:.1} MiB \
+         resident (limit {LIMIT_MIB} MiB)"
     );
     assert_eq!(
         (total, read),
         (SIZE, written),
         "the GiB read back is the GiB written"
     );
-    assert!(put_peak < LIMIT_MIB, "put peaked at {put_peak:.1} MiB");
+    assert!(put_peak < PUT_LIMIT_MIB, "put peaked at {put_peak:.1} MiB");
     assert!(get_peak < LIMIT_MIB, "get peaked at {get_peak:.1} MiB");
 }

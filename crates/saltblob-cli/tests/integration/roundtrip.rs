@@ -31,6 +31,10 @@ fn a_200_mib_file_round_trips_by_file_and_by_pipe() {
 
     let d = json(&ok(saltblob(&store).args(["describe", "piped", "--json"])));
     assert_eq!(d["layout"], "salted");
+    assert_eq!(
+        d["storage"], "extent",
+        "a large stream goes to an extent file"
+    );
     assert_eq!(d["size"], size);
     assert_eq!(d["salt_count"], 100);
     assert_eq!(d["chunk_count"], 3200);
@@ -133,6 +137,33 @@ fn get_into_an_existing_file_keeps_its_permissions() {
         assert_eq!(
             got, mode,
             "get -o kept the replaced file's mode {mode:o}, got {got:o}"
+        );
+    }
+}
+
+/// `saltblob demo` (what `scripts/demo.sh` runs) says where each blob is stored: inline blobs in their manifest,
+/// small and medium ones in RocksDB's blob files, from 8 MiB (the extent threshold) in an extent file.
+#[test]
+fn the_demo_shows_where_each_blob_is_stored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = ok(saltblob(&dir.path().join("store")).args(["demo", "--small"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().next().is_some_and(|h| h.contains("stored in")),
+        "{text}"
+    );
+    for (key, stored) in [
+        ("demo/00-0B ", "manifest"),
+        ("demo/02-16.0KiB ", "manifest"),
+        ("demo/03-16385B ", "blob files"),
+        ("demo/05-1.0MiB ", "blob files"),
+        ("demo/06-8.0MiB ", "extent"),
+        ("demo/07-20.0MiB ", "extent"),
+    ] {
+        let line = text.lines().find(|l| l.starts_with(key));
+        assert!(
+            line.is_some_and(|l| l.contains(stored) && l.ends_with("verified")),
+            "{key} should be stored in {stored}: {text}"
         );
     }
 }

@@ -13,7 +13,8 @@ use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::watch;
 
 use crate::backend::{
-    BlobRef, ChunkAddress, ChunkStore, ChunkWrite, Namespace, Precondition, RecordWrite,
+    BlobRef, ChunkAddress, ChunkRecord, ChunkStore, ChunkWrite, Namespace, Precondition,
+    RecordWrite,
 };
 use crate::layer::ChunkStoreLayer;
 use crate::{Error, Result};
@@ -25,10 +26,11 @@ pub enum Point {
     RecordRead(Namespace),
     /// `put_record` and `delete_record` in a namespace.
     RecordWrite(Namespace),
-    /// `put_chunks` and `put_chunks_unlogged`. A held chunk write is already issued, as an engine's write on a
-    /// thread of its own is: it lands once released even if its caller has given up on it.
+    /// `put_chunks`, `put_chunks_unlogged` and `put_chunk_records`. A held chunk write is already issued, as
+    /// an engine's write on a thread of its own is: it lands once released even if its caller has given up on
+    /// it.
     ChunkWrite,
-    /// `sync_unlogged_chunks`, issued like a chunk write.
+    /// `sync_unlogged_chunks` and `sync_chunk_records`, issued like a chunk write.
     ChunkSync,
     /// `scan_chunks`.
     ChunkScan,
@@ -199,6 +201,22 @@ impl ChunkStoreLayer for Faulty {
     async fn sync_unlogged_chunks(&self) -> Result<()> {
         self.issue(Point::ChunkSync, |inner| async move {
             inner.sync_unlogged_chunks().await
+        })
+        .await
+    }
+
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        let blob = blob.clone();
+        self.issue(Point::ChunkWrite, move |inner| async move {
+            inner.put_chunk_records(&blob, records).await
+        })
+        .await
+    }
+
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        let blob = blob.clone();
+        self.issue(Point::ChunkSync, move |inner| async move {
+            inner.sync_chunk_records(&blob).await
         })
         .await
     }

@@ -11,8 +11,8 @@ use futures::stream::BoxStream;
 use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::Result;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    RecordWrite, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
+    Precondition, RecordWrite, RecordsPlan, SpaceReport,
 };
 use crate::layer::ChunkStoreLayer;
 
@@ -23,9 +23,10 @@ const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 /// (requests outside any operation's class, such as intent renewals, run in the store's default class, else
 /// `interactive`, and the backend sees that class).
 ///
-/// Not scheduled: [`ChunkStore::scan_chunks`] (fsck's listing, a stream paced by its consumer),
-/// [`ChunkStore::sync_unlogged_chunks`] (a flush, which moves no bytes of its own) and
-/// [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that
+/// Not scheduled: [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams
+/// paced by their consumer), [`ChunkStore::sync_unlogged_chunks`] and [`ChunkStore::sync_chunk_records`]
+/// (a flush or an fsync, which move no bytes of their own), [`ChunkStore::begin_chunk_records`] (creating and
+/// sizing a file) and [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that
 /// a new one cannot bypass admission by default.
 #[derive(Debug)]
 pub(crate) struct ScheduledStore {
@@ -147,6 +148,22 @@ impl ChunkStoreLayer for ScheduledStore {
         self.backend.sync_unlogged_chunks().await
     }
 
+    /// Not admitted: it creates and sizes a file, and moves no bytes of its own.
+    async fn begin_chunk_records(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<()> {
+        self.backend.begin_chunk_records(blob, plan).await
+    }
+
+    async fn put_chunk_records(&self, blob: &BlobRef, records: Vec<ChunkRecord>) -> Result<()> {
+        let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+        let call = self.backend.put_chunk_records(blob, records);
+        self.run(bytes, call, |_| bytes).await
+    }
+
+    /// Not admitted, like [`ChunkStore::sync_unlogged_chunks`]: it waits for bytes already written.
+    async fn sync_chunk_records(&self, blob: &BlobRef) -> Result<()> {
+        self.backend.sync_chunk_records(blob).await
+    }
+
     async fn get_chunks(&self, blob: &BlobRef, chunks: &[ChunkId]) -> Result<Vec<Option<Bytes>>> {
         let class = self.class();
         let id = class.id;
@@ -165,8 +182,16 @@ impl ChunkStoreLayer for ScheduledStore {
         self.run(0, call, |_| 0).await
     }
 
+    async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
+        self.run(0, self.backend.chunk_storage(blob), |_| 0).await
+    }
+
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {
         self.backend.scan_chunks()
+    }
+
+    fn scan_version_files(&self) -> BoxStream<'_, Result<BlobRef>> {
+        self.backend.scan_version_files()
     }
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {

@@ -227,6 +227,15 @@ impl ChunkStoreLayer for Slow {
         self.write(&chunks).await;
         self.inner.put_chunks_unlogged(blob, chunks).await
     }
+    async fn put_chunk_records(
+        &self,
+        blob: &BlobRef,
+        records: Vec<crate::backend::ChunkRecord>,
+    ) -> crate::Result<()> {
+        self.record("put_chunks", records.iter().map(|r| r.len()).sum());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.inner.put_chunk_records(blob, records).await
+    }
     async fn get_chunks(
         &self,
         blob: &BlobRef,

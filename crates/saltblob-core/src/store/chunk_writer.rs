@@ -1,6 +1,11 @@
 //! The chunk writer of a put: chunks grouped into backend calls, at most the in-flight window in flight, and the
 //! blob's digest: each chunk hashed in the task that encodes it, or in order on the put's task when the chunk
 //! size is no BLAKE3 subtree (see `digest.rs`).
+//!
+//! A put stores its chunks one of three ways ([`Path`]), chosen by its size and what the backend asks for: as
+//! records of their version (large puts on a backend that keeps a version in a file of its own: the header and
+//! the payload are handed over apart, so the backend copies each byte once, into its I/O buffer), unlogged
+//! (large puts on a backend whose log would write them twice), or plainly.
 
 use std::sync::Arc;
 
@@ -8,8 +13,8 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::backend::{BlobRef, ChunkStore, ChunkWrite};
-use crate::codec::{ChunkPlace, Codec, encode_chunk};
+use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, RecordsPlan};
+use crate::codec::{ChunkPlace, Codec, encode_chunk, encode_record};
 use crate::intent::Progress;
 use crate::layout::ChunkLayout;
 use crate::retry::Backoff;
@@ -17,6 +22,18 @@ use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::state::Inner;
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
+
+/// How a put stores its chunks, and what it must do before its commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// [`ChunkStore::put_chunks`]; nothing to do before the commit.
+    Logged,
+    /// [`ChunkStore::put_chunks_unlogged`], then [`ChunkStore::sync_unlogged_chunks`].
+    Unlogged,
+    /// [`ChunkStore::begin_chunk_records`], [`ChunkStore::put_chunk_records`], then
+    /// [`ChunkStore::sync_chunk_records`] of the version.
+    Records,
+}
 
 /// Writes the chunks of one version: groups them into batches of up to the batch size and keeps at most the
 /// in-flight window of raw bytes in backend calls at once.
@@ -39,27 +56,41 @@ pub(crate) struct ChunkWriter {
     progress: Arc<Progress>,
     /// The put's class, which the writes of its spawned tasks run in.
     class: Option<ClassTag>,
-    /// Whether the chunks are stored unlogged and synced in [`ChunkWriter::finish`] (a large put on a backend
-    /// that asks for it: [`crate::backend::BackendInfo::unlogged_chunks_min_bytes`]).
-    unlogged: bool,
+    /// How the chunks are stored: as records or unlogged (both synced in [`ChunkWriter::finish`]) for a large
+    /// put on a backend that asks for it ([`crate::backend::BackendInfo::chunk_records_min_bytes`],
+    /// [`crate::backend::BackendInfo::unlogged_chunks_min_bytes`]), else plainly.
+    path: Path,
+    /// What [`ChunkStore::begin_chunk_records`] is told; `Some` until it was called (records only).
+    plan: Option<RecordsPlan>,
+    /// Whether [`ChunkStore::begin_chunk_records`] was called: the version has storage to delete on abort.
+    begun: bool,
     /// The blob's digest: fed the subtrees the tasks hash, or the raw chunks in order as they are pushed.
     digest: BlobDigest,
 }
 
 impl ChunkWriter {
     /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class; `size` is the
-    /// blob's size or, for a stream of unknown length, a lower bound of it.
+    /// blob's size when known, `at_least` its size or, for a stream of unknown length, a lower bound of it.
+    #[expect(clippy::too_many_arguments, reason = "the put's plan, passed once")]
     pub(crate) fn new(
         inner: &Inner,
         blob: BlobRef,
         salt_count: u32,
         codec: Codec,
         chunk_size: u32,
-        size: u64,
+        size: Option<u64>,
+        at_least: u64,
         progress: Arc<Progress>,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
         let class = current_class();
+        let path = if inner.info.records_put(at_least) {
+            Path::Records
+        } else if inner.info.unlogged_put(at_least) {
+            Path::Unlogged
+        } else {
+            Path::Logged
+        };
         Self {
             backend: Arc::clone(&inner.backend),
             blob,
@@ -69,8 +100,12 @@ impl ChunkWriter {
                 salt_count,
             },
             codec,
-            per_batch: usize::try_from(inner.chunks_per_batch(chunk_size, class.as_ref()))
-                .unwrap_or(1),
+            per_batch: usize::try_from(inner.chunks_per_batch_of(
+                chunk_size,
+                class.as_ref(),
+                at_least,
+            ))
+            .unwrap_or(1),
             backoff: inner.chunk_backoff(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,
@@ -80,8 +115,25 @@ impl ChunkWriter {
             progress,
             digest: BlobDigest::new(chunk_size, class.clone()),
             class,
-            unlogged: inner.info.unlogged_put(size),
+            plan: (path == Path::Records).then(|| RecordsPlan::new(chunk_size, size)),
+            path,
+            begun: false,
         }
+    }
+
+    /// Prepares the backend's storage of the version when its chunks are stored as records (a file of their
+    /// own, created and pre-sized); does nothing otherwise. Called before the first chunk.
+    pub(crate) async fn begin(&mut self) -> Result<()> {
+        if let Some(plan) = self.plan.take() {
+            // Counted as begun before the call: a failure may leave what it created, for abort to delete.
+            self.begun = true;
+            let backend = &self.backend;
+            let blob = &self.blob;
+            self.backoff
+                .run(|| backend.begin_chunk_records(blob, plan))
+                .await?;
+        }
+        Ok(())
     }
 
     fn add_stored(
@@ -128,48 +180,64 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
-        let (backend, blob, layout, codec, backoff, class, unlogged, hasher) = (
+        let (backend, blob, layout, codec, backoff, class, path, hasher) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
             self.layout,
             self.codec,
             self.backoff,
             self.class.clone(),
-            self.unlogged,
+            self.path,
             self.digest.chunk_hasher(),
         );
         self.tasks.spawn(in_class(self.class.clone(), async move {
             let _permit = permit;
             let encoding = blob.clone();
-            let (writes, hashes) = cpu::run(class.as_ref(), move || {
-                encode_batch(&encoding, layout, codec, hasher, &batch)
+            let (encoded, hashes) = cpu::run(class.as_ref(), move || {
+                encode_batch(&encoding, layout, codec, hasher, &batch, path)
             })
             .await?;
-            let stored: u64 = writes.iter().map(|w| w.data.len() as u64).sum();
-            backoff
-                .run(|| {
-                    if unlogged {
-                        backend.put_chunks_unlogged(&blob, writes.clone())
-                    } else {
-                        backend.put_chunks(&blob, writes.clone())
-                    }
-                })
-                .await?;
+            let stored = encoded.stored_bytes();
+            match encoded {
+                Encoded::Writes(writes) => {
+                    backoff
+                        .run(|| {
+                            if path == Path::Unlogged {
+                                backend.put_chunks_unlogged(&blob, writes.clone())
+                            } else {
+                                backend.put_chunks(&blob, writes.clone())
+                            }
+                        })
+                        .await?
+                }
+                Encoded::Records(records) => {
+                    backoff
+                        .run(|| backend.put_chunk_records(&blob, records.clone()))
+                        .await?
+                }
+            }
             Ok((stored, hashes))
         }));
         Ok(())
     }
 
-    /// Waits for every chunk and, for unlogged chunks, for the backend to make them durable; returns the stored
-    /// bytes and the BLAKE3 digest of the raw bytes pushed. Only then may the put commit.
+    /// Waits for every chunk and, for unlogged chunks and records, for the backend to make them durable; returns
+    /// the stored bytes and the BLAKE3 digest of the raw bytes pushed. Only then may the put commit.
     pub(crate) async fn finish(&mut self) -> Result<(u64, blake3::Hash)> {
         self.flush().await?;
         while let Some(done) = self.tasks.join_next().await {
             self.add_stored(done)?;
         }
-        if self.unlogged {
-            let backend = &self.backend;
-            self.backoff.run(|| backend.sync_unlogged_chunks()).await?;
+        let backend = &self.backend;
+        match self.path {
+            Path::Logged => {}
+            Path::Unlogged => self.backoff.run(|| backend.sync_unlogged_chunks()).await?,
+            Path::Records => {
+                let blob = &self.blob;
+                self.backoff
+                    .run(|| backend.sync_chunk_records(blob))
+                    .await?
+            }
         }
         Ok((self.stored, self.digest.finalize().await?))
     }
@@ -197,7 +265,7 @@ impl ChunkWriter {
     /// most one backend call per batch in flight.
     pub(crate) async fn abort(mut self) -> bool {
         while self.tasks.join_next().await.is_some() {}
-        if self.layout.chunk_count > 0
+        if (self.layout.chunk_count > 0 || self.begun)
             && let Err(e) = self
                 .backend
                 .delete_chunks(&self.blob, self.layout.salt_count, self.layout.chunk_count)
@@ -213,35 +281,77 @@ impl ChunkWriter {
     }
 }
 
+/// A batch of chunks encoded for the way the put stores them.
+enum Encoded {
+    /// Whole chunks, for [`ChunkStore::put_chunks`] and [`ChunkStore::put_chunks_unlogged`].
+    Writes(Vec<ChunkWrite>),
+    /// Header and payload apart, for [`ChunkStore::put_chunk_records`].
+    Records(Vec<ChunkRecord>),
+}
+
+impl Encoded {
+    /// Stored bytes of the batch.
+    fn stored_bytes(&self) -> u64 {
+        match self {
+            Encoded::Writes(writes) => writes.iter().map(|w| w.data.len() as u64).sum(),
+            Encoded::Records(records) => records.iter().map(|r| r.len() as u64).sum(),
+        }
+    }
+}
+
 /// The encoded chunks of a batch of `blob`, and their subtrees when `hasher` is given (each chunk hashed
-/// right before it is encoded, while it is in the cache).
+/// right before it is encoded, while it is in the cache; its checksum follows at once).
 fn encode_batch(
     blob: &BlobRef,
     layout: ChunkLayout,
     codec: Codec,
     hasher: Option<ChunkHasher>,
     batch: &[(u64, Bytes)],
-) -> (Vec<ChunkWrite>, Vec<ChunkHash>) {
+    path: Path,
+) -> (Encoded, Vec<ChunkHash>) {
     let mut hashes = Vec::new();
-    let writes = batch
-        .iter()
-        .map(|(index, raw)| {
-            if let Some(hasher) = hasher {
-                hashes.push(hasher.hash(*index, raw));
-            }
-            let place = ChunkPlace {
-                key: &blob.key,
-                version: blob.version,
-                index: *index,
-            };
-            ChunkWrite {
-                salt: layout.salt_of(*index),
-                index: *index,
-                data: encode_chunk(place, raw, codec),
-            }
-        })
-        .collect();
-    (writes, hashes)
+    let mut hash = |index: u64, raw: &Bytes| {
+        if let Some(hasher) = hasher {
+            hashes.push(hasher.hash(index, raw));
+        }
+    };
+    let place = |index: u64| ChunkPlace {
+        key: &blob.key,
+        version: blob.version,
+        index,
+    };
+    let encoded = if path == Path::Records {
+        Encoded::Records(
+            batch
+                .iter()
+                .map(|(index, raw)| {
+                    hash(*index, raw);
+                    let (header, payload) = encode_record(place(*index), raw, codec);
+                    ChunkRecord {
+                        salt: layout.salt_of(*index),
+                        index: *index,
+                        header,
+                        payload,
+                    }
+                })
+                .collect(),
+        )
+    } else {
+        Encoded::Writes(
+            batch
+                .iter()
+                .map(|(index, raw)| {
+                    hash(*index, raw);
+                    ChunkWrite {
+                        salt: layout.salt_of(*index),
+                        index: *index,
+                        data: encode_chunk(place(*index), raw, codec),
+                    }
+                })
+                .collect(),
+        )
+    };
+    (encoded, hashes)
 }
 
 /// What a chunk-write task returns: its stored bytes and the subtrees of its chunks.

@@ -29,7 +29,7 @@ use tokio::io::AsyncRead;
 pub use self::key::{MAX_KEY_LEN, validate_key};
 pub use self::read::BlobStream;
 use self::write::{Finish, PutPlan};
-use crate::backend::{ChunkStore, Namespace};
+use crate::backend::{BlobRef, ChunkStore, Namespace};
 use crate::config::{GetOptions, PutOptions, StoreConfig};
 use crate::fsck::{self, FsckOptions, FsckReport};
 use crate::gc::{self, GcHandle, GcOptions, GcReport};
@@ -88,6 +88,10 @@ pub struct Description {
     pub layout_kind: &'static str,
     /// Logical bytes under each salt (empty for inline blobs).
     pub bytes_per_salt: Vec<u64>,
+    /// Where the backend keeps the chunks, as it says ([`ChunkStore::chunk_storage`]: on RocksDB `extent`, a
+    /// file of the version's own, or `blob files`); for a segmented blob, each kind its segments use, joined by
+    /// `+`. `None` for an inline blob, or when the backend does not say.
+    pub storage: Option<String>,
 }
 
 impl BlobStore {
@@ -459,11 +463,27 @@ impl BlobStore {
             Layout::Inline => Vec::new(),
             Layout::Chunked(l) => l.bytes_per_salt(manifest.size),
         };
+        let mut kinds: Vec<String> = Vec::new();
+        for segment in manifest.segments() {
+            if !matches!(segment.body, ManifestBody::Chunked { .. }) {
+                continue;
+            }
+            let blob = BlobRef {
+                key: key.clone(),
+                version: segment.version,
+            };
+            let kind = self.inner.backend.chunk_storage(&blob).await?;
+            if let Some(kind) = kind.filter(|k| !kinds.contains(k)) {
+                kinds.push(kind);
+            }
+        }
+        let storage = (!kinds.is_empty()).then(|| kinds.join("+"));
         Ok(Description {
             key,
             layout_kind: manifest.layout_kind(),
             manifest,
             bytes_per_salt,
+            storage,
         })
     }
 

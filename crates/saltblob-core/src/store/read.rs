@@ -160,7 +160,7 @@ fn stream_chunks(
     class: Option<ClassTag>,
 ) -> BoxStream<'static, Result<Bytes>> {
     let chunks = layout.chunks_covering(&range);
-    let per_batch = inner.chunks_per_batch(layout.chunk_size, class.as_ref());
+    let per_batch = inner.chunks_per_batch_of(layout.chunk_size, class.as_ref(), manifest.size);
     let depth =
         (inner.config.inflight_bytes / (per_batch as usize * layout.chunk_size as usize)).max(1);
     // Lazily: a blob of millions of chunks needs no list of its batches.

@@ -230,19 +230,25 @@ where
         planned_salt,
         policy.codec,
         policy.chunk_size_for(known_size),
+        known_size,
         known_size.unwrap_or(head_len),
         lease.progress(),
     );
-    let written = write_chunks(
-        inner,
-        &key,
-        &mut reader,
-        head,
-        eof,
-        &mut writer,
-        opts.size_hint,
-    )
-    .await;
+    let written = match writer.begin().await {
+        Ok(()) => {
+            write_chunks(
+                inner,
+                &key,
+                &mut reader,
+                head,
+                eof,
+                &mut writer,
+                opts.size_hint,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     let written = written.and_then(|written| match opts.size_hint {
         Some(hint) if hint != written.size => Err(Error::SizeMismatch {
             key: key.as_ref().into(),
@@ -542,6 +548,9 @@ pub(crate) async fn delete(
     key: Bytes,
     only: Option<VersionId>,
 ) -> Result<Option<VersionId>> {
+    if only.is_none() && inner.info.reports_previous {
+        return delete_current(inner, key).await;
+    }
     // Queued before the delete, as in a put's commit, so that a crash right after it orphans nothing.
     let (pre_read, condition) = match only {
         None => match inner.read_manifest(&key).await {
@@ -588,6 +597,50 @@ pub(crate) async fn delete(
     let version = previous.as_ref().map(|m| m.version);
     reclaim::queue_replaced(inner, &key, None, previous, pre_read.as_ref(), queued_at).await;
     Ok(version)
+}
+
+/// An unconditional delete on a backend whose conditional writes are cheap (those that report the replaced
+/// record): a compare-and-set on the record it read and queued, which reads, queues and tries again when a put
+/// committed in between, so that what it deletes is always queued first, as a put's commit does. Without it, a
+/// version committed between the read and the delete would be queued only after the delete, and a crash in
+/// between would leave its chunks named by nothing. A key absent when read is left alone: the delete took
+/// effect then.
+async fn delete_current(inner: &Inner, key: Bytes) -> Result<Option<VersionId>> {
+    let mut raw = inner.backend.get_record(Namespace::Manifest, &key).await?;
+    let mut tries = Backoff::COMMIT_CAS.start();
+    loop {
+        let Some(expected) = raw.clone() else {
+            return Ok(None);
+        };
+        // A damaged manifest must stay deletable; its chunks are left to `fsck --repair`.
+        let read = inner.decode_manifest(&key, &expected).ok();
+        let queued_at = inner.now_micros();
+        if let Some(old) = &read {
+            reclaim::schedule(inner, &key, old).await?;
+        }
+        let condition = if tries.next_attempt().await {
+            Precondition::Equals(expected)
+        } else {
+            Precondition::None
+        };
+        let previous = match inner
+            .backend
+            .delete_record(Namespace::Manifest, &key, &condition)
+            .await?
+        {
+            RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(&key, &bytes).ok(),
+            RecordWrite::Done(Previous::Absent) => None,
+            RecordWrite::Done(Previous::Unknown) => read.clone(),
+            // Replaced (or deleted) since the read: queue what is there now and try again.
+            RecordWrite::ConditionFailed(current) => {
+                raw = current;
+                continue;
+            }
+        };
+        let version = previous.as_ref().map(|m| m.version);
+        reclaim::queue_replaced(inner, &key, None, previous, read.as_ref(), queued_at).await;
+        return Ok(version);
+    }
 }
 
 /// The current manifest of `key` (its record `raw`) when it is `version`, not expired.
@@ -757,6 +810,83 @@ mod tests {
         assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
     }
 
+    /// A put that commits while an unconditional delete of its key is between its read of the manifest and its
+    /// delete: the delete removes the new version, which it did not queue first; a crash before it queues it
+    /// afterwards (here: reclaim writes fail from the delete on) leaves chunks that no manifest, intent or queue
+    /// entry names, and gc never reclaims them (the crash loop's "no orphan after gc" flake).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_racing_a_commit_leaves_no_orphan_after_a_crash() {
+        use crate::layer::ChunkStoreLayer;
+        use crate::{FsckOptions, GcOptions};
+
+        #[derive(Debug)]
+        struct CommitBeforeDelete {
+            backend: Arc<MemoryStore>,
+            racer: std::sync::Mutex<Option<BlobStore>>,
+            armed: std::sync::Mutex<bool>,
+        }
+        #[async_trait::async_trait]
+        impl ChunkStoreLayer for CommitBeforeDelete {
+            fn inner(&self) -> &dyn ChunkStore {
+                &*self.backend
+            }
+            async fn delete_record(
+                &self,
+                ns: Namespace,
+                key: &[u8],
+                cond: &Precondition,
+            ) -> Result<RecordWrite> {
+                let racer = if ns == Namespace::Manifest {
+                    self.racer.lock().expect("lock").take()
+                } else {
+                    None
+                };
+                if let Some(racer) = racer {
+                    racer
+                        .put(key, Bytes::from(vec![2u8; 40_000]), &PutOptions::new())
+                        .await
+                        .expect("the racing put commits");
+                    *self.armed.lock().expect("lock") = true;
+                }
+                let out = self.backend.delete_record(ns, key, cond).await;
+                if ns == Namespace::Manifest
+                    && matches!(out, Ok(RecordWrite::Done(_)))
+                    && *self.armed.lock().expect("lock")
+                {
+                    // The process dies once the manifest is deleted: nothing more reaches the store.
+                    self.backend
+                        .fail_writes(&[Namespace::Reclaim], false)
+                        .expect("inject");
+                }
+                out
+            }
+        }
+
+        let backend = Arc::new(MemoryStore::new());
+        let config = StoreConfig::default().with_grace(Duration::ZERO);
+        let plain = BlobStore::new(backend.clone(), config.clone()).expect("store");
+        let layer = Arc::new(CommitBeforeDelete {
+            backend: backend.clone(),
+            racer: std::sync::Mutex::new(None),
+            armed: std::sync::Mutex::new(false),
+        });
+        let store = BlobStore::new(layer.clone(), config).expect("store");
+        store
+            .put("k", Bytes::from(vec![1u8; 40_000]), &PutOptions::new())
+            .await
+            .expect("put");
+        *layer.racer.lock().expect("lock") = Some(plain.clone());
+        store.delete("k").await.expect("delete");
+        backend.fail_writes(&[], false).expect("heal");
+        plain
+            .gc(&GcOptions::new().with_grace(Duration::ZERO))
+            .await
+            .expect("gc");
+        let fsck = plain.fsck(&FsckOptions::new()).await.expect("fsck");
+        assert!(fsck.orphans.is_empty(), "no orphan after gc: {fsck:?}");
+        assert_eq!(backend.chunk_count().expect("count"), 0);
+    }
+
     /// A large put stores its chunks unlogged where the backend asks for it, and makes them durable before its
     /// commit: losing whatever was not synced (a crash of such an engine) right after the commit loses nothing
     /// of it. A put below the threshold writes its chunks logged.
@@ -804,6 +934,75 @@ mod tests {
         assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
         assert_eq!(store.get("stream").await.expect("get"), large);
         assert_eq!(store.get("small").await.expect("get"), small);
+    }
+
+    /// A put of at least the backend's records threshold begins its version's storage (a "file"), stores its
+    /// chunks as records and syncs them before its commit: losing what was not synced right after the commit
+    /// loses nothing of it. A put that fails after the begin deletes the file with its chunks; reclaiming a
+    /// replaced version deletes its file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunk_records_are_synced_before_the_commit() {
+        use crate::memory::MEMORY_RECORDS_MIN_BYTES;
+
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default().with_grace(Duration::ZERO),
+        )
+        .expect("store");
+        let min = usize::try_from(MEMORY_RECORDS_MIN_BYTES).expect("fits");
+        let large = Bytes::from(
+            (0..min * 2 + 7)
+                .map(|i| (i % 253) as u8)
+                .collect::<Vec<_>>(),
+        );
+        store
+            .put("large", large.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
+        assert_eq!(backend.version_file_count().expect("files"), 1);
+        assert_eq!(store.get("large").await.expect("get after a crash"), large);
+        let d = store.describe("large").await.expect("describe");
+        assert_eq!(d.storage.as_deref(), Some("version file"));
+
+        // A stream of unknown length that fails after its begin leaves no file and no chunk behind.
+        struct Failing(usize);
+        impl AsyncRead for Failing {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                if self.0 == 0 {
+                    return std::task::Poll::Ready(Err(std::io::Error::other("source failed")));
+                }
+                let n = self.0.min(buf.remaining()).min(1 << 20);
+                buf.put_slice(&vec![9u8; n]);
+                self.0 -= n;
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let chunks = backend.chunk_count().expect("count");
+        let failed = store
+            .put_stream("failing", Failing(min * 3), &PutOptions::new())
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(backend.version_file_count().expect("files"), 1);
+        assert_eq!(backend.chunk_count().expect("count"), chunks);
+
+        // Replaced, then reclaimed: the replaced version's file goes.
+        store
+            .put(
+                "large",
+                Bytes::from_static(b"small now"),
+                &PutOptions::new(),
+            )
+            .await
+            .expect("overwrite");
+        store.reclaim_all().await.expect("reclaim");
+        assert_eq!(backend.version_file_count().expect("files"), 0);
+        assert_eq!(backend.chunk_count().expect("count"), 0);
     }
 
     /// What a reader puts in [`LateMetadata`] before its end is stored with the version, for inline and chunked

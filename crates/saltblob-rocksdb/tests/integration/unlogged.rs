@@ -1,11 +1,11 @@
-//! Large puts write their chunks without the write-ahead log and flush them before they commit: a process
-//! killed (SIGKILL, no orderly close that would flush the memtables) right after such a commit keeps the blob
-//! whole, and the log did not carry its bytes.
+//! Large puts that keep RocksDB's blob files (extent files off: `extent_min_bytes=off`) write their chunks
+//! without the write-ahead log and flush them before they commit: a process killed (SIGKILL, no orderly close
+//! that would flush the memtables) right after such a commit keeps the blob whole, and the log did not carry its
+//! bytes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use saltblob_core::backend::ChunkStore;
@@ -26,6 +26,13 @@ fn value() -> Bytes {
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect::<Vec<_>>(),
     )
+}
+
+/// The default configuration with extent files off: large puts take the unlogged blob-file path.
+fn blob_files_config(dir: &Path) -> RocksConfig {
+    let mut config = RocksConfig::new(dir);
+    config.extent_min_bytes = None;
+    config
 }
 
 /// Bytes of the write-ahead log files in `dir`.
@@ -50,7 +57,7 @@ fn unlogged_put_child() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let store_dir = dir.join("store");
-        let rocks = Arc::new(RocksStore::open(RocksConfig::new(&store_dir)).expect("open"));
+        let rocks = Arc::new(RocksStore::open(blob_files_config(&store_dir)).expect("open"));
         let store = BlobStore::new(
             Arc::clone(&rocks) as Arc<dyn ChunkStore>,
             StoreConfig::default(),
@@ -70,33 +77,20 @@ fn unlogged_put_child() {
 #[test]
 fn a_killed_process_keeps_its_committed_large_put() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "unlogged::unlogged_put_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the child");
+    let mut child = crate::child_until(
+        "unlogged::unlogged_put_child",
+        CHILD_ENV,
+        dir.path(),
+        "committed",
+        COMMIT_WAIT,
+    );
     let report = dir.path().join("committed");
-    let started = Instant::now();
-    while !report.exists() {
-        if started.elapsed() > COMMIT_WAIT || child.try_wait().expect("wait").is_some() {
-            let _ = child.kill();
-            panic!("the child did not commit within {COMMIT_WAIT:?} (or it exited)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let rocks = RocksStore::open(RocksConfig::new(dir.path().join("store"))).expect("reopen");
+        let rocks = RocksStore::open(blob_files_config(&dir.path().join("store"))).expect("reopen");
         let store = BlobStore::new(Arc::new(rocks), StoreConfig::default()).expect("store");
         let got = store
             .get("large")

@@ -301,23 +301,61 @@ pub async fn send_on<S>(stream: S, request: http::Request<BoxBody<Bytes, Infalli
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    try_send_on(stream, request)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends `request` on a new connection to `addr`; a transport failure (connection refused or cut, body cut
+/// short) is returned, not a panic, for tests that record what the server answered.
+pub async fn try_send_raw(
+    addr: SocketAddr,
+    request: http::Request<BoxBody<Bytes, Infallible>>,
+) -> Result<Reply, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    try_send_on(stream, request).await
+}
+
+/// [`send_on`], returning a transport failure. The connection is closed when the returned future completes or
+/// is dropped (a task sending it aborted: the client goes away).
+pub async fn try_send_on<S>(
+    stream: S,
+    request: http::Request<BoxBody<Bytes, Infallible>>,
+) -> Result<Reply, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let response = sender.send_request(request).await.expect("response");
+        .map_err(|e| format!("handshake: {e}"))?;
+    let _conn = AbortOnDrop(tokio::spawn(conn));
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("response: {e}"))?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let body = response
         .into_body()
         .collect()
         .await
-        .expect("body")
+        .map_err(|e| format!("status {status}, body cut: {e}"))?
         .to_bytes();
-    Reply {
+    Ok(Reply {
         status,
         headers,
         body,
+    })
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -381,7 +381,7 @@ async fn the_metrics_listener_has_a_header_timeout_and_a_connection_cap() {
 
 /// The framed body of a signed `aws-chunked` upload of `chunks` (each signed in turn), ending with the final
 /// chunk unless `final_chunk` is false; `tamper` flips a byte of that chunk's signature.
-fn signed_chunked(
+pub(crate) fn signed_chunked(
     s: &TestServer,
     path: &str,
     chunks: &[&[u8]],
@@ -417,7 +417,8 @@ fn signed_chunked(
     forged.request(&headers, Body::Bytes(Bytes::from(body)))
 }
 
-async fn put_reply(
+/// Sends `request` and waits (at most [`forge::PROMPT`]) for its answer.
+pub(crate) async fn put_reply(
     s: &TestServer,
     request: http::Request<http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>>,
 ) -> Reply {

@@ -9,9 +9,11 @@ mod integrity;
 mod limits;
 mod list;
 mod multipart;
+mod multipart_history;
 mod multipart_races;
 mod objects;
 mod serving;
+mod settings;
 mod tls;
 
 use std::net::SocketAddr;

@@ -260,6 +260,88 @@ async fn the_access_log_has_one_line_per_request_without_secrets() {
     }
 }
 
+/// The access log says how each body came: `payload` names its `x-amz-content-sha256` (`sha256` for a signed
+/// hash; the AWS SDKs' signed `aws-chunked` bodies, which boto3 and awscli never send, by their name) and
+/// `chunk_signatures` counts its signed chunks, the final one included. tests/s3/test_java_sdk.py reads both to
+/// show that the AWS SDK for Java sent the bodies it is run for.
+#[tokio::test]
+async fn the_access_log_names_the_payload_and_counts_signed_chunks() {
+    let captured = captured_log();
+    let s = TestServer::with_bucket("payloadbkt").await;
+    assert_eq!(
+        s.client
+            .put("/payloadbkt/hashed", &b"12345"[..])
+            .await
+            .status,
+        200
+    );
+    let a = vec![b'a'; 70_000];
+    let chunks: [&[u8]; 2] = [&a, b"tail"];
+    let request = crate::limits::signed_chunked(&s, "/payloadbkt/chunked", &chunks, true, None);
+    let r = crate::limits::put_reply(&s, request).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(s);
+    let log = String::from_utf8(captured.0.lock().expect("lock").clone()).expect("utf-8");
+    let line = |key: &str| {
+        log.lines()
+            .find(|l| {
+                l.contains("saltblob_server::access")
+                    && l.contains("bucket=\"payloadbkt\"")
+                    && l.contains(&format!("key=\"{key}\""))
+            })
+            .unwrap_or_else(|| panic!("no access log line for {key} in\n{log}"))
+            .to_owned()
+    };
+    let hashed = line("hashed");
+    assert!(
+        hashed.contains("payload=\"sha256\"") && hashed.contains("chunk_signatures=0"),
+        "{hashed}"
+    );
+    let chunked = line("chunked");
+    assert!(
+        chunked.contains("payload=\"STREAMING-AWS4-HMAC-SHA256-PAYLOAD\"")
+            && chunked.contains("chunk_signatures=3"),
+        "{chunked}"
+    );
+}
+
+/// An HTTP/1.1 response given before the request body was read to its end says `Connection: close` (hyper
+/// closes that connection): a PUT to a missing bucket whose body has not come (boto3 waits for `100 Continue`)
+/// is answered at once. Without the header, urllib3 (under boto3) sent its next request on the closed
+/// connection and got "Remote end closed connection without response". A body read to its end keeps the
+/// connection.
+#[tokio::test]
+async fn a_response_before_the_body_is_read_closes_the_connection() {
+    let s = TestServer::with_bucket("keepbkt").await;
+    let (tx, rx) = mpsc::channel(1);
+    let call = s
+        .client
+        .call("PUT", "/nobucket/k")
+        .header("expect", "100-continue")
+        .stream(rx, 5)
+        .send();
+    let r = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("answered without the body");
+    drop(tx);
+    assert_eq!((r.status, r.code().as_str()), (404, "NoSuchBucket"));
+    assert_eq!(r.header("connection"), "close");
+
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(Bytes::from_static(b"12345")).await.expect("send");
+    drop(tx);
+    let ok = s
+        .client
+        .call("PUT", "/keepbkt/k")
+        .stream(rx, 5)
+        .send()
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.header("connection"), "");
+    let small = s.client.put("/keepbkt/small", &b"xyz"[..]).await;
+    assert_eq!((small.status, small.header("connection")), (200, ""));
+}
+
 /// A request is labelled with the class the store ran it in, by the store's rule: a small object on a store whose
 /// URL sets `priority=bulk` is put and read in `bulk` (the store's class wins over the layout's), and so is a
 /// bucket operation; on a default store they are `interactive`. The access log and the latency histogram say so.

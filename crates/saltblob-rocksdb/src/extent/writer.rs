@@ -1,0 +1,406 @@
+//! [`ExtentWriter`]: the writer of one version's extent file. Chunk records are copied once, straight into
+//! aligned I/O buffers of the configured size (the device's knee), and each full buffer is written at its place
+//! in the pre-sized file while the next one fills, up to `depth` writes in flight. `sync` writes the last,
+//! padded buffer, waits for every write, trims what was allocated beyond the data, then `fdatasync`s the file and
+//! waits for the `fsync` of the directory that was started when the file got its name.
+//!
+//! Any failure (a write, the allocation, the sync) poisons the writer: every later call fails with it, so a
+//! version whose bytes may not have reached the disk is never reported durable, and the put fails and deletes
+//! the file.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use saltblob_core::{BlobRef, ChunkRecord, Error, Result};
+use tokio::sync::Mutex;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::format::Pointer;
+use super::io::{AlignedBuf, BufferPool, IoMode, preallocate};
+use crate::error::NAME;
+
+/// Allocation step of a file whose final size is unknown (a stream): the first step, doubled at each growth up
+/// to [`MAX_GROW_STEP`].
+pub(crate) const FIRST_GROW_STEP: u64 = 64 << 20;
+/// The largest allocation step of a stream's file.
+const MAX_GROW_STEP: u64 = 1 << 30;
+/// Where one chunk's record went: its salt and index (its key) and its pointer.
+pub(crate) type Placed = (u32, u64, Pointer);
+
+/// What opening a writer needs to know of its file.
+pub(crate) struct Opened {
+    /// The file, named and with its header written.
+    pub(crate) file: File,
+    /// Its final path (for messages).
+    pub(crate) path: PathBuf,
+    /// How it is written.
+    pub(crate) mode: IoMode,
+    /// Where the records start.
+    pub(crate) data_start: u64,
+    /// Bytes allocated so far (the file's size).
+    pub(crate) allocated: u64,
+    /// Whether the final size is known (else the file grows in steps).
+    pub(crate) sized: bool,
+    /// The `fsync` of the directory, started once the file got its name.
+    pub(crate) dir_sync: JoinHandle<io::Result<()>>,
+}
+
+/// The writer of one version's extent file; see the module documentation.
+pub(crate) struct ExtentWriter {
+    blob: BlobRef,
+    file: Arc<File>,
+    path: PathBuf,
+    mode: IoMode,
+    depth: usize,
+    pool: Arc<BufferPool>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The buffer being filled: it covers the file's bytes `offset..offset + buffer length`.
+    buf: Option<AlignedBuf>,
+    offset: u64,
+    filled: usize,
+    /// Writes in flight; each gives its buffer back.
+    inflight: JoinSet<io::Result<AlignedBuf>>,
+    allocated: u64,
+    step: u64,
+    sized: bool,
+    dir_sync: Option<JoinHandle<io::Result<()>>>,
+    /// The first failure, after which the writer refuses everything.
+    failed: Option<String>,
+    /// Whether `sync` succeeded.
+    synced: bool,
+    /// When the writer was made (for the timings `sync` logs).
+    started: std::time::Instant,
+}
+
+impl ExtentWriter {
+    /// A writer of `blob`'s records into `opened`, with buffers from `pool` and at most `depth` writes in flight.
+    pub(crate) fn new(blob: BlobRef, opened: Opened, pool: Arc<BufferPool>, depth: usize) -> Self {
+        let Opened {
+            file,
+            path,
+            mode,
+            data_start,
+            allocated,
+            sized,
+            dir_sync,
+        } = opened;
+        Self {
+            blob,
+            file: Arc::new(file),
+            path,
+            mode,
+            depth: depth.max(1),
+            pool,
+            state: Mutex::new(State {
+                buf: None,
+                offset: data_start,
+                filled: 0,
+                inflight: JoinSet::new(),
+                allocated,
+                step: FIRST_GROW_STEP,
+                sized,
+                dir_sync: Some(dir_sync),
+                failed: None,
+                synced: false,
+                started: std::time::Instant::now(),
+            }),
+        }
+    }
+
+    /// Copies `records` into the file's buffers, in order, each right after the previous one; returns where each
+    /// went. Full buffers are written while the call goes on (it waits only when `depth` writes are in flight).
+    pub(crate) async fn append(&self, records: &[ChunkRecord]) -> Result<Vec<Placed>> {
+        let mut st = self.state.lock().await;
+        self.check(&st)?;
+        let outcome = self.append_locked(&mut st, records).await;
+        if let Err(e) = &outcome {
+            st.failed.get_or_insert_with(|| e.to_string());
+        }
+        outcome
+    }
+
+    async fn append_locked(&self, st: &mut State, records: &[ChunkRecord]) -> Result<Vec<Placed>> {
+        let mut placed = Vec::with_capacity(records.len());
+        for r in records {
+            let len = u32::try_from(r.len())
+                .map_err(|_| self.error(format!("a chunk record of {} bytes", r.len()), None))?;
+            let offset = st.offset + st.filled as u64;
+            self.reserve(st, offset + u64::from(len)).await?;
+            self.put(st, &r.header).await?;
+            self.put(st, &r.payload).await?;
+            placed.push((r.salt, r.index, Pointer { offset, len }));
+        }
+        Ok(placed)
+    }
+
+    /// Copies `bytes` at the fill point, writing out each buffer that fills.
+    async fn put(&self, st: &mut State, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            if st.buf.is_none() {
+                st.buf = Some(self.next_buffer(st).await?);
+            }
+            let Some(buf) = st.buf.as_mut() else {
+                continue;
+            };
+            let room = buf.len() - st.filled;
+            let n = room.min(bytes.len());
+            let (now, rest) = bytes.split_at(n);
+            buf.bytes_mut()
+                .get_mut(st.filled..st.filled + n)
+                .ok_or_else(|| self.error("buffer arithmetic".into(), None))?
+                .copy_from_slice(now);
+            st.filled += n;
+            bytes = rest;
+            let filled = st.filled;
+            if filled == buf.len() {
+                self.submit(st, filled)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A buffer for the next stretch of the file: an idle one, once fewer than `depth` writes are in flight.
+    async fn next_buffer(&self, st: &mut State) -> Result<AlignedBuf> {
+        while st.inflight.len() >= self.depth {
+            let done = st.inflight.join_next().await;
+            if let Some(buf) = self.landed(done)? {
+                self.pool.give(buf);
+            }
+        }
+        Ok(self.pool.take())
+    }
+
+    /// Starts writing the current buffer's first `len` bytes (a multiple of the alignment) at its offset, and
+    /// moves the fill point to the next buffer's stretch.
+    fn submit(&self, st: &mut State, len: usize) -> Result<()> {
+        let Some(buf) = st.buf.take() else {
+            return Ok(());
+        };
+        let (file, offset) = (Arc::clone(&self.file), st.offset);
+        st.inflight.spawn_blocking(move || {
+            file.write_all_at(buf.bytes().get(..len).unwrap_or_default(), offset)?;
+            Ok(buf)
+        });
+        st.offset += self.pool.buffer_len() as u64;
+        st.filled = 0;
+        Ok(())
+    }
+
+    /// The buffer of a finished write, or its failure as an error.
+    fn landed(
+        &self,
+        done: Option<std::result::Result<io::Result<AlignedBuf>, tokio::task::JoinError>>,
+    ) -> Result<Option<AlignedBuf>> {
+        match done {
+            None => Ok(None),
+            Some(Ok(Ok(buf))) => Ok(Some(buf)),
+            Some(Ok(Err(e))) => Err(self.error("cannot write".into(), Some(e))),
+            Some(Err(e)) => Err(self.error(format!("write task failed: {e}"), None)),
+        }
+    }
+
+    /// Makes sure bytes up to `end` are allocated: a file of unknown final size grows by a step (doubling up to
+    /// 1 GiB) whenever the data reaches its end.
+    async fn reserve(&self, st: &mut State, end: u64) -> Result<()> {
+        if end <= st.allocated || st.sized {
+            return Ok(());
+        }
+        let grow = st.step.max(self.mode.round_up(end - st.allocated));
+        let (file, from) = (Arc::clone(&self.file), st.allocated);
+        let grown = tokio::task::spawn_blocking(move || preallocate(&file, from, grow))
+            .await
+            .map_err(|e| self.error(format!("allocation task failed: {e}"), None))?;
+        match grown {
+            Ok(_) => {
+                st.allocated = from + grow;
+                st.step = (st.step * 2).min(MAX_GROW_STEP);
+                Ok(())
+            }
+            Err(e) => Err(self.error(format!("cannot grow it by {grow} bytes"), Some(e))),
+        }
+    }
+
+    /// Makes every record appended so far durable: writes the last buffer (zero-padded to the alignment), waits
+    /// for every write, trims the file to its data, `fdatasync`s it and waits for the directory's `fsync`. A
+    /// failure is final (see the module documentation).
+    pub(crate) async fn sync(&self) -> Result<()> {
+        let mut st = self.state.lock().await;
+        self.check(&st)?;
+        if st.synced {
+            return Ok(());
+        }
+        let outcome = self.sync_locked(&mut st).await;
+        match &outcome {
+            Ok(()) => st.synced = true,
+            Err(e) => {
+                st.failed.get_or_insert_with(|| e.to_string());
+            }
+        }
+        outcome
+    }
+
+    async fn sync_locked(&self, st: &mut State) -> Result<()> {
+        let called = std::time::Instant::now();
+        let end = self.mode.round_up(st.offset + st.filled as u64);
+        if st.filled > 0 {
+            let len = usize::try_from(end - st.offset).unwrap_or(usize::MAX);
+            if let Some(buf) = st.buf.as_mut() {
+                // The padding goes to disk: clear what an earlier use of the buffer left there.
+                buf.bytes_mut()
+                    .get_mut(st.filled..len)
+                    .unwrap_or_default()
+                    .fill(0);
+            }
+            self.submit(st, len)?;
+        }
+        let mut first_error = None;
+        while let Some(done) = st.inflight.join_next().await {
+            match self.landed(Some(done)) {
+                Ok(Some(buf)) => self.pool.give(buf),
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let landed = std::time::Instant::now();
+        let (file, allocated) = (Arc::clone(&self.file), st.allocated);
+        let synced = tokio::task::spawn_blocking(move || {
+            if allocated > end {
+                file.set_len(end)?;
+            }
+            file.sync_data()
+        })
+        .await
+        .map_err(|e| self.error(format!("sync task failed: {e}"), None))?;
+        synced.map_err(|e| self.error("cannot sync (fdatasync)".into(), Some(e)))?;
+        let fdatasync = landed.elapsed();
+        if let Some(dir_sync) = st.dir_sync.take() {
+            dir_sync
+                .await
+                .map_err(|e| self.error(format!("directory sync task failed: {e}"), None))?
+                .map_err(|e| self.error("cannot sync its directory".into(), Some(e)))?;
+        }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            "extent file {}: {end} bytes durable {:.1} ms after its creation; the sync waited {:.1} ms for the \
+             last writes, {:.1} ms for fdatasync, {:.1} ms for the directory",
+            self.path.display(),
+            ms(st.started.elapsed()),
+            ms(landed - called),
+            ms(fdatasync),
+            ms(landed.elapsed() - fdatasync),
+        );
+        Ok(())
+    }
+
+    /// Waits for the writes in flight (so that none lands after the file is deleted) and poisons the writer.
+    pub(crate) async fn abandon(&self) {
+        let mut st = self.state.lock().await;
+        while st.inflight.join_next().await.is_some() {}
+        st.failed
+            .get_or_insert_with(|| "the put was abandoned".to_owned());
+    }
+
+    /// Fails when an earlier call failed.
+    fn check(&self, st: &State) -> Result<()> {
+        match &st.failed {
+            Some(first) => Err(Error::backend(
+                NAME,
+                format!(
+                    "extent file {} of version {} is not trusted after an earlier failure: {first}",
+                    self.path.display(),
+                    self.blob.version
+                ),
+                false,
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// An error of this writer: what failed, the file, and the I/O error (kept as the source).
+    fn error(&self, what: String, e: Option<io::Error>) -> Error {
+        let hint = match e.as_ref().and_then(io::Error::raw_os_error) {
+            Some(libc::ENOSPC) => " (the device is full: free space on it, then retry)",
+            Some(libc::EDQUOT) => " (disk quota exceeded)",
+            Some(libc::EROFS) => " (the file system is read-only)",
+            _ => "",
+        };
+        let message = match &e {
+            Some(e) => format!("extent file {}: {what}: {e}{hint}", self.path.display()),
+            None => format!("extent file {}: {what}", self.path.display()),
+        };
+        match e {
+            Some(e) => Error::backend_caused(NAME, message, false, e),
+            None => Error::backend(NAME, message, false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::OwnedFd;
+
+    use bytes::Bytes;
+    use saltblob_core::VersionId;
+
+    use super::*;
+
+    /// A failed `fdatasync` is final: the writer never reports its version durable afterwards and refuses every
+    /// later record, even where a second `fdatasync` would succeed (a kernel may drop the dirty pages whose
+    /// writeback failed and report success the next time). A pipe stands in for a file whose sync fails: its
+    /// `fdatasync` is EINVAL.
+    #[tokio::test]
+    async fn a_failed_sync_is_final() {
+        let (_reader, pipe) = std::io::pipe().expect("pipe");
+        let opened = Opened {
+            file: File::from(OwnedFd::from(pipe)),
+            path: PathBuf::from("a pipe"),
+            mode: IoMode {
+                direct: false,
+                align: 4096,
+            },
+            data_start: 4096,
+            allocated: 4096,
+            sized: true,
+            dir_sync: tokio::task::spawn_blocking(|| Ok(())),
+        };
+        let blob = BlobRef {
+            key: Bytes::from_static(b"k"),
+            version: VersionId::generate(),
+        };
+        let writer = ExtentWriter::new(blob, opened, Arc::new(BufferPool::new(65536, 4096, 2)), 2);
+        let first = writer.sync().await.expect_err("fdatasync of a pipe fails");
+        assert!(first.to_string().contains("fdatasync"), "{first}");
+        let again = writer
+            .sync()
+            .await
+            .expect_err("never durable after a failed sync");
+        assert!(
+            again
+                .to_string()
+                .contains("not trusted after an earlier failure"),
+            "{again}"
+        );
+        let record = ChunkRecord {
+            salt: 0,
+            index: 0,
+            header: [0; saltblob_core::codec::CHUNK_HEADER_LEN],
+            payload: Bytes::from_static(b"payload"),
+        };
+        let refused = writer
+            .append(&[record])
+            .await
+            .expect_err("no record after a failed sync");
+        assert!(refused.to_string().contains("not trusted"), "{refused}");
+    }
+}
