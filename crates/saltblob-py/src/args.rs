@@ -39,7 +39,11 @@ pub(crate) fn prefix(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Bytes> {
 /// A byte count: an `int` at least 0, or a string such as `"64KiB"` or `"1MiB"`.
 pub(crate) fn size(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
     if obj.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(wrong_type(arg, "an int or a size string such as \"64KiB\"", obj));
+        return Err(wrong_type(
+            arg,
+            "an int or a size string such as \"64KiB\"",
+            obj,
+        ));
     }
     if let Ok(s) = obj.cast::<PyString>() {
         let text = s.to_cow()?;
@@ -47,7 +51,11 @@ pub(crate) fn size(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
     }
     match obj.extract::<i128>() {
         Ok(n) => u64::try_from(n).map_err(|_| invalid(arg, format!("{n}; it must be at least 0"))),
-        Err(_) => Err(wrong_type(arg, "an int or a size string such as \"64KiB\"", obj)),
+        Err(_) => Err(wrong_type(
+            arg,
+            "an int or a size string such as \"64KiB\"",
+            obj,
+        )),
     }
 }
 
@@ -74,30 +82,44 @@ pub(crate) fn duration(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Duration> 
     } else {
         obj.extract().map_err(|_| wrong_type(arg, expected, obj))?
     };
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| invalid(arg, format!("{seconds} seconds; it must be a finite number at least 0")))
+    Duration::try_from_secs_f64(seconds).map_err(|_| {
+        invalid(
+            arg,
+            format!("{seconds} seconds; it must be a finite number at least 0"),
+        )
+    })
 }
 
 /// A version id as `head` and `put` return it (`Manifest.version`).
 pub(crate) fn version(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<VersionId> {
-    let text: String = obj.extract().map_err(|_| wrong_type(arg, "a version string", obj))?;
+    let text: String = obj
+        .extract()
+        .map_err(|_| wrong_type(arg, "a version string", obj))?;
     VersionId::from_str(&text).map_err(|e| invalid(arg, format!("\"{text}\": {e}")))
 }
 
 /// A priority class by name (`"interactive"`, `"bulk"`, or one the store URL's `classes=` defines).
 pub(crate) fn priority(obj: &Bound<'_, PyAny>) -> PyResult<PriorityClass> {
-    let name: String = obj.extract().map_err(|_| wrong_type("priority", "a class name (str)", obj))?;
+    let name: String = obj
+        .extract()
+        .map_err(|_| wrong_type("priority", "a class name (str)", obj))?;
     PriorityClass::new(&name).map_err(|e| invalid("priority", e))
 }
 
 /// User metadata: a mapping of `str` to `str`.
 fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
     let expected = "a dict of str to str";
-    let dict = obj.cast::<PyDict>().map_err(|_| wrong_type("metadata", expected, obj))?;
+    let dict = obj
+        .cast::<PyDict>()
+        .map_err(|_| wrong_type("metadata", expected, obj))?;
     let mut out = BTreeMap::new();
     for (k, v) in dict.iter() {
-        let k: String = k.extract().map_err(|_| wrong_type("metadata key", "str", &k))?;
-        let v: String = v.extract().map_err(|_| wrong_type(&format!("metadata[{k:?}]"), "str", &v))?;
+        let k: String = k
+            .extract()
+            .map_err(|_| wrong_type("metadata key", "str", &k))?;
+        let v: String = v
+            .extract()
+            .map_err(|_| wrong_type(&format!("metadata[{k:?}]"), "str", &v))?;
         out.insert(k, v);
     }
     Ok(out)
@@ -105,7 +127,8 @@ fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
 
 /// A bool option (only `True` or `False`).
 fn flag(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<bool> {
-    obj.extract::<bool>().map_err(|_| wrong_type(arg, "True or False", obj))
+    obj.extract::<bool>()
+        .map_err(|_| wrong_type(arg, "True or False", obj))
 }
 
 /// The keyword options of a put (`put`, `put_async`, `open_writer`, `open_writer_async`), in `what`'s name.
@@ -123,8 +146,11 @@ pub(crate) fn put_options(what: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyR
         }
         match name.as_str() {
             "content_type" => {
-                opts.content_type =
-                    Some(value.extract().map_err(|_| wrong_type("content_type", "str", &value))?);
+                opts.content_type = Some(
+                    value
+                        .extract()
+                        .map_err(|_| wrong_type("content_type", "str", &value))?,
+                );
             }
             "metadata" => opts.metadata = metadata(&value)?,
             "if_absent" => if_absent = flag(&value, "if_absent")?,
@@ -132,8 +158,9 @@ pub(crate) fn put_options(what: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyR
             "chunk_size" => opts.chunk_size = Some(size_u32(&value, "chunk_size")?),
             "max_salt" => opts.max_salt = Some(size_u32(&value, "max_salt")?),
             "codec" => {
-                let text: String =
-                    value.extract().map_err(|_| wrong_type("codec", "\"none\", \"zstd\" or \"lz4\"", &value))?;
+                let text: String = value
+                    .extract()
+                    .map_err(|_| wrong_type("codec", "\"none\", \"zstd\" or \"lz4\"", &value))?;
                 opts.codec = Some(Codec::from_str(&text).map_err(|e| invalid("codec", e))?);
             }
             "priority" => opts.priority = Some(priority(&value)?),
@@ -173,14 +200,19 @@ pub(crate) fn store_config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Store
             "intent_lease" => config.intent_lease = duration(&value, "intent_lease")?,
             "inflight_bytes" => config.inflight_bytes = size_usize(&value, "inflight_bytes")?,
             "batch_bytes" => config.batch_bytes = size_usize(&value, "batch_bytes")?,
-            "read_ahead_budget" => config.read_ahead_budget = size_usize(&value, "read_ahead_budget")?,
+            "read_ahead_budget" => {
+                config.read_ahead_budget = size_usize(&value, "read_ahead_budget")?
+            }
             "max_blob_size" => config.max_blob_size = Some(size(&value, "max_blob_size")?),
             "inline_limit" => config.policy.inline_limit = size(&value, "inline_limit")?,
-            "fanout_threshold" => config.policy.fanout_threshold = size(&value, "fanout_threshold")?,
+            "fanout_threshold" => {
+                config.policy.fanout_threshold = size(&value, "fanout_threshold")?
+            }
             "max_salt" => config.policy.max_salt = size_u32(&value, "max_salt")?,
             "codec" => {
-                let text: String =
-                    value.extract().map_err(|_| wrong_type("codec", "\"none\", \"zstd\" or \"lz4\"", &value))?;
+                let text: String = value
+                    .extract()
+                    .map_err(|_| wrong_type("codec", "\"none\", \"zstd\" or \"lz4\"", &value))?;
                 config.policy.codec = Codec::from_str(&text).map_err(|e| invalid("codec", e))?;
             }
             other => {

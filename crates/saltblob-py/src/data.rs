@@ -27,7 +27,7 @@ pub(crate) enum Source {
     File(Py<PyAny>),
     /// An iterator of bytes-like pieces.
     Iter(Py<PyIterator>),
-    /// An async iterator of bytes-like pieces (only `put_async` takes one).
+    /// An async iterator of bytes-like pieces (only `put_async` takes one; it feeds a writer from the event loop).
     AsyncIter(Py<PyAny>),
 }
 
@@ -85,7 +85,11 @@ pub(crate) fn piece(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Bytes> {
     }
     match whole(obj)? {
         Some(bytes) => Ok(bytes),
-        None => Err(wrong_type(&format!("data: each piece {what} gives"), "bytes-like", obj)),
+        None => Err(wrong_type(
+            &format!("data: each piece {what} gives"),
+            "bytes-like",
+            obj,
+        )),
     }
 }
 

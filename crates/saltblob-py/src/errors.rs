@@ -67,9 +67,11 @@ impl Kind {
     }
 }
 
-/// An exception of class `kind` with `message`; its `retryable` attribute is `retryable`.
+/// An exception of class `kind` with `message`; its `retryable` attribute is `retryable`. While the interpreter
+/// exits (when nobody can see it), a `RuntimeError` with the message.
 pub(crate) fn new_err(kind: Kind, message: String, retryable: bool) -> PyErr {
-    Python::attach(|py| match class(py, kind) {
+    let fallback = message.clone();
+    crate::runtime::with_gil(|py| match class(py, kind) {
         Ok(cls) => match cls.call1((message,)) {
             Ok(exc) => {
                 if retryable && let Err(e) = exc.setattr("retryable", true) {
@@ -81,6 +83,7 @@ pub(crate) fn new_err(kind: Kind, message: String, retryable: bool) -> PyErr {
         },
         Err(e) => e,
     })
+    .unwrap_or_else(|| pyo3::exceptions::PyRuntimeError::new_err(fallback))
 }
 
 /// `saltblob.exceptions.<kind>`.
@@ -100,7 +103,11 @@ pub(crate) fn py_err(err: saltblob::Error) -> PyErr {
 
 /// `InvalidArgument` (a `ValueError`) naming the argument at fault: `invalid ARG: REASON`.
 pub(crate) fn invalid(arg: &str, reason: impl std::fmt::Display) -> PyErr {
-    new_err(Kind::InvalidArgument, format!("invalid {arg}: {reason}"), false)
+    new_err(
+        Kind::InvalidArgument,
+        format!("invalid {arg}: {reason}"),
+        false,
+    )
 }
 
 /// `TypeError` naming the argument at fault: `ARG must be EXPECTED, not TYPE`.

@@ -37,6 +37,8 @@ fn _saltblob(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open, m)?)?;
     m.add_function(wrap_pyfunction!(store::open_async, m)?)?;
     m.add_function(wrap_pyfunction!(store::_drop_cql_keyspace, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
+    m.add_class::<runtime::Canceller>()?;
     m.add_class::<store::Store>()?;
     m.add_class::<objects::Manifest>()?;
     m.add_class::<objects::Description>()?;

@@ -42,7 +42,9 @@ impl ListIterator {
 }
 
 /// The next entry, reading the next page when the last one is used up; `None` at the end.
-async fn next_entry(listing: Arc<tokio::sync::Mutex<Listing>>) -> PyResult<Option<saltblob::ListEntry>> {
+async fn next_entry(
+    listing: Arc<tokio::sync::Mutex<Listing>>,
+) -> PyResult<Option<saltblob::ListEntry>> {
     let mut l = listing.lock().await;
     loop {
         if let Some(entry) = l.buffer.pop_front() {
@@ -52,7 +54,10 @@ async fn next_entry(listing: Arc<tokio::sync::Mutex<Listing>>) -> PyResult<Optio
             return Ok(None);
         }
         let (store, prefix, after) = (l.store.clone(), l.prefix.clone(), l.after.clone());
-        let page = store.list_page(&prefix, after, PAGE).await.map_err(py_err)?;
+        let page = store
+            .list_page(&prefix, after, PAGE)
+            .await
+            .map_err(py_err)?;
         l.done = page.next.is_none();
         l.after = page.next;
         l.buffer.extend(page.entries);

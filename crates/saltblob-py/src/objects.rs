@@ -72,7 +72,13 @@ impl Manifest {
     pub(crate) fn __repr__(&self) -> String {
         format!(
             "Manifest(version='{}', size={}, layout='{}', chunk_size={}, chunk_count={}, salt_count={}, digest='{}')",
-            self.version, self.size, self.layout, self.chunk_size, self.chunk_count, self.salt_count, self.digest
+            self.version,
+            self.size,
+            self.layout,
+            self.chunk_size,
+            self.chunk_count,
+            self.salt_count,
+            self.digest
         )
     }
 
@@ -119,7 +125,10 @@ impl Description {
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "Description(key={}, layout='{}', salts={}, manifest={})",
-            self.key.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string()),
+            self.key
+                .bind(py)
+                .repr()
+                .map_or_else(|_| "?".to_owned(), |r| r.to_string()),
             self.layout,
             self.bytes_per_salt.len(),
             self.manifest.__repr__()
@@ -143,7 +152,10 @@ impl ListEntry {
     pub(crate) fn new(py: Python<'_>, entry: saltblob::ListEntry) -> Self {
         let (manifest, error) = match entry.manifest {
             Ok(m) => (Some(Manifest::from(&m)), None),
-            Err(e) => (None, Some(crate::errors::py_err(e).into_value(py).into_any())),
+            Err(e) => (
+                None,
+                Some(crate::errors::py_err(e).into_value(py).into_any()),
+            ),
         };
         Self {
             key: PyBytes::new(py, &entry.key).unbind(),
@@ -156,7 +168,11 @@ impl ListEntry {
 #[pymethods]
 impl ListEntry {
     fn __repr__(&self, py: Python<'_>) -> String {
-        let key = self.key.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        let key = self
+            .key
+            .bind(py)
+            .repr()
+            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
         match &self.manifest {
             Some(m) => format!("ListEntry(key={key}, manifest={})", m.__repr__()),
             None => format!("ListEntry(key={key}, damaged)"),

@@ -86,7 +86,10 @@ async fn fill(mut stream: BlobStream, buf: &mut [u8]) -> saltblob::Result<()> {
         let piece = piece?;
         let end = at + piece.len();
         let dst = buf.get_mut(at..end).ok_or_else(|| {
-            saltblob::Error::corrupt("read", format!("the chunks hold more than the {len} bytes announced"))
+            saltblob::Error::corrupt(
+                "read",
+                format!("the chunks hold more than the {len} bytes announced"),
+            )
         })?;
         dst.copy_from_slice(&piece);
         at = end;
@@ -94,7 +97,10 @@ async fn fill(mut stream: BlobStream, buf: &mut [u8]) -> saltblob::Result<()> {
     if at != buf.len() {
         return Err(saltblob::Error::corrupt(
             "read",
-            format!("the chunks hold {at} bytes, not the {} announced", buf.len()),
+            format!(
+                "the chunks hold {at} bytes, not the {} announced",
+                buf.len()
+            ),
         ));
     }
     Ok(())
@@ -135,7 +141,9 @@ impl GetResult {
     /// `bytes()` for asyncio.
     fn bytes_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let stream = self.take()?;
-        awaitable(py, async move { Ok(BytesOut(stream.collect_bytes().await.map_err(py_err)?)) })
+        awaitable(py, async move {
+            Ok(BytesOut(stream.collect_bytes().await.map_err(py_err)?))
+        })
     }
 
     /// The bytes as a list of `bytes` objects, one per stored chunk (one for an inline blob).
@@ -155,9 +163,8 @@ impl GetResult {
     #[pyo3(signature = (chunk_size = None))]
     fn stream(&self, chunk_size: Option<&Bound<'_, PyAny>>) -> PyResult<ByteStream> {
         let min = match chunk_size {
-            Some(c) if !c.is_none() => {
-                usize::try_from(crate::args::size(c, "chunk_size")?).map_err(|_| invalid("chunk_size", "too large"))?
-            }
+            Some(c) if !c.is_none() => usize::try_from(crate::args::size(c, "chunk_size")?)
+                .map_err(|_| invalid("chunk_size", "too large"))?,
             _ => 0,
         };
         Ok(ByteStream {
@@ -167,7 +174,11 @@ impl GetResult {
     }
 
     fn __repr__(&self) -> String {
-        format!("GetResult(range={:?}, manifest={})", self.range, self.manifest.__repr__())
+        format!(
+            "GetResult(range={:?}, manifest={})",
+            self.range,
+            self.manifest.__repr__()
+        )
     }
 }
 
@@ -179,7 +190,10 @@ pub(crate) struct ByteStream {
 }
 
 /// The next piece of at least `min` bytes (fewer at the end), `None` at the end.
-async fn next_piece(stream: Arc<tokio::sync::Mutex<Option<BlobStream>>>, min: usize) -> PyResult<Option<Bytes>> {
+async fn next_piece(
+    stream: Arc<tokio::sync::Mutex<Option<BlobStream>>>,
+    min: usize,
+) -> PyResult<Option<Bytes>> {
     let mut guard = stream.lock().await;
     let Some(s) = guard.as_mut() else {
         return Ok(None);
@@ -287,7 +301,11 @@ impl ReadCursor {
 }
 
 /// Reads up to `want` bytes (all that is left for `None`) at `pos`, and moves `pos` past them.
-async fn read_at(cursor: Arc<tokio::sync::Mutex<Cursor>>, pos: Arc<AtomicU64>, want: Option<u64>) -> PyResult<Bytes> {
+async fn read_at(
+    cursor: Arc<tokio::sync::Mutex<Cursor>>,
+    pos: Arc<AtomicU64>,
+    want: Option<u64>,
+) -> PyResult<Bytes> {
     let mut c = cursor.lock().await;
     let mut at = pos.load(Ordering::SeqCst);
     let left = c.size.saturating_sub(at);
@@ -298,9 +316,15 @@ async fn read_at(cursor: Arc<tokio::sync::Mutex<Cursor>>, pos: Arc<AtomicU64>, w
         let reusable = matches!(&c.open, Some(o) if o.next == at && (!o.leftover.is_empty() || o.next < o.end));
         if !reusable {
             let sequential = c.open.as_ref().filter(|o| o.end == at);
-            let span = sequential.map_or(FIRST_SPAN, |o| (o.span * 2).min(MAX_SPAN)).max(want - got);
+            let span = sequential
+                .map_or(FIRST_SPAN, |o| (o.span * 2).min(MAX_SPAN))
+                .max(want - got);
             let end = c.size.min(at.saturating_add(span));
-            let stream = c.store.get_range_stream(c.key.clone(), at..end).await.map_err(py_err)?;
+            let stream = c
+                .store
+                .get_range_stream(c.key.clone(), at..end)
+                .await
+                .map_err(py_err)?;
             if stream.manifest.version != c.version {
                 c.open = None;
                 return Err(new_err(
@@ -342,7 +366,8 @@ async fn read_at(cursor: Arc<tokio::sync::Mutex<Cursor>>, pos: Arc<AtomicU64>, w
                 }
             }
         }
-        let take = usize::try_from((want - got).min(open.leftover.len() as u64)).unwrap_or(usize::MAX);
+        let take =
+            usize::try_from((want - got).min(open.leftover.len() as u64)).unwrap_or(usize::MAX);
         let part = open.leftover.split_to(take.min(open.leftover.len()));
         open.next += part.len() as u64;
         at += part.len() as u64;
@@ -374,15 +399,28 @@ impl ReadCursor {
     /// them; `b""` at the end.
     #[pyo3(signature = (size = None))]
     fn read<'py>(&self, py: Python<'py>, size: Option<i64>) -> PyResult<Bound<'py, PyBytes>> {
-        let b = wait(py, read_at(Arc::clone(&self.cursor), Arc::clone(&self.pos), wanted(size)))??;
+        let b = wait(
+            py,
+            read_at(
+                Arc::clone(&self.cursor),
+                Arc::clone(&self.pos),
+                wanted(size),
+            ),
+        )??;
         Ok(PyBytes::new(py, &b))
     }
 
     /// `read()` for asyncio.
     #[pyo3(signature = (size = None))]
     fn read_async<'py>(&self, py: Python<'py>, size: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
-        let (cursor, pos, want) = (Arc::clone(&self.cursor), Arc::clone(&self.pos), wanted(size));
-        awaitable(py, async move { Ok(BytesOut(read_at(cursor, pos, want).await?)) })
+        let (cursor, pos, want) = (
+            Arc::clone(&self.cursor),
+            Arc::clone(&self.pos),
+            wanted(size),
+        );
+        awaitable(py, async move {
+            Ok(BytesOut(read_at(cursor, pos, want).await?))
+        })
     }
 
     /// Moves the position as `io` does (`whence` 0: from the start, 1: from here, 2: from the end); returns it.
@@ -393,10 +431,15 @@ impl ReadCursor {
             0 => 0i128,
             1 => i128::from(self.pos.load(Ordering::SeqCst)),
             2 => i128::from(self.size),
-            _ => return Err(PyValueError::new_err(format!("invalid whence ({whence}, should be 0, 1 or 2)"))),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "invalid whence ({whence}, should be 0, 1 or 2)"
+                )));
+            }
         };
         let target = base + i128::from(offset);
-        let target = u64::try_from(target).map_err(|_| PyValueError::new_err(format!("negative seek position {target}")))?;
+        let target = u64::try_from(target)
+            .map_err(|_| PyValueError::new_err(format!("negative seek position {target}")))?;
         self.pos.store(target, Ordering::SeqCst);
         Ok(target)
     }

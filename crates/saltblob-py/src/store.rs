@@ -5,15 +5,17 @@ use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyType};
-use saltblob::{BlobStore, BlobStream, ByteRange, FsckOptions, GcOptions, GetOptions, MemoryStore, StoreConfig};
+use saltblob::{
+    BlobStore, BlobStream, ByteRange, FsckOptions, GcOptions, GetOptions, MemoryStore, StoreConfig,
+};
 
 use crate::args;
-use crate::data::Data;
+use crate::data::{Data, Source};
 use crate::errors::{Kind, invalid, new_err, py_err, wrong_type};
 use crate::listing::ListIterator;
 use crate::objects::{Description, Manifest, fsck_report, gc_report};
 use crate::reading::{BytesOut, GetResult, ReadCursor};
-use crate::runtime::{awaitable, wait};
+use crate::runtime::{awaitable, try_with_gil, wait};
 use crate::writing::{AsyncBlobWriter, BlobWriter, put_source, put_source_async};
 
 /// A saltblob store. Open one with `saltblob.open(url)`; use it as a context manager, or `close()` it, to release
@@ -26,7 +28,10 @@ pub(crate) struct Store {
 
 /// The URL, its store options and the configuration, checked without any I/O: returns the URL the backend opens and
 /// the store configuration.
-fn checked(url: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<(String, String, StoreConfig)> {
+fn checked(
+    url: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(String, String, StoreConfig)> {
     let url: String = url
         .cast::<PyString>()
         .map_err(|_| wrong_type("url", "a store URL (str)", url))?
@@ -49,7 +54,11 @@ async fn open_store(backend_url: String, config: StoreConfig) -> saltblob::Resul
 /// options). Keyword options set the store configuration beyond the URL (see `StoreOptions`).
 #[pyfunction]
 #[pyo3(signature = (url, **options))]
-pub(crate) fn open(py: Python<'_>, url: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Store> {
+pub(crate) fn open(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Store> {
     let (url, backend_url, config) = checked(url, options)?;
     let store = wait(py, open_store(backend_url, config))?.map_err(py_err)?;
     Ok(Store::new(store, &url))
@@ -76,11 +85,19 @@ pub(crate) fn open_async<'py>(
 pub(crate) fn _drop_cql_keyspace(py: Python<'_>, url: &str) -> PyResult<()> {
     let config = saltblob::cql::CqlConfig::from_url(url).map_err(py_err)?;
     wait(py, async move {
-        let session = saltblob::cql::CqlStore::open_session(&config).await.map_err(py_err)?;
+        let session = saltblob::cql::CqlStore::open_session(&config)
+            .await
+            .map_err(py_err)?;
         session
             .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", config.keyspace), ())
             .await
-            .map_err(|e| new_err(Kind::Unavailable, format!("DROP KEYSPACE {} failed: {e}", config.keyspace), false))?;
+            .map_err(|e| {
+                new_err(
+                    Kind::Unavailable,
+                    format!("DROP KEYSPACE {} failed: {e}", config.keyspace),
+                    false,
+                )
+            })?;
         Ok(())
     })?
 }
@@ -99,14 +116,23 @@ impl Store {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
-            .ok_or_else(|| new_err(Kind::InvalidArgument, format!("the store {} is closed", self.url), false))
+            .ok_or_else(|| {
+                new_err(
+                    Kind::InvalidArgument,
+                    format!("the store {} is closed", self.url),
+                    false,
+                )
+            })
     }
 }
 
 /// The bytes of `stream`, read into a new `bytes` object (one copy).
 fn read_whole<'py>(py: Python<'py>, stream: BlobStream) -> PyResult<Bound<'py, PyBytes>> {
     let result = Bound::new(py, GetResult::new(stream))?;
-    result.call_method0("bytes")?.cast_into::<PyBytes>().map_err(Into::into)
+    result
+        .call_method0("bytes")?
+        .cast_into::<PyBytes>()
+        .map_err(Into::into)
 }
 
 /// The range of `get_range`'s arguments.
@@ -118,7 +144,10 @@ fn byte_range(
 ) -> PyResult<ByteRange> {
     match (start, end, length, suffix) {
         (None, None, None, Some(n)) => Ok(ByteRange::Suffix(n)),
-        (_, _, _, Some(_)) => Err(invalid("suffix", "give it alone, without start, end or length")),
+        (_, _, _, Some(_)) => Err(invalid(
+            "suffix",
+            "give it alone, without start, end or length",
+        )),
         (_, Some(_), Some(_), None) => Err(invalid("end/length", "give at most one of them")),
         (start, Some(end), None, None) => Ok(ByteRange::Bounded {
             start: start.unwrap_or(0),
@@ -126,7 +155,9 @@ fn byte_range(
         }),
         (start, None, Some(len), None) => {
             let start = start.unwrap_or(0);
-            let end = start.checked_add(len).ok_or_else(|| invalid("length", "start + length overflows"))?;
+            let end = start
+                .checked_add(len)
+                .ok_or_else(|| invalid("length", "start + length overflows"))?;
             Ok(ByteRange::Bounded { start, end })
         }
         (start, None, None, None) => Ok(ByteRange::From(start.unwrap_or(0))),
@@ -141,23 +172,38 @@ fn get_options(priority: Option<&Bound<'_, PyAny>>) -> PyResult<GetOptions> {
     Ok(opts)
 }
 
-fn optional<T>(obj: Option<&Bound<'_, PyAny>>, f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>) -> PyResult<Option<T>> {
+fn optional<T>(
+    obj: Option<&Bound<'_, PyAny>>,
+    f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Option<T>> {
     match obj {
         Some(o) if !o.is_none() => f(o).map(Some),
         _ => Ok(None),
     }
 }
 
-fn gc_options(grace: Option<&Bound<'_, PyAny>>, dry_run: bool, prefix: Option<&Bound<'_, PyAny>>) -> PyResult<GcOptions> {
-    let mut opts = GcOptions::new().with_dry_run(dry_run).with_prefix(args::prefix(prefix)?);
+fn gc_options(
+    grace: Option<&Bound<'_, PyAny>>,
+    dry_run: bool,
+    prefix: Option<&Bound<'_, PyAny>>,
+) -> PyResult<GcOptions> {
+    let mut opts = GcOptions::new()
+        .with_dry_run(dry_run)
+        .with_prefix(args::prefix(prefix)?);
     if let Some(g) = optional(grace, |g| args::duration(g, "grace"))? {
         opts = opts.with_grace(g);
     }
     Ok(opts)
 }
 
-fn fsck_options(repair: bool, min_age: Option<&Bound<'_, PyAny>>, prefix: Option<&Bound<'_, PyAny>>) -> PyResult<FsckOptions> {
-    let mut opts = FsckOptions::new().with_repair(repair).with_prefix(args::prefix(prefix)?);
+fn fsck_options(
+    repair: bool,
+    min_age: Option<&Bound<'_, PyAny>>,
+    prefix: Option<&Bound<'_, PyAny>>,
+) -> PyResult<FsckOptions> {
+    let mut opts = FsckOptions::new()
+        .with_repair(repair)
+        .with_prefix(args::prefix(prefix)?);
     if let Some(a) = optional(min_age, |a| args::duration(a, "min_age"))? {
         opts = opts.with_min_age(a);
     }
@@ -166,7 +212,11 @@ fn fsck_options(repair: bool, min_age: Option<&Bound<'_, PyAny>>, prefix: Option
 
 /// The Python reader class `saltblob._io.NAME` around `cursor`.
 fn reader(py: Python<'_>, class: &str, cursor: ReadCursor) -> PyResult<Py<PyAny>> {
-    Ok(py.import("saltblob._io")?.getattr(class)?.call1((cursor,))?.unbind())
+    Ok(py
+        .import("saltblob._io")?
+        .getattr(class)?
+        .call1((cursor,))?
+        .unbind())
 }
 
 #[pymethods]
@@ -187,7 +237,8 @@ impl Store {
         let store = self.store()?;
         match crate::data::data(data)? {
             Data::Whole(bytes) => {
-                let m = wait(py, async move { store.put(key, bytes, &opts).await })?.map_err(py_err)?;
+                let m =
+                    wait(py, async move { store.put(key, bytes, &opts).await })?.map_err(py_err)?;
                 Ok(Manifest::from(&m))
             }
             Data::Source(source) => put_source(py, store, key, source, opts),
@@ -211,6 +262,13 @@ impl Store {
                 let m = store.put(key, bytes, &opts).await.map_err(py_err)?;
                 Ok(Manifest::from(&m))
             }),
+            // An async iterator is read on the event loop, by a coroutine that feeds a writer.
+            Data::Source(Source::AsyncIter(pieces)) => {
+                let writer = Bound::new(py, AsyncBlobWriter::new(store, key, opts)?)?;
+                py.import("saltblob._io")?
+                    .getattr("_put_aiter")?
+                    .call1((writer, pieces))
+            }
             Data::Source(source) => awaitable(py, put_source_async(store, key, source, opts)),
         }
     }
@@ -218,11 +276,17 @@ impl Store {
     /// Reads the current version of `key`: returns its manifest and its bytes, to take with `bytes()`, `chunks()`
     /// or `stream()`. `priority` names the class the read runs in.
     #[pyo3(signature = (key, *, priority = None))]
-    fn get(&self, py: Python<'_>, key: &Bound<'_, PyAny>, priority: Option<&Bound<'_, PyAny>>) -> PyResult<GetResult> {
+    fn get(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<GetResult> {
         let key = args::key(key, "key")?;
         let opts = get_options(priority)?;
         let store = self.store()?;
-        let stream = wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
+        let stream =
+            wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
         Ok(GetResult::new(stream))
     }
 
@@ -261,7 +325,8 @@ impl Store {
         let key = args::key(key, "key")?;
         let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
         let store = self.store()?;
-        let stream = wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
+        let stream =
+            wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
         read_whole(py, stream)
     }
 
@@ -281,7 +346,9 @@ impl Store {
         let key = args::key(key, "key")?;
         let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
         let store = self.store()?;
-        awaitable(py, async move { Ok(BytesOut(store.get_with(key, &opts).await.map_err(py_err)?)) })
+        awaitable(py, async move {
+            Ok(BytesOut(store.get_with(key, &opts).await.map_err(py_err)?))
+        })
     }
 
     /// The manifest of the current version of `key`; `NotFound` if there is none.
@@ -293,16 +360,27 @@ impl Store {
     }
 
     /// `head()` for asyncio.
-    fn head_async<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn head_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let key = args::key(key, "key")?;
         let store = self.store()?;
-        awaitable(py, async move { Ok(Manifest::from(&store.head(key).await.map_err(py_err)?)) })
+        awaitable(py, async move {
+            Ok(Manifest::from(&store.head(key).await.map_err(py_err)?))
+        })
     }
 
     /// Deletes `key`; returns the version it held, or `None` if it held none. With `if_version`, deletes only if the
     /// current version is that one (else `PreconditionFailed`, or `NotFound`).
     #[pyo3(signature = (key, *, if_version = None))]
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>, if_version: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    fn delete(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        if_version: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<String>> {
         let key = args::key(key, "key")?;
         let version = optional(if_version, |v| args::version(v, "if_version"))?;
         let store = self.store()?;
@@ -359,12 +437,16 @@ impl Store {
     }
 
     /// `describe()` for asyncio.
-    fn describe_async<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn describe_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let key = args::key(key, "key")?;
         let store = self.store()?;
         awaitable(py, async move {
             let d = store.describe(key).await.map_err(py_err)?;
-            Python::attach(|py| Py::new(py, Description::new(py, &d)))
+            try_with_gil(|py| Py::new(py, Description::new(py, &d)))
         })
     }
 
@@ -397,7 +479,7 @@ impl Store {
         let store = self.store()?;
         awaitable(py, async move {
             let report = store.gc(&opts).await.map_err(py_err)?;
-            Python::attach(|py| gc_report(py, &report))
+            try_with_gil(|py| gc_report(py, &report))
         })
     }
 
@@ -430,7 +512,7 @@ impl Store {
         let store = self.store()?;
         awaitable(py, async move {
             let report = store.fsck(&opts).await.map_err(py_err)?;
-            Python::attach(|py| fsck_report(py, &report))
+            try_with_gil(|py| fsck_report(py, &report))
         })
     }
 
@@ -446,19 +528,27 @@ impl Store {
     }
 
     /// `open_reader()` for asyncio: the awaitable returns a `saltblob.AsyncBlobReader`.
-    fn open_reader_async<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn open_reader_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let key = args::key(key, "key")?;
         let store = self.store()?;
         awaitable(py, async move {
             let m = store.head(key.clone()).await.map_err(py_err)?;
-            Python::attach(|py| reader(py, "AsyncBlobReader", ReadCursor::new(store, key, &m)))
+            try_with_gil(|py| reader(py, "AsyncBlobReader", ReadCursor::new(store, key, &m)))
         })
     }
 
     /// A file-like writer of a new version of `key`: `write()` pieces, `close()` commits them. As a context
     /// manager, commits on a clean exit and nothing when the block raises. Options: see `PutOptions`.
     #[pyo3(signature = (key, **options))]
-    fn open_writer(&self, key: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<BlobWriter> {
+    fn open_writer(
+        &self,
+        key: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<BlobWriter> {
         let key = args::key(key, "key")?;
         let opts = args::put_options("open_writer", options)?;
         BlobWriter::new(self.store()?, key, opts)
@@ -466,7 +556,11 @@ impl Store {
 
     /// `open_writer()` for asyncio: an `AsyncBlobWriter` (`await write()`, `await close()`, `async with`).
     #[pyo3(signature = (key, **options))]
-    fn open_writer_async(&self, key: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<AsyncBlobWriter> {
+    fn open_writer_async(
+        &self,
+        key: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<AsyncBlobWriter> {
         let key = args::key(key, "key")?;
         let opts = args::put_options("open_writer_async", options)?;
         AsyncBlobWriter::new(self.store()?, key, opts)
@@ -474,7 +568,11 @@ impl Store {
 
     /// Releases the store (readers, streams and writers still open keep it until they end). Idempotent.
     fn close(&self, py: Python<'_>) {
-        let store = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let store = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         // Closing an embedded store waits for RocksDB: without the GIL.
         py.detach(move || drop(store));
     }
@@ -482,7 +580,10 @@ impl Store {
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner).is_none()
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none()
     }
 
     /// The store's URL, its password hidden.
@@ -522,6 +623,10 @@ impl Store {
     }
 
     fn __repr__(&self) -> String {
-        format!("Store('{}'{})", self.url, if self.closed() { ", closed" } else { "" })
+        format!(
+            "Store('{}'{})",
+            self.url,
+            if self.closed() { ", closed" } else { "" }
+        )
     }
 }

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes};
-use pyo3::exceptions::PyStopAsyncIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use saltblob::{BlobStore, PutOptions};
@@ -23,10 +22,13 @@ use tokio::task::JoinHandle;
 use crate::data::{Source, piece};
 use crate::errors::{Kind, new_err, py_err};
 use crate::objects::Manifest;
-use crate::runtime::{awaitable, runtime, wait};
+use crate::runtime::{awaitable, runtime, try_with_gil, wait};
 
 /// Pieces a feeder may be ahead of the put.
 const DEPTH: usize = 4;
+
+/// The task of a streamed put.
+type PutTask = JoinHandle<saltblob::Result<saltblob::Manifest>>;
 
 /// What a feeder sends to the put.
 enum Msg {
@@ -44,7 +46,11 @@ struct ChannelReader {
 }
 
 impl AsyncRead for ChannelReader {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         loop {
             if !self.current.is_empty() {
                 let n = self.current.len().min(buf.remaining());
@@ -72,7 +78,7 @@ impl AsyncRead for ChannelReader {
 /// A put in progress, fed piece by piece.
 struct Upload {
     tx: Option<mpsc::Sender<Msg>>,
-    task: Option<JoinHandle<saltblob::Result<saltblob::Manifest>>>,
+    task: Option<PutTask>,
 }
 
 impl Upload {
@@ -107,7 +113,7 @@ async fn send(tx: mpsc::Sender<Msg>, task: Arc<Mutex<Upload>>, bytes: Bytes) -> 
 }
 
 /// Tells the put the value is complete and waits for its commit.
-async fn finish(tx: Option<mpsc::Sender<Msg>>, handle: JoinHandle<saltblob::Result<saltblob::Manifest>>) -> PyResult<Manifest> {
+async fn finish(tx: Option<mpsc::Sender<Msg>>, handle: PutTask) -> PyResult<Manifest> {
     if let Some(tx) = tx {
         // A failed send means the put already ended; its result says how.
         let _ = tx.send(Msg::Finish).await;
@@ -116,30 +122,42 @@ async fn finish(tx: Option<mpsc::Sender<Msg>>, handle: JoinHandle<saltblob::Resu
 }
 
 /// Ends the put without committing (the channel closes without [`Msg::Finish`]) and waits until it has stopped.
-async fn abort(handle: JoinHandle<saltblob::Result<saltblob::Manifest>>) {
+async fn abort(handle: PutTask) {
     let _ = handle.await;
 }
 
 /// The put task's result as Python sees it.
-fn joined(result: Result<saltblob::Result<saltblob::Manifest>, tokio::task::JoinError>) -> PyResult<Manifest> {
+fn joined(
+    result: Result<saltblob::Result<saltblob::Manifest>, tokio::task::JoinError>,
+) -> PyResult<Manifest> {
     match result {
         Ok(Ok(m)) => Ok(Manifest::from(&m)),
         Ok(Err(e)) => Err(py_err(e)),
-        Err(e) => Err(new_err(Kind::Base, format!("the put task failed: {e}"), false)),
+        Err(e) => Err(new_err(
+            Kind::Base,
+            format!("the put task failed: {e}"),
+            false,
+        )),
     }
 }
 
 fn closed_err() -> PyErr {
-    new_err(Kind::InvalidArgument, "I/O operation on a closed writer".to_owned(), false)
+    new_err(
+        Kind::InvalidArgument,
+        "I/O operation on a closed writer".to_owned(),
+        false,
+    )
 }
 
-fn take_task(upload: &Arc<Mutex<Upload>>) -> Option<JoinHandle<saltblob::Result<saltblob::Manifest>>> {
+fn take_task(upload: &Arc<Mutex<Upload>>) -> Option<PutTask> {
     lock(upload).task.take()
 }
 
 fn lock(upload: &Arc<Mutex<Upload>>) -> std::sync::MutexGuard<'_, Upload> {
     // The state stays valid if a holder panicked: it is two `Option`s.
-    upload.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    upload
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The writer's state shared by its sync and async forms.
@@ -163,7 +181,7 @@ impl WriterCore {
     }
 
     /// Takes the channel and the task for closing; `None` when already closed.
-    fn take(&self) -> Option<(Option<mpsc::Sender<Msg>>, JoinHandle<saltblob::Result<saltblob::Manifest>>)> {
+    fn take(&self) -> Option<(Option<mpsc::Sender<Msg>>, PutTask)> {
         let mut up = lock(&self.upload);
         let tx = up.tx.take();
         up.task.take().map(|task| (tx, task))
@@ -174,11 +192,17 @@ impl WriterCore {
     }
 
     fn manifest(&self) -> Option<Manifest> {
-        self.result.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn record(&self, m: &Manifest) {
-        *self.result.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(m.clone());
+        *self
+            .result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(m.clone());
     }
 
     /// What closing an already closed writer returns: its manifest, else the closed-writer error.
@@ -395,8 +419,8 @@ pub(crate) fn put_source(
     }
 }
 
-/// `put_async` of a file object, an iterator or an async iterator: pulls its pieces (a sync source with the GIL, on
-/// an I/O thread; an async iterator on the event loop) and streams them to the put.
+/// `put_async` of a file object or an iterator: pulls its pieces on an I/O thread (with the GIL, a piece at a time)
+/// and streams them to the put. (An async iterator is fed from the event loop by `saltblob._io._put_aiter`.)
 pub(crate) async fn put_source_async(
     store: BlobStore,
     key: Bytes,
@@ -406,20 +430,7 @@ pub(crate) async fn put_source_async(
     let core = WriterCore::new(store, key, opts)?;
     let fed = async {
         loop {
-            let next = match &source {
-                Source::AsyncIter(it) => {
-                    let fut = Python::attach(|py| {
-                        pyo3_async_runtimes::tokio::into_future(it.bind(py).call_method0("__anext__")?)
-                    })?;
-                    match fut.await {
-                        Ok(item) => Some(Python::attach(|py| piece(item.bind(py), "the async iterator"))?),
-                        Err(e) if Python::attach(|py| e.is_instance_of::<PyStopAsyncIteration>(py)) => None,
-                        Err(e) => return Err(e),
-                    }
-                }
-                sync => Python::attach(|py| sync.next_blocking(py))?,
-            };
-            let Some(bytes) = next else {
+            let Some(bytes) = try_with_gil(|py| source.next_blocking(py))? else {
                 return Ok(());
             };
             send(core.sender()?, Arc::clone(&core.upload), bytes).await?;

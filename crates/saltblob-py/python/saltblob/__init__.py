@@ -16,6 +16,8 @@ the store works. Errors are ``saltblob.SaltblobError`` and its subclasses (``sal
 
 from __future__ import annotations
 
+import atexit as _atexit
+
 from . import exceptions
 from ._io import AsyncBlobReader, BlobReader
 from ._saltblob import (
@@ -34,6 +36,7 @@ from ._saltblob import (
     open_async,
 )
 from ._types import FsckReport, GcReport, PutOptions, StoreOptions
+from ._saltblob import _at_exit
 from .exceptions import (
     AlreadyExists,
     ChecksumMismatch,
@@ -45,6 +48,9 @@ from .exceptions import (
     SaltblobError,
     Unavailable,
 )
+
+# Before the interpreter finalizes, saltblob's I/O threads stop entering Python (see runtime.rs, `with_gil`).
+_atexit.register(_at_exit)
 
 __all__ = [
     "AlreadyExists",

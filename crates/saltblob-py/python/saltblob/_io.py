@@ -8,12 +8,37 @@ from __future__ import annotations
 
 import io
 from types import TracebackType
-from typing import TYPE_CHECKING, Optional, Type
+from typing import TYPE_CHECKING, Any, AsyncIterable, Optional, Type
 
 if TYPE_CHECKING:
+    import asyncio
+
     from _typeshed import WriteableBuffer
 
-    from ._saltblob import Manifest, ReadCursor
+    from ._saltblob import AsyncBlobWriter, Manifest, ReadCursor
+
+
+def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Ends ``future`` (an ``_async`` call's) with ``value``, its result if ``ok`` else its exception, unless it
+    was cancelled meanwhile. Called on the event loop by the native module, through ``call_soon_threadsafe``."""
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+async def _put_aiter(writer: AsyncBlobWriter, pieces: AsyncIterable[Any]) -> Manifest:
+    """``put_async`` of an async iterator: its pieces fed to ``writer`` on the event loop; commits once the
+    iterator ends, and nothing if it (or the task) raises."""
+    try:
+        async for piece in pieces:
+            await writer.write(piece)
+    except BaseException:
+        await writer.abort()
+        raise
+    return await writer.close()
 
 
 class BlobReader(io.RawIOBase):
