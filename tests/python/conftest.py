@@ -10,8 +10,13 @@ import uuid
 from typing import Iterator
 
 import pytest
+from hypothesis import settings
 
 import saltblob
+
+# No example database in the working directory: every run draws afresh (failures print their example).
+settings.register_profile("saltblob", database=None, print_blob=True)
+settings.load_profile("saltblob")
 
 CQL = os.environ.get("TEST_CQL")
 
