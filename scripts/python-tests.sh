@@ -6,6 +6,10 @@
 # one (HOST:PORT; each run makes its own keyspaces and drops them).
 #
 #   scripts/python-tests.sh [-- PYTEST_ARGS...]
+#   scripts/python-tests.sh --bench [-- PYTHON_BENCH_ARGS...]
+#
+# --bench runs scripts/python-bench.py (the package against `saltblob bench` on the same store; with --reference,
+# the compat class against the salting article's class) with --saltblob $CARGO_TARGET_DIR/release/saltblob.
 #
 # Environment:
 #   TEST_CQL          HOST:PORT of a Cassandra or ScyllaDB node (without it, the Cassandra tests are skipped)
@@ -15,6 +19,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+mode=tests
+if [ "${1:-}" = --bench ]; then
+  mode=bench
+  shift
+fi
 [ "${1:-}" = -- ] && shift
 
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-py
@@ -47,6 +56,10 @@ t0=$SECONDS
 PATH="$venv/bin:$PATH" timeout 3600 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input \
   --no-build-isolation --no-deps --force-reinstall ./crates/saltblob-py
 echo "== python-tests: installed in $((SECONDS - t0)) s"
+
+if [ "$mode" = bench ]; then
+  exec "$venv/bin/python" scripts/python-bench.py --saltblob "$CARGO_TARGET_DIR/release/saltblob" "$@"
+fi
 
 # From a scratch directory, so that the package imported is the installed one and nothing is left in the clone.
 work=$(mktemp -d -t saltblob-py.XXXXXX)

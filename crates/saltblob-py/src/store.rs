@@ -110,6 +110,18 @@ impl Store {
         }
     }
 
+    /// The key, options and store of a `get_range` call, its arguments checked.
+    fn range_call(
+        &self,
+        key: &Bound<'_, PyAny>,
+        (start, end, length, suffix): (Option<u64>, Option<u64>, Option<u64>, Option<u64>),
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(bytes::Bytes, GetOptions, BlobStore)> {
+        let key = args::key(key, "key")?;
+        let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
+        Ok((key, opts, self.store()?))
+    }
+
     /// The open store, or `InvalidArgument` when it was closed.
     fn store(&self) -> PyResult<BlobStore> {
         self.inner
@@ -322,9 +334,7 @@ impl Store {
         suffix: Option<u64>,
         priority: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let key = args::key(key, "key")?;
-        let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
-        let store = self.store()?;
+        let (key, opts, store) = self.range_call(key, (start, end, length, suffix), priority)?;
         let stream =
             wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
         read_whole(py, stream)
@@ -343,9 +353,7 @@ impl Store {
         suffix: Option<u64>,
         priority: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let key = args::key(key, "key")?;
-        let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
-        let store = self.store()?;
+        let (key, opts, store) = self.range_call(key, (start, end, length, suffix), priority)?;
         awaitable(py, async move {
             Ok(BytesOut(store.get_with(key, &opts).await.map_err(py_err)?))
         })

@@ -41,12 +41,10 @@ async def _put_aiter(writer: AsyncBlobWriter, pieces: AsyncIterable[Any]) -> Man
     return await writer.close()
 
 
-class BlobReader(io.RawIOBase):
-    """A read-only, seekable binary file over one version of a blob (``Store.open_reader``)."""
+class _OnCursor:
+    """What both readers read from their ``ReadCursor``: the version's manifest and size."""
 
-    def __init__(self, cursor: ReadCursor) -> None:
-        super().__init__()
-        self._cursor = cursor
+    _cursor: ReadCursor
 
     @property
     def manifest(self) -> Manifest:
@@ -57,6 +55,14 @@ class BlobReader(io.RawIOBase):
     def size(self) -> int:
         """The size of the version read, in bytes."""
         return self._cursor.size
+
+
+class BlobReader(_OnCursor, io.RawIOBase):
+    """A read-only, seekable binary file over one version of a blob (``Store.open_reader``)."""
+
+    def __init__(self, cursor: ReadCursor) -> None:
+        super().__init__()
+        self._cursor = cursor
 
     def readable(self) -> bool:
         return True
@@ -88,23 +94,13 @@ class BlobReader(io.RawIOBase):
         return self._cursor.tell()
 
 
-class AsyncBlobReader:
+class AsyncBlobReader(_OnCursor):
     """The asyncio form of ``BlobReader`` (``await Store.open_reader_async``): ``await read(n)``, ``seek``, ``tell``,
     ``async with``, ``async for`` (pieces as they are read)."""
 
     def __init__(self, cursor: ReadCursor) -> None:
         self._cursor = cursor
         self._closed = False
-
-    @property
-    def manifest(self) -> Manifest:
-        """The manifest of the version read."""
-        return self._cursor.manifest
-
-    @property
-    def size(self) -> int:
-        """The size of the version read, in bytes."""
-        return self._cursor.size
 
     @property
     def closed(self) -> bool:
