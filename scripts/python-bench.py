@@ -53,6 +53,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16, help="small operations in flight (default 16)")
     p.add_argument("--reference", help="the salting article's salted_blob_store.py, for the compat comparison")
     p.add_argument("--compat-count", type=int, default=3, help="blobs of the compat comparison (default 3)")
+    p.add_argument("--store-concurrency", type=int, default=8,
+                   help="max_concurrency given to both classes' write and read (default 8; the article's default, "
+                        "0, sends a 60 MiB blob's 60 batches at once, which one driver connection refuses as "
+                        "overloaded)")
     p.add_argument("--json", help="write the results as JSON to FILE")
     return p.parse_args()
 
@@ -179,6 +183,7 @@ def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
     spec = importlib.util.spec_from_file_location("reference_salted_blob_store", args.reference)
     assert spec is not None and spec.loader is not None
     reference = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = reference  # its dataclasses look their module up
     spec.loader.exec_module(reference)
     host, port = cql.rsplit(":", 1)
     cluster = Cluster(contact_points=[host], port=int(port), protocol_version=4)
@@ -186,7 +191,7 @@ def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
     size = args.large_mb * MIB
     blob = hashlib.shake_256(b"compat").digest(size)
     results: Dict[str, Any] = {"blobs": args.compat_count, "size_mib": args.large_mb, "chunk_size": 65536,
-                               "max_salt": 100}
+                               "max_salt": 100, "max_concurrency": args.store_concurrency}
     try:
         for name, cls in (("reference", reference.SaltedBlobStore), ("compat", SaltedBlobStore)):
             ks = f"pybench_{name}_{int(time.time())}"
@@ -194,10 +199,11 @@ def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
             store.create_schema(replication={"class": "SimpleStrategy", "replication_factor": 1})
             try:
                 w = one_at_a_time("write", args.compat_count, size, lambda i: store.write(
-                    f"blob-{i}".encode(), blob, max_salt=100, chunk_size=65536))
+                    f"blob-{i}".encode(), blob, max_salt=100, chunk_size=65536,
+                    max_concurrency=args.store_concurrency))
 
                 def read(i: int) -> None:
-                    chunks = store.read(f"blob-{i}".encode())
+                    chunks = store.read(f"blob-{i}".encode(), max_concurrency=args.store_concurrency)
                     if chunks is None or sum(len(c) for c in chunks) != size:
                         raise SystemExit(f"{name}: blob-{i} read back wrong")
 
