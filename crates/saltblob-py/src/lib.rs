@@ -7,7 +7,7 @@
 //!
 //! # Layout
 //! Each module uses only those listed before it (`scripts/module-cycles.py`):
-//! - `runtime`: the runtime; `wait` (sync calls) and `awaitable` (async calls).
+//! - `runtime`: the runtime; `wait` (sync calls), `awaitable` (async calls), `with_gil` (I/O threads into Python).
 //! - `errors`: saltblob's errors as the Python exceptions of `saltblob.exceptions`.
 //! - `args`: keys, sizes, durations and keyword options, checked before any I/O.
 //! - `owned`: a Python `bytes` object shared with Rust without a copy (the crate's only unsafe code).
