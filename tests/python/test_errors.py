@@ -43,6 +43,8 @@ def test_unreachable_backend_is_unavailable() -> None:
     with pytest.raises(saltblob.Unavailable) as e:
         saltblob.open(NOWHERE + "?connect_timeout=1s")
     assert "127.0.0.1:1" in str(e.value)
+    # A connection refused may pass: the Rust error says retryable, and so does the exception.
+    assert e.value.retryable is True
 
 
 @pytest.mark.parametrize(
