@@ -67,5 +67,6 @@ trap 'rm -rf "$work"' EXIT
 repo=$PWD
 cd "$work"
 echo "== python-tests: pytest tests/python${TEST_CQL:+ (Cassandra node $TEST_CQL)}"
+# --basetemp in the scratch directory: the stores the tests make (a 256 MiB one among them) go with it.
 timeout 1200 "$venv/bin/python" -m pytest -p no:cacheprovider -c "$repo/tests/python/pytest.ini" \
-  --rootdir "$repo/tests/python" "$repo/tests/python" "$@"
+  --rootdir "$repo/tests/python" --basetemp "$work/pytest" "$repo/tests/python" "$@"
