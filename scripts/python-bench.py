@@ -224,6 +224,14 @@ def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
 def main() -> None:
     args = parse_args()
     scratch = tempfile.mkdtemp(prefix="saltblob-pybench.")
+    try:
+        run_all(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, scratch: str) -> None:
+    """The runs of main(), with SCRATCH for the default store and the Rust bench's JSON."""
     store_url = args.store or f"rocksdb://{scratch}/store"
     run = f"pybench/{int(time.time())}"
     print(f"== python: {store_url}", flush=True)
@@ -249,7 +257,6 @@ def main() -> None:
               f"read {c['read_compat_over_reference']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
-    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
