@@ -60,6 +60,8 @@ step cql-server-races env TEST_CQL=127.0.0.1:9042 timeout 600 cargo test --relea
   --test integration multipart_history::multipart_races_lose_nothing_committed_cql -- --include-ignored
 # The same S3 client tests on Cassandra, with a 64 MiB file for `aws s3 cp` (still 8 parts) to keep the suite short.
 step s3-clients-cassandra env S3_BIG_FILE_MIB=64 timeout 1200 scripts/s3-clients.sh "cql://127.0.0.1:9042/s3clients_$(date +%s)"
+# The Python package (pip install ./crates/saltblob-py into a venv of pinned packages; pytest on RocksDB and the node).
+step python env TEST_CQL=127.0.0.1:9042 timeout 1800 scripts/python-tests.sh
 step cassandra-three-nodes timeout 900 scripts/cassandra.sh start3
 step cql-node-loss env TEST_CQL_CLUSTER=127.0.0.1,127.0.0.2,127.0.0.3 timeout 1200 \
   cargo test --release --locked -p saltblob-cql --test integration cluster:: -- --include-ignored --nocapture

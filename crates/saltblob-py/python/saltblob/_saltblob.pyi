@@ -1,0 +1,239 @@
+"""Types of the native module ``saltblob._saltblob`` (Rust, pyo3). Import its names from ``saltblob``."""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import (
+    IO,
+    Any,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    Type,
+    Union,
+)
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+from ._io import AsyncBlobReader, BlobReader
+from ._types import FsckReport, GcReport, PutOptions, Seconds, Size, StoreOptions
+
+if sys.version_info >= (3, 12):
+    from collections.abc import Buffer
+else:
+    Buffer = Union[bytes, bytearray, memoryview]
+
+Key = Union[bytes, bytearray, str]
+"""A key: bytes, or a str standing for its UTF-8 bytes (1 to 1024 bytes)."""
+
+Data = Union[Buffer, IO[bytes], Iterable[Buffer]]
+"""What ``put`` stores: a bytes-like object, a binary file object or an iterator of bytes-like pieces."""
+
+__version__: str
+
+def open(url: str, **options: Unpack[StoreOptions]) -> Store:
+    """Opens the store at ``url`` (``rocksdb:///path``, ``cql://host:9042/keyspace``, ``memory://``, with the CLI's
+    URL options). Raises ``TypeError``/``InvalidArgument`` for a bad URL or option before any I/O."""
+
+def open_async(url: str, **options: Unpack[StoreOptions]) -> Awaitable[Store]:
+    """``open()`` for asyncio."""
+
+def _drop_cql_keyspace(url: str) -> None: ...
+def _at_exit() -> None: ...
+
+class Manifest:
+    """One committed version of a blob (``put``, ``head``)."""
+
+    version: str
+    size: int
+    created_micros: int
+    expires_micros: Optional[int]
+    digest: str
+    layout: str
+    chunk_size: int
+    chunk_count: int
+    salt_count: int
+    codec: str
+    stored_bytes: int
+    content_type: Optional[str]
+    metadata: Dict[str, str]
+
+class Description:
+    """How one key is laid out (``describe``)."""
+
+    key: bytes
+    manifest: Manifest
+    layout: str
+    bytes_per_salt: List[int]
+
+class ListEntry:
+    """One blob of a listing; ``manifest`` is ``None`` and ``error`` a ``Corrupt`` when its manifest is damaged."""
+
+    key: bytes
+    manifest: Optional[Manifest]
+    error: Optional[BaseException]
+
+class ByteStream(Iterator[bytes], AsyncIterator[bytes]):
+    """The bytes of a read as they come (``GetResult.stream``)."""
+
+    def __iter__(self) -> ByteStream: ...
+    def __next__(self) -> bytes: ...
+    def __aiter__(self) -> ByteStream: ...
+    def __anext__(self) -> Awaitable[bytes]: ...
+
+class GetResult:
+    """What ``get`` returns: the manifest, and the bytes, which can be taken once."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+    @property
+    def range(self) -> Tuple[int, int]: ...
+    def bytes(self) -> bytes: ...
+    def bytes_async(self) -> Awaitable[bytes]: ...
+    def chunks(self) -> List[bytes]: ...
+    def chunks_async(self) -> Awaitable[List[bytes]]: ...
+    def stream(self, chunk_size: Optional[Size] = None) -> ByteStream: ...
+
+class ReadCursor:
+    """The position of a file-like reader (used by ``BlobReader`` and ``AsyncBlobReader``)."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+    @property
+    def size(self) -> int: ...
+    def read(self, size: Optional[int] = None) -> bytes: ...
+    def read_async(self, size: Optional[int] = None) -> Awaitable[bytes]: ...
+    def seek(self, offset: int, whence: int = 0) -> int: ...
+    def tell(self) -> int: ...
+
+class BlobWriter:
+    """A file-like writer of one blob (``Store.open_writer``): commits on ``close``; nothing on an exception."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def manifest(self) -> Optional[Manifest]: ...
+    def write(self, data: Buffer) -> int: ...
+    def close(self) -> Manifest: ...
+    def abort(self) -> None: ...
+    def writable(self) -> bool: ...
+    def flush(self) -> None: ...
+    def __enter__(self) -> BlobWriter: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class AsyncBlobWriter:
+    """The asyncio form of ``BlobWriter`` (``Store.open_writer_async``)."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def manifest(self) -> Optional[Manifest]: ...
+    def write(self, data: Buffer) -> Awaitable[int]: ...
+    def close(self) -> Awaitable[Manifest]: ...
+    def abort(self) -> Awaitable[None]: ...
+    def __aenter__(self) -> Awaitable[AsyncBlobWriter]: ...
+    def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Awaitable[bool]: ...
+
+class ListIterator(Iterator[ListEntry], AsyncIterator[ListEntry]):
+    """The blobs under a prefix, in key order, read a page at a time."""
+
+    def __iter__(self) -> ListIterator: ...
+    def __next__(self) -> ListEntry: ...
+    def __aiter__(self) -> ListIterator: ...
+    def __anext__(self) -> Awaitable[ListEntry]: ...
+
+class Canceller:
+    def __call__(self, future: Any) -> None: ...
+
+class Store:
+    """A saltblob store (``saltblob.open``); a context manager (sync and async) that closes it."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def url(self) -> str: ...
+    def put(self, key: Key, data: Data, **options: Unpack[PutOptions]) -> Manifest: ...
+    def put_async(
+        self, key: Key, data: Union[Data, AsyncIterable[Buffer]], **options: Unpack[PutOptions]
+    ) -> Awaitable[Manifest]: ...
+    def get(self, key: Key, *, priority: Optional[str] = None) -> GetResult: ...
+    def get_async(self, key: Key, *, priority: Optional[str] = None) -> Awaitable[GetResult]: ...
+    def get_range(
+        self,
+        key: Key,
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        *,
+        length: Optional[int] = None,
+        suffix: Optional[int] = None,
+        priority: Optional[str] = None,
+    ) -> bytes: ...
+    def get_range_async(
+        self,
+        key: Key,
+        start: Optional[int] = None,
+        end: Optional[int] = None,
+        *,
+        length: Optional[int] = None,
+        suffix: Optional[int] = None,
+        priority: Optional[str] = None,
+    ) -> Awaitable[bytes]: ...
+    def head(self, key: Key) -> Manifest: ...
+    def head_async(self, key: Key) -> Awaitable[Manifest]: ...
+    def delete(self, key: Key, *, if_version: Optional[str] = None) -> Optional[str]: ...
+    def delete_async(self, key: Key, *, if_version: Optional[str] = None) -> Awaitable[Optional[str]]: ...
+    def list(self, prefix: Optional[Key] = None) -> ListIterator: ...
+    def list_async(self, prefix: Optional[Key] = None) -> ListIterator: ...
+    def describe(self, key: Key) -> Description: ...
+    def describe_async(self, key: Key) -> Awaitable[Description]: ...
+    def gc(
+        self, *, grace: Optional[Seconds] = None, dry_run: bool = False, prefix: Optional[Key] = None
+    ) -> GcReport: ...
+    def gc_async(
+        self, *, grace: Optional[Seconds] = None, dry_run: bool = False, prefix: Optional[Key] = None
+    ) -> Awaitable[GcReport]: ...
+    def fsck(
+        self, *, repair: bool = False, min_age: Optional[Seconds] = None, prefix: Optional[Key] = None
+    ) -> FsckReport: ...
+    def fsck_async(
+        self, *, repair: bool = False, min_age: Optional[Seconds] = None, prefix: Optional[Key] = None
+    ) -> Awaitable[FsckReport]: ...
+    def open_reader(self, key: Key) -> BlobReader: ...
+    def open_reader_async(self, key: Key) -> Awaitable[AsyncBlobReader]: ...
+    def open_writer(self, key: Key, **options: Unpack[PutOptions]) -> BlobWriter: ...
+    def open_writer_async(self, key: Key, **options: Unpack[PutOptions]) -> AsyncBlobWriter: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Store: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    def __aenter__(self) -> Awaitable[Store]: ...
+    def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Awaitable[bool]: ...

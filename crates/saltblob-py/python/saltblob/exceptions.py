@@ -1,0 +1,73 @@
+"""The exceptions of saltblob: one base class, ``SaltblobError``, and a class per kind of failure.
+
+Messages are the Rust library's. Every exception has ``retryable``: whether the same call may succeed later.
+
+- ``NotFound`` (also a ``KeyError``): the key holds no blob.
+- ``PreconditionFailed``: a conditional put or delete found another version; ``AlreadyExists`` (``if_absent``).
+- ``Corrupt``: stored data is damaged (a manifest or chunk that does not decode, a missing chunk, a digest
+  mismatch); ``ChecksumMismatch`` for a chunk that fails its CRC32C.
+- ``InvalidArgument`` (also a ``ValueError``): a bad key, URL, option or size, found before any I/O;
+  ``RangeNotSatisfiable`` for a range outside the blob.
+- ``Unavailable``: the backend failed (timeouts, unreachable nodes, overload) or a read raced a reclaim;
+  ``retryable`` tells whether to try again.
+
+A wrong type of argument is a ``TypeError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+
+class SaltblobError(Exception):
+    """Base class of every saltblob error."""
+
+    retryable: bool = False
+    """Whether the same call may succeed if tried again."""
+
+    def __str__(self) -> str:
+        # One line, the Rust message (KeyError would show its repr instead).
+        return str(self.args[0]) if self.args else ""
+
+
+class NotFound(SaltblobError, KeyError):
+    """The key holds no blob."""
+
+
+class PreconditionFailed(SaltblobError):
+    """A conditional put or delete found another version than it expected (or a reader's key was overwritten)."""
+
+
+class AlreadyExists(PreconditionFailed):
+    """A put with ``if_absent=True`` found a blob."""
+
+
+class Corrupt(SaltblobError):
+    """Stored data is damaged: it does not decode, a chunk is missing, or the digest does not match."""
+
+
+class ChecksumMismatch(Corrupt):
+    """A stored chunk failed its CRC32C check."""
+
+
+class InvalidArgument(SaltblobError, ValueError):
+    """A key, URL, option or value is wrong; nothing was done."""
+
+
+class RangeNotSatisfiable(InvalidArgument):
+    """A byte range does not lie within the blob."""
+
+
+class Unavailable(SaltblobError):
+    """The backend failed, or a read raced a reclaim; ``retryable`` says whether to try again."""
+
+
+__all__ = [
+    "AlreadyExists",
+    "ChecksumMismatch",
+    "Corrupt",
+    "InvalidArgument",
+    "NotFound",
+    "PreconditionFailed",
+    "RangeNotSatisfiable",
+    "SaltblobError",
+    "Unavailable",
+]

@@ -1,0 +1,120 @@
+//! saltblob's errors as Python exceptions. The classes live in `saltblob/exceptions.py` (Python, because some
+//! inherit from two built-in classes: `NotFound` is also a `KeyError`, `InvalidArgument` also a `ValueError`); this
+//! module picks the class for each [`saltblob::Error`] and keeps the Rust message.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+/// The exception classes of `saltblob.exceptions`, by name.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    /// `SaltblobError`, the base of all.
+    Base,
+    /// `NotFound` (also a `KeyError`).
+    NotFound,
+    /// `PreconditionFailed`.
+    PreconditionFailed,
+    /// `AlreadyExists` (a `PreconditionFailed`).
+    AlreadyExists,
+    /// `Corrupt`.
+    Corrupt,
+    /// `ChecksumMismatch` (a `Corrupt`).
+    ChecksumMismatch,
+    /// `InvalidArgument` (also a `ValueError`).
+    InvalidArgument,
+    /// `RangeNotSatisfiable` (an `InvalidArgument`).
+    RangeNotSatisfiable,
+    /// `Unavailable`: the backend failed or a read raced a reclaim; `.retryable` says whether to try again.
+    Unavailable,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Base => "SaltblobError",
+            Kind::NotFound => "NotFound",
+            Kind::PreconditionFailed => "PreconditionFailed",
+            Kind::AlreadyExists => "AlreadyExists",
+            Kind::Corrupt => "Corrupt",
+            Kind::ChecksumMismatch => "ChecksumMismatch",
+            Kind::InvalidArgument => "InvalidArgument",
+            Kind::RangeNotSatisfiable => "RangeNotSatisfiable",
+            Kind::Unavailable => "Unavailable",
+        }
+    }
+
+    fn of(err: &saltblob::Error) -> Self {
+        use saltblob::Error as E;
+        match err {
+            E::NotFound { .. } => Kind::NotFound,
+            E::AlreadyExists { .. } => Kind::AlreadyExists,
+            E::PreconditionFailed { .. } => Kind::PreconditionFailed,
+            E::ChecksumMismatch { .. } => Kind::ChecksumMismatch,
+            E::RangeNotSatisfiable { .. } => Kind::RangeNotSatisfiable,
+            E::InvalidKey { .. }
+            | E::InvalidArgument { .. }
+            | E::InvalidUrl { .. }
+            | E::TooLarge { .. }
+            | E::SizeMismatch { .. } => Kind::InvalidArgument,
+            E::Backend { .. }
+            | E::VersionReclaimed { .. }
+            | E::IntentLost { .. }
+            | E::SegmentGone { .. } => Kind::Unavailable,
+            e if e.is_corruption() => Kind::Corrupt,
+            _ => Kind::Base,
+        }
+    }
+}
+
+/// An exception of class `kind` with `message`; its `retryable` attribute is `retryable`. While the interpreter
+/// exits (when nobody can see it), a `RuntimeError` with the message.
+pub(crate) fn new_err(kind: Kind, message: String, retryable: bool) -> PyErr {
+    let fallback = message.clone();
+    crate::runtime::with_gil(|py| match class(py, kind) {
+        Ok(cls) => match cls.call1((message,)) {
+            Ok(exc) => {
+                if retryable && let Err(e) = exc.setattr("retryable", true) {
+                    return e;
+                }
+                PyErr::from_value(exc)
+            }
+            Err(e) => e,
+        },
+        Err(e) => e,
+    })
+    .unwrap_or_else(|| pyo3::exceptions::PyRuntimeError::new_err(fallback))
+}
+
+/// `saltblob.exceptions.<kind>`.
+fn class(py: Python<'_>, kind: Kind) -> PyResult<Bound<'_, PyType>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("saltblob.exceptions")?.unbind())
+    })?;
+    Ok(module.bind(py).getattr(kind.name())?.cast_into()?)
+}
+
+/// The Python exception of a saltblob error: its class by kind, its message the Rust one.
+pub(crate) fn py_err(err: saltblob::Error) -> PyErr {
+    let retryable = err.is_retryable();
+    new_err(Kind::of(&err), err.to_string(), retryable)
+}
+
+/// `InvalidArgument` (a `ValueError`) naming the argument at fault: `invalid ARG: REASON`.
+pub(crate) fn invalid(arg: &str, reason: impl std::fmt::Display) -> PyErr {
+    new_err(
+        Kind::InvalidArgument,
+        format!("invalid {arg}: {reason}"),
+        false,
+    )
+}
+
+/// `TypeError` naming the argument at fault: `ARG must be EXPECTED, not TYPE`.
+pub(crate) fn wrong_type(arg: &str, expected: &str, got: &Bound<'_, PyAny>) -> PyErr {
+    let type_name = got
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+    pyo3::exceptions::PyTypeError::new_err(format!("{arg} must be {expected}, not {type_name}"))
+}

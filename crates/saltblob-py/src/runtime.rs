@@ -1,0 +1,204 @@
+//! The module's one Tokio runtime, and the two ways Python waits for a Rust future on it: [`wait`], for a
+//! synchronous call (the calling thread drives the future with the GIL released, and looks for a pending signal
+//! such as Ctrl-C every [`SIGNAL_CHECK`]), and [`awaitable`], for an `_async` call (an asyncio future resolved
+//! when the Rust task ends; cancelling it drops the Rust future); and [`with_gil`], the one way saltblob's own
+//! threads enter Python, closed by [`_at_exit`] before the interpreter finalizes.
+
+use std::future::Future;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use pyo3::IntoPyObjectExt;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use tokio::runtime::Runtime;
+use tokio::task::AbortHandle;
+
+/// How often a synchronous call that waits for I/O runs Python's signal handlers, so that Ctrl-C interrupts it.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The runtime, started on first use: one worker thread per core, shared by every store of the process.
+pub(crate) fn runtime() -> PyResult<&'static Runtime> {
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let built = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("saltblob-io")
+        .build()
+        .map_err(|e| {
+            PyRuntimeError::new_err(format!("saltblob cannot start its I/O threads: {e}"))
+        })?;
+    Ok(RUNTIME.get_or_init(|| built))
+}
+
+/// Runs `fut` to completion on the calling thread with the GIL released; a signal handler that raises (Ctrl-C's
+/// `KeyboardInterrupt`) stops the wait and drops `fut`, which cancels the operation where it stands (a put that
+/// has not committed leaves the previous version current).
+///
+/// # Errors
+/// The exception a signal handler raised; `RuntimeError` when called from one of saltblob's own I/O threads (an
+/// iterator given to an `_async` call that makes a synchronous saltblob call), where blocking would deadlock.
+pub(crate) fn wait<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(PyRuntimeError::new_err(
+            "a synchronous saltblob call was made on one of saltblob's I/O threads (from an iterator given to an \
+             _async call?); use the _async API there",
+        ));
+    }
+    let rt = runtime()?;
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let done = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, fut.as_mut()).await.ok() })
+        });
+        match done {
+            Some(output) => return Ok(output),
+            None => py.check_signals()?,
+        }
+    }
+}
+
+/// Whether the interpreter is exiting, and how many of saltblob's I/O threads are running Python code now.
+struct Gate {
+    exiting: bool,
+    attached: usize,
+}
+
+static GATE: Mutex<Gate> = Mutex::new(Gate {
+    exiting: false,
+    attached: 0,
+});
+static GATE_FREE: Condvar = Condvar::new();
+
+/// How long the interpreter's exit waits for I/O threads that are running Python code to leave it.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+
+fn gate() -> std::sync::MutexGuard<'static, Gate> {
+    // Two plain fields, valid whatever a panicking holder did.
+    GATE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `f` with the GIL, from any thread, unless the interpreter is exiting (then `None`, and `f` is not run).
+///
+/// Why: CPython ends a thread that waits for the GIL while the interpreter finalizes (`pthread_exit`), which aborts
+/// the process when that thread is one of saltblob's Rust threads (an `_async` call completing just as the program
+/// ends). So every entry of an I/O thread into Python goes through here, and [`at_exit`] closes the gate, then
+/// waits until the threads inside have left, before the interpreter finalizes.
+pub(crate) fn with_gil<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
+    {
+        let mut g = gate();
+        if g.exiting {
+            return None;
+        }
+        g.attached += 1;
+    }
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            gate().attached -= 1;
+            GATE_FREE.notify_all();
+        }
+    }
+    let _leave = Leave;
+    Some(Python::attach(f))
+}
+
+/// [`with_gil`] for work that returns a `PyResult`: the interpreter's exit is a `RuntimeError`.
+pub(crate) fn try_with_gil<R>(f: impl for<'py> FnOnce(Python<'py>) -> PyResult<R>) -> PyResult<R> {
+    with_gil(f).unwrap_or_else(|| Err(PyRuntimeError::new_err("the Python interpreter is exiting")))
+}
+
+/// Registered with `atexit` by the package: closes the gate of [`with_gil`] and waits (without the GIL, at most
+/// [`EXIT_WAIT`]) until no I/O thread runs Python code. `_async` calls that complete later are dropped unseen.
+#[pyfunction]
+pub(crate) fn _at_exit(py: Python<'_>) {
+    py.detach(|| {
+        let mut g = gate();
+        g.exiting = true;
+        let deadline = std::time::Instant::now() + EXIT_WAIT;
+        while g.attached > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = GATE_FREE
+                .wait_timeout(g, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    });
+}
+
+/// Cancels the Rust task of an `_async` call when its asyncio future is done (a no-op when the task has finished:
+/// the future was done by it), so that cancelling the awaitable drops the Rust future where it stands.
+#[pyclass(module = "saltblob")]
+pub(crate) struct Canceller(AbortHandle);
+
+#[pymethods]
+impl Canceller {
+    fn __call__(&self, _future: &Bound<'_, PyAny>) {
+        self.0.abort();
+    }
+}
+
+/// `saltblob._io._resolve`, which sets an asyncio future's result or exception unless it was cancelled.
+fn resolver(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let f = RESOLVE.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("saltblob._io")?.getattr("_resolve")?.unbind())
+    })?;
+    Ok(f.bind(py))
+}
+
+/// An asyncio awaitable of `fut`, which runs on the runtime without the GIL: a future of the running event loop,
+/// resolved (through `call_soon_threadsafe`) when `fut` ends. Cancelling it drops `fut`. Must be called with a
+/// running event loop (from a coroutine).
+///
+/// # Errors
+/// `RuntimeError` when there is no running event loop, or the runtime cannot start.
+pub(crate) fn awaitable<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let rt = runtime()?;
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let future = event_loop.call_method0("create_future")?;
+    resolver(py)?;
+    let task = rt.spawn(fut);
+    future.call_method1("add_done_callback", (Canceller(task.abort_handle()),))?;
+    let (event_loop, target) = (event_loop.unbind(), future.clone().unbind());
+    rt.spawn(async move {
+        let outcome = task.await;
+        with_gil(move |py| {
+            let (ok, value) = match outcome {
+                Ok(Ok(v)) => match v.into_py_any(py) {
+                    Ok(v) => (true, v),
+                    Err(e) => (false, e.into_value(py).into_any()),
+                },
+                Ok(Err(e)) => (false, e.into_value(py).into_any()),
+                // The future was cancelled: nobody waits.
+                Err(e) if e.is_cancelled() => return,
+                Err(e) => {
+                    let e = PyRuntimeError::new_err(format!("a saltblob task failed: {e}"));
+                    (false, e.into_value(py).into_any())
+                }
+            };
+            let Ok(resolve) = resolver(py) else { return };
+            // Fails only when the event loop was closed meanwhile: nobody waits either.
+            let _ = event_loop
+                .bind(py)
+                .call_method1("call_soon_threadsafe", (resolve, target, ok, value));
+        });
+    });
+    Ok(future)
+}

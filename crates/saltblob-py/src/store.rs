@@ -1,0 +1,640 @@
+//! [`Store`]: a saltblob store opened from a URL ([`open`], [`open_async`]), with every operation of the Rust API as
+//! a synchronous method and an `_async` twin. Arguments are checked before any I/O.
+
+use std::sync::{Arc, RwLock};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString, PyType};
+use saltblob::{
+    BlobStore, BlobStream, ByteRange, FsckOptions, GcOptions, GetOptions, MemoryStore, StoreConfig,
+};
+
+use crate::args;
+use crate::data::{Data, Source};
+use crate::errors::{Kind, invalid, new_err, py_err, wrong_type};
+use crate::listing::ListIterator;
+use crate::objects::{Description, Manifest, fsck_report, gc_report};
+use crate::reading::{BytesOut, GetResult, ReadCursor};
+use crate::runtime::{awaitable, try_with_gil, wait};
+use crate::writing::{AsyncBlobWriter, BlobWriter, put_source, put_source_async};
+
+/// A saltblob store. Open one with `saltblob.open(url)`; use it as a context manager, or `close()` it, to release
+/// it (an embedded store can be open only once at a time). Safe to share between threads and tasks.
+#[pyclass(module = "saltblob")]
+pub(crate) struct Store {
+    inner: RwLock<Option<BlobStore>>,
+    url: String,
+}
+
+/// The URL, its store options and the configuration, checked without any I/O: returns the URL the backend opens and
+/// the store configuration.
+fn checked(
+    url: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(String, String, StoreConfig)> {
+    let url: String = url
+        .cast::<PyString>()
+        .map_err(|_| wrong_type("url", "a store URL (str)", url))?
+        .to_cow()?
+        .into_owned();
+    let config = args::store_config(options)?;
+    let (backend_url, config) = saltblob::split_store_params(&url, config).map_err(py_err)?;
+    // The configuration's own checks (chunk sizes, window, lease, scheduler), on a backend that costs nothing; the
+    // real backend's limits are checked again when it is open.
+    BlobStore::new(Arc::new(MemoryStore::new()), config.clone()).map_err(py_err)?;
+    Ok((url, backend_url, config))
+}
+
+async fn open_store(backend_url: String, config: StoreConfig) -> saltblob::Result<BlobStore> {
+    let backend = saltblob::open_backend(&backend_url).await?;
+    BlobStore::new(backend, config)
+}
+
+/// Opens the store at `url` (`rocksdb:///path`, `cql://host:9042/keyspace`, `memory://`, with the CLI's URL
+/// options). Keyword options set the store configuration beyond the URL (see `StoreOptions`).
+#[pyfunction]
+#[pyo3(signature = (url, **options))]
+pub(crate) fn open(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Store> {
+    let (url, backend_url, config) = checked(url, options)?;
+    let store = wait(py, open_store(backend_url, config))?.map_err(py_err)?;
+    Ok(Store::new(store, &url))
+}
+
+/// `open()` for asyncio.
+#[pyfunction]
+#[pyo3(signature = (url, **options))]
+pub(crate) fn open_async<'py>(
+    py: Python<'py>,
+    url: &Bound<'py, PyAny>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (url, backend_url, config) = checked(url, options)?;
+    awaitable(py, async move {
+        let store = open_store(backend_url, config).await.map_err(py_err)?;
+        Ok(Store::new(store, &url))
+    })
+}
+
+/// Drops keyspace of the `cql://` URL `url` (what `saltblob.compat.SaltedBlobStore.drop_schema` does when it was
+/// given a URL instead of a driver session).
+#[pyfunction]
+pub(crate) fn _drop_cql_keyspace(py: Python<'_>, url: &str) -> PyResult<()> {
+    let config = saltblob::cql::CqlConfig::from_url(url).map_err(py_err)?;
+    wait(py, async move {
+        let session = saltblob::cql::CqlStore::open_session(&config)
+            .await
+            .map_err(py_err)?;
+        session
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", config.keyspace), ())
+            .await
+            .map_err(|e| {
+                new_err(
+                    Kind::Unavailable,
+                    format!("DROP KEYSPACE {} failed: {e}", config.keyspace),
+                    false,
+                )
+            })?;
+        Ok(())
+    })?
+}
+
+impl Store {
+    fn new(store: BlobStore, url: &str) -> Self {
+        Self {
+            inner: RwLock::new(Some(store)),
+            url: saltblob::redact_url(url),
+        }
+    }
+
+    /// The key, options and store of a `get_range` call, its arguments checked.
+    fn range_call(
+        &self,
+        key: &Bound<'_, PyAny>,
+        (start, end, length, suffix): (Option<u64>, Option<u64>, Option<u64>, Option<u64>),
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(bytes::Bytes, GetOptions, BlobStore)> {
+        let key = args::key(key, "key")?;
+        let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
+        Ok((key, opts, self.store()?))
+    }
+
+    /// The open store, or `InvalidArgument` when it was closed.
+    fn store(&self) -> PyResult<BlobStore> {
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                new_err(
+                    Kind::InvalidArgument,
+                    format!("the store {} is closed", self.url),
+                    false,
+                )
+            })
+    }
+}
+
+/// The bytes of `stream`, read into a new `bytes` object (one copy).
+fn read_whole<'py>(py: Python<'py>, stream: BlobStream) -> PyResult<Bound<'py, PyBytes>> {
+    let result = Bound::new(py, GetResult::new(stream))?;
+    result
+        .call_method0("bytes")?
+        .cast_into::<PyBytes>()
+        .map_err(Into::into)
+}
+
+/// The range of `get_range`'s arguments.
+fn byte_range(
+    start: Option<u64>,
+    end: Option<u64>,
+    length: Option<u64>,
+    suffix: Option<u64>,
+) -> PyResult<ByteRange> {
+    match (start, end, length, suffix) {
+        (None, None, None, Some(n)) => Ok(ByteRange::Suffix(n)),
+        (_, _, _, Some(_)) => Err(invalid(
+            "suffix",
+            "give it alone, without start, end or length",
+        )),
+        (_, Some(_), Some(_), None) => Err(invalid("end/length", "give at most one of them")),
+        (start, Some(end), None, None) => Ok(ByteRange::Bounded {
+            start: start.unwrap_or(0),
+            end,
+        }),
+        (start, None, Some(len), None) => {
+            let start = start.unwrap_or(0);
+            let end = start
+                .checked_add(len)
+                .ok_or_else(|| invalid("length", "start + length overflows"))?;
+            Ok(ByteRange::Bounded { start, end })
+        }
+        (start, None, None, None) => Ok(ByteRange::From(start.unwrap_or(0))),
+    }
+}
+
+fn get_options(priority: Option<&Bound<'_, PyAny>>) -> PyResult<GetOptions> {
+    let mut opts = GetOptions::new();
+    if let Some(p) = priority.filter(|p| !p.is_none()) {
+        opts = opts.with_priority(args::priority(p)?);
+    }
+    Ok(opts)
+}
+
+fn optional<T>(
+    obj: Option<&Bound<'_, PyAny>>,
+    f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Option<T>> {
+    match obj {
+        Some(o) if !o.is_none() => f(o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn gc_options(
+    grace: Option<&Bound<'_, PyAny>>,
+    dry_run: bool,
+    prefix: Option<&Bound<'_, PyAny>>,
+) -> PyResult<GcOptions> {
+    let mut opts = GcOptions::new()
+        .with_dry_run(dry_run)
+        .with_prefix(args::prefix(prefix)?);
+    if let Some(g) = optional(grace, |g| args::duration(g, "grace"))? {
+        opts = opts.with_grace(g);
+    }
+    Ok(opts)
+}
+
+fn fsck_options(
+    repair: bool,
+    min_age: Option<&Bound<'_, PyAny>>,
+    prefix: Option<&Bound<'_, PyAny>>,
+) -> PyResult<FsckOptions> {
+    let mut opts = FsckOptions::new()
+        .with_repair(repair)
+        .with_prefix(args::prefix(prefix)?);
+    if let Some(a) = optional(min_age, |a| args::duration(a, "min_age"))? {
+        opts = opts.with_min_age(a);
+    }
+    Ok(opts)
+}
+
+/// The Python reader class `saltblob._io.NAME` around `cursor`.
+fn reader(py: Python<'_>, class: &str, cursor: ReadCursor) -> PyResult<Py<PyAny>> {
+    Ok(py
+        .import("saltblob._io")?
+        .getattr(class)?
+        .call1((cursor,))?
+        .unbind())
+}
+
+#[pymethods]
+impl Store {
+    /// Stores `data` under `key` as a new version and returns its manifest. `data` is `bytes` (stored without a
+    /// copy), any other bytes-like object (copied once), a binary file object or an iterator of bytes-like pieces
+    /// (streamed in bounded memory). Options: see `PutOptions`.
+    #[pyo3(signature = (key, data, **options))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Manifest> {
+        let key = args::key(key, "key")?;
+        let opts = args::put_options("put", options)?;
+        let store = self.store()?;
+        match crate::data::data(data)? {
+            Data::Whole(bytes) => {
+                let m =
+                    wait(py, async move { store.put(key, bytes, &opts).await })?.map_err(py_err)?;
+                Ok(Manifest::from(&m))
+            }
+            Data::Source(source) => put_source(py, store, key, source, opts),
+        }
+    }
+
+    /// `put()` for asyncio; `data` may also be an async iterator of bytes-like pieces.
+    #[pyo3(signature = (key, data, **options))]
+    fn put_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        data: &Bound<'py, PyAny>,
+        options: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let opts = args::put_options("put_async", options)?;
+        let store = self.store()?;
+        match crate::data::data(data)? {
+            Data::Whole(bytes) => awaitable(py, async move {
+                let m = store.put(key, bytes, &opts).await.map_err(py_err)?;
+                Ok(Manifest::from(&m))
+            }),
+            // An async iterator is read on the event loop, by a coroutine that feeds a writer.
+            Data::Source(Source::AsyncIter(pieces)) => {
+                let writer = Bound::new(py, AsyncBlobWriter::new(store, key, opts)?)?;
+                py.import("saltblob._io")?
+                    .getattr("_put_aiter")?
+                    .call1((writer, pieces))
+            }
+            Data::Source(source) => awaitable(py, put_source_async(store, key, source, opts)),
+        }
+    }
+
+    /// Reads the current version of `key`: returns its manifest and its bytes, to take with `bytes()`, `chunks()`
+    /// or `stream()`. `priority` names the class the read runs in.
+    #[pyo3(signature = (key, *, priority = None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<GetResult> {
+        let key = args::key(key, "key")?;
+        let opts = get_options(priority)?;
+        let store = self.store()?;
+        let stream =
+            wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
+        Ok(GetResult::new(stream))
+    }
+
+    /// `get()` for asyncio.
+    #[pyo3(signature = (key, *, priority = None))]
+    fn get_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        priority: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let opts = get_options(priority)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
+            Ok(GetResult::new(stream))
+        })
+    }
+
+    /// Reads bytes `start` to `end` (exclusive), or `length` bytes from `start`, or from `start` to the end, or the
+    /// last `suffix` bytes; fetches only the chunks that cover them. A range past the end raises
+    /// `RangeNotSatisfiable`.
+    #[pyo3(signature = (key, start = None, end = None, *, length = None, suffix = None, priority = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_range<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        start: Option<u64>,
+        end: Option<u64>,
+        length: Option<u64>,
+        suffix: Option<u64>,
+        priority: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (key, opts, store) = self.range_call(key, (start, end, length, suffix), priority)?;
+        let stream =
+            wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
+        read_whole(py, stream)
+    }
+
+    /// `get_range()` for asyncio.
+    #[pyo3(signature = (key, start = None, end = None, *, length = None, suffix = None, priority = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_range_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        start: Option<u64>,
+        end: Option<u64>,
+        length: Option<u64>,
+        suffix: Option<u64>,
+        priority: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (key, opts, store) = self.range_call(key, (start, end, length, suffix), priority)?;
+        awaitable(py, async move {
+            Ok(BytesOut(store.get_with(key, &opts).await.map_err(py_err)?))
+        })
+    }
+
+    /// The manifest of the current version of `key`; `NotFound` if there is none.
+    fn head(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Manifest> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        let m = wait(py, async move { store.head(key).await })?.map_err(py_err)?;
+        Ok(Manifest::from(&m))
+    }
+
+    /// `head()` for asyncio.
+    fn head_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            Ok(Manifest::from(&store.head(key).await.map_err(py_err)?))
+        })
+    }
+
+    /// Deletes `key`; returns the version it held, or `None` if it held none. With `if_version`, deletes only if the
+    /// current version is that one (else `PreconditionFailed`, or `NotFound`).
+    #[pyo3(signature = (key, *, if_version = None))]
+    fn delete(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        if_version: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<String>> {
+        let key = args::key(key, "key")?;
+        let version = optional(if_version, |v| args::version(v, "if_version"))?;
+        let store = self.store()?;
+        let deleted = wait(py, async move {
+            match version {
+                Some(v) => store.delete_version(key, v).await.map(|()| Some(v)),
+                None => store.delete(key).await,
+            }
+        })?
+        .map_err(py_err)?;
+        Ok(deleted.map(|v| v.to_string()))
+    }
+
+    /// `delete()` for asyncio.
+    #[pyo3(signature = (key, *, if_version = None))]
+    fn delete_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        if_version: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let version = optional(if_version, |v| args::version(v, "if_version"))?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let deleted = match version {
+                Some(v) => store.delete_version(key, v).await.map(|()| Some(v)),
+                None => store.delete(key).await,
+            }
+            .map_err(py_err)?;
+            Ok(deleted.map(|v| v.to_string()))
+        })
+    }
+
+    /// The blobs whose key starts with `prefix` (all by default), in key order, as a lazy iterator of `ListEntry`
+    /// read a page at a time.
+    #[pyo3(signature = (prefix = None))]
+    fn list(&self, prefix: Option<&Bound<'_, PyAny>>) -> PyResult<ListIterator> {
+        Ok(ListIterator::new(self.store()?, args::prefix(prefix)?))
+    }
+
+    /// `list()` for asyncio: `async for entry in store.list_async(prefix)`.
+    #[pyo3(signature = (prefix = None))]
+    fn list_async(&self, prefix: Option<&Bound<'_, PyAny>>) -> PyResult<ListIterator> {
+        self.list(prefix)
+    }
+
+    /// How `key` is laid out: layout kind, chunk geometry and bytes per salt.
+    fn describe(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Description> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        let d = wait(py, async move { store.describe(key).await })?.map_err(py_err)?;
+        Ok(Description::new(py, &d))
+    }
+
+    /// `describe()` for asyncio.
+    fn describe_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let d = store.describe(key).await.map_err(py_err)?;
+            try_with_gil(|py| Py::new(py, Description::new(py, &d)))
+        })
+    }
+
+    /// One garbage collection pass: reclaims replaced and deleted versions past `grace` (seconds or a timedelta;
+    /// the store's grace period by default) and abandoned puts. Returns a `GcReport` dict.
+    #[pyo3(signature = (*, grace = None, dry_run = false, prefix = None))]
+    fn gc(
+        &self,
+        py: Python<'_>,
+        grace: Option<&Bound<'_, PyAny>>,
+        dry_run: bool,
+        prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyDict>> {
+        let opts = gc_options(grace, dry_run, prefix)?;
+        let store = self.store()?;
+        let report = wait(py, async move { store.gc(&opts).await })?.map_err(py_err)?;
+        gc_report(py, &report)
+    }
+
+    /// `gc()` for asyncio.
+    #[pyo3(signature = (*, grace = None, dry_run = false, prefix = None))]
+    fn gc_async<'py>(
+        &self,
+        py: Python<'py>,
+        grace: Option<&Bound<'py, PyAny>>,
+        dry_run: bool,
+        prefix: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let opts = gc_options(grace, dry_run, prefix)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let report = store.gc(&opts).await.map_err(py_err)?;
+            try_with_gil(|py| gc_report(py, &report))
+        })
+    }
+
+    /// Reads and verifies every blob (manifests, chunks, checksums, digests) and lists orphaned chunks; with
+    /// `repair`, removes orphans older than `min_age`. Returns an `FsckReport` dict.
+    #[pyo3(signature = (*, repair = false, min_age = None, prefix = None))]
+    fn fsck(
+        &self,
+        py: Python<'_>,
+        repair: bool,
+        min_age: Option<&Bound<'_, PyAny>>,
+        prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyDict>> {
+        let opts = fsck_options(repair, min_age, prefix)?;
+        let store = self.store()?;
+        let report = wait(py, async move { store.fsck(&opts).await })?.map_err(py_err)?;
+        fsck_report(py, &report)
+    }
+
+    /// `fsck()` for asyncio.
+    #[pyo3(signature = (*, repair = false, min_age = None, prefix = None))]
+    fn fsck_async<'py>(
+        &self,
+        py: Python<'py>,
+        repair: bool,
+        min_age: Option<&Bound<'py, PyAny>>,
+        prefix: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let opts = fsck_options(repair, min_age, prefix)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let report = store.fsck(&opts).await.map_err(py_err)?;
+            try_with_gil(|py| fsck_report(py, &report))
+        })
+    }
+
+    /// A file-like reader (`saltblob.BlobReader`, an `io.RawIOBase`) of the current version of `key`: read,
+    /// readinto, seek, tell; each read fetches only the chunks it needs. Raises `PreconditionFailed` if the key is
+    /// overwritten while it reads.
+    fn open_reader(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        let (k, s) = (key.clone(), store.clone());
+        let m = wait(py, async move { s.head(k).await })?.map_err(py_err)?;
+        reader(py, "BlobReader", ReadCursor::new(store, key, &m))
+    }
+
+    /// `open_reader()` for asyncio: the awaitable returns a `saltblob.AsyncBlobReader`.
+    fn open_reader_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let m = store.head(key.clone()).await.map_err(py_err)?;
+            try_with_gil(|py| reader(py, "AsyncBlobReader", ReadCursor::new(store, key, &m)))
+        })
+    }
+
+    /// A file-like writer of a new version of `key`: `write()` pieces, `close()` commits them. As a context
+    /// manager, commits on a clean exit and nothing when the block raises. Options: see `PutOptions`.
+    #[pyo3(signature = (key, **options))]
+    fn open_writer(
+        &self,
+        key: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<BlobWriter> {
+        let key = args::key(key, "key")?;
+        let opts = args::put_options("open_writer", options)?;
+        BlobWriter::new(self.store()?, key, opts)
+    }
+
+    /// `open_writer()` for asyncio: an `AsyncBlobWriter` (`await write()`, `await close()`, `async with`).
+    #[pyo3(signature = (key, **options))]
+    fn open_writer_async(
+        &self,
+        key: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<AsyncBlobWriter> {
+        let key = args::key(key, "key")?;
+        let opts = args::put_options("open_writer_async", options)?;
+        AsyncBlobWriter::new(self.store()?, key, opts)
+    }
+
+    /// Releases the store (readers, streams and writers still open keep it until they end). Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let store = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        // Closing an embedded store waits for RocksDB: without the GIL.
+        py.detach(move || drop(store));
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none()
+    }
+
+    /// The store's URL, its password hidden.
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, async move { Ok(slf) })
+    }
+
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_type: Option<&Bound<'py, PyType>>,
+        _exc: Option<&Bound<'py, PyAny>>,
+        _tb: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.close(py);
+        awaitable(py, async move { Ok(false) })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Store('{}'{})",
+            self.url,
+            if self.closed() { ", closed" } else { "" }
+        )
+    }
+}

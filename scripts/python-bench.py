@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Speed from Python: the phases of `saltblob bench` made through the `saltblob` package, then `saltblob bench`
+itself on the same store, side by side; and, on Cassandra, `saltblob.compat.SaltedBlobStore` against the salting
+article's own Python class (given as a file) on the same node with the same shape.
+
+Run from the Python tests' virtual environment (it has the package and cassandra-driver), best through
+`scripts/python-tests.sh --bench -- ARGS`:
+
+  large_write  COUNT puts of LARGE_MB MiB, one at a time (`Store.put` of a bytes object)
+  large_read   COUNT gets of them, one at a time (`Store.get(key).bytes()`), bytes compared after the clock
+  small_write  as many puts of SMALL_KB KiB as move the same bytes, CONCURRENCY in flight (asyncio, `put_async`)
+  small_read   gets of them, CONCURRENCY in flight (`get_async` + `bytes_async`), bytes compared
+
+Then `saltblob bench --no-probe` with the same sizes on the same store (an embedded store is closed by Python
+first). The JSON has "python", "rust" (`saltblob bench --json` as it is) and "comparison" (Python ÷ Rust).
+
+With --reference FILE (the article's salted_blob_store.py) and a cql:// store: COMPAT_COUNT blobs of LARGE_MB MiB,
+64 KiB chunks, 100 salts, written then read one at a time by the article's class and by the compat class, each in
+a keyspace of its own; "compat" in the JSON. The article's class is imported from FILE, never part of saltblob.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import saltblob
+
+MIB = 1 << 20
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--saltblob", required=True, help="the saltblob binary (for `saltblob bench`)")
+    p.add_argument("--store", help="store URL (rocksdb:///dir or cql://host:port/keyspace); default: a fresh "
+                                   "embedded store in a temporary directory")
+    p.add_argument("--count", type=int, default=5, help="large blobs (default 5)")
+    p.add_argument("--large-mb", type=int, default=60, help="large size in MiB (default 60)")
+    p.add_argument("--small-kb", type=int, default=64, help="small size in KiB (default 64)")
+    p.add_argument("--concurrency", type=int, default=16, help="small operations in flight (default 16)")
+    p.add_argument("--reference", help="the salting article's salted_blob_store.py, for the compat comparison")
+    p.add_argument("--compat-count", type=int, default=3, help="blobs of the compat comparison (default 3)")
+    p.add_argument("--store-concurrency", type=int, default=8,
+                   help="max_concurrency given to both classes' write and read (default 8; the article's default, "
+                        "0, sends a 60 MiB blob's 60 batches at once, which one driver connection refuses as "
+                        "overloaded)")
+    p.add_argument("--json", help="write the results as JSON to FILE")
+    return p.parse_args()
+
+
+def percentile(sorted_ms: List[float], q: float) -> float:
+    """Nearest-rank percentile of a sorted list."""
+    return sorted_ms[max(0, math.ceil(q * len(sorted_ms)) - 1)]
+
+
+def phase(name: str, latencies_ms: List[float], size: int, seconds: float) -> Dict[str, Any]:
+    """A phase in the shape of `saltblob bench`'s JSON."""
+    lat = sorted(latencies_ms)
+    n = len(lat)
+    return {
+        "name": name,
+        "ops": n,
+        "bytes": n * size,
+        "seconds": seconds,
+        "throughput_mib_s": n * size / MIB / seconds,
+        "ops_per_s": n / seconds,
+        "latency_ms": {"p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99), "max": lat[-1]},
+    }
+
+
+def payload(base: bytes, index: int) -> bytes:
+    """BASE with INDEX in its first 8 bytes: every value differs."""
+    return struct.pack("<Q", index) + base[8:]
+
+
+def one_at_a_time(name: str, count: int, size: int, op: Callable[[int], None]) -> Dict[str, Any]:
+    lats = []
+    t0 = time.perf_counter()
+    for i in range(count):
+        s = time.perf_counter()
+        op(i)
+        lats.append((time.perf_counter() - s) * 1000)
+    return phase(name, lats, size, time.perf_counter() - t0)
+
+
+async def in_flight(name: str, count: int, size: int, concurrency: int, op: Callable[[int], Any]) -> Dict[str, Any]:
+    lats: List[float] = []
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with slots:
+            s = time.perf_counter()
+            await op(i)
+            lats.append((time.perf_counter() - s) * 1000)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return phase(name, lats, size, time.perf_counter() - t0)
+
+
+def bench_python(store: saltblob.Store, args: argparse.Namespace, run: str) -> List[Dict[str, Any]]:
+    large, small = args.large_mb * MIB, args.small_kb * 1024
+    small_count = args.count * large // small
+    base_large, base_small = os.urandom(large), os.urandom(small)
+    phases = []
+    bodies = [payload(base_large, i) for i in range(args.count)]
+    phases.append(one_at_a_time("large_write", args.count, large,
+                                lambda i: store.put(f"{run}/large/{i}", bodies[i])))
+    got: Dict[int, bytes] = {}
+
+    def read(i: int) -> None:
+        got[i] = store.get(f"{run}/large/{i}").bytes()
+
+    phases.append(one_at_a_time("large_read", args.count, large, read))
+    if any(got[i] != bodies[i] for i in range(args.count)):
+        raise SystemExit("large_read: bytes differ from those put")
+    del bodies, got
+
+    async def smalls() -> None:
+        async def put(i: int) -> None:
+            await store.put_async(f"{run}/small/{i}", payload(base_small, i))
+
+        async def get(i: int) -> None:
+            data = await (await store.get_async(f"{run}/small/{i}")).bytes_async()
+            if data != payload(base_small, i):
+                raise SystemExit(f"small_read {i}: bytes differ from those put")
+
+        phases.append(await in_flight("small_write", small_count, small, args.concurrency, put))
+        phases.append(await in_flight("small_read", small_count, small, args.concurrency, get))
+
+    asyncio.run(smalls())
+    for e in list(store.list(f"{run}/")):
+        store.delete(e.key)
+    return phases
+
+
+def bench_rust(args: argparse.Namespace, store_url: str, json_path: str) -> Dict[str, Any]:
+    command = [args.saltblob, "--quiet", "bench", "--store", store_url, "--count", str(args.count),
+               "--large-mb", str(args.large_mb), "--small-kb", str(args.small_kb),
+               "--concurrency", str(args.concurrency), "--no-probe", "--json", json_path]
+    print("== rust:", " ".join(command), flush=True)
+    subprocess.run(command, check=True, timeout=1800, stdout=subprocess.DEVNULL)
+    return json.loads(Path(json_path).read_text())
+
+
+def compare(python: List[Dict[str, Any]], rust: Dict[str, Any]) -> List[Dict[str, Any]]:
+    by_name = {p["name"]: p for p in rust["phases"]}
+    rows = []
+    for p in python:
+        r = by_name.get(p["name"])
+        if not r:
+            continue
+        rows.append({
+            "phase": p["name"],
+            "python_mib_s": p["throughput_mib_s"],
+            "rust_mib_s": r["throughput_mib_s"],
+            "python_over_rust": p["throughput_mib_s"] / r["throughput_mib_s"],
+            "python_p99_ms": p["latency_ms"]["p99"],
+            "rust_p99_ms": r["latency_ms"]["p99"] if r.get("latency_ms") else None,
+        })
+    return rows
+
+
+def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
+    """The article's class (from --reference) and the compat class, same node, same shape, one after the other."""
+    from cassandra.cluster import Cluster  # type: ignore[import-untyped]
+
+    from saltblob.compat import SaltedBlobStore
+
+    spec = importlib.util.spec_from_file_location("reference_salted_blob_store", args.reference)
+    assert spec is not None and spec.loader is not None
+    reference = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = reference  # its dataclasses look their module up
+    spec.loader.exec_module(reference)
+    host, port = cql.rsplit(":", 1)
+    cluster = Cluster(contact_points=[host], port=int(port), protocol_version=4)
+    session = cluster.connect()
+    size = args.large_mb * MIB
+    blob = hashlib.shake_256(b"compat").digest(size)
+    results: Dict[str, Any] = {"blobs": args.compat_count, "size_mib": args.large_mb, "chunk_size": 65536,
+                               "max_salt": 100, "max_concurrency": args.store_concurrency}
+    try:
+        for name, cls in (("reference", reference.SaltedBlobStore), ("compat", SaltedBlobStore)):
+            ks = f"pybench_{name}_{int(time.time())}"
+            store = cls(session, keyspace=ks)
+            store.create_schema(replication={"class": "SimpleStrategy", "replication_factor": 1})
+            try:
+                w = one_at_a_time("write", args.compat_count, size, lambda i: store.write(
+                    f"blob-{i}".encode(), blob, max_salt=100, chunk_size=65536,
+                    max_concurrency=args.store_concurrency))
+
+                def read(i: int) -> None:
+                    chunks = store.read(f"blob-{i}".encode(), max_concurrency=args.store_concurrency)
+                    if chunks is None or sum(len(c) for c in chunks) != size:
+                        raise SystemExit(f"{name}: blob-{i} read back wrong")
+
+                r = one_at_a_time("read", args.compat_count, size, read)
+                results[name] = {"write": w, "read": r}
+                print(f"== {name}: write {w['throughput_mib_s']:.1f} MiB/s, read {r['throughput_mib_s']:.1f} MiB/s",
+                      flush=True)
+            finally:
+                store.drop_schema()
+    finally:
+        cluster.shutdown()
+    for what in ("write", "read"):
+        results[f"{what}_compat_over_reference"] = (results["compat"][what]["throughput_mib_s"]
+                                                    / results["reference"][what]["throughput_mib_s"])
+    return results
+
+
+def main() -> None:
+    args = parse_args()
+    scratch = tempfile.mkdtemp(prefix="saltblob-pybench.")
+    try:
+        run_all(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, scratch: str) -> None:
+    """The runs of main(), with SCRATCH for the default store and the Rust bench's JSON."""
+    store_url = args.store or f"rocksdb://{scratch}/store"
+    run = f"pybench/{int(time.time())}"
+    print(f"== python: {store_url}", flush=True)
+    with saltblob.open(store_url) as store:
+        python = bench_python(store, args, run)
+    for p in python:
+        print(f"   {p['name']:<12} {p['throughput_mib_s']:8.1f} MiB/s {p['ops_per_s']:9.1f} ops/s "
+              f"P99 {p['latency_ms']['p99']:8.1f} ms", flush=True)
+    rust = bench_rust(args, store_url, os.path.join(scratch, "rust.json"))
+    rows = compare(python, rust)
+    print(f"{'phase':<12} {'python MiB/s':>13} {'rust MiB/s':>11} {'python/rust':>12}")
+    for r in rows:
+        print(f"{r['phase']:<12} {r['python_mib_s']:13.1f} {r['rust_mib_s']:11.1f} {r['python_over_rust']:12.2f}")
+    out: Dict[str, Any] = {"store": store.url,
+                           "config": {k: getattr(args, k) for k in ("count", "large_mb", "small_kb", "concurrency")},
+                           "python": python, "rust": rust, "comparison": rows, "compat": None}
+    if args.reference:
+        if not store_url.startswith("cql://"):
+            raise SystemExit("--reference needs a cql:// store (the node both classes write to)")
+        out["compat"] = bench_compat(args, store_url[len("cql://"):].split("/")[0].split(",")[0])
+        c = out["compat"]
+        print(f"compat / reference: write {c['write_compat_over_reference']:.2f}, "
+              f"read {c['read_compat_over_reference']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

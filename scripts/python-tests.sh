@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The Python package's tests: builds and installs ./crates/saltblob-py (maturin, release profile, in the
+# workspace's build directory, so that RocksDB is not compiled again) into a virtual environment of pinned
+# packages (tests/python/requirements.txt: pytest, pytest-asyncio, hypothesis, maturin), then runs pytest on
+# tests/python: every test on a temporary RocksDB store, and on a Cassandra/ScyllaDB node too when TEST_CQL names
+# one (HOST:PORT; each run makes its own keyspaces and drops them).
+#
+#   scripts/python-tests.sh [-- PYTEST_ARGS...]
+#   scripts/python-tests.sh --bench [-- PYTHON_BENCH_ARGS...]
+#
+# --bench runs scripts/python-bench.py (the package against `saltblob bench` on the same store; with --reference,
+# the compat class against the salting article's class) with --saltblob $CARGO_TARGET_DIR/release/saltblob.
+#
+# Environment:
+#   TEST_CQL          HOST:PORT of a Cassandra or ScyllaDB node (without it, the Cassandra tests are skipped)
+#   SALTBLOB_CACHE    where the virtual environment lives (default ~/.cache/saltblob; it is venv-py there), reused
+#                     while tests/python/requirements.txt is unchanged
+#   CARGO_TARGET_DIR  the build directory (default as scripts/env.sh sets it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+mode=tests
+if [ "${1:-}" = --bench ]; then
+  mode=bench
+  shift
+fi
+[ "${1:-}" = -- ] && shift
+
+venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-py
+requirements=tests/python/requirements.txt
+
+# True if the environment exists, was installed from this very requirements file, and imports.
+venv_ready() {
+  [ -x "$venv/bin/python" ] && cmp -s "$venv/.saltblob-requirements" "$requirements" &&
+    "$venv/bin/python" -c 'import hypothesis, pytest, pytest_asyncio' 2>/dev/null && [ -x "$venv/bin/maturin" ]
+}
+
+if venv_ready; then
+  echo "== python-tests: virtual environment $venv is up to date"
+else
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "error: $(command -v python3) cannot create a virtual environment (no ensurepip); on Debian install python3-venv" >&2
+    exit 1
+  fi
+  echo "== python-tests: creating $venv with $(python3 --version) and the packages of $requirements"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  timeout 600 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  cp "$requirements" "$venv/.saltblob-requirements"
+fi
+
+# The package, built by the environment's maturin (no build isolation: nothing fetched per run) in the release
+# profile (pyproject.toml) in $CARGO_TARGET_DIR; only the crate itself is compiled when the workspace was built.
+echo "== python-tests: building and installing ./crates/saltblob-py (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+t0=$SECONDS
+PATH="$venv/bin:$PATH" timeout 3600 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input \
+  --no-build-isolation --no-deps --force-reinstall ./crates/saltblob-py
+echo "== python-tests: installed in $((SECONDS - t0)) s"
+
+if [ "$mode" = bench ]; then
+  exec "$venv/bin/python" scripts/python-bench.py --saltblob "$CARGO_TARGET_DIR/release/saltblob" "$@"
+fi
+
+# From a scratch directory, so that the package imported is the installed one and nothing is left in the clone.
+work=$(mktemp -d -t saltblob-py.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+repo=$PWD
+cd "$work"
+echo "== python-tests: pytest tests/python${TEST_CQL:+ (Cassandra node $TEST_CQL)}"
+# --basetemp in the scratch directory: the stores the tests make (a 256 MiB one among them) go with it.
+timeout 1200 "$venv/bin/python" -m pytest -p no:cacheprovider -c "$repo/tests/python/pytest.ini" \
+  --rootdir "$repo/tests/python" --basetemp "$work/pytest" "$repo/tests/python" "$@"
