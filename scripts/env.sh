@@ -22,3 +22,24 @@ saltblob_setup() {
 saltblob_test_setup() {
   prereq_ensure test cassandra
 }
+
+# Makes the virtual environment $2 from the pinned requirements file $3, or reuses it when it was made from this
+# very file and the check $4 (a shell command run with the environment's bin first on PATH) passes. $1 names the
+# caller in what it prints.
+saltblob_venv() {
+  local label=$1 venv=$2 requirements=$3 check=$4
+  if [ -x "$venv/bin/python" ] && cmp -s "$venv/.saltblob-requirements" "$requirements" &&
+    PATH="$venv/bin:$PATH" sh -c "$check" >/dev/null 2>&1; then
+    echo "== $label: virtual environment $venv is up to date"
+    return 0
+  fi
+  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "error: $(command -v python3) cannot create a virtual environment (no ensurepip); on Debian install python3-venv" >&2
+    exit 1
+  fi
+  echo "== $label: creating $venv with $(python3 --version) and the packages of $requirements"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  timeout 600 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  cp "$requirements" "$venv/.saltblob-requirements"
+}

@@ -29,25 +29,7 @@ fi
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-py
 requirements=tests/python/requirements.txt
 
-# True if the environment exists, was installed from this very requirements file, and imports.
-venv_ready() {
-  [ -x "$venv/bin/python" ] && cmp -s "$venv/.saltblob-requirements" "$requirements" &&
-    "$venv/bin/python" -c 'import hypothesis, pytest, pytest_asyncio' 2>/dev/null && [ -x "$venv/bin/maturin" ]
-}
-
-if venv_ready; then
-  echo "== python-tests: virtual environment $venv is up to date"
-else
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    echo "error: $(command -v python3) cannot create a virtual environment (no ensurepip); on Debian install python3-venv" >&2
-    exit 1
-  fi
-  echo "== python-tests: creating $venv with $(python3 --version) and the packages of $requirements"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  timeout 600 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
-  cp "$requirements" "$venv/.saltblob-requirements"
-fi
+saltblob_venv python-tests "$venv" "$requirements" "python -c 'import hypothesis, pytest, pytest_asyncio' && command -v maturin"
 
 # The package, built by the environment's maturin (no build isolation: nothing fetched per run) in the release
 # profile (pyproject.toml) in $CARGO_TARGET_DIR; only the crate itself is compiled when the workspace was built.

@@ -50,28 +50,6 @@ bin=$(realpath "$bin")
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-s3
 requirements=tests/s3/requirements.txt
 
-# True if the environment exists, was installed from this very requirements file, and imports.
-venv_ready() {
-  [ -x "$venv/bin/python" ] && cmp -s "$venv/.saltblob-requirements" "$requirements" &&
-    "$venv/bin/python" -c 'import awscli, boto3, pytest' 2>/dev/null && [ -x "$venv/bin/s3cmd" ]
-}
-
-ensure_venv() {
-  if venv_ready; then
-    echo "== s3-clients: virtual environment $venv is up to date"
-    return 0
-  fi
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    echo "error: $(command -v python3) cannot create a virtual environment (no ensurepip); on Debian install python3-venv" >&2
-    exit 1
-  fi
-  echo "== s3-clients: creating $venv with $(python3 --version) and the packages of $requirements"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
-  cp "$requirements" "$venv/.saltblob-requirements"
-}
-
 java_pom=tests/s3/java/pom.xml
 java_lib=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/java-sdk
 java_repo=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/m2-s3
@@ -117,7 +95,7 @@ trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-ensure_venv
+saltblob_venv s3-clients "$venv" "$requirements" "python -c 'import awscli, boto3, pytest' && command -v s3cmd"
 store_url=${store_url:-rocksdb://$work/store}
 
 if [ "$mode" = bench ]; then
