@@ -1,8 +1,11 @@
+"""Summary of --mixed runs (ARM-N.json or ARM-N.mixed.json in DIR). Usage: mixsum.py DIR"""
 import json, glob, os, re, statistics, sys
 d = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(f'{d}/*.json')):
-    name = os.path.basename(f)[:-5]
+    if f.endswith('.bench.json'):
+        continue
+    name = os.path.basename(f)[:-5].replace('.mixed', '')
     arm, n = name.rsplit('-', 1)
     r = json.load(open(f)); p = {x['name']: x for x in r['phases']}
     sa, su = p['small_alone']['latency_ms']['p99'], p['small_under_load']['latency_ms']['p99']
