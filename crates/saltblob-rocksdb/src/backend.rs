@@ -322,15 +322,17 @@ impl ChunkStore for RocksStore {
         .boxed()
     }
 
-    /// Compacts (see `RocksCore::reclaim_space`); the figures include the extent files, whose space deleting a
-    /// version already returned.
+    /// Compacts (see `RocksCore::reclaim_space`); the figures include the extent files: after, those on disk
+    /// now; before, those plus the files deleted since the last report (the reclaim pass that precedes this
+    /// call unlinked them, returning their space already).
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         let mut report = self.core.reclaim_space().await?;
+        let freed = self.extents.take_freed();
         let extents = Arc::clone(&self.extents);
         let bytes = tokio::task::spawn_blocking(move || extents.disk_bytes())
             .await
             .map_err(crate::error::join)?;
-        report.bytes_before += bytes;
+        report.bytes_before += bytes + freed;
         report.bytes_after += bytes;
         Ok(Some(report))
     }

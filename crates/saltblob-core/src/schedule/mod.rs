@@ -3,7 +3,8 @@
 //! Every operation runs in a [`PriorityClass`]. The store's scheduler admits each backend request (a record
 //! read or write, a segment of chunks) by class: start-time fair queuing over request bytes, in proportion to
 //! the classes' shares (`fair.rs`); background requests in flight are bounded by a limit that follows the
-//! measured latency of every class (`limit.rs`), while small requests never queue behind them. Bulk work is
+//! measured latency of every class (`limit.rs`), while small requests never queue behind them (neither
+//! `interactive` ones nor the record reads and writes of a background class, such as gc's). Bulk work is
 //! cut into units of [`SchedulerConfig::bulk_unit_bytes`]. `scheduled.rs` puts the scheduler in front of the
 //! backend; `cpu.rs` can move the CPU work of background classes to a pool ([`SchedulerConfig::bulk_cpu_pool`]).
 //!
@@ -333,6 +334,35 @@ impl Scheduler {
             rx: Some(rx),
         };
         waiting.admitted(cost).await
+    }
+
+    /// Like [`Scheduler::admit`], for a request that moves no data of its own (a record read or write, a
+    /// version's deletion): in a background class it starts at once, beside the class's data units and
+    /// ahead of those queued, while the class holds fewer than [`SchedulerConfig::max_limit`] requests. Such a
+    /// request costs the backend little, and the reclaim pass issues its requests one after another: queued
+    /// behind the bulk units of large puts, each waited for those units' disk writes, and gc fell behind.
+    pub(crate) async fn admit_record(self: &Arc<Self>, class: usize, bytes: u64) -> Permit {
+        {
+            let mut state = self.lock();
+            let background = state.background.get(class).copied().unwrap_or(false);
+            if background && state.classes[class].inflight < self.config.max_limit {
+                state.inflight += 1;
+                let inflight = state.inflight;
+                let stats = &mut state.classes[class];
+                stats.inflight += 1;
+                stats.admitted += 1;
+                let cost = bytes + REQUEST_OVERHEAD_BYTES;
+                return Permit {
+                    sched: Arc::clone(self),
+                    class,
+                    cost,
+                    bytes,
+                    started: Instant::now(),
+                    inflight,
+                };
+            }
+        }
+        self.admit(class, bytes).await
     }
 
     /// Estimated bytes of a read of `chunks` chunks in `class`.

@@ -23,6 +23,9 @@ const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 /// (requests outside any operation's class, such as intent renewals, run in the store's default class, else
 /// `interactive`, and the backend sees that class).
 ///
+/// Record reads and writes, and the deletion of a version's chunks, move no data of their own: in a background
+/// class they are admitted beside its data units, not queued behind them ([`Scheduler::admit_record`]).
+///
 /// Not scheduled: [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams
 /// paced by their consumer), [`ChunkStore::sync_unlogged_chunks`] and [`ChunkStore::sync_chunk_records`]
 /// (a flush or an fsync, which move no bytes of their own), [`ChunkStore::begin_chunk_records`] (creating and
@@ -53,18 +56,34 @@ impl ScheduledStore {
         call: impl Future<Output = Result<T>>,
         moved: impl FnOnce(&T) -> u64,
     ) -> Result<T> {
-        self.run_in(self.class(), estimate, call, moved).await
+        self.run_in(self.class(), estimate, false, call, moved)
+            .await
     }
 
-    /// [`ScheduledStore::run`] in `class`.
+    /// [`ScheduledStore::run`] for a request that moves no data of its own ([`Scheduler::admit_record`]).
+    async fn run_record<T>(
+        &self,
+        bytes: u64,
+        call: impl Future<Output = Result<T>>,
+        moved: impl FnOnce(&T) -> u64,
+    ) -> Result<T> {
+        self.run_in(self.class(), bytes, true, call, moved).await
+    }
+
+    /// [`ScheduledStore::run`] (or, if `record`, [`ScheduledStore::run_record`]) in `class`.
     async fn run_in<T>(
         &self,
         class: ClassTag,
         estimate: u64,
+        record: bool,
         call: impl Future<Output = Result<T>>,
         moved: impl FnOnce(&T) -> u64,
     ) -> Result<T> {
-        let mut permit = self.sched.admit(class.id, estimate).await;
+        let mut permit = if record {
+            self.sched.admit_record(class.id, estimate).await
+        } else {
+            self.sched.admit(class.id, estimate).await
+        };
         let out = in_class(Some(class), call).await;
         if let Ok(value) = &out {
             permit.moved(moved(value));
@@ -89,7 +108,8 @@ impl ChunkStoreLayer for ScheduledStore {
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
-        self.run(0, self.backend.get_record(ns, key), len).await
+        self.run_record(0, self.backend.get_record(ns, key), len)
+            .await
     }
 
     async fn put_record(
@@ -100,10 +120,8 @@ impl ChunkStoreLayer for ScheduledStore {
         cond: &Precondition,
     ) -> Result<RecordWrite> {
         let bytes = value.len() as u64;
-        self.run(bytes, self.backend.put_record(ns, key, value, cond), |_| {
-            bytes
-        })
-        .await
+        let call = self.backend.put_record(ns, key, value, cond);
+        self.run_record(bytes, call, |_| bytes).await
     }
 
     async fn delete_record(
@@ -112,7 +130,7 @@ impl ChunkStoreLayer for ScheduledStore {
         key: &[u8],
         cond: &Precondition,
     ) -> Result<RecordWrite> {
-        self.run(0, self.backend.delete_record(ns, key, cond), |_| 0)
+        self.run_record(0, self.backend.delete_record(ns, key, cond), |_| 0)
             .await
     }
 
@@ -169,7 +187,7 @@ impl ChunkStoreLayer for ScheduledStore {
         let id = class.id;
         let estimate = self.sched.estimate_chunk_read(id, chunks.len());
         let call = self.backend.get_chunks(blob, chunks);
-        self.run_in(class, estimate, call, |found| {
+        self.run_in(class, estimate, false, call, |found| {
             let bytes = found.iter().map(len).sum();
             self.sched.learn_chunk_read(id, chunks.len(), bytes);
             bytes
@@ -179,11 +197,12 @@ impl ChunkStoreLayer for ScheduledStore {
 
     async fn delete_chunks(&self, blob: &BlobRef, salt_count: u32, chunk_count: u64) -> Result<()> {
         let call = self.backend.delete_chunks(blob, salt_count, chunk_count);
-        self.run(0, call, |_| 0).await
+        self.run_record(0, call, |_| 0).await
     }
 
     async fn chunk_storage(&self, blob: &BlobRef) -> Result<Option<String>> {
-        self.run(0, self.backend.chunk_storage(blob), |_| 0).await
+        self.run_record(0, self.backend.chunk_storage(blob), |_| 0)
+            .await
     }
 
     fn scan_chunks(&self) -> BoxStream<'_, Result<ChunkAddress>> {

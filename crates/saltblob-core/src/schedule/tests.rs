@@ -175,12 +175,56 @@ async fn abandoned_requests_give_their_slots_back() {
     );
 }
 
+/// A record request of a background class (gc's reads, writes and deletes) is admitted at once, beside the
+/// class's units in flight and ahead of those queued, which keep their order; the class's data units still
+/// wait for the limit.
+#[tokio::test(flavor = "current_thread")]
+async fn background_record_requests_do_not_queue_behind_its_units() {
+    let s = Arc::new(Scheduler::new(
+        SchedulerConfig::default().with_limits(1, 1, 8),
+    ));
+    let bulk = id(&s, BULK);
+    let held = s.admit(bulk, 1 << 20).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut units = Vec::new();
+    for unit in 0..3 {
+        let (s, order) = (Arc::clone(&s), Arc::clone(&order));
+        units.push(tokio::spawn(async move {
+            let _permit = s.admit(bulk, 1 << 20).await;
+            order.lock().expect("order").push(unit);
+        }));
+    }
+    settle().await;
+    assert_eq!(
+        s.stats().classes[0].queued,
+        3,
+        "bulk units wait for the limit"
+    );
+    let mut records = Vec::new();
+    for _ in 0..4 {
+        let record = tokio::time::timeout(Duration::from_secs(5), s.admit_record(bulk, 40)).await;
+        records.push(record.expect("a record request starts at once"));
+    }
+    let stats = s.stats();
+    assert_eq!((stats.classes[0].queued, stats.classes[0].admitted), (3, 5));
+    assert_eq!(stats.classes[0].inflight, 5);
+    drop(records);
+    drop(held);
+    for unit in units {
+        unit.await.expect("unit");
+    }
+    assert_eq!(*order.lock().expect("order"), [0, 1, 2]);
+    assert_eq!(s.stats().inflight, 0, "every slot given back");
+}
+
 /// A memory backend whose chunk writes and reads take 10 ms (of paused Tokio time), recording the class and size
 /// of each call as it starts (a chunk write as `put_chunks`, logged or not).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Slow {
     inner: MemoryStore,
     calls: Mutex<Vec<(String, &'static str, usize)>>,
+    /// `put_chunk_records` calls running now, and the most at once.
+    record_calls: Mutex<(usize, usize)>,
 }
 
 impl Slow {
@@ -233,7 +277,13 @@ impl ChunkStoreLayer for Slow {
         records: Vec<crate::backend::ChunkRecord>,
     ) -> crate::Result<()> {
         self.record("put_chunks", records.iter().map(|r| r.len()).sum());
+        {
+            let mut calls = self.record_calls.lock().expect("record calls");
+            calls.0 += 1;
+            calls.1 = calls.1.max(calls.0);
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
+        self.record_calls.lock().expect("record calls").0 -= 1;
         self.inner.put_chunk_records(blob, records).await
     }
     async fn get_chunks(
@@ -248,10 +298,7 @@ impl ChunkStoreLayer for Slow {
 }
 
 fn slow_store(limit: usize) -> (Arc<Slow>, BlobStore) {
-    let backend = Arc::new(Slow {
-        inner: MemoryStore::new(),
-        calls: Mutex::new(Vec::new()),
-    });
+    let backend = Arc::new(Slow::default());
     let config = StoreConfig::default()
         .with_policy(LayoutPolicy::default().with_fanout_threshold(MIB))
         .with_scheduler(SchedulerConfig::default().with_limits(limit, limit, limit));
@@ -335,6 +382,32 @@ async fn small_operations_overtake_a_queued_bulk_put() {
         bulk_stats.bytes >= 32 << 20,
         "wrote and read 16 MiB: {bulk_stats:?}"
     );
+}
+
+/// A put of chunk records (a file of its version's own, whose writer takes one call at a time) keeps at most
+/// `RECORD_CALLS_IN_FLIGHT` calls of them waiting or running, though its window would allow 64 (16 MiB of
+/// 256 KiB units) and the limit as many: more would only hold the class's slots, and every request of the class
+/// (gc's) would queue behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_of_chunk_records_keeps_few_calls_in_flight() {
+    use crate::memory::MEMORY_RECORDS_MIN_BYTES;
+    use crate::store::chunk_writer::RECORD_CALLS_IN_FLIGHT;
+
+    let (backend, store) = slow_store(64);
+    let size = usize::try_from(MEMORY_RECORDS_MIN_BYTES).expect("fits") + (4 << 20);
+    let value = vec![5u8; size];
+    store
+        .put("big", value.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let (running, most) = *backend.record_calls.lock().expect("record calls");
+    let calls = backend.calls.lock().expect("calls").len();
+    assert_eq!(running, 0);
+    assert!(
+        (1..=RECORD_CALLS_IN_FLIGHT).contains(&most),
+        "{most} record calls at once (of {calls} calls)"
+    );
+    assert_eq!(store.get("big").await.expect("get"), value);
 }
 
 /// The class follows the layout, an operation's own class wins, and the store's default class applies to
@@ -452,10 +525,7 @@ async fn unknown_classes_fail_before_any_io() {
 /// With scheduling off, requests carry no class and bulk work is not cut into units.
 #[tokio::test(flavor = "current_thread")]
 async fn scheduling_off_is_the_plain_backend() {
-    let backend = Arc::new(Slow {
-        inner: MemoryStore::new(),
-        calls: Mutex::new(Vec::new()),
-    });
+    let backend = Arc::new(Slow::default());
     let config = StoreConfig::default()
         .with_policy(LayoutPolicy::default().with_fanout_threshold(MIB))
         .with_scheduler(SchedulerConfig::off());

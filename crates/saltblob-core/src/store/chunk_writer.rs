@@ -23,6 +23,14 @@ use crate::state::Inner;
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::{Error, Result};
 
+/// Backend calls of one put's chunk records issued at once (waiting for admission or running). A version's
+/// records go into one file whose writer takes one call at a time and waits for its device writes inside the
+/// call, so more calls would only hold scheduler slots while they queue there: with the whole window in calls,
+/// every request of their class (gc's record reads and deletes among them, which the reclaim pass issues one
+/// after another) waited behind the window's bytes of disk writes, per request. Two calls keep one call's
+/// pointer write overlapped with the next one's copy.
+pub(crate) const RECORD_CALLS_IN_FLIGHT: usize = 2;
+
 /// How a put stores its chunks, and what it must do before its commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
@@ -48,6 +56,9 @@ pub(crate) struct ChunkWriter {
     backoff: Backoff,
     window: Arc<Semaphore>,
     window_bytes: usize,
+    /// At most [`RECORD_CALLS_IN_FLIGHT`] calls of [`ChunkStore::put_chunk_records`] at once (records only;
+    /// the encoding of the window's other batches goes on meanwhile).
+    record_calls: Arc<Semaphore>,
     /// Each task's stored bytes and the subtrees of its chunks (none for a sequential digest).
     tasks: JoinSet<TaskResult>,
     batch: Vec<(u64, Bytes)>,
@@ -109,6 +120,7 @@ impl ChunkWriter {
             backoff: inner.chunk_backoff(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,
+            record_calls: Arc::new(Semaphore::new(RECORD_CALLS_IN_FLIGHT)),
             tasks: JoinSet::new(),
             batch: Vec::new(),
             stored: 0,
@@ -180,6 +192,7 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
+        let record_calls = Arc::clone(&self.record_calls);
         let (backend, blob, layout, codec, backoff, class, path, hasher) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
@@ -211,6 +224,10 @@ impl ChunkWriter {
                         .await?
                 }
                 Encoded::Records(records) => {
+                    let _call = record_calls
+                        .acquire_owned()
+                        .await
+                        .map_err(|e| Error::internal("record call gate closed", e))?;
                     backoff
                         .run(|| backend.put_chunk_records(&blob, records.clone()))
                         .await?

@@ -12,7 +12,7 @@
 //! methods to [`BlobStore`]. The reclaim queue ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`] sit
 //! below the store.
 
-mod chunk_writer;
+pub(crate) mod chunk_writer;
 mod digest;
 mod key;
 pub(crate) mod read;

@@ -27,7 +27,7 @@ mod writer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -81,6 +81,8 @@ pub(crate) struct Extents {
     reads: Arc<ReadBuffers>,
     /// Whether the fall-back to buffered I/O was logged.
     fallback_logged: AtomicBool,
+    /// Bytes on disk of the files [`Extents::remove`] unlinked since [`Extents::take_freed`] last took them.
+    freed: AtomicU64,
 }
 
 impl Extents {
@@ -118,6 +120,7 @@ impl Extents {
             pool: OnceLock::new(),
             reads: ReadBuffers::new(READ_ALIGN, READ_BUFFERS_KEPT),
             fallback_logged: AtomicBool::new(false),
+            freed: AtomicU64::new(0),
         })
     }
 
@@ -279,18 +282,32 @@ impl Extents {
         }
         let path = self.path_of(blob);
         let temp = self.dir.join(temp_name(&file_name(blob)));
-        tokio::task::spawn_blocking(move || {
+        let freed = tokio::task::spawn_blocking(move || {
+            let mut freed = 0;
             for p in [&path, &temp] {
+                // Measured first: what unlinking it gives back (once no reader holds it open).
+                let bytes = std::fs::metadata(p).map_or(0, |m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.blocks() * 512
+                });
                 match std::fs::remove_file(p) {
-                    Ok(()) => {}
+                    Ok(()) => freed += bytes,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(dir_error(p, "cannot delete it", e)),
                 }
             }
-            Ok(())
+            Ok(freed)
         })
         .await
-        .map_err(crate::error::join)?
+        .map_err(crate::error::join)??;
+        self.freed.fetch_add(freed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The bytes on disk of the files unlinked since the last call (for the space report of a gc pass, whose
+    /// reclaim pass unlinks them before the report measures the directory).
+    pub(crate) fn take_freed(&self) -> u64 {
+        self.freed.swap(0, Ordering::Relaxed)
     }
 
     /// Whether `blob` has an extent file.

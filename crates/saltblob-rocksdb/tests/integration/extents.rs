@@ -168,6 +168,39 @@ async fn large_versions_live_in_extent_files_until_reclaimed() {
     );
 }
 
+/// A gc pass's space report counts the extent files it unlinked: replacing a large version and reclaiming the
+/// old one reports at least that file's blocks freed (its reclaim pass unlinks the file before the report
+/// measures the directory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_reports_the_extent_space_it_freed() {
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_rocks, store, _, old) = store_with_big(dir.path(), 11).await;
+    let old_bytes = std::fs::metadata(&old).expect("extent").blocks() * 512;
+    store
+        .put("big", value(LARGE, 12), &PutOptions::new())
+        .await
+        .expect("overwrite");
+    let gc = GcOptions::new().with_grace(Duration::ZERO);
+    let report = store.gc(&gc).await.expect("gc");
+    assert!(!old.exists(), "the replaced version's file was unlinked");
+    let space = report.space.expect("the embedded store reports its space");
+    let live = extent_files(dir.path());
+    assert_eq!(live.len(), 1);
+    let live_bytes = std::fs::metadata(&live[0]).expect("extent").blocks() * 512;
+    assert!(
+        space.bytes_before >= old_bytes + live_bytes && space.bytes_after >= live_bytes,
+        "before: both extent files ({old_bytes} + {live_bytes} bytes), after: the live one: {space:?}"
+    );
+    // RocksDB's own files may grow by a few KiB as the pass compacts them.
+    let freed = space.bytes_before.saturating_sub(space.bytes_after);
+    assert!(
+        freed + (1 << 20) >= old_bytes,
+        "{freed} bytes reported freed; the unlinked extent held {old_bytes}: {space:?}"
+    );
+}
+
 /// An extent file cut short is reported as corruption naming the file and the chunk, not read as data:
 /// ranges before the cut still read, fsck reports the blob damaged, and the key can be deleted and its file
 /// reclaimed.
