@@ -578,10 +578,7 @@ pub(crate) async fn delete(
         .delete_record(Namespace::Manifest, &key, &condition)
         .await?
     {
-        // Deleted even when damaged (its version then unknown), as the pre-read allows.
-        RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(&key, &bytes).ok(),
-        RecordWrite::Done(Previous::Absent) => None,
-        RecordWrite::Done(Previous::Unknown) => pre_read.clone(),
+        RecordWrite::Done(previous) => removed(inner, &key, previous, pre_read.as_ref()),
         // Replaced or deleted since the read (only a conditional delete has a condition to fail): what the
         // schedule above queued is still current, or was queued again by whoever replaced it.
         RecordWrite::ConditionFailed(current) => {
@@ -597,6 +594,21 @@ pub(crate) async fn delete(
     let version = previous.as_ref().map(|m| m.version);
     reclaim::queue_replaced(inner, &key, None, previous, pre_read.as_ref(), queued_at).await;
     Ok(version)
+}
+
+/// The manifest a delete removed, from what the backend reported: `read` (what the delete read before) when the
+/// backend cannot tell, and none when the removed record is damaged (deleted all the same, its version unknown).
+fn removed(
+    inner: &Inner,
+    key: &Bytes,
+    previous: Previous,
+    read: Option<&Manifest>,
+) -> Option<Manifest> {
+    match previous {
+        Previous::Value(bytes) => inner.decode_manifest(key, &bytes).ok(),
+        Previous::Absent => None,
+        Previous::Unknown => read.cloned(),
+    }
 }
 
 /// An unconditional delete on a backend whose conditional writes are cheap (those that report the replaced
@@ -628,9 +640,7 @@ async fn delete_current(inner: &Inner, key: Bytes) -> Result<Option<VersionId>> 
             .delete_record(Namespace::Manifest, &key, &condition)
             .await?
         {
-            RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(&key, &bytes).ok(),
-            RecordWrite::Done(Previous::Absent) => None,
-            RecordWrite::Done(Previous::Unknown) => read.clone(),
+            RecordWrite::Done(previous) => removed(inner, &key, previous, read.as_ref()),
             // Replaced (or deleted) since the read: queue what is there now and try again.
             RecordWrite::ConditionFailed(current) => {
                 raw = current;
