@@ -227,9 +227,10 @@ pub async fn composed_blobs_read_back_and_own_their_segments(backend: Arc<dyn Ch
     assert_eq!(chunks_by_version(&backend, &key).await, before);
     // No version id is drawn from here on (see `abandoned_and_discarded_segments_are_reclaimed`).
     advance_past_leases(&clock, &backend, intent_lease * 2);
+    // (gc with a prefix: a reclaim pass over every key would move the queue's low-water mark to this advanced
+    // clock, and other cases on a shared keyspace would find their entries below it.)
     let r = gc_now(&store, &p).await;
     assert_eq!(r.stale_intents + r.abandoned_puts, 2, "{r:?}");
-    store.reclaim_all().await.expect("reclaim");
     assert!(
         chunks_by_version(&backend, &key).await.is_empty(),
         "segments reclaimed with the version that owned them"
@@ -301,7 +302,6 @@ pub async fn abandoned_and_discarded_segments_are_reclaimed(backend: Arc<dyn Chu
     advance_past_leases(&clock, &backend, lease * 2);
     let r = gc_now(&store, &p).await;
     assert_eq!(r.abandoned_puts, 2, "{r:?}");
-    store.reclaim_all().await.expect("reclaim");
     let left = chunks_by_version(&backend, &key).await;
     assert!(
         !left.contains_key(&short[0].version) && !left.contains_key(&long[1].version),
