@@ -199,11 +199,14 @@ impl ChunkStoreLayer for ComposeGate {
         let Some(etag) = etag else {
             return self.inner.put_record(ns, key, value, cond).await;
         };
-        self.arrivals
-            .send_modify(|a| *a.entry(etag.clone()).or_insert(0) += 1);
+        // The action is taken before the arrival is counted: a test that saw the arrival ([`Self::reached`])
+        // knows that this commit has its action, and that the next commit of the upload gets the next one.
+        // Counted first, a commit preempted between the two could have a later commit take its action.
         let action = lock(&self.rules)
             .get_mut(&etag)
             .and_then(VecDeque::pop_front);
+        self.arrivals
+            .send_modify(|a| *a.entry(etag.clone()).or_insert(0) += 1);
         match action {
             None => {}
             Some(Action::Hold(mut open)) => {
