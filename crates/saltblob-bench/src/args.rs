@@ -34,11 +34,21 @@ pub struct BenchArgs {
     /// Also write and read each large blob as ONE value, without chunking (the article's baseline).
     #[arg(long)]
     pub unchunked: bool,
-    /// Also measure isolation: small gets and puts for SECONDS alone, the large put/get/delete loops for SECONDS
-    /// alone, then both at once for SECONDS; reports per-class latency, the small-op P99 ratio and the bulk
-    /// throughput ratio.
+    /// Also measure isolation. Capacity first, closed loop: small gets and puts for SECONDS alone (small ops/s
+    /// X*), the large put/get/delete loops for SECONDS alone (bulk MiB/s B*), then both at once for SECONDS (a
+    /// stress figure, no goal). Then, per `--small-load` ρ, the small mix paced (open loop) at ρ·X*, alone and
+    /// beside the unthrottled large loops, each op timed from when it was due: small P99 ratio and excess, small
+    /// goodput, bulk share and work W, with their goals.
     #[arg(long, value_name = "SECONDS")]
     pub mixed: Option<f64>,
+    /// Paced small loads of `--mixed`, as fractions ρ of the small ops' closed-loop capacity X*, comma-separated,
+    /// each in (0, 1]. Default: 0.25,0.5.
+    #[arg(long, value_name = "RHO[,RHO...]", value_delimiter = ',')]
+    pub small_load: Vec<f64>,
+    /// Small operations due in each paced phase of `--mixed`, at least: a paced phase lasts the longer of
+    /// `--mixed` and this many ÷ the paced rate (at most 600 s), so that its P99 is stable.
+    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    pub paced_samples: u64,
     /// Also stream MIB MiB through `saltblob put KEY -` in a child process (the running binary) and report its
     /// peak resident memory (phase `stream_put`); on an embedded store the child writes to a fresh store beside
     /// it. 0 (the default): skip.

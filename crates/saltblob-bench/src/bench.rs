@@ -13,7 +13,7 @@ use saltblob::{BlobStore, Error, Result, SchedulerConfig, StoreConfig, VersionId
 use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
-use crate::isolation::isolation;
+use crate::isolation::{Mixed, isolation};
 use crate::output::write_output;
 use crate::payload::random_bytes;
 use crate::phases::Run;
@@ -24,7 +24,8 @@ use crate::stats::PhaseReport;
 use crate::{plot, report};
 
 pub use crate::isolation::{
-    BULK_THROUGHPUT_RATIO_GOAL_MIN, ClassResult, Classes, Isolation, SMALL_P99_RATIO_GOAL_MAX,
+    ClassResult, Classes, Isolation, Paced, PacedGoals, PacedMet, PacedSide,
+    SUSTAINABLE_GOODPUT_MIN, paced_goals,
 };
 pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
 
@@ -75,6 +76,8 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         unchunked: args.unchunked,
         mixed_seconds: args.mixed,
         large_writers: plan.large_writers,
+        small_loads: args.mixed.map(|_| plan.small_loads.clone()),
+        paced_samples: plan.paced_samples,
         scheduler,
         largest_chunk_bytes: largest_chunk,
         probe_size: args.probe.probe_size,
@@ -149,10 +152,20 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         show(w, &mut phases);
         show(r, &mut phases);
     }
+    let mut mixed = None;
     if let Some(duration) = run.plan.mixed {
-        for p in run.mixed(duration).await? {
+        let ran = run.mixed(duration).await?;
+        for p in ran.phases {
             show(p, &mut phases);
         }
+        mixed = Some(Mixed {
+            seconds: duration.as_secs_f64(),
+            large_writers: run.plan.large_writers,
+            small_concurrency: run.concurrency,
+            embedded: matches!(run.info.name, "rocksdb" | "memory"),
+            bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
+            paced: ran.paced,
+        });
     }
     let cleanup = if args.keep {
         Cleanup::default()
@@ -163,14 +176,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         eprintln!("saltblob: warning: clean-up: {p}");
     }
 
-    let isolation = run.plan.mixed.and_then(|d| {
-        isolation(
-            &phases,
-            d.as_secs_f64(),
-            run.plan.large_writers,
-            run.concurrency,
-        )
-    });
+    let isolation = mixed.and_then(|m| isolation(&phases, &m));
     let cpu_steps = tokio::task::spawn_blocking(crate::cpu::measure_steps)
         .await
         .map_err(|e| Error::internal("cpu steps", e))?;

@@ -27,6 +27,29 @@ pub(crate) fn process_cpu_seconds() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
+/// The process's CPU time and the wall time since a start, for the CPU cores a phase used.
+pub(crate) struct CpuClock {
+    cpu: f64,
+    wall: Instant,
+}
+
+impl CpuClock {
+    /// Starts both clocks now.
+    pub(crate) fn start() -> Self {
+        Self {
+            cpu: process_cpu_seconds(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// CPU seconds of every thread of the process since the start ÷ wall seconds since then: the cores it
+    /// used; `None` before any wall time passed.
+    pub(crate) fn cores(&self) -> Option<f64> {
+        let wall = self.wall.elapsed().as_secs_f64();
+        (wall > 0.0).then(|| (process_cpu_seconds() - self.cpu) / wall)
+    }
+}
+
 /// One CPU core's seconds per GiB of each step of a put, on this machine, now.
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuSteps {
@@ -108,5 +131,18 @@ mod tests {
         }
         let used = process_cpu_seconds() - before;
         assert!(used > 0.01 && used < 5.0, "{used}");
+    }
+
+    #[test]
+    fn a_busy_thread_uses_about_one_core() {
+        let clock = CpuClock::start();
+        let mut x = 0u64;
+        let t = Instant::now();
+        while t.elapsed().as_millis() < 100 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let cores = clock.cores().expect("time passed");
+        // One thread spinning; other tests may run beside it in this process.
+        assert!(cores > 0.5 && cores < 8.0, "{cores}");
     }
 }

@@ -12,11 +12,14 @@
 //! 4. `small_read`: read those back;
 //! 5. with `--unchunked`: `unchunked_write` / `unchunked_read`, the article's baseline: each large blob as one
 //!    value, no chunking; a refusal (by saltblob's limits or by the server) is reported as a result;
-//! 6. with `--mixed SECONDS`, isolation between small (class `interactive`) and large (class `bulk`) traffic:
-//!    `small_alone` (small gets and puts alone), `bulk_alone` (`--large-writers` loops of large puts, gets and
-//!    deletes alone), then `small_under_load` and `bulk_under_load` (both at once), each for SECONDS; then
-//!    `small_p99_ratio` (small P99 under load ÷ alone, goal ≤ 2) and `bulk_throughput_ratio` (bulk throughput
-//!    under small load ÷ alone, goal ≥ 0.7), printed and written as `"isolation"` in the JSON.
+//! 6. with `--mixed SECONDS`, isolation between small (class `interactive`) and large (class `bulk`) traffic.
+//!    Closed loop, each for SECONDS: `small_alone` (its ops/s is the small capacity X*), `bulk_alone`
+//!    (`--large-writers` loops of large puts, gets and deletes; its MiB/s is the bulk capacity B*), then
+//!    `small_under_load` and `bulk_under_load` together (a stress figure, no goal). Then per `--small-load` ρ
+//!    (default 0.25 and 0.5), the small mix paced at ρ·X* (open loop, each op timed from when it was due):
+//!    `paced_small_alone_rhoR`, then `paced_small_under_load_rhoR` beside `paced_bulk_under_load_rhoR`. Per ρ:
+//!    small P99 ratio and excess, small goodput, bulk share, work W, CPU cores, against the goals of
+//!    [`bench::paced_goals`]; printed and written as `"isolation"` in the JSON.
 //!
 //! 7. with `--stream-mb MIB`: `stream_put`, `saltblob put KEY -` of MIB MiB in a child process, which reports its
 //!    peak resident memory.
@@ -58,8 +61,9 @@
 //! - `isolation`: the per-class figures and ratios of `--mixed`; `results`: [`BenchReport`] and the other report
 //!   types of a bench run.
 //! - `plan`: the bench's sizes and counts, validated; `payload`: stamped payloads and how a read is checked;
-//!   `load`: load drivers (count-bound, time-bound, background); [`cpu`]: process CPU time and the CPU floor of a
-//!   put; `phases`: the phase runners and the clean-up; `stream`: the streaming put in a child process;
+//!   `load`: load drivers (count-bound, time-bound, background); `paced`: the open-loop driver; [`cpu`]: process
+//!   CPU time and the CPU floor of a put; `phases`: the phase runners and the clean-up; `mixed`: the isolation
+//!   phases; `stream`: the streaming put in a child process;
 //!   `ratios`: the figures of `BENCHMARKS.md`.
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
 //! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
@@ -71,9 +75,8 @@ pub mod device;
 mod direct;
 mod isolation;
 mod load;
+mod mixed;
 mod output;
-// Not wired into `--mixed` yet (issue 23, work in progress on this branch).
-#[cfg_attr(not(test), allow(dead_code))]
 mod paced;
 mod payload;
 mod phases;

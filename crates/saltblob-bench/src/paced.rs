@@ -8,8 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 
 use crate::payload::Outcome;
@@ -83,11 +82,12 @@ impl Pace {
     }
 }
 
-/// Runs `op(0..)` at `pace` (see the module documentation). `op(i)` is called when operation `i` is issued.
+/// Runs `op(0..)` at `pace` (see the module documentation). `op(i)` is called when operation `i` is issued, and
+/// the operation runs as a task of its own, so that operations in flight run on every worker of the runtime.
 pub(crate) async fn run_paced<F, Fut>(pace: Pace, mut op: F) -> PacedTally
 where
     F: FnMut(u64) -> Fut,
-    Fut: Future<Output = Outcome>,
+    Fut: Future<Output = Outcome> + Send + 'static,
 {
     let start = Instant::now();
     let intended = pace.intended();
@@ -96,7 +96,8 @@ where
         intended,
         ..PacedTally::default()
     };
-    let mut running = FuturesUnordered::new();
+    // Dropped at the end, the set aborts what still runs, so that it does not run on into the next phase.
+    let mut running = JoinSet::new();
     let mut next = 0u64;
     loop {
         let due = (next < intended).then(|| pace.due(start, next));
@@ -106,17 +107,21 @@ where
         let room = running.len() < pace.max_in_flight;
         tokio::select! {
             biased;
-            Some((outcome, due_at)) = running.next(), if !running.is_empty() => {
-                let latency = Instant::now().saturating_duration_since(due_at);
-                out.tally.add(outcome, latency);
-            }
+            Some(ended) = running.join_next(), if !running.is_empty() => match ended {
+                Ok((outcome, latency)) => out.tally.add(outcome, latency),
+                Err(e) => out.tally.fail(format!("operation task failed: {e}")),
+            },
             () = sleep_until(due.unwrap_or(deadline)), if due.is_some() && room => {
                 let due_at = due.unwrap_or(deadline);
                 if Instant::now().saturating_duration_since(due_at) > LATE_AFTER {
                     out.late += 1;
                 }
-                let fut = op(next);
-                running.push(async move { (fut.await, due_at) });
+                let op = op(next);
+                // Timed where it ends, not when this loop gets to it.
+                running.spawn(async move {
+                    let outcome = op.await;
+                    (outcome, Instant::now().saturating_duration_since(due_at))
+                });
                 next += 1;
             }
             // Past the grace, what runs is unfinished and what was not issued never is.

@@ -2,7 +2,6 @@
 //! its [`PhaseReport`]; and the clean-up.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,16 +13,12 @@ use saltblob::{
 use serde_json::json;
 
 use crate::cpu::process_cpu_seconds;
-use crate::isolation::{BULK_ALONE, BULK_UNDER_LOAD, SMALL_ALONE, SMALL_UNDER_LOAD};
-use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
-use crate::payload::{Outcome, TAG_LARGE, TAG_MIXED, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
+use crate::load::run_concurrent;
+use crate::payload::{Outcome, TAG_LARGE, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::results::Cleanup;
 use crate::stats::{PhaseReport, Tally};
-
-/// Small keys of the mixed phases, at most.
-const MIXED_POOL: u64 = 1000;
 
 /// One bench run: where it writes and what.
 pub(crate) struct Run {
@@ -336,193 +331,6 @@ impl Run {
         w.details = Some(details.clone());
         r.details = Some(details);
         (w, r, raw)
-    }
-
-    /// The isolation phases of `--mixed`, each for `duration`: small gets and puts alone, the large loops alone,
-    /// then both at once. Returns `small_alone`, `bulk_alone`, `small_under_load` and `bulk_under_load`, in
-    /// that order; `small_under_load` also carries the large loops' summary as `details.background`.
-    ///
-    /// The bulk phase alone runs before the loaded pair, so that whatever the earlier phases left the store to
-    /// do (compaction, garbage not yet reclaimed) weighs on the loaded figures, not on the baselines.
-    pub(crate) async fn mixed(&self, duration: Duration) -> Result<[PhaseReport; 4]> {
-        let pool = self
-            .plan
-            .small_count
-            .clamp(self.concurrency as u64, MIXED_POOL);
-        // The keys the mixed phases read and overwrite, written first (not measured).
-        let (store, base, tag, prefix) = (
-            self.store.clone(),
-            self.small_base.clone(),
-            self.tag,
-            self.prefix.clone(),
-        );
-        let progress = Progress::new("mixed (preload)", pool, "blobs", self.quiet);
-        let (preload, _) = run_concurrent(self.concurrency, pool, &progress, move |i| {
-            let (store, data) = (store.clone(), stamped(&base, tag, TAG_MIXED, i));
-            let key = format!("{prefix}mixed/{i:07}");
-            async move {
-                match store.put(key, data, &PutOptions::new()).await {
-                    Ok(m) => Outcome::Done(m.size),
-                    Err(e) => Outcome::Failed(e.to_string()),
-                }
-            }
-        })
-        .await?;
-        progress.finish();
-        if preload.errors > 0 {
-            eprintln!(
-                "saltblob: warning: {} of {pool} keys of the mixed phases could not be written: {}",
-                preload.errors,
-                preload.messages.join("; ")
-            );
-        }
-
-        let small_alone = self.small_mix(SMALL_ALONE, duration, pool).await?;
-
-        let progress = Progress::timed(BULK_ALONE, Some(duration.as_secs_f64()), self.quiet);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (bulk_alone, ()) =
-            tokio::join!(self.bulk(BULK_ALONE, Arc::clone(&stop), &progress), async {
-                tokio::time::sleep(duration).await;
-                stop.store(true, Ordering::Relaxed);
-            });
-        progress.finish();
-        let bulk_alone = bulk_alone?.report(BULK_ALONE, self.bulk_description(duration, "alone"));
-
-        // Silent: the small phase's spinner shows the progress of the pair.
-        let hidden = Progress::timed(BULK_UNDER_LOAD, None, true);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (bulk_loaded, small_loaded) = tokio::join!(
-            self.bulk(BULK_UNDER_LOAD, Arc::clone(&stop), &hidden),
-            async {
-                let small = self.small_mix(SMALL_UNDER_LOAD, duration, pool).await;
-                // Stop the large loops whatever happened, or they would never end.
-                stop.store(true, Ordering::Relaxed);
-                small
-            }
-        );
-        let (bulk_loaded, mut small_loaded) = (bulk_loaded?, small_loaded?);
-        if let Some(details) = small_loaded
-            .details
-            .as_mut()
-            .and_then(|d| d.as_object_mut())
-        {
-            details.insert("background".into(), bulk_loaded.summary_json());
-        }
-        let bulk_loaded = bulk_loaded.report(
-            BULK_UNDER_LOAD,
-            self.bulk_description(
-                duration,
-                &format!(
-                    "while small gets and puts run ({} in flight)",
-                    self.concurrency
-                ),
-            ),
-        );
-        Ok([small_alone, bulk_alone, small_loaded, bulk_loaded])
-    }
-
-    /// Runs the run's large loops (`--large-writers`) under the keys of `phase` until `stop`.
-    async fn bulk(
-        &self,
-        phase: &str,
-        stop: Arc<AtomicBool>,
-        progress: &Progress,
-    ) -> Result<BulkLoad> {
-        bulk_load(
-            self.store.clone(),
-            self.large_base.clone(),
-            self.tag,
-            format!("{}mixed-large/{phase}/", self.prefix),
-            self.plan.large_writers,
-            stop,
-            progress.handle(),
-        )
-        .await
-    }
-
-    fn bulk_description(&self, duration: Duration, load: &str) -> String {
-        let writers = self.plan.large_writers;
-        format!(
-            "{:.0} s of large puts, gets (verified) and deletes of {} MiB, {writers} loop{} at once each on its own \
-             keys, {load}",
-            duration.as_secs_f64(),
-            self.plan.large_bytes >> 20,
-            if writers == 1 { "" } else { "s" },
-        )
-    }
-
-    async fn small_mix(
-        &self,
-        name: &'static str,
-        duration: Duration,
-        pool: u64,
-    ) -> Result<PhaseReport> {
-        let (store, base, tag, prefix, len) = (
-            self.store.clone(),
-            self.small_base.clone(),
-            self.tag,
-            self.prefix.clone(),
-            self.plan.small_bytes,
-        );
-        let gets = Arc::new(AtomicU64::new(0));
-        let puts = Arc::new(AtomicU64::new(0));
-        let (g, p) = (Arc::clone(&gets), Arc::clone(&puts));
-        let progress = Progress::timed(name, Some(duration.as_secs_f64()), self.quiet);
-        let (tally, seconds) = run_timed(self.concurrency, duration, &progress, move |n| {
-            let store = store.clone();
-            let k = rand::random_range(0..pool);
-            let key = format!("{prefix}mixed/{k:07}");
-            let put = n % 2 == 1;
-            let data = put.then(|| stamped(&base, tag, TAG_MIXED, k));
-            let (g, p) = (Arc::clone(&g), Arc::clone(&p));
-            async move {
-                match data {
-                    Some(data) => {
-                        p.fetch_add(1, Ordering::Relaxed);
-                        match store.put(key, data, &PutOptions::new()).await {
-                            Ok(m) => Outcome::Done(m.size),
-                            Err(e) => Outcome::Failed(e.to_string()),
-                        }
-                    }
-                    None => {
-                        g.fetch_add(1, Ordering::Relaxed);
-                        match store.get(key).await {
-                            Ok(got) => check(&got, len, tag, TAG_MIXED, k),
-                            Err(e) => Outcome::Failed(e.to_string()),
-                        }
-                    }
-                }
-            }
-        })
-        .await?;
-        progress.finish();
-        let writers = self.plan.large_writers;
-        let load = if name == SMALL_ALONE {
-            "alone".to_owned()
-        } else {
-            format!(
-                "while large blobs are written, read and deleted in {writers} loop{}",
-                if writers == 1 { "" } else { "s" }
-            )
-        };
-        let mut report = tally.report(
-            name,
-            format!(
-                "{:.0} s of small gets and puts (half each) of {} KiB on {pool} keys, {} in flight, {load}",
-                duration.as_secs_f64(),
-                len >> 10,
-                self.concurrency
-            ),
-            seconds,
-            true,
-        );
-        report.details = Some(json!({
-            "gets": gets.load(Ordering::Relaxed),
-            "puts": puts.load(Ordering::Relaxed),
-            "pool_keys": pool,
-        }));
-        Ok(report)
     }
 
     /// Deletes every key under the run's prefix and the raw values, then reclaims their chunks (grace 0).

@@ -23,7 +23,16 @@ pub(crate) struct Plan {
     pub(crate) mixed: Option<Duration>,
     /// `--large-writers`: concurrent large loops of the bulk phases.
     pub(crate) large_writers: usize,
+    /// `--small-load`: the paced loads of `--mixed`, as fractions of the small ops' capacity, in (0, 1].
+    pub(crate) small_loads: Vec<f64>,
+    /// `--paced-samples`: small operations due in each paced phase, at least.
+    pub(crate) paced_samples: u64,
 }
+
+/// The paced loads of `--mixed` without `--small-load`.
+pub(crate) const DEFAULT_SMALL_LOADS: [f64; 2] = [0.25, 0.5];
+/// Most small operations due in one paced phase (`--paced-samples`).
+pub(crate) const MAX_PACED_SAMPLES: u64 = 10_000_000;
 
 /// Most concurrent large loops: each holds two copies of a large blob in memory.
 pub(crate) const MAX_LARGE_WRITERS: usize = 64;
@@ -101,6 +110,38 @@ impl Plan {
                 ),
             ));
         }
+        if !args.small_load.is_empty() && mixed.is_none() {
+            return Err(Error::invalid(
+                "--small-load",
+                "the paced loads run only in the mixed phases; add --mixed SECONDS",
+            ));
+        }
+        if let Some(bad) = args
+            .small_load
+            .iter()
+            .find(|r| !(r.is_finite() && **r > 0.0 && **r <= 1.0))
+        {
+            return Err(Error::invalid(
+                "--small-load",
+                format!(
+                    "{bad}; each paced load is a fraction of the small ops' capacity, more than 0 and at most 1"
+                ),
+            ));
+        }
+        if args.paced_samples == 0 || args.paced_samples > MAX_PACED_SAMPLES {
+            return Err(Error::invalid(
+                "--paced-samples",
+                format!(
+                    "{}; it must be 1 to {MAX_PACED_SAMPLES}",
+                    args.paced_samples
+                ),
+            ));
+        }
+        let small_loads = if args.small_load.is_empty() {
+            DEFAULT_SMALL_LOADS.to_vec()
+        } else {
+            args.small_load.clone()
+        };
         if let Some(path) = &args.plot {
             let svg = path
                 .extension()
@@ -125,6 +166,8 @@ impl Plan {
             chunk_size,
             mixed,
             large_writers: args.large_writers,
+            small_loads,
+            paced_samples: args.paced_samples,
         })
     }
 }

@@ -1,5 +1,7 @@
 //! `--plot FILE.svg`: latency percentiles per phase, one line per phase, on a log scale; with `--mixed`, the
-//! isolation result below (small-op latency and bulk throughput, each alone and under load, with its goal).
+//! isolation results below: the closed-loop stress pair (small-op latency and bulk throughput, each alone and
+//! under load, no goal), then per paced load the small P99 alone and beside bulk, and the small goodput, bulk
+//! share and work W, each with its goal.
 
 use std::path::Path;
 
@@ -10,7 +12,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use saltblob::{Error, Result};
 
-use crate::isolation::{ClassResult, Isolation};
+use crate::isolation::{ClassResult, Isolation, Paced};
 use crate::results::BenchReport;
 use crate::stats::Latency;
 
@@ -23,8 +25,10 @@ fn values(l: &Latency) -> [f64; 6] {
 
 /// Height of the per-phase chart, pixels; the isolation panels of `--mixed` go below it.
 const PHASES_HEIGHT: u32 = 600;
-/// Height of the isolation panels.
+/// Height of the closed-loop isolation panels.
 const ISOLATION_HEIGHT: u32 = 450;
+/// Height of the paced isolation panels.
+const PACED_HEIGHT: u32 = 450;
 /// Width of the image.
 const WIDTH: u32 = 1000;
 
@@ -32,19 +36,31 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
 
 /// Draws the latency percentiles of every phase that has some to `path` (SVG); with `--mixed`, below them the
-/// isolation result: small-op latency alone vs under load, and bulk throughput alone vs under small load, each
-/// with its goal.
+/// isolation results: closed loop, small-op latency alone vs under load and bulk throughput alone vs under small
+/// load; paced, per load, the small P99 alone vs beside bulk, and goodput, bulk share and W, with their goals.
 pub fn draw(path: &Path, report: &BenchReport) -> Result<()> {
-    let height = PHASES_HEIGHT + report.isolation.as_ref().map_or(0, |_| ISOLATION_HEIGHT);
+    let paced = report
+        .isolation
+        .as_ref()
+        .is_some_and(|i| !i.paced.is_empty());
+    let height = PHASES_HEIGHT
+        + report.isolation.as_ref().map_or(0, |_| ISOLATION_HEIGHT)
+        + if paced { PACED_HEIGHT } else { 0 };
     let drawn = (|| {
         let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE)?;
         let (top, bottom) = root.split_vertically(PHASES_HEIGHT);
         draw_phases(&top, report)?;
         if let Some(iso) = &report.isolation {
-            let (left, right) = bottom.split_horizontally(WIDTH / 2);
+            let (closed, paced) = bottom.split_vertically(ISOLATION_HEIGHT);
+            let (left, right) = closed.split_horizontally(WIDTH / 2);
             draw_small(&left, iso)?;
             draw_bulk(&right, iso)?;
+            if !iso.paced.is_empty() {
+                let (left, right) = paced.split_horizontally(WIDTH / 2);
+                draw_paced_p99(&left, &iso.paced)?;
+                draw_paced_shares(&right, &iso.paced)?;
+            }
         }
         root.present()
     })();
@@ -166,7 +182,7 @@ fn figure(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}"))
 }
 
-/// Small-op latency percentiles alone and under load, with the P99 goal (at most the goal ratio × alone).
+/// Closed loop: small-op latency percentiles alone and under load (a stress figure, no goal).
 fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
     const SMALL_LABELS: [&str; 5] = ["p50", "p95", "p99", "p99.9", "max"];
     let pick = |c: &Option<ClassResult>| {
@@ -182,19 +198,11 @@ fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
             RED,
         ),
     ];
-    let goal = iso
-        .small_p99_alone_ms
-        .map(|p99| p99 * iso.small_p99_ratio_goal_max);
-    let all = lines
-        .iter()
-        .filter_map(|(_, v, _)| *v)
-        .flatten()
-        .chain(goal);
+    let all = lines.iter().filter_map(|(_, v, _)| *v).flatten();
     let (lo, hi) = log_range(all);
     let title = format!(
-        "interactive: P99 ratio {} (goal <= {:.1})",
-        figure(iso.small_p99_ratio),
-        iso.small_p99_ratio_goal_max
+        "closed loop, interactive: P99 ratio {} (stress, no goal)",
+        figure(iso.small_p99_ratio)
     );
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
@@ -213,24 +221,10 @@ fn draw_small(area: &Area, iso: &Isolation) -> DrawResult {
             draw_percentiles(&mut chart, name, &v, lo, color.to_rgba())?;
         }
     }
-    if let Some(goal) = goal {
-        chart
-            .draw_series(DashedLineSeries::new(
-                [(1.6, goal), (2.4, goal)],
-                6,
-                4,
-                BLACK.stroke_width(2),
-            ))?
-            .label(format!(
-                "goal: P99 <= {:.1} x alone",
-                iso.small_p99_ratio_goal_max
-            ))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-    }
     draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
-/// Bulk throughput alone and under small load, as two bars, with the goal (at least the goal ratio × alone).
+/// Closed loop: bulk throughput alone and under small load, as two bars (a stress figure, no goal).
 fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
     let bars = [
         ("alone", iso.bulk_throughput_alone_mib_s, BLUE),
@@ -240,9 +234,6 @@ fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
             RED,
         ),
     ];
-    let goal = iso
-        .bulk_throughput_alone_mib_s
-        .map(|alone| alone * iso.bulk_throughput_ratio_goal_min);
     let top = bars
         .iter()
         .filter_map(|(_, v, _)| *v)
@@ -250,10 +241,9 @@ fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
         .max(1.0)
         * 1.3;
     let title = format!(
-        "bulk ({} loop(s)): throughput ratio {} (goal >= {:.2})",
+        "closed loop, bulk ({} loop(s)): throughput ratio {} (no goal)",
         iso.large_writers,
-        figure(iso.bulk_throughput_ratio),
-        iso.bulk_throughput_ratio_goal_min
+        figure(iso.bulk_throughput_ratio)
     );
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
@@ -280,19 +270,204 @@ fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
         )])?;
         chart.draw_series([Text::new(format!("{v:.1} MiB/s"), (x, v), above.clone())])?;
     }
-    if let Some(goal) = goal {
-        chart
-            .draw_series(DashedLineSeries::new(
-                [(-0.5, goal), (1.5, goal)],
-                6,
-                4,
-                BLACK.stroke_width(2),
-            ))?
-            .label(format!(
-                "goal: >= {:.0}% of alone",
-                iso.bulk_throughput_ratio_goal_min * 100.0
-            ))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    Ok(())
+}
+
+/// The labels of the paced loads, left to right.
+fn rho_labels(paced: &[Paced]) -> Vec<String> {
+    paced.iter().map(|p| format!("rho = {}", p.rho)).collect()
+}
+
+/// One bar from `x - half` to `x + half`, `v` high, with its value above it.
+fn draw_bar<'b>(
+    chart: &mut ChartContext<'b, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    x: f64,
+    half: f64,
+    v: f64,
+    text: String,
+    color: RGBAColor,
+) -> DrawResult {
+    let above =
+        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart.draw_series([Rectangle::new(
+        [(x - half, 0.0), (x + half, v)],
+        color.mix(0.7).filled(),
+    )])?;
+    chart.draw_series([Text::new(text, (x, v), above)])?;
+    Ok(())
+}
+
+/// A goal drawn as a dashed black tick from `x0` to `x1` at `y`.
+fn draw_goal<'b>(
+    chart: &mut ChartContext<'b, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    x0: f64,
+    x1: f64,
+    y: f64,
+) -> DrawResult {
+    chart.draw_series(DashedLineSeries::new(
+        [(x0, y), (x1, y)],
+        4,
+        3,
+        BLACK.stroke_width(2),
+    ))?;
+    Ok(())
+}
+
+/// Paced: per load, the small P99 alone and beside bulk (timed from when each op was due), with the bound the
+/// goal allows (the larger of the ratio bound and the excess bound) dashed.
+fn draw_paced_p99(area: &Area, paced: &[Paced]) -> DrawResult {
+    let labels = rho_labels(paced);
+    let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let bound = |p: &Paced| {
+        let g = p.goals?;
+        let alone = p.small_p99_alone_ms?;
+        Some((alone * g.small_p99_ratio_max).max(alone + g.small_p99_excess_ms_max))
+    };
+    let top = paced
+        .iter()
+        .flat_map(|p| [p.small_p99_alone_ms, p.small_p99_under_load_ms, bound(p)])
+        .flatten()
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.3;
+    let n = paced.len() as f64;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "paced: small P99 (ms, timed from when due)",
+            ("sans-serif", 18),
+        )
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(names.len())
+        .x_label_formatter(&category(&names))
+        .y_desc("small P99, ms")
+        .draw()?;
+    for (i, p) in paced.iter().enumerate() {
+        let x = i as f64;
+        for (dx, v, color) in [
+            (-0.18, p.small_p99_alone_ms, BLUE),
+            (0.18, p.small_p99_under_load_ms, RED),
+        ] {
+            if let Some(v) = v {
+                draw_bar(
+                    &mut chart,
+                    x + dx,
+                    0.16,
+                    v,
+                    format!("{v:.1}"),
+                    color.to_rgba(),
+                )?;
+            }
+        }
+        if let Some(b) = bound(p) {
+            draw_goal(&mut chart, x - 0.4, x + 0.4, b)?;
+        }
     }
+    for (name, color) in [("alone", BLUE), ("beside bulk", RED)] {
+        chart
+            .draw_series([Rectangle::new(
+                [(0.0, 0.0), (0.0, 0.0)],
+                color.mix(0.7).filled(),
+            )])?
+            .label(name)
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.mix(0.7).filled())
+            });
+    }
+    chart
+        .draw_series([PathElement::new(vec![(0.0, 0.0), (0.0, 0.0)], BLACK)])?
+        .label("goal: the P99 allowed beside bulk")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+}
+
+/// Paced: per load, small goodput beside bulk, bulk share and work W, each with its goal dashed; the verdicts
+/// in the title.
+fn draw_paced_shares(area: &Area, paced: &[Paced]) -> DrawResult {
+    let labels = rho_labels(paced);
+    let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let n = paced.len() as f64;
+    let top = paced
+        .iter()
+        .flat_map(|p| [Some(p.small_goodput), p.bulk_share, p.work])
+        .flatten()
+        .fold(1.0, f64::max)
+        * 1.35;
+    let verdicts: Vec<String> = paced
+        .iter()
+        .map(|p| {
+            let short = p.verdict.split(" (").next().unwrap_or_default();
+            format!("rho {}: {short}", p.rho)
+        })
+        .collect();
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "paced: small goodput, bulk share, work W ({})",
+                verdicts.join("; ")
+            ),
+            ("sans-serif", 16),
+        )
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5f64..n - 0.5, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(names.len())
+        .x_label_formatter(&category(&names))
+        .y_desc("fraction")
+        .draw()?;
+    let series = [
+        ("small goodput", GREEN),
+        ("bulk share", MAGENTA),
+        ("work W", BLUE),
+    ];
+    for (i, p) in paced.iter().enumerate() {
+        let x = i as f64;
+        let goals = p
+            .goals
+            .map(|g| [g.small_goodput_min, g.bulk_share_min, g.work_min]);
+        for (k, v) in [Some(p.small_goodput), p.bulk_share, p.work]
+            .into_iter()
+            .enumerate()
+        {
+            let bx = x + (k as f64 - 1.0) * 0.27;
+            if let Some(v) = v {
+                draw_bar(
+                    &mut chart,
+                    bx,
+                    0.12,
+                    v,
+                    format!("{v:.2}"),
+                    series[k].1.to_rgba(),
+                )?;
+            }
+            if let Some(g) = goals {
+                draw_goal(&mut chart, bx - 0.13, bx + 0.13, g[k])?;
+            }
+        }
+    }
+    for (name, color) in series {
+        chart
+            .draw_series([Rectangle::new(
+                [(0.0, 0.0), (0.0, 0.0)],
+                color.mix(0.7).filled(),
+            )])?
+            .label(name)
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.mix(0.7).filled())
+            });
+    }
+    chart
+        .draw_series([PathElement::new(vec![(0.0, 0.0), (0.0, 0.0)], BLACK)])?
+        .label("goals")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }

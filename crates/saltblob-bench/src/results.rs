@@ -69,6 +69,10 @@ pub struct BenchConfig {
     pub mixed_seconds: Option<f64>,
     /// Concurrent large loops of the bulk phases of `--mixed`.
     pub large_writers: usize,
+    /// The paced loads of `--mixed` (`--small-load`), as fractions of the small capacity; null without it.
+    pub small_loads: Option<Vec<f64>>,
+    /// Small operations due in each paced phase, at least (`--paced-samples`).
+    pub paced_samples: u64,
     /// The store's scheduler, from the URL's store-level parameters: `enabled`, `shares`, `default_class`,
     /// `limits` and `bulk_unit_bytes`.
     pub scheduler: serde_json::Value,
