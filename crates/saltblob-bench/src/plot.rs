@@ -368,7 +368,22 @@ fn draw_paced_p99(area: &Area, paced: &[Paced]) -> DrawResult {
             draw_goal(&mut chart, x - 0.4, x + 0.4, b)?;
         }
     }
-    for (name, color) in [("alone", BLUE), ("beside bulk", RED)] {
+    draw_bar_legend(
+        &mut chart,
+        &[("alone", BLUE), ("beside bulk", RED)],
+        "goal: the P99 allowed beside bulk",
+        SeriesLabelPosition::UpperLeft,
+    )
+}
+
+/// The legend of a bar chart: one filled box per series, and the dashed goal.
+fn draw_bar_legend<'b>(
+    chart: &mut ChartContext<'b, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    series: &[(&str, RGBColor)],
+    goal: &str,
+    position: SeriesLabelPosition,
+) -> DrawResult {
+    for &(name, color) in series {
         chart
             .draw_series([Rectangle::new(
                 [(0.0, 0.0), (0.0, 0.0)],
@@ -381,9 +396,9 @@ fn draw_paced_p99(area: &Area, paced: &[Paced]) -> DrawResult {
     }
     chart
         .draw_series([PathElement::new(vec![(0.0, 0.0), (0.0, 0.0)], BLACK)])?
-        .label("goal: the P99 allowed beside bulk")
+        .label(goal)
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    draw_legend(chart, position)
 }
 
 /// Paced: per load, small goodput beside bulk, bulk share and work W, each with its goal dashed; the verdicts
@@ -454,20 +469,10 @@ fn draw_paced_shares(area: &Area, paced: &[Paced]) -> DrawResult {
             }
         }
     }
-    for (name, color) in series {
-        chart
-            .draw_series([Rectangle::new(
-                [(0.0, 0.0), (0.0, 0.0)],
-                color.mix(0.7).filled(),
-            )])?
-            .label(name)
-            .legend(move |(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.mix(0.7).filled())
-            });
-    }
-    chart
-        .draw_series([PathElement::new(vec![(0.0, 0.0), (0.0, 0.0)], BLACK)])?
-        .label("goals")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+    draw_bar_legend(
+        &mut chart,
+        &series,
+        "goals",
+        SeriesLabelPosition::UpperRight,
+    )
 }

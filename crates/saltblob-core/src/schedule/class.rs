@@ -121,8 +121,9 @@ pub struct SchedulerConfig {
     /// How far request latency may rise above its no-load baseline before the limit shrinks, as a factor.
     /// Defaults to 2.0.
     pub latency_tolerance: f64,
-    /// Whether the CPU work of background classes (checksums, compression, digests) runs on a pool of half the
-    /// cores instead of the async runtime's workers. Defaults to off (see `schedule/cpu.rs`).
+    /// Whether the CPU work of background classes (checksums, compression, digests) runs on a pool of one
+    /// thread per core at a lower OS priority (nice 10) instead of the async runtime's workers. Defaults to off
+    /// (see `schedule/cpu.rs`).
     pub bulk_cpu_pool: bool,
 }
 

@@ -1,9 +1,10 @@
 //! With [`crate::SchedulerConfig::bulk_cpu_pool`], the CPU work of background classes — chunk checksums and
-//! compression, decoding, BLAKE3 digests — runs on a pool of its own: at most half the cores (at least one
-//! thread), instead of the async runtime's workers. On a 2-core machine, bulk hashing then takes at most one
-//! core, and an interactive task never waits for a worker busy hashing a 60 MiB blob; but bulk work then gets
-//! at most that one core, which under load starved it (measured: BENCHMARKS.md), so it is off by default.
-//! Work of other classes (and with scheduling off) runs inline.
+//! compression, decoding, BLAKE3 digests — runs on a pool of its own instead of the async runtime's workers:
+//! one thread per core, each at a lower OS priority ([`POOL_NICE`]). Bulk work then still uses the whole
+//! machine while interactive work is idle, and the OS runs an interactive task's worker first when both want
+//! a core, so an interactive task never waits for a worker busy hashing a 60 MiB blob. (The pool's first form,
+//! half the cores at normal priority, starved bulk work under load: BENCHMARKS.md.) Work of other classes (and
+//! with scheduling off) runs inline.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};
@@ -19,9 +20,24 @@ type Job = Box<dyn FnOnce() + Send>;
 /// The pool's job queue; `None` when its threads could not be started (work then runs inline).
 static POOL: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
 
-/// Threads of the pool: half the cores, at least one.
+/// Threads of the pool: one per core.
 fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// The nice value of the pool's threads: the OS gives a thread of nice 10 about a tenth of the CPU time of a
+/// thread of nice 0 (the runtime's workers) when both are runnable.
+pub(crate) const POOL_NICE: i32 = 10;
+
+/// Lowers the calling thread's OS priority to [`POOL_NICE`]: on Linux a thread's nice value is its own, set
+/// with `setpriority` on its thread id. A failure is logged: the pool then runs at normal priority.
+fn lower_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), POOL_NICE) {
+        tracing::warn!(
+            "cannot lower the priority of a bulk CPU thread (it runs at normal priority): {e}"
+        );
+    }
 }
 
 fn pool() -> Option<&'static Mutex<Sender<Job>>> {
@@ -33,6 +49,7 @@ fn pool() -> Option<&'static Mutex<Sender<Job>>> {
             let started = std::thread::Builder::new()
                 .name(format!("saltblob-bulk-cpu-{n}"))
                 .spawn(move || {
+                    lower_priority();
                     loop {
                         let job = match rx.lock() {
                             Ok(rx) => rx.recv(),
@@ -104,6 +121,19 @@ mod tests {
             .expect("run");
         assert_eq!(interactive, here);
         assert_eq!(run(None, thread_name).await.expect("run"), here);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_pool_has_a_thread_per_core_at_a_lower_priority() {
+        let nice = || rustix::process::getpriority_process(Some(rustix::thread::gettid()));
+        let here = nice().expect("own priority");
+        let pooled = run(Some(&tag("bulk")), nice)
+            .await
+            .expect("run")
+            .expect("pool priority");
+        assert_eq!(pooled, POOL_NICE.max(here), "this thread's nice: {here}");
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        assert_eq!(threads(), cores);
     }
 
     #[tokio::test(flavor = "current_thread")]
