@@ -142,7 +142,9 @@ mod tests {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
         let cores = clock.cores().expect("time passed");
-        // One thread spinning; other tests may run beside it in this process.
-        assert!(cores > 0.5 && cores < 8.0, "{cores}");
+        // One thread spinning (other tests may run beside it in this process, and other processes on the
+        // machine may take part of its core): well above nothing, at most every core.
+        let most = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as f64;
+        assert!(cores > 0.2 && cores <= most + 0.1, "{cores}");
     }
 }
