@@ -161,6 +161,12 @@ pub struct PacedSide {
     /// Latency percentiles of the operations that succeeded, each timed from when it was due, ms.
     #[serde(serialize_with = "latency_or_nulls")]
     pub latency_ms: Option<Latency>,
+    /// The same, of the gets alone (verified reads).
+    #[serde(serialize_with = "latency_or_nulls")]
+    pub get_latency_ms: Option<Latency>,
+    /// The same, of the puts alone (each a synced commit on a store with `sync=true`).
+    #[serde(serialize_with = "latency_or_nulls")]
+    pub put_latency_ms: Option<Latency>,
     /// Process CPU seconds ÷ wall seconds over the phase: every class that ran in it.
     pub cpu_cores: f64,
 }
@@ -491,6 +497,8 @@ mod tests {
             goodput: succeeded as f64 / intended as f64,
             achieved_ops_s: succeeded as f64 / 10.0,
             latency_ms: t.latencies.latency(),
+            get_latency_ms: None,
+            put_latency_ms: None,
             cpu_cores,
         }
     }

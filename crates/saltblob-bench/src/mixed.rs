@@ -19,7 +19,7 @@ use crate::paced::{Pace, run_paced};
 use crate::payload::{Outcome, TAG_MIXED, check, stamped};
 use crate::phases::Run;
 use crate::progress::Progress;
-use crate::stats::PhaseReport;
+use crate::stats::{Latency, PhaseReport, Tally};
 
 /// Small keys of the mixed phases, at most.
 const MIXED_POOL: u64 = 1000;
@@ -228,11 +228,12 @@ impl Run {
         let started = Instant::now();
         let out = run_paced(pace, |n| {
             let (op, bar) = (mix.op(n), bar.clone());
-            async move {
+            let op = async move {
                 let outcome = op.await;
                 bar.inc(1);
                 outcome
-            }
+            };
+            (SmallMix::kind(n), op)
         })
         .await;
         let wall = started.elapsed().as_secs_f64();
@@ -254,6 +255,8 @@ impl Run {
             goodput: out.goodput(),
             achieved_ops_s: succeeded as f64 / issued,
             latency_ms: out.tally.latencies.latency(),
+            get_latency_ms: kind_latency(&out.by_kind, SmallMix::GET),
+            put_latency_ms: kind_latency(&out.by_kind, SmallMix::PUT),
             cpu_cores,
         };
         let mut report = out.tally.report(
@@ -371,6 +374,11 @@ impl Run {
     }
 }
 
+/// The latency of the operations of `kind` in a paced phase's tally by kind, if any ended.
+fn kind_latency(by_kind: &[Tally], kind: usize) -> Option<Latency> {
+    by_kind.get(kind).and_then(|t| t.latencies.latency())
+}
+
 /// The small mix of the mixed phases: operation `n` puts (odd `n`) or gets and verifies (even `n`) a random
 /// key of the pool; the gets and puts issued are counted.
 #[derive(Clone)]
@@ -390,6 +398,16 @@ struct SmallMix {
 }
 
 impl SmallMix {
+    /// The kind of the gets, in [`SmallMix::kind`].
+    const GET: usize = 0;
+    /// The kind of the puts.
+    const PUT: usize = 1;
+
+    /// Operation `n`'s kind: puts are the odd ones.
+    fn kind(n: u64) -> usize {
+        if n % 2 == 1 { Self::PUT } else { Self::GET }
+    }
+
     /// Gets and puts issued so far.
     fn counts(&self) -> (u64, u64) {
         (
@@ -404,7 +422,7 @@ impl SmallMix {
         let k = rand::random_range(0..self.pool);
         let key = format!("{}mixed/{k:07}", self.prefix);
         let (tag, len) = (self.tag, self.len);
-        let data = (n % 2 == 1).then(|| stamped(&self.base, tag, TAG_MIXED, k));
+        let data = (Self::kind(n) == Self::PUT).then(|| stamped(&self.base, tag, TAG_MIXED, k));
         match &data {
             Some(_) => &self.puts,
             None => &self.gets,

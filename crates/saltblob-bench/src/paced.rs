@@ -41,6 +41,8 @@ pub(crate) struct PacedTally {
     pub late: u64,
     /// Operations still running at the end of the grace period.
     pub unfinished: u64,
+    /// The operations that ended, by the kind `op` gave each (`by_kind[k]`: kind `k`); `tally` is their sum.
+    pub by_kind: Vec<Tally>,
 }
 
 impl PacedTally {
@@ -82,11 +84,12 @@ impl Pace {
     }
 }
 
-/// Runs `op(0..)` at `pace` (see the module documentation). `op(i)` is called when operation `i` is issued, and
-/// the operation runs as a task of its own, so that operations in flight run on every worker of the runtime.
+/// Runs `op(0..)` at `pace` (see the module documentation). `op(i)` is called when operation `i` is issued and
+/// returns its kind (a small index: the operations are tallied by kind too) and the operation, which runs as a
+/// task of its own, so that operations in flight run on every worker of the runtime.
 pub(crate) async fn run_paced<F, Fut>(pace: Pace, mut op: F) -> PacedTally
 where
-    F: FnMut(u64) -> Fut,
+    F: FnMut(u64) -> (usize, Fut),
     Fut: Future<Output = Outcome> + Send + 'static,
 {
     let start = Instant::now();
@@ -108,7 +111,14 @@ where
         tokio::select! {
             biased;
             Some(ended) = running.join_next(), if !running.is_empty() => match ended {
-                Ok((outcome, latency)) => out.tally.add(outcome, latency),
+                Ok((kind, outcome, latency)) => {
+                    if out.by_kind.len() <= kind {
+                        out.by_kind.resize_with(kind + 1, Tally::default);
+                    }
+                    if let Some(t) = out.by_kind.get_mut(kind) {
+                        t.add(outcome, latency);
+                    }
+                }
                 Err(e) => out.tally.fail(format!("operation task failed: {e}")),
             },
             () = sleep_until(due.unwrap_or(deadline)), if due.is_some() && room => {
@@ -116,11 +126,11 @@ where
                 if Instant::now().saturating_duration_since(due_at) > LATE_AFTER {
                     out.late += 1;
                 }
-                let op = op(next);
+                let (kind, op) = op(next);
                 // Timed where it ends, not when this loop gets to it.
                 running.spawn(async move {
                     let outcome = op.await;
-                    (outcome, Instant::now().saturating_duration_since(due_at))
+                    (kind, outcome, Instant::now().saturating_duration_since(due_at))
                 });
                 next += 1;
             }
@@ -130,6 +140,9 @@ where
                 break;
             }
         }
+    }
+    for kind in &out.by_kind {
+        out.tally.merge(kind);
     }
     out
 }
@@ -171,7 +184,7 @@ mod tests {
         let mut issued = Vec::new();
         let out = run_paced(pace(100.0, 2, 8), |i| {
             issued.push((i, Instant::now() - start));
-            takes(3)
+            (0, takes(3))
         })
         .await;
         assert_eq!(out.intended, 200);
@@ -192,7 +205,10 @@ mod tests {
     async fn a_stall_counts_in_every_operation_it_delayed() {
         // One in flight, 100 due per second, operation 10 stalls for 500 ms: the 50 due meanwhile start late and
         // are timed from when they were due, as a closed loop would not (it would see one slow operation).
-        let out = run_paced(pace(100.0, 2, 1), |i| takes(if i == 10 { 500 } else { 1 })).await;
+        let out = run_paced(pace(100.0, 2, 1), |i| {
+            (0, takes(if i == 10 { 500 } else { 1 }))
+        })
+        .await;
         assert_eq!(out.intended, 200);
         assert!(out.late >= 49, "{}", summary(&out));
         let l = out.tally.latencies.latency().expect("latencies");
@@ -207,7 +223,7 @@ mod tests {
     async fn an_overloaded_phase_reports_its_goodput_and_what_did_not_finish() {
         // 100 due per second for 1 s, one in flight, each takes 50 ms: 20 fit in a second, and 20 more in the
         // second of grace, so 40 succeed, the one running at the deadline is unfinished, the rest never start.
-        let out = run_paced(pace(100.0, 1, 1), |_| takes(50)).await;
+        let out = run_paced(pace(100.0, 1, 1), |_| (0, takes(50))).await;
         assert_eq!(out.intended, 100);
         let done = out.tally.latencies.count();
         assert!((39..=41).contains(&done), "{}", summary(&out));
@@ -217,17 +233,40 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failures_are_counted_and_left_out_of_goodput() {
-        let out = run_paced(pace(10.0, 1, 4), |i| async move {
-            if i % 2 == 0 {
-                Outcome::Failed("injected".to_owned())
-            } else {
-                Outcome::Done(1)
-            }
+        let out = run_paced(pace(10.0, 1, 4), |i| {
+            (0, async move {
+                if i % 2 == 0 {
+                    Outcome::Failed("injected".to_owned())
+                } else {
+                    Outcome::Done(1)
+                }
+            })
         })
         .await;
         assert_eq!(out.intended, 10);
         assert_eq!(out.tally.errors, 5);
         assert_eq!(out.goodput(), 0.5);
+    }
+
+    /// Each kind is tallied apart, and the whole is their sum: here odd operations are slow, and so is the
+    /// P99 of the whole, while the even ones stay fast.
+    #[tokio::test(start_paused = true)]
+    async fn operations_are_tallied_by_kind_too() {
+        let out = run_paced(pace(100.0, 2, 16), |i| {
+            let kind = usize::from(i % 2 == 1);
+            (kind, takes(if kind == 1 { 40 } else { 2 }))
+        })
+        .await;
+        assert_eq!(out.by_kind.len(), 2);
+        let fast = out.by_kind[0].latencies.latency().expect("fast");
+        let slow = out.by_kind[1].latencies.latency().expect("slow");
+        assert_eq!(out.by_kind[0].latencies.count(), 100);
+        assert_eq!(out.by_kind[1].latencies.count(), 100);
+        assert!((fast.p99 - 2.0).abs() < 0.5, "{fast:?}");
+        assert!((slow.p50 - 40.0).abs() < 1.0, "{slow:?}");
+        let all = out.tally.latencies.latency().expect("all");
+        assert_eq!(out.tally.latencies.count(), 200);
+        assert!((all.p99 - 40.0).abs() < 1.0, "{all:?}");
     }
 
     #[test]

@@ -319,6 +319,18 @@ pub fn isolation_text(i: &Isolation) -> String {
             )
         });
         let _ = writeln!(s, "  rho = {}: {}{goals}", p.rho, p.verdict);
+        let p99 = |l: Option<crate::stats::Latency>| {
+            l.map_or_else(|| "-".to_owned(), |l| format!("{:.2} ms", l.p99))
+        };
+        let _ = writeln!(
+            s,
+            "  rho = {}: by operation, P99 alone -> beside bulk: gets {} -> {}, puts {} -> {}",
+            p.rho,
+            p99(p.alone.get_latency_ms),
+            p99(p.under_load.get_latency_ms),
+            p99(p.alone.put_latency_ms),
+            p99(p.under_load.put_latency_ms),
+        );
     }
     s
 }

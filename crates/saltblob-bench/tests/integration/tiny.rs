@@ -308,6 +308,17 @@ fn check_paced(json: &Value) {
             "{p}"
         );
         assert_eq!(p["alone"]["succeeded"], alone["ops"], "{p}");
+        // Gets and puts apart: both ran, and the slowest of either is the slowest of all.
+        for side in ["alone", "under_load"] {
+            let s = &p[side];
+            let (get, put) = (&s["get_latency_ms"], &s["put_latency_ms"]);
+            let slowest = num(&get["max"], "get max").max(num(&put["max"], "put max"));
+            assert_eq!(slowest, num(&s["latency_ms"]["max"], "max"), "{s}");
+            assert!(
+                num(&get["p99"], "get p99") > 0.0 && num(&put["p99"], "put p99") > 0.0,
+                "{s}"
+            );
+        }
         assert_eq!(p["under_load"]["succeeded"], loaded["ops"], "{p}");
         let intended = num(&p["under_load"]["intended"], "intended");
         assert!(intended >= 1.0, "{p}");
