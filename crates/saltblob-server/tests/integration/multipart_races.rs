@@ -265,6 +265,26 @@ impl Rig {
         );
     }
 
+    /// Waits (at most 30 s) until every upload's clean-up has run: no segment or part record is left. A
+    /// complete gives up the segments its object does not own in a task of its own, after its reply and after
+    /// the record says `completed`; gc only reclaims a segment once it has been given up (or its lease ended).
+    async fn wait_cleaned_up(&self) {
+        let left = || async {
+            let mut n = 0;
+            for prefix in ["s3/u/bkt/s/", "s3/u/bkt/p/"] {
+                n += self.store().list(prefix).await.expect("list").len();
+            }
+            n
+        };
+        for _ in 0..300 {
+            if left().await == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{} segment or part records left after 30 s", left().await);
+    }
+
     /// A gc pass with grace 0, now.
     async fn gc_now(&self) -> saltblob::GcReport {
         self.store()
@@ -277,6 +297,7 @@ impl Rig {
     /// checks that gc (grace 0) takes nothing the object owns: it reads back as `expected` (or stays absent),
     /// fsck finds no damage, and no chunk is left but the object's.
     async fn check_after_gc(&self, expected: Option<&Bytes>) {
+        self.wait_cleaned_up().await;
         self.clock.advance(Duration::from_secs(3600));
         let store = self.store();
         for _ in 0..2 {
