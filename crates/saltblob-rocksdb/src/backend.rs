@@ -12,6 +12,7 @@ use saltblob_core::backend::{
 };
 use saltblob_core::{Error, KeyDisplay, Result};
 
+use crate::commit_gate::CommitGate;
 use crate::config::RocksConfig;
 use crate::core::{CF_CHUNKS, CF_MANIFESTS, CF_SYSTEM, Change, RocksCore};
 use crate::error::NAME;
@@ -45,6 +46,7 @@ const MAX_BATCH_BYTES: usize = 16 << 20;
 pub struct RocksStore {
     core: Arc<RocksCore>,
     extents: Arc<Extents>,
+    gate: Arc<CommitGate>,
 }
 
 impl std::fmt::Debug for RocksStore {
@@ -58,9 +60,14 @@ impl std::fmt::Debug for RocksStore {
 impl RocksStore {
     /// Opens (creating if missing) the database described by `config`.
     pub fn open(config: RocksConfig) -> Result<Self> {
-        let core = Arc::new(RocksCore::open(config)?);
-        let extents = Arc::new(Extents::open(core.config())?);
-        Ok(Self { core, extents })
+        let gate = Arc::new(CommitGate::new(config.extent_yield));
+        let core = Arc::new(RocksCore::open(config, Arc::clone(&gate))?);
+        let extents = Arc::new(Extents::open(core.config(), Arc::clone(&gate))?);
+        Ok(Self {
+            core,
+            extents,
+            gate,
+        })
     }
 
     /// The path of the extent file of `blob` (which may not exist): for tests and tools.
@@ -83,6 +90,12 @@ impl RocksStore {
     /// concurrent puts share one).
     pub fn unlogged_flushes(&self) -> u64 {
         self.core.unlogged_flushes()
+    }
+
+    /// How many extent reads and writes stood back so far while a synced commit was pending
+    /// ([`RocksConfig::extent_yield`]), and how long they waited in all.
+    pub fn extent_stood_back(&self) -> (u64, std::time::Duration) {
+        self.gate.stood_back()
     }
 
     /// Flushes memtables and syncs the write-ahead log (for tests and orderly shutdown).

@@ -19,6 +19,7 @@ use saltblob_core::backend::{Precondition, Previous, RecordWrite, SpaceReport};
 use saltblob_core::schedule::{ClassTag, current_class};
 use saltblob_core::{Error, Result};
 
+use crate::commit_gate::CommitGate;
 use crate::config::{BackgroundPriority, BlobCompression, RocksConfig};
 use crate::error::{self, NAME};
 use crate::{blob_files, keys};
@@ -105,12 +106,15 @@ pub(crate) struct RocksCore {
     unlogged_flushes: AtomicU64,
     /// Whether the format marker says [`DB_FORMAT_EXTENTS`].
     extents_marked: std::sync::atomic::AtomicBool,
+    /// Counts the synced writes in progress, for which extent I/O stands back.
+    gate: Arc<CommitGate>,
 }
 
 impl RocksCore {
     /// Opens (creating if missing) the database described by `config`, removes the blob files an earlier
-    /// process left unfinished, and checks (or, in a new database, writes) the format marker.
-    pub(crate) fn open(config: RocksConfig) -> Result<Self> {
+    /// process left unfinished, and checks (or, in a new database, writes) the format marker. Its synced writes
+    /// are counted by `gate`.
+    pub(crate) fn open(config: RocksConfig, gate: Arc<CommitGate>) -> Result<Self> {
         if config.path.is_file() {
             return Err(Error::backend(
                 NAME,
@@ -197,6 +201,7 @@ impl RocksCore {
             unlogged_synced: Mutex::new(0),
             unlogged_flushes: AtomicU64::new(0),
             extents_marked: std::sync::atomic::AtomicBool::new(false),
+            gate,
         };
         let format = core.check_format()?;
         core.extents_marked
@@ -360,7 +365,9 @@ impl RocksCore {
             }
             let mut wo = WriteOptions::default();
             wo.set_sync(sync);
+            let pending = sync.then(|| core.gate.commit());
             core.db.write_opt(batch, &wo).map_err(error::map)?;
+            drop(pending);
             Ok(RecordWrite::Done(
                 current.map_or(Previous::Absent, Previous::Value),
             ))

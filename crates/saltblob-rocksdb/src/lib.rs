@@ -23,6 +23,7 @@
 //! - [`config`]: [`RocksConfig`] and its `rocksdb://` URL.
 //! - [`keys`]: storage key encoding.
 //! - `blob_files`: at open, removal of the blob files a crashed process left unfinished.
+//! - `commit_gate`: the count of synced writes in progress, for which extent I/O stands back.
 //! - `core`: the thin engine wrapper: open and format check, the engine calls on column families and keys,
 //!   lock stripes of conditional writes, chunk write priorities, the flush of unlogged chunks, compaction.
 //! - `extent`: extent files, the chunk records of large versions in files of their own, written with aligned
@@ -32,6 +33,7 @@
 
 pub mod backend;
 mod blob_files;
+mod commit_gate;
 pub mod config;
 mod core;
 pub mod error;

@@ -37,6 +37,7 @@ use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name
 use self::io::{AlignedBuf, BufferPool, IoMode, ReadBuffers};
 pub(crate) use self::writer::Placed;
 use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
+use crate::commit_gate::CommitGate;
 use crate::config::RocksConfig;
 use crate::error::NAME;
 
@@ -83,12 +84,15 @@ pub(crate) struct Extents {
     fallback_logged: AtomicBool,
     /// Bytes on disk of the files [`Extents::remove`] unlinked since [`Extents::take_freed`] last took them.
     freed: AtomicU64,
+    /// Each read and write stands back here while a synced commit is pending.
+    gate: Arc<CommitGate>,
 }
 
 impl Extents {
     /// The extents of the store at `config.path` (opened, and locked, by RocksDB already): creates the directory
-    /// when extents are on, and removes the temporary files a process that died creating an extent left.
-    pub(crate) fn open(config: &RocksConfig) -> Result<Self> {
+    /// when extents are on, and removes the temporary files a process that died creating an extent left. Reads
+    /// and writes stand back at `gate` while a synced commit is pending.
+    pub(crate) fn open(config: &RocksConfig, gate: Arc<CommitGate>) -> Result<Self> {
         let dir = config.path.join(format::EXTENT_DIR);
         if config.extent_min_bytes.is_some() && !dir.is_dir() {
             std::fs::create_dir_all(&dir)
@@ -121,6 +125,7 @@ impl Extents {
             reads: ReadBuffers::new(READ_ALIGN, READ_BUFFERS_KEPT),
             fallback_logged: AtomicBool::new(false),
             freed: AtomicU64::new(0),
+            gate,
         })
     }
 
@@ -196,7 +201,13 @@ impl Extents {
             sized: plan.size.is_some(),
             dir_sync,
         };
-        let writer = ExtentWriter::new(blob.clone(), opened, pool, self.depth);
+        let writer = ExtentWriter::new(
+            blob.clone(),
+            opened,
+            pool,
+            self.depth,
+            Arc::clone(&self.gate),
+        );
         self.writers()?.insert(blob.clone(), Arc::new(writer));
         Ok(())
     }
@@ -344,6 +355,7 @@ impl Extents {
             let mut buf = self
                 .reads
                 .take(usize::try_from(run.len).unwrap_or(usize::MAX));
+            self.gate.stand_back();
             let got = io::read_at_most(&file, buf.bytes_mut(), run.start)
                 .map_err(|e| dir_error(&path, "cannot read it", e))?;
             let got_end = run.start + got as u64;

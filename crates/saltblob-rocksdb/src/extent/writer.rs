@@ -20,6 +20,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::format::Pointer;
 use super::io::{AlignedBuf, BufferPool, IoMode, preallocate};
+use crate::commit_gate::CommitGate;
 use crate::error::NAME;
 
 /// Allocation step of a file whose final size is unknown (a stream): the first step, doubled at each growth up
@@ -56,6 +57,8 @@ pub(crate) struct ExtentWriter {
     mode: IoMode,
     depth: usize,
     pool: Arc<BufferPool>,
+    /// Each write stands back here, before it is issued, while a synced commit is pending.
+    gate: Arc<CommitGate>,
     state: Mutex<State>,
 }
 
@@ -79,8 +82,15 @@ struct State {
 }
 
 impl ExtentWriter {
-    /// A writer of `blob`'s records into `opened`, with buffers from `pool` and at most `depth` writes in flight.
-    pub(crate) fn new(blob: BlobRef, opened: Opened, pool: Arc<BufferPool>, depth: usize) -> Self {
+    /// A writer of `blob`'s records into `opened`, with buffers from `pool` and at most `depth` writes in flight,
+    /// each standing back at `gate` while a synced commit is pending.
+    pub(crate) fn new(
+        blob: BlobRef,
+        opened: Opened,
+        pool: Arc<BufferPool>,
+        depth: usize,
+        gate: Arc<CommitGate>,
+    ) -> Self {
         let Opened {
             file,
             path,
@@ -97,6 +107,7 @@ impl ExtentWriter {
             mode,
             depth: depth.max(1),
             pool,
+            gate,
             state: Mutex::new(State {
                 buf: None,
                 offset: data_start,
@@ -182,8 +193,9 @@ impl ExtentWriter {
         let Some(buf) = st.buf.take() else {
             return Ok(());
         };
-        let (file, offset) = (Arc::clone(&self.file), st.offset);
+        let (file, offset, gate) = (Arc::clone(&self.file), st.offset, Arc::clone(&self.gate));
         st.inflight.spawn_blocking(move || {
+            gate.stand_back();
             file.write_all_at(buf.bytes().get(..len).unwrap_or_default(), offset)?;
             Ok(buf)
         });
@@ -349,6 +361,7 @@ impl ExtentWriter {
 #[cfg(test)]
 mod tests {
     use std::os::fd::OwnedFd;
+    use std::time::Duration;
 
     use bytes::Bytes;
     use saltblob_core::VersionId;
@@ -378,7 +391,13 @@ mod tests {
             key: Bytes::from_static(b"k"),
             version: VersionId::generate(),
         };
-        let writer = ExtentWriter::new(blob, opened, Arc::new(BufferPool::new(65536, 4096, 2)), 2);
+        let writer = ExtentWriter::new(
+            blob,
+            opened,
+            Arc::new(BufferPool::new(65536, 4096, 2)),
+            2,
+            Arc::new(CommitGate::new(Duration::ZERO)),
+        );
         let first = writer.sync().await.expect_err("fdatasync of a pipe fails");
         assert!(first.to_string().contains("fdatasync"), "{first}");
         let again = writer

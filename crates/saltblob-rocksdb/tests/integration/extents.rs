@@ -1,7 +1,7 @@
 //! Extent files: large versions in files of their own, with RocksDB as their index. Where they go and what
 //! reads them back (within the store's read-ahead budget); replaced and deleted versions' files unlinked by reclaim; a truncated file, foreign and
 //! read-only files in the directory; a process killed between the extent's sync and the commit; fsck's orphan
-//! files; the committed format fixture.
+//! files; extent I/O standing back while synced commits are pending; the committed format fixture.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -199,6 +199,72 @@ async fn gc_reports_the_extent_space_it_freed() {
         freed + (1 << 20) >= old_bytes,
         "{freed} bytes reported freed; the unlinked extent held {old_bytes}: {space:?}"
     );
+}
+
+/// Extent I/O stands back while synced commits are pending (`extent_yield_ms`): a large put and a large get,
+/// each beside loops of small synced puts, both wait at the gate, and read back whole; with the gate off
+/// (the default) nothing waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extent_io_stands_back_while_synced_commits_are_pending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for yield_ms in [200, 0] {
+        let config = RocksConfig::from_url(&format!(
+            "rocksdb://{}/s{yield_ms}?extent_yield_ms={yield_ms}",
+            dir.path().display()
+        ))
+        .expect("url");
+        let (rocks, store) = open_with(config);
+        let large = value(LARGE, 21);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let small_puts = |n: usize| {
+            let (store, stop) = (store.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut puts = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    store
+                        .put(
+                            format!("small/{n}"),
+                            vec![n as u8; 4096],
+                            &PutOptions::new(),
+                        )
+                        .await
+                        .expect("small put");
+                    puts += 1;
+                }
+                puts
+            })
+        };
+        let loops: Vec<_> = (0..4).map(small_puts).collect();
+        store
+            .put("big", large.clone(), &PutOptions::new())
+            .await
+            .expect("large put");
+        let after_put = rocks.extent_stood_back();
+        let got = store.get("big").await.expect("large get");
+        let after_get = rocks.extent_stood_back();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for l in loops {
+            assert!(l.await.expect("loop") > 0, "the small puts ran");
+        }
+        assert!(got == large, "the large value reads back whole");
+        if yield_ms > 0 {
+            assert!(
+                after_put.0 > 0,
+                "the large put's writes stood back: {after_put:?}"
+            );
+            assert!(
+                after_get.0 > after_put.0,
+                "the large get's reads stood back: {after_put:?} then {after_get:?}"
+            );
+            assert!(
+                after_get.1
+                    <= Duration::from_millis(200) * u32::try_from(after_get.0).expect("count"),
+                "each stood back at most the gate's wait: {after_get:?}"
+            );
+        } else {
+            assert_eq!(after_get, (0, Duration::ZERO), "the gate is off");
+        }
+    }
 }
 
 /// An extent file cut short is reported as corruption naming the file and the chunk, not read as data:
