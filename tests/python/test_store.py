@@ -126,6 +126,27 @@ def test_gc_and_fsck_reports(store: saltblob.Store, ns: str) -> None:
     assert f["blobs"] == 1 and f["bytes"] == 100_000 and f["damaged"] == []
 
 
+def test_a_blob_with_a_ttl_expires_and_gc_deletes_it(store: saltblob.Store, ns: str) -> None:
+    import datetime
+    import time
+
+    m = store.put(ns + "t", body(20_000, 5), ttl=1.5)
+    assert m.expires_micros is not None and m.expires_micros - m.created_micros == 1_500_000
+    assert store.head(ns + "t").expires_micros == m.expires_micros
+    store.put(ns + "k", b"kept", ttl=datetime.timedelta(days=30))
+    with pytest.raises(saltblob.InvalidArgument, match="ttl"):
+        store.put(ns + "z", b"x", ttl=0)
+    with pytest.raises(TypeError, match="ttl"):
+        store.put(ns + "z", b"x", ttl="1h")
+    time.sleep(2.0)
+    with pytest.raises(saltblob.NotFound):
+        store.get(ns + "t")
+    assert [e.key for e in store.list(ns)] == [(ns + "k").encode()]
+    report = store.gc(prefix=ns)
+    assert report["expired"] == 1
+    assert store.get(ns + "k").bytes() == b"kept"
+
+
 def test_stream_pieces_are_at_least_chunk_size(store: saltblob.Store, ns: str) -> None:
     data = body(1_000_000, 9)
     store.put(ns + "s", data, chunk_size=65536)

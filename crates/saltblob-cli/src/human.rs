@@ -123,6 +123,7 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
         "version": m.version.to_string(),
         "size": m.size,
         "created": time(m.created_micros),
+        "expires": m.expires_micros.map(time),
         "digest": format!("blake3:{}", m.digest_hex()),
         "content_type": m.content_type,
         "metadata": m.metadata,
@@ -167,6 +168,9 @@ pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
         format!("created:      {}", time(m.created_micros)),
         format!("digest:       blake3:{}", m.digest_hex()),
     ];
+    if let Some(expires) = m.expires_micros {
+        lines.push(format!("expires:      {}", time(expires)));
+    }
     match &m.body {
         ManifestBody::Inline(_) => {
             lines.push("layout:       inline (stored in the manifest)".into())

@@ -46,9 +46,26 @@ impl Progress {
         }
     }
 
-    /// Counts `n` more bytes.
+    /// A spinner counting items (`what`: "blobs", ...), labelled `label`.
+    pub fn items(label: &str, what: &str, quiet: bool) -> Self {
+        let progress = Self::new(label, None, quiet);
+        progress.bar.set_style(
+            ProgressStyle::with_template(&format!(
+                "{{msg}} {{spinner}} {{human_pos}} {what} {{per_sec}}"
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        progress
+    }
+
+    /// Counts `n` more bytes (or items).
     pub fn add(&mut self, n: u64) {
-        self.bar.inc(n);
+        self.set(self.bar.position() + n);
+    }
+
+    /// Sets the count to `n`.
+    pub fn set(&mut self, n: u64) {
+        self.bar.set_position(n);
         if self.enabled && !self.visible && self.started.elapsed() > DELAY {
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
             self.visible = true;

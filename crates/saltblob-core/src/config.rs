@@ -157,6 +157,11 @@ pub struct PutOptions {
     /// Metadata learnt from the body while it streams (a digest, a trailing checksum): what is in it when the
     /// stream ends is stored over [`PutOptions::metadata`]. Defaults to none.
     pub late_metadata: Option<LateMetadata>,
+    /// How long the blob lives, from the put's start: once past, it reads as [`crate::Error::NotFound`] at once,
+    /// leaves listings, and gc reclaims it ([`crate::GcReport::expired`]); the manifest records the expiry.
+    /// At least 1 µs, and the expiry must fit the format (Unix microseconds in 64 bits). Defaults to none: the
+    /// blob never expires.
+    pub ttl: Option<Duration>,
 }
 
 /// Metadata a streaming put learns only from its body, shared between the reader that computes it and the put
@@ -246,6 +251,42 @@ impl PutOptions {
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.metadata.insert(key.into(), value.into());
         self
+    }
+
+    /// Sets [`PutOptions::ttl`].
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The expiry of a put started at `now_micros` with this [`PutOptions::ttl`], in Unix microseconds.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] naming `ttl` when it is zero or ends beyond the format's range.
+    pub fn expiry(&self, now_micros: u64) -> crate::Result<Option<u64>> {
+        let Some(ttl) = self.ttl else {
+            return Ok(None);
+        };
+        let ttl_micros = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+        if ttl_micros == 0 {
+            return Err(crate::Error::invalid(
+                "ttl",
+                "0; a blob lives at least 1 µs (leave the ttl out for a blob that never expires)",
+            ));
+        }
+        now_micros
+            .checked_add(ttl_micros)
+            .filter(|t| *t < u64::MAX)
+            .map(Some)
+            .ok_or_else(|| {
+                crate::Error::invalid(
+                    "ttl",
+                    format!(
+                        "{ttl:?} ends beyond the format's range (expiry in Unix microseconds, 64 bits); leave the \
+                         ttl out for a blob that never expires"
+                    ),
+                )
+            })
     }
 }
 

@@ -79,6 +79,9 @@ pub struct GcReport {
     pub abandoned_puts: u64,
     /// Chunks the abandoned puts had written, as of their last lease renewal (a lower bound).
     pub abandoned_chunks: u64,
+    /// Blobs past their expiry ([`crate::PutOptions::ttl`]): deleted, their versions queued for reclaim (freed
+    /// once the grace period has passed, as a deleted version's).
+    pub expired: u64,
     /// What the reclaim queue pass freed (superseded and deleted versions, and the abandoned puts once due).
     pub reclaim: ReclaimReport,
     /// Disk space before and after, when the backend compacts and can tell.
@@ -123,6 +126,7 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
             .write_mark(INTENT_WATERMARK, &oldest_live.to_le_bytes())
             .await;
     }
+    expire(inner, &opts.prefix, now, opts.dry_run, &mut report).await?;
     let config_grace = micros(inner.config.grace);
     let cutoff = match opts.grace.map(micros) {
         Some(0) => u64::MAX,
@@ -134,6 +138,31 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
         report.space = inner.backend.reclaim_space().await?;
     }
     Ok(report)
+}
+
+/// Deletes the blobs under `prefix` whose expiry is past (a scan of every manifest under it), counting them.
+async fn expire(
+    inner: &Inner,
+    prefix: &[u8],
+    now: u64,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> Result<()> {
+    let mut pages = inner.scan(Namespace::Manifest, prefix, None);
+    while let Some(page) = pages.next_page().await? {
+        for (key, raw) in page {
+            let Ok(manifest) = inner.decode_manifest(&key, &raw) else {
+                continue; // Damaged: fsck's to report, `rm`'s to remove.
+            };
+            if !manifest.is_expired(now) {
+                continue;
+            }
+            if dry_run || crate::store::write::delete_expired(inner, key, raw, &manifest).await? {
+                report.expired += 1;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs [`run`] every `every` in a background task until the handle is dropped; see

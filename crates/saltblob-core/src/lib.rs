@@ -46,10 +46,15 @@
 //!   [`gc`]: garbage collection ([`BlobStore::gc`]); [`fsck`]: the consistency check ([`BlobStore::fsck`]).
 //! - [`store`]: [`BlobStore`], the API: each method hands over to a protocol (`store/write.rs`,
 //!   `store/read.rs`, `store/segments.rs`, [`reclaim`], [`gc`], [`fsck`]).
+//! - [`census`]: [`BlobStore::census`], the store's blobs counted by size, layout and partitions; [`plan`]:
+//!   the blast radius of a layout policy on a cluster shape or a live ring (`saltblob plan`).
+//! - [`relayout`]: [`BlobStore::relayout`], a blob rewritten under the store's policy, conditional on the version
+//!   read.
 //! - [`memory`]: [`MemoryStore`], the in-memory reference backend.
 //! - `conformance` (feature `conformance`): the suite of behaviour every backend must pass.
 
 pub mod backend;
+pub mod census;
 pub mod clock;
 pub mod codec;
 pub mod config;
@@ -65,7 +70,9 @@ pub mod layout;
 mod liveness;
 pub mod manifest;
 pub mod memory;
+pub mod plan;
 pub mod reclaim;
+pub mod relayout;
 mod retry;
 mod running;
 pub mod schedule;
@@ -80,6 +87,7 @@ pub use backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
     Precondition, Previous, RecordWrite, RecordsPlan, SpaceReport,
 };
+pub use census::{Census, LayoutClass, SizeHistogram, Tally};
 #[cfg(feature = "conformance")]
 pub use clock::OffsetClock;
 pub use clock::{Clock, SystemClock};
@@ -93,6 +101,7 @@ pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
 pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
+pub use relayout::Relaid;
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use shown::{escape_key, redact_url, unescape_key};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN};

@@ -47,7 +47,7 @@ const DELETE_CONCURRENCY: usize = 32;
 /// ([`CqlConfig::inflight_per_host`], [`CqlConfig::bulk_inflight_per_host`]): a put that outruns the cluster
 /// waits instead of failing, and background writes never take the budget of interactive ones.
 pub struct CqlStore {
-    cluster: Cluster,
+    pub(crate) cluster: Cluster,
     throttle: Throttle,
     /// Chunk read requests sent (not counting retries).
     chunk_reads: AtomicU64,

@@ -59,6 +59,7 @@ pub mod error;
 pub mod import;
 mod lwt;
 mod reader;
+mod ring;
 mod scan;
 pub mod schema;
 mod session;

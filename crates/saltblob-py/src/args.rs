@@ -165,10 +165,12 @@ pub(crate) fn put_options(what: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyR
             }
             "priority" => opts.priority = Some(priority(&value)?),
             "size_hint" => opts.size_hint = Some(size(&value, "size_hint")?),
+            // Zero or out of range is refused by the put, before any I/O, naming `ttl`.
+            "ttl" => opts.ttl = Some(duration(&value, "ttl")?),
             other => {
                 return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                     "{what}() got an unexpected keyword argument '{other}'; put options are content_type, metadata, \
-                     if_absent, if_version, chunk_size, max_salt, codec, priority and size_hint"
+                     if_absent, if_version, chunk_size, max_salt, codec, priority, size_hint and ttl"
                 )));
             }
         }

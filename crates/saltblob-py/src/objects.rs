@@ -188,6 +188,7 @@ pub(crate) fn gc_report(py: Python<'_>, r: &GcReport) -> PyResult<Py<PyDict>> {
     d.set_item("stale_intents", r.stale_intents)?;
     d.set_item("abandoned_puts", r.abandoned_puts)?;
     d.set_item("abandoned_chunks", r.abandoned_chunks)?;
+    d.set_item("expired", r.expired)?;
     d.set_item("reclaimed_versions", r.reclaim.versions)?;
     d.set_item("reclaimed_chunks", r.reclaim.chunks)?;
     d.set_item("reclaimed_bytes", r.reclaim.bytes)?;

@@ -94,6 +94,7 @@ fn print_gc(r: &GcReport, as_json: bool) {
             "stale_intents": r.stale_intents,
             "abandoned_puts": r.abandoned_puts,
             "abandoned_chunks": r.abandoned_chunks,
+            "expired": r.expired,
             "reclaimed_versions": r.reclaim.versions,
             "reclaimed_chunks": r.reclaim.chunks,
             "reclaimed_bytes": r.reclaim.bytes,
@@ -122,6 +123,13 @@ fn print_gc(r: &GcReport, as_json: bool) {
         "{tag}: abandoned puts {} (at least {} chunk(s), counted at their last lease renewal), puts in flight {}, stale intents {}",
         r.abandoned_puts, r.abandoned_chunks, r.puts_in_flight, r.stale_intents
     );
+    if r.expired > 0 {
+        let did = if r.dry_run { "would delete" } else { "deleted" };
+        println!(
+            "{tag}: {did} {} expired blob(s) (their chunks go after the grace period)",
+            r.expired
+        );
+    }
     if let Some(due) = r.reclaim.next_due_micros {
         let wait = Duration::from_micros(due.saturating_sub(saltblob::version::now_micros()));
         println!(

@@ -6,6 +6,7 @@
 mod command;
 
 mod bench;
+mod census;
 mod demo;
 mod fsck;
 mod gc;
@@ -13,7 +14,9 @@ mod get;
 mod import_salted;
 mod inspect;
 mod ls;
+mod plan;
 mod put;
+mod relayout;
 mod rm;
 mod serve;
 
@@ -52,6 +55,15 @@ pub enum Commands {
     /// Check every blob (manifest, every chunk present once and in place, checksums, digest) and list orphaned
     /// chunks; exit code 4 if a blob is damaged. --repair removes orphans and nothing else.
     Fsck(fsck::Fsck),
+    /// Count the store's blobs by size and layout (inline, single-partition, salted): counts, bytes,
+    /// percentiles, as text, JSON or an SVG histogram.
+    Census(census::CensusCmd),
+    /// Show what a layout policy exposes when one node in each of two racks is lost, for the store's blobs (or
+    /// a census), on a modelled cluster or the live ring of a cql:// store; compare policies, recommend one.
+    Plan(plan::Plan),
+    /// Rewrite the blobs whose layout differs from the store's policy (or --policy), each atomically (a put
+    /// conditional on the version read: a concurrent writer wins), in the bulk class; resumable with --after.
+    Relayout(relayout::Relayout),
     /// Serve the store over S3 (awscli, boto3, any S3 SDK); see docs/s3.md. Stops on SIGINT or SIGTERM, letting
     /// requests in flight finish.
     Serve(serve::Serve),
@@ -73,6 +85,9 @@ impl Commands {
             Commands::Probe(c) => c,
             Commands::Gc(c) => c,
             Commands::Fsck(c) => c,
+            Commands::Census(c) => c,
+            Commands::Plan(c) => c,
+            Commands::Relayout(c) => c,
             Commands::Serve(c) => c,
         }
     }

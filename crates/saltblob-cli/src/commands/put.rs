@@ -43,6 +43,10 @@ pub struct Put {
     /// Defaults to the layout's: interactive for inline and single-partition blobs, bulk for larger ones.
     #[arg(long, value_name = "CLASS", value_parser = parse_priority)]
     priority: Option<PriorityClass>,
+    /// Expire the blob this long after the put (e.g. 90s, 12h, 30d): it then reads as not found and gc
+    /// reclaims it; `head` shows when. Defaults to never.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    ttl: Option<std::time::Duration>,
 }
 
 /// Parses a priority class name (whether the store has it is checked when the store is open).
@@ -103,6 +107,9 @@ impl Put {
         }
         if let Some(class) = &self.priority {
             opts = opts.with_priority(class.clone());
+        }
+        if let Some(ttl) = self.ttl {
+            opts = opts.with_ttl(ttl);
         }
         Ok(opts)
     }

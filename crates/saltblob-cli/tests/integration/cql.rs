@@ -142,3 +142,41 @@ fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     Noise::new(seed).fill(&mut v);
     v
 }
+
+/// `census` counts a cluster store; `plan` without a shape reads the live ring, and refuses one node (no pair to
+/// lose) saying how to model a cluster instead; with a shape it runs on the cluster's census.
+#[test]
+#[ignore = "needs a cluster: set TEST_CQL=host:port and pass --include-ignored"]
+fn census_and_plan_on_cassandra() {
+    let host = cluster();
+    let url = format!("cql://{host}/plan_{:08x}?rf=1", rand::random::<u32>());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.bin");
+    for (key, size) in [("a", 100), ("b", 200 << 10), ("c", 12 << 20)] {
+        random_file(&input, size, size);
+        ok(cql(&url).args(["put", key]).arg(&input));
+    }
+    let census = json(&ok(cql(&url).args(["census", "--json"])));
+    assert_eq!(census["all"]["count"], 3, "{census}");
+    assert_eq!(
+        census["partitions"].as_array().map(Vec::len),
+        Some(3),
+        "{census}"
+    );
+    let out = cql(&url).args(["plan"]).output().expect("run plan");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the ring has 1 node(s)") && stderr.contains("--racks"),
+        "{stderr}"
+    );
+    let plan = json(&ok(cql(&url).args([
+        "plan",
+        "--json",
+        "--racks",
+        "3",
+        "--nodes-per-rack",
+        "3",
+    ])));
+    assert_eq!(plan["census"]["all"]["count"], 3, "{plan}");
+}

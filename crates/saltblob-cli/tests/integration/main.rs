@@ -10,6 +10,7 @@ mod fault_injection;
 mod keys;
 mod maintenance;
 mod memory;
+mod planning;
 mod roundtrip;
 mod secrets;
 mod serve;

@@ -127,3 +127,44 @@ fn ls_reports_a_damaged_manifest_and_lists_the_rest() {
     let out = ok(saltblob(&store).arg("ls"));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "k1\nk3\n");
 }
+
+#[test]
+fn a_put_with_a_ttl_shows_its_expiry_then_reads_as_not_found_and_gc_deletes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let file = dir.path().join("blob.bin");
+    random_file(&file, 100_000, 3);
+    ok(saltblob(&store)
+        .args(["put", "short", "--ttl", "1s"])
+        .arg(&file));
+    ok(saltblob(&store)
+        .args(["put", "long", "--ttl", "30d"])
+        .arg(&file));
+    let head = json(&ok(saltblob(&store).args(["head", "short", "--json"])));
+    assert!(head["expires"].is_string(), "{head}");
+    let text =
+        String::from_utf8(ok(saltblob(&store).args(["head", "long"])).stdout).expect("utf-8");
+    assert!(text.contains("expires:"), "{text}");
+    for bad in ["0s", "600000000y"] {
+        let out = saltblob(&store)
+            .args(["put", "bad", "--ttl", bad])
+            .arg(&file)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--ttl {bad}: {stderr}");
+        assert!(stderr.contains("ttl"), "--ttl {bad}: {stderr}");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let out = saltblob(&store)
+        .args(["get", "short", "-o"])
+        .arg(dir.path().join("out"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3), "expired: not found");
+    let gc = json(&ok(saltblob(&store).args(["gc", "--json", "--grace", "0s"])));
+    assert_eq!(gc["expired"], 1, "{gc}");
+    assert_eq!(gc["reclaimed_versions"], 1, "{gc}");
+    let listed = String::from_utf8(ok(saltblob(&store).args(["ls"])).stdout).expect("utf-8");
+    assert_eq!(listed, "long\n");
+}

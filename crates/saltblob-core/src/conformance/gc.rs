@@ -428,3 +428,118 @@ pub async fn fsck_reports_damage_and_repairs_only_orphans(backend: Arc<dyn Chunk
     ));
     assert_holds(&store, &c, &data(sizes[2], 2)).await;
 }
+
+/// A blob put with a ttl reads until its expiry and is then not found at once (get, head, conditional delete,
+/// listings) while a blob without one stays; gc deletes it (a dry run only counts it) and, past the grace
+/// period, reclaims its chunks; fsck then finds nothing. A ttl of zero or beyond the format's range changes
+/// nothing. The clock is the test clock, jumped past the expiry.
+pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("ttl");
+    let clock = OffsetClock::new();
+    let store = store(&backend, small_config().with_clock(clock.clone()));
+    let (short, kept) = (format!("{p}short"), format!("{p}kept"));
+    let hour = Duration::from_secs(3600);
+    for size in [10, 20_000, 100_000] {
+        let key = format!("{short}{size}");
+        let m = store
+            .put(&key, data(size, 1), &PutOptions::new().with_ttl(hour))
+            .await
+            .expect("put with a ttl");
+        let expires = m.expires_micros.expect("the manifest records the expiry");
+        assert_eq!(expires, m.created_micros + 3_600_000_000);
+        assert_eq!(
+            store.head(&key).await.expect("head").expires_micros,
+            Some(expires)
+        );
+        assert_eq!(
+            store.get(&key).await.expect("readable before it expires"),
+            data(size, 1)
+        );
+    }
+    store
+        .put(&kept, data(20_000, 2), &PutOptions::new())
+        .await
+        .expect("put");
+    for bad in [Duration::ZERO, Duration::from_secs(u64::MAX / 1_000_000)] {
+        let e = store
+            .put(&kept, data(10, 3), &PutOptions::new().with_ttl(bad))
+            .await
+            .expect_err("a ttl out of range");
+        assert!(
+            matches!(&e, Error::InvalidArgument { what, .. } if *what == "ttl"),
+            "{e}"
+        );
+    }
+    assert_eq!(store.get(&kept).await.expect("unchanged"), data(20_000, 2));
+
+    clock.advance(hour + Duration::from_secs(1));
+    for size in [10, 20_000, 100_000] {
+        let key = format!("{short}{size}");
+        assert!(
+            matches!(store.get(&key).await, Err(Error::NotFound { .. })),
+            "{key}"
+        );
+        assert!(
+            matches!(store.head(&key).await, Err(Error::NotFound { .. })),
+            "{key}"
+        );
+    }
+    let listed: Vec<_> = store
+        .list(p.as_bytes())
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(
+        listed,
+        [Bytes::from(kept.clone())],
+        "only the blob without a ttl is listed"
+    );
+
+    let opts = GcOptions::new()
+        .with_prefix(p.clone())
+        .with_grace(Duration::ZERO);
+    let dry = store
+        .gc(&opts.clone().with_dry_run(true))
+        .await
+        .expect("gc dry run");
+    assert_eq!(dry.expired, 3, "{dry:?}");
+    let chunked = store.head(&kept).await.expect("head").stored_bytes() > 0;
+    let before = chunks_by_version(&backend, &format!("{short}100000")).await;
+    assert!(
+        !before.is_empty(),
+        "the expired blob's chunks are still there"
+    );
+    let report = store.gc(&opts).await.expect("gc");
+    assert_eq!(report.expired, 3, "{report:?}");
+    assert!(
+        report.reclaim.versions >= 2,
+        "the chunked expired versions reclaimed: {report:?}"
+    );
+    for size in [20_000, 100_000] {
+        let left = chunks_by_version(&backend, &format!("{short}{size}")).await;
+        assert!(left.is_empty(), "{size}: {left:?}");
+    }
+    assert_eq!(store.gc(&opts).await.expect("gc again").expired, 0);
+    assert_eq!(
+        store
+            .get(&kept)
+            .await
+            .expect("the blob without a ttl stays"),
+        data(20_000, 2)
+    );
+    assert!(
+        chunked,
+        "the kept blob is chunked, so its chunks were spared"
+    );
+    let r = store
+        .fsck(&FsckOptions::new().with_prefix(p.clone()))
+        .await
+        .expect("fsck");
+    assert_eq!(r.blobs, 1, "{r:?}");
+    assert!(
+        r.damaged.is_empty() && r.orphans.is_empty() && r.awaiting_reclaim == 0,
+        "{r:?}"
+    );
+}

@@ -51,6 +51,7 @@ pub use fencing::{
     fsck_repair_spares_versions_replaced_while_it_runs,
 };
 pub use gc::{
+    expired_blobs_read_as_not_found_and_gc_reclaims_them,
     fsck_reports_damage_and_repairs_only_orphans, gc_reclaims_abandoned_puts,
     gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
 };
@@ -125,7 +126,8 @@ macro_rules! conformance_suite {
             leftover_segment_intents_do_not_reclaim_a_composed_blob,
             conditional_deletes_remove_only_the_named_version,
             a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
-            a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks);
+            a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
+            expired_blobs_read_as_not_found_and_gc_reclaims_them);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

@@ -15,9 +15,10 @@
 pub(crate) mod chunk_writer;
 mod digest;
 mod key;
+mod pieces;
 pub(crate) mod read;
 mod segments;
-mod write;
+pub(crate) mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 
 pub use self::key::{MAX_KEY_LEN, validate_key};
+pub use self::pieces::StreamReader;
 pub use self::read::BlobStream;
 use self::write::{Finish, PutPlan};
 use crate::backend::{BlobRef, ChunkStore, Namespace};

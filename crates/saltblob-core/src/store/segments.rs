@@ -71,6 +71,8 @@ impl BlobStore {
             content_type: None,
             metadata: Default::default(),
             late_metadata: None,
+            // A segment is never committed on its own: the composed blob's expiry is the compose's.
+            ttl: None,
             ..opts.clone()
         };
         let plan = PutPlan::read(&self.inner, key.as_ref(), &opts, &mut reader).await?;

@@ -193,7 +193,7 @@ where
         version: VersionId::generate_at(now),
         size: 0,
         created_micros: now,
-        expires_micros: None,
+        expires_micros: opts.expiry(now)?,
         digest: [0; 32],
         body: ManifestBody::Inline(Bytes::new()),
         content_type: opts.content_type.clone(),
@@ -594,6 +594,31 @@ pub(crate) async fn delete(
     let version = previous.as_ref().map(|m| m.version);
     reclaim::queue_replaced(inner, &key, None, previous, pre_read.as_ref(), queued_at).await;
     Ok(version)
+}
+
+/// Deletes `key`'s expired manifest `expired` (its record `raw`), if it is still the current record; returns
+/// whether it was. Its version is queued for reclaim first, as a delete does; a put that replaced it since queued
+/// it itself.
+pub(crate) async fn delete_expired(
+    inner: &Inner,
+    key: Bytes,
+    raw: Bytes,
+    expired: &Manifest,
+) -> Result<bool> {
+    let queued_at = inner.now_micros();
+    reclaim::schedule(inner, &key, expired).await?;
+    match inner
+        .backend
+        .delete_record(Namespace::Manifest, &key, &Precondition::Equals(raw))
+        .await?
+    {
+        RecordWrite::Done(previous) => {
+            let previous = removed(inner, &key, previous, Some(expired));
+            reclaim::queue_replaced(inner, &key, None, previous, Some(expired), queued_at).await;
+            Ok(true)
+        }
+        RecordWrite::ConditionFailed(_) => Ok(false),
+    }
 }
 
 /// The manifest a delete removed, from what the backend reported: `read` (what the delete read before) when the

@@ -19,7 +19,6 @@
 //! - `values`: the article's CQL values: keys as saltblob keys, integer columns of any integer type.
 //! - `layout`: [`ArticleLayout`], a blob's geometry from its layout row.
 //! - `check`: [`ChunkIdCheck`], the constant-memory check of a blob's chunk ids against its layout.
-//! - `reader`: an `AsyncRead` over a stream of chunks, for the store's `put_stream`.
 //! - `source`: the source table: schema check, prepared statements, partition listing, and one blob's check
 //!   and copy.
 //!
@@ -27,7 +26,6 @@
 
 mod check;
 mod layout;
-mod reader;
 mod report;
 mod source;
 mod values;

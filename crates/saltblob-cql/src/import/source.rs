@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use saltblob_core::store::StreamReader;
 use saltblob_core::{BlobStore, Error, KeyDisplay, PutOptions, Result};
 use scylla::client::session::Session;
 use scylla::deserialize::row::DeserializeRow;
@@ -13,7 +14,6 @@ use scylla::value::CqlValue;
 
 use super::check::ChunkIdCheck;
 use super::layout::ArticleLayout;
-use super::reader::StreamReader;
 use super::report::Outcome;
 use super::values::{as_i64, int_value};
 use crate::config::validate_keyspace;

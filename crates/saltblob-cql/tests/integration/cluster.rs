@@ -37,9 +37,32 @@ async fn quorum_survives_a_killed_node() {
     let backend = CqlStore::connect(CqlConfig::from_url(&url).expect("url"))
         .await
         .expect("connect");
+    the_ring_is_what_the_nodes_say(&backend, &hosts).await;
     let store = BlobStore::new(Arc::new(backend), StoreConfig::default()).expect("store");
     big_blobs_with_a_node_down(&store).await;
     checked_load_while_a_node_is_killed_and_restarted(&store).await;
+}
+
+/// The ring `saltblob plan` reads, with all three nodes up: at rf 3 every range is on all three, so losing any
+/// two nodes (one rack here) exposes every blob; at rf 1 each node holds the ranges its tokens end.
+async fn the_ring_is_what_the_nodes_say(rf3: &CqlStore, hosts: &str) {
+    let tokens = crate::ring::node_tokens(rf3).await;
+    assert_eq!(tokens.len(), 3, "{tokens:?}");
+    let ring = rf3.ring().expect("ring");
+    crate::ring::check_ring(&ring, &tokens, 3);
+    assert_eq!((ring.racks(), ring.pairs().len()), (1, 3));
+    let one = [(1, saltblob_core::Tally { count: 1, bytes: 1 })];
+    let (_, _, risk) = ring.worst_pair(&one).expect("a worst pair");
+    // Every range is on both nodes of any pair: the shares add up to the whole ring (to rounding).
+    assert!((1.0 - risk.keys_at_risk).abs() < 1e-9, "{risk:?}");
+    assert!((1.0 - risk.keys_quorum_lost).abs() < 1e-9, "{risk:?}");
+
+    let ks = format!("saltblob_ring_{:08x}", rand::random::<u32>());
+    let rf1 =
+        CqlStore::connect(CqlConfig::from_url(&format!("cql://{hosts}/{ks}?rf=1")).expect("url"))
+            .await
+            .expect("connect at rf 1");
+    crate::ring::check_ring(&rf1.ring().expect("ring"), &tokens, 1);
 }
 
 async fn big_blobs_with_a_node_down(store: &BlobStore) {

@@ -59,6 +59,9 @@ class PutOptions(TypedDict, total=False):
     """The priority class the put runs in (``"interactive"``, ``"bulk"`` or a class of the URL's ``classes=``)."""
     size_hint: Optional[Size]
     """The length of a streamed value, when known: the layout is exact from the first byte."""
+    ttl: Optional[Seconds]
+    """Expire the blob this long after the put (seconds or a ``timedelta``): it then reads as ``NotFound`` and gc
+    reclaims it; ``Manifest.expires_micros`` says when. Defaults to never."""
 
 
 class GcReport(TypedDict):
@@ -69,6 +72,7 @@ class GcReport(TypedDict):
     stale_intents: int
     abandoned_puts: int
     abandoned_chunks: int
+    expired: int
     reclaimed_versions: int
     reclaimed_chunks: int
     reclaimed_bytes: int

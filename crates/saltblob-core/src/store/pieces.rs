@@ -1,23 +1,23 @@
-//! [`StreamReader`]: an [`AsyncRead`] over a stream of byte pieces, to feed chunks read from the source table
-//! to the store's `put_stream`.
+//! [`StreamReader`]: an [`AsyncRead`] over a stream of byte pieces, to feed a stream (a [`super::BlobStream`],
+//! chunks read from another table) to the store's `put_stream`.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::Result;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
-use saltblob_core::Result;
 use tokio::io::{AsyncRead, ReadBuf};
 
 /// An [`AsyncRead`] over a stream of byte pieces; a failed piece becomes an I/O error with its message.
-pub(super) struct StreamReader<'a> {
+pub struct StreamReader<'a> {
     pieces: BoxStream<'a, Result<Bytes>>,
     current: Bytes,
 }
 
 impl<'a> StreamReader<'a> {
     /// A reader of the pieces of `pieces`, in order.
-    pub(super) fn new(pieces: BoxStream<'a, Result<Bytes>>) -> Self {
+    pub fn new(pieces: BoxStream<'a, Result<Bytes>>) -> Self {
         Self {
             pieces,
             current: Bytes::new(),

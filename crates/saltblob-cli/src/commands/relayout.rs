@@ -1,0 +1,188 @@
+//! `saltblob relayout`: rewrites the blobs whose layout differs from the store's policy (or `--policy`), each as
+//! a put conditional on the version it read, in the `bulk` class, with a progress spinner and a report.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use saltblob::{BlobStore, PriorityClass, Relaid};
+use serde_json::json;
+
+use super::census::emit;
+use super::command::{Command, Context, nothing_to_do};
+use super::plan::parse_policy;
+use super::put::parse_priority;
+use crate::failure::Failure;
+use crate::human::{self, KeyArg, parse_key, short};
+use crate::progress::Progress;
+
+/// Arguments of `saltblob relayout`.
+#[derive(clap::Args, Debug)]
+pub struct Relayout {
+    /// Only keys starting with PREFIX (%-escaped as keys are printed).
+    #[arg(long, value_parser = parse_key)]
+    prefix: Option<KeyArg>,
+    /// The policy to apply instead of the store's, e.g. `fanout=1MiB,max_salt=16` (fields as `plan --policy`:
+    /// fanout, inline, max_salt, chunk_size, large_chunk_size; the others are the store's).
+    #[arg(long, value_name = "SPEC")]
+    policy: Option<String>,
+    /// Resume after KEY: the last key a previous run reported (blobs that already fit are skipped anyway).
+    #[arg(long, value_parser = parse_key)]
+    after: Option<KeyArg>,
+    /// Count what would move; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Priority class of the rewrites. Defaults to bulk.
+    #[arg(long, value_name = "CLASS", value_parser = parse_priority)]
+    priority: Option<PriorityClass>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What a run did.
+#[derive(Default)]
+struct Report {
+    scanned: u64,
+    moved: u64,
+    moved_bytes: u64,
+    fits: u64,
+    lost_to_writers: u64,
+    skipped: std::collections::BTreeMap<&'static str, u64>,
+    damaged: u64,
+    last_key: Option<Bytes>,
+}
+
+impl Command for Relayout {
+    fn is_read_only(&self) -> bool {
+        self.dry_run
+    }
+
+    fn without_store(&self, dir: &Path) -> Result<(), Failure> {
+        nothing_to_do(dir);
+        Ok(())
+    }
+
+    fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
+        Box::pin(async move {
+            let mut config = context.config.clone();
+            if let Some(spec) = &self.policy {
+                config.policy = parse_policy(spec, &config.policy)?.1;
+            }
+            // Opening checks the policy against the backend (its largest chunk, salt limits).
+            let store = saltblob::open(&context.url, config)
+                .await
+                .map_err(|e| failed("relayout", e))?;
+            self.relayout(&store, context.quiet).await
+        })
+    }
+}
+
+impl Relayout {
+    async fn relayout(&self, store: &BlobStore, quiet: bool) -> Result<(), Failure> {
+        let prefix = self.prefix.as_ref().map_or(&[][..], |p| p.as_ref());
+        let after = self
+            .after
+            .as_ref()
+            .map(|k| Bytes::copy_from_slice(k.as_ref()));
+        let mut report = Report::default();
+        let mut progress = Progress::items("relayout", "blobs", quiet);
+        let mut entries = store.list_stream_after(prefix, after);
+        let outcome = async {
+            while let Some(entry) = entries.next().await {
+                let entry = entry?;
+                report.scanned += 1;
+                progress.set(report.scanned);
+                let Ok(manifest) = &entry.manifest else {
+                    report.damaged += 1;
+                    continue;
+                };
+                if store.fits_policy(manifest) {
+                    report.fits += 1;
+                } else if self.dry_run {
+                    report.moved += 1;
+                    report.moved_bytes += manifest.size;
+                } else {
+                    match store.relayout(&entry.key, self.priority.clone()).await? {
+                        Relaid::Moved { bytes, .. } => {
+                            report.moved += 1;
+                            report.moved_bytes += bytes;
+                        }
+                        Relaid::Fits => report.fits += 1,
+                        Relaid::LostToAWriter => report.lost_to_writers += 1,
+                        Relaid::Skipped(why) => *report.skipped.entry(why).or_default() += 1,
+                    }
+                }
+                report.last_key = Some(entry.key);
+            }
+            Ok::<_, saltblob::Error>(())
+        }
+        .await;
+        progress.finish();
+        let text = self.report(&report);
+        if let Err(e) = outcome {
+            // What was done stays done; the last key tells where to resume.
+            eprint!("{text}");
+            return Err(failed(
+                "relayout stopped (rerun with --after the last key above)",
+                e,
+            ));
+        }
+        emit(&text)?;
+        if report.damaged > 0 {
+            return Err(Failure::new(
+                Failure::DAMAGED,
+                format!(
+                    "{} damaged manifest(s) left alone: run `saltblob fsck`",
+                    report.damaged
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn report(&self, r: &Report) -> String {
+        let last = r.last_key.as_ref().map(|k| human::escape_key(k));
+        if self.json {
+            let v = json!({
+                "dry_run": self.dry_run,
+                "scanned": r.scanned,
+                "moved": r.moved,
+                "moved_bytes": r.moved_bytes,
+                "fits": r.fits,
+                "lost_to_writers": r.lost_to_writers,
+                "skipped": r.skipped,
+                "damaged": r.damaged,
+                "last_key": last,
+            });
+            return format!("{v}\n");
+        }
+        let verb = if self.dry_run { "would move" } else { "moved" };
+        let mut s = format!(
+            "relayout: scanned {}, {verb} {} ({}), already fitting {}, lost to a concurrent writer {}",
+            r.scanned,
+            r.moved,
+            short(r.moved_bytes),
+            r.fits,
+            r.lost_to_writers
+        );
+        for (why, n) in &r.skipped {
+            s.push_str(&format!(", skipped {n} ({why})"));
+        }
+        if r.damaged > 0 {
+            s.push_str(&format!(", damaged {}", r.damaged));
+        }
+        s.push('\n');
+        if let Some(last) = last {
+            s.push_str(&format!("relayout: last key {last}\n"));
+        }
+        s
+    }
+}
+
+/// `e` as a failure whose message starts with `what`.
+fn failed(what: &str, e: saltblob::Error) -> Failure {
+    let failure = Failure::from(e);
+    Failure::new(failure.code, format!("{what}: {}", failure.message))
+}
