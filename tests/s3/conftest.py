@@ -84,9 +84,9 @@ class AwsCli:
         }
         self.executable = str(Path(sys.executable).parent / "aws")
 
-    def __call__(self, *args, timeout=900):
-        """Runs `aws --endpoint-url URL ARGS…`; returns its output; fails the test with its stderr on error."""
-        done = subprocess.run(
+    def run(self, *args, timeout=900):
+        """Runs `aws --endpoint-url URL ARGS…`; returns the finished process."""
+        return subprocess.run(
             [self.executable, "--endpoint-url", self.endpoint, *args],
             env=self.env,
             check=False,
@@ -94,9 +94,20 @@ class AwsCli:
             text=True,
             timeout=timeout,
         )
+
+    def __call__(self, *args, timeout=900):
+        """Runs `aws --endpoint-url URL ARGS…`; returns its output; fails the test with its stderr on error."""
+        done = self.run(*args, timeout=timeout)
         if done.returncode != 0:
             pytest.fail(f"aws {' '.join(args)} exited with {done.returncode}:\n{done.stderr[-3000:]}")
         return done.stdout
+
+    def fails(self, *args, timeout=900):
+        """Runs a command that must fail; returns its stderr; fails the test if it succeeds."""
+        done = self.run(*args, timeout=timeout)
+        if done.returncode == 0:
+            pytest.fail(f"aws {' '.join(args)} succeeded:\n{done.stdout[-3000:]}")
+        return done.stderr
 
 
 @pytest.fixture(scope="session")

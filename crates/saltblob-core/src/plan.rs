@@ -340,16 +340,25 @@ impl Ring {
     /// The pair whose loss exposes the most of `blobs` (by keys at risk, then bytes), with what it exposes;
     /// `None` when the ring has fewer than two nodes.
     pub fn worst_pair(&self, blobs: &[(u64, Tally)]) -> Option<(usize, usize, Risk)> {
-        let rf = self.rf();
-        self.pairs()
-            .into_iter()
-            .map(|(a, b, share)| (a, b, Exposure::of_pair(share, rf).over(blobs)))
-            .max_by(|x, y| {
-                (x.2.keys_at_risk, x.2.bytes_at_risk)
-                    .partial_cmp(&(y.2.keys_at_risk, y.2.bytes_at_risk))
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })
+        worst_of(&self.pairs(), self.rf(), blobs)
     }
+}
+
+/// The pair of `pairs` (from [`Ring::pairs`] of a ring of replication factor `rf`) whose loss exposes the most of
+/// `blobs`, as [`Ring::worst_pair`]; for comparing several distributions on one ring without enumerating it again.
+pub fn worst_of(
+    pairs: &[(usize, usize, PairShare)],
+    rf: u32,
+    blobs: &[(u64, Tally)],
+) -> Option<(usize, usize, Risk)> {
+    pairs
+        .iter()
+        .map(|&(a, b, share)| (a, b, Exposure::of_pair(share, rf).over(blobs)))
+        .max_by(|x, y| {
+            (x.2.keys_at_risk, x.2.bytes_at_risk)
+                .partial_cmp(&(y.2.keys_at_risk, y.2.bytes_at_risk))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
 }
 
 #[cfg(test)]

@@ -192,23 +192,28 @@ pub(crate) async fn explain_failure(
         // As the driver does: the node is checked by its IP address.
         let name = ServerName::IpAddress(address.ip().into());
         let exchange = async {
-            let mut stream = connector.connect(name, tcp).await?;
+            let mut stream = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| (Phase::Handshake, e))?;
             // A CQL v4 OPTIONS frame; the answer's 9-byte header is enough.
-            stream.write_all(&[0x04, 0, 0, 0, 0x05, 0, 0, 0, 0]).await?;
             let mut header = [0u8; 9];
-            stream.read_exact(&mut header).await.map(|_| ())
+            async {
+                stream.write_all(&[0x04, 0, 0, 0, 0x05, 0, 0, 0, 0]).await?;
+                stream.read_exact(&mut header).await.map(|_| ())
+            }
+            .await
+            .map_err(|e| (Phase::AfterHandshake, e))
         };
         match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(())) => return None,
-            Ok(Err(e)) => {
+            Ok(Err((phase, e))) => {
                 let reason = match e
                     .get_ref()
                     .and_then(|inner| inner.downcast_ref::<rustls::Error>())
                 {
                     Some(tls_error) => explain(tls_error, tls, address.ip()),
-                    None => format!(
-                        "the TLS connection broke ({e}); does the node speak TLS on this port?"
-                    ),
+                    None => explain_broken(phase, &e, tls),
                 };
                 return Some(format!("TLS to {address}: {reason}"));
             }
@@ -221,6 +226,35 @@ pub(crate) async fn explain_failure(
         }
     }
     None
+}
+
+/// Where a TLS probe of [`explain_failure`] broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Handshake,
+    AfterHandshake,
+}
+
+/// What a connection broken by I/O error `e` (no TLS alert read) in `phase` means for the user of `tls`.
+///
+/// A TLS 1.3 node refuses a missing or unknown client certificate only after the handshake, with an alert and a
+/// close; when the client's request crosses that close, the node's kernel answers with a reset that discards
+/// the alert. So a break after a good handshake points at the client certificate, one during it at the port.
+fn explain_broken(phase: Phase, e: &std::io::Error, tls: &TlsOptions) -> String {
+    match (phase, &tls.client) {
+        (Phase::Handshake, _) => {
+            format!("the TLS connection broke ({e}); does the node speak TLS on this port?")
+        }
+        (Phase::AfterHandshake, None) => format!(
+            "the node closed the connection after the TLS handshake, before any answer ({e}); if it requires \
+             client certificates (require_client_auth), give cert=FILE&key=FILE"
+        ),
+        (Phase::AfterHandshake, Some(client)) => format!(
+            "the node closed the connection after the TLS handshake, before any answer ({e}); does it accept \
+             the client certificate of cert={} (is it signed by a CA in the node's truststore)?",
+            client.cert.display()
+        ),
+    }
 }
 
 /// What rustls error `e` means for the user of `tls` connecting to `ip`, naming the option to look at.
@@ -371,6 +405,26 @@ mod tests {
             let e = parse(tls, ca, cert, key).expect_err(needle);
             assert!(e.contains(needle), "{e:?} should say {needle:?}");
         }
+    }
+
+    #[test]
+    fn a_break_after_the_handshake_points_at_the_client_certificate() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let without = TlsOptions::new("ca.pem");
+        let with = TlsOptions::new("ca.pem").with_client_certificate("c.pem", "c.key");
+        let during = explain_broken(Phase::Handshake, &reset, &without);
+        assert!(
+            during.contains("does the node speak TLS on this port"),
+            "{during}"
+        );
+        assert!(!during.contains("cert="), "{during}");
+        let after = explain_broken(Phase::AfterHandshake, &reset, &without);
+        assert!(
+            after.contains("after the TLS handshake") && after.contains("give cert=FILE&key=FILE"),
+            "{after}"
+        );
+        let refused = explain_broken(Phase::AfterHandshake, &reset, &with);
+        assert!(refused.contains("cert=c.pem"), "{refused}");
     }
 
     #[tokio::test]

@@ -126,5 +126,6 @@ pub(crate) async fn handle_delete_bucket(
         .delete(bucket_key(&bucket))
         .await
         .map_err(from_store)?;
+    crate::lifecycle::forget_bucket(s3, &bucket).await;
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }

@@ -5,6 +5,7 @@
 //! | `s3/b/<bucket>` | the bucket record (a small inline blob; its version's creation time is the bucket's) |
 //! | `s3/o/<bucket>/<object key>` | the object: its bytes, content type and metadata |
 //! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart/upload.rs`) |
+//! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle.rs`), when it has any |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
 //! before any operation runs, so a bucket name never holds a `/`.
@@ -18,6 +19,14 @@ pub const BUCKET_PREFIX: &str = "s3/b/";
 pub const OBJECT_PREFIX: &str = "s3/o/";
 /// Prefix of multipart upload state (then `<bucket>/…`); no other part of the server writes under it.
 pub const MULTIPART_PREFIX: &str = "s3/u/";
+
+/// Prefix of the buckets' lifecycle records (then `<bucket>`).
+pub const LIFECYCLE_PREFIX: &str = "s3/l/";
+
+/// The store key of `bucket`'s lifecycle record.
+pub(crate) fn lifecycle_key(bucket: &str) -> String {
+    format!("{LIFECYCLE_PREFIX}{bucket}")
+}
 
 /// The store key of `bucket`'s record.
 pub(crate) fn bucket_key(bucket: &str) -> String {

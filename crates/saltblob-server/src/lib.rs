@@ -56,6 +56,7 @@ mod conn;
 mod error;
 mod guard;
 mod keys;
+mod lifecycle;
 mod list;
 mod metrics;
 mod multipart;
@@ -77,7 +78,8 @@ use tokio::net::TcpListener;
 
 pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
-pub use crate::keys::{BUCKET_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::keys::{BUCKET_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::lifecycle::{Expired, Expirer, expire_objects};
 pub use crate::multipart::{
     DEFAULT_MAX_UPLOADS_PER_BUCKET, FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY,
 };

@@ -67,6 +67,7 @@ struct GcFigures {
     reclaimed_bytes_total: u64,
     reclaimed_versions_total: u64,
     abandoned_puts_total: u64,
+    lifecycle_expired_total: u64,
 }
 
 /// The server's metrics.
@@ -149,6 +150,13 @@ impl Metrics {
     /// A request beyond the cap on requests in flight was answered `503 SlowDown`.
     pub(crate) fn request_shed(&self) {
         self.requests_shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A lifecycle pass deleted `objects` expired objects.
+    pub(crate) fn lifecycle_expired(&self, objects: u64) {
+        if let Ok(mut gc) = self.gc.lock() {
+            gc.lifecycle_expired_total += objects;
+        }
     }
 
     /// A gc pass has ended.
@@ -382,6 +390,12 @@ impl Metrics {
                 "counter",
                 "Abandoned puts (writer gone, intent expired) found by the server's gc.",
                 gc.abandoned_puts_total,
+            ),
+            (
+                "saltblob_lifecycle_expired_objects_total",
+                "counter",
+                "Objects the server's gc loop deleted because their bucket's lifecycle expired them.",
+                gc.lifecycle_expired_total,
             ),
             (
                 "saltblob_gc_last_reclaimed_chunks",

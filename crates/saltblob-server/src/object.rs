@@ -1,5 +1,5 @@
 //! Object operations: PutObject (streamed, verified), GetObject and HeadObject (ranges, parts, conditionals,
-//! `response-*` overrides), DeleteObject(s) (conditional deletes) and CopyObject (`copy.rs`: a streamed get →
+//! `response-*` overrides; `x-amz-expiration` under a bucket lifecycle rule, as PutObject), DeleteObject(s) (conditional deletes) and CopyObject (`copy.rs`: a streamed get →
 //! put, kept alive while it runs). How the attributes sit in the manifest is `attrs.rs`; how a put's body is
 //! verified is `put_body.rs`; which bytes a GET or HEAD selects is `select.rs`; the request and response
 //! adjustments made around s3s ([`call`]) are `around.rs`.
@@ -30,6 +30,7 @@ use crate::attrs::{
 use crate::body::BlobBody;
 use crate::error::from_store;
 use crate::keys::object_key;
+use crate::lifecycle::expiration_of;
 use crate::put_body::{PutBody, finish_put, put_body};
 use crate::service::SaltS3;
 
@@ -50,7 +51,7 @@ pub(crate) async fn handle_get_object(
     let overrides = response_overrides!(input);
     overrides.check(req.credentials.is_some())?;
     current_version(input.version_id.as_deref())?;
-    s3.require_bucket(&input.bucket).await?;
+    let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
     let selection = Selection::of(input.range, input.part_number)?;
     let conditions = Conditions {
@@ -71,6 +72,7 @@ pub(crate) async fn handle_get_object(
     let range = stream.range.clone();
     let output = with_attributes!(
         GetObjectOutput {
+            expiration: expiration_of(lifecycle.as_deref(), &input.key, &stream.manifest),
             accept_ranges: Some("bytes".to_owned()),
             content_length: i64::try_from(range.end - range.start).ok(),
             content_range: selected.partial.then(|| content_range(&range, size)),
@@ -91,7 +93,7 @@ pub(crate) async fn handle_head_object(
     let overrides = response_overrides!(input);
     overrides.check(req.credentials.is_some())?;
     current_version(input.version_id.as_deref())?;
-    s3.require_bucket(&input.bucket).await?;
+    let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
     let selection = Selection::of(input.range, input.part_number)?;
     let manifest = s3.store.head(&key).await.map_err(from_store)?;
@@ -112,6 +114,7 @@ pub(crate) async fn handle_head_object(
     let range = selected.range.clone().unwrap_or(0..manifest.size);
     let output = with_attributes!(
         HeadObjectOutput {
+            expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
             accept_ranges: Some("bytes".to_owned()),
             content_length: i64::try_from(range.end - range.start).ok(),
             content_range: selected
@@ -135,7 +138,7 @@ pub(crate) async fn handle_put_object(
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let input = req.input;
-    s3.require_bucket(&input.bucket).await?;
+    let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
     let metadata = object_metadata!(input)?;
     let PutBody {
@@ -156,6 +159,7 @@ pub(crate) async fn handle_put_object(
     s3.record_class_of(&req.extensions, &manifest);
     let output = with_checksums!(
         PutObjectOutput {
+            expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
             e_tag: Some(etag_of(&manifest)),
             size: i64::try_from(manifest.size).ok(),
         },

@@ -1,34 +1,35 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
 //! operations in `bucket.rs`, object operations in `object.rs`, listings in `list.rs`, multipart upload in
-//! `multipart/`, the settings saltblob does not keep (ACLs, policy, CORS, …) in `settings.rs`. Every other S3
-//! operation answers `NotImplemented` (s3s's default).
+//! `multipart/`, bucket lifecycle rules in `lifecycle.rs`, the settings saltblob does not keep (ACLs, policy,
+//! CORS, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
     CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
-    DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput,
-    DeleteObjectsOutput, GetBucketAclInput, GetBucketAclOutput, GetBucketCorsInput,
-    GetBucketCorsOutput, GetBucketEncryptionInput, GetBucketEncryptionOutput,
-    GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput,
-    GetBucketLocationInput, GetBucketLocationOutput, GetBucketOwnershipControlsInput,
-    GetBucketOwnershipControlsOutput, GetBucketPolicyInput, GetBucketPolicyOutput,
-    GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput, GetBucketTaggingInput,
-    GetBucketTaggingOutput, GetBucketVersioningInput, GetBucketVersioningOutput, GetObjectAclInput,
-    GetObjectAclOutput, GetObjectInput, GetObjectLockConfigurationInput,
-    GetObjectLockConfigurationOutput, GetObjectOutput, GetObjectTaggingInput,
-    GetObjectTaggingOutput, GetPublicAccessBlockInput, GetPublicAccessBlockOutput, HeadBucketInput,
-    HeadBucketOutput, HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
-    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
-    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutBucketAclInput, PutBucketAclOutput,
-    PutObjectAclInput, PutObjectAclOutput, PutObjectInput, PutObjectOutput, UploadPartCopyInput,
-    UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+    DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput, DeleteBucketOutput, DeleteObjectInput,
+    DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput,
+    GetBucketAclOutput, GetBucketCorsInput, GetBucketCorsOutput, GetBucketEncryptionInput,
+    GetBucketEncryptionOutput, GetBucketLifecycleConfigurationInput,
+    GetBucketLifecycleConfigurationOutput, GetBucketLocationInput, GetBucketLocationOutput,
+    GetBucketOwnershipControlsInput, GetBucketOwnershipControlsOutput, GetBucketPolicyInput,
+    GetBucketPolicyOutput, GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput,
+    GetBucketTaggingInput, GetBucketTaggingOutput, GetBucketVersioningInput,
+    GetBucketVersioningOutput, GetObjectAclInput, GetObjectAclOutput, GetObjectInput,
+    GetObjectLockConfigurationInput, GetObjectLockConfigurationOutput, GetObjectOutput,
+    GetObjectTaggingInput, GetObjectTaggingOutput, GetPublicAccessBlockInput,
+    GetPublicAccessBlockOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput,
+    HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
+    ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
+    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
+    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketLifecycleConfigurationInput,
+    PutBucketLifecycleConfigurationOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput,
+    PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::service::SaltS3;
-use crate::{bucket, list, multipart, object, settings};
+use crate::{bucket, lifecycle, list, multipart, object, settings};
 
 #[async_trait::async_trait]
 impl S3 for SaltS3 {
@@ -251,13 +252,21 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketLifecycleConfigurationInput>,
     ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
-        settings::not_set(
-            self,
-            &req.input.bucket,
-            "NoSuchLifecycleConfiguration",
-            "The lifecycle configuration does not exist",
-        )
-        .await
+        lifecycle::handle_get(self, req).await
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        lifecycle::handle_put(self, req).await
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        lifecycle::handle_delete(self, req).await
     }
 
     async fn get_bucket_tagging(

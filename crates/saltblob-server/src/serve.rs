@@ -281,6 +281,7 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
         store,
         region: config.region.clone(),
         uploads: crate::multipart::cap::UploadCap::new(config.max_uploads_per_bucket),
+        lifecycles: crate::lifecycle::Cache::default(),
     });
     builder.set_auth(KeyAuth(config.credentials.clone()));
     builder.set_access(Access {
@@ -309,10 +310,12 @@ impl Drop for Aborting {
 }
 
 /// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
-/// whose parts' lease has passed (`multipart/`).
+/// whose parts' lease has passed (`multipart/`) and the objects their bucket's lifecycle expired
+/// (`lifecycle.rs`).
 async fn gc_loop(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut expirer = crate::lifecycle::Expirer::new();
     loop {
         tick.tick().await;
         match sweep_expired_uploads(&store).await {
@@ -321,6 +324,19 @@ async fn gc_loop(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
             Err(e) => {
                 tracing::warn!(error = %e, "sweeping expired multipart uploads failed (will retry)")
             }
+        }
+        match expirer.pass(&store).await {
+            Ok(expired) => {
+                if expired.objects > 0 {
+                    tracing::info!(
+                        objects = expired.objects,
+                        bytes = expired.bytes,
+                        "deleted objects expired by their bucket's lifecycle"
+                    );
+                }
+                metrics.lifecycle_expired(expired.objects);
+            }
+            Err(e) => tracing::warn!(error = %e, "the lifecycle pass failed (will retry)"),
         }
         match store.gc(&GcOptions::new()).await {
             Ok(report) => {

@@ -18,6 +18,8 @@ pub(crate) struct SaltS3 {
     pub(crate) region: String,
     /// The cap on multipart uploads in progress per bucket.
     pub(crate) uploads: crate::multipart::cap::UploadCap,
+    /// The buckets' lifecycle rules read lately, for the `x-amz-expiration` header.
+    pub(crate) lifecycles: crate::lifecycle::Cache,
 }
 
 impl SaltS3 {

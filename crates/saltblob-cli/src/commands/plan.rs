@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::future::LocalBoxFuture;
 use saltblob::cql::{CqlConfig, CqlStore};
-use saltblob::plan::{Exposure, Placement, Ring, Risk, Shape, relaid};
+use saltblob::plan::{Exposure, Placement, Ring, Risk, Shape, relaid, worst_of};
 use saltblob::{BlobStore, Census, LayoutPolicy, Tally, parse_size};
 use serde_json::{Value, json};
 
@@ -147,6 +147,15 @@ impl Plan {
             None => Some(connect_cluster(context).await?),
         };
         let ring = cluster.as_ref().map(|c| c.ring()).transpose()?;
+        if let Some(ring) = &ring
+            && ring.nodes.len() < 2
+        {
+            return Err(Failure::usage(format!(
+                "the ring has {} node(s) in the store's data center: losing two needs at least two; model a \
+                 cluster instead (--racks R --nodes-per-rack N --rf 3)",
+                ring.nodes.len()
+            )));
+        }
         let census = match census_file {
             Some(census) => census,
             None => {
@@ -202,25 +211,17 @@ impl Plan {
             add(name, policy);
         }
 
+        // Exactly one of `model` (a shape was given) and `ring` (it was not) is set; the ring is enumerated once.
+        let pairs = ring.as_ref().map(|r| (r.pairs(), r.rf()));
         let evaluate = |blobs: &[(u64, Tally)]| -> (Risk, Option<(usize, usize)>) {
-            match (&model, &ring) {
-                (Some(model), _) => (model.over(blobs), None),
-                (None, Some(ring)) => match ring.worst_pair(blobs) {
-                    Some((a, b, risk)) => (risk, Some((a, b))),
-                    None => (Risk::default(), None),
-                },
-                (None, None) => (Risk::default(), None),
+            if let Some(model) = &model {
+                return (model.over(blobs), None);
+            }
+            match pairs.as_ref().and_then(|(p, rf)| worst_of(p, *rf, blobs)) {
+                Some((a, b, risk)) => (risk, Some((a, b))),
+                None => (Risk::default(), None),
             }
         };
-        if let Some(ring) = &ring
-            && ring.nodes.len() < 2
-        {
-            return Err(Failure::usage(format!(
-                "the ring has {} node(s) in the store's data center: losing two needs at least two; model a \
-                 cluster instead (--racks R --nodes-per-rack N --rf 3)",
-                ring.nodes.len()
-            )));
-        }
 
         let large_size = sizes.percentile(0.999).unwrap_or(0);
         let mut rows = Vec::new();
@@ -273,7 +274,7 @@ impl Plan {
                     "racks": r.racks(),
                     "rf": r.rf(),
                     "ranges": r.ranges.len(),
-                    "pairs": r.pairs().len(),
+                    "pairs": pairs.as_ref().map_or(0, |(p, _)| p.len()),
                 }
             }),
             _ => json!({}),
@@ -449,9 +450,10 @@ fn recommend(
     thresholds.push(u64::MAX);
     for threshold in thresholds {
         let policy = store_policy.clone().with_fanout_threshold(threshold);
-        let risk = evaluate(&relaid(census, &policy));
+        let blobs = relaid(census, &policy);
+        let risk = evaluate(&blobs);
         if risk.keys_at_risk <= target {
-            let salted = salted_share(&relaid(census, &policy));
+            let salted = salted_share(&blobs);
             return json!({
                 "target": target,
                 "met": true,

@@ -59,7 +59,7 @@ pub struct Serve {
     /// The region reported to clients (HeadBucket, ListBuckets); requests signed for any region are accepted.
     #[arg(long, default_value = "us-east-1")]
     region: String,
-    /// Run a gc pass every DURATION (e.g. 10m); 0 never.
+    /// Run a gc pass, after deleting the objects bucket lifecycle rules expired, every DURATION (e.g. 10m); 0 never.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
     gc_every: Duration,
     /// How long a shutdown (SIGINT, SIGTERM) waits for requests in flight; unfinished puts never commit.

@@ -313,7 +313,7 @@ fn relayout_applies_a_new_policy_once_and_refuses_one_the_backend_cannot_store()
         (&0.into(), &26.into()),
         "a second run moves nothing: {again}"
     );
-    // Resumed after a key: only what follows it is scanned; a prefix narrows it.
+    // Resumed after a key: only what follows it is scanned.
     let resumed = run(&["--policy", "fanout=64KiB", "--after", "k/3"]);
     assert_eq!(resumed["scanned"], 7, "k/4 to k/9 and k/large: {resumed}");
     assert_eq!(resumed["last_key"], "k/large", "{resumed}");

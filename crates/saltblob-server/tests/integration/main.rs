@@ -6,6 +6,7 @@ mod buckets;
 mod client;
 mod forge;
 mod integrity;
+mod lifecycle;
 mod limits;
 mod list;
 mod multipart;

@@ -1,0 +1,995 @@
+//! Bucket lifecycle (`docs/s3.md`, "Lifecycle"): expiration rules by key prefix and age.
+//!
+//! - Put/Get/DeleteBucketLifecycleConfiguration keep a bucket's rules in its lifecycle record (`keys.rs`), in
+//!   the format below. A rule is `Expiration` in `Days` with a `Filter` of a `Prefix` (or none: the whole
+//!   bucket) and a `Status`; every other element (transitions, tags, sizes, noncurrent versions, a `Date`,
+//!   multipart aborts) is refused with `NotImplemented` naming it, never stored and ignored.
+//! - An object expires, as on AWS, at the first midnight UTC after its creation plus the rule's days; under
+//!   several rules, at the earliest. GET, HEAD and PUT say when, in `x-amz-expiration`.
+//! - The server's gc loop deletes the expired objects ([`Expirer`]): each with a conditional delete of
+//!   the version it judged, so an object written again since is never deleted by an older verdict. Until that
+//!   pass runs an expired object is still served, as AWS serves one until it removes it.
+//!
+//! The record names the bucket record's version it was written for: rules left behind by a deleted bucket are
+//! never applied to a new bucket of the same name.
+//!
+//! Record format (little-endian), version 1:
+//!
+//! ```text
+//! magic "SBLC" | format u8 = 1 | bucket record version u128 | rule count u16 (1..=1000)
+//! rule: status u8 (0 disabled, 1 enabled) | days u32 (>= 1) | id length u8 | id (UTF-8)
+//!       | prefix length u16 (<= 1024) | prefix (UTF-8)
+//! ```
+//!
+//! Nothing follows the last rule; a record that breaks any of this is reported as corrupt with what broke and
+//! where, and its bucket's objects are then never expired.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::TryStreamExt;
+use s3s::dto::{
+    BucketLifecycleConfiguration, DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput,
+    ExpirationStatus, GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput,
+    LifecycleExpiration, LifecycleRule, LifecycleRuleFilter, PutBucketLifecycleConfigurationInput,
+    PutBucketLifecycleConfigurationOutput, Timestamp, TimestampFormat,
+};
+use s3s::{S3Request, S3Response, S3Result, s3_error};
+use saltblob_core::{BlobStore, Error, Manifest, PutOptions, VersionId};
+
+use crate::error::from_store;
+use crate::keys::{BUCKET_PREFIX, lifecycle_key, objects_prefix};
+use crate::service::SaltS3;
+
+/// The first bytes of a lifecycle record.
+const MAGIC: &[u8; 4] = b"SBLC";
+/// The record format this code writes and reads.
+const FORMAT: u8 = 1;
+/// Most rules of one configuration, as S3.
+const MAX_RULES: usize = 1000;
+/// Longest rule ID in bytes, as S3.
+const MAX_ID_LEN: usize = 255;
+/// Longest rule prefix in bytes: S3's longest key.
+const MAX_PREFIX_LEN: usize = 1024;
+const DAY_MICROS: u64 = 86_400_000_000;
+/// The content type of lifecycle records.
+const CONTENT_TYPE: &str = "application/x-saltblob-lifecycle";
+
+/// One expiration rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Rule {
+    /// Its ID (given, or drawn when the configuration had none, as S3 does).
+    pub id: String,
+    /// The keys it applies to: those starting with it (empty: every key).
+    pub prefix: String,
+    /// Days after an object's creation it expires (then rounded up to midnight UTC).
+    pub days: u32,
+    /// `Status` Enabled; a disabled rule is kept and shown but expires nothing.
+    pub enabled: bool,
+}
+
+/// A bucket's lifecycle configuration, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Lifecycle {
+    /// The version of the bucket record it was written for.
+    pub bucket_version: VersionId,
+    /// The rules, in the order given.
+    pub rules: Vec<Rule>,
+}
+
+impl Lifecycle {
+    /// The configuration `config` of the bucket whose record is `bucket_version`, checked against what this
+    /// server applies.
+    ///
+    /// # Errors
+    /// `MalformedXML` for no rule, a bad `Status` or a rule with both or neither of `Filter` and `Prefix`;
+    /// `InvalidRequest` for more than 1000 rules or a rule without `Expiration`; `InvalidArgument` for days
+    /// under 1, an ID over 255 bytes or used twice, a prefix over 1024 bytes; `NotImplemented` naming any
+    /// element saltblob does not apply.
+    pub(crate) fn from_config(
+        config: BucketLifecycleConfiguration,
+        bucket_version: VersionId,
+    ) -> S3Result<Self> {
+        if config.rules.is_empty() {
+            return Err(s3_error!(
+                MalformedXML,
+                "A lifecycle configuration needs at least one Rule"
+            ));
+        }
+        if config.rules.len() > MAX_RULES {
+            return Err(s3_error!(
+                InvalidRequest,
+                "A lifecycle configuration holds at most {MAX_RULES} rules; this one has {}",
+                config.rules.len()
+            ));
+        }
+        let mut rules: Vec<Rule> = Vec::with_capacity(config.rules.len());
+        for (i, rule) in config.rules.into_iter().enumerate() {
+            let rule = checked_rule(rule, i + 1)?;
+            if rules.iter().any(|r| r.id == rule.id) {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "Rule ID must be unique. Found same ID for more than one rule: {:?}",
+                    rule.id
+                ));
+            }
+            rules.push(rule);
+        }
+        Ok(Self {
+            bucket_version,
+            rules,
+        })
+    }
+
+    /// The rules as S3 shows them: a `Filter` with the prefix, the ID, the status and `Expiration` in days.
+    pub(crate) fn to_config(&self) -> Vec<LifecycleRule> {
+        self.rules
+            .iter()
+            .map(|r| LifecycleRule {
+                expiration: Some(LifecycleExpiration {
+                    days: i32::try_from(r.days).ok(),
+                    ..LifecycleExpiration::default()
+                }),
+                filter: Some(LifecycleRuleFilter {
+                    prefix: Some(r.prefix.clone()),
+                    ..LifecycleRuleFilter::default()
+                }),
+                id: Some(r.id.clone()),
+                status: ExpirationStatus::from(
+                    if r.enabled { "Enabled" } else { "Disabled" }.to_owned(),
+                ),
+                abort_incomplete_multipart_upload: None,
+                noncurrent_version_expiration: None,
+                noncurrent_version_transitions: None,
+                prefix: None,
+                transitions: None,
+            })
+            .collect()
+    }
+
+    /// When object `key` (of the bucket) created at `created_micros` expires, in Unix microseconds, and under
+    /// which rule: the enabled rule of the earliest expiry among those whose prefix it starts with (the first
+    /// given of equals). `None` when no enabled rule applies.
+    pub(crate) fn expiry(&self, key: &str, created_micros: u64) -> Option<(&Rule, u64)> {
+        self.rules
+            .iter()
+            .filter(|r| r.enabled && key.starts_with(&r.prefix))
+            .map(|r| (r, expires_at(created_micros, r.days)))
+            .min_by_key(|(_, at)| *at)
+    }
+
+    /// The record's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(23 + self.rules.len() * 16);
+        out.extend_from_slice(MAGIC);
+        out.push(FORMAT);
+        out.extend_from_slice(&self.bucket_version.to_le_bytes());
+        // Both checked by `from_config` (and `decode`): at most 1000 rules, IDs of 255 and prefixes of 1024 bytes.
+        out.extend_from_slice(
+            &u16::try_from(self.rules.len())
+                .unwrap_or(u16::MAX)
+                .to_le_bytes(),
+        );
+        for r in &self.rules {
+            out.push(u8::from(r.enabled));
+            out.extend_from_slice(&r.days.to_le_bytes());
+            out.push(u8::try_from(r.id.len()).unwrap_or(u8::MAX));
+            out.extend_from_slice(r.id.as_bytes());
+            out.extend_from_slice(
+                &u16::try_from(r.prefix.len())
+                    .unwrap_or(u16::MAX)
+                    .to_le_bytes(),
+            );
+            out.extend_from_slice(r.prefix.as_bytes());
+        }
+        out
+    }
+
+    /// The configuration in record `bytes`.
+    ///
+    /// # Errors
+    /// What is wrong and at which byte offset, for anything that is not a record of format 1.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(4)? != MAGIC {
+            return Err("it does not start with \"SBLC\"".to_owned());
+        }
+        let format = r.u8()?;
+        if format != FORMAT {
+            return Err(format!(
+                "format {format}; this server reads format {FORMAT}"
+            ));
+        }
+        let bucket_version = VersionId(u128::from_le_bytes(r.array()?));
+        let count = usize::from(u16::from_le_bytes(r.array()?));
+        if !(1..=MAX_RULES).contains(&count) {
+            return Err(format!(
+                "{count} rules at offset 21; 1 to {MAX_RULES} are stored"
+            ));
+        }
+        let mut rules = Vec::with_capacity(count);
+        for _ in 0..count {
+            let status_at = r.at;
+            let enabled = match r.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(format!("status byte {other} at offset {status_at}")),
+            };
+            let days_at = r.at;
+            let days = u32::from_le_bytes(r.array()?);
+            if days == 0 {
+                return Err(format!("0 days at offset {days_at}"));
+            }
+            let id_len = usize::from(r.u8()?);
+            let id = r.text(id_len)?;
+            let prefix_len = usize::from(u16::from_le_bytes(r.array()?));
+            if prefix_len > MAX_PREFIX_LEN {
+                return Err(format!(
+                    "a prefix of {prefix_len} bytes at offset {}",
+                    r.at - 2
+                ));
+            }
+            let prefix = r.text(prefix_len)?;
+            rules.push(Rule {
+                id,
+                prefix,
+                days,
+                enabled,
+            });
+        }
+        if r.at != bytes.len() {
+            return Err(format!(
+                "{} bytes after the last rule (offset {})",
+                bytes.len() - r.at,
+                r.at
+            ));
+        }
+        Ok(Self {
+            bucket_version,
+            rules,
+        })
+    }
+}
+
+/// A cursor over a record being decoded.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "it ends at {} bytes, inside a field of {n} bytes at offset {}",
+                self.bytes.len(),
+                self.at
+            ));
+        };
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn text(&mut self, n: usize) -> Result<String, String> {
+        let at = self.at;
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| format!("text that is not UTF-8 at offset {at}"))
+    }
+}
+
+/// Rule number `n` (from 1) of a configuration, checked.
+fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
+    let name = match &rule.id {
+        Some(id) => format!("Rule {n} (ID {id:?})"),
+        None => format!("Rule {n}"),
+    };
+    let refused = |element: &str| {
+        Err(s3_error!(
+            NotImplemented,
+            "{name}: {element} is not supported; saltblob applies Expiration in Days to keys under a Prefix"
+        ))
+    };
+    if rule.transitions.as_ref().is_some_and(|t| !t.is_empty()) {
+        return refused("Transition");
+    }
+    if rule
+        .noncurrent_version_transitions
+        .as_ref()
+        .is_some_and(|t| !t.is_empty())
+    {
+        return refused("NoncurrentVersionTransition");
+    }
+    if rule.noncurrent_version_expiration.is_some() {
+        return refused("NoncurrentVersionExpiration (buckets have no versioning)");
+    }
+    if rule.abort_incomplete_multipart_upload.is_some() {
+        return refused(
+            "AbortIncompleteMultipartUpload (the server removes uploads idle for 7 days by itself)",
+        );
+    }
+    let enabled = match rule.status.as_str() {
+        "Enabled" => true,
+        "Disabled" => false,
+        other => {
+            return Err(s3_error!(
+                MalformedXML,
+                "{name}: Status is Enabled or Disabled, not {other:?}"
+            ));
+        }
+    };
+    let prefix = match (rule.filter, rule.prefix) {
+        (Some(_), Some(_)) => {
+            return Err(s3_error!(
+                MalformedXML,
+                "{name}: give Filter or the older Prefix, not both"
+            ));
+        }
+        (None, None) => {
+            return Err(s3_error!(
+                MalformedXML,
+                "{name}: a rule needs a Filter (an empty Filter applies it to the whole bucket)"
+            ));
+        }
+        (None, Some(prefix)) => prefix,
+        (Some(filter), None) => {
+            if filter.tag.is_some() {
+                return refused("Filter Tag");
+            }
+            if filter.and.is_some() {
+                return refused("Filter And");
+            }
+            if filter.object_size_greater_than.is_some() {
+                return refused("Filter ObjectSizeGreaterThan");
+            }
+            if filter.object_size_less_than.is_some() {
+                return refused("Filter ObjectSizeLessThan");
+            }
+            filter.prefix.unwrap_or_default()
+        }
+    };
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(s3_error!(
+            InvalidArgument,
+            "{name}: the prefix has {} bytes; at most {MAX_PREFIX_LEN}",
+            prefix.len()
+        ));
+    }
+    let Some(expiration) = rule.expiration else {
+        return Err(s3_error!(
+            InvalidRequest,
+            "{name}: At least one action needs to be specified in a rule (Expiration)"
+        ));
+    };
+    if expiration.date.is_some() {
+        return refused("Expiration Date (give Days)");
+    }
+    if expiration.expired_object_delete_marker == Some(true) {
+        return refused("Expiration ExpiredObjectDeleteMarker (buckets have no versioning)");
+    }
+    let days = match expiration.days.map(u32::try_from) {
+        Some(Ok(days)) if days > 0 => days,
+        Some(_) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "{name}: 'Days' for Expiration action must be a positive integer"
+            ));
+        }
+        None => {
+            return Err(s3_error!(MalformedXML, "{name}: Expiration needs Days"));
+        }
+    };
+    let id = match rule.id {
+        Some(id) if !id.is_empty() => id,
+        // S3 draws an ID for a rule given none.
+        _ => VersionId::generate().to_string(),
+    };
+    if id.len() > MAX_ID_LEN {
+        return Err(s3_error!(
+            InvalidArgument,
+            "{name}: ID length should not exceed allowed limit of {MAX_ID_LEN}"
+        ));
+    }
+    Ok(Rule {
+        id,
+        prefix,
+        days,
+        enabled,
+    })
+}
+
+/// When an object created at `created_micros` expires under a rule of `days`: at the first midnight UTC after
+/// its creation plus the days, as S3 rounds.
+pub(crate) fn expires_at(created_micros: u64, days: u32) -> u64 {
+    let due = created_micros.saturating_add(u64::from(days).saturating_mul(DAY_MICROS));
+    (due / DAY_MICROS)
+        .saturating_add(1)
+        .saturating_mul(DAY_MICROS)
+}
+
+/// The value of `x-amz-expiration` for an object that expires at `at_micros` under `rule`:
+/// `expiry-date="Fri, 23 Dec 2012 00:00:00 GMT", rule-id="ID"`, the ID percent-encoded outside
+/// `A-Z a-z 0-9 - _ . ~`.
+pub(crate) fn expiration_header(rule: &Rule, at_micros: u64) -> String {
+    let when = Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_micros(at_micros));
+    let mut date = Vec::new();
+    let date = match when.format(TimestampFormat::HttpDate, &mut date) {
+        Ok(()) => String::from_utf8_lossy(&date).into_owned(),
+        Err(_) => String::new(),
+    };
+    let mut id = String::with_capacity(rule.id.len());
+    for b in rule.id.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            id.push(char::from(b));
+        } else {
+            id.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("expiry-date=\"{date}\", rule-id=\"{id}\"")
+}
+
+/// The lifecycle record of `bucket` as stored, whatever bucket record it was written for; `None` when there is
+/// none or it does not decode (logged: a damaged record expires nothing).
+async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<Lifecycle>> {
+    let key = lifecycle_key(bucket);
+    let bytes = match store.get(&key).await {
+        Ok(bytes) => bytes,
+        Err(Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(from_store(e)),
+    };
+    match Lifecycle::decode(&bytes) {
+        Ok(l) => Ok(Some(l)),
+        Err(why) => {
+            tracing::warn!(
+                bucket,
+                key,
+                why,
+                "corrupt lifecycle record: its rules are not applied"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The lifecycle of the bucket whose record is `bucket_record`, read from the store now.
+async fn current(
+    store: &BlobStore,
+    bucket: &str,
+    bucket_record: &Manifest,
+) -> S3Result<Option<Lifecycle>> {
+    Ok(read_record(store, bucket)
+        .await?
+        .filter(|l| l.bucket_version == bucket_record.version))
+}
+
+/// How long a server answers `x-amz-expiration` from rules it read before, without reading them again. The gc
+/// pass and GetBucketLifecycleConfiguration always read them.
+const CACHED_FOR: Duration = Duration::from_secs(1);
+/// Most buckets whose rules are kept; the cache is emptied when full.
+const CACHED_BUCKETS: usize = 4096;
+
+/// A bucket's lifecycle record as read at a time (`None`: it had none).
+type Cached = (Instant, Option<Arc<Lifecycle>>);
+
+/// The buckets' lifecycle records read lately, for the `x-amz-expiration` of GET, HEAD and PUT: a rule changed
+/// on another server shows in this one's headers within [`CACHED_FOR`].
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    entries: Mutex<HashMap<String, Cached>>,
+}
+
+impl Cache {
+    fn fresh(&self, bucket: &str) -> Option<Option<Arc<Lifecycle>>> {
+        let entries = self.entries.lock().ok()?;
+        let (at, lifecycle) = entries.get(bucket)?;
+        (at.elapsed() < CACHED_FOR).then(|| lifecycle.clone())
+    }
+
+    fn keep(&self, bucket: &str, lifecycle: Option<Arc<Lifecycle>>) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= CACHED_BUCKETS {
+                entries.clear();
+            }
+            entries.insert(bucket.to_owned(), (Instant::now(), lifecycle));
+        }
+    }
+
+    /// Forgets `bucket`'s rules (after this server changed them).
+    pub(crate) fn forget(&self, bucket: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(bucket);
+        }
+    }
+}
+
+impl SaltS3 {
+    /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
+    ///
+    /// # Errors
+    /// `NoSuchBucket` when the bucket does not exist; the store's errors.
+    pub(crate) async fn bucket_and_lifecycle(
+        &self,
+        bucket: &str,
+    ) -> S3Result<(Manifest, Option<Arc<Lifecycle>>)> {
+        let lifecycle = async {
+            if let Some(cached) = self.lifecycles.fresh(bucket) {
+                return Ok(cached);
+            }
+            let read = read_record(&self.store, bucket).await?.map(Arc::new);
+            self.lifecycles.keep(bucket, read.clone());
+            Ok(read)
+        };
+        let (record, lifecycle) = futures::try_join!(self.require_bucket(bucket), lifecycle)?;
+        let lifecycle = lifecycle.filter(|l| l.bucket_version == record.version);
+        Ok((record, lifecycle))
+    }
+}
+
+/// The `x-amz-expiration` of object `key` of a bucket with `lifecycle`, stored as `manifest`.
+pub(crate) fn expiration_of(
+    lifecycle: Option<&Lifecycle>,
+    key: &str,
+    manifest: &Manifest,
+) -> Option<String> {
+    let (rule, at) = lifecycle?.expiry(key, manifest.created_micros)?;
+    Some(expiration_header(rule, at))
+}
+
+/// PutBucketLifecycleConfiguration: replaces the bucket's rules, once checked.
+pub(crate) async fn handle_put(
+    s3: &SaltS3,
+    req: S3Request<PutBucketLifecycleConfigurationInput>,
+) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+    let input = req.input;
+    let record = s3.require_bucket(&input.bucket).await?;
+    let Some(config) = input.lifecycle_configuration else {
+        return Err(s3_error!(
+            MalformedXML,
+            "The request has no LifecycleConfiguration"
+        ));
+    };
+    let lifecycle = Lifecycle::from_config(config, record.version)?;
+    let opts = PutOptions::new().with_content_type(CONTENT_TYPE);
+    let stored = s3
+        .store
+        .put(lifecycle_key(&input.bucket), lifecycle.encode(), &opts)
+        .await;
+    s3.lifecycles.forget(&input.bucket);
+    stored.map_err(from_store)?;
+    Ok(S3Response::new(
+        PutBucketLifecycleConfigurationOutput::default(),
+    ))
+}
+
+/// GetBucketLifecycleConfiguration: the bucket's rules; `NoSuchLifecycleConfiguration` when it has none.
+pub(crate) async fn handle_get(
+    s3: &SaltS3,
+    req: S3Request<GetBucketLifecycleConfigurationInput>,
+) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+    let bucket = req.input.bucket;
+    let record = s3.require_bucket(&bucket).await?;
+    match current(&s3.store, &bucket, &record).await? {
+        Some(lifecycle) => Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(lifecycle.to_config()),
+            ..GetBucketLifecycleConfigurationOutput::default()
+        })),
+        None => Err(s3_error!(
+            NoSuchLifecycleConfiguration,
+            "The lifecycle configuration does not exist"
+        )),
+    }
+}
+
+/// DeleteBucketLifecycle: removes the bucket's rules (204 whether or not it had any, as S3).
+pub(crate) async fn handle_delete(
+    s3: &SaltS3,
+    req: S3Request<DeleteBucketLifecycleInput>,
+) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+    let bucket = req.input.bucket;
+    s3.require_bucket(&bucket).await?;
+    let deleted = s3.store.delete(lifecycle_key(&bucket)).await;
+    s3.lifecycles.forget(&bucket);
+    deleted.map_err(from_store)?;
+    Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+}
+
+/// Removes `bucket`'s lifecycle record after the bucket itself was deleted. A failure is only logged: a record
+/// left behind names the deleted bucket record's version and is never applied to a new bucket.
+pub(crate) async fn forget_bucket(s3: &SaltS3, bucket: &str) {
+    if let Err(e) = s3.store.delete(lifecycle_key(bucket)).await {
+        tracing::warn!(bucket, error = %e, "the deleted bucket's lifecycle record stays (it is never applied)");
+    }
+    s3.lifecycles.forget(bucket);
+}
+
+/// What a lifecycle pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Objects looked at.
+    pub scanned: u64,
+    /// Objects deleted.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The lifecycle passes of one server's gc loop.
+///
+/// Every expiry is a midnight UTC, so between two midnights only a change of a bucket's rules makes more of its
+/// objects expire (an object written since the last pass expires a day later at the earliest): a bucket whose
+/// last complete pass ran on the same day (by the store's clock) with the same rules is not scanned again.
+#[derive(Debug, Default)]
+pub struct Expirer {
+    /// Per bucket: the day (since the epoch) and the rules of its last complete pass.
+    done: HashMap<String, (u64, Lifecycle)>,
+}
+
+impl Expirer {
+    /// A fresh expirer: its first pass scans every bucket with enabled rules.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Deletes every object whose lifecycle expiry has passed on the store's clock, in every bucket with enabled
+    /// rules (but those already passed over today with the same rules), each with a conditional delete of the
+    /// version judged: an object written again since stays.
+    ///
+    /// # Errors
+    /// The store's, when a scan or a delete fails; what was deleted before stays deleted, and the bucket is
+    /// scanned again by the next pass.
+    pub async fn pass(&mut self, store: &BlobStore) -> saltblob_core::Result<Expired> {
+        let now = store.config().clock.now_micros();
+        let today = now / DAY_MICROS;
+        let buckets: Vec<(String, Manifest)> = store
+            .list_stream(BUCKET_PREFIX.as_bytes())
+            .try_filter_map(|entry| async move {
+                let name = entry.key.get(BUCKET_PREFIX.len()..).unwrap_or_default();
+                Ok(match (std::str::from_utf8(name), entry.manifest) {
+                    (Ok(name), Ok(m)) => Some((name.to_owned(), m)),
+                    _ => None,
+                })
+            })
+            .try_collect()
+            .await?;
+        self.done
+            .retain(|bucket, _| buckets.iter().any(|(b, _)| b == bucket));
+        let mut expired = Expired::default();
+        for (bucket, record) in buckets {
+            let lifecycle = match current(store, &bucket, &record).await {
+                Ok(Some(l)) => l,
+                Ok(None) => {
+                    self.done.remove(&bucket);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(bucket, error = %e, "reading the lifecycle failed (will retry)");
+                    continue;
+                }
+            };
+            if self
+                .done
+                .get(&bucket)
+                .is_some_and(|(day, rules)| *day == today && *rules == lifecycle)
+            {
+                continue;
+            }
+            expire_bucket(store, &bucket, &lifecycle, now, &mut expired).await?;
+            self.done.insert(bucket, (today, lifecycle));
+        }
+        Ok(expired)
+    }
+}
+
+/// One pass of a fresh [`Expirer`]: deletes every object whose lifecycle expiry has passed.
+///
+/// # Errors
+/// As [`Expirer::pass`].
+pub async fn expire_objects(store: &BlobStore) -> saltblob_core::Result<Expired> {
+    Expirer::new().pass(store).await
+}
+
+/// Deletes the objects of `bucket` that `lifecycle` expired by `now`, counting into `expired`.
+async fn expire_bucket(
+    store: &BlobStore,
+    bucket: &str,
+    lifecycle: &Lifecycle,
+    now: u64,
+    expired: &mut Expired,
+) -> saltblob_core::Result<()> {
+    let objects = objects_prefix(bucket);
+    for prefix in scanned_prefixes(lifecycle) {
+        let scanned = format!("{objects}{prefix}");
+        let mut listing = store.list_stream(scanned.as_bytes());
+        while let Some(entry) = listing.try_next().await? {
+            expired.scanned += 1;
+            let Ok(m) = entry.manifest else { continue };
+            let Some(key) = entry
+                .key
+                .get(objects.len()..)
+                .and_then(|k| std::str::from_utf8(k).ok())
+            else {
+                continue;
+            };
+            let Some((_, at)) = lifecycle.expiry(key, m.created_micros) else {
+                continue;
+            };
+            if at > now {
+                continue;
+            }
+            match store.delete_version(&entry.key, m.version).await {
+                Ok(()) => {
+                    expired.objects += 1;
+                    expired.bytes += m.size;
+                }
+                // Deleted or written again since it was listed: nothing to do.
+                Err(Error::NotFound { .. } | Error::PreconditionFailed { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The prefixes a pass over `lifecycle` scans: those of its enabled rules, without any that another covers.
+fn scanned_prefixes(lifecycle: &Lifecycle) -> Vec<&str> {
+    let mut prefixes: Vec<&str> = lifecycle
+        .rules
+        .iter()
+        .filter(|r| r.enabled)
+        .map(|r| r.prefix.as_str())
+        .collect();
+    prefixes.sort_unstable();
+    let mut kept: Vec<&str> = Vec::with_capacity(prefixes.len());
+    for p in prefixes {
+        if !kept.last().is_some_and(|k| p.starts_with(k)) {
+            kept.push(p);
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(id: &str, prefix: &str, days: u32, enabled: bool) -> Rule {
+        Rule {
+            id: id.to_owned(),
+            prefix: prefix.to_owned(),
+            days,
+            enabled,
+        }
+    }
+
+    fn s3_rule(prefix: Option<&str>, days: i32) -> LifecycleRule {
+        LifecycleRule {
+            expiration: Some(LifecycleExpiration {
+                days: Some(days),
+                ..LifecycleExpiration::default()
+            }),
+            filter: Some(LifecycleRuleFilter {
+                prefix: prefix.map(str::to_owned),
+                ..LifecycleRuleFilter::default()
+            }),
+            id: None,
+            status: ExpirationStatus::from("Enabled".to_owned()),
+            abort_incomplete_multipart_upload: None,
+            noncurrent_version_expiration: None,
+            noncurrent_version_transitions: None,
+            prefix: None,
+            transitions: None,
+        }
+    }
+
+    fn refused(rules: Vec<LifecycleRule>) -> (String, String) {
+        let e = Lifecycle::from_config(BucketLifecycleConfiguration { rules }, VersionId(1))
+            .expect_err("refused");
+        (
+            e.code().as_str().to_owned(),
+            e.message().unwrap_or_default().to_owned(),
+        )
+    }
+
+    #[test]
+    fn expiry_rounds_up_to_the_next_midnight_utc() {
+        // 2014-01-15 10:30 UTC + 3 days: 2014-01-19 00:00 UTC, AWS's own example.
+        let created = 1_389_781_800 * 1_000_000;
+        assert_eq!(expires_at(created, 3), 1_390_089_600 * 1_000_000);
+        // At midnight exactly: the next one.
+        let midnight = 1_389_744_000 * 1_000_000;
+        assert_eq!(expires_at(midnight, 1), midnight + 2 * DAY_MICROS);
+        assert_eq!(
+            expires_at(u64::MAX - 5, 1) % DAY_MICROS,
+            u64::MAX % DAY_MICROS
+        );
+    }
+
+    #[test]
+    fn the_earliest_enabled_rule_whose_prefix_matches_applies() {
+        let l = Lifecycle {
+            bucket_version: VersionId(7),
+            rules: vec![
+                rule("logs", "logs/", 30, true),
+                rule("tmp", "logs/tmp/", 1, true),
+                rule("off", "", 1, false),
+            ],
+        };
+        assert_eq!(
+            l.expiry("logs/tmp/x", 0).map(|(r, _)| r.id.as_str()),
+            Some("tmp")
+        );
+        assert_eq!(
+            l.expiry("logs/a", 0).map(|(r, _)| r.id.as_str()),
+            Some("logs")
+        );
+        assert!(
+            l.expiry("data/a", 0).is_none(),
+            "the disabled rule expires nothing"
+        );
+        assert_eq!(scanned_prefixes(&l), vec!["logs/"]);
+        let header = expiration_header(&l.rules[0], 1_390_089_600 * 1_000_000);
+        assert_eq!(
+            header,
+            "expiry-date=\"Sun, 19 Jan 2014 00:00:00 GMT\", rule-id=\"logs\""
+        );
+        assert!(
+            expiration_header(&rule("a \"b\"/é", "", 1, true), 0)
+                .ends_with("rule-id=\"a%20%22b%22%2F%C3%A9\"")
+        );
+    }
+
+    #[test]
+    fn records_round_trip_and_damage_is_named_with_its_offset() {
+        let l = Lifecycle {
+            bucket_version: VersionId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
+            rules: vec![
+                rule("a", "p/", 30, true),
+                rule(&"i".repeat(255), &"k".repeat(1024), 1, false),
+            ],
+        };
+        let bytes = l.encode();
+        assert_eq!(&bytes[..5], b"SBLC\x01");
+        assert_eq!(bytes[5], 0x10, "the version is little-endian");
+        assert_eq!(Lifecycle::decode(&bytes), Ok(l.clone()));
+        for cut in [0, 4, 20, 23, 30, bytes.len() - 1] {
+            let e = Lifecycle::decode(&bytes[..cut]).expect_err("truncated");
+            assert!(e.contains("offset"), "{cut}: {e}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(
+            Lifecycle::decode(&longer)
+                .expect_err("trailing")
+                .contains("after the last rule")
+        );
+        let mut other = bytes.clone();
+        other[4] = 2;
+        assert!(
+            Lifecycle::decode(&other)
+                .expect_err("format")
+                .contains("format 2")
+        );
+        let mut status = bytes.clone();
+        status[23] = 7;
+        assert!(
+            Lifecycle::decode(&status)
+                .expect_err("status")
+                .contains("status byte 7 at offset 23")
+        );
+        let mut days = bytes;
+        days[24..28].copy_from_slice(&0u32.to_le_bytes());
+        assert!(
+            Lifecycle::decode(&days)
+                .expect_err("days")
+                .contains("0 days at offset 24")
+        );
+    }
+
+    #[test]
+    fn configurations_are_checked_and_what_is_not_applied_is_refused_by_name() {
+        let ok = Lifecycle::from_config(
+            BucketLifecycleConfiguration {
+                rules: vec![s3_rule(Some("logs/"), 30), s3_rule(None, 365)],
+            },
+            VersionId(9),
+        )
+        .expect("valid");
+        assert_eq!(ok.rules[0].prefix, "logs/");
+        assert_eq!(
+            ok.rules[1].prefix, "",
+            "an empty filter is the whole bucket"
+        );
+        assert_eq!(
+            ok.rules[0].id.len(),
+            32,
+            "an ID is drawn when none is given"
+        );
+        assert_ne!(ok.rules[0].id, ok.rules[1].id);
+
+        assert_eq!(refused(vec![]).0, "MalformedXML");
+        assert_eq!(refused(vec![s3_rule(None, 0)]).0, "InvalidArgument");
+        assert_eq!(refused(vec![s3_rule(None, -3)]).0, "InvalidArgument");
+        assert_eq!(
+            refused(vec![s3_rule(None, 1); MAX_RULES + 1]).0,
+            "InvalidRequest"
+        );
+        let mut twice = vec![s3_rule(None, 1), s3_rule(Some("a"), 2)];
+        for r in &mut twice {
+            r.id = Some("same".to_owned());
+        }
+        assert!(refused(twice).1.contains("unique"));
+        let mut long_id = s3_rule(None, 1);
+        long_id.id = Some("x".repeat(256));
+        assert_eq!(refused(vec![long_id]).0, "InvalidArgument");
+        let mut both = s3_rule(Some("a"), 1);
+        both.prefix = Some("a".to_owned());
+        assert_eq!(refused(vec![both]).0, "MalformedXML");
+        let mut neither = s3_rule(None, 1);
+        neither.filter = None;
+        assert_eq!(refused(vec![neither]).0, "MalformedXML");
+        let mut legacy = s3_rule(None, 1);
+        legacy.filter = None;
+        legacy.prefix = Some("old/".to_owned());
+        assert!(
+            Lifecycle::from_config(
+                BucketLifecycleConfiguration {
+                    rules: vec![legacy]
+                },
+                VersionId(1)
+            )
+            .is_ok()
+        );
+        let mut status = s3_rule(None, 1);
+        status.status = ExpirationStatus::from("enabled".to_owned());
+        assert_eq!(refused(vec![status]).0, "MalformedXML");
+        let mut no_action = s3_rule(None, 1);
+        no_action.expiration = None;
+        assert_eq!(refused(vec![no_action]).0, "InvalidRequest");
+
+        let mut tag = s3_rule(None, 1);
+        tag.filter = Some(LifecycleRuleFilter {
+            tag: Some(s3s::dto::Tag {
+                key: Some("k".to_owned()),
+                value: Some("v".to_owned()),
+            }),
+            ..LifecycleRuleFilter::default()
+        });
+        let mut date = s3_rule(None, 1);
+        date.expiration = Some(LifecycleExpiration {
+            date: Some(Timestamp::from(SystemTime::UNIX_EPOCH)),
+            ..LifecycleExpiration::default()
+        });
+        let mut abort = s3_rule(None, 1);
+        abort.abort_incomplete_multipart_upload = Some(s3s::dto::AbortIncompleteMultipartUpload {
+            days_after_initiation: Some(7),
+        });
+        let mut noncurrent = s3_rule(None, 1);
+        noncurrent.noncurrent_version_expiration =
+            Some(s3s::dto::NoncurrentVersionExpiration::default());
+        for (rule, element) in [
+            (tag, "Filter Tag"),
+            (date, "Expiration Date"),
+            (abort, "AbortIncompleteMultipartUpload"),
+            (noncurrent, "NoncurrentVersionExpiration"),
+        ] {
+            let (code, message) = refused(vec![rule]);
+            assert_eq!(code, "NotImplemented", "{element}");
+            assert!(
+                message.contains(element) && message.contains("Rule 1"),
+                "{message}"
+            );
+        }
+    }
+}

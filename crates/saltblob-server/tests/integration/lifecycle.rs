@@ -1,0 +1,249 @@
+//! Bucket lifecycle: Put/Get/DeleteBucketLifecycleConfiguration, `x-amz-expiration` on PUT, GET and HEAD, and the
+//! expiry of objects by the lifecycle pass, on a store clock the test moves.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use s3s::dto::{Timestamp, TimestampFormat};
+use saltblob::{OffsetClock, StoreConfig};
+
+use crate::TestServer;
+use crate::client::Client;
+
+const DAY: u64 = 86_400_000_000;
+
+/// Two rules: `tmp/` expires after 1 day (enabled), `logs/` after 30 (disabled).
+const RULES: &str = "<LifecycleConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+<Rule><ID>tmp</ID><Filter><Prefix>tmp/</Prefix></Filter><Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule>\
+<Rule><ID>logs</ID><Filter><Prefix>logs/</Prefix></Filter><Status>Disabled</Status><Expiration><Days>30</Days></Expiration></Rule>\
+</LifecycleConfiguration>";
+
+/// A server on a memory store whose clock the test moves, with bucket `lcb`; `gc_every` as given.
+async fn clocked(gc_every: Option<Duration>) -> (TestServer, Arc<OffsetClock>) {
+    let clock = OffsetClock::new();
+    let store = saltblob::open(
+        "memory://",
+        StoreConfig::default().with_clock(clock.clone()),
+    )
+    .await
+    .expect("open store");
+    let s = TestServer::start_on(store, |c| c.with_gc_every(gc_every)).await;
+    let r = s.client.call("PUT", "/lcb").send().await;
+    assert_eq!(r.status, 200, "create bucket: {}", r.text());
+    (s, clock)
+}
+
+async fn put_rules(c: &Client, bucket: &str, xml: &'static str) -> crate::client::Reply {
+    c.call("PUT", &format!("/{bucket}"))
+        .query("lifecycle", "")
+        .header("content-type", "application/xml")
+        .body(xml)
+        .send()
+        .await
+}
+
+/// The `x-amz-expiration` expected of object `key` of bucket `lcb` under a rule `rule` of `days`.
+async fn expected_expiration(s: &TestServer, key: &str, rule: &str, days: u64) -> String {
+    let created = s
+        .store
+        .head(format!("s3/o/lcb/{key}"))
+        .await
+        .expect("stored")
+        .created_micros;
+    let midnight = ((created + days * DAY) / DAY + 1) * DAY;
+    let mut date = Vec::new();
+    Timestamp::from(SystemTime::UNIX_EPOCH + Duration::from_micros(midnight))
+        .format(TimestampFormat::HttpDate, &mut date)
+        .expect("date");
+    format!(
+        "expiry-date=\"{}\", rule-id=\"{rule}\"",
+        String::from_utf8(date).expect("ascii")
+    )
+}
+
+#[tokio::test]
+async fn rules_are_kept_shown_and_expire_objects_at_midnight_after_their_days() {
+    let (s, clock) = clocked(None).await;
+    let c = &s.client;
+    let none = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(
+        (none.status, none.code().as_str()),
+        (404, "NoSuchLifecycleConfiguration")
+    );
+    let put = put_rules(c, "lcb", RULES).await;
+    assert_eq!(put.status, 200, "{}", put.text());
+    let got = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.xml("ID"), ["tmp", "logs"]);
+    assert_eq!(got.xml("Prefix"), ["tmp/", "logs/"]);
+    assert_eq!(got.xml("Status"), ["Enabled", "Disabled"]);
+    assert_eq!(got.xml("Days"), ["1", "30"]);
+
+    let put = c.put("/lcb/tmp/a", &b"short-lived"[..]).await;
+    assert_eq!(put.status, 200);
+    let expected = expected_expiration(&s, "tmp/a", "tmp", 1).await;
+    assert_eq!(
+        put.header("x-amz-expiration"),
+        expected,
+        "PutObject says it"
+    );
+    assert_eq!(
+        c.get("/lcb/tmp/a").await.header("x-amz-expiration"),
+        expected
+    );
+    let head = c.call("HEAD", "/lcb/tmp/a").send().await;
+    assert_eq!(head.header("x-amz-expiration"), expected);
+    for key in ["keep/b", "logs/c"] {
+        let r = c.put(&format!("/lcb/{key}"), &b"kept"[..]).await;
+        assert_eq!(r.header("x-amz-expiration"), "", "{key}: no enabled rule");
+        assert_eq!(
+            c.get(&format!("/lcb/{key}"))
+                .await
+                .header("x-amz-expiration"),
+            ""
+        );
+    }
+
+    let mut expirer = saltblob_server::Expirer::new();
+    let first = expirer.pass(&s.store).await.expect("pass");
+    assert_eq!(
+        (first.scanned, first.objects),
+        (1, 0),
+        "tmp/a, not yet expired"
+    );
+    let again = expirer.pass(&s.store).await.expect("pass");
+    assert_eq!(
+        again.scanned, 0,
+        "the same day with the same rules: not scanned again"
+    );
+    // A day later it is due only at the next midnight; two days later it has expired.
+    clock.advance(Duration::from_secs(86_400 * 2 + 1));
+    // Written again now: judged by its own creation, so it stays.
+    assert_eq!(c.put("/lcb/tmp/new", &b"fresh"[..]).await.status, 200);
+    let expired = expirer.pass(&s.store).await.expect("pass");
+    assert_eq!(
+        (expired.scanned, expired.objects, expired.bytes),
+        (2, 1, 11)
+    );
+    assert_eq!(c.get("/lcb/tmp/a").await.status, 404);
+    assert_eq!(c.get("/lcb/tmp/new").await.status, 200);
+    // Changed rules are applied the same day: the whole bucket now, after five days (none is that old).
+    const ALL: &str = "<LifecycleConfiguration><Rule><ID>all</ID><Filter></Filter><Status>Enabled</Status>\
+        <Expiration><Days>5</Days></Expiration></Rule></LifecycleConfiguration>";
+    assert_eq!(put_rules(c, "lcb", ALL).await.status, 200);
+    let changed = expirer.pass(&s.store).await.expect("pass");
+    assert_eq!(
+        (changed.scanned, changed.objects),
+        (3, 0),
+        "tmp/new, keep/b, logs/c"
+    );
+    assert_eq!(put_rules(c, "lcb", RULES).await.status, 200);
+    clock.advance(Duration::from_secs(86_400 * 40));
+    let expired = saltblob_server::expire_objects(&s.store)
+        .await
+        .expect("pass");
+    assert_eq!(
+        expired.objects, 1,
+        "tmp/new; the disabled rule deletes nothing"
+    );
+    assert_eq!(c.get("/lcb/keep/b").await.status, 200);
+    assert_eq!(c.get("/lcb/logs/c").await.status, 200);
+
+    let deleted = c.call("DELETE", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(deleted.status, 204, "{}", deleted.text());
+    let none = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(none.code(), "NoSuchLifecycleConfiguration");
+    assert_eq!(
+        c.put("/lcb/tmp/z", &b"z"[..])
+            .await
+            .header("x-amz-expiration"),
+        ""
+    );
+}
+
+#[tokio::test]
+async fn what_is_not_applied_is_refused_and_the_rules_in_force_stay() {
+    let (s, _clock) = clocked(None).await;
+    let c = &s.client;
+    assert_eq!(put_rules(c, "lcb", RULES).await.status, 200);
+    for (xml, status, code, needle) in [
+        (
+            "<LifecycleConfiguration><Rule><ID>t</ID><Filter><Prefix>a/</Prefix></Filter><Status>Enabled</Status>\
+             <Transition><Days>30</Days><StorageClass>GLACIER</StorageClass></Transition></Rule></LifecycleConfiguration>",
+            501,
+            "NotImplemented",
+            "Transition",
+        ),
+        (
+            "<LifecycleConfiguration><Rule><ID>t</ID><Filter><Tag><Key>k</Key><Value>v</Value></Tag></Filter>\
+             <Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule></LifecycleConfiguration>",
+            501,
+            "NotImplemented",
+            "Filter Tag",
+        ),
+        (
+            "<LifecycleConfiguration><Rule><ID>t</ID><Filter></Filter><Status>Enabled</Status>\
+             <Expiration><Days>0</Days></Expiration></Rule></LifecycleConfiguration>",
+            400,
+            "InvalidArgument",
+            "positive integer",
+        ),
+        (
+            "<LifecycleConfiguration><Rule><ID>t</ID><Filter></Filter><Status>Enabled</Status></Rule>\
+             </LifecycleConfiguration>",
+            400,
+            "InvalidRequest",
+            "action",
+        ),
+    ] {
+        let r = put_rules(c, "lcb", xml).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (status, code),
+            "{needle}: {}",
+            r.text()
+        );
+        assert!(r.text().contains(needle), "{needle}: {}", r.text());
+    }
+    let got = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(
+        got.xml("ID"),
+        ["tmp", "logs"],
+        "the refused puts changed nothing"
+    );
+
+    let missing = put_rules(c, "nobucket", RULES).await;
+    assert_eq!(missing.code(), "NoSuchBucket");
+
+    // A deleted bucket's rules do not come back with a new bucket of its name.
+    assert_eq!(c.delete("/lcb").await.status, 204);
+    assert!(
+        s.store.head("s3/l/lcb").await.is_err(),
+        "the record went with the bucket"
+    );
+    assert_eq!(c.call("PUT", "/lcb").send().await.status, 200);
+    let none = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(none.code(), "NoSuchLifecycleConfiguration");
+}
+
+#[tokio::test]
+async fn the_servers_gc_loop_applies_the_rules() {
+    let (s, clock) = clocked(Some(Duration::from_millis(100))).await;
+    let c = &s.client;
+    assert_eq!(put_rules(c, "lcb", RULES).await.status, 200);
+    assert_eq!(c.put("/lcb/tmp/a", &b"short-lived"[..]).await.status, 200);
+    clock.advance(Duration::from_secs(86_400 * 3));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while c.get("/lcb/tmp/a").await.status != 404 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gc loop did not expire tmp/a"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = s.metrics().await;
+    assert!(
+        metrics.contains("saltblob_lifecycle_expired_objects_total 1"),
+        "{metrics}"
+    );
+}
