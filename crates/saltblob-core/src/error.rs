@@ -210,6 +210,19 @@ pub enum Error {
         /// The evidence: offending tag, lengths, checksums.
         detail: String,
     },
+    /// A key provider cannot give or open a data key: the key-encryption key is unknown, retired, disabled, or
+    /// the provider cannot be reached. Nothing was read or written with it.
+    #[error("key unavailable: {provider} key {key}: {reason}")]
+    KeyUnavailable {
+        /// The provider: `local` (a keyring file) or `aws-kms`.
+        provider: &'static str,
+        /// The key-encryption key, as the provider names it (with its version where it has one).
+        key: String,
+        /// Why, and what to fix.
+        reason: String,
+        /// Whether the same call may succeed later (a provider that did not answer).
+        retryable: bool,
+    },
     /// A store URL is malformed or names an unknown scheme.
     #[error("invalid store URL \"{url}\": {reason}")]
     InvalidUrl {
@@ -273,7 +286,9 @@ impl Error {
     /// down runs nothing more).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Backend { retryable, .. } => *retryable,
+            Error::Backend { retryable, .. } | Error::KeyUnavailable { retryable, .. } => {
+                *retryable
+            }
             Error::VersionReclaimed { .. } | Error::IntentLost { .. } => true,
             _ => false,
         }

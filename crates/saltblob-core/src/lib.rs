@@ -61,6 +61,7 @@ pub mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod decode;
+pub mod encryption;
 pub mod error;
 pub mod fsck;
 pub mod gc;

@@ -13,6 +13,7 @@ mod gc;
 mod get;
 mod import_salted;
 mod inspect;
+mod keyring;
 mod ls;
 mod plan;
 mod put;
@@ -64,6 +65,9 @@ pub enum Commands {
     /// Rewrite the blobs whose layout differs from the store's policy (or --policy), each atomically (a put
     /// conditional on the version read: a concurrent writer wins), in the bulk class; resumable with --after.
     Relayout(relayout::Relayout),
+    /// Make and change the local key provider's keyring file (encryption at rest, docs/format.md): new, add,
+    /// rotate, list.
+    Keyring(keyring::KeyringCmd),
     /// Serve the store over S3 (awscli, boto3, any S3 SDK); see docs/s3.md. Stops on SIGINT or SIGTERM, letting
     /// requests in flight finish.
     Serve(serve::Serve),
@@ -88,6 +92,7 @@ impl Commands {
             Commands::Census(c) => c,
             Commands::Plan(c) => c,
             Commands::Relayout(c) => c,
+            Commands::Keyring(c) => c,
             Commands::Serve(c) => c,
         }
     }

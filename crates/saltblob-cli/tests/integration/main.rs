@@ -7,6 +7,7 @@ mod crash;
 mod crash_loop;
 mod extent_faults;
 mod fault_injection;
+mod keyring;
 mod keys;
 mod maintenance;
 mod memory;

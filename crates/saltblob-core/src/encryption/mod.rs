@@ -1,0 +1,333 @@
+//! Encryption at rest (`docs/format.md`, "Encryption at rest"): key-encryption keys (KEKs) held by a key
+//! provider, and data keys (DEKs) they wrap.
+//!
+//! What exists: the [`KeyProvider`] trait, the `local` provider ([`LocalProvider`]) over a [`Keyring`] file, and
+//! the wrapped-key format. Sealing chunks with the data keys is specified in `docs/format.md` and not yet used
+//! by puts.
+
+mod keyring;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+
+pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
+use crate::Error;
+use crate::error::Result;
+
+/// Bytes of every key: KEKs and DEKs are 256 bits.
+pub const KEY_LEN: usize = 32;
+/// Bytes of a data key wrapped by the local provider: nonce, sealed key, tag.
+pub const LOCAL_WRAPPED_LEN: usize = NONCE_LEN + KEY_LEN + 16;
+/// The local provider's name.
+pub const LOCAL: &str = "local";
+
+/// A key's bytes, zeroed when dropped.
+pub type Secret = zeroize::Zeroizing<[u8; KEY_LEN]>;
+
+/// 32 bytes from the operating system's CSPRNG.
+pub(crate) fn random_key() -> Result<Secret> {
+    let mut key = Secret::new([0; KEY_LEN]);
+    aws_lc_rs::rand::fill(&mut key[..]).map_err(|_| Error::Backend {
+        backend: "encryption",
+        message: "the system's random number generator failed".into(),
+        retryable: false,
+        source: None,
+    })?;
+    Ok(key)
+}
+
+/// Which key-encryption key wrapped a data key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KekRef {
+    /// The provider: [`LOCAL`] or `aws-kms`.
+    pub provider: &'static str,
+    /// The key's name (a keyring name; a KMS key id).
+    pub name: String,
+    /// Its version (0 where the provider's wrapped key names its own).
+    pub version: u32,
+}
+
+impl fmt::Display for KekRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.version == 0 {
+            write!(f, "{:?}", self.name)
+        } else {
+            write!(f, "{:?} version {}", self.name, self.version)
+        }
+    }
+}
+
+/// A new data key: the key itself (never stored) and its wrapped form (stored in the manifest).
+pub struct DataKey {
+    /// The key.
+    pub key: Secret,
+    /// The key wrapped by [`DataKey::kek`].
+    pub wrapped: Vec<u8>,
+    /// The key-encryption key that wrapped it.
+    pub kek: KekRef,
+}
+
+impl fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataKey")
+            .field("kek", &self.kek)
+            .field("wrapped_len", &self.wrapped.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where key-encryption keys live: makes data keys wrapped by one, and opens them again.
+#[async_trait::async_trait]
+pub trait KeyProvider: fmt::Debug + Send + Sync {
+    /// The provider's name, as manifests record it.
+    fn name(&self) -> &'static str;
+
+    /// A new random data key, wrapped by the current version of key `kek`.
+    ///
+    /// # Errors
+    /// [`Error::KeyUnavailable`] naming the key when it is unknown or cannot be used.
+    async fn new_data_key(&self, kek: &str) -> Result<DataKey>;
+
+    /// The data key `wrapped` by `kek`.
+    ///
+    /// # Errors
+    /// [`Error::KeyUnavailable`] when the key is unknown, retired or disabled, or `wrapped` does not open under
+    /// it (it was wrapped by another key, or changed).
+    async fn open_data_key(&self, kek: &KekRef, wrapped: &[u8]) -> Result<Secret>;
+}
+
+/// The `local` provider: key-encryption keys from a keyring file, read when the provider is made.
+#[derive(Debug, Clone)]
+pub struct LocalProvider {
+    keyring: Arc<Keyring>,
+}
+
+impl LocalProvider {
+    /// The provider over the keyring file at `path`.
+    ///
+    /// # Errors
+    /// As [`Keyring::open`].
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
+        Ok(Self::new(Keyring::open(path)?))
+    }
+
+    /// The provider over `keyring`.
+    pub fn new(keyring: Keyring) -> Self {
+        Self {
+            keyring: Arc::new(keyring),
+        }
+    }
+
+    fn unavailable(&self, key: impl fmt::Display, reason: impl Into<String>) -> Error {
+        Error::KeyUnavailable {
+            provider: LOCAL,
+            key: key.to_string(),
+            reason: format!(
+                "{} (keyring {})",
+                reason.into(),
+                self.keyring.path().display()
+            ),
+            retryable: false,
+        }
+    }
+}
+
+/// The associated data of a data key wrapped by KEK `name` version `version`.
+fn wrap_aad(name: &str, version: u32) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(32 + name.len());
+    aad.extend_from_slice(b"saltblob/local-dek/1\0");
+    aad.extend_from_slice(name.as_bytes());
+    aad.push(0);
+    aad.extend_from_slice(&version.to_le_bytes());
+    aad
+}
+
+fn aead_key(kek: &Kek) -> Result<LessSafeKey> {
+    let key = UnboundKey::new(&AES_256_GCM, kek.key()).map_err(|_| Error::Backend {
+        backend: "encryption",
+        message: "AES-256-GCM refused a 32-byte key".into(),
+        retryable: false,
+        source: None,
+    })?;
+    Ok(LessSafeKey::new(key))
+}
+
+#[async_trait::async_trait]
+impl KeyProvider for LocalProvider {
+    fn name(&self) -> &'static str {
+        LOCAL
+    }
+
+    async fn new_data_key(&self, name: &str) -> Result<DataKey> {
+        let Some(kek) = self.keyring.current(name) else {
+            let reason = if self.keyring.keks().iter().any(|k| k.name == name) {
+                "every version is retired: rotate it to make a new one"
+            } else {
+                "no such key: add it with saltblob keyring add"
+            };
+            return Err(self.unavailable(format!("{name:?}"), reason));
+        };
+        let key = random_key()?;
+        let mut nonce = [0u8; NONCE_LEN];
+        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| Error::Backend {
+            backend: "encryption",
+            message: "the system's random number generator failed".into(),
+            retryable: false,
+            source: None,
+        })?;
+        let mut sealed = key.to_vec();
+        aead_key(kek)?
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(wrap_aad(&kek.name, kek.version)),
+                &mut sealed,
+            )
+            .map_err(|_| self.unavailable(format!("{name:?}"), "AES-256-GCM failed to wrap"))?;
+        let mut wrapped = Vec::with_capacity(LOCAL_WRAPPED_LEN);
+        wrapped.extend_from_slice(&nonce);
+        wrapped.extend_from_slice(&sealed);
+        Ok(DataKey {
+            key,
+            wrapped,
+            kek: KekRef {
+                provider: LOCAL,
+                name: kek.name.clone(),
+                version: kek.version,
+            },
+        })
+    }
+
+    async fn open_data_key(&self, kek_ref: &KekRef, wrapped: &[u8]) -> Result<Secret> {
+        let Some(kek) = self.keyring.get(&kek_ref.name, kek_ref.version) else {
+            return Err(self.unavailable(kek_ref, "no such key version in the keyring"));
+        };
+        if kek.state == KekState::Retired {
+            return Err(self.unavailable(kek_ref, "the key version is retired"));
+        }
+        if wrapped.len() != LOCAL_WRAPPED_LEN {
+            return Err(self.unavailable(
+                kek_ref,
+                format!(
+                    "a wrapped key of {} bytes; {LOCAL_WRAPPED_LEN} expected",
+                    wrapped.len()
+                ),
+            ));
+        }
+        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce)
+            .map_err(|_| self.unavailable(kek_ref, "a wrapped key without its nonce"))?;
+        let mut buf = zeroize::Zeroizing::new(sealed.to_vec());
+        let opened = aead_key(kek)?
+            .open_in_place(nonce, Aad::from(wrap_aad(&kek.name, kek.version)), &mut buf)
+            .map_err(|_| {
+                self.unavailable(
+                    kek_ref,
+                    "the wrapped data key does not open under it (wrapped by another key, or changed)",
+                )
+            })?;
+        let mut key = Secret::new([0; KEY_LEN]);
+        key.copy_from_slice(opened);
+        Ok(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(dir: &tempfile::TempDir) -> (LocalProvider, PathBuf) {
+        let path = dir.path().join("keys");
+        let mut ring = Keyring::create(&path).unwrap();
+        ring.add("a", 1).unwrap();
+        ring.add("b", 1).unwrap();
+        (LocalProvider::new(ring), path)
+    }
+
+    #[tokio::test]
+    async fn data_keys_open_only_under_the_key_and_version_that_wrapped_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (local, path) = provider(&dir);
+        let made = local.new_data_key("a").await.unwrap();
+        assert_eq!(made.wrapped.len(), LOCAL_WRAPPED_LEN);
+        assert_eq!(
+            made.kek,
+            KekRef {
+                provider: LOCAL,
+                name: "a".into(),
+                version: 1
+            }
+        );
+        assert_eq!(
+            local.open_data_key(&made.kek, &made.wrapped).await.unwrap(),
+            made.key
+        );
+        let other = local.new_data_key("a").await.unwrap();
+        assert_ne!(other.key, made.key, "a new random key each time");
+        assert_ne!(
+            other.wrapped[..NONCE_LEN],
+            made.wrapped[..NONCE_LEN],
+            "and a new nonce"
+        );
+
+        // Another key, another version, a changed byte: refused, naming the key.
+        let b = KekRef {
+            name: "b".into(),
+            ..made.kek.clone()
+        };
+        let e = local.open_data_key(&b, &made.wrapped).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::KeyUnavailable { provider: "local", key, .. } if key.contains("\"b\"")),
+            "{e}"
+        );
+        assert!(!e.is_retryable());
+        let v2 = KekRef {
+            version: 2,
+            ..made.kek.clone()
+        };
+        assert!(
+            local
+                .open_data_key(&v2, &made.wrapped)
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("no such key version")
+        );
+        for i in 0..made.wrapped.len() {
+            let mut bad = made.wrapped.clone();
+            bad[i] ^= 1;
+            assert!(
+                local.open_data_key(&made.kek, &bad).await.is_err(),
+                "byte {i}"
+            );
+        }
+        assert!(
+            local
+                .open_data_key(&made.kek, &made.wrapped[1..])
+                .await
+                .is_err()
+        );
+        let e = local.new_data_key("zzz").await.unwrap_err().to_string();
+        assert!(
+            e.contains("no such key") && e.contains(&path.display().to_string()),
+            "{e}"
+        );
+
+        // After a rotation new keys use version 2; version 1 still opens what it wrapped.
+        let mut ring = Keyring::open(&path).unwrap();
+        ring.rotate("a", 2).unwrap();
+        let rotated = LocalProvider::open(&path).unwrap();
+        let newer = rotated.new_data_key("a").await.unwrap();
+        assert_eq!(newer.kek.version, 2);
+        assert_eq!(
+            rotated
+                .open_data_key(&made.kek, &made.wrapped)
+                .await
+                .unwrap(),
+            made.key
+        );
+        assert!(!format!("{newer:?}").contains("key:"), "Debug shows no key");
+    }
+}
