@@ -1,11 +1,12 @@
 //! Encryption at rest (`docs/format.md`, "Encryption at rest"): key-encryption keys (KEKs) held by a key
 //! provider, and data keys (DEKs) they wrap.
 //!
-//! What exists: the [`KeyProvider`] trait, the `local` provider ([`LocalProvider`]) over a [`Keyring`] file, and
-//! the wrapped-key format. Sealing chunks with the data keys is specified in `docs/format.md` and not yet used
-//! by puts.
+//! What exists: the [`KeyProvider`] trait, the `local` provider ([`LocalProvider`]) over a [`Keyring`] file, the
+//! wrapped-key format, and the sealing of a version's chunks ([`seal::VersionKeys`]), which puts and reads do
+//! not use yet.
 
 mod keyring;
+pub mod seal;
 
 use std::fmt;
 use std::path::PathBuf;
