@@ -32,6 +32,17 @@ pub fn ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// Runs `cmd`, which must exit with `code` and say `says` on stderr.
+pub fn fails(cmd: &mut Command, code: i32, says: &str) {
+    let out = cmd.output().expect("run saltblob");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{cmd:?}: {stderr}");
+    assert!(
+        stderr.contains(says),
+        "{cmd:?} should say {says:?}: {stderr}"
+    );
+}
+
 /// A deterministic pseudo-random byte generator (xorshift64*), fast enough for gigabytes.
 pub struct Noise(u64);
 

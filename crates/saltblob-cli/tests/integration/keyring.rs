@@ -4,20 +4,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use crate::common::{ok, saltblob};
+use crate::common::{fails, ok, saltblob};
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(cmd: &mut std::process::Command, code: i32, needle: &str) {
-    let out = cmd.output().expect("run saltblob");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(code), "{cmd:?}: {err}");
-    assert!(
-        err.contains(needle),
-        "{cmd:?}: {err:?} should say {needle:?}"
-    );
 }
 
 #[test]

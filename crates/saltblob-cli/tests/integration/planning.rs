@@ -1,8 +1,6 @@
 //! `saltblob census` and `saltblob plan` from the command line, on the embedded store: the census's counts and
 //! files, the plan on a modelled cluster from the store or from a census file, and bad input.
 
-use std::process::Command;
-
 use crate::common::*;
 
 /// 20 small blobs (inline), 5 of 100 KiB (one partition) and one of 20 MiB (salted).
@@ -19,16 +17,6 @@ fn store_with_a_long_tail(dir: &std::path::Path) -> std::path::PathBuf {
     random_file(&file, 20 << 20, 99);
     ok(saltblob(&store).args(["put", "k/large"]).arg(&file));
     store
-}
-
-fn fails(cmd: &mut Command, code: i32, says: &str) {
-    let out = cmd.output().expect("run saltblob");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(code), "{cmd:?}: {stderr}");
-    assert!(
-        stderr.contains(says),
-        "{cmd:?} should say {says:?}: {stderr}"
-    );
 }
 
 /// The object of the JSON list `list` whose `field` is `name` (null when none is).
