@@ -5,7 +5,7 @@
 //! | `s3/b/<bucket>` | the bucket record (a small inline blob; its version's creation time is the bucket's) |
 //! | `s3/o/<bucket>/<object key>` | the object: its bytes, content type and metadata |
 //! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart/upload.rs`) |
-//! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle.rs`), when it has any |
+//! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle/`), when it has any |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
 //! before any operation runs, so a bucket name never holds a `/`.

@@ -1,6 +1,6 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
 //! operations in `bucket.rs`, object operations in `object.rs`, listings in `list.rs`, multipart upload in
-//! `multipart/`, bucket lifecycle rules in `lifecycle.rs`, the settings saltblob does not keep (ACLs, policy,
+//! `multipart/`, bucket lifecycle rules in `lifecycle/`, the settings saltblob does not keep (ACLs, policy,
 //! CORS, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{

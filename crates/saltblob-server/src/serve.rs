@@ -311,7 +311,7 @@ impl Drop for Aborting {
 
 /// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
 /// whose parts' lease has passed (`multipart/`) and the objects their bucket's lifecycle expired
-/// (`lifecycle.rs`).
+/// (`lifecycle/`).
 async fn gc_loop(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -14,7 +14,7 @@
 //!   for each (`NoSuchBucketPolicy`, `NoSuchCORSConfiguration`, `NoSuchTagSet`,
 //!   `NoSuchPublicAccessBlockConfiguration`, `ServerSideEncryptionConfigurationNotFoundError`,
 //!   `ObjectLockConfigurationNotFoundError`). saltblob stores objects unencrypted; it says so rather than
-//!   claiming the default encryption AWS applies. (Lifecycle rules are kept: `lifecycle.rs`.)
+//!   claiming the default encryption AWS applies. (Lifecycle rules are kept: `lifecycle/`.)
 
 use s3s::dto::{
     AccessControlPolicy, GetBucketAclInput, GetBucketAclOutput, GetBucketOwnershipControlsInput,

@@ -1,0 +1,311 @@
+//! Bucket lifecycle (`docs/s3.md`, "Lifecycle"): expiration rules by key prefix and age.
+//!
+//! - Put/Get/DeleteBucketLifecycleConfiguration keep a bucket's rules in its lifecycle record (`keys.rs`), in
+//!   the format below. A rule is `Expiration` in `Days` with a `Filter` of a `Prefix` (or none: the whole
+//!   bucket) and a `Status`; every other element (transitions, tags, sizes, noncurrent versions, a `Date`,
+//!   multipart aborts) is refused with `NotImplemented` naming it, never stored and ignored.
+//! - An object expires, as on AWS, at the first midnight UTC after its creation plus the rule's days; under
+//!   several rules, at the earliest. GET, HEAD and PUT say when, in `x-amz-expiration`.
+//! - The server's gc loop deletes the expired objects ([`Expirer`]): each with a conditional delete of
+//!   the version it judged, so an object written again since is never deleted by an older verdict. Until that
+//!   pass runs an expired object is still served, as AWS serves one until it removes it.
+//!
+//! The record names the bucket record's version it was written for: rules left behind by a deleted bucket are
+//! never applied to a new bucket of the same name.
+//!
+//! Record format (little-endian), version 1:
+//!
+//! ```text
+//! magic "SBLC" | format u8 = 1 | bucket record version u128 | rule count u16 (1..=1000)
+//! rule: status u8 (0 disabled, 1 enabled) | days u32 (>= 1) | id length u8 | id (UTF-8)
+//!       | prefix length u16 (<= 1024) | prefix (UTF-8)
+//! ```
+//!
+//! Nothing follows the last rule; a record that breaks any of this is reported as corrupt with what broke and
+//! where, and its bucket's objects are then never expired.
+
+mod cache;
+mod rules;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use s3s::dto::{
+    DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput, GetBucketLifecycleConfigurationInput,
+    GetBucketLifecycleConfigurationOutput, PutBucketLifecycleConfigurationInput,
+    PutBucketLifecycleConfigurationOutput,
+};
+use s3s::{S3Request, S3Response, S3Result, s3_error};
+use saltblob_core::{BlobStore, Error, Manifest, PutOptions};
+
+pub(crate) use self::cache::Cache;
+use self::rules::{DAY_MICROS, Lifecycle, expiration_header};
+use crate::error::from_store;
+use crate::keys::{BUCKET_PREFIX, lifecycle_key, objects_prefix};
+use crate::service::SaltS3;
+
+/// The content type of lifecycle records.
+const CONTENT_TYPE: &str = "application/x-saltblob-lifecycle";
+
+/// The lifecycle record of `bucket` as stored, whatever bucket record it was written for; `None` when there is
+/// none or it does not decode (logged: a damaged record expires nothing).
+async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<Lifecycle>> {
+    let key = lifecycle_key(bucket);
+    let bytes = match store.get(&key).await {
+        Ok(bytes) => bytes,
+        Err(Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(from_store(e)),
+    };
+    match Lifecycle::decode(&bytes) {
+        Ok(l) => Ok(Some(l)),
+        Err(why) => {
+            tracing::warn!(
+                bucket,
+                key,
+                why,
+                "corrupt lifecycle record: its rules are not applied"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The lifecycle of the bucket whose record is `bucket_record`, read from the store now.
+async fn current(
+    store: &BlobStore,
+    bucket: &str,
+    bucket_record: &Manifest,
+) -> S3Result<Option<Lifecycle>> {
+    Ok(read_record(store, bucket)
+        .await?
+        .filter(|l| l.bucket_version == bucket_record.version))
+}
+
+impl SaltS3 {
+    /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
+    ///
+    /// # Errors
+    /// `NoSuchBucket` when the bucket does not exist; the store's errors.
+    pub(crate) async fn bucket_and_lifecycle(
+        &self,
+        bucket: &str,
+    ) -> S3Result<(Manifest, Option<Arc<Lifecycle>>)> {
+        let lifecycle = async {
+            if let Some(cached) = self.lifecycles.fresh(bucket) {
+                return Ok(cached);
+            }
+            let read = read_record(&self.store, bucket).await?.map(Arc::new);
+            self.lifecycles.keep(bucket, read.clone());
+            Ok(read)
+        };
+        let (record, lifecycle) = futures::try_join!(self.require_bucket(bucket), lifecycle)?;
+        let lifecycle = lifecycle.filter(|l| l.bucket_version == record.version);
+        Ok((record, lifecycle))
+    }
+}
+
+/// The `x-amz-expiration` of object `key` of a bucket with `lifecycle`, stored as `manifest`.
+pub(crate) fn expiration_of(
+    lifecycle: Option<&Lifecycle>,
+    key: &str,
+    manifest: &Manifest,
+) -> Option<String> {
+    let (rule, at) = lifecycle?.expiry(key, manifest.created_micros)?;
+    Some(expiration_header(rule, at))
+}
+
+/// PutBucketLifecycleConfiguration: replaces the bucket's rules, once checked.
+pub(crate) async fn handle_put(
+    s3: &SaltS3,
+    req: S3Request<PutBucketLifecycleConfigurationInput>,
+) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+    let input = req.input;
+    let record = s3.require_bucket(&input.bucket).await?;
+    let Some(config) = input.lifecycle_configuration else {
+        return Err(s3_error!(
+            MalformedXML,
+            "The request has no LifecycleConfiguration"
+        ));
+    };
+    let lifecycle = Lifecycle::from_config(config, record.version)?;
+    let opts = PutOptions::new().with_content_type(CONTENT_TYPE);
+    let stored = s3
+        .store
+        .put(lifecycle_key(&input.bucket), lifecycle.encode(), &opts)
+        .await;
+    s3.lifecycles.forget(&input.bucket);
+    stored.map_err(from_store)?;
+    Ok(S3Response::new(
+        PutBucketLifecycleConfigurationOutput::default(),
+    ))
+}
+
+/// GetBucketLifecycleConfiguration: the bucket's rules; `NoSuchLifecycleConfiguration` when it has none.
+pub(crate) async fn handle_get(
+    s3: &SaltS3,
+    req: S3Request<GetBucketLifecycleConfigurationInput>,
+) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+    let bucket = req.input.bucket;
+    let record = s3.require_bucket(&bucket).await?;
+    match current(&s3.store, &bucket, &record).await? {
+        Some(lifecycle) => Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(lifecycle.to_config()),
+            ..GetBucketLifecycleConfigurationOutput::default()
+        })),
+        None => Err(s3_error!(
+            NoSuchLifecycleConfiguration,
+            "The lifecycle configuration does not exist"
+        )),
+    }
+}
+
+/// DeleteBucketLifecycle: removes the bucket's rules (204 whether or not it had any, as S3).
+pub(crate) async fn handle_delete(
+    s3: &SaltS3,
+    req: S3Request<DeleteBucketLifecycleInput>,
+) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+    let bucket = req.input.bucket;
+    s3.require_bucket(&bucket).await?;
+    let deleted = s3.store.delete(lifecycle_key(&bucket)).await;
+    s3.lifecycles.forget(&bucket);
+    deleted.map_err(from_store)?;
+    Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+}
+
+/// Removes `bucket`'s lifecycle record after the bucket itself was deleted. A failure is only logged: a record
+/// left behind names the deleted bucket record's version and is never applied to a new bucket.
+pub(crate) async fn forget_bucket(s3: &SaltS3, bucket: &str) {
+    if let Err(e) = s3.store.delete(lifecycle_key(bucket)).await {
+        tracing::warn!(bucket, error = %e, "the deleted bucket's lifecycle record stays (it is never applied)");
+    }
+    s3.lifecycles.forget(bucket);
+}
+
+/// What a lifecycle pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Objects looked at.
+    pub scanned: u64,
+    /// Objects deleted.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The lifecycle passes of one server's gc loop.
+///
+/// Every expiry is a midnight UTC, so between two midnights only a change of a bucket's rules makes more of its
+/// objects expire (an object written since the last pass expires a day later at the earliest): a bucket whose
+/// last complete pass ran on the same day (by the store's clock) with the same rules is not scanned again.
+#[derive(Debug, Default)]
+pub struct Expirer {
+    /// Per bucket: the day (since the epoch) and the rules of its last complete pass.
+    done: HashMap<String, (u64, Lifecycle)>,
+}
+
+impl Expirer {
+    /// A fresh expirer: its first pass scans every bucket with enabled rules.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Deletes every object whose lifecycle expiry has passed on the store's clock, in every bucket with enabled
+    /// rules (but those already passed over today with the same rules), each with a conditional delete of the
+    /// version judged: an object written again since stays.
+    ///
+    /// # Errors
+    /// The store's, when a scan or a delete fails; what was deleted before stays deleted, and the bucket is
+    /// scanned again by the next pass.
+    pub async fn pass(&mut self, store: &BlobStore) -> saltblob_core::Result<Expired> {
+        let now = store.config().clock.now_micros();
+        let today = now / DAY_MICROS;
+        let buckets: Vec<(String, Manifest)> = store
+            .list_stream(BUCKET_PREFIX.as_bytes())
+            .try_filter_map(|entry| async move {
+                let name = entry.key.get(BUCKET_PREFIX.len()..).unwrap_or_default();
+                Ok(match (std::str::from_utf8(name), entry.manifest) {
+                    (Ok(name), Ok(m)) => Some((name.to_owned(), m)),
+                    _ => None,
+                })
+            })
+            .try_collect()
+            .await?;
+        self.done
+            .retain(|bucket, _| buckets.iter().any(|(b, _)| b == bucket));
+        let mut expired = Expired::default();
+        for (bucket, record) in buckets {
+            let lifecycle = match current(store, &bucket, &record).await {
+                Ok(Some(l)) => l,
+                Ok(None) => {
+                    self.done.remove(&bucket);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(bucket, error = %e, "reading the lifecycle failed (will retry)");
+                    continue;
+                }
+            };
+            if self
+                .done
+                .get(&bucket)
+                .is_some_and(|(day, rules)| *day == today && *rules == lifecycle)
+            {
+                continue;
+            }
+            expire_bucket(store, &bucket, &lifecycle, now, &mut expired).await?;
+            self.done.insert(bucket, (today, lifecycle));
+        }
+        Ok(expired)
+    }
+}
+
+/// One pass of a fresh [`Expirer`]: deletes every object whose lifecycle expiry has passed.
+///
+/// # Errors
+/// As [`Expirer::pass`].
+pub async fn expire_objects(store: &BlobStore) -> saltblob_core::Result<Expired> {
+    Expirer::new().pass(store).await
+}
+
+/// Deletes the objects of `bucket` that `lifecycle` expired by `now`, counting into `expired`.
+async fn expire_bucket(
+    store: &BlobStore,
+    bucket: &str,
+    lifecycle: &Lifecycle,
+    now: u64,
+    expired: &mut Expired,
+) -> saltblob_core::Result<()> {
+    let objects = objects_prefix(bucket);
+    for prefix in lifecycle.scanned_prefixes() {
+        let scanned = format!("{objects}{prefix}");
+        let mut listing = store.list_stream(scanned.as_bytes());
+        while let Some(entry) = listing.try_next().await? {
+            expired.scanned += 1;
+            let Ok(m) = entry.manifest else { continue };
+            let Some(key) = entry
+                .key
+                .get(objects.len()..)
+                .and_then(|k| std::str::from_utf8(k).ok())
+            else {
+                continue;
+            };
+            let Some((_, at)) = lifecycle.expiry(key, m.created_micros) else {
+                continue;
+            };
+            if at > now {
+                continue;
+            }
+            match store.delete_version(&entry.key, m.version).await {
+                Ok(()) => {
+                    expired.objects += 1;
+                    expired.bytes += m.size;
+                }
+                // Deleted or written again since it was listed: nothing to do.
+                Err(Error::NotFound { .. } | Error::PreconditionFailed { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
