@@ -49,6 +49,11 @@ pub struct BenchArgs {
     /// `--mixed` and this many ÷ the paced rate (at most 600 s), so that its P99 is stable.
     #[arg(long, default_value_t = 20_000, value_name = "N")]
     pub paced_samples: u64,
+    /// Seconds a paced phase of `--mixed` waits, past its schedule, for the small operations due in it (those
+    /// late because the store fell behind are still issued then); the bulk loops run until it ends. What is
+    /// still running after it counts as unfinished. At most 600.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub paced_grace: f64,
     /// Also stream MIB MiB through `saltblob put KEY -` in a child process (the running binary) and report its
     /// peak resident memory (phase `stream_put`); on an embedded store the child writes to a fresh store beside
     /// it. 0 (the default): skip.

@@ -78,6 +78,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         large_writers: plan.large_writers,
         small_loads: args.mixed.map(|_| plan.small_loads.clone()),
         paced_samples: plan.paced_samples,
+        paced_grace_s: plan.paced_grace.as_secs_f64(),
         scheduler,
         largest_chunk_bytes: largest_chunk,
         probe_size: args.probe.probe_size,

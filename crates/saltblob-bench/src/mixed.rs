@@ -28,8 +28,6 @@ pub(crate) const PACED_MAX_SECONDS: f64 = 600.0;
 /// Most paced small operations in flight: enough that a store keeping up never makes one wait for another,
 /// few enough to bound memory when it does not keep up (operations then start late, and count it).
 pub(crate) const PACED_MAX_IN_FLIGHT: usize = 256;
-/// How long the operations still running at the end of a paced phase may take to finish.
-const PACED_GRACE: Duration = Duration::from_secs(10);
 
 /// What [`Run::mixed`] ran.
 pub(crate) struct MixedRun {
@@ -171,7 +169,7 @@ impl Run {
             rate,
             duration: Duration::from_secs_f64(seconds),
             max_in_flight: PACED_MAX_IN_FLIGHT,
-            grace: PACED_GRACE,
+            grace: self.plan.paced_grace,
         }
         .checked()
         .map_err(|e| Error::invalid("paced load", e))?;

@@ -27,7 +27,12 @@ pub(crate) struct Plan {
     pub(crate) small_loads: Vec<f64>,
     /// `--paced-samples`: small operations due in each paced phase, at least.
     pub(crate) paced_samples: u64,
+    /// `--paced-grace`: how long a paced phase waits past its schedule for the operations due in it.
+    pub(crate) paced_grace: Duration,
 }
+
+/// Longest `--paced-grace`, seconds.
+const MAX_PACED_GRACE_SECONDS: f64 = 600.0;
 
 /// The paced loads of `--mixed` without `--small-load`.
 pub(crate) const DEFAULT_SMALL_LOADS: [f64; 2] = [0.25, 0.5];
@@ -137,6 +142,18 @@ impl Plan {
                 ),
             ));
         }
+        if !(args.paced_grace.is_finite()
+            && (0.0..=MAX_PACED_GRACE_SECONDS).contains(&args.paced_grace))
+        {
+            return Err(Error::invalid(
+                "--paced-grace",
+                format!(
+                    "{}; it must be 0 to {MAX_PACED_GRACE_SECONDS} seconds",
+                    args.paced_grace
+                ),
+            ));
+        }
+        let paced_grace = Duration::from_secs_f64(args.paced_grace);
         let small_loads = if args.small_load.is_empty() {
             DEFAULT_SMALL_LOADS.to_vec()
         } else {
@@ -168,6 +185,7 @@ impl Plan {
             large_writers: args.large_writers,
             small_loads,
             paced_samples: args.paced_samples,
+            paced_grace,
         })
     }
 }
@@ -233,6 +251,28 @@ mod tests {
                 "{extra:?}: {err}"
             );
             assert!(err.to_string().contains("--large-writers"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_paced_grace_defaults_to_ten_seconds_and_bad_ones_are_refused() {
+        let p = plan(&["--mixed", "3"]).expect("valid");
+        assert_eq!(p.paced_grace, Duration::from_secs(10));
+        let p = plan(&["--mixed", "3", "--paced-grace", "0.5"]).expect("valid");
+        assert_eq!(p.paced_grace, Duration::from_millis(500));
+        for bad in ["-1", "601", "NaN", "inf"] {
+            let arg = format!("--paced-grace={bad}");
+            let err = plan(&["--mixed", "3", &arg]).expect_err(bad);
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidArgument {
+                        what: "--paced-grace",
+                        ..
+                    }
+                ),
+                "{bad}: {err}"
+            );
         }
     }
 }

@@ -73,6 +73,8 @@ pub struct BenchConfig {
     pub small_loads: Option<Vec<f64>>,
     /// Small operations due in each paced phase, at least (`--paced-samples`).
     pub paced_samples: u64,
+    /// Seconds a paced phase waits past its schedule for the operations due in it (`--paced-grace`).
+    pub paced_grace_s: f64,
     /// The store's scheduler, from the URL's store-level parameters: `enabled`, `shares`, `default_class`,
     /// `limits` and `bulk_unit_bytes`.
     pub scheduler: serde_json::Value,
