@@ -231,8 +231,12 @@ impl Expirer {
             })
             .try_collect()
             .await?;
-        self.done
-            .retain(|bucket, _| buckets.iter().any(|(b, _)| b == bucket));
+        // The listing is in key order, so in name order: a deleted bucket is forgotten by a binary search.
+        self.done.retain(|bucket, _| {
+            buckets
+                .binary_search_by(|(b, _)| b.as_str().cmp(bucket))
+                .is_ok()
+        });
         let mut expired = Expired::default();
         for (bucket, record) in buckets {
             let lifecycle = match current(store, &bucket, &record).await {
