@@ -30,15 +30,25 @@ pub const LOCAL: &str = "local";
 /// A key's bytes, zeroed when dropped.
 pub type Secret = zeroize::Zeroizing<[u8; KEY_LEN]>;
 
+/// The error of a cryptographic primitive that failed where it cannot for valid input (`what` failed).
+pub(crate) fn crypto_failed(what: &str) -> Error {
+    Error::Backend {
+        backend: "encryption",
+        message: format!("{what} failed"),
+        retryable: false,
+        source: None,
+    }
+}
+
+/// Fills `buf` from the operating system's CSPRNG.
+fn fill_random(buf: &mut [u8]) -> Result<()> {
+    aws_lc_rs::rand::fill(buf).map_err(|_| crypto_failed("the system's random number generator"))
+}
+
 /// 32 bytes from the operating system's CSPRNG.
 pub(crate) fn random_key() -> Result<Secret> {
     let mut key = Secret::new([0; KEY_LEN]);
-    aws_lc_rs::rand::fill(&mut key[..]).map_err(|_| Error::Backend {
-        backend: "encryption",
-        message: "the system's random number generator failed".into(),
-        retryable: false,
-        source: None,
-    })?;
+    fill_random(&mut key[..])?;
     Ok(key)
 }
 
@@ -149,12 +159,8 @@ fn wrap_aad(name: &str, version: u32) -> Vec<u8> {
 }
 
 fn aead_key(kek: &Kek) -> Result<LessSafeKey> {
-    let key = UnboundKey::new(&AES_256_GCM, kek.key()).map_err(|_| Error::Backend {
-        backend: "encryption",
-        message: "AES-256-GCM refused a 32-byte key".into(),
-        retryable: false,
-        source: None,
-    })?;
+    let key = UnboundKey::new(&AES_256_GCM, kek.key())
+        .map_err(|_| crypto_failed("AES-256-GCM key set-up"))?;
     Ok(LessSafeKey::new(key))
 }
 
@@ -175,12 +181,7 @@ impl KeyProvider for LocalProvider {
         };
         let key = random_key()?;
         let mut nonce = [0u8; NONCE_LEN];
-        aws_lc_rs::rand::fill(&mut nonce).map_err(|_| Error::Backend {
-            backend: "encryption",
-            message: "the system's random number generator failed".into(),
-            retryable: false,
-            source: None,
-        })?;
+        fill_random(&mut nonce)?;
         let mut sealed = key.to_vec();
         aead_key(kek)?
             .seal_in_place_append_tag(

@@ -6,7 +6,7 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKe
 use aws_lc_rs::constant_time::verify_slices_are_equal;
 use aws_lc_rs::hkdf::{HKDF_SHA256, KeyType, Salt};
 
-use super::{KEY_LEN, Secret};
+use super::{KEY_LEN, Secret, crypto_failed};
 use crate::Error;
 use crate::error::Result;
 use crate::version::VersionId;
@@ -44,15 +44,6 @@ pub struct VersionKeys {
 impl std::fmt::Debug for VersionKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VersionKeys").finish_non_exhaustive()
-    }
-}
-
-fn crypto_failed(what: &str) -> Error {
-    Error::Backend {
-        backend: "encryption",
-        message: format!("{what} failed"),
-        retryable: false,
-        source: None,
     }
 }
 
