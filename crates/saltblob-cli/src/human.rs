@@ -116,6 +116,16 @@ pub fn per_salt_summary(per_salt: &[u64]) -> String {
         .join(", ")
 }
 
+/// What the manifest's digest is: `blake3`, or `blake3-keyed` for a sealed version (keyed with the version's
+/// digest key, so that it says nothing about the plaintext).
+fn digest_name(m: &Manifest) -> &'static str {
+    if m.sealing.is_some() {
+        "blake3-keyed"
+    } else {
+        "blake3"
+    }
+}
+
 /// The manifest as a JSON value.
 pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
     let mut v = serde_json::json!({
@@ -124,11 +134,19 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
         "size": m.size,
         "created": time(m.created_micros),
         "expires": m.expires_micros.map(time),
-        "digest": format!("blake3:{}", m.digest_hex()),
+        "digest": format!("{}:{}", digest_name(m), m.digest_hex()),
         "content_type": m.content_type,
         "metadata": m.metadata,
     });
     v["layout"] = m.layout_kind().into();
+    v["encryption"] = match &m.sealing {
+        Some(s) => serde_json::json!({
+            "provider": s.kek.provider,
+            "key": s.kek.name,
+            "key_version": s.kek.version,
+        }),
+        None => serde_json::Value::Null,
+    };
     match &m.body {
         ManifestBody::Inline(_) => {}
         ManifestBody::Chunked {
@@ -166,11 +184,18 @@ pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
         format!("version:      {}", m.version),
         format!("size:         {}", bytes(m.size)),
         format!("created:      {}", time(m.created_micros)),
-        format!("digest:       blake3:{}", m.digest_hex()),
+        format!("digest:       {}:{}", digest_name(m), m.digest_hex()),
     ];
     if let Some(expires) = m.expires_micros {
         lines.push(format!("expires:      {}", time(expires)));
     }
+    lines.push(match &m.sealing {
+        Some(s) => format!(
+            "encryption:   sealed (AES-256-GCM) under {} key {}",
+            s.kek.provider, s.kek
+        ),
+        None => "encryption:   none (plaintext)".into(),
+    });
     match &m.body {
         ManifestBody::Inline(_) => {
             lines.push("layout:       inline (stored in the manifest)".into())

@@ -1,11 +1,12 @@
-//! The stored chunk format: a 12-byte header (format version, codec tag, decoded length, CRC32C) and the payload.
-//! See `docs/format.md` for the byte layout.
+//! The stored chunk format: a 12-byte header (format version, codec tag, decoded length, CRC32C) and the payload,
+//! which a sealed chunk holds as AES-256-GCM ciphertext and tag. See `docs/format.md` for the byte layout.
 
 use std::fmt;
 use std::str::FromStr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::encryption::seal::{SEALED_CODEC_BIT, TAG_LEN, VersionKeys};
 use crate::version::VersionId;
 use crate::{Error, KeyDisplay, Result};
 
@@ -113,6 +114,29 @@ pub fn encode_record(
     (header, compressed.map_or_else(|| raw.clone(), Bytes::from))
 }
 
+/// Encodes chunk `place.index` of a sealed version (the version's last when `last`): compressed with `codec` when
+/// that shrinks it, then sealed with `keys` (`docs/format.md`, "Sealed chunk"). Returns the header and the payload
+/// (ciphertext and tag); the checksum covers the sealed bytes.
+///
+/// # Errors
+/// Only if AES-GCM refuses (a chunk over 64 GiB).
+pub fn encode_sealed(
+    place: ChunkPlace<'_>,
+    raw: &[u8],
+    codec: Codec,
+    keys: &VersionKeys,
+    last: bool,
+) -> Result<([u8; CHUNK_HEADER_LEN], Bytes)> {
+    let compressed = compress(raw, codec);
+    let plain = compressed.as_deref().unwrap_or(raw);
+    let tag = stored_codec(codec, compressed.is_some()).tag() | SEALED_CODEC_BIT;
+    let raw_len = raw_len(raw);
+    let mut payload = Vec::with_capacity(plain.len() + TAG_LEN);
+    payload.extend_from_slice(plain);
+    keys.seal(place.index, last, raw_len, tag, &mut payload)?;
+    Ok((header(place, tag, raw_len, &payload), Bytes::from(payload)))
+}
+
 /// The header of a chunk of `raw` bytes and, when `codec` shrinks them, the compressed payload (`None`: the
 /// payload is `raw`). The checksum is computed here, over the payload in place.
 fn encode_parts(
@@ -120,32 +144,62 @@ fn encode_parts(
     raw: &[u8],
     codec: Codec,
 ) -> ([u8; CHUNK_HEADER_LEN], Option<Vec<u8>>) {
-    let compressed = match codec {
+    let compressed = compress(raw, codec);
+    let tag = stored_codec(codec, compressed.is_some()).tag();
+    let payload = compressed.as_deref().unwrap_or(raw);
+    (header(place, tag, raw_len(raw), payload), compressed)
+}
+
+/// `raw` compressed with `codec`, when that shrinks it.
+fn compress(raw: &[u8], codec: Codec) -> Option<Vec<u8>> {
+    match codec {
         Codec::None => None,
         Codec::Zstd => zstd::bulk::compress(raw, ZSTD_LEVEL).ok(),
         Codec::Lz4 => Some(lz4_flex::block::compress(raw)),
     }
-    .filter(|c| c.len() < raw.len());
-    let stored_codec = if compressed.is_some() {
-        codec
-    } else {
-        Codec::None
-    };
-    let raw_len = u32::try_from(raw.len()).unwrap_or(u32::MAX);
+    .filter(|c| c.len() < raw.len())
+}
+
+/// The codec a chunk is stored with: `codec` if it shrank the chunk, else none.
+fn stored_codec(codec: Codec, compressed: bool) -> Codec {
+    if compressed { codec } else { Codec::None }
+}
+
+fn raw_len(raw: &[u8]) -> u32 {
+    u32::try_from(raw.len()).unwrap_or(u32::MAX)
+}
+
+/// The header of a chunk of `raw_len` bytes stored with codec tag `tag` as `payload`, its checksum computed here.
+fn header(place: ChunkPlace<'_>, tag: u8, raw_len: u32, payload: &[u8]) -> [u8; CHUNK_HEADER_LEN] {
     let mut header = [0u8; CHUNK_HEADER_LEN];
     header[0] = CHUNK_FORMAT_V1;
-    header[1] = stored_codec.tag();
+    header[1] = tag;
     header[4..8].copy_from_slice(&raw_len.to_le_bytes());
-    let crc = chunk_crc(place, &header[..8], compressed.as_deref().unwrap_or(raw));
+    let crc = chunk_crc(place, &header[..8], payload);
     header[8..].copy_from_slice(&crc.to_le_bytes());
-    (header, compressed)
+    header
+}
+
+/// What opens the chunks of a sealed version: its keys, and whether the chunk being decoded is its last.
+#[derive(Clone, Copy, Debug)]
+pub struct Opener<'a> {
+    /// The version's keys.
+    pub keys: &'a VersionKeys,
+    /// Whether the chunk is the version's last.
+    pub last: bool,
 }
 
 /// Decodes one stored chunk, verifying its format byte, CRC32C, codec tag and decoded length, which must be
 /// `expected_len`, the chunk's span in the manifest's layout. The header's length is checked against it before
 /// anything is decompressed, so a damaged or crafted chunk cannot make the decoder allocate more than the
-/// layout allows.
-pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes, expected_len: u64) -> Result<Bytes> {
+/// layout allows. A chunk of a sealed version (`opener` given) must be sealed and open under its keys in its
+/// place; a sealed chunk where none is expected, or a plaintext one in a sealed version, is corrupt.
+pub fn decode_chunk(
+    place: ChunkPlace<'_>,
+    stored: &Bytes,
+    expected_len: u64,
+    opener: Option<Opener<'_>>,
+) -> Result<Bytes> {
     let corrupt = |detail: String| {
         Error::corrupt(
             format!(
@@ -184,12 +238,44 @@ pub fn decode_chunk(place: ChunkPlace<'_>, stored: &Bytes, expected_len: u64) ->
             actual,
         });
     }
-    let codec = Codec::from_tag(*tag).ok_or_else(|| corrupt(format!("unknown codec tag {tag}")))?;
+    let sealed = tag & SEALED_CODEC_BIT != 0;
+    let codec = Codec::from_tag(tag & !SEALED_CODEC_BIT)
+        .ok_or_else(|| corrupt(format!("unknown codec tag {tag:#04x}")))?;
     if raw_len as u64 != expected_len {
         return Err(corrupt(format!(
             "holds {raw_len} bytes by its header, the layout says {expected_len}"
         )));
     }
+    let payload = match (opener, sealed) {
+        (None, false) => payload,
+        (Some(opener), true) => {
+            let mut buf = payload.to_vec();
+            let len = opener
+                .keys
+                .open(place.index, opener.last, raw_len as u32, *tag, &mut buf)
+                .map_err(|_| {
+                    corrupt(format!(
+                        "does not open as chunk {}{} of this version: damaged past its checksum, moved from \
+                         another chunk, version, key or store, or the blob was truncated",
+                        place.index,
+                        if opener.last { ", the last" } else { "" }
+                    ))
+                })?
+                .len();
+            buf.truncate(len);
+            Bytes::from(buf)
+        }
+        (None, true) => {
+            return Err(corrupt(
+                "is sealed, in a version whose manifest is not: the manifest lost its encryption block".into(),
+            ));
+        }
+        (Some(_), false) => {
+            return Err(corrupt(
+                "is plaintext, in a sealed version: a chunk was put in its place".into(),
+            ));
+        }
+    };
     let raw = match codec {
         Codec::None => payload,
         Codec::Zstd => zstd::bulk::decompress(&payload, raw_len)
@@ -238,7 +324,7 @@ mod tests {
             assert!(enc.len() < 2000, "{codec} left {} bytes", enc.len());
             assert_eq!(enc.get(1).copied(), Some(codec.tag()));
             assert_eq!(
-                decode_chunk(place(0), &enc, 65536).ok().as_deref(),
+                decode_chunk(place(0), &enc, 65536, None).ok().as_deref(),
                 Some(&zeros[..])
             );
         }
@@ -274,7 +360,7 @@ mod tests {
     fn a_chunk_under_another_address_fails_its_checksum() {
         let enc = encode_chunk(place(3), b"hello world", Codec::None);
         assert!(matches!(
-            decode_chunk(place(4), &enc, 11),
+            decode_chunk(place(4), &enc, 11, None),
             Err(Error::ChecksumMismatch { chunk: 4, .. })
         ));
         let other_version = ChunkPlace {
@@ -282,7 +368,7 @@ mod tests {
             ..place(3)
         };
         assert!(matches!(
-            decode_chunk(other_version, &enc, 11),
+            decode_chunk(other_version, &enc, 11, None),
             Err(Error::ChecksumMismatch { .. })
         ));
     }
@@ -291,14 +377,14 @@ mod tests {
     fn damaged_headers_are_reported_with_evidence() {
         let enc = encode_chunk(place(0), b"abc", Codec::None);
         let short = enc.slice(..5);
-        let err = decode_chunk(place(0), &short, 3)
+        let err = decode_chunk(place(0), &short, 3, None)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("shorter than the 12-byte header"), "{err}");
         let mut v = enc.to_vec();
         v[0] = 9;
-        let err = decode_chunk(place(0), &Bytes::from(v), 3)
+        let err = decode_chunk(place(0), &Bytes::from(v), 3, None)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -311,7 +397,7 @@ mod tests {
         let bomb = vec![0u8; 64 << 20];
         for codec in [Codec::Zstd, Codec::Lz4, Codec::None] {
             let enc = encode_chunk(place(0), &bomb, codec);
-            match decode_chunk(place(0), &enc, 65536) {
+            match decode_chunk(place(0), &enc, 65536, None) {
                 Err(Error::Corrupt { detail, .. }) => assert!(
                     detail.contains("holds 67108864 bytes by its header, the layout says 65536"),
                     "{detail}"
@@ -324,9 +410,84 @@ mod tests {
         }
         let enc = encode_chunk(place(0), b"abc", Codec::None);
         assert!(matches!(
-            decode_chunk(place(0), &enc, 4),
+            decode_chunk(place(0), &enc, 4, None),
             Err(Error::Corrupt { .. })
         ));
+    }
+
+    /// A sealed chunk opens where it was sealed, and fails loudly as a plaintext chunk, with other keys, as the
+    /// last when it was not, or in a version whose manifest says it is plaintext; a plaintext chunk fails in a
+    /// sealed version.
+    #[test]
+    fn sealed_chunks_open_only_with_their_keys_in_their_place() {
+        use crate::encryption::Secret;
+        use crate::encryption::seal::VersionKeys;
+        let keys = |dek: u8, version: u128| {
+            VersionKeys::derive(&Secret::new([dek; 32]), &[1; 16], b"k", VersionId(version))
+                .unwrap()
+        };
+        let k = keys(1, 5);
+        let place = |index| ChunkPlace {
+            key: b"k",
+            version: VersionId(5),
+            index,
+        };
+        let data: Vec<u8> = b"saltblob-secret-marker ".repeat(100);
+        for codec in [Codec::None, Codec::Zstd] {
+            let (header, payload) = encode_sealed(place(2), &data, codec, &k, false).unwrap();
+            assert_eq!(header[1] & SEALED_CODEC_BIT, SEALED_CODEC_BIT);
+            assert_eq!(
+                header[1] & !SEALED_CODEC_BIT,
+                if codec == Codec::None { 0 } else { 1 }
+            );
+            let marker = b"secret-marker";
+            assert!(
+                !payload.windows(marker.len()).any(|w| w == marker),
+                "the plaintext shows"
+            );
+            let mut stored = header.to_vec();
+            stored.extend_from_slice(&payload);
+            let stored = Bytes::from(stored);
+            let len = data.len() as u64;
+            let open = |index, keys: &VersionKeys, last| {
+                decode_chunk(place(index), &stored, len, Some(Opener { keys, last }))
+            };
+            assert_eq!(open(2, &k, false).ok().as_deref(), Some(&data[..]));
+            assert!(open(2, &k, true).is_err(), "read as the last: a truncation");
+            assert!(open(2, &keys(2, 5), false).is_err(), "another data key");
+            // Another version's keys: the checksum binds the version too, so use its place as well.
+            let other = keys(1, 6);
+            let moved = decode_chunk(
+                ChunkPlace {
+                    version: VersionId(6),
+                    ..place(2)
+                },
+                &stored,
+                len,
+                Some(Opener {
+                    keys: &other,
+                    last: false,
+                }),
+            );
+            assert!(moved.is_err(), "another version");
+            let err = decode_chunk(place(2), &stored, len, None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("is sealed"), "{err}");
+        }
+        let plain = encode_chunk(place(0), &data, Codec::None);
+        let err = decode_chunk(
+            place(0),
+            &plain,
+            data.len() as u64,
+            Some(Opener {
+                keys: &k,
+                last: true,
+            }),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("is plaintext, in a sealed version"), "{err}");
     }
 
     proptest! {
@@ -336,7 +497,7 @@ mod tests {
             let codec = Codec::from_tag(codec_tag).unwrap_or_default();
             let enc = encode_chunk(place(index), &data, codec);
             prop_assert!(enc.len() <= data.len() + CHUNK_HEADER_LEN);
-            let dec = decode_chunk(place(index), &enc, data.len() as u64).ok();
+            let dec = decode_chunk(place(index), &enc, data.len() as u64, None).ok();
             prop_assert_eq!(dec.as_deref(), Some(&data[..]));
         }
 
@@ -351,7 +512,7 @@ mod tests {
             let crc = chunk_crc(place(7), &header, &payload);
             header.extend_from_slice(&crc.to_le_bytes());
             header.extend_from_slice(&payload);
-            if let Ok(raw) = decode_chunk(place(7), &Bytes::from(header), expected) {
+            if let Ok(raw) = decode_chunk(place(7), &Bytes::from(header), expected, None) {
                 prop_assert_eq!(raw.len() as u64, expected);
             }
         }
@@ -363,7 +524,7 @@ mod tests {
             let mut v = enc.to_vec();
             let bit = bit % (v.len() * 8);
             v[bit / 8] ^= 1 << (bit % 8);
-            prop_assert!(decode_chunk(place(1), &Bytes::from(v), data.len() as u64).is_err());
+            prop_assert!(decode_chunk(place(1), &Bytes::from(v), data.len() as u64, None).is_err());
         }
     }
 }

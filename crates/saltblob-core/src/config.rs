@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::codec::Codec;
+use crate::encryption::EncryptionConfig;
 use crate::layout::{ByteRange, LayoutPolicy};
 use crate::schedule::{PriorityClass, SchedulerConfig};
 use crate::units::MIB;
@@ -45,6 +46,10 @@ pub struct StoreConfig {
     /// How backend requests are scheduled between priority classes. Defaults to [`SchedulerConfig::default`]:
     /// on, `interactive` 1000 shares, `bulk` 200.
     pub scheduler: SchedulerConfig,
+    /// How versions are sealed (`docs/format.md`, "Encryption at rest"): the key provider that opens every sealed
+    /// version read, and the key new versions are sealed under. Defaults to none: puts store plaintext, and a
+    /// sealed version fails to read with [`crate::Error::KeyUnavailable`].
+    pub encryption: Option<EncryptionConfig>,
 }
 
 impl Default for StoreConfig {
@@ -59,6 +64,7 @@ impl Default for StoreConfig {
             intent_lease: Duration::from_secs(60),
             clock: Arc::new(SystemClock),
             scheduler: SchedulerConfig::default(),
+            encryption: None,
         }
     }
 }
@@ -112,6 +118,12 @@ impl StoreConfig {
         self
     }
 
+    /// Sets [`StoreConfig::encryption`].
+    pub fn with_encryption(mut self, encryption: EncryptionConfig) -> Self {
+        self.encryption = Some(encryption);
+        self
+    }
+
     /// Sets [`StoreConfig::max_blob_size`].
     pub fn with_max_blob_size(mut self, bytes: u64) -> Self {
         self.max_blob_size = Some(bytes);
@@ -162,6 +174,10 @@ pub struct PutOptions {
     /// At least 1 µs, and the expiry must fit the format (Unix microseconds in 64 bits). Defaults to none: the
     /// blob never expires.
     pub ttl: Option<Duration>,
+    /// The key-encryption key this version is sealed under, by its provider's name for it (a keyring name, a KMS
+    /// key id), over the store's [`crate::EncryptionConfig::key`]. The store must have a key provider. Defaults
+    /// to the store's key, if any.
+    pub encryption_key: Option<String>,
 }
 
 /// Metadata a streaming put learns only from its body, shared between the reader that computes it and the put
@@ -250,6 +266,12 @@ impl PutOptions {
     /// Adds one entry to [`PutOptions::metadata`].
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets [`PutOptions::encryption_key`].
+    pub fn with_encryption_key(mut self, name: impl Into<String>) -> Self {
+        self.encryption_key = Some(name.into());
         self
     }
 

@@ -378,12 +378,14 @@ async fn check_manifests(
 /// Reads one version in full, verifying chunk checksums, lengths and the digest; returns its size.
 async fn verify_version(inner: &Arc<Inner>, key: Bytes, manifest: Manifest) -> Result<u64> {
     let range = 0..manifest.size;
+    let keys = crate::store::sealing::for_read(inner, &key, &manifest).await?;
     let mut stream = read::stream_version(
         inner,
         key,
         manifest,
         range,
         crate::schedule::current_class(),
+        keys,
     );
     let mut total = 0u64;
     while let Some(piece) = stream.next().await {

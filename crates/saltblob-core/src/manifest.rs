@@ -6,6 +6,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::Codec;
 use crate::decode::Reader;
+use crate::encryption::seal::{SEALED_CODEC_BIT, TAG_LEN};
+use crate::encryption::{KekRef, Sealing, provider_of_tag, provider_tag};
 use crate::layout::{ChunkLayout, Layout, MAX_CHUNK_SIZE, MAX_SALT_LIMIT, MIN_CHUNK_SIZE};
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -15,11 +17,19 @@ pub const MANIFEST_FORMAT_V1: u8 = 1;
 /// Format version byte of a manifest whose body is segmented ([`ManifestBody::Segmented`]); readers of format 1
 /// only refuse it loudly.
 pub const MANIFEST_FORMAT_V2: u8 = 2;
+/// Format version byte of a sealed manifest: format 1 with an encryption block after its body
+/// ([`Manifest::sealing`]); readers of formats 1 and 2 only refuse it loudly.
+pub const MANIFEST_FORMAT_V3: u8 = 3;
 /// Digest algorithm tag of BLAKE3-256 of the blob.
 pub const DIGEST_BLAKE3: u8 = 1;
 /// Digest algorithm tag of a segmented blob: BLAKE3-256 of its segments' BLAKE3-256 digests, in order
 /// ([`segments_digest`]).
 pub const DIGEST_BLAKE3_OF_SEGMENTS: u8 = 2;
+/// Digest algorithm tag of a sealed blob: BLAKE3 keyed with the version's digest key over the blob's BLAKE3-256
+/// ([`crate::encryption::seal::VersionKeys::seal_digest`]).
+pub const DIGEST_SEALED_BLAKE3: u8 = 3;
+/// Encryption tag of a sealed manifest's encryption block.
+const SEALED: u8 = 1;
 /// Most segments one blob may have (S3's limit on the parts of a multipart upload).
 pub const MAX_SEGMENTS: usize = 10_000;
 /// Largest content type, in bytes.
@@ -42,14 +52,17 @@ pub struct Manifest {
     pub created_micros: u64,
     /// When the version expires, in Unix microseconds; `None` for never.
     pub expires_micros: Option<u64>,
-    /// BLAKE3-256 of the whole blob.
+    /// BLAKE3-256 of the whole blob; of a sealed one, that keyed with its digest key
+    /// ([`crate::encryption::seal::VersionKeys::seal_digest`]).
     pub digest: [u8; 32],
-    /// Where the bytes are.
+    /// Where the bytes are. A sealed inline body holds the sealed value (ciphertext and tag).
     pub body: ManifestBody,
     /// Optional MIME type.
     pub content_type: Option<String>,
     /// Small user metadata map.
     pub metadata: BTreeMap<String, String>,
+    /// How the version is sealed; `None` for plaintext. Never set on a segmented version.
+    pub sealing: Option<Sealing>,
 }
 
 /// Where a version's bytes are.
@@ -226,27 +239,32 @@ impl Manifest {
         Ok(())
     }
 
-    /// Encodes the manifest: format version 1, or 2 for a segmented body.
+    /// Encodes the manifest: format version 1, 2 for a segmented body, 3 for a sealed one (a sealed segmented
+    /// version is never made: its segments are refused at their put).
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(128);
         let segmented = matches!(self.body, ManifestBody::Segmented(_));
-        b.put_u8(if segmented {
-            MANIFEST_FORMAT_V2
-        } else {
-            MANIFEST_FORMAT_V1
+        let sealing = self.sealing.as_ref().filter(|_| !segmented);
+        b.put_u8(match (segmented, sealing) {
+            (true, _) => MANIFEST_FORMAT_V2,
+            (false, Some(_)) => MANIFEST_FORMAT_V3,
+            (false, None) => MANIFEST_FORMAT_V1,
         });
         b.put_u8(body_tag(&self.body));
         b.put_u128_le(self.version.0);
         b.put_u64_le(self.size);
         b.put_u64_le(self.created_micros);
         b.put_u64_le(self.expires_micros.unwrap_or(0));
-        b.put_u8(if segmented {
-            DIGEST_BLAKE3_OF_SEGMENTS
-        } else {
-            DIGEST_BLAKE3
+        b.put_u8(match (segmented, sealing) {
+            (true, _) => DIGEST_BLAKE3_OF_SEGMENTS,
+            (false, Some(_)) => DIGEST_SEALED_BLAKE3,
+            (false, None) => DIGEST_BLAKE3,
         });
         b.put_slice(&self.digest);
-        put_body(&mut b, &self.body);
+        put_body(&mut b, &self.body, sealing.is_some());
+        if let Some(sealing) = sealing {
+            put_sealing(&mut b, sealing);
+        }
         put_str(&mut b, self.content_type.as_deref().unwrap_or(""));
         b.put_u16_le(u16::try_from(self.metadata.len()).unwrap_or(u16::MAX));
         for (k, v) in &self.metadata {
@@ -264,11 +282,12 @@ impl Manifest {
         let body = checked_body(bytes, &corrupt)?;
         let mut r = Reader::new(body, &corrupt);
         let format = r.u8()?;
-        if format != MANIFEST_FORMAT_V1 && format != MANIFEST_FORMAT_V2 {
+        if !(MANIFEST_FORMAT_V1..=MANIFEST_FORMAT_V3).contains(&format) {
             return Err(corrupt(format!(
-                "unknown manifest format version {format} (this build reads {MANIFEST_FORMAT_V1} and {MANIFEST_FORMAT_V2})"
+                "unknown manifest format version {format} (this build reads {MANIFEST_FORMAT_V1} to {MANIFEST_FORMAT_V3})"
             )));
         }
+        let sealed = format == MANIFEST_FORMAT_V3;
         let kind = r.u8()?;
         if (format == MANIFEST_FORMAT_V2) != (kind == TAG_SEGMENTED) {
             return Err(corrupt(format!(
@@ -282,6 +301,8 @@ impl Manifest {
         let digest_tag = r.u8()?;
         let expected_tag = if kind == TAG_SEGMENTED {
             DIGEST_BLAKE3_OF_SEGMENTS
+        } else if sealed {
+            DIGEST_SEALED_BLAKE3
         } else {
             DIGEST_BLAKE3
         };
@@ -295,7 +316,8 @@ impl Manifest {
             .as_ref()
             .try_into()
             .map_err(|_| corrupt("short digest".into()))?;
-        let body = r.body(kind, size)?;
+        let body = r.body(kind, size, sealed)?;
+        let sealing = if sealed { Some(r.sealing()?) } else { None };
         if let ManifestBody::Segmented(segments) = &body {
             let total = segments.iter().try_fold(0u64, |t, s| t.checked_add(s.size));
             if total != Some(size) {
@@ -326,6 +348,7 @@ impl Manifest {
             body,
             content_type,
             metadata,
+            sealing,
         })
     }
 }
@@ -360,11 +383,16 @@ fn body_tag(body: &ManifestBody) -> u8 {
     }
 }
 
-/// Writes a body's fields (after its tag, which the caller wrote).
-fn put_body(b: &mut BytesMut, body: &ManifestBody) {
+/// Writes a body's fields (after its tag, which the caller wrote); an inline body of a `sealed` version holds the
+/// sealed value, with the sealed bit in its codec tag.
+fn put_body(b: &mut BytesMut, body: &ManifestBody, sealed: bool) {
     match body {
         ManifestBody::Inline(data) => {
-            b.put_u8(Codec::None.tag());
+            b.put_u8(if sealed {
+                Codec::None.tag() | SEALED_CODEC_BIT
+            } else {
+                Codec::None.tag()
+            });
             b.put_u32_le(u32::try_from(data.len()).unwrap_or(u32::MAX));
             b.put_slice(data);
         }
@@ -394,7 +422,23 @@ fn put_segment(b: &mut BytesMut, s: &Segment) {
     b.put_u64_le(s.size);
     b.put_slice(&s.digest);
     b.put_u8(body_tag(&s.body));
-    put_body(b, &s.body);
+    put_body(b, &s.body, false);
+}
+
+/// Writes the encryption block of a sealed manifest (`docs/format.md`, "Manifest encryption block").
+fn put_sealing(b: &mut BytesMut, sealing: &Sealing) {
+    b.put_u8(SEALED);
+    b.put_u8(provider_tag(sealing.kek.provider).unwrap_or(0));
+    let name = sealing.kek.name.as_bytes();
+    let name = name.get(..usize::from(u8::MAX)).unwrap_or(name);
+    b.put_u8(u8::try_from(name.len()).unwrap_or(u8::MAX));
+    b.put_slice(name);
+    b.put_u32_le(sealing.kek.version);
+    let wrapped = &sealing.wrapped;
+    let wrapped = wrapped.get(..usize::from(u16::MAX)).unwrap_or(wrapped);
+    b.put_u16_le(u16::try_from(wrapped.len()).unwrap_or(u16::MAX));
+    b.put_slice(wrapped);
+    b.put_slice(&sealing.commitment);
 }
 
 fn put_str(b: &mut BytesMut, s: &str) {
@@ -422,7 +466,7 @@ impl Reader<'_> {
         if kind == TAG_SEGMENTED {
             return Err(self.corrupt("a segment that is itself segmented".into()));
         }
-        let body = self.body(kind, size)?;
+        let body = self.body(kind, size, false)?;
         Ok(Segment {
             version,
             size,
@@ -431,23 +475,31 @@ impl Reader<'_> {
         })
     }
 
-    /// The body of layout tag `kind` for a blob of `size` bytes, checked against the size and bounds.
-    fn body(&mut self, kind: u8, size: u64) -> Result<ManifestBody> {
+    /// The body of layout tag `kind` for a blob of `size` bytes, checked against the size and bounds; a
+    /// `sealed` inline body holds the sealed value, the GCM tag after it.
+    fn body(&mut self, kind: u8, size: u64, sealed: bool) -> Result<ManifestBody> {
         let corrupt = self.corruption();
         Ok(match kind {
             TAG_INLINE => {
                 let tag = self.u8()?;
-                if tag != Codec::None.tag() {
+                let (expected_tag, overhead) = if sealed {
+                    (Codec::None.tag() | SEALED_CODEC_BIT, TAG_LEN as u64)
+                } else {
+                    (Codec::None.tag(), 0)
+                };
+                if tag != expected_tag {
                     return Err(corrupt(format!(
-                        "inline payload has codec tag {tag}; only 0 (none) is defined"
+                        "inline payload has codec tag {tag:#04x}; {expected_tag:#04x} belongs in a manifest of \
+                         this format"
                     )));
                 }
                 let len = self.u32()? as usize;
                 let data = self.take(len)?;
-                if data.len() as u64 != size {
+                if Some(data.len() as u64) != size.checked_add(overhead) {
                     return Err(corrupt(format!(
-                        "inline payload holds {} bytes, size says {size}",
-                        data.len()
+                        "inline payload holds {} bytes, size says {size}{}",
+                        data.len(),
+                        if sealed { " (and 16 of tag)" } else { "" }
                     )));
                 }
                 ManifestBody::Inline(data)
@@ -501,6 +553,45 @@ impl Reader<'_> {
         })
     }
 
+    /// The encryption block of a sealed manifest, as [`put_sealing`] wrote it.
+    fn sealing(&mut self) -> Result<Sealing> {
+        let tag = self.u8()?;
+        if tag != SEALED {
+            return Err(self.corrupt(format!(
+                "encryption tag {tag} in a sealed manifest; {SEALED} belongs there"
+            )));
+        }
+        let provider_tag = self.u8()?;
+        let provider = provider_of_tag(provider_tag)
+            .ok_or_else(|| self.corrupt(format!("unknown key provider tag {provider_tag}")))?;
+        let name_len = usize::from(self.u8()?);
+        let name = self.take(name_len)?;
+        let name = String::from_utf8(name.to_vec())
+            .map_err(|e| self.corrupt(format!("key name is not UTF-8: {e}")))?;
+        let version = self.u32()?;
+        let wrapped_len = usize::from(self.u16()?);
+        let wrapped = self.take(wrapped_len)?.to_vec();
+        let commitment: [u8; 32] = self
+            .take(32)?
+            .as_ref()
+            .try_into()
+            .map_err(|_| self.corrupt("short key commitment".into()))?;
+        if name.is_empty() || wrapped.is_empty() {
+            return Err(
+                self.corrupt("a sealed manifest without its key name or wrapped key".into())
+            );
+        }
+        Ok(Sealing {
+            kek: KekRef {
+                provider,
+                name,
+                version,
+            },
+            wrapped,
+            commitment,
+        })
+    }
+
     fn str(&mut self) -> Result<String> {
         let n = usize::from(self.u16()?);
         let b = self.take(n)?;
@@ -524,7 +615,66 @@ mod tests {
             body,
             content_type: Some("application/octet-stream".into()),
             metadata: BTreeMap::from([("owner".into(), "ops".into())]),
+            sealing: None,
         }
+    }
+
+    fn sealing() -> Sealing {
+        Sealing {
+            kek: KekRef {
+                provider: crate::encryption::LOCAL,
+                name: "tenant-1".into(),
+                version: 3,
+            },
+            wrapped: vec![9; 60],
+            commitment: [5; 32],
+        }
+    }
+
+    #[test]
+    fn sealed_manifests_round_trip_as_format_3() {
+        let chunked = ManifestBody::Chunked {
+            layout: ChunkLayout {
+                chunk_size: 65536,
+                chunk_count: 2,
+                salt_count: 1,
+            },
+            codec: Codec::None,
+            stored_bytes: 100_032,
+        };
+        for (body, size) in [
+            (chunked, 100_000),
+            (ManifestBody::Inline(Bytes::from(vec![1; 26])), 10),
+        ] {
+            let m = Manifest {
+                sealing: Some(sealing()),
+                ..sample(body, size)
+            };
+            let enc = m.encode();
+            assert_eq!(Manifest::decode(&enc, &what).ok(), Some(m.clone()));
+            // Fixture: format 3, the layout tag, then the version id little-endian; the digest tag at 42.
+            assert_eq!(enc.get(..3), Some(&[3u8, body_tag(&m.body), 0x77][..]));
+            assert_eq!(enc.get(42), Some(&DIGEST_SEALED_BLAKE3));
+            // A sealed manifest whose block is dropped (format byte set back to 1) does not decode.
+            let mut plain = enc.to_vec();
+            plain[0] = MANIFEST_FORMAT_V1;
+            let n = plain.len() - 4;
+            let crc = crc32c::crc32c(&plain[..n]);
+            plain[n..].copy_from_slice(&crc.to_le_bytes());
+            assert!(Manifest::decode(&Bytes::from(plain), &what).is_err());
+        }
+        // An inline body of the wrong length for its size, sealed, is corrupt.
+        let short = Manifest {
+            sealing: Some(sealing()),
+            ..sample(ManifestBody::Inline(Bytes::from(vec![1; 10])), 10)
+        };
+        let err = Manifest::decode(&short.encode(), &what)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("16 of tag")),
+            "{err:?}"
+        );
     }
 
     fn what() -> String {

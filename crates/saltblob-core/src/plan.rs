@@ -537,6 +537,7 @@ mod tests {
     fn a_policy_relays_each_size_at_its_mean() {
         let mut census = Census::default();
         let blob = |size| crate::Manifest {
+            sealing: None,
             version: crate::VersionId::generate_at(1),
             size,
             created_micros: 0,

@@ -442,6 +442,7 @@ mod tests {
         // The stalled commit (of an inline value) lands.
         let body = Bytes::from_static(b"new");
         let new = Manifest {
+            sealing: None,
             version: VersionId::generate(),
             size: body.len() as u64,
             created_micros: crate::version::now_micros(),

@@ -2,6 +2,7 @@
 //! layout is fixed when a blob is written, so lowering the fan-out threshold (or any other part of the policy)
 //! changes only new blobs until the old ones are rewritten. Each rewrite is a put of the bytes read, conditional
 //! on the version read ([`PutCondition::IfVersion`]): a writer that commits in between wins, and nothing is lost.
+//! [`BlobStore::encrypt`] (`saltblob encrypt`) is the same rewrite, of a plaintext blob, sealed under a key.
 
 use std::time::Duration;
 
@@ -81,12 +82,61 @@ impl BlobStore {
         if self.fits_policy(&read) {
             return Ok(Relaid::Fits);
         }
+        // A sealed blob stays sealed under its key: a rewrite never stores plaintext.
+        let seal_under = read.sealing.as_ref().map(|s| s.kek.name.clone());
+        self.rewrite(key, stream, class, seal_under).await
+    }
+
+    /// Seals `key` under key-encryption key `kek` if it is plaintext: a rewrite conditional on the version read,
+    /// in `class` (default `bulk`), keeping content type, metadata and expiry ([`BlobStore::relayout`]'s rewrite).
+    /// A sealed blob is left alone ([`Relaid::Fits`]); so is a multipart one, whose segments cannot be sealed yet.
+    ///
+    /// # Errors
+    /// What the read or the put returns (an unknown key: [`Error::KeyUnavailable`]), other than a lost race.
+    pub async fn encrypt(
+        &self,
+        key: impl AsRef<[u8]>,
+        kek: &str,
+        class: Option<PriorityClass>,
+    ) -> Result<Relaid> {
+        let class = class.unwrap_or_else(PriorityClass::bulk);
+        let opts = GetOptions::new().with_priority(class.clone());
+        let stream = match self.get_stream_with(key.as_ref(), &opts).await {
+            Ok(stream) => stream,
+            Err(Error::NotFound { .. }) => return Ok(Relaid::Skipped("gone before it was read")),
+            Err(e) => return Err(e),
+        };
+        let read = &stream.manifest;
+        if read.sealing.is_some() {
+            return Ok(Relaid::Fits);
+        }
+        if matches!(read.body, crate::ManifestBody::Segmented(_)) {
+            return Ok(Relaid::Skipped(
+                "multipart: its segments cannot be sealed yet",
+            ));
+        }
+        self.rewrite(key, stream, Some(class), Some(kek.to_owned()))
+            .await
+    }
+
+    /// Rewrites the version `stream` reads (from [`BlobStore::get_stream`] of `key`) as a put conditional on that
+    /// version, in `class` (default `bulk`), sealed under `seal_under` when given, keeping content type,
+    /// metadata and expiry (see [`BlobStore::relayout`]).
+    pub(crate) async fn rewrite(
+        &self,
+        key: impl AsRef<[u8]>,
+        stream: BlobStream,
+        class: Option<PriorityClass>,
+        seal_under: Option<String>,
+    ) -> Result<Relaid> {
+        let read = stream.manifest.clone();
         let mut opts = PutOptions::new()
             .with_size_hint(read.size)
             .with_condition(PutCondition::IfVersion(read.version))
             .with_priority(class.unwrap_or_else(PriorityClass::bulk));
         opts.content_type = read.content_type.clone();
         opts.metadata = read.metadata.clone();
+        opts.encryption_key = seal_under;
         if let Some(expires) = read.expires_micros {
             let now = self.config().clock.now_micros();
             if expires <= now {
@@ -181,6 +231,70 @@ mod tests {
         assert_eq!(
             new.relayout("none", None).await.unwrap(),
             Relaid::Skipped("gone before it was read")
+        );
+    }
+
+    #[tokio::test]
+    async fn encrypt_seals_plaintext_blobs_and_leaves_sealed_ones() {
+        use crate::encryption::{EncryptionConfig, Keyring, LocalProvider};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        Keyring::create(&path).unwrap().add("t", 1).unwrap();
+        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let plain = store(&backend, 1 << 20);
+        let opts = PutOptions::new().with_metadata("camera", "front");
+        let before = plain
+            .put("big", body(64 * KIB as usize, 1), &opts)
+            .await
+            .unwrap();
+        plain
+            .put("small", body(50, 2), &PutOptions::new())
+            .await
+            .unwrap();
+        let provider = Arc::new(LocalProvider::open(&path).unwrap());
+        let keyed = BlobStore::new(
+            Arc::clone(&backend),
+            StoreConfig::default().with_encryption(EncryptionConfig::new(provider)),
+        )
+        .unwrap();
+        for (key, size) in [("big", 64 * KIB), ("small", 50)] {
+            let Relaid::Moved { bytes, .. } = keyed.encrypt(key, "t", None).await.unwrap() else {
+                panic!("{key} not sealed");
+            };
+            assert_eq!(bytes, size);
+            let m = keyed.head(key).await.unwrap();
+            assert_eq!(
+                m.sealing.as_ref().map(|s| s.kek.name.as_str()),
+                Some("t"),
+                "{key}"
+            );
+            assert_eq!(
+                keyed.encrypt(key, "t", None).await.unwrap(),
+                Relaid::Fits,
+                "{key}"
+            );
+        }
+        assert_eq!(keyed.get("big").await.unwrap(), body(64 * KIB as usize, 1));
+        assert_eq!(keyed.head("big").await.unwrap().metadata, before.metadata);
+        assert!(matches!(
+            plain.get("big").await,
+            Err(Error::KeyUnavailable { .. })
+        ));
+        assert!(matches!(
+            keyed.encrypt("small2", "no-such", None).await.unwrap(),
+            Relaid::Skipped(_)
+        ));
+        keyed
+            .put("plain2", body(5000, 3), &PutOptions::new())
+            .await
+            .unwrap();
+        assert!(matches!(
+            keyed.encrypt("plain2", "no-such", None).await,
+            Err(Error::KeyUnavailable { .. })
+        ));
+        assert!(
+            keyed.head("plain2").await.unwrap().sealing.is_none(),
+            "nothing changed"
         );
     }
 

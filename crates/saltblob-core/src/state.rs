@@ -12,6 +12,7 @@ use bytes::Bytes;
 use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition};
 use crate::codec::CHUNK_HEADER_LEN;
 use crate::config::StoreConfig;
+use crate::encryption::StoreKeys;
 use crate::layout::Layout;
 use crate::manifest::Manifest;
 use crate::retry::Backoff;
@@ -37,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) running: Arc<RunningPuts>,
     /// The bytes all reads of this store may fetch ahead of their consumers ([`StoreConfig::read_ahead_budget`]).
     pub(crate) read_budget: Arc<ReadBudget>,
+    /// The store's encryption at run time ([`StoreConfig::encryption`]), `None` without a key provider.
+    pub(crate) keys: Option<StoreKeys>,
 }
 
 /// One budget of read-ahead bytes for every read of a store: a read takes a batch's bytes from it before it

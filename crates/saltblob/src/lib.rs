@@ -11,7 +11,8 @@
 //! | `memory://` | in process memory, gone at exit (tests, examples) | always |
 //!
 //! Any URL also takes the store's scheduler parameters (`scheduler`, `priority`, `classes`, `concurrency`,
-//! `bulk_unit`) and chunk sizes (`chunk_size`, `large_chunk_size`; see [`split_store_params`]), e.g.
+//! `bulk_unit`), chunk sizes (`chunk_size`, `large_chunk_size`) and encryption (`encryption=local&keyring=FILE&
+//! encryption_key=NAME`, `key_cache`, `encrypt_compress`; see [`split_store_params`]), e.g.
 //! `rocksdb:///var/lib/saltblob?classes=batch:50`.
 //!
 //! ```no_run
@@ -106,8 +107,10 @@ pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
 /// Takes the store-level parameters out of a store URL's query and applies them to `config`; returns the URL
 /// the backend is opened with (the rest) and the configuration. The store-level parameters are the
 /// scheduler's ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
-/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; and the layout
-/// policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and `large_chunk_size=SIZE`; e.g.
+/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; the layout
+/// policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and `large_chunk_size=SIZE`; and encryption's
+/// ([`encryption::EncryptionParams`]): `encryption=local`, `keyring=FILE`, `encryption_key=NAME`, `key_cache=DURATION` and
+/// `encrypt_compress=BOOL`, which set [`StoreConfig::encryption`] (the keyring is read here); e.g.
 /// `rocksdb:///var/lib/saltblob?sync=true&classes=batch:50&priority=batch`.
 ///
 /// # Errors
@@ -116,23 +119,29 @@ pub fn split_store_params(url: &str, mut config: StoreConfig) -> Result<(String,
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), config));
     };
+    let invalid = |e: Error| Error::InvalidUrl {
+        url: redact_url(url),
+        reason: match e {
+            Error::InvalidArgument { what, reason } => format!("{what}: {reason}"),
+            other => other.to_string(),
+        },
+    };
     let mut kept = Vec::new();
+    let mut encryption = encryption::EncryptionParams::default();
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = param.split_once('=').unwrap_or((param, ""));
         let applied = config
             .policy
             .apply_url_param(name, value)
             .and_then(|layout| Ok(layout || config.scheduler.apply_url_param(name, value)?))
-            .map_err(|e| Error::InvalidUrl {
-                url: redact_url(url),
-                reason: match e {
-                    Error::InvalidArgument { what, reason } => format!("{what}: {reason}"),
-                    other => other.to_string(),
-                },
-            })?;
+            .and_then(|taken| Ok(taken || encryption.apply_url_param(name, value)?))
+            .map_err(invalid)?;
         if !applied {
             kept.push(param);
         }
+    }
+    if let Some(e) = encryption.build().map_err(invalid)? {
+        config.encryption = Some(e);
     }
     config.scheduler.validate().map_err(|e| Error::InvalidUrl {
         url: redact_url(url),

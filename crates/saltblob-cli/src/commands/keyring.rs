@@ -1,5 +1,5 @@
 //! `saltblob keyring`: the local key provider's keyring file (`docs/format.md`, "Keyring file, format 1") —
-//! make one, add a key, rotate a key, list the keys (names, versions, dates; never key bytes). The store is not
+//! make one, add a key, rotate a key, retire a key version, list the keys (names, versions, dates; never key bytes). The store is not
 //! opened.
 
 use std::path::PathBuf;
@@ -39,6 +39,16 @@ enum Action {
         file: PathBuf,
         /// The key's name.
         name: String,
+    },
+    /// Retire version VERSION of key NAME in keyring FILE: it is kept but opens nothing, so blobs it still
+    /// wraps become unreadable; run `saltblob rekey` first to re-wrap them under the current version.
+    Retire {
+        /// The keyring file.
+        file: PathBuf,
+        /// The key's name.
+        name: String,
+        /// The version to retire.
+        version: u32,
     },
     /// List the keys of keyring FILE: name, version, state, when made (never the key bytes).
     List {
@@ -83,6 +93,24 @@ impl Command for KeyringCmd {
                          theirs",
                         kek.name, kek.version
                     );
+                }
+                Action::Retire {
+                    file,
+                    name,
+                    version,
+                } => {
+                    let mut ring = Keyring::open(file)?;
+                    ring.retire(name, *version)?;
+                    let current = ring.current(name).map(|k| k.version);
+                    match current {
+                        Some(current) => println!(
+                            "retired key {name} version {version}: it opens nothing now; version {current} is current"
+                        ),
+                        None => println!(
+                            "retired key {name} version {version}: no version of {name} is active now, so puts \
+                             under it fail until it is rotated"
+                        ),
+                    }
                 }
                 Action::List { file, json } => {
                     let ring = Keyring::open(file)?;

@@ -18,6 +18,7 @@ mod ls;
 mod plan;
 mod put;
 mod relayout;
+mod reseal;
 mod rm;
 mod serve;
 
@@ -66,8 +67,14 @@ pub enum Commands {
     /// conditional on the version read: a concurrent writer wins), in the bulk class; resumable with --after.
     Relayout(relayout::Relayout),
     /// Make and change the local key provider's keyring file (encryption at rest, docs/format.md): new, add,
-    /// rotate, list.
+    /// rotate, retire, list.
     Keyring(keyring::KeyringCmd),
+    /// Seal the plaintext blobs under a prefix with --key NAME, each rewritten atomically (a put conditional on
+    /// the version read: a concurrent writer wins); resumable with --after.
+    Encrypt(reseal::Encrypt),
+    /// Re-wrap the data keys of sealed blobs under the current version of their key (manifests only, no chunk
+    /// rewritten), so that older key versions can be retired; resumable with --after.
+    Rekey(reseal::Rekey),
     /// Serve the store over S3 (awscli, boto3, any S3 SDK); see docs/s3.md. Stops on SIGINT or SIGTERM, letting
     /// requests in flight finish.
     Serve(serve::Serve),
@@ -93,6 +100,8 @@ impl Commands {
             Commands::Plan(c) => c,
             Commands::Relayout(c) => c,
             Commands::Keyring(c) => c,
+            Commands::Encrypt(c) => c,
+            Commands::Rekey(c) => c,
             Commands::Serve(c) => c,
         }
     }

@@ -47,6 +47,11 @@ pub struct Put {
     /// reclaims it; `head` shows when. Defaults to never.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     ttl: Option<std::time::Duration>,
+    /// Seal the blob under this key of the store's key provider (a keyring name), over the store's
+    /// `encryption_key=`. The store URL must name the provider: `encryption=local&keyring=FILE`. Defaults to the
+    /// store's key, if any.
+    #[arg(long, value_name = "KEY")]
+    encrypt: Option<String>,
 }
 
 /// Parses a priority class name (whether the store has it is checked when the store is open).
@@ -110,6 +115,9 @@ impl Put {
         }
         if let Some(ttl) = self.ttl {
             opts = opts.with_ttl(ttl);
+        }
+        if let Some(key) = &self.encrypt {
+            opts = opts.with_encryption_key(key.clone());
         }
         Ok(opts)
     }

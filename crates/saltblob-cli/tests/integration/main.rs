@@ -5,6 +5,7 @@ mod common;
 mod cql;
 mod crash;
 mod crash_loop;
+mod encryption;
 mod extent_faults;
 mod fault_injection;
 mod keyring;

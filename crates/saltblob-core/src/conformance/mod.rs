@@ -13,10 +13,12 @@
 //! - [`gc`]: garbage collection, the intent lease and `fsck`.
 //! - [`fencing`]: races between a put and the cleaners, staged with [`faults::Faulty`].
 //! - [`segments`]: blobs composed of segments without copying, and their reclaim.
+//! - [`encryption`]: sealed blobs read back, store no plaintext, and refuse missing keys and moved data.
 //! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod conditional;
+pub mod encryption;
 pub mod failures;
 pub mod faults;
 pub mod fencing;
@@ -41,6 +43,10 @@ use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Manifest, StoreConfig};
 pub use conditional::{
     conditional_deletes_remove_only_the_named_version, conditional_puts,
     plain_and_conditional_commits_apply_in_order,
+};
+pub use encryption::{
+    keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
+    moved_and_replayed_sealed_data_is_refused, sealed_blobs_round_trip_and_store_no_plaintext,
 };
 pub use failures::{
     bad_input_changes_nothing, corrupt_chunk_is_detected, corrupt_manifest_is_detected,
@@ -127,7 +133,10 @@ macro_rules! conformance_suite {
             conditional_deletes_remove_only_the_named_version,
             a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
             a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
-            expired_blobs_read_as_not_found_and_gc_reclaims_them);
+            expired_blobs_read_as_not_found_and_gc_reclaims_them,
+            sealed_blobs_round_trip_and_store_no_plaintext,
+            keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
+            moved_and_replayed_sealed_data_is_refused);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

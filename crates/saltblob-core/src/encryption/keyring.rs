@@ -196,6 +196,42 @@ impl Keyring {
         self.push(name, version, now_micros)
     }
 
+    /// Retires version `version` of key `name`: it stays in the file but wraps and opens nothing, so whatever it
+    /// still wraps becomes unreadable (`saltblob rekey` first re-wraps those under the current version). Writes
+    /// the file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (`key name`) for a version not in the keyring or retired already; the file's
+    /// write errors.
+    pub fn retire(&mut self, name: &str, version: u32) -> Result<&Kek> {
+        let path = self.path.clone();
+        let Some(at) = self
+            .keks
+            .iter()
+            .position(|k| k.name == name && k.version == version)
+        else {
+            return Err(Error::invalid(
+                "key name",
+                format!(
+                    "{name:?} version {version} is not in the keyring {}",
+                    path.display()
+                ),
+            ));
+        };
+        if self.keks[at].state == KekState::Retired {
+            return Err(Error::invalid(
+                "key name",
+                format!("{name:?} version {version} is retired already"),
+            ));
+        }
+        self.keks[at].state = KekState::Retired;
+        if let Err(e) = self.save() {
+            self.keks[at].state = KekState::Active;
+            return Err(e);
+        }
+        Ok(&self.keks[at])
+    }
+
     fn push(&mut self, name: &str, version: u32, now_micros: u64) -> Result<&Kek> {
         if self.keks.len() >= MAX_KEKS {
             return Err(Error::invalid(
@@ -422,6 +458,34 @@ mod tests {
         );
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left");
+    }
+
+    #[test]
+    fn a_retired_version_is_kept_but_is_no_longer_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let mut ring = Keyring::create(&path).unwrap();
+        ring.add("orders", 1).unwrap();
+        ring.rotate("orders", 2).unwrap();
+        assert_eq!(ring.retire("orders", 1).unwrap().state, KekState::Retired);
+        let read = Keyring::open(&path).unwrap();
+        assert_eq!(read.get("orders", 1).unwrap().state, KekState::Retired);
+        assert_eq!(read.current("orders").unwrap().version, 2);
+        let mut read = read;
+        assert!(
+            read.retire("orders", 1)
+                .unwrap_err()
+                .to_string()
+                .contains("retired already")
+        );
+        assert!(
+            read.retire("orders", 3)
+                .unwrap_err()
+                .to_string()
+                .contains("not in the keyring")
+        );
+        read.retire("orders", 2).unwrap();
+        assert!(read.current("orders").is_none(), "every version retired");
     }
 
     #[test]

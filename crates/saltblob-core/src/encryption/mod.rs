@@ -2,10 +2,12 @@
 //! provider, and data keys (DEKs) they wrap.
 //!
 //! What exists: the [`KeyProvider`] trait, the `local` provider ([`LocalProvider`]) over a [`Keyring`] file, the
-//! wrapped-key format, and the sealing of a version's chunks ([`seal::VersionKeys`]), which puts and reads do
-//! not use yet.
+//! wrapped-key format, the data-key cache ([`CachedProvider`]), the sealing of a version's chunks
+//! ([`seal::VersionKeys`]) and what a sealed manifest records ([`Sealing`]). A store seals the versions it writes
+//! when its [`crate::StoreConfig::encryption`] (or a put's [`crate::PutOptions::encryption_key`]) names a key.
 
 mod keyring;
+mod params;
 pub mod seal;
 
 use std::collections::HashMap;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
+pub use self::params::{EncryptionParams, URL_PARAMS};
 use crate::error::Result;
 use crate::{Clock, Error};
 
@@ -26,6 +29,26 @@ pub const KEY_LEN: usize = 32;
 pub const LOCAL_WRAPPED_LEN: usize = NONCE_LEN + KEY_LEN + 16;
 /// The local provider's name.
 pub const LOCAL: &str = "local";
+/// The AWS KMS provider's name.
+pub const AWS_KMS: &str = "aws-kms";
+
+/// The tag a manifest records for provider `name` (`docs/format.md`, "Manifest encryption block").
+pub fn provider_tag(name: &str) -> Option<u8> {
+    match name {
+        LOCAL => Some(1),
+        AWS_KMS => Some(2),
+        _ => None,
+    }
+}
+
+/// The provider of manifest tag `tag`.
+pub fn provider_of_tag(tag: u8) -> Option<&'static str> {
+    match tag {
+        1 => Some(LOCAL),
+        2 => Some(AWS_KMS),
+        _ => None,
+    }
+}
 
 /// A key's bytes, zeroed when dropped.
 pub type Secret = zeroize::Zeroizing<[u8; KEY_LEN]>;
@@ -41,7 +64,7 @@ pub(crate) fn crypto_failed(what: &str) -> Error {
 }
 
 /// Fills `buf` from the operating system's CSPRNG.
-fn fill_random(buf: &mut [u8]) -> Result<()> {
+pub(crate) fn fill_random(buf: &mut [u8]) -> Result<()> {
     aws_lc_rs::rand::fill(buf).map_err(|_| crypto_failed("the system's random number generator"))
 }
 
@@ -69,6 +92,105 @@ impl fmt::Display for KekRef {
             write!(f, "{:?}", self.name)
         } else {
             write!(f, "{:?} version {}", self.name, self.version)
+        }
+    }
+}
+
+/// How one version is sealed, as its manifest records it (`docs/format.md`, "Manifest encryption block"): the
+/// wrapped data key, the key that wrapped it, and the key commitment of the version's derived keys.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sealing {
+    /// The key-encryption key that wrapped [`Sealing::wrapped`].
+    pub kek: KekRef,
+    /// The version's data key, wrapped.
+    pub wrapped: Vec<u8>,
+    /// The key commitment ([`seal::VersionKeys::commitment`]), checked before any chunk is fetched.
+    pub commitment: [u8; 32],
+}
+
+impl fmt::Debug for Sealing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sealing")
+            .field("kek", &self.kek)
+            .field("wrapped_len", &self.wrapped.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a store encrypts ([`crate::StoreConfig::encryption`]): its key provider, the key new versions are sealed
+/// under, how long data keys are cached, and whether sealed chunks may be compressed first.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct EncryptionConfig {
+    /// Where the key-encryption keys are; it also opens the data keys of every sealed version read.
+    pub provider: Arc<dyn KeyProvider>,
+    /// The key every put seals its version under unless it names another ([`crate::PutOptions::encryption_key`]).
+    /// Defaults to none: puts store plaintext unless they name a key, and sealed versions still read.
+    pub key: Option<String>,
+    /// How long data keys made or opened are kept ([`CachedProvider`]): a key disabled at its provider stops
+    /// reads and writes within this. Defaults to [`DEFAULT_KEY_CACHE`] (10 minutes).
+    pub key_cache: Duration,
+    /// Whether sealed chunks are compressed (with the put's codec) before they are sealed. Compression leaks
+    /// how compressible each chunk is through its stored size, so it defaults to false: sealed chunks are
+    /// stored uncompressed.
+    pub compress: bool,
+}
+
+impl EncryptionConfig {
+    /// Encryption through `provider`, no default key, the default cache, no compression.
+    pub fn new(provider: Arc<dyn KeyProvider>) -> Self {
+        Self {
+            provider,
+            key: None,
+            key_cache: DEFAULT_KEY_CACHE,
+            compress: false,
+        }
+    }
+
+    /// Sets [`EncryptionConfig::key`].
+    pub fn with_key(mut self, name: impl Into<String>) -> Self {
+        self.key = Some(name.into());
+        self
+    }
+
+    /// Sets [`EncryptionConfig::key_cache`].
+    pub fn with_key_cache(mut self, keep_for: Duration) -> Self {
+        self.key_cache = keep_for;
+        self
+    }
+
+    /// Sets [`EncryptionConfig::compress`].
+    pub fn with_compression(mut self, compress: bool) -> Self {
+        self.compress = compress;
+        self
+    }
+}
+
+/// A store's encryption at run time: its provider behind the data-key cache, its default key, and its store id
+/// once read or made (`store/sealing.rs`).
+#[derive(Debug)]
+pub(crate) struct StoreKeys {
+    /// The provider, behind the cache.
+    pub(crate) cache: CachedProvider,
+    /// The provider itself, for what is never cached (re-wrapping).
+    pub(crate) provider: Arc<dyn KeyProvider>,
+    /// [`EncryptionConfig::key`].
+    pub(crate) key: Option<String>,
+    /// [`EncryptionConfig::compress`].
+    pub(crate) compress: bool,
+    /// The store id (`docs/format.md`, "Derived keys"), read or made once.
+    pub(crate) store_id: tokio::sync::OnceCell<[u8; seal::STORE_ID_LEN]>,
+}
+
+impl StoreKeys {
+    /// The run-time state of `config`, its cache on `clock`.
+    pub(crate) fn new(config: &EncryptionConfig, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            cache: CachedProvider::new(Arc::clone(&config.provider), config.key_cache, clock),
+            provider: Arc::clone(&config.provider),
+            key: config.key.clone(),
+            compress: config.compress,
+            store_id: tokio::sync::OnceCell::new(),
         }
     }
 }
@@ -103,6 +225,13 @@ pub trait KeyProvider: fmt::Debug + Send + Sync {
     /// # Errors
     /// [`Error::KeyUnavailable`] naming the key when it is unknown or cannot be used.
     async fn new_data_key(&self, kek: &str) -> Result<DataKey>;
+
+    /// `key` (a data key opened with [`KeyProvider::open_data_key`]) wrapped again by the current version of key
+    /// `kek`: what `saltblob rekey` stores, so that older versions of the key can be retired.
+    ///
+    /// # Errors
+    /// As [`KeyProvider::new_data_key`].
+    async fn wrap_data_key(&self, kek: &str, key: &Secret) -> Result<DataKey>;
 
     /// The data key `wrapped` by `kek`.
     ///
@@ -171,6 +300,10 @@ impl KeyProvider for LocalProvider {
     }
 
     async fn new_data_key(&self, name: &str) -> Result<DataKey> {
+        self.wrap_data_key(name, &random_key()?).await
+    }
+
+    async fn wrap_data_key(&self, name: &str, key: &Secret) -> Result<DataKey> {
         let Some(kek) = self.keyring.current(name) else {
             let reason = if self.keyring.keks().iter().any(|k| k.name == name) {
                 "every version is retired: rotate it to make a new one"
@@ -179,7 +312,7 @@ impl KeyProvider for LocalProvider {
             };
             return Err(self.unavailable(format!("{name:?}"), reason));
         };
-        let key = random_key()?;
+        let key = key.clone();
         let mut nonce = [0u8; NONCE_LEN];
         fill_random(&mut nonce)?;
         let mut sealed = key.to_vec();
@@ -465,6 +598,10 @@ mod tests {
                 return Err(self.inner.unavailable(kek, "disabled"));
             }
             self.inner.new_data_key(kek).await
+        }
+
+        async fn wrap_data_key(&self, kek: &str, key: &Secret) -> Result<DataKey> {
+            self.inner.wrap_data_key(kek, key).await
         }
 
         async fn open_data_key(&self, kek: &KekRef, wrapped: &[u8]) -> Result<Secret> {

@@ -1,6 +1,7 @@
 //! Sealing a version's chunks (`docs/format.md`, "Derived keys" and "Sealed chunk"): the secrets derived from
 //! a version's data key, and AES-256-GCM with per-chunk nonces that bind the chunk's index and whether it is the
-//! last. Not yet called by puts and reads.
+//! last. Puts seal with [`VersionKeys::seal`] (`codec.rs`, `encode_sealed`) and reads open with
+//! [`VersionKeys::open`] (`codec.rs`, `decode_chunk`).
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use aws_lc_rs::constant_time::verify_slices_are_equal;
@@ -100,10 +101,11 @@ impl VersionKeys {
         verify_slices_are_equal(&self.commitment, stored).is_ok()
     }
 
-    /// A hasher for the version's digest: BLAKE3 keyed with the digest key, so the digest says nothing about
-    /// the plaintext to whoever lacks the key.
-    pub fn digest_hasher(&self) -> blake3::Hasher {
-        blake3::Hasher::new_keyed(&self.digest_key)
+    /// The digest a sealed version's manifest stores for a blob whose BLAKE3-256 hash is `plain`: BLAKE3 keyed
+    /// with the digest key over that hash, so the manifest says nothing about the plaintext to whoever lacks the
+    /// key, and a read that recomputes `plain` checks it as before (the tree hashing of chunks stays as is).
+    pub fn seal_digest(&self, plain: &blake3::Hash) -> [u8; 32] {
+        *blake3::keyed_hash(&self.digest_key, plain.as_bytes()).as_bytes()
     }
 
     /// The nonce of chunk `index`: the base nonce XOR (index as u64 LE ‖ three zero bytes ‖ 1 if last else 0).
@@ -162,6 +164,32 @@ impl VersionKeys {
                     ),
                 )
             })
+    }
+}
+
+impl VersionKeys {
+    /// Seals the value of an inline version: as its only chunk (index 0, the last), codec none.
+    ///
+    /// # Errors
+    /// Only if AES-GCM refuses.
+    pub fn seal_inline(&self, value: &[u8]) -> Result<bytes::Bytes> {
+        let mut sealed = Vec::with_capacity(value.len() + TAG_LEN);
+        sealed.extend_from_slice(value);
+        let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+        self.seal(0, true, len, SEALED_CODEC_BIT, &mut sealed)?;
+        Ok(sealed.into())
+    }
+
+    /// Opens what [`VersionKeys::seal_inline`] sealed, `size` bytes of value.
+    ///
+    /// # Errors
+    /// As [`VersionKeys::open`].
+    pub fn open_inline(&self, sealed: &[u8], size: u64) -> Result<bytes::Bytes> {
+        let mut buf = sealed.to_vec();
+        let len = u32::try_from(size).unwrap_or(u32::MAX);
+        let plain = self.open(0, true, len, SEALED_CODEC_BIT, &mut buf)?.len();
+        buf.truncate(plain);
+        Ok(buf.into())
     }
 }
 
@@ -272,9 +300,11 @@ mod tests {
             "deterministic"
         );
         assert!(!base.commits_to(&base.commitment()[..31]));
-        let keyed = base.digest_hasher().update(b"x").finalize();
-        assert_ne!(keyed, blake3::hash(b"x"), "the digest is keyed");
-        assert_ne!(keyed, others[0].digest_hasher().update(b"x").finalize());
+        let plain = blake3::hash(b"x");
+        let keyed = base.seal_digest(&plain);
+        assert_ne!(&keyed, plain.as_bytes(), "the digest is keyed");
+        assert_ne!(keyed, others[0].seal_digest(&plain));
+        assert_eq!(keyed, keys(1, b"k", 5).seal_digest(&plain), "deterministic");
     }
 
     proptest! {

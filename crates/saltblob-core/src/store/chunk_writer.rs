@@ -6,6 +6,10 @@
 //! records of their version (large puts on a backend that keeps a version in a file of its own: the header and
 //! the payload are handed over apart, so the backend copies each byte once, into its I/O buffer), unlogged
 //! (large puts on a backend whose log would write them twice), or plainly.
+//!
+//! A sealed version's chunks are sealed in the same tasks, after compression (`codec.rs`, `encode_sealed`). The
+//! last chunk's nonce differs from the others', so the writer holds each chunk back until the next one (or the
+//! end) says whether it was the last: one chunk more in memory.
 
 use std::sync::Arc;
 
@@ -14,7 +18,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, RecordsPlan};
-use crate::codec::{ChunkPlace, Codec, encode_chunk, encode_record};
+use crate::codec::{ChunkPlace, Codec, encode_chunk, encode_record, encode_sealed};
+use crate::encryption::seal::VersionKeys;
 use crate::intent::Progress;
 use crate::layout::ChunkLayout;
 use crate::retry::Backoff;
@@ -61,7 +66,12 @@ pub(crate) struct ChunkWriter {
     record_calls: Arc<Semaphore>,
     /// Each task's stored bytes and the subtrees of its chunks (none for a sequential digest).
     tasks: JoinSet<TaskResult>,
-    batch: Vec<(u64, Bytes)>,
+    /// Chunks to write next: index, raw bytes, whether it is the last.
+    batch: Vec<(u64, Bytes, bool)>,
+    /// The keys the chunks are sealed with; `None` for plaintext.
+    keys: Option<Arc<VersionKeys>>,
+    /// The chunk pushed last, held back until it is known whether it is the last (sealed versions only).
+    held: Option<Bytes>,
     stored: u64,
     /// Shared with the put's intent lease, which records it at each renewal.
     progress: Arc<Progress>,
@@ -80,8 +90,9 @@ pub(crate) struct ChunkWriter {
 }
 
 impl ChunkWriter {
-    /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class; `size` is the
-    /// blob's size when known, `at_least` its size or, for a stream of unknown length, a lower bound of it.
+    /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class, sealed with `keys`
+    /// when given; `size` is the blob's size when known, `at_least` its size or, for a stream of unknown length, a
+    /// lower bound of it.
     #[expect(clippy::too_many_arguments, reason = "the put's plan, passed once")]
     pub(crate) fn new(
         inner: &Inner,
@@ -92,6 +103,7 @@ impl ChunkWriter {
         size: Option<u64>,
         at_least: u64,
         progress: Arc<Progress>,
+        keys: Option<Arc<VersionKeys>>,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
         let class = current_class();
@@ -123,6 +135,8 @@ impl ChunkWriter {
             record_calls: Arc::new(Semaphore::new(RECORD_CALLS_IN_FLIGHT)),
             tasks: JoinSet::new(),
             batch: Vec::new(),
+            keys,
+            held: None,
             stored: 0,
             progress,
             digest: BlobDigest::new(chunk_size, class.clone()),
@@ -170,13 +184,26 @@ impl ChunkWriter {
             });
         }
         self.digest.update(&raw).await?;
-        self.batch.push((self.layout.chunk_count, raw));
-        self.layout.chunk_count += 1;
-        if self.batch.len() >= self.per_batch {
-            self.flush().await?;
+        let ready = if self.keys.is_some() {
+            self.held.replace(raw)
+        } else {
+            Some(raw)
+        };
+        if let Some(raw) = ready {
+            self.enqueue(raw, false).await?;
         }
         while let Some(done) = self.tasks.try_join_next() {
             self.add_stored(done)?;
+        }
+        Ok(())
+    }
+
+    /// Adds chunk `raw` (the last one when `last`) to the batch; writes the batch once it is full.
+    async fn enqueue(&mut self, raw: Bytes, last: bool) -> Result<()> {
+        self.batch.push((self.layout.chunk_count, raw, last));
+        self.layout.chunk_count += 1;
+        if self.batch.len() >= self.per_batch {
+            self.flush().await?;
         }
         Ok(())
     }
@@ -186,13 +213,14 @@ impl ChunkWriter {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
-        let raw_bytes: usize = batch.iter().map(|(_, b)| b.len()).sum();
+        let raw_bytes: usize = batch.iter().map(|(_, b, _)| b.len()).sum();
         let permits = u32::try_from(raw_bytes.min(self.window_bytes)).unwrap_or(u32::MAX);
         let permit = Arc::clone(&self.window)
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
         let record_calls = Arc::clone(&self.record_calls);
+        let keys = self.keys.clone();
         let (backend, blob, layout, codec, backoff, class, path, hasher) = (
             Arc::clone(&self.backend),
             self.blob.clone(),
@@ -207,9 +235,17 @@ impl ChunkWriter {
             let _permit = permit;
             let encoding = blob.clone();
             let (encoded, hashes) = cpu::run(class.as_ref(), move || {
-                encode_batch(&encoding, layout, codec, hasher, &batch, path)
+                encode_batch(
+                    &encoding,
+                    layout,
+                    codec,
+                    hasher,
+                    keys.as_deref(),
+                    &batch,
+                    path,
+                )
             })
-            .await?;
+            .await??;
             let stored = encoded.stored_bytes();
             match encoded {
                 Encoded::Writes(writes) => {
@@ -241,6 +277,9 @@ impl ChunkWriter {
     /// Waits for every chunk and, for unlogged chunks and records, for the backend to make them durable; returns
     /// the stored bytes and the BLAKE3 digest of the raw bytes pushed. Only then may the put commit.
     pub(crate) async fn finish(&mut self) -> Result<(u64, blake3::Hash)> {
+        if let Some(last) = self.held.take() {
+            self.enqueue(last, true).await?;
+        }
         self.flush().await?;
         while let Some(done) = self.tasks.join_next().await {
             self.add_stored(done)?;
@@ -316,16 +355,17 @@ impl Encoded {
     }
 }
 
-/// The encoded chunks of a batch of `blob`, and their subtrees when `hasher` is given (each chunk hashed
-/// right before it is encoded, while it is in the cache; its checksum follows at once).
+/// The encoded chunks of a batch of `blob`, sealed with `keys` when given, and their subtrees when `hasher` is
+/// given (each chunk hashed right before it is encoded, while it is in the cache; its checksum follows at once).
 fn encode_batch(
     blob: &BlobRef,
     layout: ChunkLayout,
     codec: Codec,
     hasher: Option<ChunkHasher>,
-    batch: &[(u64, Bytes)],
+    keys: Option<&VersionKeys>,
+    batch: &[(u64, Bytes, bool)],
     path: Path,
-) -> (Encoded, Vec<ChunkHash>) {
+) -> Result<(Encoded, Vec<ChunkHash>)> {
     let mut hashes = Vec::new();
     let mut hash = |index: u64, raw: &Bytes| {
         if let Some(hasher) = hasher {
@@ -337,27 +377,45 @@ fn encode_batch(
         version: blob.version,
         index,
     };
-    let encoded = if path == Path::Records {
-        Encoded::Records(
+    let encoded = match (path, keys) {
+        (Path::Records, _) => Encoded::Records(
             batch
                 .iter()
-                .map(|(index, raw)| {
+                .map(|(index, raw, last)| {
                     hash(*index, raw);
-                    let (header, payload) = encode_record(place(*index), raw, codec);
-                    ChunkRecord {
+                    let (header, payload) = match keys {
+                        Some(keys) => encode_sealed(place(*index), raw, codec, keys, *last)?,
+                        None => encode_record(place(*index), raw, codec),
+                    };
+                    Ok(ChunkRecord {
+                        salt: layout.salt_of(*index),
+                        index: *index,
+                        header,
+                        payload,
+                    })
+                })
+                .collect::<Result<_>>()?,
+        ),
+        (_, Some(keys)) => Encoded::Writes(
+            batch
+                .iter()
+                .map(|(index, raw, last)| {
+                    hash(*index, raw);
+                    let (header, payload) = encode_sealed(place(*index), raw, codec, keys, *last)?;
+                    Ok(ChunkRecord {
                         salt: layout.salt_of(*index),
                         index: *index,
                         header,
                         payload,
                     }
+                    .into_write())
                 })
-                .collect(),
-        )
-    } else {
-        Encoded::Writes(
+                .collect::<Result<_>>()?,
+        ),
+        (_, None) => Encoded::Writes(
             batch
                 .iter()
-                .map(|(index, raw)| {
+                .map(|(index, raw, _)| {
                     hash(*index, raw);
                     ChunkWrite {
                         salt: layout.salt_of(*index),
@@ -366,9 +424,9 @@ fn encode_batch(
                     }
                 })
                 .collect(),
-        )
+        ),
     };
-    (encoded, hashes)
+    Ok((encoded, hashes))
 }
 
 /// What a chunk-write task returns: its stored bytes and the subtrees of its chunks.

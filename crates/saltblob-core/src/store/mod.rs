@@ -3,13 +3,15 @@
 //! Each method hands over to the protocol that does the work, which checks the input first:
 //! - `key.rs`: what a key may be;
 //! - `digest.rs`: the blob digest (BLAKE3), hashed in the chunk tasks;
+//! - `sealing.rs`: the keys a put seals its version with, and a read opens it with (encryption at rest);
 //! - `chunk_writer.rs`: a put's chunks, in batches, within the in-flight window;
 //! - `write.rs`: a put (its plan, [`write::PutPlan`], then intent, chunks and commit) and a delete;
 //! - `read.rs`: streaming reads ([`BlobStream`]);
-//! - `segments.rs`: more of [`BlobStore`]: segments and their composition (multipart uploads).
+//! - `segments.rs`: more of [`BlobStore`]: segments and their composition (multipart uploads);
+//! - `reseal.rs`: more of [`BlobStore`]: sealing plaintext blobs, re-wrapping sealed ones' data keys.
 //!
-//! Each of those uses only the ones listed before it; none uses this file but `segments.rs`, which adds
-//! methods to [`BlobStore`]. The reclaim queue ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`] sit
+//! Each of those uses only the ones listed before it; none uses this file but `segments.rs` and `reseal.rs`,
+//! which add methods to [`BlobStore`]. The reclaim queue ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`] sit
 //! below the store.
 
 pub(crate) mod chunk_writer;
@@ -17,6 +19,8 @@ mod digest;
 mod key;
 mod pieces;
 pub(crate) mod read;
+mod reseal;
+pub(crate) mod sealing;
 mod segments;
 pub(crate) mod write;
 
@@ -30,9 +34,11 @@ use tokio::io::AsyncRead;
 pub use self::key::{MAX_KEY_LEN, validate_key};
 pub use self::pieces::StreamReader;
 pub use self::read::BlobStream;
+pub use self::reseal::Rekeyed;
 use self::write::{Finish, PutPlan};
 use crate::backend::{BlobRef, ChunkStore, Namespace};
 use crate::config::{GetOptions, PutOptions, StoreConfig};
+use crate::encryption::StoreKeys;
 use crate::fsck::{self, FsckOptions, FsckReport};
 use crate::gc::{self, GcHandle, GcOptions, GcReport};
 use crate::layout::{ByteRange, Layout};
@@ -143,6 +149,10 @@ impl BlobStore {
                 sched,
                 info,
                 read_budget: Arc::new(ReadBudget::new(config.read_ahead_budget as u64)),
+                keys: config
+                    .encryption
+                    .as_ref()
+                    .map(|e| StoreKeys::new(e, Arc::clone(&config.clock))),
                 config,
                 running: Arc::default(),
             }),
@@ -326,12 +336,14 @@ impl BlobStore {
         }
         let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
         let class = sched.choose(opts.priority.as_ref(), by_layout)?;
+        let keys = sealing::for_read(&self.inner, &key, &manifest).await?;
         Ok(read::stream_version(
             &self.inner,
             key,
             manifest,
             range,
             class,
+            keys,
         ))
     }
 
@@ -785,6 +797,7 @@ mod tests {
         let chunk_size = crate::layout::MAX_CHUNK_SIZE; // the format allows it; memory's chunks are smaller
         let size = 3 * u64::from(chunk_size);
         let manifest = Manifest {
+            sealing: None,
             version: VersionId::generate(),
             size,
             created_micros: crate::version::now_micros(),

@@ -1,7 +1,8 @@
 //! Streaming reads: a version's chunks fetched batch by batch, at most the in-flight window ahead of the
 //! consumer and within the store's read-ahead budget shared by all reads (`ReadBudget`), each checked as it
 //! arrives, the digest verified at the end of a full read (each chunk's BLAKE3
-//! subtree hashed in the task that fetches and checks it, when the chunk size allows; see `digest.rs`).
+//! subtree hashed in the task that fetches and checks it, when the chunk size allows; see `digest.rs`). The
+//! chunks of a sealed version are opened there too, with the keys `sealing.rs` derived before the first fetch.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -14,13 +15,14 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 
 use crate::backend::{BlobRef, ChunkId};
-use crate::codec::{ChunkPlace, decode_chunk};
+use crate::codec::{ChunkPlace, Opener, decode_chunk};
+use crate::encryption::seal::VersionKeys;
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, Segment, hex};
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::state::{BudgetHeld, Inner, ReadBudget};
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
-use crate::{Error, Result};
+use crate::{Error, KeyDisplay, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
 ///
@@ -73,35 +75,64 @@ impl BlobStream {
     }
 }
 
-/// Streams bytes `range` of version `manifest` of `key` (a range within the blob), its chunks read in `class`;
-/// verifies the digest when the range is the whole blob.
+/// Streams bytes `range` of version `manifest` of `key` (a range within the blob), its chunks read in `class`
+/// and, for a sealed version, opened with `keys` (`sealing::for_read`); verifies the digest when the range is the
+/// whole blob.
 pub(crate) fn stream_version(
     inner: &Arc<Inner>,
     key: Bytes,
     manifest: Manifest,
     range: Range<u64>,
     class: Option<ClassTag>,
+    keys: Option<Arc<VersionKeys>>,
 ) -> BlobStream {
     let full = range.start == 0 && range.end == manifest.size;
     let stream: BoxStream<'static, Result<Bytes>> = match &manifest.body {
-        ManifestBody::Inline(data) => {
-            let item = if full && *blake3::hash(data).as_bytes() != manifest.digest {
-                Err(digest_error(&key, &manifest, blake3::hash(data)))
-            } else {
-                let (s, e) = (usize::try_from(range.start), usize::try_from(range.end));
-                match (s, e) {
-                    (Ok(s), Ok(e)) if s <= e && e <= data.len() => Ok(data.slice(s..e)),
-                    _ => Err(Error::corrupt(
-                        "inline manifest",
-                        "range outside the inline payload",
-                    )),
+        ManifestBody::Inline(stored) => {
+            let opened = match &keys {
+                Some(keys) => keys.open_inline(stored, manifest.size).map_err(|e| {
+                    Error::corrupt(
+                        format!(
+                            "inline value of key \"{}\" version {}",
+                            KeyDisplay::from(&key[..]),
+                            manifest.version
+                        ),
+                        e.to_string(),
+                    )
+                }),
+                None => Ok(stored.clone()),
+            };
+            let item = match opened {
+                Err(e) => Err(e),
+                Ok(data)
+                    if full
+                        && !digest_matches(&manifest, keys.as_deref(), &blake3::hash(&data)) =>
+                {
+                    Err(digest_error(&key, &manifest, blake3::hash(&data)))
+                }
+                Ok(data) => {
+                    let (s, e) = (usize::try_from(range.start), usize::try_from(range.end));
+                    match (s, e) {
+                        (Ok(s), Ok(e)) if s <= e && e <= data.len() => Ok(data.slice(s..e)),
+                        _ => Err(Error::corrupt(
+                            "inline manifest",
+                            "range outside the inline payload",
+                        )),
+                    }
                 }
             };
             stream::once(async move { item }).boxed()
         }
-        ManifestBody::Chunked { layout, .. } => {
-            stream_chunks(inner, key, &manifest, *layout, range.clone(), full, class)
-        }
+        ManifestBody::Chunked { layout, .. } => stream_chunks(
+            inner,
+            key,
+            &manifest,
+            *layout,
+            range.clone(),
+            full,
+            class,
+            keys,
+        ),
         ManifestBody::Segmented(segments) => {
             stream_segments(inner, key, &manifest, segments, range.clone(), class)
         }
@@ -145,11 +176,13 @@ fn stream_segments(
     let inner = Arc::clone(inner);
     stream::iter(parts)
         .flat_map(move |(part, within)| {
-            stream_version(&inner, key.clone(), part, within, class.clone()).stream
+            // Segments are never sealed (their puts refuse it).
+            stream_version(&inner, key.clone(), part, within, class.clone(), None).stream
         })
         .boxed()
 }
 
+#[expect(clippy::too_many_arguments, reason = "the read's plan, passed once")]
 fn stream_chunks(
     inner: &Arc<Inner>,
     key: Bytes,
@@ -158,6 +191,7 @@ fn stream_chunks(
     range: Range<u64>,
     verify_digest: bool,
     class: Option<ClassTag>,
+    keys: Option<Arc<VersionKeys>>,
 ) -> BoxStream<'static, Result<Bytes>> {
     let chunks = layout.chunks_covering(&range);
     let per_batch = inner.chunks_per_batch_of(layout.chunk_size, class.as_ref(), manifest.size);
@@ -177,6 +211,7 @@ fn stream_chunks(
         version,
     };
     let chunk_size = u64::from(layout.chunk_size);
+    let digest_keys = keys.clone();
     let fetches = Fetches {
         batches: Box::new(batches.peekable()),
         start: Box::new(move |batch: Range<u64>| {
@@ -188,6 +223,7 @@ fn stream_chunks(
                 batch,
                 range.clone(),
                 hasher,
+                keys.clone(),
             );
             AbortOnDrop(tokio::spawn(in_class(class.clone(), fetch)))
         }),
@@ -201,6 +237,7 @@ fn stream_chunks(
         pending: VecDeque::new(),
         held: None,
         digest,
+        digest_keys,
         key,
         manifest: manifest.clone(),
         done: false,
@@ -237,7 +274,7 @@ fn stream_chunks(
                             Ok(got) => got,
                             Err(e) => return Some((Err(e), st)),
                         };
-                        if *got.as_bytes() != st.manifest.digest {
+                        if !digest_matches(&st.manifest, st.digest_keys.as_deref(), &got) {
                             let err = digest_error(&st.key, &st.manifest, got);
                             return Some((Err(err), st));
                         }
@@ -336,6 +373,8 @@ struct ReadState {
     held: Option<BudgetHeld>,
     /// Present when the read covers the whole blob and its digest is to be verified.
     digest: Option<BlobDigest>,
+    /// The keys of a sealed version, whose manifest holds its digest keyed ([`digest_matches`]).
+    digest_keys: Option<Arc<VersionKeys>>,
     key: Bytes,
     manifest: Manifest,
     done: bool,
@@ -344,7 +383,9 @@ struct ReadState {
 /// A fetched batch: its chunks' raw bytes in order, trimmed to the range read, and their subtrees when hashed.
 type Fetched = (Vec<Bytes>, Vec<ChunkHash>);
 
-/// Fetches and decodes chunks `batch`, trimmed to `range`; hashes their subtrees with `hasher` if given.
+/// Fetches and decodes chunks `batch`, trimmed to `range`; hashes their subtrees with `hasher` if given; opens
+/// them with `keys` when the version is sealed.
+#[expect(clippy::too_many_arguments, reason = "one batch of the read's plan")]
 async fn fetch_batch(
     inner: Arc<Inner>,
     blob: BlobRef,
@@ -353,6 +394,7 @@ async fn fetch_batch(
     batch: Range<u64>,
     range: Range<u64>,
     hasher: Option<ChunkHasher>,
+    keys: Option<Arc<VersionKeys>>,
 ) -> Result<Fetched> {
     let ids: Vec<ChunkId> = batch
         .map(|index| ChunkId {
@@ -377,13 +419,23 @@ async fn fetch_batch(
     let stored: Vec<Bytes> = slots.into_iter().flatten().collect();
     // Checksums (and decompression, hashing) of a background class run on the bulk CPU pool.
     cpu::run(current_class().as_ref(), move || {
-        decode_batch(&blob, layout, size, &ids, &stored, &range, hasher)
+        decode_batch(
+            &blob,
+            layout,
+            size,
+            &ids,
+            &stored,
+            &range,
+            hasher,
+            keys.as_deref(),
+        )
     })
     .await?
 }
 
-/// The raw bytes of `stored` chunks `ids` of `blob`, checked and trimmed to `range`, and the subtrees of the
-/// whole chunks when `hasher` is given.
+/// The raw bytes of `stored` chunks `ids` of `blob`, checked (and opened with `keys`, for a sealed version) and
+/// trimmed to `range`, and the subtrees of the whole chunks when `hasher` is given.
+#[expect(clippy::too_many_arguments, reason = "one batch of the read's plan")]
 fn decode_batch(
     blob: &BlobRef,
     layout: ChunkLayout,
@@ -392,6 +444,7 @@ fn decode_batch(
     stored: &[Bytes],
     range: &Range<u64>,
     hasher: Option<ChunkHasher>,
+    keys: Option<&VersionKeys>,
 ) -> Result<Fetched> {
     let mut out = Vec::with_capacity(ids.len());
     let mut hashes = Vec::with_capacity(if hasher.is_some() { ids.len() } else { 0 });
@@ -402,7 +455,11 @@ fn decode_batch(
             index: id.index,
         };
         let span = layout.chunk_span(id.index, size);
-        let raw = decode_chunk(place, stored, span.end - span.start)?;
+        let opener = keys.map(|keys| Opener {
+            keys,
+            last: id.index + 1 == layout.chunk_count,
+        });
+        let raw = decode_chunk(place, stored, span.end - span.start, opener)?;
         if let Some(hasher) = hasher {
             hashes.push(hasher.hash(id.index, &raw));
         }
@@ -429,6 +486,15 @@ async fn missing_chunk(inner: &Inner, blob: &BlobRef, id: ChunkId) -> Error {
             chunk: id.index,
             salt: id.salt,
         },
+    }
+}
+
+/// Whether `got`, the BLAKE3-256 of what a full read of `manifest` returned, is the digest the manifest holds
+/// (keyed with `keys` for a sealed version).
+fn digest_matches(manifest: &Manifest, keys: Option<&VersionKeys>, got: &blake3::Hash) -> bool {
+    match keys {
+        Some(keys) => keys.seal_digest(got) == manifest.digest,
+        None => got.as_bytes() == &manifest.digest,
     }
 }
 

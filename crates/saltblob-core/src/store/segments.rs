@@ -130,6 +130,7 @@ impl BlobStore {
             metadata.extend(late.entries());
         }
         let mut manifest = Manifest {
+            sealing: None,
             // Drawn once the segments are claimed (below), when the commit is near.
             version: VersionId(0),
             size,

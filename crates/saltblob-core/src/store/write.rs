@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::backend::{BlobRef, Namespace, Precondition, Previous, RecordWrite};
+use crate::codec::Codec;
 use crate::config::{PutCondition, PutOptions};
 use crate::intent::IntentLease;
 use crate::layout::{Layout, LayoutPolicy};
@@ -20,6 +21,7 @@ use crate::schedule::{self, ClassTag, PriorityClass};
 use crate::state::Inner;
 use crate::store::chunk_writer::ChunkWriter;
 use crate::store::key::validate_key;
+use crate::store::sealing::{self, PutSealing};
 use crate::version::VersionId;
 use crate::{Error, Result};
 
@@ -198,16 +200,35 @@ where
         body: ManifestBody::Inline(Bytes::new()),
         content_type: opts.content_type.clone(),
         metadata: opts.metadata.clone(),
+        sealing: None,
     };
     manifest.validate_attributes()?;
+    let sealed = sealing::for_put(inner, &key, manifest.version, opts).await?;
+    if sealed.is_some() && matches!(finish, Finish::Park(_)) {
+        return Err(Error::invalid(
+            "encryption key",
+            "segments (multipart parts) are not sealed yet: put the blob whole, or without an encryption key",
+        ));
+    }
+    let codec = match &sealed {
+        Some(s) if !s.compress => Codec::None,
+        _ => policy.codec,
+    };
+    manifest.sealing = sealed.as_ref().map(|s| s.sealing.clone());
     let pre = precheck(inner, &key, opts.condition).await?;
 
     let layout = known_size.map(|s| policy.layout_for(s));
     if layout == Some(Layout::Inline) {
         add_late_metadata(&mut manifest, opts)?;
         manifest.size = head_len;
-        manifest.digest = *blake3::hash(&head).as_bytes();
-        manifest.body = ManifestBody::Inline(head);
+        let digest = blake3::hash(&head);
+        (manifest.digest, manifest.body) = match &sealed {
+            Some(PutSealing { keys, .. }) => (
+                keys.seal_digest(&digest),
+                ManifestBody::Inline(keys.seal_inline(&head)?),
+            ),
+            None => (*digest.as_bytes(), ManifestBody::Inline(head)),
+        };
         if let Finish::Commit = finish {
             commit(inner, &key, &manifest, pre, None, None).await?;
         }
@@ -228,11 +249,12 @@ where
         inner,
         blob.clone(),
         planned_salt,
-        policy.codec,
+        codec,
         policy.chunk_size_for(known_size),
         known_size,
         known_size.unwrap_or(head_len),
         lease.progress(),
+        sealed.as_ref().map(|s| std::sync::Arc::clone(&s.keys)),
     );
     let written = match writer.begin().await {
         Ok(()) => {
@@ -273,10 +295,13 @@ where
         }
     };
     manifest.size = written.size;
-    manifest.digest = *written.digest.as_bytes();
+    manifest.digest = match &sealed {
+        Some(s) => s.keys.seal_digest(&written.digest),
+        None => *written.digest.as_bytes(),
+    };
     manifest.body = ManifestBody::Chunked {
         layout: writer.layout(),
-        codec: policy.codec,
+        codec,
         stored_bytes: written.stored_bytes,
     };
     match finish {

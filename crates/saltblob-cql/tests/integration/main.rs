@@ -24,6 +24,7 @@ mod limits;
 mod records;
 mod ring;
 mod rows;
+mod sealed;
 mod tls;
 
 /// The `host:port` in `TEST_CQL`; a test that needs it fails without it (it was run with `--include-ignored`).

@@ -210,10 +210,11 @@ pub(crate) fn no_such_upload() -> S3Error {
     )
 }
 
-/// The bytes of a small record from its listing: inline in its manifest (records are small), else read.
+/// The bytes of a small record from its listing: inline in its manifest (records are small), else (also when
+/// it is sealed) read.
 async fn record_bytes(store: &BlobStore, key: &[u8], manifest: &Manifest) -> S3Result<Bytes> {
     match &manifest.body {
-        ManifestBody::Inline(data) => Ok(data.clone()),
+        ManifestBody::Inline(data) if manifest.sealing.is_none() => Ok(data.clone()),
         _ => store.get(key).await.map_err(from_store),
     }
 }

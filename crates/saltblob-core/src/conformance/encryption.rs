@@ -1,0 +1,350 @@
+//! Sealed blobs (encryption at rest, `docs/format.md`): they read back in every layout, their stored bytes hold
+//! no plaintext, a missing or wrong key fails with a typed error before any chunk is read, and moved, replayed or
+//! plaintext chunks are refused.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{data, prefix, small_config, store, trickle};
+use crate::backend::{ChunkWrite, Namespace};
+use crate::encryption::{EncryptionConfig, Keyring, LOCAL, LocalProvider};
+use crate::layout::Layout;
+use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Error, Manifest, PutOptions, StoreConfig};
+
+/// A keyring file of one test, with keys `tenant-a` and `tenant-b`, removed when dropped.
+pub struct TempKeyring(PathBuf);
+
+impl Default for TempKeyring {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TempKeyring {
+    /// A new keyring file in the system's temporary directory.
+    pub fn new() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "saltblob-conformance-{:016x}.keyring",
+            rand::random::<u64>()
+        ));
+        let mut ring = Keyring::create(&path).expect("keyring");
+        ring.add("tenant-a", 1).expect("add");
+        ring.add("tenant-b", 1).expect("add");
+        Self(path)
+    }
+
+    /// The local provider over it.
+    pub fn provider(&self) -> Arc<LocalProvider> {
+        Arc::new(LocalProvider::open(&self.0).expect("open keyring"))
+    }
+}
+
+impl Drop for TempKeyring {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The small policy with encryption through `ring`, sealing under `key` by default when given.
+pub fn sealed_config(ring: &TempKeyring, key: Option<&str>) -> StoreConfig {
+    let mut encryption = EncryptionConfig::new(ring.provider());
+    encryption.key = key.map(str::to_owned);
+    small_config().with_encryption(encryption)
+}
+
+/// Every stored chunk of `m` (under `key`), as the backend holds it.
+async fn stored_chunks(backend: &Arc<dyn ChunkStore>, key: &str, m: &Manifest) -> Vec<Bytes> {
+    let Layout::Chunked(l) = m.layout() else {
+        return Vec::new();
+    };
+    let blob = BlobRef {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        version: m.version,
+    };
+    let ids: Vec<ChunkId> = (0..l.chunk_count)
+        .map(|index| ChunkId {
+            salt: l.salt_of(index),
+            index,
+        })
+        .collect();
+    let slots = backend.get_chunks(&blob, &ids).await.expect("get_chunks");
+    slots
+        .into_iter()
+        .map(|s| s.expect("every chunk stored"))
+        .collect()
+}
+
+/// `len` pseudo-random bytes whose every 64 bytes start with `marker`, so that any plaintext stored shows it.
+pub fn marked_with(marker: &[u8], len: usize, seed: u64) -> Bytes {
+    let mut v = data(len, seed).to_vec();
+    for piece in v.chunks_mut(64) {
+        let n = piece.len().min(marker.len());
+        piece[..n].copy_from_slice(&marker[..n]);
+    }
+    Bytes::from(v)
+}
+
+/// Whether `bytes` hold `marker`.
+pub fn shows(marker: &[u8], bytes: &[u8]) -> bool {
+    bytes.windows(marker.len()).any(|w| w == marker)
+}
+
+const MARKER: &[u8] = b"SALTBLOB-PLAINTEXT-MARKER";
+
+fn marked(len: usize, seed: u64) -> Bytes {
+    marked_with(MARKER, len, seed)
+}
+
+fn shows_marker(bytes: &[u8]) -> bool {
+    shows(MARKER, bytes)
+}
+
+/// Sealed blobs of every layout read back whole, by range and streamed; their manifests record the key and a
+/// keyed digest, and neither their manifest records nor their stored chunks hold the plaintext.
+pub async fn sealed_blobs_round_trip_and_store_no_plaintext(backend: Arc<dyn ChunkStore>) {
+    let ring = TempKeyring::new();
+    let store = store(&backend, sealed_config(&ring, Some("tenant-a")));
+    let p = prefix("sealed");
+    for (i, size) in [
+        0usize, 1, 999, 1000, 1001, 4096, 4097, 65_536, 65_537, 300_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let payload = marked(size, i as u64);
+        for streamed in [false, true] {
+            let key = format!("{p}{size}-{streamed}");
+            let m = if streamed {
+                store
+                    .put_stream(&key, trickle(&payload), &PutOptions::new())
+                    .await
+            } else {
+                store.put(&key, payload.clone(), &PutOptions::new()).await
+            }
+            .unwrap_or_else(|e| panic!("put {key}: {e}"));
+            let sealing = m
+                .sealing
+                .as_ref()
+                .unwrap_or_else(|| panic!("{key}: not sealed"));
+            assert_eq!(
+                (sealing.kek.provider, sealing.kek.name.as_str()),
+                (LOCAL, "tenant-a")
+            );
+            assert_ne!(
+                &m.digest,
+                blake3::hash(&payload).as_bytes(),
+                "{key}: plain digest"
+            );
+            assert_eq!(store.head(&key).await.expect("head"), m);
+            let got = store
+                .get(&key)
+                .await
+                .unwrap_or_else(|e| panic!("get {key}: {e}"));
+            assert!(got == payload, "{key}: read back different bytes");
+            for range in [
+                0..size as u64,
+                size as u64 / 3..size as u64 / 2,
+                size as u64..size as u64,
+            ] {
+                let part = store
+                    .get_range(&key, range.clone())
+                    .await
+                    .unwrap_or_else(|e| panic!("{key} {range:?}: {e}"));
+                assert!(
+                    part[..] == payload[range.start as usize..range.end as usize],
+                    "{key} {range:?}"
+                );
+            }
+            let record = backend
+                .get_record(Namespace::Manifest, key.as_bytes())
+                .await
+                .expect("manifest record")
+                .expect("stored");
+            assert!(
+                !shows_marker(&record),
+                "{key}: the manifest record holds plaintext"
+            );
+            for chunk in stored_chunks(&backend, &key, &m).await {
+                assert!(
+                    !shows_marker(&chunk),
+                    "{key}: a stored chunk holds plaintext"
+                );
+            }
+        }
+    }
+    let report = store
+        .fsck(&crate::FsckOptions::new().with_prefix(p.clone()))
+        .await
+        .expect("fsck");
+    assert!(report.damaged.is_empty(), "{report:?}");
+    assert_eq!(report.blobs, 20, "fsck checked every sealed blob");
+}
+
+/// Plaintext and sealed blobs live side by side; a put names its own key; without a provider, or with a
+/// keyring that lacks the key, a sealed blob fails to read with `KeyUnavailable` naming the key, and an
+/// unknown key fails a put before anything is written.
+pub async fn keys_are_chosen_per_put_and_missing_keys_are_typed_errors(
+    backend: Arc<dyn ChunkStore>,
+) {
+    let ring = TempKeyring::new();
+    let store = store(&backend, sealed_config(&ring, None));
+    let p = prefix("keys");
+    let (plain, sealed_b) = (format!("{p}plain"), format!("{p}sealed-b"));
+    let payload = marked(20_000, 1);
+    let m = store
+        .put(&plain, payload.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    assert!(m.sealing.is_none(), "no key named: plaintext");
+    let opts = PutOptions::new().with_encryption_key("tenant-b");
+    let m = store
+        .put(&sealed_b, payload.clone(), &opts)
+        .await
+        .expect("put");
+    assert_eq!(
+        m.sealing.as_ref().map(|s| s.kek.name.as_str()),
+        Some("tenant-b")
+    );
+    for key in [&plain, &sealed_b] {
+        assert!(store.get(key).await.expect("get") == payload, "{key}");
+    }
+
+    let missing = format!("{p}missing");
+    let opts = PutOptions::new().with_encryption_key("no-such-key");
+    match store.put(&missing, payload.clone(), &opts).await {
+        Err(Error::KeyUnavailable { key, .. }) => assert!(key.contains("no-such-key"), "{key}"),
+        other => panic!("a put under an unknown key: {other:?}"),
+    }
+    assert!(matches!(
+        store.head(&missing).await,
+        Err(Error::NotFound { .. })
+    ));
+
+    let unkeyed = BlobStore::new(Arc::clone(&backend), small_config()).expect("store");
+    assert!(unkeyed.get(&plain).await.expect("plaintext reads") == payload);
+    match unkeyed.get(&sealed_b).await {
+        Err(e @ Error::KeyUnavailable { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("tenant-b") && msg.contains("encryption=local"),
+                "{msg}"
+            );
+        }
+        other => panic!("a sealed blob read without keys: {other:?}"),
+    }
+    match unkeyed
+        .put(
+            &missing,
+            payload.clone(),
+            &PutOptions::new().with_encryption_key("tenant-a"),
+        )
+        .await
+    {
+        Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "encryption key"),
+        other => panic!("a put naming a key on a store without a provider: {other:?}"),
+    }
+
+    let other_ring = TempKeyring::new();
+    let other = store_with(&backend, &other_ring);
+    match other.get(&sealed_b).await {
+        Err(Error::KeyUnavailable { key, .. }) => assert!(key.contains("tenant-b"), "{key}"),
+        other => panic!("a sealed blob read with another keyring: {other:?}"),
+    }
+    let segment = store
+        .put_segment(
+            &missing,
+            trickle(&payload),
+            &PutOptions::new().with_encryption_key("tenant-a"),
+            std::time::Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        matches!(segment, Err(Error::InvalidArgument { .. })),
+        "{segment:?}"
+    );
+}
+
+fn store_with(backend: &Arc<dyn ChunkStore>, ring: &TempKeyring) -> BlobStore {
+    store(backend, sealed_config(ring, None))
+}
+
+/// A sealed manifest copied under another key fails its key commitment before any chunk is read; a chunk of an
+/// older version, or a plaintext chunk, put in a sealed version's place is refused, never returned.
+pub async fn moved_and_replayed_sealed_data_is_refused(backend: Arc<dyn ChunkStore>) {
+    let ring = TempKeyring::new();
+    let store = store(&backend, sealed_config(&ring, Some("tenant-a")));
+    let p = prefix("moved");
+    let (a, b) = (format!("{p}a"), format!("{p}b"));
+    let old = store
+        .put(&a, data(30_000, 1), &PutOptions::new())
+        .await
+        .expect("put");
+    let new = store
+        .put(&a, data(30_000, 2), &PutOptions::new())
+        .await
+        .expect("put");
+    store
+        .put(&b, data(30_000, 3), &PutOptions::new())
+        .await
+        .expect("put");
+
+    // A's manifest under B: the commitment binds the key.
+    let record = backend
+        .get_record(Namespace::Manifest, a.as_bytes())
+        .await
+        .expect("read")
+        .expect("stored");
+    backend
+        .put_record(
+            Namespace::Manifest,
+            b.as_bytes(),
+            record,
+            &crate::backend::Precondition::None,
+        )
+        .await
+        .expect("write");
+    match store.get(&b).await {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("commitment"), "{e}"),
+        other => panic!("a manifest moved to another key: {other:?}"),
+    }
+
+    // Chunk 1 of the old version of A written over chunk 1 of the new one.
+    let old_chunks = stored_chunks(&backend, &a, &old).await;
+    let Layout::Chunked(l) = new.layout() else {
+        panic!("chunked")
+    };
+    let blob = BlobRef {
+        key: Bytes::copy_from_slice(a.as_bytes()),
+        version: new.version,
+    };
+    let put = |data: Bytes| {
+        backend.put_chunks(
+            &blob,
+            vec![ChunkWrite {
+                salt: l.salt_of(1),
+                index: 1,
+                data,
+            }],
+        )
+    };
+    put(old_chunks[1].clone()).await.expect("write");
+    let err = store.get(&a).await.expect_err("a replayed chunk");
+    assert!(err.is_corruption(), "{err}");
+    // A plaintext chunk, with a valid checksum for its place: refused as plaintext in a sealed version.
+    let plain = crate::codec::encode_chunk(
+        crate::codec::ChunkPlace {
+            key: a.as_bytes(),
+            version: new.version,
+            index: 1,
+        },
+        &data(4096, 9),
+        crate::Codec::None,
+    );
+    put(plain).await.expect("write");
+    match store.get_range(&a, 4096..8192).await {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("plaintext"), "{e}"),
+        other => panic!("a plaintext chunk in a sealed version: {other:?}"),
+    }
+}

@@ -1,0 +1,225 @@
+//! The encryption parameters of a store URL (`encryption=local&keyring=FILE&encryption_key=NAME`), gathered one by one and
+//! then built into an [`EncryptionConfig`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{AWS_KMS, EncryptionConfig, LOCAL, LocalProvider};
+use crate::{Error, Result};
+
+/// The URL parameters this module takes.
+pub const URL_PARAMS: [&str; 5] = [
+    "encryption",
+    "keyring",
+    "encryption_key",
+    "key_cache",
+    "encrypt_compress",
+];
+
+/// Encryption parameters of a store URL: `encryption=local` (the provider), `keyring=FILE` (the local provider's
+/// keyring), `encryption_key=NAME` (the key new versions are sealed under; without it puts stay plaintext unless
+/// they name one; not `key=`, which a `cql://` URL gives to TLS), `key_cache=DURATION` (`600s`, `10m`, `1h`; default 10 minutes; `0` keeps nothing) and
+/// `encrypt_compress=true|false` (default false).
+#[derive(Debug, Default)]
+pub struct EncryptionParams {
+    provider: Option<String>,
+    keyring: Option<PathBuf>,
+    key: Option<String>,
+    key_cache: Option<Duration>,
+    compress: Option<bool>,
+}
+
+impl EncryptionParams {
+    /// Takes URL parameter `name=value` if it is one of [`URL_PARAMS`]; false when it is not.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the parameter when its value is empty or malformed.
+    pub fn apply_url_param(&mut self, name: &str, value: &str) -> Result<bool> {
+        let nonempty = |what: &'static str| {
+            if value.is_empty() {
+                Err(Error::invalid(what, "empty; give a value"))
+            } else {
+                Ok(value.to_owned())
+            }
+        };
+        match name {
+            "encryption" => self.provider = Some(nonempty("encryption")?),
+            "keyring" => self.keyring = Some(PathBuf::from(nonempty("keyring")?)),
+            "encryption_key" => self.key = Some(nonempty("encryption_key")?),
+            "key_cache" => self.key_cache = Some(parse_duration("key_cache", value)?),
+            "encrypt_compress" => {
+                self.compress = Some(match value {
+                    "true" | "on" | "1" => true,
+                    "false" | "off" | "0" => false,
+                    other => {
+                        return Err(Error::invalid(
+                            "encrypt_compress",
+                            format!("{other:?}; true or false"),
+                        ));
+                    }
+                });
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The configuration the parameters give (the local provider's keyring is read here); `None` when none
+    /// was given.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the parameter: one given without `encryption=`, an unknown provider,
+    /// `encryption=local` without `keyring=`; the keyring file's own errors ([`super::Keyring::open`]).
+    pub fn build(self) -> Result<Option<EncryptionConfig>> {
+        let Some(provider) = self.provider else {
+            if let Some(given) = [
+                self.keyring.as_ref().map(|_| "keyring"),
+                self.key.as_ref().map(|_| "encryption_key"),
+                self.key_cache.as_ref().map(|_| "key_cache"),
+                self.compress.as_ref().map(|_| "encrypt_compress"),
+            ]
+            .into_iter()
+            .flatten()
+            .next()
+            {
+                return Err(Error::invalid(
+                    given,
+                    "given without encryption=PROVIDER (encryption=local&keyring=FILE)",
+                ));
+            }
+            return Ok(None);
+        };
+        let provider = match provider.as_str() {
+            LOCAL => {
+                let keyring = self.keyring.ok_or_else(|| {
+                    Error::invalid(
+                        "encryption",
+                        "local needs keyring=FILE (make one with saltblob keyring new FILE)",
+                    )
+                })?;
+                Arc::new(LocalProvider::open(keyring)?)
+            }
+            AWS_KMS => {
+                return Err(Error::invalid(
+                    "encryption",
+                    "aws-kms is not in this build yet; use encryption=local&keyring=FILE",
+                ));
+            }
+            other => {
+                return Err(Error::invalid(
+                    "encryption",
+                    format!("unknown key provider {other:?}; known: {LOCAL}"),
+                ));
+            }
+        };
+        let mut config = EncryptionConfig::new(provider);
+        config.key = self.key;
+        if let Some(keep_for) = self.key_cache {
+            config.key_cache = keep_for;
+        }
+        config.compress = self.compress.unwrap_or(false);
+        Ok(Some(config))
+    }
+}
+
+/// A duration as `NUMBER[UNIT]`, the unit `ms`, `s` (the default), `m` or `h`.
+fn parse_duration(what: &'static str, value: &str) -> Result<Duration> {
+    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &value[digits.len()..];
+    let n: u64 = digits.parse().map_err(|_| {
+        Error::invalid(
+            what,
+            format!("{value:?}; a duration such as 600s, 10m or 1h"),
+        )
+    })?;
+    let millis = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        other => {
+            return Err(Error::invalid(
+                what,
+                format!("unknown unit {other:?} in {value:?}; ms, s, m or h"),
+            ));
+        }
+    };
+    millis
+        .map(Duration::from_millis)
+        .ok_or_else(|| Error::invalid(what, format!("{value:?} is too long")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &[(&str, &str)]) -> Result<Option<EncryptionConfig>> {
+        let mut p = EncryptionParams::default();
+        for (name, value) in query {
+            assert!(p.apply_url_param(name, value)?, "{name} is taken");
+        }
+        p.build()
+    }
+
+    fn err(query: &[(&str, &str)]) -> String {
+        params(query)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn bad_parameters_name_what_to_fix() {
+        assert!(params(&[]).unwrap().is_none());
+        assert!(
+            err(&[("encryption_key", "k")]).contains("encryption_key: given without encryption=")
+        );
+        assert!(err(&[("encryption", "local")]).contains("needs keyring=FILE"));
+        assert!(err(&[("encryption", "vault")]).contains("unknown key provider \"vault\""));
+        assert!(err(&[("encryption", "")]).contains("encryption: empty"));
+        assert!(err(&[("key_cache", "10 minutes")]).contains("key_cache"));
+        assert!(err(&[("key_cache", "10d")]).contains("unknown unit"));
+        assert!(err(&[("encrypt_compress", "maybe")]).contains("true or false"));
+        let missing = err(&[("encryption", "local"), ("keyring", "/nonexistent/keyring")]);
+        assert!(missing.contains("/nonexistent/keyring"), "{missing}");
+        let mut p = EncryptionParams::default();
+        assert!(!p.apply_url_param("sync", "true").unwrap(), "not ours");
+        assert!(
+            !p.apply_url_param("key", "client.key").unwrap(),
+            "a cql:// URL's TLS key"
+        );
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let d = |v| parse_duration("key_cache", v).unwrap();
+        assert_eq!(d("0"), Duration::ZERO);
+        assert_eq!(d("600"), Duration::from_secs(600));
+        assert_eq!(d("250ms"), Duration::from_millis(250));
+        assert_eq!(d("10m"), Duration::from_secs(600));
+        assert_eq!(d("2h"), Duration::from_secs(7200));
+    }
+
+    #[test]
+    fn a_keyring_builds_a_local_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let mut ring = super::super::Keyring::create(&path).unwrap();
+        ring.add("tenant", 1).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        let config = params(&[
+            ("encryption", "local"),
+            ("keyring", &path),
+            ("encryption_key", "tenant"),
+            ("key_cache", "1m"),
+            ("encrypt_compress", "true"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.key.as_deref(), Some("tenant"));
+        assert_eq!(config.key_cache, Duration::from_secs(60));
+        assert!(config.compress);
+        assert_eq!(config.provider.name(), LOCAL);
+    }
+}

@@ -1,0 +1,195 @@
+//! Re-wrapping sealed blobs' data keys (`saltblob rekey`): [`BlobStore::rekey`] re-wraps a sealed version's data
+//! key under the current version of its key in the manifest alone, with a compare-and-set on the manifest bytes
+//! it read, without touching a chunk; it loses to a writer that commits in between, and nothing is lost.
+//! (Sealing a plaintext blob is a rewrite: [`BlobStore::encrypt`], beside [`BlobStore::relayout`].)
+
+use crate::backend::{Namespace, Precondition, RecordWrite};
+use crate::encryption::{KekRef, Sealing};
+use crate::schedule::{self, PriorityClass};
+use crate::store::sealing;
+use crate::{BlobStore, KeyDisplay, Result};
+
+use super::key::validate_key;
+
+/// What [`BlobStore::rekey`] did with one blob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rekeyed {
+    /// Its data key is now wrapped by `to` (it was by `from`).
+    Rewrapped {
+        /// The key version that wrapped it.
+        from: KekRef,
+        /// The key version that wraps it now.
+        to: KekRef,
+    },
+    /// Its data key is wrapped by its key's current version already.
+    Current,
+    /// Plaintext: nothing to re-wrap (`saltblob encrypt` seals it: [`BlobStore::encrypt`]).
+    Plaintext,
+    /// Replaced, deleted or re-wrapped by someone else in between: left as they made it.
+    LostToAWriter,
+    /// Left alone for the reason given (gone, expired).
+    Skipped(&'static str),
+}
+
+impl BlobStore {
+    /// Re-wraps the data key of `key`'s current version under the current version of the key that wrapped it,
+    /// when another version did: only the manifest changes (a compare-and-set on the bytes read), so that the
+    /// older key version can then be retired. The key commitment is checked first, with the data key as opened.
+    ///
+    /// # Errors
+    /// [`Error::KeyUnavailable`] (the store has no provider, or it cannot open or wrap the key), [`Error::Corrupt`]
+    /// (the manifest does not decode or fails its commitment), [`Error::Backend`].
+    pub async fn rekey(&self, key: impl AsRef<[u8]>) -> Result<Rekeyed> {
+        let key = validate_key(key.as_ref())?;
+        let class = self
+            .inner
+            .sched
+            .choose(None, PriorityClass::bulk())
+            .ok()
+            .flatten();
+        schedule::in_class(class, async {
+            let inner = &self.inner;
+            let Some(bytes) = inner.backend.get_record(Namespace::Manifest, &key).await? else {
+                return Ok(Rekeyed::Skipped("gone before it was read"));
+            };
+            let manifest = inner.decode_manifest(&key, &bytes)?;
+            if manifest.is_expired(inner.now_micros()) {
+                return Ok(Rekeyed::Skipped("expired"));
+            }
+            let (Some(old), Some(keys)) = (&manifest.sealing, &inner.keys) else {
+                return match manifest.sealing {
+                    None => Ok(Rekeyed::Plaintext),
+                    // The read names what to fix.
+                    Some(_) => sealing::for_read(inner, &key, &manifest)
+                        .await
+                        .map(|_| Rekeyed::Skipped("no key provider")),
+                };
+            };
+            sealing::for_read(inner, &key, &manifest).await?;
+            let dek = keys.cache.open(&old.kek, &old.wrapped).await?;
+            let wrapped = keys.provider.wrap_data_key(&old.kek.name, &dek).await?;
+            if wrapped.kek == old.kek {
+                return Ok(Rekeyed::Current);
+            }
+            let mut rekeyed = manifest.clone();
+            rekeyed.sealing = Some(Sealing {
+                kek: wrapped.kek.clone(),
+                wrapped: wrapped.wrapped.clone(),
+                commitment: old.commitment,
+            });
+            let write = inner
+                .backend
+                .put_record(
+                    Namespace::Manifest,
+                    &key,
+                    rekeyed.encode(),
+                    &Precondition::Equals(bytes),
+                )
+                .await?;
+            Ok(match write {
+                RecordWrite::Done(_) => {
+                    tracing::debug!(
+                        "rekeyed \"{}\" version {}: {} -> {}",
+                        KeyDisplay::from(&key[..]),
+                        manifest.version,
+                        old.kek,
+                        wrapped.kek
+                    );
+                    Rekeyed::Rewrapped {
+                        from: old.kek.clone(),
+                        to: wrapped.kek.clone(),
+                    }
+                }
+                RecordWrite::ConditionFailed(_) => Rekeyed::LostToAWriter,
+            })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::conformance::{data, small_config};
+    use crate::encryption::{EncryptionConfig, Keyring, LocalProvider};
+    use crate::{ChunkStore, Error, MemoryStore, PutOptions};
+
+    fn keyed(backend: &Arc<dyn ChunkStore>, keyring: &Path) -> BlobStore {
+        let provider = Arc::new(LocalProvider::open(keyring).unwrap());
+        let config = small_config().with_encryption(EncryptionConfig::new(provider).with_key("t"));
+        BlobStore::new(Arc::clone(backend), config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn rekey_rewraps_under_the_current_version_so_the_old_one_can_be_retired() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let mut ring = Keyring::create(&path).unwrap();
+        ring.add("t", 1).unwrap();
+        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let v1 = keyed(&backend, &path);
+        let (small, big) = (data(100, 1), data(50_000, 2));
+        let before = [
+            v1.put("small", small.clone(), &PutOptions::new())
+                .await
+                .unwrap(),
+            v1.put("big", big.clone(), &PutOptions::new())
+                .await
+                .unwrap(),
+        ];
+        let plain = BlobStore::new(Arc::clone(&backend), small_config()).unwrap();
+        plain
+            .put("plain", data(10, 3), &PutOptions::new())
+            .await
+            .unwrap();
+
+        ring.rotate("t", 2).unwrap();
+        // Retiring version 1 now would revoke every blob it wraps.
+        let revoked = dir.path().join("revoked");
+        std::fs::copy(&path, &revoked).unwrap();
+        Keyring::open(&revoked).unwrap().retire("t", 1).unwrap();
+        match keyed(&backend, &revoked).get("big").await {
+            Err(Error::KeyUnavailable { key, reason, .. }) => {
+                assert!(
+                    key.contains("version 1") && reason.contains("retired"),
+                    "{key}: {reason}"
+                );
+            }
+            other => panic!("a blob of a retired key version: {other:?}"),
+        }
+
+        let v2 = keyed(&backend, &path);
+        for (key, m) in ["small", "big"].into_iter().zip(&before) {
+            match v2.rekey(key).await.unwrap() {
+                Rekeyed::Rewrapped { from, to } => {
+                    assert_eq!((from.version, to.version), (1, 2), "{key}");
+                }
+                other => panic!("{key}: {other:?}"),
+            }
+            let after = v2.head(key).await.unwrap();
+            assert_eq!(
+                after.version, m.version,
+                "{key}: the same version, not a rewrite"
+            );
+            assert_eq!(after.body, m.body, "{key}: the same chunks");
+            assert_eq!(
+                after.sealing.as_ref().unwrap().commitment,
+                m.sealing.as_ref().unwrap().commitment
+            );
+            assert_eq!(v2.rekey(key).await.unwrap(), Rekeyed::Current, "{key}");
+        }
+        assert_eq!(v2.rekey("plain").await.unwrap(), Rekeyed::Plaintext);
+        assert_eq!(
+            v2.rekey("none").await.unwrap(),
+            Rekeyed::Skipped("gone before it was read")
+        );
+
+        Keyring::open(&path).unwrap().retire("t", 1).unwrap();
+        let v3 = keyed(&backend, &path);
+        assert_eq!(v3.get("small").await.unwrap(), small);
+        assert_eq!(v3.get("big").await.unwrap(), big);
+    }
+}

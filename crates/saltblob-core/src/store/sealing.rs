@@ -1,0 +1,163 @@
+//! Sealing at the store (`docs/format.md`, "Encryption at rest"): which key a put seals its version under and the
+//! secrets it seals with, the secrets a read opens a sealed version with, and the store id both derive them from.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::backend::{Namespace, Precondition, RecordWrite};
+use crate::config::PutOptions;
+use crate::encryption::seal::{STORE_ID_LEN, VersionKeys};
+use crate::encryption::{Sealing, StoreKeys, fill_random};
+use crate::manifest::Manifest;
+use crate::state::Inner;
+use crate::version::VersionId;
+use crate::{Error, KeyDisplay, Result};
+
+/// Key of the store id in [`Namespace::Meta`]: 16 random bytes, written once by the first sealed put.
+const STORE_ID: &[u8] = b"store-id";
+
+/// How a put seals its version.
+pub(crate) struct PutSealing {
+    /// The version's secrets.
+    pub(crate) keys: Arc<VersionKeys>,
+    /// What its manifest records.
+    pub(crate) sealing: Sealing,
+    /// Whether its chunks may be compressed before they are sealed ([`crate::EncryptionConfig::compress`]).
+    pub(crate) compress: bool,
+}
+
+/// How version `version` of `key` is sealed: under the put's key ([`PutOptions::encryption_key`]), else the store's
+/// ([`crate::EncryptionConfig::key`]); `None` (plaintext) when neither names one.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the put names a key and the store has no provider; [`Error::KeyUnavailable`]
+/// when the provider cannot make a data key under it. Both come before anything is written.
+pub(crate) async fn for_put(
+    inner: &Inner,
+    key: &[u8],
+    version: VersionId,
+    opts: &PutOptions,
+) -> Result<Option<PutSealing>> {
+    let store_key = inner.keys.as_ref().and_then(|k| k.key.as_ref());
+    let Some(name) = opts.encryption_key.as_ref().or(store_key) else {
+        return Ok(None);
+    };
+    let Some(keys) = &inner.keys else {
+        return Err(Error::invalid(
+            "encryption key",
+            format!(
+                "{name:?}, but the store has no key provider: open it with \
+                 encryption=local&keyring=FILE (or give StoreConfig::encryption)"
+            ),
+        ));
+    };
+    let dek = keys.cache.data_key(name).await?;
+    let store_id = store_id(inner, keys, true).await?;
+    let version_keys = VersionKeys::derive(&dek.key, &store_id, key, version)?;
+    Ok(Some(PutSealing {
+        sealing: Sealing {
+            kek: dek.kek.clone(),
+            wrapped: dek.wrapped.clone(),
+            commitment: *version_keys.commitment(),
+        },
+        keys: Arc::new(version_keys),
+        compress: keys.compress,
+    }))
+}
+
+/// The secrets that open version `manifest` of `key`; `None` when it is plaintext. The key commitment is checked
+/// here, before any chunk is fetched.
+///
+/// # Errors
+/// [`Error::KeyUnavailable`] naming the key when the store has no provider, another one, or the provider cannot
+/// open the data key (unknown, retired or disabled key); [`Error::Corrupt`] when the commitment does not match
+/// (the manifest was moved from another key, version or store, or changed) or the store id is missing.
+pub(crate) async fn for_read(
+    inner: &Inner,
+    key: &[u8],
+    manifest: &Manifest,
+) -> Result<Option<Arc<VersionKeys>>> {
+    let Some(sealing) = &manifest.sealing else {
+        return Ok(None);
+    };
+    let unavailable = |reason: String| Error::KeyUnavailable {
+        provider: sealing.kek.provider,
+        key: sealing.kek.to_string(),
+        reason,
+        retryable: false,
+    };
+    let Some(keys) = &inner.keys else {
+        return Err(unavailable(format!(
+            "version {} of key \"{}\" is sealed, and the store was opened without a key provider: open it \
+             with encryption={}&... (see docs/format.md, \"Encryption at rest\")",
+            manifest.version,
+            KeyDisplay::from(key),
+            sealing.kek.provider
+        )));
+    };
+    if keys.provider.name() != sealing.kek.provider {
+        return Err(unavailable(format!(
+            "version {} of key \"{}\" is sealed by the {} provider; the store was opened with {}",
+            manifest.version,
+            KeyDisplay::from(key),
+            sealing.kek.provider,
+            keys.provider.name()
+        )));
+    }
+    let dek = keys.cache.open(&sealing.kek, &sealing.wrapped).await?;
+    let store_id = store_id(inner, keys, false).await?;
+    let version_keys = VersionKeys::derive(&dek, &store_id, key, manifest.version)?;
+    if !version_keys.commits_to(&sealing.commitment) {
+        return Err(Error::corrupt(
+            format!(
+                "manifest of key \"{}\" version {}",
+                KeyDisplay::from(key),
+                manifest.version
+            ),
+            "its key commitment does not match the keys derived from its data key: the manifest was moved \
+             from another key, version or store, or changed",
+        ));
+    }
+    Ok(Some(Arc::new(version_keys)))
+}
+
+/// The store id: read once, or made (with a conditional put, so that concurrent first puts agree) when `create`.
+async fn store_id(inner: &Inner, keys: &StoreKeys, create: bool) -> Result<[u8; STORE_ID_LEN]> {
+    let corrupt = |detail: String| Error::corrupt("store id record", detail);
+    keys.store_id
+        .get_or_try_init(|| async {
+            let bytes = match inner.backend.get_record(Namespace::Meta, STORE_ID).await? {
+                Some(bytes) => bytes,
+                None if create => {
+                    let mut id = [0u8; STORE_ID_LEN];
+                    fill_random(&mut id)?;
+                    let id = Bytes::copy_from_slice(&id);
+                    let write = inner
+                        .backend
+                        .put_record(Namespace::Meta, STORE_ID, id.clone(), &Precondition::Absent)
+                        .await?;
+                    match write {
+                        RecordWrite::Done(_) => id,
+                        RecordWrite::ConditionFailed(Some(current)) => current,
+                        RecordWrite::ConditionFailed(None) => inner
+                            .backend
+                            .get_record(Namespace::Meta, STORE_ID)
+                            .await?
+                            .ok_or_else(|| corrupt("made by another writer, then gone".into()))?,
+                    }
+                }
+                None => {
+                    return Err(corrupt(
+                        "missing, though the store holds a sealed version: every sealed version's keys are \
+                         derived from it, so none can be read (was the Meta namespace lost or replaced?)"
+                            .into(),
+                    ));
+                }
+            };
+            <[u8; STORE_ID_LEN]>::try_from(&bytes[..])
+                .map_err(|_| corrupt(format!("{} bytes; {STORE_ID_LEN} expected", bytes.len())))
+        })
+        .await
+        .copied()
+}
