@@ -167,10 +167,17 @@ pub(crate) fn put_options(what: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyR
             "size_hint" => opts.size_hint = Some(size(&value, "size_hint")?),
             // Zero or out of range is refused by the put, before any I/O, naming `ttl`.
             "ttl" => opts.ttl = Some(duration(&value, "ttl")?),
+            "encryption_key" => {
+                opts.encryption_key = Some(
+                    value
+                        .extract()
+                        .map_err(|_| wrong_type("encryption_key", "str", &value))?,
+                );
+            }
             other => {
                 return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                     "{what}() got an unexpected keyword argument '{other}'; put options are content_type, metadata, \
-                     if_absent, if_version, chunk_size, max_salt, codec, priority, size_hint and ttl"
+                     if_absent, if_version, chunk_size, max_salt, codec, priority, size_hint, ttl and encryption_key"
                 )));
             }
         }

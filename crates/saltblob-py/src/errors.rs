@@ -27,6 +27,8 @@ pub(crate) enum Kind {
     RangeNotSatisfiable,
     /// `Unavailable`: the backend failed or a read raced a reclaim; `.retryable` says whether to try again.
     Unavailable,
+    /// `KeyUnavailable` (an `Unavailable`): the key a sealed blob needs cannot be used.
+    KeyUnavailable,
 }
 
 impl Kind {
@@ -41,6 +43,7 @@ impl Kind {
             Kind::InvalidArgument => "InvalidArgument",
             Kind::RangeNotSatisfiable => "RangeNotSatisfiable",
             Kind::Unavailable => "Unavailable",
+            Kind::KeyUnavailable => "KeyUnavailable",
         }
     }
 
@@ -61,6 +64,7 @@ impl Kind {
             | E::VersionReclaimed { .. }
             | E::IntentLost { .. }
             | E::SegmentGone { .. } => Kind::Unavailable,
+            E::KeyUnavailable { .. } => Kind::KeyUnavailable,
             e if e.is_corruption() => Kind::Corrupt,
             _ => Kind::Base,
         }

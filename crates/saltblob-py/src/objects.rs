@@ -37,6 +37,9 @@ pub(crate) struct Manifest {
     content_type: Option<String>,
     /// The user metadata given to the put.
     metadata: BTreeMap<String, String>,
+    /// The key the version is sealed under (`name` or `name version N`, as the provider names it); `None` for
+    /// plaintext.
+    encryption_key: Option<String>,
 }
 
 impl From<&saltblob::Manifest> for Manifest {
@@ -63,6 +66,10 @@ impl From<&saltblob::Manifest> for Manifest {
             stored_bytes: m.stored_bytes(),
             content_type: m.content_type.clone(),
             metadata: m.metadata.clone(),
+            encryption_key: m
+                .sealing
+                .as_ref()
+                .map(|s| s.kek.to_string().replace('"', "")),
         }
     }
 }

@@ -67,6 +67,7 @@ class Manifest:
     stored_bytes: int
     content_type: Optional[str]
     metadata: Dict[str, str]
+    encryption_key: Optional[str]
 
 class Description:
     """How one key is laid out (``describe``)."""

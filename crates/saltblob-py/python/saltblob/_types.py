@@ -62,6 +62,9 @@ class PutOptions(TypedDict, total=False):
     ttl: Optional[Seconds]
     """Expire the blob this long after the put (seconds or a ``timedelta``): it then reads as ``NotFound`` and gc
     reclaims it; ``Manifest.expires_micros`` says when. Defaults to never."""
+    encryption_key: Optional[str]
+    """Seal the blob under this key of the store's key provider (the URL names it: ``encryption=local&keyring=FILE``),
+    over the URL's ``encryption_key=``; ``Manifest.encryption_key`` says which. Defaults to the store's key, if any."""
 
 
 class GcReport(TypedDict):

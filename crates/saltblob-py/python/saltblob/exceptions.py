@@ -9,7 +9,8 @@ Messages are the Rust library's. Every exception has ``retryable``: whether the 
 - ``InvalidArgument`` (also a ``ValueError``): a bad key, URL, option or size, found before any I/O;
   ``RangeNotSatisfiable`` for a range outside the blob.
 - ``Unavailable``: the backend failed (timeouts, unreachable nodes, overload) or a read raced a reclaim;
-  ``retryable`` tells whether to try again.
+  ``retryable`` tells whether to try again; ``KeyUnavailable`` when the key a sealed blob needs is unknown,
+  retired, disabled or not configured (the message names it).
 
 A wrong type of argument is a ``TypeError`` naming the argument.
 """
@@ -60,11 +61,16 @@ class Unavailable(SaltblobError):
     """The backend failed, or a read raced a reclaim; ``retryable`` says whether to try again."""
 
 
+class KeyUnavailable(Unavailable):
+    """The key-encryption key a sealed blob needs cannot be used (unknown, retired, disabled, not configured)."""
+
+
 __all__ = [
     "AlreadyExists",
     "ChecksumMismatch",
     "Corrupt",
     "InvalidArgument",
+    "KeyUnavailable",
     "NotFound",
     "PreconditionFailed",
     "RangeNotSatisfiable",
