@@ -1,6 +1,6 @@
 //! Parsing and printing keys, sizes, ranges and layouts for people.
 
-use saltblob::{ByteRange, Description, Manifest, ManifestBody};
+use saltblob::{ByteRange, ChunkLayout, Description, Layout, LayoutClass, Manifest, ManifestBody};
 
 pub use saltblob::{escape_key, parse_size};
 
@@ -154,9 +154,7 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
             codec,
             stored_bytes,
         } => {
-            v["chunk_size"] = layout.chunk_size.into();
-            v["chunk_count"] = layout.chunk_count.into();
-            v["salt_count"] = layout.salt_count.into();
+            chunk_layout_json(&mut v, layout);
             v["codec"] = codec.name().into();
             v["stored_bytes"] = (*stored_bytes).into();
         }
@@ -166,6 +164,38 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
         }
     }
     v
+}
+
+/// Sets `v`'s `chunk_size`, `chunk_count` and `salt_count` to `layout`'s.
+fn chunk_layout_json(v: &mut serde_json::Value, layout: &ChunkLayout) {
+    v["chunk_size"] = layout.chunk_size.into();
+    v["chunk_count"] = layout.chunk_count.into();
+    v["salt_count"] = layout.salt_count.into();
+}
+
+/// A layout as JSON: `layout` (`inline`, `single-partition` or `salted`) and, when chunked, its geometry as
+/// [`manifest_json`] gives it.
+pub fn layout_json(layout: &Layout) -> serde_json::Value {
+    let mut v = serde_json::json!({ "layout": LayoutClass::of_layout(layout).as_str() });
+    if let Layout::Chunked(l) = layout {
+        chunk_layout_json(&mut v, l);
+    }
+    v
+}
+
+/// A layout in words: `inline`, or e.g. `salted (16 x 64.0 KiB chunks, 8 salts)`.
+pub fn layout_text(layout: &Layout) -> String {
+    let class = LayoutClass::of_layout(layout).as_str();
+    match layout {
+        Layout::Inline => class.to_owned(),
+        Layout::Chunked(l) => format!(
+            "{class} ({} x {} chunks, {} salt{})",
+            l.chunk_count,
+            short(u64::from(l.chunk_size)),
+            l.salt_count,
+            if l.salt_count == 1 { "" } else { "s" }
+        ),
+    }
 }
 
 /// The description as a JSON value.

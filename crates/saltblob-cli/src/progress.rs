@@ -23,20 +23,44 @@ pub struct Progress {
 impl Progress {
     /// A bar for `total` bytes (a spinner with a byte count when unknown), labelled `label`.
     pub fn new(label: &str, total: Option<u64>, quiet: bool) -> Self {
-        let bar = match total {
-            Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::hidden())
-                .with_style(
-                    ProgressStyle::with_template(
-                        "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-                    )
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-                ),
-            None => ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()).with_style(
-                ProgressStyle::with_template("{msg} {spinner} {bytes} {binary_bytes_per_sec}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            ),
+        Self::styled(
+            label,
+            total,
+            "{bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+            "{bytes} {binary_bytes_per_sec}",
+            quiet,
+        )
+    }
+
+    /// Counts items (`what`: "blobs", ...), labelled `label`: a bar to `total` when it is known, else a spinner.
+    pub fn items(label: &str, what: &str, total: Option<u64>, quiet: bool) -> Self {
+        Self::styled(
+            label,
+            total,
+            &format!("{{human_pos}}/{{human_len}} {what} {{per_sec}} eta {{eta}}"),
+            &format!("{{human_pos}} {what} {{per_sec}}"),
+            quiet,
+        )
+    }
+
+    /// A bar to `total` followed by `bar_figures` (an indicatif template), or, when `total` is unknown, a
+    /// spinner followed by `spinner_figures`.
+    fn styled(
+        label: &str,
+        total: Option<u64>,
+        bar_figures: &str,
+        spinner_figures: &str,
+        quiet: bool,
+    ) -> Self {
+        let style = match total {
+            Some(_) => ProgressStyle::with_template(&format!("{{msg}} [{{bar:30}}] {bar_figures}"))
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            None => ProgressStyle::with_template(&format!("{{msg}} {{spinner}} {spinner_figures}"))
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         };
+        let bar =
+            ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden()).with_style(style);
         bar.set_message(label.to_owned());
         Self {
             bar,
@@ -44,18 +68,6 @@ impl Progress {
             visible: false,
             enabled: !quiet && std::io::stderr().is_terminal(),
         }
-    }
-
-    /// A spinner counting items (`what`: "blobs", ...), labelled `label`.
-    pub fn items(label: &str, what: &str, quiet: bool) -> Self {
-        let progress = Self::new(label, None, quiet);
-        progress.bar.set_style(
-            ProgressStyle::with_template(&format!(
-                "{{msg}} {{spinner}} {{human_pos}} {what} {{per_sec}}"
-            ))
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        progress
     }
 
     /// Counts `n` more bytes (or items).
@@ -95,5 +107,18 @@ impl<R: AsyncRead + Unpin> AsyncRead for CountingReader<R> {
         let n = buf.filled().len() - before;
         self.progress.add(n as u64);
         poll
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_counted_on_a_bar_to_a_known_total_else_on_a_spinner() {
+        let bar = Progress::items("census", "blobs", Some(1000), true);
+        assert_eq!(bar.bar.length(), Some(1000));
+        let spinner = Progress::items("relayout", "blobs", None, true);
+        assert_eq!(spinner.bar.length(), None);
     }
 }

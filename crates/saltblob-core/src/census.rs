@@ -274,9 +274,9 @@ impl Census {
 }
 
 impl BlobStore {
-    /// Counts the blobs whose key starts with `prefix` ([`Census`]): every one, or the first `sample` of the
-    /// scan when given (the scan's order is the backend's: key order on the embedded store, token order, a
-    /// hash of the key, on a cluster). `progress` is called with the census so far every 1000 blobs. Memory
+    /// Counts the blobs whose key starts with `prefix` ([`Census`]): every one, or the first `sample` in key
+    /// order when given (the listing is in key order on every backend, so a sample is not random: it leans
+    /// toward the first prefixes). `progress` is called with the census so far every 1000 blobs. Memory
     /// stays bounded: the listing is read a page at a time and only counts are kept. A damaged manifest is
     /// counted in [`Census::damaged`] and the scan goes on.
     ///

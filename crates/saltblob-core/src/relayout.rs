@@ -234,6 +234,42 @@ mod tests {
         );
     }
 
+    /// The read and the rewrite run in `bulk` by default, though a blob of one partition is otherwise read and
+    /// written as `interactive`; a class given wins.
+    #[tokio::test]
+    async fn a_relayout_runs_in_the_bulk_class_unless_told_otherwise() {
+        use crate::schedule::{BULK, INTERACTIVE};
+
+        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let old = store(&backend, 1 << 20);
+        for key in ["a", "b"] {
+            old.put(key, body(64 * KIB as usize, 3), &PutOptions::new())
+                .await
+                .unwrap();
+        }
+        // Larger chunks, still one partition: by its layout, the blob is read and written as interactive.
+        let policy = old.config().policy.clone().with_single_chunk_size(8192);
+        let new = BlobStore::new(
+            Arc::clone(&backend),
+            StoreConfig::default().with_policy(policy),
+        )
+        .unwrap();
+        let class = |name: &str| {
+            let stats = new.scheduler_stats();
+            stats.classes.into_iter().find(|c| c.name == name).unwrap()
+        };
+        let moved = |r: Relaid| matches!(r, Relaid::Moved { .. });
+        assert!(moved(new.relayout("a", None).await.unwrap()));
+        let (bulk, interactive) = (class(BULK), class(INTERACTIVE));
+        assert_eq!(interactive.admitted, 0, "{interactive:?}");
+        assert!(bulk.bytes >= 2 * 64 * KIB, "read and written: {bulk:?}");
+
+        let told = Some(PriorityClass::interactive());
+        assert!(moved(new.relayout("b", told).await.unwrap()));
+        assert_eq!(class(BULK), bulk, "nothing more in bulk");
+        assert!(class(INTERACTIVE).bytes >= 2 * 64 * KIB);
+    }
+
     #[tokio::test]
     async fn encrypt_seals_plaintext_blobs_and_leaves_sealed_ones() {
         use crate::encryption::{EncryptionConfig, Keyring, LocalProvider};

@@ -102,6 +102,15 @@ impl CqlStore {
         &self.cluster.datacenter
     }
 
+    /// What every cluster store says of itself ([`ChunkStore::info`]), known without connecting (for tools
+    /// that model a cluster, such as `saltblob plan`).
+    pub fn backend_info() -> BackendInfo {
+        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false)
+            .with_large_chunk_size(LARGE_CHUNK_SIZE)
+            .with_internal_retries()
+            .with_late_writes()
+    }
+
     /// The driver session (for tools and tests that need plain CQL).
     pub fn session(&self) -> &Session {
         &self.cluster.session
@@ -117,10 +126,7 @@ impl CqlStore {
 #[async_trait]
 impl ChunkStore for CqlStore {
     fn info(&self) -> BackendInfo {
-        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false)
-            .with_large_chunk_size(LARGE_CHUNK_SIZE)
-            .with_internal_retries()
-            .with_late_writes()
+        Self::backend_info()
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {

@@ -25,8 +25,8 @@ pub struct CensusCmd {
     /// Count only keys starting with PREFIX (%-escaped as keys are printed).
     #[arg(value_parser = parse_key)]
     prefix: Option<KeyArg>,
-    /// Count the first N blobs of the scan only (key order on the embedded store, which favours the first
-    /// prefixes; token order, a hash of the key, on a cluster).
+    /// Count the first N blobs in key order only (on every backend, a cluster too): not a random sample, it
+    /// leans toward the first prefixes.
     #[arg(long, value_name = "N")]
     sample: Option<u64>,
     /// Print JSON (what `saltblob plan --census FILE` reads).
@@ -100,8 +100,8 @@ pub(super) fn check_svg_path(path: &Path) -> Result<(), Failure> {
     }
 }
 
-/// Counts the blobs under `prefix` (the first `sample` when given) with a progress spinner; an empty census is
-/// a failure naming the prefix.
+/// Counts the blobs under `prefix` (the first `sample` when given) with a progress spinner, or a bar to
+/// `sample`; an empty census is a failure naming the prefix.
 pub(super) async fn count(
     store: &BlobStore,
     prefix: &[u8],
@@ -113,7 +113,7 @@ pub(super) async fn count(
             "--sample 0: a sample counts at least one blob",
         ));
     }
-    let mut progress = Progress::items("census", "blobs", quiet);
+    let mut progress = Progress::items("census", "blobs", sample, quiet);
     let census = store
         .census(prefix, sample, |c| {
             progress.set(c.total().count + c.damaged)
@@ -263,7 +263,7 @@ fn census_text(census: &Census, prefix: &str) -> String {
         format!("keys under \"{prefix}\"")
     };
     let sampled = if census.sampled {
-        ", a sample: the first blobs of the scan"
+        ", a sample: the first blobs in key order"
     } else {
         ""
     };

@@ -41,11 +41,14 @@ pub struct Plan {
     /// When counting the store: only keys starting with PREFIX.
     #[arg(long, value_parser = parse_key)]
     prefix: Option<KeyArg>,
-    /// When counting the store: the first N blobs of the scan only.
+    /// When counting the store: the first N blobs in key order only (not random: it leans toward the first
+    /// prefixes).
     #[arg(long, value_name = "N")]
     sample: Option<u64>,
     /// An alternative policy to compare, e.g. `name=wide,fanout=1MiB,max_salt=16,chunk_size=64KiB,
-    /// large_chunk_size=1MiB,inline=16KiB` (unnamed fields are the store's); repeatable.
+    /// large_chunk_size=1MiB,inline=16KiB` (unnamed fields are the store's); repeatable. Checked against the
+    /// cluster (cql) backend's limits whatever the store, as the plan models a cluster: chunks of at most 8 MiB
+    /// less a chunk header.
     #[arg(long = "policy", value_name = "SPEC")]
     policies: Vec<String>,
     /// Recommend the lowest fan-out threshold (the most salting, the fastest large blobs) whose keys at risk
@@ -126,7 +129,7 @@ impl Plan {
         let extra = self
             .policies
             .iter()
-            .map(|spec| parse_policy(spec, &store_policy))
+            .map(|spec| compared_policy(spec, &store_policy))
             .collect::<Result<Vec<_>, _>>()?;
         let bench = self.bench.as_ref().map(read_bench).transpose()?;
         let census_file = self
@@ -302,13 +305,7 @@ impl Plan {
 
 /// The store's policy as a cluster would resolve it: an unset large chunk size is the cluster backend's.
 fn cluster_policy(policy: LayoutPolicy) -> LayoutPolicy {
-    if policy.large_chunk_size.is_some() {
-        return policy;
-    }
-    let large = policy
-        .chunk_size
-        .max(saltblob::cql::backend::LARGE_CHUNK_SIZE);
-    policy.with_large_chunk_size(large)
+    policy.resolve_for(&CqlStore::backend_info())
 }
 
 /// Connects to the cql:// store named by the context, for its ring.
@@ -325,7 +322,25 @@ async fn connect_cluster(context: &Context) -> Result<Arc<CqlStore>, Failure> {
     ))
 }
 
-/// `name=...,fanout=SIZE,max_salt=N,chunk_size=SIZE,large_chunk_size=SIZE,inline=SIZE`, on top of `base`.
+/// A `--policy` to compare, on top of the store's policy `base` as a cluster resolves it: parsed, and checked
+/// against the cluster (cql) backend's limits, whatever the store, since the plan models a cluster.
+fn compared_policy(spec: &str, base: &LayoutPolicy) -> Result<(String, LayoutPolicy), Failure> {
+    let (name, policy) = parse_policy(spec, base)?;
+    let cluster = CqlStore::backend_info();
+    policy
+        .validate(cluster.max_chunk_payload())
+        .map_err(|e| {
+            Failure::usage(format!(
+                "--policy {spec}: {e}; the plan models a cluster, so a policy is checked against the {} \
+                 backend's limits",
+                cluster.name
+            ))
+        })?;
+    Ok((name, policy))
+}
+
+/// `name=...,fanout=SIZE,max_salt=N,chunk_size=SIZE,large_chunk_size=SIZE,inline=SIZE`, on top of `base`. Its
+/// values are not checked against any backend: that is the caller's part (a store checks its policy as it opens).
 pub(super) fn parse_policy(
     spec: &str,
     base: &LayoutPolicy,
@@ -357,9 +372,6 @@ pub(super) fn parse_policy(
             }
         }
     }
-    policy
-        .validate(saltblob::cql::backend::MAX_CHUNK_BYTES)
-        .map_err(|e| bad(e.to_string()))?;
     Ok((name.unwrap_or_else(|| spec.to_owned()), policy))
 }
 
@@ -589,7 +601,7 @@ mod tests {
     fn policies_parse_on_top_of_the_stores_and_bad_ones_name_the_field() {
         let base = cluster_policy(LayoutPolicy::default());
         assert_eq!(base.large_chunk_size, Some(1 << 20));
-        let (name, p) = parse_policy("name=wide,fanout=1MiB,max_salt=16", &base).unwrap();
+        let (name, p) = compared_policy("name=wide,fanout=1MiB,max_salt=16", &base).unwrap();
         assert_eq!(
             (name.as_str(), p.fanout_threshold, p.max_salt, p.chunk_size),
             ("wide", 1 << 20, 16, 64 << 10)
@@ -598,10 +610,11 @@ mod tests {
             ("fanout", "NAME=VALUE"),
             ("colour=red", "unknown field"),
             ("max_salt=0", "max salt"),
-            ("chunk_size=64MiB", "chunk size"),
+            ("chunk_size=16MiB", "chunk size"),
+            ("large_chunk_size=16MiB", "against the cql backend's limits"),
             ("fanout=lots", "fanout"),
         ] {
-            let e = parse_policy(spec, &base).unwrap_err();
+            let e = compared_policy(spec, &base).unwrap_err();
             assert!(
                 e.message.contains(says) && e.message.contains("--policy"),
                 "{spec}: {}",

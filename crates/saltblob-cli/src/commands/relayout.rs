@@ -1,12 +1,13 @@
 //! `saltblob relayout`: rewrites the blobs whose layout differs from the store's policy (or `--policy`), each as
-//! a put conditional on the version it read, in the `bulk` class, with a progress spinner and a report.
+//! a put conditional on the version it read, in the `bulk` class, with a progress spinner and a report of what
+//! moved: counts, and each moved key with its layout before and after.
 
 use std::path::Path;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
-use saltblob::{BlobStore, PriorityClass, Relaid};
+use saltblob::{BlobStore, Layout, PriorityClass, Relaid};
 use serde_json::json;
 
 use super::census::emit;
@@ -14,8 +15,11 @@ use super::command::{Command, Context, nothing_to_do};
 use super::plan::parse_policy;
 use super::put::parse_priority;
 use crate::failure::Failure;
-use crate::human::{self, KeyArg, parse_key, short};
+use crate::human::{self, KeyArg, layout_json, layout_text, parse_key, short};
 use crate::progress::Progress;
+
+/// Moved keys the text report lists without `--verbose`.
+const LISTED: usize = 20;
 
 /// Arguments of `saltblob relayout`.
 #[derive(clap::Args, Debug)]
@@ -24,7 +28,8 @@ pub struct Relayout {
     #[arg(long, value_parser = parse_key)]
     prefix: Option<KeyArg>,
     /// The policy to apply instead of the store's, e.g. `fanout=1MiB,max_salt=16` (fields as `plan --policy`:
-    /// fanout, inline, max_salt, chunk_size, large_chunk_size; the others are the store's).
+    /// fanout, inline, max_salt, chunk_size, large_chunk_size; the others are the store's), checked against this
+    /// store's backend (its largest chunk: 64 MiB embedded, 8 MiB on a cluster).
     #[arg(long, value_name = "SPEC")]
     policy: Option<String>,
     /// Resume after KEY: the last key a previous run reported (blobs that already fit are skipped anyway).
@@ -36,9 +41,20 @@ pub struct Relayout {
     /// Priority class of the rewrites. Defaults to bulk.
     #[arg(long, value_name = "CLASS", value_parser = parse_priority)]
     priority: Option<PriorityClass>,
-    /// Print the report as JSON.
+    /// Print the report as JSON (it lists every moved key, held in memory until the end).
     #[arg(long)]
     json: bool,
+    /// List every moved key in the text report; without it, the first 20.
+    #[arg(long)]
+    verbose: bool,
+}
+
+/// A blob moved, or that would move in a dry run.
+struct Move {
+    key: Bytes,
+    from: Layout,
+    to: Layout,
+    bytes: u64,
 }
 
 /// What a run did.
@@ -52,6 +68,20 @@ struct Report {
     skipped: std::collections::BTreeMap<&'static str, u64>,
     damaged: u64,
     last_key: Option<Bytes>,
+    /// The moves listed: the first `keep` of them.
+    moves: Vec<Move>,
+    keep: usize,
+}
+
+impl Report {
+    /// Counts `m`, and lists it while fewer than `keep` are.
+    fn moved(&mut self, m: Move) {
+        self.moved += 1;
+        self.moved_bytes += m.bytes;
+        if self.moves.len() < self.keep {
+            self.moves.push(m);
+        }
+    }
 }
 
 impl Command for Relayout {
@@ -66,14 +96,24 @@ impl Command for Relayout {
 
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
-            let mut config = context.config.clone();
+            let (url, mut config) =
+                saltblob::split_store_params(&context.url, context.config.clone())?;
             if let Some(spec) = &self.policy {
                 config.policy = parse_policy(spec, &config.policy)?.1;
             }
-            // Opening checks the policy against the backend (its largest chunk, salt limits).
-            let store = saltblob::open(&context.url, config)
+            let backend = saltblob::open_backend(&url)
                 .await
                 .map_err(|e| failed("relayout", e))?;
+            let what = match &self.policy {
+                Some(spec) => format!(
+                    "relayout --policy {spec} on the {} backend",
+                    backend.info().name
+                ),
+                None => "relayout".to_owned(),
+            };
+            // The store checks its policy against this backend (its largest chunk, salt limits) before anything
+            // is read.
+            let store = BlobStore::new(backend, config).map_err(|e| failed(&what, e))?;
             self.relayout(&store, context.quiet).await
         })
     }
@@ -86,8 +126,15 @@ impl Relayout {
             .after
             .as_ref()
             .map(|k| Bytes::copy_from_slice(k.as_ref()));
-        let mut report = Report::default();
-        let mut progress = Progress::items("relayout", "blobs", quiet);
+        let mut report = Report {
+            keep: if self.json || self.verbose {
+                usize::MAX
+            } else {
+                LISTED
+            },
+            ..Report::default()
+        };
+        let mut progress = Progress::items("relayout", "blobs", None, quiet);
         let mut entries = store.list_stream_after(prefix, after);
         let outcome = async {
             while let Some(entry) = entries.next().await {
@@ -101,14 +148,20 @@ impl Relayout {
                 if store.fits_policy(manifest) {
                     report.fits += 1;
                 } else if self.dry_run {
-                    report.moved += 1;
-                    report.moved_bytes += manifest.size;
+                    report.moved(Move {
+                        key: entry.key.clone(),
+                        from: manifest.layout(),
+                        to: store.config().policy.layout_for(manifest.size),
+                        bytes: manifest.size,
+                    });
                 } else {
                     match store.relayout(&entry.key, self.priority.clone()).await? {
-                        Relaid::Moved { bytes, .. } => {
-                            report.moved += 1;
-                            report.moved_bytes += bytes;
-                        }
+                        Relaid::Moved { from, to, bytes } => report.moved(Move {
+                            key: entry.key.clone(),
+                            from,
+                            to,
+                            bytes,
+                        }),
                         Relaid::Fits => report.fits += 1,
                         Relaid::LostToAWriter => report.lost_to_writers += 1,
                         Relaid::Skipped(why) => *report.skipped.entry(why).or_default() += 1,
@@ -155,6 +208,12 @@ impl Relayout {
                 "skipped": r.skipped,
                 "damaged": r.damaged,
                 "last_key": last,
+                "moves": r.moves.iter().map(|m| json!({
+                    "key": human::escape_key(&m.key),
+                    "bytes": m.bytes,
+                    "from": layout_json(&m.from),
+                    "to": layout_json(&m.to),
+                })).collect::<Vec<_>>(),
             });
             return format!("{v}\n");
         }
@@ -174,6 +233,21 @@ impl Relayout {
             s.push_str(&format!(", damaged {}", r.damaged));
         }
         s.push('\n');
+        for m in &r.moves {
+            s.push_str(&format!(
+                "  {}: {} -> {}, {}\n",
+                human::escape_key(&m.key),
+                layout_text(&m.from),
+                layout_text(&m.to),
+                short(m.bytes)
+            ));
+        }
+        let unlisted = r.moved - r.moves.len() as u64;
+        if unlisted > 0 {
+            s.push_str(&format!(
+                "  ... and {unlisted} more (--verbose or --json lists them all)\n"
+            ));
+        }
         if let Some(last) = last {
             s.push_str(&format!("relayout: last key {last}\n"));
         }

@@ -142,7 +142,7 @@ impl Walk {
             .as_ref()
             .map(|k| Bytes::copy_from_slice(k.as_ref()));
         let mut report = Report::default();
-        let mut progress = Progress::items(what, "blobs", quiet);
+        let mut progress = Progress::items(what, "blobs", None, quiet);
         let mut entries = store.list_stream_after(prefix, after);
         let outcome = async {
             while let Some(entry) = entries.next().await {

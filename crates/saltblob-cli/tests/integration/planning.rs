@@ -266,13 +266,64 @@ fn relayout_applies_a_new_policy_once_and_refuses_one_the_backend_cannot_store()
             .args(args)))
     };
 
+    // Each moved key with its layout before and after: 100 KiB in two 64 KiB chunks, from one salt to two.
+    let chunks = |layout: &str, salts: u32| {
+        serde_json::json!({
+            "layout": layout, "chunk_size": 64 << 10, "chunk_count": 2, "salt_count": salts
+        })
+    };
+    let moves_are_the_100_kib_blobs = |r: &serde_json::Value| {
+        let moves = r["moves"].as_array().expect("moves");
+        let keys: Vec<_> = moves.iter().map(|m| m["key"].clone()).collect();
+        assert_eq!(keys, ["k/20", "k/21", "k/22", "k/23", "k/24"], "{r}");
+        for m in moves {
+            assert_eq!(m["from"], chunks("single-partition", 1), "{m}");
+            assert_eq!(m["to"], chunks("salted", 2), "{m}");
+            assert_eq!(m["bytes"], 100 << 10, "{m}");
+        }
+    };
     let dry = run(&["--policy", "fanout=64KiB", "--dry-run"]);
     assert_eq!(
         (&dry["moved"], &dry["scanned"]),
         (&5.into(), &26.into()),
         "{dry}"
     );
+    moves_are_the_100_kib_blobs(&dry);
     assert_eq!(salts("k/20"), 1, "a dry run writes nothing");
+    let text = String::from_utf8(
+        ok(saltblob(&store).args(["relayout", "--dry-run", "--policy", "fanout=64KiB"])).stdout,
+    )
+    .expect("utf-8");
+    assert!(
+        text.contains(
+            "\n  k/20: single-partition (2 x 64.0 KiB chunks, 1 salt) -> salted (2 x 64.0 KiB chunks, 2 salts), 100.0 KiB\n"
+        ),
+        "{text}"
+    );
+    // The text lists 20 moves at most, unless --verbose: here the 20 inline blobs move too.
+    let listed = |args: &[&str]| {
+        let out = ok(saltblob(&store)
+            .args([
+                "relayout",
+                "--dry-run",
+                "--policy",
+                "fanout=64KiB,inline=64",
+            ])
+            .args(args))
+        .stdout;
+        let text = String::from_utf8(out).expect("utf-8");
+        let n = text.lines().filter(|l| l.starts_with("  k/")).count();
+        (n, text)
+    };
+    let (n, text) = listed(&[]);
+    assert_eq!(n, 20, "{text}");
+    assert!(text.contains("... and 5 more (--verbose"), "{text}");
+    let (n, text) = listed(&["--verbose"]);
+    assert_eq!(n, 25, "{text}");
+    assert!(
+        text.contains("  k/0: inline -> single-partition (1 x 64.0 KiB chunks, 1 salt), 100 B"),
+        "{text}"
+    );
 
     let file = dir.path().join("k20.bin");
     ok(saltblob(&store).args(["get", "k/20", "-o"]).arg(&file));
@@ -283,6 +334,7 @@ fn relayout_applies_a_new_policy_once_and_refuses_one_the_backend_cannot_store()
         "{r}"
     );
     assert_eq!(r["lost_to_writers"], 0, "{r}");
+    moves_are_the_100_kib_blobs(&r);
     assert_eq!(
         salts("k/20"),
         2,
@@ -297,8 +349,8 @@ fn relayout_applies_a_new_policy_once_and_refuses_one_the_backend_cannot_store()
     );
     let again = run(&["--policy", "fanout=64KiB"]);
     assert_eq!(
-        (&again["moved"], &again["fits"]),
-        (&0.into(), &26.into()),
+        (&again["moved"], &again["fits"], &again["moves"]),
+        (&0.into(), &26.into(), &serde_json::json!([])),
         "a second run moves nothing: {again}"
     );
     // Resumed after a key: only what follows it is scanned.
@@ -309,11 +361,60 @@ fn relayout_applies_a_new_policy_once_and_refuses_one_the_backend_cannot_store()
     fails(
         saltblob(&store).args(["relayout", "--policy", "chunk_size=128MiB"]),
         2,
-        "chunk",
+        "--policy chunk_size=128MiB on the rocksdb backend: invalid chunk size",
     );
     fails(
         saltblob(&store).args(["relayout", "--policy", "max_salt=0"]),
         2,
         "max salt",
+    );
+}
+
+/// A policy is checked against the store's own backend: 16 MiB chunks, beyond a cluster's 8 MiB, are stored on
+/// the embedded store (64 MiB), and 100 MiB ones refused naming the option. The plan, which models a cluster,
+/// refuses 16 MiB naming the cluster's limit.
+#[test]
+fn relayout_checks_a_policy_against_the_stores_backend() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let file = dir.path().join("blob.bin");
+    let digest = random_file(&file, 100 << 10, 7);
+    ok(saltblob(&store).args(["put", "k"]).arg(&file));
+
+    let r = json(&ok(saltblob(&store).args([
+        "relayout",
+        "--json",
+        "--policy",
+        "chunk_size=16MiB",
+    ])));
+    assert_eq!(r["moved"], 1, "{r}");
+    assert_eq!(r["moves"][0]["to"]["chunk_size"], 16 << 20, "{r}");
+    let d = json(&ok(saltblob(&store).args(["describe", "k", "--json"])));
+    assert_eq!(
+        (&d["chunk_size"], &d["chunk_count"]),
+        (&(16 << 20).into(), &1.into()),
+        "{d}"
+    );
+    let back = dir.path().join("back.bin");
+    ok(saltblob(&store).args(["get", "k", "-o"]).arg(&back));
+    assert_eq!(hash_file(&back), digest, "the bytes are unchanged");
+
+    fails(
+        saltblob(&store).args(["relayout", "--policy", "chunk_size=100MiB"]),
+        2,
+        "--policy chunk_size=100MiB on the rocksdb backend: invalid chunk size",
+    );
+    fails(
+        saltblob(&store).args([
+            "plan",
+            "--racks",
+            "3",
+            "--nodes-per-rack",
+            "2",
+            "--policy",
+            "chunk_size=16MiB",
+        ]),
+        2,
+        "checked against the cql backend's limits",
     );
 }

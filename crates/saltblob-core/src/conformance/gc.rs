@@ -429,9 +429,10 @@ pub async fn fsck_reports_damage_and_repairs_only_orphans(backend: Arc<dyn Chunk
     assert_holds(&store, &c, &data(sizes[2], 2)).await;
 }
 
-/// A blob put with a ttl reads until its expiry and is then not found at once (get, head, conditional delete,
-/// listings) while a blob without one stays; gc deletes it (a dry run only counts it) and, past the grace
-/// period, reclaims its chunks; fsck then finds nothing. A ttl of zero or beyond the format's range changes
+/// A blob put with a ttl reads until its expiry and is then not found at once (get, head, listings, and a
+/// delete conditional on its version, which fails with NotFound and deletes nothing) while a blob without one
+/// stays; gc deletes it (a dry run only counts it) and, past the grace period, reclaims its chunks; fsck then
+/// finds nothing. A ttl of zero or beyond the format's range changes
 /// nothing. The clock is the test clock, jumped past the expiry.
 pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<dyn ChunkStore>) {
     let p = prefix("ttl");
@@ -439,6 +440,7 @@ pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<d
     let store = store(&backend, small_config().with_clock(clock.clone()));
     let (short, kept) = (format!("{p}short"), format!("{p}kept"));
     let hour = Duration::from_secs(3600);
+    let mut versions = Vec::new();
     for size in [10, 20_000, 100_000] {
         let key = format!("{short}{size}");
         let m = store
@@ -455,6 +457,7 @@ pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<d
             store.get(&key).await.expect("readable before it expires"),
             data(size, 1)
         );
+        versions.push(m.version);
     }
     store
         .put(&kept, data(20_000, 2), &PutOptions::new())
@@ -473,8 +476,13 @@ pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<d
     assert_eq!(store.get(&kept).await.expect("unchanged"), data(20_000, 2));
 
     clock.advance(hour + Duration::from_secs(1));
-    for size in [10, 20_000, 100_000] {
+    for (size, version) in [10, 20_000, 100_000].into_iter().zip(versions) {
         let key = format!("{short}{size}");
+        let deleted = store.delete_version(&key, version).await;
+        assert!(
+            matches!(deleted, Err(Error::NotFound { .. })),
+            "{key}: {deleted:?}"
+        );
         assert!(
             matches!(store.get(&key).await, Err(Error::NotFound { .. })),
             "{key}"
@@ -504,7 +512,10 @@ pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<d
         .gc(&opts.clone().with_dry_run(true))
         .await
         .expect("gc dry run");
-    assert_eq!(dry.expired, 3, "{dry:?}");
+    assert_eq!(
+        dry.expired, 3,
+        "the conditional deletes left them to gc: {dry:?}"
+    );
     let chunked = store.head(&kept).await.expect("head").stored_bytes() > 0;
     let before = chunks_by_version(&backend, &format!("{short}100000")).await;
     assert!(
