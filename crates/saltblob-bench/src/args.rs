@@ -59,6 +59,11 @@ pub struct BenchArgs {
     /// it. 0 (the default): skip.
     #[arg(long, default_value_t = 0, value_name = "MIB")]
     pub stream_mb: u64,
+    /// Also run the large and small write and read phases on sealed blobs (encryption at rest: a keyring of the
+    /// run's own, AES-256-GCM), each right after its plaintext twin (`large_write_sealed`, …), and report the
+    /// cost as ratios to plaintext (goals: large throughput ≥ 0.9, small P99 ≤ 1.1).
+    #[arg(long)]
+    pub encrypt: bool,
     /// Concurrent large put/get/delete loops (each on its own keys) in the bulk phases of `--mixed`.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub large_writers: usize,

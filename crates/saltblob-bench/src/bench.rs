@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saltblob::codec::CHUNK_HEADER_LEN;
-use saltblob::{BlobStore, Error, Result, SchedulerConfig, StoreConfig, VersionId};
+use saltblob::encryption::{EncryptionConfig, Keyring, LocalProvider};
+use saltblob::{BlobStore, ChunkStore, Error, Result, SchedulerConfig, StoreConfig, VersionId};
 use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
@@ -20,7 +21,7 @@ use crate::phases::Run;
 use crate::plan::{Plan, describe_layout};
 use crate::ratios::ratios;
 use crate::reference;
-use crate::stats::PhaseReport;
+use crate::stats::{PhaseReport, SEALED_SUFFIX};
 use crate::{plot, report};
 
 pub use crate::isolation::{
@@ -56,6 +57,10 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         .with_policy(policy.clone())
         .with_inflight_bytes(inflight)
         .with_grace(Duration::ZERO);
+    let sealed_keys = args
+        .encrypt
+        .then(|| BenchKeyring::new(&backend, &config))
+        .transpose()?;
     let store = BlobStore::new(Arc::clone(&backend), config)?;
     let run_id = VersionId::generate().to_string();
     let largest_chunk = u64::from(info.max_chunk_bytes).saturating_sub(CHUNK_HEADER_LEN as u64);
@@ -85,6 +90,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         probe_seconds: args.probe.probe_seconds,
         keep: args.keep,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        encrypt: args.encrypt,
     };
     // The URL as shown everywhere (terminal, JSON, plot): without its password.
     let shown_url = saltblob::redact_url(url);
@@ -124,16 +130,46 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         large_base: random_bytes(args_large(args)),
         small_base: random_bytes(usize::try_from(args.small_kb << 10).unwrap_or(0)),
     };
+    // The sealed twin of the run: the same sizes on sealed blobs, under a prefix of its own below the run's (so
+    // that the clean-up deletes them too).
+    let sealed = sealed_keys.as_ref().map(|keys| Run {
+        store: keys.store.clone(),
+        backend: Arc::clone(&run.backend),
+        info: run.info.clone(),
+        plan: run.plan.clone(),
+        prefix: format!("{}sealed/", run.prefix),
+        tag: run.tag ^ 1,
+        concurrency: run.concurrency,
+        quiet,
+        large_base: run.large_base.clone(),
+        small_base: run.small_base.clone(),
+    });
     let mut phases = Vec::new();
     let mut raw_values = Vec::new();
     let show = |p: PhaseReport, phases: &mut Vec<PhaseReport>| {
         println!("{}", report::phase_block(&p));
         phases.push(p);
     };
+    let twin = |mut p: PhaseReport| {
+        p.name = format!("{}{SEALED_SUFFIX}", p.name);
+        p
+    };
     show(run.large_write().await, &mut phases);
+    if let Some(s) = &sealed {
+        show(twin(s.large_write().await), &mut phases);
+    }
     show(run.large_read().await, &mut phases);
+    if let Some(s) = &sealed {
+        show(twin(s.large_read().await), &mut phases);
+    }
     show(run.small_write().await?, &mut phases);
+    if let Some(s) = &sealed {
+        show(twin(s.small_write().await?), &mut phases);
+    }
     show(run.small_read().await?, &mut phases);
+    if let Some(s) = &sealed {
+        show(twin(s.small_read().await?), &mut phases);
+    }
     if args.stream_mb > 0 {
         let (url, key, mib) = (
             url.to_owned(),
@@ -214,6 +250,45 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         plot::draw(path, &report)?;
     }
     Ok(report)
+}
+
+/// The sealed twin's store and the keyring of its own it seals with (a file in the temporary directory,
+/// removed when dropped).
+struct BenchKeyring {
+    store: BlobStore,
+    path: std::path::PathBuf,
+}
+
+impl BenchKeyring {
+    /// A keyring with one key, `bench`, and a store on `backend` with `config` sealing under it.
+    fn new(backend: &Arc<dyn ChunkStore>, config: &StoreConfig) -> Result<Self> {
+        let path = std::env::temp_dir().join(format!(
+            "saltblob-bench-{:016x}.keyring",
+            rand::random::<u64>()
+        ));
+        let mut ring = Keyring::create(&path)?;
+        let store = (move || {
+            ring.add("bench", config.clock.now_micros())?;
+            let provider = Arc::new(LocalProvider::new(ring));
+            let sealed = config
+                .clone()
+                .with_encryption(EncryptionConfig::new(provider).with_key("bench"));
+            BlobStore::new(Arc::clone(backend), sealed)
+        })();
+        match store {
+            Ok(store) => Ok(Self { store, path }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for BenchKeyring {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 fn args_large(args: &BenchArgs) -> usize {

@@ -1,13 +1,15 @@
 //! CPU time: the process's CPU seconds around a phase (every thread: the runtime's workers, blocking threads and
 //! RocksDB's own), and what each per-byte step of a put costs on this CPU, measured in place (BLAKE3 of a
 //! chunk, its CRC32C, one copy of it into an I/O buffer), so that the measured CPU seconds per GiB can be read
-//! against the sum of the steps a put cannot avoid.
+//! against the sum of the steps a put cannot avoid; and what sealing a chunk adds (`bench --encrypt`).
 
 use std::time::Instant;
 
 use bytes::Bytes;
 use saltblob::VersionId;
-use saltblob::codec::{ChunkPlace, Codec, encode_record};
+use saltblob::codec::{ChunkPlace, Codec, encode_record, encode_sealed};
+use saltblob::encryption::Secret;
+use saltblob::encryption::seal::VersionKeys;
 use serde::Serialize;
 
 use crate::stats::MIB;
@@ -62,6 +64,10 @@ pub struct CpuSteps {
     pub copy_s_per_gib: f64,
     /// The sum: the CPU a put needs per GiB at the least (one hash, one checksum, one copy).
     pub floor_s_per_gib: f64,
+    /// A sealed chunk's encoding, each 64 KiB chunk in turn: a copy, AES-256-GCM and the CRC32C of the sealed
+    /// bytes (`encode_sealed`), where a plaintext chunk has its CRC32C alone: what sealing adds to a put is this
+    /// minus `crc32c_s_per_gib`.
+    pub seal_s_per_gib: f64,
 }
 
 /// Measures [`CpuSteps`] (about a second): each 64 KiB chunk of 64 MiB hashed, checksummed and copied in turn,
@@ -114,7 +120,37 @@ pub fn measure_steps() -> CpuSteps {
         crc32c_s_per_gib,
         copy_s_per_gib,
         floor_s_per_gib: blake3_s_per_gib + crc32c_s_per_gib + copy_s_per_gib,
+        seal_s_per_gib: per_gib(seal_seconds()),
     }
+}
+
+/// Seconds to seal each 64 KiB chunk of [`SAMPLE`] bytes (`encode_sealed`), the best of three rounds; `NAN` if
+/// the keys cannot be derived.
+fn seal_seconds() -> f64 {
+    let Ok(keys) = VersionKeys::derive(&Secret::new([7; 32]), &[1; 16], b"k", VersionId(1)) else {
+        return f64::NAN;
+    };
+    let data = Bytes::from(vec![0x5a; SAMPLE]);
+    let mut best = f64::MAX;
+    let mut sink = 0u64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for (i, at) in (0..SAMPLE).step_by(CHUNK).enumerate() {
+            let place = ChunkPlace {
+                key: b"k",
+                version: VersionId(1),
+                index: i as u64,
+            };
+            if let Ok((header, _)) =
+                encode_sealed(place, &data[at..at + CHUNK], Codec::None, &keys, false)
+            {
+                sink = sink.wrapping_add(u64::from(header[8]));
+            }
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(sink);
+    best
 }
 
 #[cfg(test)]

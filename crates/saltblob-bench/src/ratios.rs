@@ -5,7 +5,7 @@ use crate::isolation::Isolation;
 use crate::plan::Plan;
 use crate::reference::ProbeReport;
 use crate::results::Ratio;
-use crate::stats::{MIB, PhaseReport};
+use crate::stats::{MIB, PhaseReport, SEALED_SUFFIX};
 
 /// The figures of BENCHMARKS.md.
 pub(crate) fn ratios(
@@ -193,6 +193,16 @@ pub(crate) fn ratios(
             cpu.blake3_s_per_gib, cpu.crc32c_s_per_gib, cpu.copy_s_per_gib
         ),
     });
+    out.push(Ratio {
+        name: "seal_cpu_seconds_per_gib",
+        what: "one core's seconds per GiB to seal chunks (a copy, AES-256-GCM, CRC32C of the sealed bytes; a \
+               plaintext chunk has its CRC32C alone), measured in this run",
+        value: cpu.seal_s_per_gib.is_finite().then_some(cpu.seal_s_per_gib),
+        computed: format!(
+            "seal {:.3} s/GiB against CRC32C alone {:.3} s/GiB",
+            cpu.seal_s_per_gib, cpu.crc32c_s_per_gib
+        ),
+    });
     let rss = phase(crate::stream::STREAM_PUT).and_then(|p| {
         let mib = p.details.as_ref()?.get("peak_rss_mib")?.as_f64()?;
         Some((mib, p.bytes))
@@ -309,5 +319,63 @@ pub(crate) fn ratios(
             },
         ),
     });
+    for (name, what, phase_name, by_p99) in [
+        (
+            "sealed_large_write_vs_plain",
+            "sealed ÷ plaintext large-blob put throughput (goal ≥ 0.9)",
+            "large_write",
+            false,
+        ),
+        (
+            "sealed_large_read_vs_plain",
+            "sealed ÷ plaintext large-blob get throughput (goal ≥ 0.9)",
+            "large_read",
+            false,
+        ),
+        (
+            "sealed_small_write_p99_vs_plain",
+            "sealed ÷ plaintext small put P99 (goal ≤ 1.1)",
+            "small_write",
+            true,
+        ),
+        (
+            "sealed_small_read_p99_vs_plain",
+            "sealed ÷ plaintext small get P99 (goal ≤ 1.1)",
+            "small_read",
+            true,
+        ),
+    ] {
+        let sealed_name = format!("{phase_name}{SEALED_SUFFIX}");
+        let figure = |p: &PhaseReport| {
+            if by_p99 {
+                p.latency_ms.map(|l| l.p99)
+            } else {
+                Some(p.throughput_mib_s)
+            }
+        };
+        let unit = if by_p99 { "ms (P99)" } else { "MiB/s" };
+        let (value, computed) = match (
+            phase(phase_name).and_then(figure),
+            phase(&sealed_name).and_then(figure),
+        ) {
+            (Some(plain), Some(sealed)) if plain > 0.0 => (
+                Some(sealed / plain),
+                format!("{sealed:.2} ÷ {plain:.2} {unit}"),
+            ),
+            _ if !phases.iter().any(|p| p.name == sealed_name) => {
+                (None, "run with --encrypt".to_owned())
+            }
+            _ => (
+                None,
+                format!("{phase_name} or {sealed_name} has no successful operation"),
+            ),
+        };
+        out.push(Ratio {
+            name,
+            what,
+            value,
+            computed,
+        });
+    }
     out
 }

@@ -88,6 +88,8 @@ pub struct BenchConfig {
     pub keep: bool,
     /// CPUs available to this process.
     pub cpus: usize,
+    /// Whether the write and read phases also ran on sealed blobs (`--encrypt`).
+    pub encrypt: bool,
 }
 
 /// One figure of merit.

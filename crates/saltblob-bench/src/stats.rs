@@ -90,6 +90,9 @@ pub struct Latency {
     pub max: f64,
 }
 
+/// What the name of a phase run on sealed blobs ends with (`large_write_sealed`, `bench --encrypt`).
+pub const SEALED_SUFFIX: &str = "_sealed";
+
 /// The result of one phase, as printed and as written to JSON.
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseReport {

@@ -154,7 +154,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
     }
     check_isolation(json, writers);
     let ratios = json["ratios"].as_array().expect("ratios");
-    assert_eq!(ratios.len(), 19);
+    assert_eq!(ratios.len(), 24);
     // The dd pattern is measured by the device probe only; a store may write nothing to disk (memory).
     let device = json["reference"]["kind"] == "device";
     for r in ratios {
@@ -183,6 +183,11 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
             Some("large_write_disk_bytes_per_byte") => {
                 assert!(value.is_some_and(|v| v >= 0.0), "{r}");
             }
+            // The sealed twins run only with --encrypt.
+            Some(name) if name.starts_with("sealed_") => assert!(
+                value.is_none() && r["computed"] == "run with --encrypt",
+                "{r}"
+            ),
             _ => assert!(value.is_some_and(|v| v > 0.0), "{r}"),
         }
     }
@@ -192,6 +197,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
         "crc32c_s_per_gib",
         "copy_s_per_gib",
         "floor_s_per_gib",
+        "seal_s_per_gib",
     ] {
         assert!(
             json["cpu_steps"][step].as_f64().is_some_and(|v| v > 0.0),
@@ -504,6 +510,61 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
             "{name:?}"
         );
     }
+}
+
+/// `--encrypt`: each write and read phase has a sealed twin right after it, and the four cost ratios are computed
+/// from the pair; without the flag they say how to get them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypt_runs_a_sealed_twin_of_each_phase_and_reports_its_cost() {
+    let args = bench_args(&["--encrypt", "--no-probe"]);
+    let report = saltblob_bench::bench("memory://", &args, true)
+        .await
+        .expect("bench runs");
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "large_write",
+            "large_write_sealed",
+            "large_read",
+            "large_read_sealed",
+            "small_write",
+            "small_write_sealed",
+            "small_read",
+            "small_read_sealed"
+        ]
+    );
+    for p in &report.phases {
+        assert!(
+            p.ops > 0 && p.errors == 0,
+            "{}: {} ops, {} errors",
+            p.name,
+            p.ops,
+            p.errors
+        );
+    }
+    assert!(report.config.encrypt);
+    for name in [
+        "sealed_large_write_vs_plain",
+        "sealed_large_read_vs_plain",
+        "sealed_small_write_p99_vs_plain",
+        "sealed_small_read_p99_vs_plain",
+    ] {
+        let r = report.ratios.iter().find(|r| r.name == name).expect(name);
+        assert!(r.value.is_some_and(|v| v > 0.0), "{name}: {}", r.computed);
+    }
+    assert_eq!(report.cleanup.problems, Vec::<String>::new());
+    assert!(report.cleanup.deleted_keys > 0);
+
+    let plain = saltblob_bench::bench("memory://", &bench_args(&["--no-probe"]), true)
+        .await
+        .expect("bench runs");
+    let r = plain
+        .ratios
+        .iter()
+        .find(|r| r.name == "sealed_large_write_vs_plain")
+        .expect("listed");
+    assert_eq!((r.value, r.computed.as_str()), (None, "run with --encrypt"));
 }
 
 #[tokio::test]

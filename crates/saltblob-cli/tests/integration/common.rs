@@ -138,11 +138,22 @@ pub fn disk_usage(dir: &Path) -> u64 {
 /// 0s` reclaims what they left, and `fsck` then finds no damage, no orphan and nothing queued.
 /// Returns gc's report on one line and the last fsck's JSON.
 pub fn fsck_gc_fsck(store: &Path, lease: std::time::Duration) -> (String, serde_json::Value) {
-    let fsck = json(&ok(saltblob(store).args(["fsck", "--json"])));
+    fsck_gc_fsck_url(&store_url(store), lease)
+}
+
+/// [`fsck_gc_fsck`] of the store at `url` (with the parameters it needs: keys to read sealed blobs).
+pub fn fsck_gc_fsck_url(url: &str, lease: std::time::Duration) -> (String, serde_json::Value) {
+    let cli = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+        c.args(["--store", url, "--quiet"])
+            .env_remove("SALTBLOB_STORE");
+        c
+    };
+    let fsck = json(&ok(cli().args(["fsck", "--json"])));
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
     std::thread::sleep(lease * 2 + std::time::Duration::from_millis(300));
-    let gc = ok(saltblob(store).args(["gc", "--grace", "0s"]));
-    let fsck = json(&ok(saltblob(store).args(["fsck", "--json"])));
+    let gc = ok(cli().args(["gc", "--grace", "0s"]));
+    let fsck = json(&ok(cli().args(["fsck", "--json"])));
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
     assert_eq!(
         fsck["orphans"],

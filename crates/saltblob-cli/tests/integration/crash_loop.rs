@@ -5,7 +5,9 @@
 //! end `saltblob fsck` must find no damage, and after `saltblob gc` no orphan may remain and the disk must hold
 //! little more than the live data.
 //!
-//! `SALTBLOB_CRASH_CYCLES` sets the number of cycles (default 50, the CI minimum; run more locally).
+//! `SALTBLOB_CRASH_CYCLES` sets the number of cycles (default 50, the CI minimum; run more locally). The same loop
+//! runs again with every blob sealed (encryption at rest: a keyring in the test's directory, 15 cycles by
+//! default).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,8 +30,23 @@ const MAX_SIZE: u64 = 64 << 20;
 /// Intent lease of the child's puts: short, so that gc may reclaim killed puts soon after.
 const LEASE: Duration = Duration::from_secs(1);
 
-fn store_url(dir: &Path, extra: &str) -> String {
-    format!("rocksdb://{}{extra}", dir.display())
+/// The URL of the store in `spec`'s `store` directory with `extra` parameters (`&`-joined), sealing under key `k`
+/// when `spec` holds a keyring (`keys.ring`).
+fn store_url(spec: &Path, extra: &str) -> String {
+    let mut params = vec![extra.to_owned()];
+    let ring = spec.join("keys.ring");
+    if ring.exists() {
+        params.push(format!(
+            "encryption=local&keyring={}&encryption_key=k",
+            ring.display()
+        ));
+    }
+    params.retain(|p| !p.is_empty());
+    format!(
+        "rocksdb://{}?{}",
+        spec.join("store").display(),
+        params.join("&")
+    )
 }
 
 fn config() -> StoreConfig {
@@ -51,13 +68,13 @@ fn crash_loop_child() {
         return;
     };
     let spec = PathBuf::from(spec);
-    let (store_dir, history) = (spec.join("store"), spec.join("history.jsonl"));
+    let history = spec.join("history.jsonl");
     let seed: u64 = rand::random();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async move {
         // Rewriting live data to free partly-garbage blob files is left to the final gc: the child's background
         // passes only delete.
-        let url = store_url(&store_dir, "?space_reclaim_threshold=1.0");
+        let url = store_url(&spec, "space_reclaim_threshold=1.0");
         let store = saltblob::open(&url, config()).await.expect("open store");
         let _gc = store.spawn_gc(Duration::from_secs(2), GcOptions::new());
         let sink = Arc::new(FileSink::open(&history).expect("history file"));
@@ -91,15 +108,44 @@ fn spawn_child(spec: &Path) -> std::process::Child {
         .expect("spawn the child")
 }
 
-#[test]
-fn crash_loop_loses_and_tears_nothing() {
-    let cycles: usize = std::env::var("SALTBLOB_CRASH_CYCLES")
+/// Cycles of a crash loop: `SALTBLOB_CRASH_CYCLES`, else `default`.
+fn cycles(default: usize) -> usize {
+    std::env::var("SALTBLOB_CRASH_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or(default)
+}
+
+#[test]
+fn crash_loop_loses_and_tears_nothing() {
+    crash_loop(cycles(50), false);
+}
+
+#[test]
+fn crash_loop_with_every_blob_sealed_loses_and_tears_nothing() {
+    crash_loop(cycles(15), true);
+}
+
+/// `cycles` cycles of the loop, every blob sealed when `sealed`.
+fn crash_loop(cycles: usize, sealed: bool) {
     let spec = tempfile::tempdir().expect("tempdir");
+    if sealed {
+        let ring = spec.path().join("keys.ring");
+        ok(Command::new(env!("CARGO_BIN_EXE_saltblob"))
+            .args(["keyring", "new"])
+            .arg(&ring));
+        ok(Command::new(env!("CARGO_BIN_EXE_saltblob"))
+            .args(["keyring", "add"])
+            .arg(&ring)
+            .arg("k"));
+    }
     let store_dir = spec.path().join("store");
     let history_path = spec.path().join("history.jsonl");
+    let label = if sealed {
+        "crash loop (sealed)"
+    } else {
+        "crash loop"
+    };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut rng = rand::rng();
     let started = Instant::now();
@@ -115,7 +161,7 @@ fn crash_loop_loses_and_tears_nothing() {
             at: saltblob_check::history::now_micros(),
         });
         let reads = rt.block_on(async {
-            let store = saltblob::open(&store_url(&store_dir, ""), config())
+            let store = saltblob::open(&store_url(spec.path(), ""), config())
                 .await
                 .expect("the store reopens after SIGKILL");
             final_reads(store, &keys(), sink.clone()).await
@@ -133,7 +179,7 @@ fn crash_loop_loses_and_tears_nothing() {
     let history = History::load(&history_path).expect("load history");
     let report = check(&history);
     println!(
-        "crash loop: {cycles} cycles (SIGKILL at a random moment) in {:.0?}; {}",
+        "{label}: {cycles} cycles (SIGKILL at a random moment) in {:.0?}; {}",
         started.elapsed(),
         report.summary()
     );
@@ -145,7 +191,7 @@ fn crash_loop_loses_and_tears_nothing() {
         .filter(|op| matches!(op.kind, OpKind::Put { .. }) && op.is_ok())
         .count();
     println!(
-        "crash loop: {acknowledged_puts} acknowledged puts, {} reads returned a value; lost {}, torn {}, corrupt {}",
+        "{label}: {acknowledged_puts} acknowledged puts, {} reads returned a value; lost {}, torn {}, corrupt {}",
         report.gets_with_value,
         report.count(ViolationKind::Lost),
         report.count(ViolationKind::Torn),
@@ -158,11 +204,25 @@ fn crash_loop_loses_and_tears_nothing() {
     );
 
     // fsck: nothing damaged. gc (once the killed puts' leases are over): no orphan left, disk near live data.
-    let (gc, fsck) = fsck_gc_fsck(&store_dir, LEASE);
+    let (gc, fsck) = fsck_gc_fsck_url(&store_url(spec.path(), ""), LEASE);
+    if sealed {
+        let listed = rt.block_on(async {
+            let store = saltblob::open(&store_url(spec.path(), ""), config())
+                .await
+                .expect("open");
+            store.list("crash/").await.expect("list")
+        });
+        let plain = listed
+            .iter()
+            .filter(|e| e.manifest.as_ref().is_ok_and(|m| m.sealing.is_none()))
+            .count();
+        assert!(!listed.is_empty(), "{label}: no blob left");
+        assert_eq!(plain, 0, "{label}: a blob stored in plaintext");
+    }
     let live = fsck["bytes"].as_u64().expect("live bytes");
     let disk = disk_usage(&store_dir);
     println!(
-        "after the loop: {gc}; fsck: {} blobs, {live} live bytes, 0 damaged, 0 orphans; disk {disk} bytes",
+        "{label}, after the loop: {gc}; fsck: {} blobs, {live} live bytes, 0 damaged, 0 orphans; disk {disk} bytes",
         fsck["blobs"]
     );
     // Within 10% of the live data, plus the engine's own files (logs, manifest, options, small tables).
