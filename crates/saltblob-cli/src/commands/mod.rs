@@ -21,6 +21,7 @@ mod relayout;
 mod reseal;
 mod rm;
 mod serve;
+mod walk;
 
 pub use self::command::{Command, Context};
 

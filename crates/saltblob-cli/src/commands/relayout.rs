@@ -5,18 +5,16 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::future::LocalBoxFuture;
-use saltblob::{BlobStore, Layout, PriorityClass, Relaid};
+use saltblob::{BlobStore, Layout, Manifest, PriorityClass, Relaid};
 use serde_json::json;
 
-use super::census::emit;
 use super::command::{Command, Context, nothing_to_do};
 use super::plan::parse_policy;
 use super::put::parse_priority;
+use super::walk::{Walked, conclude, walk};
 use crate::failure::Failure;
 use crate::human::{self, KeyArg, layout_json, layout_text, parse_key, short};
-use crate::progress::Progress;
 
 /// Moved keys the text report lists without `--verbose`.
 const LISTED: usize = 20;
@@ -57,17 +55,14 @@ struct Move {
     bytes: u64,
 }
 
-/// What a run did.
+/// What a run did to the blobs it read (the walk itself: [`Walked`]).
 #[derive(Default)]
 struct Report {
-    scanned: u64,
     moved: u64,
     moved_bytes: u64,
     fits: u64,
     lost_to_writers: u64,
     skipped: std::collections::BTreeMap<&'static str, u64>,
-    damaged: u64,
-    last_key: Option<Bytes>,
     /// The moves listed: the first `keep` of them.
     moves: Vec<Move>,
     keep: usize,
@@ -119,13 +114,16 @@ impl Command for Relayout {
     }
 }
 
+/// What became of one blob.
+enum Outcome {
+    Moved(Move),
+    Fits,
+    LostToAWriter,
+    Skipped(&'static str),
+}
+
 impl Relayout {
     async fn relayout(&self, store: &BlobStore, quiet: bool) -> Result<(), Failure> {
-        let prefix = self.prefix.as_ref().map_or(&[][..], |p| p.as_ref());
-        let after = self
-            .after
-            .as_ref()
-            .map(|k| Bytes::copy_from_slice(k.as_ref()));
         let mut report = Report {
             keep: if self.json || self.verbose {
                 usize::MAX
@@ -134,80 +132,61 @@ impl Relayout {
             },
             ..Report::default()
         };
-        let mut progress = Progress::items("relayout", "blobs", None, quiet);
-        let mut entries = store.list_stream_after(prefix, after);
-        let outcome = async {
-            while let Some(entry) = entries.next().await {
-                let entry = entry?;
-                report.scanned += 1;
-                progress.set(report.scanned);
-                let Ok(manifest) = &entry.manifest else {
-                    report.damaged += 1;
-                    continue;
-                };
-                if store.fits_policy(manifest) {
-                    report.fits += 1;
-                } else if self.dry_run {
-                    report.moved(Move {
-                        key: entry.key.clone(),
-                        from: manifest.layout(),
-                        to: store.config().policy.layout_for(manifest.size),
-                        bytes: manifest.size,
-                    });
-                } else {
-                    match store.relayout(&entry.key, self.priority.clone()).await? {
-                        Relaid::Moved { from, to, bytes } => report.moved(Move {
-                            key: entry.key.clone(),
-                            from,
-                            to,
-                            bytes,
-                        }),
-                        Relaid::Fits => report.fits += 1,
-                        Relaid::LostToAWriter => report.lost_to_writers += 1,
-                        Relaid::Skipped(why) => *report.skipped.entry(why).or_default() += 1,
-                    }
+        let visit = |key: Bytes, manifest: Manifest| async move {
+            let to = store.config().policy.layout_for(manifest.size);
+            Ok(if store.fits_policy(&manifest) {
+                Outcome::Fits
+            } else if self.dry_run {
+                Outcome::Moved(Move {
+                    key,
+                    from: manifest.layout(),
+                    to,
+                    bytes: manifest.size,
+                })
+            } else {
+                match store.relayout(&key, self.priority.clone()).await? {
+                    Relaid::Moved { from, to, bytes } => Outcome::Moved(Move {
+                        key,
+                        from,
+                        to,
+                        bytes,
+                    }),
+                    Relaid::Fits => Outcome::Fits,
+                    Relaid::LostToAWriter => Outcome::LostToAWriter,
+                    Relaid::Skipped(why) => Outcome::Skipped(why),
                 }
-                report.last_key = Some(entry.key);
-            }
-            Ok::<_, saltblob::Error>(())
-        }
+            })
+        };
+        let (walked, outcome) = walk(
+            store,
+            "relayout",
+            (self.prefix.as_ref(), self.after.as_ref()),
+            quiet,
+            visit,
+            |_, outcome| match outcome {
+                Outcome::Moved(m) => report.moved(m),
+                Outcome::Fits => report.fits += 1,
+                Outcome::LostToAWriter => report.lost_to_writers += 1,
+                Outcome::Skipped(why) => *report.skipped.entry(why).or_default() += 1,
+            },
+        )
         .await;
-        progress.finish();
-        let text = self.report(&report);
-        if let Err(e) = outcome {
-            // What was done stays done; the last key tells where to resume.
-            eprint!("{text}");
-            return Err(failed(
-                "relayout stopped (rerun with --after the last key above)",
-                e,
-            ));
-        }
-        emit(&text)?;
-        if report.damaged > 0 {
-            return Err(Failure::new(
-                Failure::DAMAGED,
-                format!(
-                    "{} damaged manifest(s) left alone: run `saltblob fsck`",
-                    report.damaged
-                ),
-            ));
-        }
-        Ok(())
+        let text = self.report(&walked, &report);
+        conclude("relayout", &text, &walked, outcome)
     }
 
-    fn report(&self, r: &Report) -> String {
-        let last = r.last_key.as_ref().map(|k| human::escape_key(k));
+    fn report(&self, walked: &Walked, r: &Report) -> String {
         if self.json {
             let v = json!({
                 "dry_run": self.dry_run,
-                "scanned": r.scanned,
+                "scanned": walked.scanned,
                 "moved": r.moved,
                 "moved_bytes": r.moved_bytes,
                 "fits": r.fits,
                 "lost_to_writers": r.lost_to_writers,
                 "skipped": r.skipped,
-                "damaged": r.damaged,
-                "last_key": last,
+                "damaged": walked.damaged,
+                "last_key": walked.last_key.as_ref().map(|k| human::escape_key(k)),
                 "moves": r.moves.iter().map(|m| json!({
                     "key": human::escape_key(&m.key),
                     "bytes": m.bytes,
@@ -220,7 +199,7 @@ impl Relayout {
         let verb = if self.dry_run { "would move" } else { "moved" };
         let mut s = format!(
             "relayout: scanned {}, {verb} {} ({}), already fitting {}, lost to a concurrent writer {}",
-            r.scanned,
+            walked.scanned,
             r.moved,
             short(r.moved_bytes),
             r.fits,
@@ -229,8 +208,8 @@ impl Relayout {
         for (why, n) in &r.skipped {
             s.push_str(&format!(", skipped {n} ({why})"));
         }
-        if r.damaged > 0 {
-            s.push_str(&format!(", damaged {}", r.damaged));
+        if walked.damaged > 0 {
+            s.push_str(&format!(", damaged {}", walked.damaged));
         }
         s.push('\n');
         for m in &r.moves {
@@ -248,9 +227,7 @@ impl Relayout {
                 "  ... and {unlisted} more (--verbose or --json lists them all)\n"
             ));
         }
-        if let Some(last) = last {
-            s.push_str(&format!("relayout: last key {last}\n"));
-        }
+        s.push_str(&walked.last_key_line("relayout"));
         s
     }
 }

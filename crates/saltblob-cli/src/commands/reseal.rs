@@ -7,21 +7,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use saltblob::{BlobStore, Manifest, PriorityClass, Rekeyed, Relaid};
 use serde_json::json;
 
-use super::census::emit;
 use super::command::{Command, Context, nothing_to_do};
 use super::put::parse_priority;
+use super::walk::{Walked, conclude, walk};
 use crate::failure::Failure;
 use crate::human::{self, KeyArg, parse_key};
-use crate::progress::Progress;
 
 /// Where a walk goes: the keys under `--prefix`, after `--after`.
 #[derive(clap::Args, Debug)]
-struct Walk {
+struct WalkArgs {
     /// Only keys starting with PREFIX (%-escaped as keys are printed).
     #[arg(long, value_parser = parse_key)]
     prefix: Option<KeyArg>,
@@ -41,7 +39,7 @@ pub struct Encrypt {
     #[arg(long, value_name = "NAME")]
     key: String,
     #[command(flatten)]
-    walk: Walk,
+    walk: WalkArgs,
     /// Priority class of the rewrites. Defaults to bulk.
     #[arg(long, value_name = "CLASS", value_parser = parse_priority)]
     priority: Option<PriorityClass>,
@@ -51,7 +49,7 @@ pub struct Encrypt {
 #[derive(clap::Args, Debug)]
 pub struct Rekey {
     #[command(flatten)]
-    walk: Walk,
+    walk: WalkArgs,
 }
 
 impl Command for Encrypt {
@@ -113,16 +111,11 @@ impl Command for Rekey {
     }
 }
 
-/// What a walk did: blobs seen, how many had each outcome, damaged manifests, the last key done.
+/// What a walk did, by outcome.
 #[derive(Default)]
-struct Report {
-    scanned: u64,
-    outcomes: BTreeMap<&'static str, u64>,
-    damaged: u64,
-    last_key: Option<Bytes>,
-}
+struct Outcomes(BTreeMap<&'static str, u64>);
 
-impl Walk {
+impl WalkArgs {
     /// Runs `act` on every blob of the walk (its key and manifest as listed), in order, and reports by outcome;
     /// `what` names the command in the report.
     async fn run<F, Fut>(
@@ -136,80 +129,39 @@ impl Walk {
         F: Fn(Bytes, Manifest) -> Fut,
         Fut: std::future::Future<Output = saltblob::Result<&'static str>>,
     {
-        let prefix = self.prefix.as_ref().map_or(&[][..], |p| p.as_ref());
-        let after = self
-            .after
-            .as_ref()
-            .map(|k| Bytes::copy_from_slice(k.as_ref()));
-        let mut report = Report::default();
-        let mut progress = Progress::items(what, "blobs", None, quiet);
-        let mut entries = store.list_stream_after(prefix, after);
-        let outcome = async {
-            while let Some(entry) = entries.next().await {
-                let entry = entry?;
-                report.scanned += 1;
-                progress.set(report.scanned);
-                match entry.manifest {
-                    Ok(manifest) => {
-                        let outcome = act(entry.key.clone(), manifest).await?;
-                        *report.outcomes.entry(outcome).or_default() += 1;
-                    }
-                    Err(_) => report.damaged += 1,
-                }
-                report.last_key = Some(entry.key);
-            }
-            Ok::<_, saltblob::Error>(())
-        }
+        let mut outcomes = Outcomes::default();
+        let (walked, outcome) = walk(
+            store,
+            what,
+            (self.prefix.as_ref(), self.after.as_ref()),
+            quiet,
+            act,
+            |_, outcome| *outcomes.0.entry(outcome).or_default() += 1,
+        )
         .await;
-        progress.finish();
-        let text = self.report(what, &report);
-        if let Err(e) = outcome {
-            // What was done stays done; the last key tells where to resume.
-            eprint!("{text}");
-            let failure = Failure::from(e);
-            return Err(Failure::new(
-                failure.code,
-                format!(
-                    "{what} stopped (rerun with --after the last key above): {}",
-                    failure.message
-                ),
-            ));
-        }
-        emit(&text)?;
-        if report.damaged > 0 {
-            return Err(Failure::new(
-                Failure::DAMAGED,
-                format!(
-                    "{} damaged manifest(s) left alone: run `saltblob fsck`",
-                    report.damaged
-                ),
-            ));
-        }
-        Ok(())
+        let text = self.report(what, &walked, &outcomes);
+        conclude(what, &text, &walked, outcome)
     }
 
-    fn report(&self, what: &str, r: &Report) -> String {
-        let last = r.last_key.as_ref().map(|k| human::escape_key(k));
+    fn report(&self, what: &str, walked: &Walked, outcomes: &Outcomes) -> String {
         if self.json {
             let v = json!({
-                "scanned": r.scanned,
-                "outcomes": r.outcomes,
-                "damaged": r.damaged,
-                "last_key": last,
+                "scanned": walked.scanned,
+                "outcomes": outcomes.0,
+                "damaged": walked.damaged,
+                "last_key": walked.last_key.as_ref().map(|k| human::escape_key(k)),
             });
             return format!("{v}\n");
         }
-        let mut s = format!("{what}: scanned {}", r.scanned);
-        for (outcome, n) in &r.outcomes {
+        let mut s = format!("{what}: scanned {}", walked.scanned);
+        for (outcome, n) in &outcomes.0 {
             s.push_str(&format!(", {outcome} {n}"));
         }
-        if r.damaged > 0 {
-            s.push_str(&format!(", damaged {}", r.damaged));
+        if walked.damaged > 0 {
+            s.push_str(&format!(", damaged {}", walked.damaged));
         }
         s.push('\n');
-        if let Some(last) = last {
-            s.push_str(&format!("{what}: last key {last}\n"));
-        }
+        s.push_str(&walked.last_key_line(what));
         s
     }
 }
