@@ -29,6 +29,8 @@ pub const KEY_LEN: usize = 32;
 pub const LOCAL_WRAPPED_LEN: usize = NONCE_LEN + KEY_LEN + 16;
 /// The local provider's name.
 pub const LOCAL: &str = "local";
+/// Bytes of a store id, part of every sealed version's key derivation.
+pub const STORE_ID_LEN: usize = 16;
 /// The AWS KMS provider's name.
 pub const AWS_KMS: &str = "aws-kms";
 
@@ -179,7 +181,7 @@ pub(crate) struct StoreKeys {
     /// [`EncryptionConfig::compress`].
     pub(crate) compress: bool,
     /// The store id (`docs/format.md`, "Derived keys"), read or made once.
-    pub(crate) store_id: tokio::sync::OnceCell<[u8; seal::STORE_ID_LEN]>,
+    pub(crate) store_id: tokio::sync::OnceCell<[u8; STORE_ID_LEN]>,
 }
 
 impl StoreKeys {

@@ -14,8 +14,7 @@ use crate::version::VersionId;
 
 /// Bytes of the GCM tag appended to every sealed chunk.
 pub const TAG_LEN: usize = 16;
-/// Bytes of a store id, part of every version's context.
-pub const STORE_ID_LEN: usize = 16;
+pub use super::STORE_ID_LEN;
 /// Bit of a chunk's codec tag that says its payload is sealed.
 pub const SEALED_CODEC_BIT: u8 = 0x80;
 
