@@ -18,7 +18,8 @@ pub struct Get {
     /// The key, %-escaped as `ls` prints it: %XX is a byte (e.g. %00), %25 a '%'.
     #[arg(value_parser = parse_key)]
     key: KeyArg,
-    /// Output file ("-" or absent: standard output). Written to a temporary file and renamed when complete.
+    /// Output file ("-" or absent: standard output). Written to a temporary file and renamed when complete; a
+    /// device, FIFO or socket (`/dev/null`, a named pipe) is written in place.
     #[arg(short, long, value_name = "FILE")]
     output: Option<String>,
     /// Inclusive byte range, as in HTTP: START-END, START- or -SUFFIX_LENGTH.
@@ -78,6 +79,19 @@ impl Get {
                     }
                 })?;
             }
+            // A device, a pipe or a socket (`-o /dev/null`, a FIFO) is written in place: replacing it by a rename
+            // would put a regular file where the special one was.
+            Some(path) if is_special(Path::new(path)).await => {
+                let mut file = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .await
+                    .map_err(|e| {
+                        Failure::new(Failure::FAILED, format!("cannot write {path}: {e}"))
+                    })?;
+                copy(&mut stream, &mut file, &mut progress).await?;
+                file.flush().await?;
+            }
             Some(path) => {
                 let tmp = temp_path(Path::new(path));
                 let result = async {
@@ -90,11 +104,7 @@ impl Get {
                                     format!("cannot write {}: {e}", tmp.display()),
                                 )
                             })?;
-                    while let Some(piece) = stream.next().await {
-                        let piece = piece?;
-                        file.write_all(&piece).await?;
-                        progress.add(piece.len() as u64);
-                    }
+                    copy(&mut stream, &mut file, &mut progress).await?;
                     file.sync_all().await?;
                     tokio::fs::rename(&tmp, path).await?;
                     Ok::<(), Failure>(())
@@ -109,6 +119,28 @@ impl Get {
         progress.finish();
         Ok(())
     }
+}
+
+/// Writes what `stream` yields to `file`, counting it on `progress`.
+async fn copy(
+    stream: &mut saltblob::BlobStream,
+    file: &mut tokio::fs::File,
+    progress: &mut Progress,
+) -> Result<(), Failure> {
+    while let Some(piece) = stream.next().await {
+        let piece = piece?;
+        file.write_all(&piece).await?;
+        progress.add(piece.len() as u64);
+    }
+    Ok(())
+}
+
+/// Whether `path` is there and is neither a regular file nor a directory (a device, a FIFO, a socket): what a get
+/// writes into rather than replaces.
+async fn is_special(path: &Path) -> bool {
+    tokio::fs::metadata(path)
+        .await
+        .is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// Creates the temporary file that will replace `dest`. When `dest` is a file already, the new one gets its
