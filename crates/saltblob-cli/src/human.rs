@@ -119,7 +119,7 @@ pub fn per_salt_summary(per_salt: &[u64]) -> String {
 /// What the manifest's digest is: `blake3`, or `blake3-keyed` for a sealed version (keyed with the version's
 /// digest key, so that it says nothing about the plaintext).
 fn digest_name(m: &Manifest) -> &'static str {
-    if m.sealing.is_some() {
+    if m.sealed_by().is_some() {
         "blake3-keyed"
     } else {
         "blake3"
@@ -139,7 +139,7 @@ pub fn manifest_json(key: &[u8], m: &Manifest) -> serde_json::Value {
         "metadata": m.metadata,
     });
     v["layout"] = m.layout_kind().into();
-    v["encryption"] = match &m.sealing {
+    v["encryption"] = match m.sealed_by() {
         Some(s) => serde_json::json!({
             "provider": s.kek.provider,
             "key": s.kek.name,
@@ -219,7 +219,7 @@ pub fn manifest_text(key: &[u8], m: &Manifest) -> String {
     if let Some(expires) = m.expires_micros {
         lines.push(format!("expires:      {}", time(expires)));
     }
-    lines.push(match &m.sealing {
+    lines.push(match m.sealed_by() {
         Some(s) => format!(
             "encryption:   sealed (AES-256-GCM) under {} key {}",
             s.kek.provider, s.kek

@@ -39,6 +39,11 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    /// The next byte, left unread; `None` at the end.
+    pub(crate) fn peek_u8(&self) -> Option<u8> {
+        self.buf.first().copied()
+    }
+
     pub(crate) fn u8(&mut self) -> Result<u8> {
         self.need(1)?;
         Ok(self.buf.get_u8())

@@ -20,6 +20,9 @@ pub const MANIFEST_FORMAT_V2: u8 = 2;
 /// Format version byte of a sealed manifest: format 1 with an encryption block after its body
 /// ([`Manifest::sealing`]); readers of formats 1 and 2 only refuse it loudly.
 pub const MANIFEST_FORMAT_V3: u8 = 3;
+/// Format version byte of a segmented manifest whose segments carry their own encryption blocks (some are
+/// sealed): format 2 with, after each segment, a presence byte and that segment's block.
+pub const MANIFEST_FORMAT_V4: u8 = 4;
 /// Digest algorithm tag of BLAKE3-256 of the blob.
 pub const DIGEST_BLAKE3: u8 = 1;
 /// Digest algorithm tag of a segmented blob: BLAKE3-256 of its segments' BLAKE3-256 digests, in order
@@ -30,6 +33,8 @@ pub const DIGEST_BLAKE3_OF_SEGMENTS: u8 = 2;
 pub const DIGEST_SEALED_BLAKE3: u8 = 3;
 /// Encryption tag of a sealed manifest's encryption block.
 const SEALED: u8 = 1;
+/// Encryption tag of a plaintext segment in a manifest of format 4 (the tag alone, no block).
+const PLAINTEXT: u8 = 0;
 /// Most segments one blob may have (S3's limit on the parts of a multipart upload).
 pub const MAX_SEGMENTS: usize = 10_000;
 /// Largest content type, in bytes.
@@ -96,6 +101,8 @@ pub struct Segment {
     pub digest: [u8; 32],
     /// Where its bytes are: inline or chunked, never segmented.
     pub body: ManifestBody,
+    /// How the segment is sealed (under its own version); `None` for plaintext.
+    pub sealing: Option<Sealing>,
 }
 
 impl Segment {
@@ -103,8 +110,13 @@ impl Segment {
     /// segments between [`crate::BlobStore::put_segment`] and [`crate::BlobStore::compose`].
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(80);
-        b.put_u8(SEGMENT_FORMAT_V1);
-        put_segment(&mut b, self);
+        let sealed = self.sealing.is_some();
+        b.put_u8(if sealed {
+            SEGMENT_FORMAT_V2
+        } else {
+            SEGMENT_FORMAT_V1
+        });
+        put_segment(&mut b, self, sealed);
         let crc = crc32c::crc32c(&b);
         b.put_u32_le(crc);
         b.freeze()
@@ -116,12 +128,12 @@ impl Segment {
         let body = checked_body(bytes, &corrupt)?;
         let mut r = Reader::new(body, &corrupt);
         let format = r.u8()?;
-        if format != SEGMENT_FORMAT_V1 {
+        if format != SEGMENT_FORMAT_V1 && format != SEGMENT_FORMAT_V2 {
             return Err(corrupt(format!(
-                "unknown segment format version {format} (this build reads {SEGMENT_FORMAT_V1})"
+                "unknown segment format version {format} (this build reads {SEGMENT_FORMAT_V1} and {SEGMENT_FORMAT_V2})"
             )));
         }
-        let segment = r.segment()?;
+        let segment = r.segment(format == SEGMENT_FORMAT_V2)?;
         r.end()?;
         Ok(segment)
     }
@@ -137,6 +149,8 @@ impl Segment {
 
 /// Format byte of a segment encoded alone ([`Segment::encode`]).
 const SEGMENT_FORMAT_V1: u8 = 1;
+/// Format byte of a segment encoded alone with its encryption block (a sealed one).
+const SEGMENT_FORMAT_V2: u8 = 2;
 
 /// The digest of a segmented blob: BLAKE3-256 of its segments' digests, concatenated in order.
 pub fn segments_digest(segments: &[Segment]) -> [u8; 32] {
@@ -187,6 +201,7 @@ impl Manifest {
                 size: self.size,
                 digest: self.digest,
                 body: body.clone(),
+                sealing: self.sealing.clone(),
             }],
         }
     }
@@ -196,6 +211,15 @@ impl Manifest {
     pub fn owns(&self, version: VersionId) -> bool {
         self.version == version
             || matches!(&self.body, ManifestBody::Segmented(s) if s.iter().any(|s| s.version == version))
+    }
+
+    /// How the version is sealed: its own encryption block, or that of its first sealed segment (a multipart blob's
+    /// segments are sealed each, under their own versions); `None` when nothing of it is sealed.
+    pub fn sealed_by(&self) -> Option<&Sealing> {
+        match &self.body {
+            ManifestBody::Segmented(segments) => segments.iter().find_map(|s| s.sealing.as_ref()),
+            _ => self.sealing.as_ref(),
+        }
     }
 
     /// Sum of the stored (encoded) bytes of its chunks.
@@ -245,7 +269,9 @@ impl Manifest {
         let mut b = BytesMut::with_capacity(128);
         let segmented = matches!(self.body, ManifestBody::Segmented(_));
         let sealing = self.sealing.as_ref().filter(|_| !segmented);
+        let sealed_segments = matches!(&self.body, ManifestBody::Segmented(s) if s.iter().any(|s| s.sealing.is_some()));
         b.put_u8(match (segmented, sealing) {
+            (true, _) if sealed_segments => MANIFEST_FORMAT_V4,
             (true, _) => MANIFEST_FORMAT_V2,
             (false, Some(_)) => MANIFEST_FORMAT_V3,
             (false, None) => MANIFEST_FORMAT_V1,
@@ -261,7 +287,7 @@ impl Manifest {
             (false, None) => DIGEST_BLAKE3,
         });
         b.put_slice(&self.digest);
-        put_body(&mut b, &self.body, sealing.is_some());
+        put_body(&mut b, &self.body, sealing.is_some() || sealed_segments);
         if let Some(sealing) = sealing {
             put_sealing(&mut b, sealing);
         }
@@ -282,14 +308,15 @@ impl Manifest {
         let body = checked_body(bytes, &corrupt)?;
         let mut r = Reader::new(body, &corrupt);
         let format = r.u8()?;
-        if !(MANIFEST_FORMAT_V1..=MANIFEST_FORMAT_V3).contains(&format) {
+        if !(MANIFEST_FORMAT_V1..=MANIFEST_FORMAT_V4).contains(&format) {
             return Err(corrupt(format!(
-                "unknown manifest format version {format} (this build reads {MANIFEST_FORMAT_V1} to {MANIFEST_FORMAT_V3})"
+                "unknown manifest format version {format} (this build reads {MANIFEST_FORMAT_V1} to {MANIFEST_FORMAT_V4})"
             )));
         }
         let sealed = format == MANIFEST_FORMAT_V3;
         let kind = r.u8()?;
-        if (format == MANIFEST_FORMAT_V2) != (kind == TAG_SEGMENTED) {
+        let segmented_format = format == MANIFEST_FORMAT_V2 || format == MANIFEST_FORMAT_V4;
+        if segmented_format != (kind == TAG_SEGMENTED) {
             return Err(corrupt(format!(
                 "layout tag {kind} in a manifest of format version {format}"
             )));
@@ -316,8 +343,14 @@ impl Manifest {
             .as_ref()
             .try_into()
             .map_err(|_| corrupt("short digest".into()))?;
-        let body = r.body(kind, size, sealed)?;
-        let sealing = if sealed { Some(r.sealing()?) } else { None };
+        let body = r.body(kind, size, sealed || format == MANIFEST_FORMAT_V4)?;
+        let sealing = if sealed {
+            Some(r.sealing()?.ok_or_else(|| {
+                corrupt("a manifest of format 3 without its encryption block".into())
+            })?)
+        } else {
+            None
+        };
         if let ManifestBody::Segmented(segments) = &body {
             let total = segments.iter().try_fold(0u64, |t, s| t.checked_add(s.size));
             if total != Some(size) {
@@ -384,7 +417,8 @@ fn body_tag(body: &ManifestBody) -> u8 {
 }
 
 /// Writes a body's fields (after its tag, which the caller wrote); an inline body of a `sealed` version holds the
-/// sealed value, with the sealed bit in its codec tag.
+/// sealed value, with the sealed bit in its codec tag; the segments of a `sealed` segmented body (format 4) are
+/// each followed by their encryption block.
 fn put_body(b: &mut BytesMut, body: &ManifestBody, sealed: bool) {
     match body {
         ManifestBody::Inline(data) => {
@@ -410,19 +444,26 @@ fn put_body(b: &mut BytesMut, body: &ManifestBody, sealed: bool) {
         ManifestBody::Segmented(segments) => {
             b.put_u32_le(u32::try_from(segments.len()).unwrap_or(u32::MAX));
             for s in segments {
-                put_segment(b, s);
+                put_segment(b, s, sealed);
             }
         }
     }
 }
 
-/// Writes one segment: version (u128), size (u64), digest (32 bytes), body tag and body.
-fn put_segment(b: &mut BytesMut, s: &Segment) {
+/// Writes one segment: version (u128), size (u64), digest (32 bytes), body tag and body; then, `with_sealing`,
+/// its encryption block (or a 0 byte for plaintext).
+fn put_segment(b: &mut BytesMut, s: &Segment, with_sealing: bool) {
     b.put_u128_le(s.version.0);
     b.put_u64_le(s.size);
     b.put_slice(&s.digest);
     b.put_u8(body_tag(&s.body));
-    put_body(b, &s.body, false);
+    put_body(b, &s.body, s.sealing.is_some());
+    if with_sealing {
+        match &s.sealing {
+            Some(sealing) => put_sealing(b, sealing),
+            None => b.put_u8(PLAINTEXT),
+        }
+    }
 }
 
 /// Writes the encryption block of a sealed manifest (`docs/format.md`, "Manifest encryption block").
@@ -454,7 +495,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 impl Reader<'_> {
     /// A segment, as [`put_segment`] wrote it.
-    fn segment(&mut self) -> Result<Segment> {
+    fn segment(&mut self, with_sealing: bool) -> Result<Segment> {
         let version = VersionId(self.u128()?);
         let size = self.u64()?;
         let digest: [u8; 32] = self
@@ -466,17 +507,33 @@ impl Reader<'_> {
         if kind == TAG_SEGMENTED {
             return Err(self.corrupt("a segment that is itself segmented".into()));
         }
-        let body = self.body(kind, size, false)?;
+        // An inline body says by its codec tag whether it is sealed; the block after it must agree.
+        let inline_sealed = kind == TAG_INLINE && with_sealing && self.next_is_sealed_inline();
+        let body = self.body(kind, size, inline_sealed)?;
+        let sealing = if with_sealing { self.sealing()? } else { None };
+        if kind == TAG_INLINE && inline_sealed != sealing.is_some() {
+            return Err(self.corrupt(format!(
+                "segment {version}: its inline value is {} but its encryption block says {}",
+                if inline_sealed { "sealed" } else { "plaintext" },
+                if sealing.is_some() {
+                    "sealed"
+                } else {
+                    "plaintext"
+                }
+            )));
+        }
         Ok(Segment {
             version,
             size,
             digest,
             body,
+            sealing,
         })
     }
 
     /// The body of layout tag `kind` for a blob of `size` bytes, checked against the size and bounds; a
-    /// `sealed` inline body holds the sealed value, the GCM tag after it.
+    /// `sealed` inline body holds the sealed value, the GCM tag after it, and each segment of a `sealed` segmented
+    /// body (format 4) is followed by its encryption block.
     fn body(&mut self, kind: u8, size: u64, sealed: bool) -> Result<ManifestBody> {
         let corrupt = self.corruption();
         Ok(match kind {
@@ -545,7 +602,7 @@ impl Reader<'_> {
                 }
                 let mut segments = Vec::with_capacity(count);
                 for _ in 0..count {
-                    segments.push(self.segment()?);
+                    segments.push(self.segment(sealed)?);
                 }
                 ManifestBody::Segmented(segments)
             }
@@ -553,12 +610,21 @@ impl Reader<'_> {
         })
     }
 
-    /// The encryption block of a sealed manifest, as [`put_sealing`] wrote it.
-    fn sealing(&mut self) -> Result<Sealing> {
+    /// Whether the next byte, an inline body's codec tag, has the sealed bit (without reading it).
+    fn next_is_sealed_inline(&self) -> bool {
+        self.peek_u8()
+            .is_some_and(|tag| tag & SEALED_CODEC_BIT != 0)
+    }
+
+    /// An encryption block as [`put_sealing`] wrote it, or `None` for a plaintext segment's lone tag 0.
+    fn sealing(&mut self) -> Result<Option<Sealing>> {
         let tag = self.u8()?;
+        if tag == PLAINTEXT {
+            return Ok(None);
+        }
         if tag != SEALED {
             return Err(self.corrupt(format!(
-                "encryption tag {tag} in a sealed manifest; {SEALED} belongs there"
+                "encryption tag {tag}; {PLAINTEXT} (plaintext) or {SEALED} (sealed) belongs there"
             )));
         }
         let provider_tag = self.u8()?;
@@ -581,7 +647,7 @@ impl Reader<'_> {
                 self.corrupt("a sealed manifest without its key name or wrapped key".into())
             );
         }
-        Ok(Sealing {
+        Ok(Some(Sealing {
             kek: KekRef {
                 provider,
                 name,
@@ -589,7 +655,7 @@ impl Reader<'_> {
             },
             wrapped,
             commitment,
-        })
+        }))
     }
 
     fn str(&mut self) -> Result<String> {
@@ -752,12 +818,14 @@ mod tests {
                     codec: Codec::None,
                     stored_bytes: 140_100,
                 },
+                sealing: None,
             },
             Segment {
                 version: VersionId(6),
                 size: 2,
                 digest: [2; 32],
                 body: ManifestBody::Inline(Bytes::from_static(b"hi")),
+                sealing: None,
             },
         ];
         Manifest {
@@ -765,6 +833,34 @@ mod tests {
             body: ManifestBody::Segmented(segments),
             ..sample(ManifestBody::Inline(Bytes::new()), 140_002)
         }
+    }
+
+    /// Format version 4: a segmented body with a sealed segment (inline, so that its body changes too) round
+    /// trips, each segment keeping its own sealing; a sealed segment encoded alone round trips as format 2 of
+    /// the segment record, and an inline one whose block is dropped does not decode.
+    #[test]
+    fn sealed_segments_round_trip_as_format_4() {
+        let mut m = segmented_sample();
+        let ManifestBody::Segmented(segments) = &mut m.body else {
+            panic!("segmented");
+        };
+        segments[1].sealing = Some(sealing());
+        segments[1].body = ManifestBody::Inline(Bytes::from(vec![3; 18]));
+        let enc = m.encode();
+        assert_eq!(enc.first(), Some(&MANIFEST_FORMAT_V4));
+        assert_eq!(Manifest::decode(&enc, &what).ok(), Some(m.clone()));
+        assert_eq!(m.sealed_by().map(|s| s.kek.version), Some(3));
+        let ManifestBody::Segmented(segments) = &m.body else {
+            panic!("segmented");
+        };
+        let alone = segments[1].encode();
+        assert_eq!(alone.first(), Some(&SEGMENT_FORMAT_V2));
+        assert_eq!(Segment::decode(&alone).ok().as_ref(), Some(&segments[1]));
+        let mut stripped = segments[1].clone();
+        stripped.sealing = None;
+        assert!(Segment::decode(&stripped.encode()).is_err());
+        // A plaintext chunked segment stays format 1 alone.
+        assert_eq!(segments[0].encode().first(), Some(&SEGMENT_FORMAT_V1));
     }
 
     /// Format version 2: a segmented body round trips, owns its segments' versions, and is refused when its

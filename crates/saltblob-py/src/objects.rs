@@ -66,10 +66,7 @@ impl From<&saltblob::Manifest> for Manifest {
             stored_bytes: m.stored_bytes(),
             content_type: m.content_type.clone(),
             metadata: m.metadata.clone(),
-            encryption_key: m
-                .sealing
-                .as_ref()
-                .map(|s| s.kek.to_string().replace('"', "")),
+            encryption_key: m.sealed_by().map(|s| s.kek.to_string().replace('"', "")),
         }
     }
 }

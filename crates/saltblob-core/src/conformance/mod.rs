@@ -47,6 +47,7 @@ pub use conditional::{
 pub use encryption::{
     keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
     moved_and_replayed_sealed_data_is_refused, sealed_blobs_round_trip_and_store_no_plaintext,
+    sealed_segments_compose_and_read_back,
 };
 pub use failures::{
     bad_input_changes_nothing, corrupt_chunk_is_detected, corrupt_manifest_is_detected,
@@ -136,7 +137,7 @@ macro_rules! conformance_suite {
             expired_blobs_read_as_not_found_and_gc_reclaims_them,
             sealed_blobs_round_trip_and_store_no_plaintext,
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
-            moved_and_replayed_sealed_data_is_refused);
+            moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back);
     };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);

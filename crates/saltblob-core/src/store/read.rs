@@ -22,6 +22,7 @@ use crate::manifest::{Manifest, ManifestBody, Segment, hex};
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::state::{BudgetHeld, Inner, ReadBudget};
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
+use crate::store::sealing;
 use crate::{Error, KeyDisplay, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
@@ -166,6 +167,7 @@ fn stream_segments(
                 body: segment.body.clone(),
                 content_type: None,
                 metadata: Default::default(),
+                sealing: segment.sealing.clone(),
                 ..manifest.clone()
             };
             let within = range.start.max(start) - start..range.end.min(end) - start;
@@ -175,10 +177,17 @@ fn stream_segments(
     }
     let inner = Arc::clone(inner);
     stream::iter(parts)
-        .flat_map(move |(part, within)| {
-            // Segments are never sealed (their puts refuse it).
-            stream_version(&inner, key.clone(), part, within, class.clone(), None).stream
+        .then(move |(part, within)| {
+            let (inner, key, class) = (Arc::clone(&inner), key.clone(), class.clone());
+            async move {
+                // A sealed segment is opened with its own keys, derived when the read reaches it.
+                match sealing::for_read(&inner, &key, &part).await {
+                    Ok(keys) => stream_version(&inner, key, part, within, class, keys).stream,
+                    Err(e) => stream::once(async move { Err(e) }).boxed(),
+                }
+            }
         })
+        .flatten()
         .boxed()
 }
 

@@ -5,8 +5,10 @@
 
 use crate::backend::{Namespace, Precondition, RecordWrite};
 use crate::encryption::{KekRef, Sealing};
+use crate::manifest::ManifestBody;
 use crate::schedule::{self, PriorityClass};
 use crate::store::sealing;
+use crate::version::VersionId;
 use crate::{BlobStore, KeyDisplay, Result};
 
 use super::key::validate_key;
@@ -14,7 +16,8 @@ use super::key::validate_key;
 /// What [`BlobStore::rekey`] did with one blob.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rekeyed {
-    /// Its data key is now wrapped by `to` (it was by `from`).
+    /// Its data key (of a multipart blob: its segments', the last one re-wrapped shown) is now wrapped by `to` (it
+    /// was by `from`).
     Rewrapped {
         /// The key version that wrapped it.
         from: KekRef,
@@ -56,27 +59,42 @@ impl BlobStore {
             if manifest.is_expired(inner.now_micros()) {
                 return Ok(Rekeyed::Skipped("expired"));
             }
-            let (Some(old), Some(keys)) = (&manifest.sealing, &inner.keys) else {
-                return match manifest.sealing {
-                    None => Ok(Rekeyed::Plaintext),
-                    // The read names what to fix.
-                    Some(_) => sealing::for_read(inner, &key, &manifest)
-                        .await
-                        .map(|_| Rekeyed::Skipped("no key provider")),
-                };
-            };
-            sealing::for_read(inner, &key, &manifest).await?;
-            let dek = keys.cache.open(&old.kek, &old.wrapped).await?;
-            let wrapped = keys.provider.wrap_data_key(&old.kek.name, &dek).await?;
-            if wrapped.kek == old.kek {
-                return Ok(Rekeyed::Current);
-            }
+            // The version's own sealing, or its segments' (a multipart blob's parts are sealed each).
             let mut rekeyed = manifest.clone();
-            rekeyed.sealing = Some(Sealing {
-                kek: wrapped.kek.clone(),
-                wrapped: wrapped.wrapped.clone(),
-                commitment: old.commitment,
-            });
+            let mut sealings: Vec<(VersionId, &mut Sealing)> = match &mut rekeyed.body {
+                ManifestBody::Segmented(segments) => segments
+                    .iter_mut()
+                    .filter_map(|s| Some((s.version, s.sealing.as_mut()?)))
+                    .collect(),
+                _ => rekeyed
+                    .sealing
+                    .as_mut()
+                    .map(|s| (manifest.version, s))
+                    .into_iter()
+                    .collect(),
+            };
+            if sealings.is_empty() {
+                return Ok(Rekeyed::Plaintext);
+            }
+            let mut moved = None;
+            for (version, old) in sealings.iter_mut() {
+                // Opens the data key and checks the commitment; without a provider, says what to fix.
+                sealing::open(inner, &key, *version, old).await?;
+                let Some(keys) = &inner.keys else {
+                    return Ok(Rekeyed::Skipped("no key provider"));
+                };
+                let dek = keys.cache.open(&old.kek, &old.wrapped).await?;
+                let wrapped = keys.provider.wrap_data_key(&old.kek.name, &dek).await?;
+                if wrapped.kek != old.kek {
+                    moved = Some((old.kek.clone(), wrapped.kek.clone()));
+                    old.kek = wrapped.kek.clone();
+                    old.wrapped = wrapped.wrapped.clone();
+                }
+            }
+            drop(sealings);
+            let Some((from, to)) = moved else {
+                return Ok(Rekeyed::Current);
+            };
             let write = inner
                 .backend
                 .put_record(
@@ -89,16 +107,11 @@ impl BlobStore {
             Ok(match write {
                 RecordWrite::Done(_) => {
                     tracing::debug!(
-                        "rekeyed \"{}\" version {}: {} -> {}",
+                        "rekeyed \"{}\" version {}: {from} -> {to}",
                         KeyDisplay::from(&key[..]),
                         manifest.version,
-                        old.kek,
-                        wrapped.kek
                     );
-                    Rekeyed::Rewrapped {
-                        from: old.kek.clone(),
-                        to: wrapped.kek.clone(),
-                    }
+                    Rekeyed::Rewrapped { from, to }
                 }
                 RecordWrite::ConditionFailed(_) => Rekeyed::LostToAWriter,
             })

@@ -78,9 +78,20 @@ pub(crate) async fn for_read(
     key: &[u8],
     manifest: &Manifest,
 ) -> Result<Option<Arc<VersionKeys>>> {
-    let Some(sealing) = &manifest.sealing else {
-        return Ok(None);
-    };
+    match &manifest.sealing {
+        Some(sealing) => open(inner, key, manifest.version, sealing).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The secrets of version `version` of `key` (a version, or a segment of one), sealed as `sealing` says; the key
+/// commitment checked. Errors as [`for_read`].
+pub(crate) async fn open(
+    inner: &Inner,
+    key: &[u8],
+    version: VersionId,
+    sealing: &Sealing,
+) -> Result<Arc<VersionKeys>> {
     let unavailable = |reason: String| Error::KeyUnavailable {
         provider: sealing.kek.provider,
         key: sealing.kek.to_string(),
@@ -91,7 +102,7 @@ pub(crate) async fn for_read(
         return Err(unavailable(format!(
             "version {} of key \"{}\" is sealed, and the store was opened without a key provider: open it \
              with encryption={}&... (see docs/format.md, \"Encryption at rest\")",
-            manifest.version,
+            version,
             KeyDisplay::from(key),
             sealing.kek.provider
         )));
@@ -99,7 +110,7 @@ pub(crate) async fn for_read(
     if keys.provider.name() != sealing.kek.provider {
         return Err(unavailable(format!(
             "version {} of key \"{}\" is sealed by the {} provider; the store was opened with {}",
-            manifest.version,
+            version,
             KeyDisplay::from(key),
             sealing.kek.provider,
             keys.provider.name()
@@ -107,19 +118,19 @@ pub(crate) async fn for_read(
     }
     let dek = keys.cache.open(&sealing.kek, &sealing.wrapped).await?;
     let store_id = store_id(inner, keys, false).await?;
-    let version_keys = VersionKeys::derive(&dek, &store_id, key, manifest.version)?;
+    let version_keys = VersionKeys::derive(&dek, &store_id, key, version)?;
     if !version_keys.commits_to(&sealing.commitment) {
         return Err(Error::corrupt(
             format!(
                 "manifest of key \"{}\" version {}",
                 KeyDisplay::from(key),
-                manifest.version
+                version
             ),
             "its key commitment does not match the keys derived from its data key: the manifest was moved \
              from another key, version or store, or changed",
         ));
     }
-    Ok(Some(Arc::new(version_keys)))
+    Ok(Arc::new(version_keys))
 }
 
 /// The store id: read once, or made (with a conditional put, so that concurrent first puts agree) when `create`.

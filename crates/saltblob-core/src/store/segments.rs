@@ -83,6 +83,7 @@ impl BlobStore {
             size: m.size,
             digest: m.digest,
             body: m.body,
+            sealing: m.sealing,
         })
     }
 

@@ -203,13 +203,8 @@ where
         sealing: None,
     };
     manifest.validate_attributes()?;
+    // A segment (parked) is sealed under its own version, as a put is.
     let sealed = sealing::for_put(inner, &key, manifest.version, opts).await?;
-    if sealed.is_some() && matches!(finish, Finish::Park(_)) {
-        return Err(Error::invalid(
-            "encryption key",
-            "segments (multipart parts) are not sealed yet: put the blob whole, or without an encryption key",
-        ));
-    }
     let codec = match &sealed {
         Some(s) if !s.compress => Codec::None,
         _ => policy.codec,
