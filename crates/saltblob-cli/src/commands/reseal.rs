@@ -64,19 +64,28 @@ impl Command for Encrypt {
             let store = context.open().await?;
             let store = &store;
             self.walk
-                .run("encrypt", store, context.quiet, |key, _| async move {
-                    Ok(
-                        match store
-                            .encrypt(&key, &self.key, self.priority.clone())
-                            .await?
-                        {
-                            Relaid::Moved { .. } => "sealed",
-                            Relaid::Fits => "sealed already",
-                            Relaid::LostToAWriter => "lost to a concurrent writer",
-                            Relaid::Skipped(why) => why,
-                        },
-                    )
-                })
+                .run(
+                    "encrypt",
+                    store,
+                    context.quiet,
+                    |key, manifest| async move {
+                        // As listed: a sealed blob needs no read (nor its key).
+                        if manifest.sealed_by().is_some() {
+                            return Ok("sealed already");
+                        }
+                        Ok(
+                            match store
+                                .encrypt(&key, &self.key, self.priority.clone())
+                                .await?
+                            {
+                                Relaid::Moved { .. } => "sealed",
+                                Relaid::Fits => "sealed already",
+                                Relaid::LostToAWriter => "lost to a concurrent writer",
+                                Relaid::Skipped(why) => why,
+                            },
+                        )
+                    },
+                )
                 .await
         })
     }
@@ -95,7 +104,8 @@ impl Command for Rekey {
             let store = &store;
             self.walk
                 .run("rekey", store, context.quiet, |key, manifest| async move {
-                    if manifest.sealing.is_none() {
+                    // A multipart blob's segments are sealed each; its own manifest has no block.
+                    if manifest.sealed_by().is_none() {
                         return Ok("plaintext");
                     }
                     Ok(match store.rekey(&key).await? {

@@ -200,8 +200,48 @@ mod tests {
             Rekeyed::Skipped("gone before it was read")
         );
 
-        Keyring::open(&path).unwrap().retire("t", 1).unwrap();
+        // A multipart blob: each sealed segment is re-wrapped, in the one manifest.
+        let parts = [data(300, 4), data(9000, 5)];
+        let mut segments = Vec::new();
+        for part in &parts {
+            let lease = std::time::Duration::from_secs(3600);
+            segments.push(
+                v2.put_segment("multi", &part[..], &PutOptions::new(), lease)
+                    .await
+                    .unwrap(),
+            );
+        }
+        v2.compose("multi", &segments, &PutOptions::new())
+            .await
+            .unwrap();
+        ring.rotate("t", 3).unwrap();
         let v3 = keyed(&backend, &path);
+        match v3.rekey("multi").await.unwrap() {
+            Rekeyed::Rewrapped { from, to } => assert_eq!((from.version, to.version), (2, 3)),
+            other => panic!("multi: {other:?}"),
+        }
+        let head = v3.head("multi").await.unwrap();
+        let ManifestBody::Segmented(rewrapped) = &head.body else {
+            panic!("segmented");
+        };
+        assert!(
+            rewrapped
+                .iter()
+                .all(|s| s.sealing.as_ref().is_some_and(|s| s.kek.version == 3))
+        );
+        for key in ["small", "big"] {
+            assert!(
+                matches!(v3.rekey(key).await.unwrap(), Rekeyed::Rewrapped { .. }),
+                "{key}"
+            );
+        }
+
+        let mut ring = Keyring::open(&path).unwrap();
+        ring.retire("t", 1).unwrap();
+        ring.retire("t", 2).unwrap();
+        let v3 = keyed(&backend, &path);
+        let whole: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(v3.get("multi").await.unwrap(), whole);
         assert_eq!(v3.get("small").await.unwrap(), small);
         assert_eq!(v3.get("big").await.unwrap(), big);
     }
