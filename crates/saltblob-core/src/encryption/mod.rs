@@ -19,7 +19,7 @@ use std::time::Duration;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
-pub use self::params::{EncryptionParams, URL_PARAMS};
+pub use self::params::EncryptionParams;
 use crate::error::Result;
 use crate::{Clock, Error};
 
@@ -168,18 +168,14 @@ impl EncryptionConfig {
     }
 }
 
-/// A store's encryption at run time: its provider behind the data-key cache, its default key, and its store id
-/// once read or made (`store/sealing.rs`).
+/// A store's encryption at run time (`store/sealing.rs`): its configuration, the provider behind the data-key
+/// cache, and its store id once read or made.
 #[derive(Debug)]
 pub(crate) struct StoreKeys {
+    /// As configured.
+    pub(crate) config: EncryptionConfig,
     /// The provider, behind the cache.
     pub(crate) cache: CachedProvider,
-    /// The provider itself, for what is never cached (re-wrapping).
-    pub(crate) provider: Arc<dyn KeyProvider>,
-    /// [`EncryptionConfig::key`].
-    pub(crate) key: Option<String>,
-    /// [`EncryptionConfig::compress`].
-    pub(crate) compress: bool,
     /// The store id (`docs/format.md`, "Derived keys"), read or made once.
     pub(crate) store_id: tokio::sync::OnceCell<[u8; STORE_ID_LEN]>,
 }
@@ -189,9 +185,7 @@ impl StoreKeys {
     pub(crate) fn new(config: &EncryptionConfig, clock: Arc<dyn Clock>) -> Self {
         Self {
             cache: CachedProvider::new(Arc::clone(&config.provider), config.key_cache, clock),
-            provider: Arc::clone(&config.provider),
-            key: config.key.clone(),
-            compress: config.compress,
+            config: config.clone(),
             store_id: tokio::sync::OnceCell::new(),
         }
     }

@@ -8,15 +8,6 @@ use std::time::Duration;
 use super::{AWS_KMS, EncryptionConfig, LOCAL, LocalProvider};
 use crate::{Error, Result};
 
-/// The URL parameters this module takes.
-pub const URL_PARAMS: [&str; 5] = [
-    "encryption",
-    "keyring",
-    "encryption_key",
-    "key_cache",
-    "encrypt_compress",
-];
-
 /// Encryption parameters of a store URL: `encryption=local` (the provider), `keyring=FILE` (the local provider's
 /// keyring), `encryption_key=NAME` (the key new versions are sealed under; without it puts stay plaintext unless
 /// they name one; not `key=`, which a `cql://` URL gives to TLS), `key_cache=DURATION` (`600s`, `10m`, `1h`; default 10 minutes; `0` keeps nothing) and
@@ -31,7 +22,7 @@ pub struct EncryptionParams {
 }
 
 impl EncryptionParams {
-    /// Takes URL parameter `name=value` if it is one of [`URL_PARAMS`]; false when it is not.
+    /// Takes URL parameter `name=value` if it is one of the encryption parameters; false when it is not.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the parameter when its value is empty or malformed.

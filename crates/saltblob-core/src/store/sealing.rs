@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::backend::{Namespace, Precondition, RecordWrite};
 use crate::config::PutOptions;
 use crate::encryption::seal::{STORE_ID_LEN, VersionKeys};
-use crate::encryption::{Sealing, StoreKeys, fill_random};
+use crate::encryption::{AWS_KMS, LOCAL, Sealing, StoreKeys, fill_random, provider_tag};
 use crate::manifest::Manifest;
 use crate::state::Inner;
 use crate::version::VersionId;
@@ -39,7 +39,7 @@ pub(crate) async fn for_put(
     version: VersionId,
     opts: &PutOptions,
 ) -> Result<Option<PutSealing>> {
-    let store_key = inner.keys.as_ref().and_then(|k| k.key.as_ref());
+    let store_key = inner.keys.as_ref().and_then(|k| k.config.key.as_ref());
     let Some(name) = opts.encryption_key.as_ref().or(store_key) else {
         return Ok(None);
     };
@@ -52,6 +52,16 @@ pub(crate) async fn for_put(
             ),
         ));
     };
+    // Manifests name the provider by a tag of the format's: one without a tag could not be read back.
+    let provider = keys.config.provider.name();
+    if provider_tag(provider).is_none() {
+        return Err(Error::invalid(
+            "key provider",
+            format!(
+                "{provider:?} is not a provider the format records ({LOCAL}, {AWS_KMS}): nothing can be sealed with it"
+            ),
+        ));
+    }
     let dek = keys.cache.data_key(name).await?;
     let store_id = store_id(inner, keys, true).await?;
     let version_keys = VersionKeys::derive(&dek.key, &store_id, key, version)?;
@@ -62,7 +72,7 @@ pub(crate) async fn for_put(
             commitment: *version_keys.commitment(),
         },
         keys: Arc::new(version_keys),
-        compress: keys.compress,
+        compress: keys.config.compress,
     }))
 }
 
@@ -107,13 +117,13 @@ pub(crate) async fn open(
             sealing.kek.provider
         )));
     };
-    if keys.provider.name() != sealing.kek.provider {
+    if keys.config.provider.name() != sealing.kek.provider {
         return Err(unavailable(format!(
             "version {} of key \"{}\" is sealed by the {} provider; the store was opened with {}",
             version,
             KeyDisplay::from(key),
             sealing.kek.provider,
-            keys.provider.name()
+            keys.config.provider.name()
         )));
     }
     let dek = keys.cache.open(&sealing.kek, &sealing.wrapped).await?;
@@ -171,4 +181,56 @@ async fn store_id(inner: &Inner, keys: &StoreKeys, create: bool) -> Result<[u8; 
         })
         .await
         .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::encryption::{
+        DataKey, EncryptionConfig, KekRef, KeyProvider, Keyring, LocalProvider, Secret,
+    };
+    use crate::{BlobStore, Error, MemoryStore, PutOptions, StoreConfig};
+
+    /// A provider under a name the manifest format has no tag for.
+    #[derive(Debug)]
+    struct Renamed(LocalProvider);
+
+    #[async_trait::async_trait]
+    impl KeyProvider for Renamed {
+        fn name(&self) -> &'static str {
+            "vault"
+        }
+
+        async fn new_data_key(&self, kek: &str) -> crate::Result<DataKey> {
+            self.0.new_data_key(kek).await
+        }
+
+        async fn wrap_data_key(&self, kek: &str, key: &Secret) -> crate::Result<DataKey> {
+            self.0.wrap_data_key(kek, key).await
+        }
+
+        async fn open_data_key(&self, kek: &KekRef, wrapped: &[u8]) -> crate::Result<Secret> {
+            self.0.open_data_key(kek, wrapped).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_the_format_cannot_name_seals_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        Keyring::create(&path).unwrap().add("k", 1).unwrap();
+        let provider = Arc::new(Renamed(LocalProvider::open(&path).unwrap()));
+        let config =
+            StoreConfig::default().with_encryption(EncryptionConfig::new(provider).with_key("k"));
+        let store = BlobStore::new(Arc::new(MemoryStore::new()), config).unwrap();
+        match store.put("x", &b"value"[..], &PutOptions::new()).await {
+            Err(Error::InvalidArgument { what, reason }) => {
+                assert_eq!(what, "key provider");
+                assert!(reason.contains("\"vault\""), "{reason}");
+            }
+            other => panic!("a put through an unnamed provider: {other:?}"),
+        }
+        assert!(matches!(store.head("x").await, Err(Error::NotFound { .. })));
+    }
 }
