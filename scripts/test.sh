@@ -38,6 +38,9 @@ skips=()
 for t in "${fault_tests[@]}"; do skips+=(--skip "$t"); done
 step tests timeout 1800 cargo test --release --locked --workspace -- "${skips[@]}"
 step fault-tests timeout 1800 cargo test --release --locked --workspace -- --nocapture "${fault_tests[@]}"
+# The aws-kms key provider against moto's KMS (PyPI, in a virtual environment) on loopback: sealing, revocation
+# (DisableKey / EnableKey, ScheduleKeyDeletion), unknown keys, an unreachable KMS, and the CLI (scripts/kms-tests.sh).
+step kms timeout 900 scripts/kms-tests.sh
 # Real S3 clients (boto3, awscli v1 and s3cmd from PyPI into a virtual environment, rclone from Debian, the AWS SDK
 # for Java v2 from Maven Central) against `saltblob serve` on the embedded
 # store, with the 1 GiB `aws s3 cp` round trip and the server's peak RSS (scripts/s3-clients.sh).

@@ -109,8 +109,10 @@ pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
 /// scheduler's ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
 /// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; the layout
 /// policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and `large_chunk_size=SIZE`; and encryption's
-/// ([`encryption::EncryptionParams`]): `encryption=local`, `keyring=FILE`, `encryption_key=NAME`, `key_cache=DURATION` and
-/// `encrypt_compress=BOOL`, which set [`StoreConfig::encryption`] (the keyring is read here); e.g.
+/// ([`encryption::EncryptionParams`]): `encryption=local` (with `keyring=FILE`) or `encryption=aws-kms` (with
+/// `kms_endpoint=URL`, `kms_region=REGION`, `kms_ca=FILE`; crate `saltblob-kms`), `encryption_key=NAME`,
+/// `key_cache=DURATION` and `encrypt_compress=BOOL`, which set [`StoreConfig::encryption`] (the keyring is read
+/// here); e.g.
 /// `rocksdb:///var/lib/saltblob?sync=true&classes=batch:50&priority=batch`.
 ///
 /// # Errors
@@ -140,7 +142,12 @@ pub fn split_store_params(url: &str, mut config: StoreConfig) -> Result<(String,
             kept.push(param);
         }
     }
-    if let Some(e) = encryption.build().map_err(invalid)? {
+    let aws_kms = |params: &encryption::AwsKmsParams| {
+        let provider: Arc<dyn encryption::KeyProvider> =
+            Arc::new(saltblob_kms::AwsKmsProvider::from_params(params)?);
+        Ok(provider)
+    };
+    if let Some(e) = encryption.build(aws_kms).map_err(invalid)? {
         config.encryption = Some(e);
     }
     config.scheduler.validate().map_err(|e| Error::InvalidUrl {

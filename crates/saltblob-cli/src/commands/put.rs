@@ -47,9 +47,9 @@ pub struct Put {
     /// reclaims it; `head` shows when. Defaults to never.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     ttl: Option<std::time::Duration>,
-    /// Seal the blob under this key of the store's key provider (a keyring name), over the store's
-    /// `encryption_key=`. The store URL must name the provider: `encryption=local&keyring=FILE`. Defaults to the
-    /// store's key, if any.
+    /// Seal the blob under this key of the store's key provider, over the store's `encryption_key=`: a keyring
+    /// name (`encryption=local&keyring=FILE`) or a KMS key id, ARN or alias (`encryption=aws-kms`); the store URL
+    /// must name the provider. Defaults to the store's key, if any.
     #[arg(long, value_name = "KEY")]
     encrypt: Option<String>,
 }

@@ -34,8 +34,8 @@ struct WalkArgs {
 /// Arguments of `saltblob encrypt`.
 #[derive(clap::Args, Debug)]
 pub struct Encrypt {
-    /// The key to seal the plaintext blobs under (a keyring name of the store's provider: the store URL must
-    /// name one, `encryption=local&keyring=FILE`).
+    /// The key to seal the plaintext blobs under, of the provider the store URL must name: a keyring name
+    /// (`encryption=local&keyring=FILE`) or a KMS key id, ARN or alias (`encryption=aws-kms`).
     #[arg(long, value_name = "NAME")]
     key: String,
     #[command(flatten)]

@@ -1,7 +1,8 @@
 //! Encryption at rest (`docs/format.md`, "Encryption at rest"): key-encryption keys (KEKs) held by a key
 //! provider, and data keys (DEKs) they wrap.
 //!
-//! What exists: the [`KeyProvider`] trait, the `local` provider ([`LocalProvider`]) over a [`Keyring`] file, the
+//! What exists: the [`KeyProvider`] trait, the `local` provider ([`LocalProvider`]) over a [`Keyring`] file (the
+//! `aws-kms` provider is crate `saltblob-kms`, which has the HTTP client this crate does not), the
 //! wrapped-key format, the data-key cache ([`CachedProvider`]), the sealing of a version's chunks
 //! ([`seal::VersionKeys`]) and what a sealed manifest records ([`Sealing`]). A store seals the versions it writes
 //! when its [`crate::StoreConfig::encryption`] (or a put's [`crate::PutOptions::encryption_key`]) names a key.
@@ -19,7 +20,7 @@ use std::time::Duration;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
-pub use self::params::EncryptionParams;
+pub use self::params::{AwsKmsParams, EncryptionParams};
 use crate::error::Result;
 use crate::{Clock, Error};
 
@@ -367,6 +368,33 @@ impl KeyProvider for LocalProvider {
     }
 }
 
+/// `key` once its key id and wrapped form fit a manifest's encryption block (a byte and two bytes of length): a
+/// provider that made longer ones is refused rather than recorded cut.
+///
+/// # Errors
+/// [`Error::KeyUnavailable`] naming the key.
+pub fn recordable(key: DataKey) -> Result<DataKey> {
+    let too_long = if key.kek.name.len() > usize::from(u8::MAX) {
+        Some(format!("its id is {} bytes, over 255", key.kek.name.len()))
+    } else if key.wrapped.len() > usize::from(u16::MAX) {
+        Some(format!(
+            "its wrapped data key is {} bytes, over 65535",
+            key.wrapped.len()
+        ))
+    } else {
+        None
+    };
+    match too_long {
+        None => Ok(key),
+        Some(reason) => Err(Error::KeyUnavailable {
+            provider: key.kek.provider,
+            key: key.kek.to_string(),
+            reason: format!("{reason}: a manifest cannot record it"),
+            retryable: false,
+        }),
+    }
+}
+
 /// How long [`CachedProvider`] keeps a data key by default: 10 minutes, as ScyllaDB's key cache.
 pub const DEFAULT_KEY_CACHE: Duration = Duration::from_secs(600);
 /// Most data keys a [`CachedProvider`] keeps; when full it forgets the expired ones, then all.
@@ -417,7 +445,7 @@ impl CachedProvider {
         }) {
             return Ok(kept);
         }
-        let made = Arc::new(self.inner.new_data_key(kek).await?);
+        let made = Arc::new(recordable(self.inner.new_data_key(kek).await?)?);
         if self.keep_for_micros > 0
             && let Ok(mut m) = self.made.lock()
         {
@@ -606,6 +634,27 @@ mod tests {
                 return Err(self.inner.unavailable(kek, "disabled"));
             }
             self.inner.open_data_key(kek, wrapped).await
+        }
+    }
+
+    #[test]
+    fn data_keys_a_manifest_cannot_record_are_refused_not_cut() {
+        let key = |name_len: usize, wrapped_len: usize| DataKey {
+            key: Secret::new([7; KEY_LEN]),
+            wrapped: vec![1; wrapped_len],
+            kek: KekRef {
+                provider: AWS_KMS,
+                name: "k".repeat(name_len),
+                version: 0,
+            },
+        };
+        assert!(recordable(key(255, 65_535)).is_ok());
+        for (name_len, wrapped_len, says) in [(256, 10, "over 255"), (10, 65_536, "over 65535")] {
+            let e = recordable(key(name_len, wrapped_len)).expect_err("too long");
+            assert!(
+                matches!(&e, Error::KeyUnavailable { reason, .. } if reason.contains(says)),
+                "{e}"
+            );
         }
     }
 

@@ -1,17 +1,19 @@
-//! The encryption parameters of a store URL (`encryption=local&keyring=FILE&encryption_key=NAME`), gathered one by one and
-//! then built into an [`EncryptionConfig`].
+//! The encryption parameters of a store URL (`encryption=local&keyring=FILE&encryption_key=NAME`, or
+//! `encryption=aws-kms&encryption_key=KEY_ID&kms_endpoint=URL`), gathered one by one and then built into an
+//! [`EncryptionConfig`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{AWS_KMS, EncryptionConfig, LOCAL, LocalProvider};
+use super::{AWS_KMS, EncryptionConfig, KeyProvider, LOCAL, LocalProvider};
 use crate::{Error, Result};
 
 /// Encryption parameters of a store URL: `encryption=local` (the provider), `keyring=FILE` (the local provider's
 /// keyring), `encryption_key=NAME` (the key new versions are sealed under; without it puts stay plaintext unless
 /// they name one; not `key=`, which a `cql://` URL gives to TLS), `key_cache=DURATION` (`600s`, `10m`, `1h`; default 10 minutes; `0` keeps nothing) and
-/// `encrypt_compress=true|false` (default false).
+/// `encrypt_compress=true|false` (default false); for `encryption=aws-kms`, [`AwsKmsParams`]' `kms_endpoint=URL`,
+/// `kms_region=REGION` and `kms_ca=FILE`.
 #[derive(Debug, Default)]
 pub struct EncryptionParams {
     provider: Option<String>,
@@ -19,6 +21,20 @@ pub struct EncryptionParams {
     key: Option<String>,
     key_cache: Option<Duration>,
     compress: Option<bool>,
+    kms: AwsKmsParams,
+}
+
+/// Where the `aws-kms` provider finds its KMS, as a store URL gives it; the provider (crate `saltblob-kms`) is
+/// made from these by whoever opens the store (`saltblob::open`), since this crate has no HTTP client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AwsKmsParams {
+    /// `kms_endpoint=URL`: `http://` or `https://` host and port. Default: `https://kms.REGION.amazonaws.com`.
+    pub endpoint: Option<String>,
+    /// `kms_region=REGION`, the region requests are signed for. Default: `AWS_REGION`, else
+    /// `AWS_DEFAULT_REGION`, else `us-east-1` when an endpoint is given.
+    pub region: Option<String>,
+    /// `kms_ca=FILE`: PEM certificates trusted for an `https://` endpoint. Default: the system's bundle.
+    pub ca: Option<PathBuf>,
 }
 
 impl EncryptionParams {
@@ -38,6 +54,9 @@ impl EncryptionParams {
             "encryption" => self.provider = Some(nonempty("encryption")?),
             "keyring" => self.keyring = Some(PathBuf::from(nonempty("keyring")?)),
             "encryption_key" => self.key = Some(nonempty("encryption_key")?),
+            "kms_endpoint" => self.kms.endpoint = Some(nonempty("kms_endpoint")?),
+            "kms_region" => self.kms.region = Some(nonempty("kms_region")?),
+            "kms_ca" => self.kms.ca = Some(PathBuf::from(nonempty("kms_ca")?)),
             "key_cache" => self.key_cache = Some(parse_duration("key_cache", value)?),
             "encrypt_compress" => {
                 self.compress = Some(match value {
@@ -56,19 +75,26 @@ impl EncryptionParams {
         Ok(true)
     }
 
-    /// The configuration the parameters give (the local provider's keyring is read here); `None` when none
-    /// was given.
+    /// The configuration the parameters give (the local provider's keyring is read here; the `aws-kms` provider
+    /// is made by `aws_kms` from its parameters); `None` when none was given.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the parameter: one given without `encryption=`, an unknown provider,
-    /// `encryption=local` without `keyring=`; the keyring file's own errors ([`super::Keyring::open`]).
-    pub fn build(self) -> Result<Option<EncryptionConfig>> {
+    /// `encryption=local` without `keyring=` or with a `kms_` parameter, `encryption=aws-kms` with `keyring=`;
+    /// the keyring file's own errors ([`super::Keyring::open`]); `aws_kms`'s.
+    pub fn build(
+        self,
+        aws_kms: impl FnOnce(&AwsKmsParams) -> Result<Arc<dyn KeyProvider>>,
+    ) -> Result<Option<EncryptionConfig>> {
         let Some(provider) = self.provider else {
             if let Some(given) = [
                 self.keyring.as_ref().map(|_| "keyring"),
                 self.key.as_ref().map(|_| "encryption_key"),
                 self.key_cache.as_ref().map(|_| "key_cache"),
                 self.compress.as_ref().map(|_| "encrypt_compress"),
+                self.kms.endpoint.as_ref().map(|_| "kms_endpoint"),
+                self.kms.region.as_ref().map(|_| "kms_region"),
+                self.kms.ca.as_ref().map(|_| "kms_ca"),
             ]
             .into_iter()
             .flatten()
@@ -76,13 +102,20 @@ impl EncryptionParams {
             {
                 return Err(Error::invalid(
                     given,
-                    "given without encryption=PROVIDER (encryption=local&keyring=FILE)",
+                    "given without encryption=PROVIDER (encryption=local&keyring=FILE, or \
+                     encryption=aws-kms&encryption_key=KEY_ID)",
                 ));
             }
             return Ok(None);
         };
-        let provider = match provider.as_str() {
+        let provider: Arc<dyn KeyProvider> = match provider.as_str() {
             LOCAL => {
+                if self.kms != AwsKmsParams::default() {
+                    return Err(Error::invalid(
+                        "encryption",
+                        "kms_endpoint, kms_region and kms_ca are for encryption=aws-kms, not local",
+                    ));
+                }
                 let keyring = self.keyring.ok_or_else(|| {
                     Error::invalid(
                         "encryption",
@@ -92,15 +125,18 @@ impl EncryptionParams {
                 Arc::new(LocalProvider::open(keyring)?)
             }
             AWS_KMS => {
-                return Err(Error::invalid(
-                    "encryption",
-                    "aws-kms is not in this build yet; use encryption=local&keyring=FILE",
-                ));
+                if self.keyring.is_some() {
+                    return Err(Error::invalid(
+                        "keyring",
+                        "a keyring is for encryption=local; aws-kms keys live in the KMS",
+                    ));
+                }
+                aws_kms(&self.kms)?
             }
             other => {
                 return Err(Error::invalid(
                     "encryption",
-                    format!("unknown key provider {other:?}; known: {LOCAL}"),
+                    format!("unknown key provider {other:?}; known: {LOCAL}, {AWS_KMS}"),
                 ));
             }
         };
@@ -150,7 +186,7 @@ mod tests {
         for (name, value) in query {
             assert!(p.apply_url_param(name, value)?, "{name} is taken");
         }
-        p.build()
+        p.build(|_| Err(Error::invalid("encryption", "no aws-kms in this test")))
     }
 
     fn err(query: &[(&str, &str)]) -> String {
@@ -168,10 +204,24 @@ mod tests {
         );
         assert!(err(&[("encryption", "local")]).contains("needs keyring=FILE"));
         assert!(err(&[("encryption", "vault")]).contains("unknown key provider \"vault\""));
+        assert!(err(&[("kms_endpoint", "http://h")]).contains("kms_endpoint: given without"));
+        assert!(
+            err(&[("encryption", "aws-kms"), ("keyring", "/k")])
+                .contains("keyring: a keyring is for")
+        );
+        assert!(err(&[("encryption", "aws-kms")]).contains("no aws-kms in this test"));
         assert!(err(&[("encryption", "")]).contains("encryption: empty"));
         assert!(err(&[("key_cache", "10 minutes")]).contains("key_cache"));
         assert!(err(&[("key_cache", "10d")]).contains("unknown unit"));
         assert!(err(&[("encrypt_compress", "maybe")]).contains("true or false"));
+        assert!(
+            err(&[
+                ("encryption", "local"),
+                ("keyring", "/k"),
+                ("kms_region", "eu-west-1")
+            ])
+            .contains("are for encryption=aws-kms")
+        );
         let missing = err(&[("encryption", "local"), ("keyring", "/nonexistent/keyring")]);
         assert!(missing.contains("/nonexistent/keyring"), "{missing}");
         let mut p = EncryptionParams::default();
@@ -179,6 +229,40 @@ mod tests {
         assert!(
             !p.apply_url_param("key", "client.key").unwrap(),
             "a cql:// URL's TLS key"
+        );
+    }
+
+    #[test]
+    fn aws_kms_is_made_from_its_parameters() {
+        let mut p = EncryptionParams::default();
+        for (name, value) in [
+            ("encryption", "aws-kms"),
+            ("encryption_key", "alias/tenant"),
+            ("kms_endpoint", "http://127.0.0.1:4566"),
+            ("kms_region", "eu-west-1"),
+            ("kms_ca", "/etc/kms-ca.pem"),
+        ] {
+            assert!(p.apply_url_param(name, value).unwrap(), "{name}");
+        }
+        let keyring = tempfile::tempdir().unwrap();
+        let path = keyring.path().join("keys");
+        super::super::Keyring::create(&path).unwrap();
+        let mut given = None;
+        let config = p
+            .build(|kms| {
+                given = Some(kms.clone());
+                Ok(Arc::new(LocalProvider::open(&path)?))
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.key.as_deref(), Some("alias/tenant"));
+        assert_eq!(
+            given,
+            Some(AwsKmsParams {
+                endpoint: Some("http://127.0.0.1:4566".into()),
+                region: Some("eu-west-1".into()),
+                ca: Some("/etc/kms-ca.pem".into()),
+            })
         );
     }
 

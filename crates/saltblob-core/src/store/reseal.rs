@@ -84,11 +84,12 @@ impl BlobStore {
                     return Ok(Rekeyed::Skipped("no key provider"));
                 };
                 let dek = keys.cache.open(&old.kek, &old.wrapped).await?;
-                let wrapped = keys
-                    .config
-                    .provider
-                    .wrap_data_key(&old.kek.name, &dek)
-                    .await?;
+                let wrapped = crate::encryption::recordable(
+                    keys.config
+                        .provider
+                        .wrap_data_key(&old.kek.name, &dek)
+                        .await?,
+                )?;
                 if wrapped.kek != old.kek {
                     moved = Some((old.kek.clone(), wrapped.kek.clone()));
                     old.kek = wrapped.kek.clone();

@@ -63,7 +63,8 @@ class PutOptions(TypedDict, total=False):
     """Expire the blob this long after the put (seconds or a ``timedelta``): it then reads as ``NotFound`` and gc
     reclaims it; ``Manifest.expires_micros`` says when. Defaults to never."""
     encryption_key: Optional[str]
-    """Seal the blob under this key of the store's key provider (the URL names it: ``encryption=local&keyring=FILE``),
+    """Seal the blob under this key of the store's key provider (the URL names it: ``encryption=local&keyring=FILE``
+    with a keyring name, or ``encryption=aws-kms`` with a KMS key id, ARN or alias),
     over the URL's ``encryption_key=``; ``Manifest.encryption_key`` says which. Defaults to the store's key, if any."""
 
 
