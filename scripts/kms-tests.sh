@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The aws-kms key provider against a real KMS API: moto (from PyPI, pinned in tests/kms/requirements.txt, in a
-# virtual environment reused while that file is unchanged) serves AWS KMS on a free loopback port; the provider's
-# integration tests (crates/saltblob-kms/tests/integration) run against it, then the CLI seals, shows and reads a
-# blob of an embedded store through it. The emulator gets at most 60 s to answer and is stopped on exit.
+# virtual environment reused while that file is unchanged) serves AWS KMS on two free loopback ports, one over
+# HTTP and one over HTTPS with a certificate of a CA made here (openssl); the provider's integration tests
+# (crates/saltblob-kms/tests/integration) run against them, then the CLI seals, shows and reads a blob of an
+# embedded store through the first. Each emulator gets at most 60 s to answer; both are stopped on exit.
 #
 #   scripts/kms-tests.sh [-- CARGO_TEST_ARGS...]
 #
@@ -22,44 +23,63 @@ saltblob_venv kms "$venv" tests/kms/requirements.txt "python -c 'import moto, fl
 
 bin=${SALTBLOB_BIN:-$CARGO_TARGET_DIR/release/saltblob}
 work=$(mktemp -d -t saltblob-kms.XXXXXX)
-pid=
+pids=()
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
+  local pid
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || continue
     for _ in $(seq 1 50); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.2
     done
     kill -KILL "$pid" 2>/dev/null || true
-  fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-endpoint=http://127.0.0.1:$port
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
-pid=$!
-up=
-for _ in $(seq 1 120); do
-  if "$venv/bin/python" -c "import urllib.request; urllib.request.urlopen('$endpoint/moto-api/', timeout=2)" 2>/dev/null; then
-    up=1
-    break
-  fi
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.5
-done
-if [ -z "$up" ]; then
+# Starts moto_server on a free loopback port with the extra arguments given, records its pid in $pids, and waits
+# at most 60 s for it to answer on scheme $1 (with CA file $2 for https); sets $started to its endpoint.
+start_moto() {
+  local scheme=$1 ca=$2 port endpoint
+  shift 2
+  port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  endpoint=$scheme://127.0.0.1:$port
+  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" "$@" >>"$work/moto.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 120); do
+    if "$venv/bin/python" -c "import ssl, sys, urllib.request
+urllib.request.urlopen('$endpoint/moto-api/', timeout=2, context=ssl.create_default_context(cafile='$ca') if '$ca' else None)" 2>/dev/null; then
+      started=$endpoint
+      return 0
+    fi
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.5
+  done
   tail -n 30 "$work/moto.log" >&2
   echo "error: the KMS emulator (moto_server) did not answer on $endpoint within 60 s (its log above)" >&2
-  exit 1
-fi
-echo "== kms: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)') serves KMS on $endpoint"
+  return 1
+}
 
-export TEST_KMS_ENDPOINT=$endpoint AWS_ACCESS_KEY_ID=saltblob-test AWS_SECRET_ACCESS_KEY=saltblob-test-secret
+# A CA and a certificate of it for localhost and 127.0.0.1, for the emulator that speaks TLS.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=saltblob KMS test CA" \
+  -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$work/kms.key" -out "$work/kms.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$work/san.ext"
+openssl x509 -req -in "$work/kms.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
+  -extfile "$work/san.ext" -out "$work/kms.pem" 2>/dev/null
+
+start_moto http ""
+endpoint=$started
+start_moto https "$work/ca.pem" --ssl-cert "$work/kms.pem" --ssl-key "$work/kms.key"
+tls_endpoint=$started
+echo "== kms: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)') serves KMS on $endpoint and $tls_endpoint"
+
+export TEST_KMS_ENDPOINT=$endpoint TEST_KMS_TLS_ENDPOINT=$tls_endpoint TEST_KMS_CA=$work/ca.pem
+export AWS_ACCESS_KEY_ID=saltblob-test AWS_SECRET_ACCESS_KEY=saltblob-test-secret
 unset AWS_SESSION_TOKEN AWS_PROFILE
 cargo test --release --locked -p saltblob-kms --test integration -- --include-ignored "$@"
 

@@ -368,3 +368,47 @@ async fn rekey_finds_kms_sealed_blobs_current() {
         "manifests record the ARN, whatever name the store was given"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a KMS: run scripts/kms-tests.sh (moto on loopback)"]
+async fn a_kms_over_https_is_trusted_through_the_ca_given_and_refused_without_it() {
+    let tls = std::env::var("TEST_KMS_TLS_ENDPOINT")
+        .expect("TEST_KMS_TLS_ENDPOINT is set by scripts/kms-tests.sh");
+    let ca = std::env::var("TEST_KMS_CA").expect("TEST_KMS_CA is set by scripts/kms-tests.sh");
+    let credentials = || Credentials::from_env().expect("credentials");
+    let trusting = KmsClient::new(
+        &AwsKmsParams {
+            endpoint: Some(tls.clone()),
+            ca: Some(ca.clone().into()),
+            ..AwsKmsParams::default()
+        },
+        credentials(),
+    )
+    .expect("client");
+    let key = new_key(&trusting, "tls").await;
+    let url =
+        format!("memory://?encryption=aws-kms&encryption_key={key}&kms_endpoint={tls}&kms_ca={ca}");
+    let store = saltblob::open(&url, small_config()).await.expect("store");
+    let k = prefix("tls");
+    store
+        .put(&k, data(40_000, 10), &PutOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(store.get(&k).await.unwrap(), data(40_000, 10));
+    // The system's CAs do not know the test CA: the handshake fails, and the error says what to give.
+    let url = format!("memory://?encryption=aws-kms&encryption_key={key}&kms_endpoint={tls}");
+    match saltblob::open(&url, small_config()).await {
+        Err(e) => assert!(e.to_string().contains("kms_ca"), "{e}"),
+        Ok(untrusting) => {
+            let e = untrusting
+                .put(&k, data(10, 11), &PutOptions::new())
+                .await
+                .expect_err("an unknown CA");
+            let (_, reason, _) = unavailable(&e).unwrap_or_else(|| panic!("{e:?}"));
+            assert!(
+                reason.contains("TLS handshake") && reason.contains("kms_ca"),
+                "{e}"
+            );
+        }
+    }
+}
