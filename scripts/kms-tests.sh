@@ -18,6 +18,8 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 [ "${1:-}" = -- ] && shift
 
+# openssl (the test Cassandra's group of Debian packages) makes the TLS emulator's certificate.
+saltblob_test_setup
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-kms
 saltblob_venv kms "$venv" tests/kms/requirements.txt "python -c 'import moto, flask, flask_cors' && command -v moto_server"
 
