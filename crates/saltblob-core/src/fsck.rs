@@ -76,6 +76,19 @@ pub struct Damage {
     pub problem: String,
 }
 
+/// A committed sealed blob fsck could not read because its key is unavailable (the store was opened without its
+/// key provider, or the provider refused): its chunks count as its own, not as orphans, but nothing of it was
+/// verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unverified {
+    /// The blob's key.
+    pub key: Bytes,
+    /// The version.
+    pub version: VersionId,
+    /// The key-unavailable error, naming the key and what to fix.
+    pub reason: String,
+}
+
 /// Why chunks are orphans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OrphanReason {
@@ -117,6 +130,8 @@ pub struct FsckReport {
     pub damaged: Vec<Damage>,
     /// Chunks that nothing refers to.
     pub orphans: Vec<Orphan>,
+    /// Sealed blobs not read for want of their key (not counted in [`FsckReport::blobs`]).
+    pub unverified: Vec<Unverified>,
     /// Versions of puts in progress (live intent): not orphans.
     pub puts_in_flight: u64,
     /// Replaced or deleted versions waiting in the reclaim queue: not orphans.
@@ -352,6 +367,12 @@ async fn check_manifests(
                 }
                 // Replaced (and reclaimed) while being checked: not damage.
                 Err(Error::VersionReclaimed { .. }) => {}
+                // Sealed, and its key is not at hand: its layout still tells its chunks from orphans.
+                Err(e @ Error::KeyUnavailable { .. }) => report.unverified.push(Unverified {
+                    key: key.clone(),
+                    version: m.version,
+                    reason: e.to_string(),
+                }),
                 Err(e) if e.is_corruption() => {
                     report.blobs += 1;
                     report.damaged.push(Damage {

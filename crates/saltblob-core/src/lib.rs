@@ -96,7 +96,7 @@ pub use codec::Codec;
 pub use config::{GetOptions, LateMetadata, PutCondition, PutOptions, StoreConfig};
 pub use encryption::EncryptionConfig;
 pub use error::{BoxError, Error, KeyDisplay, Result};
-pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason};
+pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason, Unverified};
 pub use gc::{GcHandle, GcOptions, GcReport};
 pub use layer::ChunkStoreLayer;
 pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};

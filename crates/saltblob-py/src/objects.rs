@@ -244,5 +244,14 @@ pub(crate) fn fsck_report(py: Python<'_>, r: &FsckReport) -> PyResult<Py<PyDict>
     d.set_item("orphans", orphans)?;
     d.set_item("puts_in_flight", r.puts_in_flight)?;
     d.set_item("awaiting_reclaim", r.awaiting_reclaim)?;
+    let unverified = PyList::empty(py);
+    for u in &r.unverified {
+        let item = PyDict::new(py);
+        item.set_item("key", PyBytes::new(py, &u.key))?;
+        item.set_item("version", u.version.to_string())?;
+        item.set_item("reason", &u.reason)?;
+        unverified.append(item)?;
+    }
+    d.set_item("unverified", unverified)?;
     Ok(d.unbind())
 }

@@ -105,6 +105,9 @@ fn fsck_json(r: &FsckReport) -> serde_json::Value {
         "orphans_left": r.orphans_left(),
         "puts_in_flight": r.puts_in_flight,
         "awaiting_reclaim": r.awaiting_reclaim,
+        "unverified": r.unverified.iter().map(|u| json!({
+            "key": human::escape_key(&u.key), "version": u.version.to_string(), "reason": u.reason,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -147,6 +150,16 @@ fn print_fsck(r: &FsckReport, repair: bool) {
         r.puts_in_flight,
         r.awaiting_reclaim
     );
+    if let Some(first) = r.unverified.first() {
+        println!(
+            "fsck: {} sealed blob(s) not verified, their key unavailable (first: {} version {}: {}); open the \
+             store with its key provider to verify them",
+            r.unverified.len(),
+            human::escape_key(&first.key),
+            first.version,
+            first.reason
+        );
+    }
     if r.orphans_left() > 0 {
         println!(
             "fsck: {}",

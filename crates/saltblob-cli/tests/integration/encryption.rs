@@ -124,6 +124,30 @@ fn sealed_blobs_read_back_leave_no_plaintext_and_survive_a_key_rotation() {
         1,
         "no such key",
     );
+    // fsck without the keys checks the rest and lists the sealed blobs it could not read; their chunks are
+    // theirs, not orphans. With the keys it reads them all.
+    let fsck = json(&ok(saltblob(&store).args(["fsck", "--json"])));
+    assert_eq!(
+        fsck["unverified"].as_array().map(Vec::len),
+        Some(3),
+        "{fsck}"
+    );
+    assert!(
+        fsck["unverified"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("\"tenant\" version 1")),
+        "{fsck}"
+    );
+    assert_eq!(fsck["orphans"], serde_json::json!([]), "{fsck}");
+    assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
+    let text = String::from_utf8_lossy(&ok(saltblob(&store).arg("fsck")).stdout).into_owned();
+    assert!(text.contains("3 sealed blob(s) not verified"), "{text}");
+    let fsck = json(&ok(cli(&sealed).args(["fsck", "--json"])));
+    assert_eq!(
+        (&fsck["blobs"], &fsck["unverified"]),
+        (&serde_json::json!(3), &serde_json::json!([])),
+        "{fsck}"
+    );
     let no_keyring = format!("rocksdb://{}?encryption=local", store.display());
     fails(cli(&no_keyring).arg("ls"), 2, "keyring=FILE");
 

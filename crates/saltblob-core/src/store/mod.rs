@@ -536,7 +536,9 @@ impl BlobStore {
     /// [`FsckOptions::repair`], removes those (older than [`FsckOptions::min_age`]) and nothing else.
     ///
     /// Reads every committed byte. Safe to run while the store is in use: orphans are re-checked against the
-    /// current manifest and intent just before removal, and versions replaced during the check are skipped.
+    /// current manifest and intent just before removal, and versions replaced during the check are skipped. A
+    /// sealed blob whose key is unavailable (a store opened without its key provider) is not read but listed in
+    /// [`FsckReport::unverified`]; its chunks are still told from orphans by its layout.
     pub async fn fsck(&self, opts: &FsckOptions) -> Result<FsckReport> {
         schedule::in_class(self.maintenance_class(), fsck::run(&self.inner, opts)).await
     }

@@ -103,6 +103,15 @@ class Orphan(TypedDict):
     removed: bool
 
 
+class Unverified(TypedDict):
+    """A sealed blob ``Store.fsck`` could not read: its key is unavailable (the store was opened without its key
+    provider, or the provider refused)."""
+
+    key: bytes
+    version: str
+    reason: str
+
+
 class FsckReport(TypedDict):
     """What ``Store.fsck`` checked and found."""
 
@@ -113,3 +122,4 @@ class FsckReport(TypedDict):
     orphans: List[Orphan]
     puts_in_flight: int
     awaiting_reclaim: int
+    unverified: List[Unverified]
