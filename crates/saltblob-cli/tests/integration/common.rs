@@ -8,16 +8,41 @@ use std::process::{Command, Output};
 /// A `saltblob` command on the embedded store in `store`, without progress bars.
 pub fn saltblob(store: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
-    c.arg("--store")
-        .arg(format!("rocksdb://{}", store.display()))
-        .arg("--quiet");
+    c.arg("--store").arg(store_url(store)).arg("--quiet");
     c.env_remove("SALTBLOB_STORE");
     c
 }
 
-/// The URL of the embedded store in `dir`, with the defaults.
+/// The URL of the embedded store in `dir`, with the defaults; sealing every put under key `k` of the keyring
+/// beside `dir` when there is one ([`make_sealing_keyring`]: the sealed variants of the fault tests).
 pub fn store_url(dir: &Path) -> String {
-    format!("rocksdb://{}", dir.display())
+    let keyring = dir.with_file_name(SEALING_KEYRING);
+    if keyring.exists() {
+        format!(
+            "rocksdb://{}?encryption=local&keyring={}&encryption_key=k",
+            dir.display(),
+            keyring.display()
+        )
+    } else {
+        format!("rocksdb://{}", dir.display())
+    }
+}
+
+/// The name of the keyring file that makes the store beside it sealed ([`store_url`]).
+const SEALING_KEYRING: &str = "keyring";
+
+/// Makes the keyring (key `k`) that seals every put to the store `spec/store` through [`store_url`] and
+/// [`saltblob`], child processes included.
+pub fn make_sealing_keyring(spec: &Path) {
+    let keyring = spec.join(SEALING_KEYRING);
+    for args in [&["new"][..], &["add"][..]] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+        c.arg("keyring").args(args).arg(&keyring);
+        if args == ["add"] {
+            c.arg("k");
+        }
+        ok(&mut c);
+    }
 }
 
 /// Runs `cmd` and returns its output, failing the test with its stderr if it did not succeed.

@@ -4,7 +4,8 @@
 //! a real full disk (a small tmpfs in a private mount namespace: the allocation of a known-size put fails before
 //! any chunk, a stream's runs out while it grows), and a file system without `O_DIRECT` (ramfs), which falls
 //! back to buffered I/O with a logged reason. In every case the put fails with a clear error (or, for ramfs,
-//! succeeds), the previous version stays readable and whole, and nothing is left behind.
+//! succeeds), the previous version stays readable and whole, and nothing is left behind. The failed fsync and
+//! the disk filling midway are also run with every blob sealed (encryption at rest).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -127,6 +128,27 @@ fn a_failed_extent_fsync_fails_the_put_and_its_file_goes() {
     check_failed_put(spec.path(), &outcome, "fdatasync", previous);
 }
 
+/// The same with every blob sealed (encryption at rest): the sealed put fails the same way, and the previous
+/// sealed version reads back whole under its key.
+#[test]
+fn a_failed_extent_fsync_fails_a_sealed_put_and_its_file_goes() {
+    let spec = tempfile::tempdir().expect("tempdir");
+    make_sealing_keyring(spec.path());
+    let previous = first_version(spec.path());
+    assert_sealed(spec.path());
+    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/sync/fdatasync"]);
+    check_failed_put(spec.path(), &outcome, "fdatasync", previous);
+    assert_sealed(spec.path());
+}
+
+/// `big` of the store in `spec` is sealed under key `k`.
+fn assert_sealed(spec: &Path) {
+    let head = json(&ok(
+        saltblob(&spec.join("store")).args(["head", "big", "--json"])
+    ));
+    assert_eq!(head["encryption"]["key"], "k", "{head}");
+}
+
 /// The first write of the extent file (its header, as the put begins) finds the disk full (ENOSPC, errno 28):
 /// the put fails saying so, and leaves nothing.
 #[test]
@@ -156,6 +178,23 @@ fn a_full_disk_midway_through_an_extent_fails_the_put_cleanly() {
         "cannot write: No space left on device",
         previous,
     );
+}
+
+/// The same with every blob sealed: the disk fills halfway through a sealed put.
+#[test]
+fn a_full_disk_midway_through_a_sealed_extent_fails_the_put_cleanly() {
+    let spec = tempfile::tempdir().expect("tempdir");
+    make_sealing_keyring(spec.path());
+    let previous = first_version(spec.path());
+    std::fs::write(spec.path().join("midway"), b"").expect("midway");
+    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
+    check_failed_put(
+        spec.path(),
+        &outcome,
+        "cannot write: No space left on device",
+        previous,
+    );
+    assert_sealed(spec.path());
 }
 
 /// Mounts `mount` (the arguments of `mount` before the mount point, e.g. `-t ramfs ramfs`) on `$D` in a private

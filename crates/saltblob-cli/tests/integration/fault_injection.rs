@@ -3,7 +3,7 @@
 //! `writev`, `pwritev`, `fsync` and `fdatasync` fail at random for a few seconds, then stops the faults and the
 //! child. Every failure must reach the caller as an error: the store is reopened without faults, every key is
 //! read back and the history is checked (an acknowledged put that did not survive would be *lost*), and `fsck`
-//! must find nothing damaged.
+//! must find nothing damaged. Run twice: as is, and with every blob sealed (encryption at rest).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -78,6 +78,17 @@ fn ok_ops(history: &Path) -> usize {
 
 #[test]
 fn injected_write_and_fsync_failures_surface_as_errors() {
+    write_and_fsync_failures(false);
+}
+
+/// The same with every blob sealed (encryption at rest, a keyring beside the store).
+#[test]
+fn injected_write_and_fsync_failures_surface_as_errors_with_every_blob_sealed() {
+    write_and_fsync_failures(true);
+}
+
+/// The faults, on a store whose puts are all sealed when `sealed`.
+fn write_and_fsync_failures(sealed: bool) {
     let available = Command::new("fiu-run")
         .arg("-h")
         .stdout(Stdio::null())
@@ -89,6 +100,9 @@ fn injected_write_and_fsync_failures_surface_as_errors() {
         "fiu-run is missing: install Debian's fiu-utils (scripts/test.sh does)"
     );
     let spec = tempfile::tempdir().expect("tempdir");
+    if sealed {
+        make_sealing_keyring(spec.path());
+    }
     let history = spec.path().join("history.jsonl");
     let mut child = fiu_child("fault_injection::fault_child", CHILD_ENV, spec.path())
         .spawn()
@@ -157,6 +171,23 @@ fn injected_write_and_fsync_failures_surface_as_errors() {
         saltblob(&spec.path().join("store")).args(["fsck", "--json"])
     ));
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
+    assert_eq!(fsck["unverified"], serde_json::json!([]), "{fsck}");
+    if sealed {
+        let heads: Vec<serde_json::Value> = keys()
+            .iter()
+            .filter_map(|k| {
+                let out = saltblob(&spec.path().join("store"))
+                    .args(["head", k, "--json"])
+                    .output()
+                    .expect("run saltblob");
+                out.status.success().then(|| json(&out))
+            })
+            .collect();
+        assert!(!heads.is_empty(), "some key holds a blob");
+        for head in heads {
+            assert_eq!(head["encryption"]["key"], "k", "sealed: {head}");
+        }
+    }
     println!(
         "fault injection: {failed_during_faults} operations failed with an error, 0 silent; reopened clean; fsck: {} blobs, 0 damaged",
         fsck["blobs"]
