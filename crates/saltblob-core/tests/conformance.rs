@@ -6,3 +6,10 @@ use saltblob_core::MemoryStore;
 use saltblob_core::conformance::Fixture;
 
 saltblob_core::conformance_suite!(async { Fixture::new(Arc::new(MemoryStore::new())) });
+
+/// Every case again, with every store sealing its puts (encryption at rest).
+mod sealed {
+    use super::*;
+
+    saltblob_core::conformance_suite!(sealed async { Fixture::new(Arc::new(MemoryStore::new())) });
+}

@@ -47,6 +47,32 @@ impl Drop for TempKeyring {
     }
 }
 
+/// The encryption of a [`super::sealed`] run of the suite: a keyring of its own, kept while the run lasts.
+pub struct SealingRun {
+    ring: Arc<TempKeyring>,
+    /// Stores made sealing.
+    pub(crate) stores: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SealingRun {
+    /// A run with a new keyring.
+    pub(crate) fn new() -> Self {
+        Self {
+            ring: Arc::new(TempKeyring::new()),
+            stores: Arc::default(),
+        }
+    }
+
+    /// Sealing under `tenant-a`, compressing first (so that the codec cases see their codecs).
+    pub(crate) fn config(&self) -> EncryptionConfig {
+        self.stores
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        EncryptionConfig::new(self.ring.provider())
+            .with_key("tenant-a")
+            .with_compression(true)
+    }
+}
+
 /// The small policy with encryption through `ring`, sealing under `key` by default when given.
 pub fn sealed_config(ring: &TempKeyring, key: Option<&str>) -> StoreConfig {
     let mut encryption = EncryptionConfig::new(ring.provider());

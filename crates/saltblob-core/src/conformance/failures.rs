@@ -164,11 +164,7 @@ pub async fn bad_input_changes_nothing(backend: Arc<dyn ChunkStore>) {
         store.put(&key, data(1, 1), &meta).await,
         Err(Error::InvalidArgument { .. })
     ));
-    let capped = BlobStore::new(
-        Arc::clone(&backend),
-        small_config().with_max_blob_size(50_000),
-    )
-    .expect("config");
+    let capped = super::store(&backend, small_config().with_max_blob_size(50_000));
     assert!(matches!(
         capped.put(&key, data(60_000, 1), &PutOptions::new()).await,
         Err(Error::TooLarge { .. })

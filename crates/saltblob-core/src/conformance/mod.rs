@@ -101,22 +101,44 @@ impl Fixture {
 
 /// Generates one `#[tokio::test]` per conformance case; `$make` is an expression evaluating to a future of
 /// [`Fixture`]. One attribute before it goes on every case, e.g. `#[ignore = "needs a cluster"]`.
+///
+/// `conformance_suite!(sealed $make)` runs every case with every store it makes sealing its puts
+/// ([`sealed`]), the cases that check encryption itself and those that look at stored sizes or codecs excepted.
 #[macro_export]
 macro_rules! conformance_suite {
-    (@case [$($attr:tt)*] $make:expr; $case:ident) => {
+    (@case [$($attr:tt)*] $run:path; $make:expr; $case:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         $($attr)*
         async fn $case() {
             let fixture: $crate::conformance::Fixture = $make.await;
-            $crate::conformance::$case(fixture.backend.clone()).await;
+            $run($crate::conformance::$case(fixture.backend.clone())).await;
             drop(fixture);
         }
     };
-    (@cases $attrs:tt $make:expr; $($case:ident),* $(,)?) => {
-        $( $crate::conformance_suite!(@case $attrs $make; $case); )*
+    (@cases $attrs:tt $run:path; $make:expr; $($case:ident),* $(,)?) => {
+        $( $crate::conformance_suite!(@case $attrs $run; $make; $case); )*
+    };
+    (@sealed [$($attr:tt)*] $make:expr) => {
+        $crate::conformance_suite!(@cases [$($attr)*] $crate::conformance::sealed; $make;
+            roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
+            range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
+            size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
+            corrupt_manifest_is_detected, bad_input_changes_nothing, concurrent_puts_same_key,
+            compression_round_trips, readers_survive_overwrite_within_grace, per_put_overrides,
+            gc_reclaims_replaced_and_deleted_versions, gc_reclaims_abandoned_puts,
+            put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans,
+            commit_outlasting_its_lease_keeps_its_chunks,
+            fsck_repair_spares_versions_replaced_while_it_runs, failed_put_leaves_no_chunks_behind,
+            plain_and_conditional_commits_apply_in_order, composed_blobs_read_back_and_own_their_segments,
+            abandoned_and_discarded_segments_are_reclaimed,
+            leftover_segment_intents_do_not_reclaim_a_composed_blob,
+            conditional_deletes_remove_only_the_named_version,
+            a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
+            a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
+            expired_blobs_read_as_not_found_and_gc_reclaims_them);
     };
     (@with [$($attr:tt)*] $make:expr) => {
-        $crate::conformance_suite!(@cases [$($attr)*] $make;
+        $crate::conformance_suite!(@cases [$($attr)*] $crate::conformance::plain; $make;
             roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
             range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
             size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
@@ -139,12 +161,40 @@ macro_rules! conformance_suite {
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
             moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back);
     };
+    (sealed #[$attr:meta] $make:expr) => {
+        $crate::conformance_suite!(@sealed [#[$attr]] $make);
+    };
+    (sealed $make:expr) => {
+        $crate::conformance_suite!(@sealed [] $make);
+    };
     (#[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@with [#[$attr]] $make);
     };
     ($make:expr) => {
         $crate::conformance_suite!(@with [] $make);
     };
+}
+
+tokio::task_local! {
+    /// The encryption every store a case makes ([`store`]) seals its puts with, in a [`sealed`] run.
+    static SEALING: encryption::SealingRun;
+}
+
+/// Runs case `case` as it is.
+pub async fn plain<F: std::future::Future<Output = ()>>(case: F) {
+    case.await;
+}
+
+/// Runs case `case` with every store it makes through this module sealing its puts under a key of a keyring of
+/// its own (`tenant-a`, the local provider), unless the case configures encryption itself.
+pub async fn sealed<F: std::future::Future<Output = ()>>(case: F) {
+    let run = encryption::SealingRun::new();
+    let stores = Arc::clone(&run.stores);
+    SEALING.scope(run, case).await;
+    assert!(
+        stores.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the case made no store through conformance::store: it ran unsealed"
+    );
 }
 
 /// The small policy the cases use, so that every layout shows up with small blobs: inline up to 1000 bytes,
@@ -165,6 +215,10 @@ pub fn small_config() -> StoreConfig {
 }
 
 fn store(backend: &Arc<dyn ChunkStore>, config: StoreConfig) -> BlobStore {
+    let config = match SEALING.try_with(encryption::SealingRun::config) {
+        Ok(sealing) if config.encryption.is_none() => config.with_encryption(sealing),
+        _ => config,
+    };
     BlobStore::new(Arc::clone(backend), config).expect("valid config")
 }
 
@@ -251,12 +305,19 @@ async fn assert_holds(store: &BlobStore, key: &str, expected: &Bytes) -> Manifes
     );
     let m = store.head(key).await.expect("head");
     assert_eq!(m.size, expected.len() as u64, "{key}: size");
-    assert_eq!(
-        m.digest,
-        *blake3::hash(expected).as_bytes(),
-        "{key}: digest"
-    );
+    assert!(digest_matches(&m, expected), "{key}: digest");
     m
+}
+
+/// Whether `m`'s digest is that of `data`: its BLAKE3, or for a sealed version a keyed one, which `get` checks
+/// (so here only: not the plain BLAKE3, which would leak the plaintext's).
+pub fn digest_matches(m: &Manifest, data: &[u8]) -> bool {
+    let plain = *blake3::hash(data).as_bytes();
+    if m.sealing.is_some() {
+        m.digest != plain
+    } else {
+        m.digest == plain
+    }
 }
 
 async fn chunk_present(backend: &Arc<dyn ChunkStore>, key: &str, m: &Manifest, index: u64) -> bool {

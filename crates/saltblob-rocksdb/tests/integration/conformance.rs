@@ -1,5 +1,6 @@
 //! The conformance suite against RocksDB on a real directory (one fresh database per case): with the default
-//! configuration, then with every chunked put in an extent file (`extent_min_bytes=0`).
+//! configuration, then with every chunked put in an extent file (`extent_min_bytes=0`); each also with every
+//! store sealing its puts (encryption at rest).
 
 use std::sync::Arc;
 
@@ -16,6 +17,13 @@ pub async fn fixture() -> Fixture {
 }
 
 saltblob_core::conformance_suite!(fixture());
+
+/// Every case again, with every store sealing its puts (encryption at rest).
+mod sealed {
+    use super::fixture;
+
+    saltblob_core::conformance_suite!(sealed fixture());
+}
 
 /// Every chunked put in an extent file of its version's own, written in I/O buffers (and backend calls) of
 /// 64 KiB, the smallest: the suite's blobs are small (4 KiB chunks, limits of 100 KiB), and a case that holds
@@ -36,4 +44,11 @@ mod extents {
     }
 
     saltblob_core::conformance_suite!(fixture());
+
+    /// Every case again on extent files, with every store sealing its puts.
+    mod sealed {
+        use super::fixture;
+
+        saltblob_core::conformance_suite!(sealed fixture());
+    }
 }
