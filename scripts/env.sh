@@ -23,6 +23,17 @@ saltblob_test_setup() {
   prereq_ensure test cassandra
 }
 
+# Stops process $1 if it runs: SIGTERM, then SIGKILL once it has not exited after ${2:-30} seconds.
+saltblob_stop_pid() {
+  local pid=$1 wait_s=${2:-30}
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 $((wait_s * 5))); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
 # Makes the virtual environment $2 from the pinned requirements file $3, or reuses it when it was made from this
 # very file and the check $4 (a shell command run with the environment's bin first on PATH) passes. $1 names the
 # caller in what it prints.

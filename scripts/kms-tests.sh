@@ -30,12 +30,7 @@ pids=()
 cleanup() {
   local pid
   for pid in "${pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || continue
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.2
-    done
-    kill -KILL "$pid" 2>/dev/null || true
+    saltblob_stop_pid "$pid" 10
   done
   rm -rf "$work"
 }

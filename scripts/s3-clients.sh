@@ -78,16 +78,10 @@ work=$(mktemp -d -t saltblob-s3.XXXXXX)
 # Stops every server the tests left running (their pid files), then removes the scratch directory.
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
-  local f pid
+  local f
   for f in "$work"/*.pid; do
     [ -e "$f" ] || continue
-    pid=$(<"$f")
-    kill -TERM "$pid" 2>/dev/null || continue
-    for _ in $(seq 1 150); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.2
-    done
-    kill -KILL "$pid" 2>/dev/null || true
+    saltblob_stop_pid "$(<"$f")"
   done
   rm -rf "$work"
 }

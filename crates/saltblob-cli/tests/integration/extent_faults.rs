@@ -91,8 +91,15 @@ fn put_under_faults(spec: &Path, faults: &[&str]) -> String {
 }
 
 /// The end of an injected fault: the put failed with an error containing `expected`, the previous version
-/// reads back whole, only its extent file is left, and fsck finds nothing damaged and no orphan.
-fn check_failed_put(spec: &Path, outcome: &str, expected: &str, previous: blake3::Hash) {
+/// reads back whole (sealed under key `k` when `sealed`), only its extent file is left, and fsck finds nothing
+/// damaged, unverified or orphaned.
+fn check_failed_put(
+    spec: &Path,
+    outcome: &str,
+    expected: &str,
+    previous: blake3::Hash,
+    sealed: bool,
+) {
     assert!(
         outcome.starts_with("error") && outcome.contains(expected),
         "the put must fail with \"{expected}\": {outcome}"
@@ -105,10 +112,19 @@ fn check_failed_put(spec: &Path, outcome: &str, expected: &str, previous: blake3
     let fsck = json(&ok(saltblob(&store).args(["fsck", "--json"])));
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
     assert_eq!(fsck["orphans"], serde_json::json!([]), "{fsck}");
+    assert_eq!(fsck["unverified"], serde_json::json!([]), "{fsck}");
+    if sealed {
+        let head = json(&ok(saltblob(&store).args(["head", "big", "--json"])));
+        assert_eq!(head["encryption"]["key"], "k", "sealed: {head}");
+    }
 }
 
-/// Stores the first version of `big` (an extent) with the binary; returns its digest.
-fn first_version(spec: &Path) -> blake3::Hash {
+/// Stores the first version of `big` (an extent) with the binary, every put of the store sealed from then on
+/// when `sealed` ([`make_sealing_keyring`]); returns its digest.
+fn first_version(spec: &Path, sealed: bool) -> blake3::Hash {
+    if sealed {
+        make_sealing_keyring(spec);
+    }
     let file = spec.join("v1");
     let digest = random_file(&file, LARGE, 1);
     ok(saltblob(&spec.join("store"))
@@ -122,31 +138,20 @@ fn first_version(spec: &Path) -> blake3::Hash {
 /// the file; the previous version stays.
 #[test]
 fn a_failed_extent_fsync_fails_the_put_and_its_file_goes() {
-    let spec = tempfile::tempdir().expect("tempdir");
-    let previous = first_version(spec.path());
-    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/sync/fdatasync"]);
-    check_failed_put(spec.path(), &outcome, "fdatasync", previous);
+    failed_fsync(false);
 }
 
-/// The same with every blob sealed (encryption at rest): the sealed put fails the same way, and the previous
-/// sealed version reads back whole under its key.
+/// The same with every blob sealed (encryption at rest).
 #[test]
 fn a_failed_extent_fsync_fails_a_sealed_put_and_its_file_goes() {
-    let spec = tempfile::tempdir().expect("tempdir");
-    make_sealing_keyring(spec.path());
-    let previous = first_version(spec.path());
-    assert_sealed(spec.path());
-    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/sync/fdatasync"]);
-    check_failed_put(spec.path(), &outcome, "fdatasync", previous);
-    assert_sealed(spec.path());
+    failed_fsync(true);
 }
 
-/// `big` of the store in `spec` is sealed under key `k`.
-fn assert_sealed(spec: &Path) {
-    let head = json(&ok(
-        saltblob(&spec.join("store")).args(["head", "big", "--json"])
-    ));
-    assert_eq!(head["encryption"]["key"], "k", "{head}");
+fn failed_fsync(sealed: bool) {
+    let spec = tempfile::tempdir().expect("tempdir");
+    let previous = first_version(spec.path(), sealed);
+    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/sync/fdatasync"]);
+    check_failed_put(spec.path(), &outcome, "fdatasync", previous, sealed);
 }
 
 /// The first write of the extent file (its header, as the put begins) finds the disk full (ENOSPC, errno 28):
@@ -154,13 +159,14 @@ fn assert_sealed(spec: &Path) {
 #[test]
 fn a_full_disk_under_an_extent_write_fails_the_put_cleanly() {
     let spec = tempfile::tempdir().expect("tempdir");
-    let previous = first_version(spec.path());
+    let previous = first_version(spec.path(), false);
     let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
     check_failed_put(
         spec.path(),
         &outcome,
         "cannot write its header: No space left on device",
         previous,
+        false,
     );
 }
 
@@ -168,24 +174,18 @@ fn a_full_disk_under_an_extent_write_fails_the_put_cleanly() {
 /// put fails saying so, its file goes, and the previous version stays.
 #[test]
 fn a_full_disk_midway_through_an_extent_fails_the_put_cleanly() {
-    let spec = tempfile::tempdir().expect("tempdir");
-    let previous = first_version(spec.path());
-    std::fs::write(spec.path().join("midway"), b"").expect("midway");
-    let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
-    check_failed_put(
-        spec.path(),
-        &outcome,
-        "cannot write: No space left on device",
-        previous,
-    );
+    full_disk_midway(false);
 }
 
-/// The same with every blob sealed: the disk fills halfway through a sealed put.
+/// The same with every blob sealed.
 #[test]
 fn a_full_disk_midway_through_a_sealed_extent_fails_the_put_cleanly() {
+    full_disk_midway(true);
+}
+
+fn full_disk_midway(sealed: bool) {
     let spec = tempfile::tempdir().expect("tempdir");
-    make_sealing_keyring(spec.path());
-    let previous = first_version(spec.path());
+    let previous = first_version(spec.path(), sealed);
     std::fs::write(spec.path().join("midway"), b"").expect("midway");
     let outcome = put_under_faults(spec.path(), &["enable name=posix/io/rw/pwrite,failinfo=28"]);
     check_failed_put(
@@ -193,8 +193,8 @@ fn a_full_disk_midway_through_a_sealed_extent_fails_the_put_cleanly() {
         &outcome,
         "cannot write: No space left on device",
         previous,
+        sealed,
     );
-    assert_sealed(spec.path());
 }
 
 /// Mounts `mount` (the arguments of `mount` before the mount point, e.g. `-t ramfs ramfs`) on `$D` in a private

@@ -103,7 +103,7 @@ impl Fixture {
 /// [`Fixture`]. One attribute before it goes on every case, e.g. `#[ignore = "needs a cluster"]`.
 ///
 /// `conformance_suite!(sealed $make)` runs every case with every store it makes sealing its puts
-/// ([`sealed`]), the cases that check encryption itself and those that look at stored sizes or codecs excepted.
+/// ([`sealed`]): the store's cases, not the record level's or encryption's own.
 #[macro_export]
 macro_rules! conformance_suite {
     (@case [$($attr:tt)*] $run:path; $make:expr; $case:ident) => {
@@ -118,8 +118,9 @@ macro_rules! conformance_suite {
     (@cases $attrs:tt $run:path; $make:expr; $($case:ident),* $(,)?) => {
         $( $crate::conformance_suite!(@case $attrs $run; $make; $case); )*
     };
-    (@sealed [$($attr:tt)*] $make:expr) => {
-        $crate::conformance_suite!(@cases [$($attr)*] $crate::conformance::sealed; $make;
+    // The cases of the store's behaviour, run by `$run` (`plain` or `sealed`).
+    (@store $attrs:tt $run:path; $make:expr) => {
+        $crate::conformance_suite!(@cases $attrs $run; $make;
             roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
             range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
             size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
@@ -137,26 +138,15 @@ macro_rules! conformance_suite {
             a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
             expired_blobs_read_as_not_found_and_gc_reclaims_them);
     };
-    (@with [$($attr:tt)*] $make:expr) => {
-        $crate::conformance_suite!(@cases [$($attr)*] $crate::conformance::plain; $make;
-            roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
-            range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
-            size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
-            corrupt_manifest_is_detected, bad_input_changes_nothing, concurrent_puts_same_key,
-            compression_round_trips, readers_survive_overwrite_within_grace, per_put_overrides,
-            gc_reclaims_replaced_and_deleted_versions, gc_reclaims_abandoned_puts,
-            put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans,
-            commit_outlasting_its_lease_keeps_its_chunks,
-            fsck_repair_spares_versions_replaced_while_it_runs, failed_put_leaves_no_chunks_behind,
-            plain_and_conditional_commits_apply_in_order, record_writes_check_preconditions,
-            records_are_separate_per_namespace, record_scans_page_in_key_order,
-            record_scan_from_before_the_prefix, composed_blobs_read_back_and_own_their_segments,
-            abandoned_and_discarded_segments_are_reclaimed,
-            leftover_segment_intents_do_not_reclaim_a_composed_blob,
-            conditional_deletes_remove_only_the_named_version,
-            a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
-            a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
-            expired_blobs_read_as_not_found_and_gc_reclaims_them,
+    (@sealed $attrs:tt $make:expr) => {
+        $crate::conformance_suite!(@store $attrs $crate::conformance::sealed; $make);
+    };
+    // The store's cases, then the record level's and encryption's own.
+    (@with $attrs:tt $make:expr) => {
+        $crate::conformance_suite!(@store $attrs $crate::conformance::plain; $make);
+        $crate::conformance_suite!(@cases $attrs $crate::conformance::plain; $make;
+            record_writes_check_preconditions, records_are_separate_per_namespace,
+            record_scans_page_in_key_order, record_scan_from_before_the_prefix,
             sealed_blobs_round_trip_and_store_no_plaintext,
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
             moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back);
