@@ -69,6 +69,14 @@ pub struct Serve {
     /// (InvalidRequest). 0: no cap.
     #[arg(long, value_name = "N", default_value_t = saltblob_server::DEFAULT_MAX_UPLOADS_PER_BUCKET)]
     max_uploads_per_bucket: usize,
+    /// The key SSE-S3 (x-amz-server-side-encryption: AES256) seals objects under: a key of the store's provider
+    /// (a keyring name with encryption=local). Defaults to the store URL's encryption_key; with neither, SSE-S3
+    /// requests are refused (never stored in plaintext).
+    #[arg(long, value_name = "NAME")]
+    sse_s3_key: Option<String>,
+    /// The key SSE-KMS (aws:kms) seals under when a request names no key id. Defaults to the SSE-S3 key.
+    #[arg(long, value_name = "NAME")]
+    sse_kms_key: Option<String>,
 }
 
 impl Command for Serve {
@@ -115,7 +123,8 @@ impl Serve {
                 self.idle_timeout,
                 self.io_timeout,
             )
-            .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket));
+            .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket))
+            .with_sse_keys(self.sse_s3_key.clone(), self.sse_kms_key.clone());
         config.region = self.region.clone();
         let buckets = |names: &[String]| {
             names
@@ -150,6 +159,13 @@ impl Serve {
             context.config.clone().with_read_ahead_budget(read_ahead),
         )
         .await?;
+        if store.config().encryption.is_none()
+            && (self.sse_s3_key.is_some() || self.sse_kms_key.is_some())
+        {
+            return Err(Failure::usage(
+                "--sse-s3-key and --sse-kms-key name keys of the store's key provider, and this store has none: open it with encryption=local&keyring=FILE",
+            ));
+        }
         let scheme = if config.tls.is_some() {
             "https"
         } else {
