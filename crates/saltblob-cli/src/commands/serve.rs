@@ -112,6 +112,37 @@ impl Serve {
         Ok(keys)
     }
 
+    /// Checks that the keys of --sse-s3-key and --sse-kms-key are keys the store's provider can seal under now:
+    /// a store without a provider, or a key it does not have, is a usage error; a provider that does not answer
+    /// only a warning (each put asks again).
+    async fn check_sse_keys(&self, store: &saltblob::BlobStore) -> Result<(), Failure> {
+        let flags = [
+            ("--sse-s3-key", self.sse_s3_key.as_deref()),
+            ("--sse-kms-key", self.sse_kms_key.as_deref()),
+        ];
+        let named = flags
+            .iter()
+            .filter_map(|(flag, key)| Some((*flag, (*key)?)));
+        let Some(encryption) = &store.config().encryption else {
+            if let Some((flag, _)) = named.clone().next() {
+                return Err(Failure::usage(format!(
+                    "{flag} names a key of the store's key provider, and this store has none: open it with encryption=local&keyring=FILE"
+                )));
+            }
+            return Ok(());
+        };
+        for (flag, key) in named {
+            match encryption.provider.new_data_key(key).await {
+                Ok(_) => {}
+                Err(e) if e.is_retryable() => {
+                    eprintln!("saltblob: warning: {flag} {key}: {e} (puts will ask again)");
+                }
+                Err(e) => return Err(Failure::usage(format!("{flag} {key}: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the options, binds the listeners, opens the store and serves until SIGINT or SIGTERM.
     async fn serve(&self, context: &Context) -> Result<(), Failure> {
         let mut config = ServerConfig::new(self.credentials()?)
@@ -159,13 +190,7 @@ impl Serve {
             context.config.clone().with_read_ahead_budget(read_ahead),
         )
         .await?;
-        if store.config().encryption.is_none()
-            && (self.sse_s3_key.is_some() || self.sse_kms_key.is_some())
-        {
-            return Err(Failure::usage(
-                "--sse-s3-key and --sse-kms-key name keys of the store's key provider, and this store has none: open it with encryption=local&keyring=FILE",
-            ));
-        }
+        self.check_sse_keys(&store).await?;
         let scheme = if config.tls.is_some() {
             "https"
         } else {

@@ -324,3 +324,41 @@ async fn multipart_parts_are_sealed_as_the_upload_chose() {
     assert_eq!(r.body.len(), parts[0].len() + parts[1].len());
     assert!(r.body.starts_with(&parts[0]) && r.body.ends_with(&parts[1]));
 }
+
+#[tokio::test]
+async fn a_store_default_key_is_sse_s3_as_on_aws() {
+    let ring = TempKeyring::new();
+    let config = StoreConfig::default()
+        .with_encryption(EncryptionConfig::new(ring.provider()).with_key("tenant-a"));
+    let store = saltblob::open("memory://", config).await.expect("open");
+    let s = TestServer::start_on(store, |c| c).await;
+    let c = &s.client;
+    assert_eq!(c.call("PUT", "/bkt").send().await.status, 200);
+    // No headers: sealed under the store's key, which is the SSE-S3 key, so AES256 (as AWS's default).
+    let r = c.put("/bkt/k", "by the store").await;
+    assert_eq!(sse(&r), ("AES256", ""));
+    assert_eq!(sealed_under(&s, "k").await.as_deref(), Some("tenant-a"));
+    assert_eq!(sse(&c.call("HEAD", "/bkt/k").send().await), ("AES256", ""));
+    let r = c.call("POST", "/bkt/mp").query("uploads", "").send().await;
+    assert_eq!((r.status, sse(&r)), (200, ("AES256", "")), "{}", r.text());
+    // aws:kms without a key id: the default KMS key, the SSE-S3 key; named as aws:kms.
+    let r = c
+        .call("PUT", "/bkt/kms")
+        .header("x-amz-server-side-encryption", "aws:kms")
+        .body("x")
+        .send()
+        .await;
+    assert_eq!(sse(&r), ("aws:kms", "tenant-a"));
+    assert_eq!(
+        sse(&c.call("HEAD", "/bkt/kms").send().await),
+        ("aws:kms", "tenant-a")
+    );
+    let r = c
+        .call("PUT", "/bkt/b")
+        .header("x-amz-server-side-encryption", "aws:kms")
+        .header("x-amz-server-side-encryption-aws-kms-key-id", "tenant-b")
+        .body("x")
+        .send()
+        .await;
+    assert_eq!(sse(&r), ("aws:kms", "tenant-b"));
+}
