@@ -355,7 +355,7 @@ def test_get_with_sse_header_is_invalid(ss3, sbucket):
 def test_objects_are_sealed_in_the_store(saltblob_bin, work_dir, keyring, tmp_path):
     """With the server stopped, `saltblob head` names the key each object is sealed under; on the embedded store
     the objects' plaintext is in none of its files (a plaintext object's is: the scan can find it)."""
-    suffix = f"sse-at-rest{os.getpid()}"
+    suffix = f"sserest{os.getpid()}"  # a CQL keyspace name too: letters, digits, _
     srv = start_sealed(saltblob_bin, work_dir, suffix, keyring)
     try:
         client = make_client(srv.endpoint, srv.access_key, srv.secret_key)
