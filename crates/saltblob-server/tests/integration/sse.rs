@@ -362,3 +362,49 @@ async fn a_store_default_key_is_sse_s3_as_on_aws() {
         .await;
     assert_eq!(sse(&r), ("aws:kms", "tenant-b"));
 }
+
+/// An object whose key the server's provider cannot open (another keyring: the key missing, or the same name
+/// with other key material) reads as `400 KMS.DisabledException`, naming neither the keyring nor the store;
+/// HEAD, which needs no key, still answers with the key the object is sealed under.
+#[tokio::test]
+async fn an_object_whose_key_is_unavailable_reads_as_kms_disabled() {
+    let backend: std::sync::Arc<dyn saltblob::ChunkStore> =
+        std::sync::Arc::new(saltblob::MemoryStore::new());
+    let ring = TempKeyring::new();
+    let writer = saltblob::BlobStore::new(
+        std::sync::Arc::clone(&backend),
+        StoreConfig::default().with_encryption(EncryptionConfig::new(ring.provider())),
+    )
+    .expect("writer");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let other = dir.path().join("other.keyring");
+    let mut keyring = saltblob::encryption::Keyring::create(&other).expect("keyring");
+    keyring.add("tenant-a", 1).expect("add");
+    let provider =
+        std::sync::Arc::new(saltblob::encryption::LocalProvider::open(&other).expect("open"));
+    let reader = saltblob::BlobStore::new(
+        backend,
+        StoreConfig::default().with_encryption(EncryptionConfig::new(provider)),
+    )
+    .expect("reader");
+    let s = TestServer::start_on(reader, |c| c).await;
+    let c = &s.client;
+    assert_eq!(c.call("PUT", "/bkt").send().await.status, 200);
+    for (key, kek) in [("gone", "tenant-b"), ("other", "tenant-a")] {
+        let opts = saltblob::PutOptions::new().with_encryption_key(kek);
+        writer
+            .put(format!("s3/o/bkt/{key}"), body(100_000), &opts)
+            .await
+            .expect("sealed put");
+        let r = c.get(&format!("/bkt/{key}")).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "KMS.DisabledException"),
+            "{key}: {}",
+            r.text()
+        );
+        assert!(!r.text().contains("keyring"), "{}", r.text());
+        let r = c.call("HEAD", &format!("/bkt/{key}")).send().await;
+        assert_eq!((r.status, sse(&r)), (200, ("aws:kms", kek)));
+    }
+}
