@@ -14,7 +14,9 @@
 //! 5. `versionId` other than `null` on GET, HEAD and DELETE (objects have no versions; `null` is the current
 //!    object): `400 InvalidArgument`.
 //! 6. Server-side encryption headers on a GET or HEAD (`x-amz-server-side-encryption`, `-aws-kms-key-id`:
-//!    encryption is chosen by the put, `sse/`): `400 InvalidArgument`, as AWS.
+//!    encryption is chosen by the put, `sse/`): `400 InvalidArgument`, as AWS. On other requests, the same
+//!    (or `-bucket-key-enabled`) as a query parameter: `501 NotImplemented` (s3s reads a put's SSE from its
+//!    headers only; it would be dropped).
 //! 7. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
 //!    parameter: server-side encryption with customer keys (`x-amz-server-side-encryption-customer-*`, also the
 //!    copy source's) and with an encryption context (`x-amz-server-side-encryption-context`: the key providers
@@ -227,6 +229,21 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
             )
             .naming(name),
         );
+    }
+
+    // s3s reads the SSE of a put from its headers only: one named in the query (a presigned URL's parameter)
+    // would be dropped and the object stored in plaintext.
+    if let Some((name, _)) = query.iter().find(|(k, _)| {
+        let k = k.to_ascii_lowercase();
+        SSE_PUT_HEADERS.contains(&k.as_str())
+            || k == "x-amz-server-side-encryption-bucket-key-enabled"
+    }) && !matches!(*method, Method::GET | Method::HEAD)
+    {
+        return Some(Refusal::new(
+            "NotImplemented",
+            StatusCode::NOT_IMPLEMENTED,
+            "Server-side encryption in the query string is not implemented: send it as a header (and sign it)",
+        ).naming(&name.to_ascii_lowercase()));
     }
 
     let named = headers
@@ -556,6 +573,15 @@ mod tests {
             presigned("60", cred, "host")
         );
         assert_eq!(refused(Method::GET, &sse_query, &[]), not_implemented);
+        let sse_put_query = format!(
+            "{}&x-amz-server-side-encryption=AES256",
+            presigned("60", cred, "host")
+        );
+        assert_eq!(refused(Method::PUT, &sse_put_query, &[]), not_implemented);
+        assert_eq!(
+            refused(Method::GET, &sse_put_query, &[]),
+            Some(("InvalidArgument".to_owned(), 400))
+        );
         let acl = Some(("AccessControlListNotSupported".to_owned(), 400));
         for header in [
             ("x-amz-acl", "public-read"),
