@@ -127,5 +127,6 @@ pub(crate) async fn handle_delete_bucket(
         .await
         .map_err(from_store)?;
     crate::lifecycle::forget_bucket(s3, &bucket).await;
+    crate::sse::forget_bucket(s3, &bucket).await;
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }

@@ -37,6 +37,17 @@ pub(crate) fn from_store(e: Error) -> S3Error {
             S3ErrorCode::IncompleteBody,
             "You did not provide the number of bytes specified by the Content-Length HTTP header.",
         ),
+        Error::KeyUnavailable {
+            retryable: false, ..
+        } => {
+            let mut error = S3Error::with_message(
+                S3ErrorCode::Custom("KMS.DisabledException".into()),
+                "The key that encrypts this object is not available (disabled, retired or unknown to the key provider).",
+            );
+            error.set_status_code(http::StatusCode::BAD_REQUEST);
+            tracing::warn!(error = %e, "a sealed object's key is not available");
+            return error;
+        }
         e if e.is_retryable() => {
             tracing::warn!(error = %e, "store operation failed (retryable)");
             (
@@ -110,6 +121,15 @@ mod tests {
             (
                 Error::backend("cql", "password=hunter2 rejected", false),
                 S3ErrorCode::InternalError,
+            ),
+            (
+                Error::KeyUnavailable {
+                    provider: "local",
+                    key: "\"k\" version 2".into(),
+                    reason: "retired (keyring /etc/hunter2)".into(),
+                    retryable: false,
+                },
+                S3ErrorCode::Custom("KMS.DisabledException".into()),
             ),
         ];
         for (error, code) in cases {

@@ -13,9 +13,14 @@
 //!    `SignedHeaders`: else `400 AuthorizationHeaderMalformed`.
 //! 5. `versionId` other than `null` on GET, HEAD and DELETE (objects have no versions; `null` is the current
 //!    object): `400 InvalidArgument`.
-//! 6. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
-//!    parameter: server-side encryption (`x-amz-server-side-encryption*`, also the copy source's customer key),
-//!    object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
+//! 6. Server-side encryption headers on a GET or HEAD (`x-amz-server-side-encryption`, `-aws-kms-key-id`:
+//!    encryption is chosen by the put, `sse/`): `400 InvalidArgument`, as AWS. On other requests, the same
+//!    (or `-bucket-key-enabled`) as a query parameter: `501 NotImplemented` (s3s reads a put's SSE from its
+//!    headers only; it would be dropped).
+//! 7. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
+//!    parameter: server-side encryption with customer keys (`x-amz-server-side-encryption-customer-*`, also the
+//!    copy source's) and with an encryption context (`x-amz-server-side-encryption-context`: the key providers
+//!    take none), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
 //!    (`x-amz-tagging`, `x-amz-tagging-directive` other than `COPY`): `501 NotImplemented`; ACLs (`x-amz-acl`
 //!    other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`): `400 AccessControlListNotSupported`,
 //!    as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in its body is decided by
@@ -36,6 +41,11 @@ const NOT_IMPLEMENTED_MESSAGE: &str =
     "A header you provided implies functionality that is not implemented";
 /// AWS's message for an ACL sent to a bucket whose ACLs are disabled.
 const ACL_MESSAGE: &str = "The bucket does not allow ACLs";
+/// The server-side encryption headers a put takes (`sse/`) and a GET or HEAD refuses.
+const SSE_PUT_HEADERS: [&str; 2] = [
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+];
 /// The parameters a presigned URL must carry.
 const PRESIGNED_PARAMETERS: [&str; 6] = [
     "X-Amz-Algorithm",
@@ -206,6 +216,36 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
         ));
     }
 
+    if matches!(*method, Method::GET | Method::HEAD)
+        && let Some(name) = SSE_PUT_HEADERS
+            .iter()
+            .find(|h| header(h).is_some() || param(h).is_some())
+    {
+        return Some(
+            Refusal::new(
+                "InvalidArgument",
+                StatusCode::BAD_REQUEST,
+                format!("{name} header is not supported for this operation."),
+            )
+            .naming(name),
+        );
+    }
+
+    // s3s reads the SSE of a put from its headers only: one named in the query (a presigned URL's parameter)
+    // would be dropped and the object stored in plaintext.
+    if let Some((name, _)) = query.iter().find(|(k, _)| {
+        let k = k.to_ascii_lowercase();
+        SSE_PUT_HEADERS.contains(&k.as_str())
+            || k == "x-amz-server-side-encryption-bucket-key-enabled"
+    }) && !matches!(*method, Method::GET | Method::HEAD)
+    {
+        return Some(Refusal::new(
+            "NotImplemented",
+            StatusCode::NOT_IMPLEMENTED,
+            "Server-side encryption in the query string is not implemented: send it as a header (and sign it)",
+        ).naming(&name.to_ascii_lowercase()));
+    }
+
     let named = headers
         .iter()
         .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
@@ -225,7 +265,9 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
 /// The refusal for a header (or presigned query parameter) `name` (lowercase) with `value` that names a feature
 /// saltblob does not have.
 fn check_feature(name: &str, value: &str) -> Option<Refusal> {
-    let sse = name.starts_with("x-amz-server-side-encryption")
+    let sse = (name.starts_with("x-amz-server-side-encryption")
+        && !SSE_PUT_HEADERS.contains(&name)
+        && name != "x-amz-server-side-encryption-bucket-key-enabled")
         || name.starts_with("x-amz-copy-source-server-side-encryption");
     let lock = name.starts_with("x-amz-object-lock-")
         || (name == "x-amz-bucket-object-lock-enabled" && value.eq_ignore_ascii_case("true"));
@@ -485,8 +527,24 @@ mod tests {
             ("x-amz-server-side-encryption", "AES256"),
             ("x-amz-server-side-encryption", "aws:kms"),
             ("x-amz-server-side-encryption-aws-kms-key-id", "k"),
-            ("x-amz-server-side-encryption-context", "e30="),
             ("x-amz-server-side-encryption-bucket-key-enabled", "true"),
+        ] {
+            assert_eq!(refused(Method::PUT, "/b/k", &[header]), None, "{header:?}");
+            assert_eq!(refused(Method::POST, "/b/k?uploads", &[header]), None);
+        }
+        let invalid = Some(("InvalidArgument".to_owned(), 400));
+        for method in [Method::GET, Method::HEAD] {
+            assert_eq!(
+                refused(
+                    method,
+                    "/b/k",
+                    &[("x-amz-server-side-encryption", "AES256")]
+                ),
+                invalid
+            );
+        }
+        for header in [
+            ("x-amz-server-side-encryption-context", "e30="),
             ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
             ("x-amz-server-side-encryption-customer-key", "a2V5"),
             ("x-amz-server-side-encryption-customer-key-md5", "bWQ1"),
@@ -515,6 +573,15 @@ mod tests {
             presigned("60", cred, "host")
         );
         assert_eq!(refused(Method::GET, &sse_query, &[]), not_implemented);
+        let sse_put_query = format!(
+            "{}&x-amz-server-side-encryption=AES256",
+            presigned("60", cred, "host")
+        );
+        assert_eq!(refused(Method::PUT, &sse_put_query, &[]), not_implemented);
+        assert_eq!(
+            refused(Method::GET, &sse_put_query, &[]),
+            Some(("InvalidArgument".to_owned(), 400))
+        );
         let acl = Some(("AccessControlListNotSupported".to_owned(), 400));
         for header in [
             ("x-amz-acl", "public-read"),

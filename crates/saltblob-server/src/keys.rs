@@ -6,6 +6,7 @@
 //! | `s3/o/<bucket>/<object key>` | the object: its bytes, content type and metadata |
 //! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart/upload.rs`) |
 //! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle/`), when it has any |
+//! | `s3/e/<bucket>` | the bucket's default encryption (`sse/`), when it has one |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
 //! before any operation runs, so a bucket name never holds a `/`.
@@ -22,6 +23,14 @@ pub const MULTIPART_PREFIX: &str = "s3/u/";
 
 /// Prefix of the buckets' lifecycle records (then `<bucket>`).
 pub const LIFECYCLE_PREFIX: &str = "s3/l/";
+
+/// Prefix of the buckets' default encryption records (then `<bucket>`).
+pub const ENCRYPTION_PREFIX: &str = "s3/e/";
+
+/// The store key of `bucket`'s default encryption record.
+pub(crate) fn encryption_key(bucket: &str) -> String {
+    format!("{ENCRYPTION_PREFIX}{bucket}")
+}
 
 /// The store key of `bucket`'s lifecycle record.
 pub(crate) fn lifecycle_key(bucket: &str) -> String {

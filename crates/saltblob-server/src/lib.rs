@@ -39,6 +39,8 @@
 //!   bucket check, a conditional put's condition, the class a request is labelled with).
 //! - `bucket.rs`: bucket operations.
 //! - `object.rs`: object operations: put, get, head, delete, copy.
+//! - `sse/`: server-side encryption: the key a put seals under (its headers, the bucket's default, the
+//!   server's keys), what responses say about it, bucket default encryption.
 //! - `list.rs`: ListObjects v1 and v2.
 //! - `multipart/`: multipart upload; `multipart/upload.rs` holds its records and their typed state.
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
@@ -66,6 +68,7 @@ mod s3;
 mod serve;
 mod service;
 mod settings;
+mod sse;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -78,7 +81,9 @@ use tokio::net::TcpListener;
 
 pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
-pub use crate::keys::{BUCKET_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX};
+pub use crate::keys::{
+    BUCKET_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX,
+};
 pub use crate::lifecycle::{Expired, Expirer, expire_objects};
 pub use crate::multipart::{
     DEFAULT_MAX_UPLOADS_PER_BUCKET, FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY,
@@ -127,6 +132,12 @@ pub struct ServerConfig {
     /// its own in between (docs/s3.md, *Limits*). `None`: no cap. Defaults to 10,000
     /// ([`DEFAULT_MAX_UPLOADS_PER_BUCKET`]).
     pub max_uploads_per_bucket: Option<usize>,
+    /// The key SSE-S3 (`x-amz-server-side-encryption: AES256`) seals objects under: a key of the store's
+    /// provider (a keyring name for `local`). Defaults to the store's own key
+    /// ([`saltblob_core::EncryptionConfig::key`], the URL's `encryption_key`); with neither, SSE-S3 is refused.
+    pub sse_s3_key: Option<String>,
+    /// The key SSE-KMS (`aws:kms`) seals under when a request names none. Defaults to the SSE-S3 key.
+    pub sse_kms_key: Option<String>,
 }
 
 impl ServerConfig {
@@ -147,12 +158,21 @@ impl ServerConfig {
             idle_timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(30),
             max_uploads_per_bucket: Some(DEFAULT_MAX_UPLOADS_PER_BUCKET),
+            sse_s3_key: None,
+            sse_kms_key: None,
         }
     }
 
     /// Caps the multipart uploads in progress per bucket (`None` or 0: no cap).
     pub fn with_max_uploads_per_bucket(mut self, max: Option<usize>) -> Self {
         self.max_uploads_per_bucket = max.filter(|m| *m > 0);
+        self
+    }
+
+    /// Sets [`Self::sse_s3_key`] and [`Self::sse_kms_key`] (`None`: their defaults).
+    pub fn with_sse_keys(mut self, s3_key: Option<String>, kms_key: Option<String>) -> Self {
+        self.sse_s3_key = s3_key;
+        self.sse_kms_key = kms_key;
         self
     }
 
@@ -230,6 +250,8 @@ impl fmt::Debug for ServerConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("max_uploads_per_bucket", &self.max_uploads_per_bucket)
+            .field("sse_s3_key", &self.sse_s3_key)
+            .field("sse_kms_key", &self.sse_kms_key)
             .finish()
     }
 }

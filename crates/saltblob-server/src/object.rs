@@ -31,8 +31,10 @@ use crate::body::BlobBody;
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::lifecycle::expiration_of;
-use crate::put_body::{PutBody, finish_put, put_body};
+use crate::put_body::{PutBody, put_body};
 use crate::service::SaltS3;
+use crate::sse;
+use crate::sse::rules::echo_into;
 
 /// Most keys one DeleteObjects request may name, as S3.
 const MAX_DELETE_OBJECTS: usize = 1000;
@@ -70,7 +72,8 @@ pub(crate) async fn handle_get_object(
     .overridden(overrides);
     let size = stream.manifest.size;
     let range = stream.range.clone();
-    let output = with_attributes!(
+    let echo = s3.sse_echo(&stream.manifest);
+    let mut output = with_attributes!(
         GetObjectOutput {
             expiration: expiration_of(lifecycle.as_deref(), &input.key, &stream.manifest),
             accept_ranges: Some("bytes".to_owned()),
@@ -81,6 +84,7 @@ pub(crate) async fn handle_get_object(
         },
         attrs
     );
+    echo_into!(output, echo);
     Ok(S3Response::new(output))
 }
 
@@ -112,7 +116,7 @@ pub(crate) async fn handle_head_object(
     )
     .overridden(overrides);
     let range = selected.range.clone().unwrap_or(0..manifest.size);
-    let output = with_attributes!(
+    let mut output = with_attributes!(
         HeadObjectOutput {
             expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
             accept_ranges: Some("bytes".to_owned()),
@@ -124,6 +128,7 @@ pub(crate) async fn handle_head_object(
         },
         attrs
     );
+    echo_into!(output, s3.sse_echo(&manifest));
     let mut response = S3Response::new(output);
     if selected.partial {
         response.extensions.insert(PartialContent);
@@ -138,8 +143,11 @@ pub(crate) async fn handle_put_object(
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let input = req.input;
-    let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
+    let (record, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
+    let sse = s3
+        .sse_choice(&input.bucket, &record, &sse::rules::request_of!(input))
+        .await?;
     let metadata = object_metadata!(input)?;
     let PutBody {
         reader,
@@ -154,10 +162,11 @@ pub(crate) async fn handle_put_object(
     opts.metadata = metadata;
     opts.content_type = input.content_type;
     opts.size_hint = size_hint;
+    sse::apply(sse.as_ref(), &mut opts);
     let result = s3.store.put_stream(&key, reader, &opts).await;
-    let manifest = finish_put(result, &outcome)?;
+    let manifest = sse::finish_sealed(result, &outcome, sse.as_ref())?;
     s3.record_class_of(&req.extensions, &manifest);
-    let output = with_checksums!(
+    let mut output = with_checksums!(
         PutObjectOutput {
             expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
             e_tag: Some(etag_of(&manifest)),
@@ -165,6 +174,7 @@ pub(crate) async fn handle_put_object(
         },
         stored_checksums(&manifest)
     );
+    echo_into!(output, s3.sse_echo(&manifest));
     Ok(S3Response::new(output))
 }
 

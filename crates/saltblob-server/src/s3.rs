@@ -1,12 +1,13 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
 //! operations in `bucket.rs`, object operations in `object.rs`, listings in `list.rs`, multipart upload in
-//! `multipart/`, bucket lifecycle rules in `lifecycle/`, the settings saltblob does not keep (ACLs, policy,
+//! `multipart/`, bucket lifecycle rules in `lifecycle/`, bucket default encryption in `sse/`, the settings saltblob does not keep (ACLs, policy,
 //! CORS, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
-    CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteBucketInput,
+    CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput,
+    DeleteBucketEncryptionInput, DeleteBucketEncryptionOutput, DeleteBucketInput,
     DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput, DeleteBucketOutput, DeleteObjectInput,
     DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput,
     GetBucketAclOutput, GetBucketCorsInput, GetBucketCorsOutput, GetBucketEncryptionInput,
@@ -22,14 +23,15 @@ use s3s::dto::{
     HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
     ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
     ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
-    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketLifecycleConfigurationInput,
+    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketEncryptionInput,
+    PutBucketEncryptionOutput, PutBucketLifecycleConfigurationInput,
     PutBucketLifecycleConfigurationOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput,
     PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use crate::service::SaltS3;
-use crate::{bucket, lifecycle, list, multipart, object, settings};
+use crate::{bucket, lifecycle, list, multipart, object, settings, sse};
 
 #[async_trait::async_trait]
 impl S3 for SaltS3 {
@@ -299,13 +301,21 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketEncryptionInput>,
     ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
-        settings::not_set(
-            self,
-            &req.input.bucket,
-            "ServerSideEncryptionConfigurationNotFoundError",
-            "The server side encryption configuration was not found",
-        )
-        .await
+        sse::handle_get(self, req).await
+    }
+
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        sse::handle_put(self, req).await
+    }
+
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        sse::handle_delete(self, req).await
     }
 
     async fn get_object_lock_configuration(

@@ -277,11 +277,23 @@ pub fn load_tls(cert: &Path, key: &Path) -> io::Result<Arc<rustls::ServerConfig>
 
 /// The s3s service: our operations, our access keys and access check.
 fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
+    let store_encryption = store.config().encryption.as_ref();
+    let s3_key = config
+        .sse_s3_key
+        .clone()
+        .or_else(|| store_encryption.and_then(|e| e.key.clone()));
+    let sse = crate::sse::rules::SseConfig {
+        provider: store_encryption.is_some(),
+        kms_key: config.sse_kms_key.clone().or_else(|| s3_key.clone()),
+        s3_key,
+        defaults: crate::lifecycle::Cache::default(),
+    };
     let mut builder = S3ServiceBuilder::new(SaltS3 {
         store,
         region: config.region.clone(),
         uploads: crate::multipart::cap::UploadCap::new(config.max_uploads_per_bucket),
         lifecycles: crate::lifecycle::Cache::default(),
+        sse,
     });
     builder.set_auth(KeyAuth(config.credentials.clone()));
     builder.set_access(Access {

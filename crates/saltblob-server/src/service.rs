@@ -20,6 +20,8 @@ pub(crate) struct SaltS3 {
     pub(crate) uploads: crate::multipart::cap::UploadCap,
     /// The buckets' lifecycle rules read lately, for the `x-amz-expiration` header.
     pub(crate) lifecycles: crate::lifecycle::Cache,
+    /// Server-side encryption: the server's keys, the buckets' defaults read lately.
+    pub(crate) sse: crate::sse::rules::SseConfig,
 }
 
 impl SaltS3 {

@@ -69,6 +69,14 @@ pub struct Serve {
     /// (InvalidRequest). 0: no cap.
     #[arg(long, value_name = "N", default_value_t = saltblob_server::DEFAULT_MAX_UPLOADS_PER_BUCKET)]
     max_uploads_per_bucket: usize,
+    /// The key SSE-S3 (x-amz-server-side-encryption: AES256) seals objects under: a key of the store's provider
+    /// (a keyring name with encryption=local). Defaults to the store URL's encryption_key; with neither, SSE-S3
+    /// requests are refused (never stored in plaintext).
+    #[arg(long, value_name = "NAME")]
+    sse_s3_key: Option<String>,
+    /// The key SSE-KMS (aws:kms) seals under when a request names no key id. Defaults to the SSE-S3 key.
+    #[arg(long, value_name = "NAME")]
+    sse_kms_key: Option<String>,
 }
 
 impl Command for Serve {
@@ -104,6 +112,37 @@ impl Serve {
         Ok(keys)
     }
 
+    /// Checks that the keys of --sse-s3-key and --sse-kms-key are keys the store's provider can seal under now:
+    /// a store without a provider, or a key it does not have, is a usage error; a provider that does not answer
+    /// only a warning (each put asks again).
+    async fn check_sse_keys(&self, store: &saltblob::BlobStore) -> Result<(), Failure> {
+        let flags = [
+            ("--sse-s3-key", self.sse_s3_key.as_deref()),
+            ("--sse-kms-key", self.sse_kms_key.as_deref()),
+        ];
+        let named = flags
+            .iter()
+            .filter_map(|(flag, key)| Some((*flag, (*key)?)));
+        let Some(encryption) = &store.config().encryption else {
+            if let Some((flag, _)) = named.clone().next() {
+                return Err(Failure::usage(format!(
+                    "{flag} names a key of the store's key provider, and this store has none: open it with encryption=local&keyring=FILE"
+                )));
+            }
+            return Ok(());
+        };
+        for (flag, key) in named {
+            match encryption.provider.new_data_key(key).await {
+                Ok(_) => {}
+                Err(e) if e.is_retryable() => {
+                    eprintln!("saltblob: warning: {flag} {key}: {e} (puts will ask again)");
+                }
+                Err(e) => return Err(Failure::usage(format!("{flag} {key}: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the options, binds the listeners, opens the store and serves until SIGINT or SIGTERM.
     async fn serve(&self, context: &Context) -> Result<(), Failure> {
         let mut config = ServerConfig::new(self.credentials()?)
@@ -115,7 +154,8 @@ impl Serve {
                 self.idle_timeout,
                 self.io_timeout,
             )
-            .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket));
+            .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket))
+            .with_sse_keys(self.sse_s3_key.clone(), self.sse_kms_key.clone());
         config.region = self.region.clone();
         let buckets = |names: &[String]| {
             names
@@ -150,6 +190,7 @@ impl Serve {
             context.config.clone().with_read_ahead_budget(read_ahead),
         )
         .await?;
+        self.check_sse_keys(&store).await?;
         let scheme = if config.tls.is_some() {
             "https"
         } else {

@@ -1,16 +1,61 @@
-//! `saltblob serve`: refuses to start without access keys, serves, and stops cleanly on SIGTERM.
+//! `saltblob serve`: refuses to start without access keys or with SSE keys its store cannot seal under, serves,
+//! and stops cleanly on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::saltblob;
+use crate::common::{fails, ok, saltblob};
 
 /// A free local port (bound, then released for the server).
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr").port()
+}
+
+#[test]
+fn serve_refuses_sse_keys_its_store_cannot_seal_under() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ring = dir.path().join("ring");
+    let r = ring.to_str().expect("utf-8 path");
+    let plain = dir.path().join("plain");
+    let serve = |store: &str, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+        c.args([
+            "--quiet",
+            "--store",
+            store,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env("SALTBLOB_ACCESS_KEY_ID", "AKID")
+        .env("SALTBLOB_SECRET_ACCESS_KEY", "s3cret")
+        .env_remove("SALTBLOB_STORE");
+        c
+    };
+    let no_provider = format!("rocksdb://{}", plain.display());
+    fails(
+        &mut serve(&no_provider, &["--sse-s3-key", "orders"]),
+        2,
+        "--sse-s3-key names a key of the store's key provider, and this store has none",
+    );
+    ok(saltblob(&plain).args(["keyring", "new", r]));
+    ok(saltblob(&plain).args(["keyring", "add", r, "orders"]));
+    let sealed = format!(
+        "rocksdb://{}?encryption=local&keyring={r}",
+        dir.path().join("sealed").display()
+    );
+    fails(
+        &mut serve(
+            &sealed,
+            &["--sse-s3-key", "orders", "--sse-kms-key", "nope"],
+        ),
+        2,
+        "--sse-kms-key nope: key unavailable: local key \"nope\": no such key",
+    );
 }
 
 #[test]

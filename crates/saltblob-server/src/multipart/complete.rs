@@ -35,6 +35,7 @@ use crate::body::Algorithm;
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::service::SaltS3;
+use crate::sse::rules::{Choice, Echo, echo_into};
 
 /// How long the request waits for the complete before it answers 200 at once and sends the result when it is
 /// there (S3 does the same: whitespace keeps the connection alive, and an error may then come with the 200).
@@ -122,6 +123,12 @@ pub(crate) async fn handle_complete_multipart_upload(
         sent_type: input.checksum_type,
         size: input.mpu_object_size,
     };
+    // What the object's encryption will be, as the upload chose it (known before the compose: the response's
+    // headers may be sent while it runs).
+    let echo = match Upload::read_any(&s3.store, &request.bucket, &request.id).await {
+        Ok(Some(upload)) => s3.choice_echo(Choice::of_upload(&upload.manifest.metadata).as_ref()),
+        _ => Echo::default(),
+    };
     let store = s3.store.clone();
     let extensions = req.extensions.clone();
     // Runs to its end even if this request is dropped (the client went away).
@@ -141,13 +148,14 @@ pub(crate) async fn handle_complete_multipart_upload(
             ))
         })
     };
-    let out = match tokio::time::timeout(KEEP_ALIVE_AFTER, &mut task).await {
+    let mut out = match tokio::time::timeout(KEEP_ALIVE_AFTER, &mut task).await {
         Ok(r) => joined(r)?,
         Err(_) => CompleteMultipartUploadOutput {
             future: Some(Box::pin(async move { joined(task.await) })),
             ..CompleteMultipartUploadOutput::default()
         },
     };
+    echo_into!(out, echo);
     Ok(S3Response::new(out))
 }
 

@@ -14,8 +14,10 @@ use crate::auth::record_class;
 use crate::body::Algorithm;
 use crate::error::from_store;
 use crate::keys::object_key;
-use crate::put_body::{BodyChecks, PutBody, finish_put, verified_body};
+use crate::put_body::{BodyChecks, PutBody, verified_body};
 use crate::service::SaltS3;
+use crate::sse;
+use crate::sse::rules::{Choice, echo_into};
 
 /// How often the copy reads the source again when it is replaced between its head and its read.
 const SOURCE_RETRIES: usize = 3;
@@ -107,9 +109,12 @@ pub(crate) async fn handle_upload_part_copy(
         },
         None,
     )?;
-    let opts = PutOptions::new().with_priority(class).with_size_hint(len);
+    let mut opts = PutOptions::new().with_priority(class).with_size_hint(len);
+    // Sealed as the upload chose, whatever the source's encryption.
+    let sse = Choice::of_upload(&upload.manifest.metadata);
+    opts.encryption_key = sse.as_ref().map(|c| c.key.clone());
     let written = s3.store.put_segment(&key, reader, &opts, PART_LEASE).await;
-    let segment = finish_put(written, &outcome)?;
+    let segment = sse::finish_sealed(written, &outcome, sse.as_ref())?;
     let stored = record_part(
         &s3.store,
         &input.bucket,
@@ -131,10 +136,12 @@ pub(crate) async fn handle_upload_part_copy(
         },
         stored_checksums(&stored)
     );
-    Ok(S3Response::new(UploadPartCopyOutput {
+    let mut output = UploadPartCopyOutput {
         copy_part_result: Some(result),
         ..UploadPartCopyOutput::default()
-    }))
+    };
+    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    Ok(S3Response::new(output))
 }
 
 /// A stream that is `Sync` (as a request body must be) because it is only ever polled through `&mut`.

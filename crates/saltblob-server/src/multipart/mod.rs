@@ -60,8 +60,10 @@ use crate::auth::record_class;
 use crate::body::{Algorithm, SharedOutcome};
 use crate::error::from_store;
 use crate::keys::{MULTIPART_PREFIX, object_key, uploads_prefix};
-use crate::put_body::{PutBody, announced_trailer, finish_put, put_body};
+use crate::put_body::{PutBody, announced_trailer, put_body};
 use crate::service::SaltS3;
+use crate::sse;
+use crate::sse::rules::{Choice, echo_into};
 
 /// How long a part stays claimable after it was written: a part older than this is refused at completion
 /// (`InvalidPart`) and gc reclaims it. Thirty days.
@@ -159,7 +161,7 @@ pub(crate) async fn handle_create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let input = req.input;
-    s3.require_bucket(&input.bucket).await?;
+    let record = s3.require_bucket(&input.bucket).await?;
     object_key(&input.bucket, &input.key)?;
     let longest = upload::max_key_len(&input.bucket);
     if input.key.len() > longest {
@@ -174,8 +176,18 @@ pub(crate) async fn handle_create_multipart_upload(
         input.checksum_algorithm.as_ref(),
         input.checksum_type.as_ref(),
     )?;
+    let sse = s3
+        .sse_choice(&input.bucket, &record, &sse::rules::request_of!(input))
+        .await?;
+    if let Some(choice) = &sse {
+        // Refused now, not at the first part.
+        s3.check_key(&choice.key).await?;
+    }
     s3.uploads.admit(&s3.store, &input.bucket).await?;
-    let metadata = object_metadata!(input)?;
+    let mut metadata = object_metadata!(input)?;
+    if let Some(choice) = &sse {
+        choice.insert_into_upload(&mut metadata);
+    }
     let id = upload::create(
         &s3.store,
         &input.bucket,
@@ -186,14 +198,16 @@ pub(crate) async fn handle_create_multipart_upload(
         now(&s3.store),
     )
     .await?;
-    Ok(S3Response::new(CreateMultipartUploadOutput {
+    let mut output = CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(id),
         checksum_algorithm: checksum.map(UploadChecksum::algorithm_dto),
         checksum_type: checksum.map(UploadChecksum::kind_dto),
         ..CreateMultipartUploadOutput::default()
-    }))
+    };
+    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    Ok(S3Response::new(output))
 }
 
 /// The checksum algorithms an UploadPart names: in headers, in its trailer, in `x-amz-checksum-algorithm`.
@@ -258,9 +272,12 @@ pub(crate) async fn handle_upload_part(
     let class = PriorityClass::bulk();
     let mut opts = PutOptions::new().with_priority(class.clone());
     opts.size_hint = size_hint;
+    // Sealed as the upload chose (each segment under its own version).
+    let sse = Choice::of_upload(&upload.manifest.metadata);
+    opts.encryption_key = sse.as_ref().map(|c| c.key.clone());
     record_class(&req.extensions, class);
     let written = s3.store.put_segment(&key, reader, &opts, PART_LEASE).await;
-    let segment = finish_put(written, &outcome)?;
+    let segment = sse::finish_sealed(written, &outcome, sse.as_ref())?;
     let stored = record_part(
         &s3.store,
         &input.bucket,
@@ -271,12 +288,14 @@ pub(crate) async fn handle_upload_part(
         late.entries(),
     )
     .await?;
-    Ok(S3Response::new(with_checksums!(
+    let mut output = with_checksums!(
         UploadPartOutput {
             e_tag: Some(ETag::Strong(StoredPart::md5_of(&stored).to_owned())),
         },
         stored_checksums(&stored)
-    )))
+    );
+    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    Ok(S3Response::new(output))
 }
 
 /// Records `segment`, written under object key `key` for `upload` (read `open` before the segment was written),
@@ -698,7 +717,7 @@ pub(crate) async fn abort_all_uploads(store: &BlobStore, bucket: &str) -> S3Resu
 }
 
 /// An [`AsyncRead`] that fails once more than a limit has been read, with `EntityTooLarge` in the put's
-/// outcome (so that [`finish_put`] reports it).
+/// outcome (so that [`crate::put_body::finish_put`] reports it).
 struct Capped<R> {
     inner: R,
     left: u64,

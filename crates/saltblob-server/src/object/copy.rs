@@ -31,8 +31,10 @@ use crate::attrs::{
 use crate::body::{Algorithm, Expected, SharedOutcome, VerifyingReader};
 use crate::error::from_store;
 use crate::keys::object_key;
-use crate::put_body::{MAX_PUT_BYTES, finish_put, record_into};
+use crate::put_body::{MAX_PUT_BYTES, record_into};
 use crate::service::SaltS3;
+use crate::sse;
+use crate::sse::rules::{echo_into, is_sse_key};
 
 /// How long a copy may run before its response starts and is kept alive.
 const HEAD_AFTER: Duration = Duration::from_secs(1);
@@ -92,14 +94,15 @@ pub(crate) async fn handle_copy_object(
     current_version(version_id.as_deref())?;
     let (if_match, if_none_match) = destination_conditions(&req.headers)?;
     s3.require_bucket(src_bucket).await?;
-    s3.require_bucket(&input.bucket).await?;
+    let record = s3.require_bucket(&input.bucket).await?;
     let src = object_key(src_bucket, src_key)?;
     let dst = object_key(&input.bucket, &input.key)?;
     let replace = input
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if src == dst && !replace {
+    let asked = sse::rules::request_of!(input);
+    if src == dst && !replace && asked.algorithm.is_none() {
         return Err(s3_error!(
             InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
@@ -125,7 +128,9 @@ pub(crate) async fn handle_copy_object(
         .await?;
     s3.record_class_of(&req.extensions, &source);
     // Fresh ETag and checksums: those of the source are not copied but computed again from its bytes.
-    let is_own = |k: &String| k == ETAG_KEY || k.starts_with(CHECKSUM_KEY);
+    // The destination's encryption is the request's or its bucket's default, not the source's (as AWS).
+    let sse = s3.sse_choice(&input.bucket, &record, &asked).await?;
+    let is_own = |k: &String| k == ETAG_KEY || k.starts_with(CHECKSUM_KEY) || is_sse_key(k);
     let mut computed: Vec<Algorithm> = source
         .metadata
         .keys()
@@ -154,6 +159,7 @@ pub(crate) async fn handle_copy_object(
             .collect();
         opts.content_type = source.content_type.clone();
     }
+    sse::apply(sse.as_ref(), &mut opts);
     let expected = Expected {
         computed,
         ..Expected::default()
@@ -166,8 +172,10 @@ pub(crate) async fn handle_copy_object(
     )
     .on_verified(record_into(late));
     let store = s3.store.clone();
+    let choice = sse.clone();
     let mut task: CopyTask = tokio::spawn(async move {
-        let manifest = finish_put(store.put_stream(&dst, reader, &opts).await, &outcome)?;
+        let result = store.put_stream(&dst, reader, &opts).await;
+        let manifest = sse::finish_sealed(result, &outcome, choice.as_ref())?;
         Ok(with_checksums!(
             CopyObjectResult {
                 e_tag: Some(etag_of(&manifest)),
@@ -176,13 +184,16 @@ pub(crate) async fn handle_copy_object(
             stored_checksums(&manifest)
         ))
     });
+    // Known before the copy ends: its headers may be sent while it runs.
+    let mut output = CopyObjectOutput::default();
+    echo_into!(output, s3.choice_echo(sse.as_ref()));
     if let Ok(joined) = tokio::time::timeout(HEAD_AFTER, &mut task).await {
         return Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(joined.map_err(task_failed)??),
-            ..CopyObjectOutput::default()
+            ..output
         }));
     }
-    let mut response = S3Response::new(CopyObjectOutput::default());
+    let mut response = S3Response::new(output);
     response
         .extensions
         .insert(RunningCopy(Arc::new(Mutex::new(Some(task)))));

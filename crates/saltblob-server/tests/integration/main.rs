@@ -15,6 +15,7 @@ mod multipart_races;
 mod objects;
 mod serving;
 mod settings;
+mod sse;
 mod tls;
 
 use std::net::SocketAddr;
