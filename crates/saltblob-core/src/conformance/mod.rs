@@ -13,7 +13,8 @@
 //! - [`gc`]: garbage collection, the intent lease and `fsck`.
 //! - [`fencing`]: races between a put and the cleaners, staged with [`faults::Faulty`].
 //! - [`segments`]: blobs composed of segments without copying, and their reclaim.
-//! - [`encryption`]: sealed blobs read back, store no plaintext, and refuse missing keys and moved data.
+//! - [`encryption`]: sealed blobs read back, store no plaintext, and refuse missing keys and moved data
+//!   ([`keyring`]: the keyrings of its cases, and of the sealed run of the whole suite).
 //! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod failures;
 pub mod faults;
 pub mod fencing;
 pub mod gc;
+pub mod keyring;
 pub mod reads;
 pub mod records;
 pub mod roundtrip;
@@ -167,7 +169,7 @@ macro_rules! conformance_suite {
 
 tokio::task_local! {
     /// The encryption every store a case makes ([`store`]) seals its puts with, in a [`sealed`] run.
-    static SEALING: encryption::SealingRun;
+    static SEALING: keyring::SealingRun;
 }
 
 /// Runs case `case` as it is.
@@ -178,7 +180,7 @@ pub async fn plain<F: std::future::Future<Output = ()>>(case: F) {
 /// Runs case `case` with every store it makes through this module sealing its puts under a key of a keyring of
 /// its own (`tenant-a`, the local provider), unless the case configures encryption itself.
 pub async fn sealed<F: std::future::Future<Output = ()>>(case: F) {
-    let run = encryption::SealingRun::new();
+    let run = keyring::SealingRun::new();
     let stores = Arc::clone(&run.stores);
     SEALING.scope(run, case).await;
     assert!(
@@ -205,7 +207,7 @@ pub fn small_config() -> StoreConfig {
 }
 
 fn store(backend: &Arc<dyn ChunkStore>, config: StoreConfig) -> BlobStore {
-    let config = match SEALING.try_with(encryption::SealingRun::config) {
+    let config = match SEALING.try_with(keyring::SealingRun::config) {
         Ok(sealing) if config.encryption.is_none() => config.with_encryption(sealing),
         _ => config,
     };
