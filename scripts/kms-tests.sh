@@ -3,7 +3,8 @@
 # virtual environment reused while that file is unchanged) serves AWS KMS on two free loopback ports, one over
 # HTTP and one over HTTPS with a certificate of a CA made here (openssl); the provider's integration tests
 # (crates/saltblob-kms/tests/integration) run against them, then the CLI seals, shows and reads a blob of an
-# embedded store through the first. Each emulator gets at most 60 s to answer; both are stopped on exit.
+# embedded store through the first, and boto3 puts and gets objects with SSE-KMS through `saltblob serve` on such
+# a store (tests/kms, pytest). Each emulator gets at most 60 s to answer; both are stopped on exit.
 #
 #   scripts/kms-tests.sh [-- CARGO_TEST_ARGS...]
 #
@@ -21,7 +22,7 @@ source scripts/env.sh
 # openssl (the test Cassandra's group of Debian packages) makes the TLS emulator's certificate.
 saltblob_test_setup
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-kms
-saltblob_venv kms "$venv" tests/kms/requirements.txt "python -c 'import moto, flask, flask_cors' && command -v moto_server"
+saltblob_venv kms "$venv" tests/kms/requirements.txt "python -c 'import moto, flask, flask_cors, pytest' && command -v moto_server"
 
 bin=${SALTBLOB_BIN:-$CARGO_TARGET_DIR/release/saltblob}
 work=$(mktemp -d -t saltblob-kms.XXXXXX)
@@ -100,3 +101,6 @@ fi
 cmp "$work/in" "$work/out"
 "$bin" rekey --store "$store" --prefix cli/ >/dev/null
 echo "== kms: the CLI sealed, showed, read back and rekeyed a 3 MB blob under $key"
+
+# The S3 server's SSE-KMS on such a store, with boto3 (tests/kms/test_s3_sse_kms.py).
+env SALTBLOB_BIN="$(realpath "$bin")" "$venv/bin/python" -m pytest tests/kms -v -p no:cacheprovider --basetemp "$work/pytest"

@@ -377,6 +377,14 @@ pub async fn sealed_segments_compose_and_read_back(backend: Arc<dyn ChunkStore>)
         matches!(unkeyed.get(&key).await, Err(Error::KeyUnavailable { .. })),
         "a sealed multipart blob without keys"
     );
+    // A stream fails before its first byte, so that a server has not answered yet.
+    assert!(
+        matches!(
+            unkeyed.get_stream(&key).await,
+            Err(Error::KeyUnavailable { .. })
+        ),
+        "a stream of a sealed multipart blob without keys fails when it is opened"
+    );
     let report = store
         .fsck(&crate::FsckOptions::new().with_prefix(p.clone()))
         .await

@@ -337,6 +337,7 @@ impl BlobStore {
         let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
         let class = sched.choose(opts.priority.as_ref(), by_layout)?;
         let keys = sealing::for_read(&self.inner, &key, &manifest).await?;
+        sealing::check_segments(&self.inner, &key, &manifest, &range).await?;
         Ok(read::stream_version(
             &self.inner,
             key,

@@ -9,7 +9,7 @@ use crate::backend::{Namespace, Precondition, RecordWrite};
 use crate::config::PutOptions;
 use crate::encryption::seal::{STORE_ID_LEN, VersionKeys};
 use crate::encryption::{AWS_KMS, LOCAL, Sealing, StoreKeys, fill_random, provider_tag};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ManifestBody};
 use crate::state::Inner;
 use crate::version::VersionId;
 use crate::{Error, KeyDisplay, Result};
@@ -92,6 +92,33 @@ pub(crate) async fn for_read(
         Some(sealing) => open(inner, key, manifest.version, sealing).await.map(Some),
         None => Ok(None),
     }
+}
+
+/// Opens the keys of every sealed segment of segmented version `manifest` of `key` that `range` touches, so that
+/// a read whose key is unavailable fails before its first byte (a reader such as the S3 server has not answered
+/// yet) rather than when it reaches the segment; the keys are then cached for the read itself. Nothing for a
+/// version of another kind. Errors as [`for_read`].
+pub(crate) async fn check_segments(
+    inner: &Inner,
+    key: &[u8],
+    manifest: &Manifest,
+    range: &std::ops::Range<u64>,
+) -> Result<()> {
+    let ManifestBody::Segmented(segments) = &manifest.body else {
+        return Ok(());
+    };
+    let mut start = 0u64;
+    for segment in segments {
+        let end = start + segment.size;
+        if let Some(sealing) = &segment.sealing
+            && start < range.end
+            && range.start < end
+        {
+            open(inner, key, segment.version, sealing).await?;
+        }
+        start = end;
+    }
+    Ok(())
 }
 
 /// The secrets of version `version` of `key` (a version, or a segment of one), sealed as `sealing` says; the key
