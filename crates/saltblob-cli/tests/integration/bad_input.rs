@@ -129,6 +129,36 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
         2,
         "is a directory",
     );
+    // Keys in KMS: no credentials to sign with, a malformed endpoint, a CA for a plain endpoint.
+    let kms = |params: &str| {
+        let url = format!("rocksdb://{}?encryption=aws-kms&{params}", store.display());
+        let mut c = Command::new(env!("CARGO_BIN_EXE_saltblob"));
+        c.args(["--store", &url, "put", "new"])
+            .arg(&input)
+            .env_remove("SALTBLOB_STORE")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY");
+        c
+    };
+    fails(
+        &mut kms("encryption_key=k&kms_endpoint=http://127.0.0.1:1"),
+        2,
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    );
+    fails(
+        kms("encryption_key=k&kms_endpoint=kms.example")
+            .env("AWS_ACCESS_KEY_ID", "a")
+            .env("AWS_SECRET_ACCESS_KEY", "b"),
+        2,
+        "kms_endpoint: \"kms.example\": give http:// or https://",
+    );
+    fails(
+        kms("encryption_key=k&kms_endpoint=http://127.0.0.1:1&kms_ca=/ca.pem")
+            .env("AWS_ACCESS_KEY_ID", "a")
+            .env("AWS_SECRET_ACCESS_KEY", "b"),
+        2,
+        "kms_ca: given for http://127.0.0.1:1",
+    );
     assert_eq!(snapshot(&store), before, "the store is unchanged");
 
     // Store URLs.
