@@ -80,6 +80,8 @@ export TEST_KMS_ENDPOINT=$endpoint TEST_KMS_TLS_ENDPOINT=$tls_endpoint TEST_KMS_
 export AWS_ACCESS_KEY_ID=saltblob-test AWS_SECRET_ACCESS_KEY=saltblob-test-secret
 unset AWS_SESSION_TOKEN AWS_PROFILE
 cargo test --release --locked -p saltblob-kms --test integration -- --include-ignored "$@"
+# The binary the CLI and server tests below run, as built from this tree (a no-op after scripts/test.sh's build).
+[ -n "${SALTBLOB_BIN:-}" ] || cargo build --release --locked -p saltblob-cli
 
 # The CLI through the provider: a key made in KMS, a store URL naming it, put / head / get / rekey.
 key=$("$venv/bin/python" - "$endpoint" <<'PY'

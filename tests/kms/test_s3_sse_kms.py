@@ -19,6 +19,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s3"))
+import s3util  # noqa: E402
 from s3util import make_client  # noqa: E402
 from saltblob_server import Server  # noqa: E402
 
@@ -26,10 +27,7 @@ KEY_CACHE_S = 1
 
 
 def required_env(name):
-    value = os.environ.get(name)
-    if not value:
-        pytest.exit(f"{name} is not set: run these tests with scripts/kms-tests.sh", returncode=2)
-    return value
+    return s3util.required_env(name, "scripts/kms-tests.sh")
 
 
 @pytest.fixture(scope="module")

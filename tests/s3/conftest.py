@@ -14,17 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from s3util import REGION, empty_and_delete, ignore_aws_configuration, make_client, new_bucket_name
+from s3util import REGION, empty_and_delete, ignore_aws_configuration, make_client, new_bucket_name, required_env
 from saltblob_server import Server
 
 ignore_aws_configuration()
-
-
-def required_env(name):
-    value = os.environ.get(name)
-    if not value:
-        pytest.exit(f"{name} is not set: run the S3 client tests with scripts/s3-clients.sh", returncode=2)
-    return value
 
 
 @pytest.fixture(scope="session")

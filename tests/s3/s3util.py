@@ -18,6 +18,14 @@ BLOCK = MIB
 REGION = "us-east-1"
 
 
+def required_env(name, script="scripts/s3-clients.sh"):
+    """Environment variable NAME, or the end of the session saying which script sets it."""
+    value = os.environ.get(name)
+    if not value:
+        pytest.exit(f"{name} is not set: run these tests with {script}", returncode=2)
+    return value
+
+
 def write_pattern_file(path, size, seed):
     """Writes SIZE bytes to PATH, returns their sha256 (hex). Each 1 MiB block is one seeded random block with the
     block's index in its first 8 bytes, so every block differs (a misplaced part changes the digest) and 1 GiB
