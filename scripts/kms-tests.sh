@@ -6,7 +6,7 @@
 # embedded store through the first, and boto3 puts and gets objects with SSE-KMS through `saltblob serve` on such
 # a store (tests/kms, pytest). Each emulator gets at most 60 s to answer; both are stopped on exit.
 #
-#   scripts/kms-tests.sh [-- CARGO_TEST_ARGS...]
+#   scripts/kms-tests.sh [-- TEST_BINARY_ARGS...]
 #
 # Environment: SALTBLOB_BIN (default $CARGO_TARGET_DIR/release/saltblob), SALTBLOB_CACHE (where the virtual
 # environment venv-kms lives; default ~/.cache/saltblob).
@@ -79,9 +79,13 @@ echo "== kms: moto $("$venv/bin/python" -c 'import moto; print(moto.__version__)
 export TEST_KMS_ENDPOINT=$endpoint TEST_KMS_TLS_ENDPOINT=$tls_endpoint TEST_KMS_CA=$work/ca.pem
 export AWS_ACCESS_KEY_ID=saltblob-test AWS_SECRET_ACCESS_KEY=saltblob-test-secret
 unset AWS_SESSION_TOKEN AWS_PROFILE
-cargo test --release --locked -p saltblob-kms --test integration -- --include-ignored "$@"
-# The binary the CLI and server tests below run, as built from this tree (a no-op after scripts/test.sh's build).
-[ -n "${SALTBLOB_BIN:-}" ] || cargo build --release --locked -p saltblob-cli
+# The workspace's build, as scripts/test.sh's build step makes it (a no-op after it; on its own, it makes the
+# binary the CLI and server tests below run): built for one package (-p), the shared crates would be compiled
+# again with that package's features.
+[ -n "${SALTBLOB_BIN:-}" ] || cargo build --release --locked --workspace --all-targets
+# The provider's tests (module aws_kms of saltblob-kms's integration tests), from the workspace's build: every
+# crate's integration binary runs with the filter, and only saltblob-kms's has tests that match it.
+cargo test --release --locked --workspace --test integration -- --include-ignored aws_kms:: "$@"
 
 # The CLI through the provider: a key made in KMS, a store URL naming it, put / head / get / rekey.
 key=$("$venv/bin/python" - "$endpoint" <<'PY'

@@ -123,16 +123,16 @@ impl Serve {
         let named = flags
             .iter()
             .filter_map(|(flag, key)| Some((*flag, (*key)?)));
-        let Some(encryption) = &store.config().encryption else {
+        if store.config().encryption.is_none() {
             if let Some((flag, _)) = named.clone().next() {
                 return Err(Failure::usage(format!(
                     "{flag} names a key of the store's key provider, and this store has none: open it with encryption=local&keyring=FILE"
                 )));
             }
             return Ok(());
-        };
+        }
         for (flag, key) in named {
-            match encryption.provider.new_data_key(key).await {
+            match store.check_encryption_key(key).await {
                 Ok(_) => {}
                 Err(e) if e.is_retryable() => {
                     eprintln!("saltblob: warning: {flag} {key}: {e} (puts will ask again)");

@@ -1,7 +1,8 @@
 //! Re-wrapping sealed blobs' data keys (`saltblob rekey`): [`BlobStore::rekey`] re-wraps a sealed version's data
 //! key under the current version of its key in the manifest alone, with a compare-and-set on the manifest bytes
 //! it read, without touching a chunk; it loses to a writer that commits in between, and nothing is lost.
-//! (Sealing a plaintext blob is a rewrite: [`BlobStore::encrypt`], beside [`BlobStore::relayout`].)
+//! (Sealing a plaintext blob is a rewrite: [`BlobStore::encrypt`], beside [`BlobStore::relayout`].) Also
+//! [`BlobStore::check_encryption_key`], which tells whether puts can seal under a key now.
 
 use crate::backend::{Namespace, Precondition, RecordWrite};
 use crate::encryption::{KekRef, Sealing};
@@ -35,6 +36,17 @@ pub enum Rekeyed {
 }
 
 impl BlobStore {
+    /// Checks that puts can seal under key-encryption key `name` now ([`crate::PutOptions::encryption_key`]),
+    /// writing nothing: the store's data-key cache holds a data key made under it, else its provider makes one,
+    /// which the cache keeps for the puts that follow (so a KMS is asked once per key and cache expiry).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the store has no key provider; [`Error::KeyUnavailable`] naming the key
+    /// when the provider cannot make a data key under it (retryable when the provider did not answer).
+    pub async fn check_encryption_key(&self, name: &str) -> Result<()> {
+        sealing::check_key(&self.inner, name).await
+    }
+
     /// Re-wraps the data key of `key`'s current version under the current version of the key that wrapped it,
     /// when another version did: only the manifest changes (a compare-and-set on the bytes read), so that the
     /// older key version can then be retired. The key commitment is checked first, with the data key as opened.
@@ -139,6 +151,26 @@ mod tests {
         let provider = Arc::new(LocalProvider::open(keyring).unwrap());
         let config = small_config().with_encryption(EncryptionConfig::new(provider).with_key("t"));
         BlobStore::new(Arc::clone(backend), config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn keys_are_checked_without_writing_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        Keyring::create(&path).unwrap().add("t", 1).unwrap();
+        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let store = keyed(&backend, &path);
+        store.check_encryption_key("t").await.unwrap();
+        assert!(matches!(
+            store.check_encryption_key("nope").await,
+            Err(Error::KeyUnavailable { .. })
+        ));
+        let plain = BlobStore::new(Arc::clone(&backend), small_config()).unwrap();
+        assert!(matches!(
+            plain.check_encryption_key("t").await,
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(store.list("").await.unwrap().is_empty(), "nothing written");
     }
 
     #[tokio::test]

@@ -44,13 +44,7 @@ pub(crate) async fn for_put(
         return Ok(None);
     };
     let Some(keys) = &inner.keys else {
-        return Err(Error::invalid(
-            "encryption key",
-            format!(
-                "{name:?}, but the store has no key provider: open it with \
-                 encryption=local&keyring=FILE (or give StoreConfig::encryption)"
-            ),
-        ));
+        return Err(no_provider(name));
     };
     // Manifests name the provider by a tag of the format's: one without a tag could not be read back.
     let provider = keys.config.provider.name();
@@ -74,6 +68,27 @@ pub(crate) async fn for_put(
         keys: Arc::new(version_keys),
         compress: keys.config.compress,
     }))
+}
+
+/// The error of a put under key `name` on a store without a key provider.
+fn no_provider(name: &str) -> Error {
+    Error::invalid(
+        "encryption key",
+        format!(
+            "{name:?}, but the store has no key provider: open it with \
+             encryption=local&keyring=FILE (or give StoreConfig::encryption)"
+        ),
+    )
+}
+
+/// Checks that a put could seal under key-encryption key `name` now: the data-key cache holds a data key made
+/// under it, else the provider makes one (and the cache keeps it for the puts that follow).
+///
+/// # Errors
+/// As [`for_put`].
+pub(crate) async fn check_key(inner: &Inner, name: &str) -> Result<()> {
+    let keys = inner.keys.as_ref().ok_or_else(|| no_provider(name))?;
+    keys.cache.data_key(name).await.map(|_| ())
 }
 
 /// The secrets that open version `manifest` of `key`; `None` when it is plaintext. The key commitment is checked

@@ -43,18 +43,20 @@ async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<BucketD
         Err(Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(from_store(e)),
     };
-    match BucketDefault::decode(&bytes) {
-        Ok(d) => Ok(Some(d)),
-        Err(why) => {
-            tracing::warn!(
-                bucket,
-                key,
-                why,
-                "corrupt default encryption record: it is not applied"
-            );
-            Ok(None)
-        }
-    }
+    // Fails closed: a put that may have been meant to be sealed is refused rather than stored in plaintext.
+    BucketDefault::decode(&bytes).map(Some).map_err(|why| {
+        tracing::error!(
+            bucket,
+            key,
+            why,
+            "corrupt default encryption record: puts without SSE headers are refused until it is put again"
+        );
+        s3s::s3_error!(
+            InternalError,
+            "The bucket's default encryption record is damaged ({why}): put it again with PutBucketEncryption, \
+             or delete it with DeleteBucketEncryption"
+        )
+    })
 }
 
 impl SaltS3 {
@@ -133,11 +135,9 @@ impl SaltS3 {
     /// `KMS.NotFoundException` (400) naming the key when it cannot; `ServiceUnavailable` when the provider did
     /// not answer.
     pub(crate) async fn check_key(&self, key: &str) -> S3Result<()> {
-        let Some(encryption) = &self.store.config().encryption else {
-            return Err(key_not_found(key));
-        };
-        match encryption.provider.new_data_key(key).await {
-            Ok(_) => Ok(()),
+        match self.store.check_encryption_key(key).await {
+            Ok(()) => Ok(()),
+            Err(Error::InvalidArgument { .. }) => Err(key_not_found(key)),
             Err(e) => Err(put_failed(e, key)),
         }
     }

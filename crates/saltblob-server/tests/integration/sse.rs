@@ -243,6 +243,26 @@ async fn bucket_default_encryption_applies_to_puts_without_headers() {
     assert_eq!(sse(&r), ("AES256", ""));
     assert_eq!(sealed_under(&s, "own").await.as_deref(), Some("tenant-a"));
 
+    // A damaged default record fails closed: a put without SSE headers is refused, not stored in plaintext
+    // (once the server's 1 s cache of the record has expired).
+    s.store
+        .put("s3/e/bkt", "damaged", &saltblob::PutOptions::new())
+        .await
+        .expect("put");
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let r = c.put("/bkt/while-damaged", "plain?").await;
+    assert_eq!(
+        (r.code().as_str(), r.status),
+        ("InternalError", 500),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("PutBucketEncryption"), "{}", r.text());
+    assert!(
+        s.store.head("s3/o/bkt/while-damaged").await.is_err(),
+        "nothing stored"
+    );
+
     let r = c
         .call("DELETE", "/bkt")
         .query("encryption", "")
