@@ -10,6 +10,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/prereqs.sh"
 
 # What any build needs: the C/C++ toolchain and libclang-dev for RocksDB, and cargo.
 saltblob_setup() {
+  local cpu_missing
+  cpu_missing=$(prereq_cpu_missing)
+  if [ -n "$cpu_missing" ]; then
+    echo "error: this CPU lacks $cpu_missing, which .cargo/config.toml turns on for x86-64 (RocksDB's hardware CRC32C);" \
+      "to build for it, delete the rustflags line there" >&2
+    exit 1
+  fi
   prereq_ensure build
   if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo not found; install Rust with rustup (https://rustup.rs), then run this again" >&2

@@ -74,6 +74,20 @@ prereq_missing() {
 }
 
 # Installs the missing prerequisites of the given groups, one line each saying what and why.
+# The CPU features .cargo/config.toml turns on for x86-64 builds (RocksDB's hardware CRC32C) that this CPU lacks,
+# space-separated (nothing on other architectures). A binary built with them dies of SIGILL on a CPU without them,
+# so the build set-up refuses first. SALTBLOB_CPUINFO and SALTBLOB_ARCH stand in for /proc/cpuinfo and `uname -m`
+# in scripts/test-setup.sh.
+prereq_cpu_missing() {
+  [ "${SALTBLOB_ARCH:-$(uname -m)}" = x86_64 ] || return 0
+  local flags f missing=()
+  flags=$(grep -m1 '^flags' "${SALTBLOB_CPUINFO:-/proc/cpuinfo}" 2>/dev/null || true)
+  for f in sse4_2 pclmulqdq; do
+    grep -qw -- "$f" <<<"$flags" || missing+=("$f")
+  done
+  echo "${missing[*]}"
+}
+
 prereq_ensure() {
   local missing pkg why pkgs=()
   missing=$(prereq_missing "$@")

@@ -111,6 +111,28 @@ PATH="$scratch/rclone-bin:$PATH" expect "an rclone binary on PATH without the rc
 echo "rclone install ok half-configured" >>"$FAKE_DPKG_DB"
 expect "a half-configured rclone package counts as missing" "rclone" test
 
+# The CPU features .cargo/config.toml turns on: read from the CPU's flags, and only on x86-64.
+cpu_case() {
+  local name=$1 arch=$2 flags=$3 want=$4 got
+  printf 'processor\t: 0\n%s\n' "$flags" >"$scratch/cpuinfo"
+  got=$(SALTBLOB_ARCH=$arch SALTBLOB_CPUINFO="$scratch/cpuinfo" prereq_cpu_missing)
+  if [ "$got" = "$want" ]; then
+    echo "ok   $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $name: missing '${got}', expected '${want}'"
+    failed=$((failed + 1))
+  fi
+}
+cpu_case "an x86-64 CPU with SSE4.2 and PCLMULQDQ: nothing missing" x86_64 \
+  "flags		: fpu sse sse2 ssse3 sse4_1 sse4_2 pclmulqdq avx2" ""
+cpu_case "an x86-64 CPU from before SSE4.2: both missing" x86_64 "flags		: fpu sse sse2 ssse3 sse4_1" \
+  "sse4_2 pclmulqdq"
+cpu_case "an x86-64 CPU with SSE4.2 but no PCLMULQDQ: that one missing" x86_64 \
+  "flags		: fpu sse sse2 sse4_1 sse4_2 pclmulqdq_typo" "pclmulqdq"
+cpu_case "no flags line: both missing" x86_64 "model name	: unknown" "sse4_2 pclmulqdq"
+cpu_case "another architecture: nothing asked" aarch64 "Features	: fp asimd crc32" ""
+
 # Java 17 is decided by running the candidates cassandra.sh would run.
 machine "${FRESH[@]}" libclang-dev fiu-utils rclone
 PATH="$scratch/java11:$PATH" expect "only Java 11 on PATH: asks for openjdk-17-jre-headless" "openjdk-17-jre-headless" cassandra
