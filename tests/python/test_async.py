@@ -11,9 +11,7 @@ import pytest
 import saltblob
 from test_store import body
 
-pytestmark = pytest.mark.asyncio
-
-
+@pytest.mark.asyncio
 async def test_concurrent_puts_and_gets(store: saltblob.Store, ns: str) -> None:
     sizes = [0, 10, 20_000, 70_000, 300_000] * 10
     values = {f"{ns}{i}": body(n, i) for i, n in enumerate(sizes)}
@@ -33,6 +31,7 @@ async def test_concurrent_puts_and_gets(store: saltblob.Store, ns: str) -> None:
         assert seen in (values[k], updates[k])
 
 
+@pytest.mark.asyncio
 async def test_every_async_twin(store: saltblob.Store, ns: str) -> None:
     data = body(400_000, 2)
     m = await store.put_async(ns + "a", data, chunk_size=65536)
@@ -56,6 +55,7 @@ async def test_every_async_twin(store: saltblob.Store, ns: str) -> None:
         await store.head_async(ns + "a")
 
 
+@pytest.mark.asyncio
 async def test_async_iterator_and_writer(store: saltblob.Store, ns: str) -> None:
     data = body(500_000, 3)
 
@@ -85,6 +85,7 @@ async def test_async_iterator_and_writer(store: saltblob.Store, ns: str) -> None
     assert store.get(ns + "w").bytes() == data
 
 
+@pytest.mark.asyncio
 async def test_cancelled_put_commits_nothing(rocksdb_url: str) -> None:
     async with saltblob.open(rocksdb_url) as store:
         await store.put_async("k", b"previous")
@@ -96,9 +97,77 @@ async def test_cancelled_put_commits_nothing(rocksdb_url: str) -> None:
         assert (await (await store.get_async("k")).bytes_async()) == b"previous"
 
 
+@pytest.mark.asyncio
 async def test_open_async(rocksdb_url: str) -> None:
     store = await saltblob.open_async(rocksdb_url)
     async with store:
         await store.put_async(b"k", b"v")
         assert (await store.get_range_async(b"k")) == b"v"
     assert store.closed
+
+
+@pytest.mark.asyncio
+async def test_results_reach_the_loop_through_its_queue(store: saltblob.Store, ns: str) -> None:
+    """On a loop that can watch a file descriptor, `_async` results are resolved by the loop's own completion
+    queue (no I/O thread takes the GIL); many at once, errors included, each reaching its own awaiter."""
+    from saltblob import _io
+
+    loop = asyncio.get_running_loop()
+    await store.put_async(ns + "q", b"queued")
+    assert type(_io._loop_completions.get(loop)).__name__ == "Completions"
+    keys = [f"{ns}q{i}" for i in range(200)]
+    await asyncio.gather(*(store.put_async(k, k.encode() * 3) for k in keys))
+    missing = [f"{ns}missing{i}" for i in range(50)]
+    got = await asyncio.gather(*(store.get_range_async(k) for k in keys + missing), return_exceptions=True)
+    assert got[:200] == [k.encode() * 3 for k in keys]
+    assert all(isinstance(e, saltblob.NotFound) for e in got[200:])
+
+
+def test_a_loop_that_cannot_watch_descriptors_still_gets_results(rocksdb_url: str) -> None:
+    """A loop without `add_reader` (like Windows' proactor loop) gets its results through
+    `call_soon_threadsafe`: the same values and errors, and cancellation still drops the call."""
+    from saltblob import _io
+
+    class NoReaderLoop(asyncio.SelectorEventLoop):
+        def add_reader(self, *args: object) -> None:
+            raise NotImplementedError
+
+    async def run(store: saltblob.Store) -> None:
+        loop = asyncio.get_running_loop()
+        await store.put_async("k", b"v" * 1000)
+        assert _io._loop_completions[loop] is None
+        assert await (await store.get_async("k")).bytes_async() == b"v" * 1000
+        with pytest.raises(saltblob.NotFound):
+            await store.get_async("absent")
+        task = asyncio.ensure_future(store.put_async("k", bytes(256 << 20)))
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await store.get_range_async("k") == b"v" * 1000
+
+    loop = NoReaderLoop()
+    try:
+        with saltblob.open(rocksdb_url) as store:
+            loop.run_until_complete(run(store))
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("size", [0, 1000, 1 << 20, (1 << 20) + 1, 3 << 20])
+@pytest.mark.asyncio
+async def test_every_way_to_take_the_bytes_of_a_get(store: saltblob.Store, ns: str, size: int) -> None:
+    """Values up to 1 MiB are read by `get` itself, larger ones when taken: either way `bytes`, `chunks` and
+    `stream`, sync and async, give the value, and only once."""
+    data = body(size, 7)
+    await store.put_async(ns + "v", data, chunk_size=256 << 10)
+    r = await store.get_async(ns + "v")
+    assert r.manifest.size == size and r.range == (0, size)
+    assert await r.bytes_async() == data
+    with pytest.raises(saltblob.InvalidArgument, match="already taken"):
+        await r.bytes_async()
+    assert b"".join(await (await store.get_async(ns + "v")).chunks_async()) == data
+    assert b"".join([p async for p in (await store.get_async(ns + "v")).stream(100_000)]) == data
+    assert store.get(ns + "v").bytes() == data
+    assert b"".join(store.get(ns + "v").chunks()) == data
+    assert b"".join(store.get(ns + "v").stream()) == data

@@ -8,6 +8,7 @@
 //! # Layout
 //! Each module uses only those listed before it (`scripts/module-cycles.py`):
 //! - `runtime`: the runtime; `wait` (sync calls), `awaitable` (async calls), `with_gil` (I/O threads into Python).
+//! - `completions`: an event loop's queue of ended `_async` calls, which the loop drains itself.
 //! - `errors`: saltblob's errors as the Python exceptions of `saltblob.exceptions`.
 //! - `args`: keys, sizes, durations and keyword options, checked before any I/O.
 //! - `owned`: a Python `bytes` object shared with Rust without a copy (the crate's only unsafe code).
@@ -19,6 +20,7 @@
 //! - `store`: `Store`, `open` and `open_async`.
 
 mod args;
+mod completions;
 mod data;
 mod errors;
 mod listing;
@@ -39,6 +41,7 @@ fn _saltblob(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::_drop_cql_keyspace, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
     m.add_class::<runtime::Canceller>()?;
+    m.add_class::<completions::Completions>()?;
     m.add_class::<store::Store>()?;
     m.add_class::<objects::Manifest>()?;
     m.add_class::<objects::Description>()?;

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
+use futures::stream::{self, BoxStream};
+use futures::{FutureExt, Stream, StreamExt, future};
 use pyo3::exceptions::{PyStopAsyncIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -17,7 +18,7 @@ use saltblob::{BlobStore, BlobStream};
 
 use crate::errors::{Kind, invalid, new_err, py_err};
 use crate::objects::Manifest;
-use crate::runtime::{awaitable, wait};
+use crate::runtime::{awaitable, ready, wait};
 
 /// Bytes handed to Python as a `bytes` object (one copy) when an awaitable resolves.
 pub(crate) struct BytesOut(pub(crate) Bytes);
@@ -45,26 +46,83 @@ impl<'py> IntoPyObject<'py> for ListOut {
     }
 }
 
+/// Values of at most this many bytes are read whole by `get` itself, in the same call as their manifest, so that
+/// taking their bytes costs no second call (and, with asyncio, no second trip through the event loop).
+pub(crate) const READ_WITH_GET: u64 = 1 << 20;
+
+/// The bytes of a read, piece by piece.
+type Pieces = BoxStream<'static, saltblob::Result<Bytes>>;
+
+/// The bytes of a [`GetResult`], not yet taken.
+enum Body {
+    /// To be read as they are taken.
+    Stream(Box<BlobStream>),
+    /// Read by `get` (a small value): the pieces as they came, or the error the read ended with, raised when they
+    /// are taken, as a stream's would be.
+    Read(saltblob::Result<Vec<Bytes>>),
+}
+
+impl Body {
+    /// The pieces as a stream; a [`BlobStream`] as it is, with its checks.
+    fn into_stream(self) -> Pieces {
+        match self {
+            Self::Stream(s) => (*s).boxed(),
+            Self::Read(Ok(pieces)) => stream::iter(pieces.into_iter().map(Ok)).boxed(),
+            Self::Read(Err(e)) => stream::once(future::ready(Err(e))).boxed(),
+        }
+    }
+}
+
 /// The result of `get`: the manifest of the version read, and its bytes, which can be taken once: whole
 /// (`bytes()`), as the stored chunks (`chunks()`) or as a stream (`stream()`).
 #[pyclass(module = "saltblob")]
 pub(crate) struct GetResult {
     manifest: Manifest,
     range: (u64, u64),
-    stream: Mutex<Option<BlobStream>>,
+    body: Mutex<Option<Body>>,
 }
 
 impl GetResult {
+    /// The result of reading `stream`, whose bytes are read when they are taken.
     pub(crate) fn new(stream: BlobStream) -> Self {
         Self {
             manifest: Manifest::from(&stream.manifest),
             range: (stream.range.start, stream.range.end),
-            stream: Mutex::new(Some(stream)),
+            body: Mutex::new(Some(Body::Stream(Box::new(stream)))),
         }
     }
 
-    fn take(&self) -> PyResult<BlobStream> {
-        self.stream
+    /// The result of reading `stream`: its bytes are read now when they are at most [`READ_WITH_GET`].
+    pub(crate) async fn read(mut stream: BlobStream) -> Self {
+        let (manifest, range) = (
+            Manifest::from(&stream.manifest),
+            (stream.range.start, stream.range.end),
+        );
+        let body = if range.1 - range.0 <= READ_WITH_GET {
+            let mut pieces = Vec::new();
+            let mut failed = None;
+            while let Some(piece) = stream.next().await {
+                match piece {
+                    Ok(p) => pieces.push(p),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            Body::Read(failed.map_or(Ok(pieces), Err))
+        } else {
+            Body::Stream(Box::new(stream))
+        };
+        Self {
+            manifest,
+            range,
+            body: Mutex::new(Some(body)),
+        }
+    }
+
+    fn take(&self) -> PyResult<Body> {
+        self.body
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
@@ -77,12 +135,60 @@ impl GetResult {
                 )
             })
     }
+
+    /// `body`, this result's bytes, copied into one `bytes` object; bytes `get` read are copied at once, without
+    /// a trip through the runtime.
+    fn bytes_of<'py>(&self, py: Python<'py>, body: Body) -> PyResult<Bound<'py, PyBytes>> {
+        let len = usize::try_from(self.range.1 - self.range.0)
+            .map_err(|_| invalid("range", "larger than this machine's address space"))?;
+        let read = matches!(body, Body::Read(_));
+        // A stream is read on the runtime from now on, while this thread makes (and zeroes) the buffer.
+        let pieces = if read {
+            body.into_stream()
+        } else {
+            read_ahead(body.into_stream())?
+        };
+        PyBytes::new_with(py, len, |buf| {
+            let mut filled = std::pin::pin!(fill(pieces, buf));
+            let now = if read {
+                filled.as_mut().now_or_never()
+            } else {
+                None
+            };
+            match now {
+                Some(done) => done,
+                None => wait(py, filled)?,
+            }
+            .map_err(py_err)
+        })
+    }
 }
 
-/// Copies the stream into `buf`, which must be exactly as long.
-async fn fill(mut stream: BlobStream, buf: &mut [u8]) -> saltblob::Result<()> {
+/// Pieces a read may hold ready ahead of its consumer in [`read_ahead`] (the stream's own in-flight window bounds
+/// the bytes it fetches too).
+const AHEAD_PIECES: usize = 16;
+
+/// `pieces`, read on the runtime by a task of their own (ended when the returned stream is dropped).
+fn read_ahead(mut pieces: Pieces) -> PyResult<Pieces> {
+    let (tx, rx) = tokio::sync::mpsc::channel(AHEAD_PIECES);
+    crate::runtime::runtime()?.spawn(async move {
+        while let Some(piece) = pieces.next().await {
+            let failed = piece.is_err();
+            if tx.send(piece).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    Ok(stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|p| (p, rx)) }).boxed())
+}
+
+/// Copies `pieces` into `buf`, which must be exactly as long.
+async fn fill(
+    mut pieces: impl Stream<Item = saltblob::Result<Bytes>> + Unpin,
+    buf: &mut [u8],
+) -> saltblob::Result<()> {
     let (mut at, len) = (0usize, buf.len());
-    while let Some(piece) = stream.next().await {
+    while let Some(piece) = pieces.next().await {
         let piece = piece?;
         let end = at + piece.len();
         let dst = buf.get_mut(at..end).ok_or_else(|| {
@@ -107,7 +213,9 @@ async fn fill(mut stream: BlobStream, buf: &mut [u8]) -> saltblob::Result<()> {
 }
 
 /// Every piece of the stream, in order.
-async fn pieces(mut stream: BlobStream) -> PyResult<Vec<Bytes>> {
+async fn pieces(
+    mut stream: impl Stream<Item = saltblob::Result<Bytes>> + Unpin,
+) -> PyResult<Vec<Bytes>> {
     let mut out = Vec::new();
     while let Some(piece) = stream.next().await {
         out.push(piece.map_err(py_err)?);
@@ -132,30 +240,42 @@ impl GetResult {
     /// All the bytes, read into one `bytes` object (the chunks are copied once, into it). A whole read verifies
     /// the blob's digest.
     fn bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let stream = self.take()?;
-        let len = usize::try_from(self.range.1 - self.range.0)
-            .map_err(|_| invalid("range", "larger than this machine's address space"))?;
-        PyBytes::new_with(py, len, |buf| wait(py, fill(stream, buf))?.map_err(py_err))
+        let body = self.take()?;
+        self.bytes_of(py, body)
     }
 
     /// `bytes()` for asyncio.
     fn bytes_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let stream = self.take()?;
-        awaitable(py, async move {
-            Ok(BytesOut(stream.collect_bytes().await.map_err(py_err)?))
-        })
+        match self.take()? {
+            Body::Stream(stream) => awaitable(py, async move {
+                Ok(BytesOut(stream.collect_bytes().await.map_err(py_err)?))
+            }),
+            read => ready(py, self.bytes_of(py, read).map(Bound::into_any)),
+        }
     }
 
     /// The bytes as a list of `bytes` objects, one per stored chunk (one for an inline blob).
     fn chunks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let stream = self.take()?;
-        ListOut(wait(py, pieces(stream))??).into_pyobject(py)
+        match self.take()? {
+            Body::Read(read) => ListOut(read.map_err(py_err)?).into_pyobject(py),
+            body => ListOut(wait(py, pieces(body.into_stream()))??).into_pyobject(py),
+        }
     }
 
     /// `chunks()` for asyncio.
     fn chunks_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let stream = self.take()?;
-        awaitable(py, async move { Ok(ListOut(pieces(stream).await?)) })
+        match self.take()? {
+            Body::Read(read) => ready(
+                py,
+                read.map_err(py_err)
+                    .and_then(|p| ListOut(p).into_pyobject(py))
+                    .map(Bound::into_any),
+            ),
+            body => {
+                let stream = body.into_stream();
+                awaitable(py, async move { Ok(ListOut(pieces(stream).await?)) })
+            }
+        }
     }
 
     /// The bytes as an iterator (and async iterator) of `bytes` objects of at least `chunk_size` bytes (the last
@@ -168,7 +288,7 @@ impl GetResult {
             _ => 0,
         };
         Ok(ByteStream {
-            stream: Arc::new(tokio::sync::Mutex::new(Some(self.take()?))),
+            stream: Arc::new(tokio::sync::Mutex::new(Some(self.take()?.into_stream()))),
             min,
         })
     }
@@ -185,13 +305,13 @@ impl GetResult {
 /// The bytes of a read as they come: `for piece in stream` or `async for piece in stream`.
 #[pyclass(module = "saltblob")]
 pub(crate) struct ByteStream {
-    stream: Arc<tokio::sync::Mutex<Option<BlobStream>>>,
+    stream: Arc<tokio::sync::Mutex<Option<Pieces>>>,
     min: usize,
 }
 
 /// The next piece of at least `min` bytes (fewer at the end), `None` at the end.
 async fn next_piece(
-    stream: Arc<tokio::sync::Mutex<Option<BlobStream>>>,
+    stream: Arc<tokio::sync::Mutex<Option<Pieces>>>,
     min: usize,
 ) -> PyResult<Option<Bytes>> {
     let mut guard = stream.lock().await;

@@ -1,19 +1,24 @@
 //! The module's one Tokio runtime, and the two ways Python waits for a Rust future on it: [`wait`], for a
 //! synchronous call (the calling thread drives the future with the GIL released, and looks for a pending signal
 //! such as Ctrl-C every [`SIGNAL_CHECK`]), and [`awaitable`], for an `_async` call (an asyncio future resolved
-//! when the Rust task ends; cancelling it drops the Rust future); and [`with_gil`], the one way saltblob's own
-//! threads enter Python, closed by [`_at_exit`] before the interpreter finalizes.
+//! when the Rust task ends, through the loop's [`Completions`]; cancelling it drops the Rust future), or [`ready`]
+//! when nothing is left to wait for; and [`with_gil`], the one way saltblob's own threads enter Python, closed by
+//! [`_at_exit`] before the interpreter finalizes.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
+use futures::FutureExt;
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use tokio::runtime::Runtime;
 use tokio::task::AbortHandle;
+
+use crate::completions::Completions;
 
 /// How often a synchronous call that waits for I/O runs Python's signal handlers, so that Ctrl-C interrupts it.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
@@ -153,15 +158,27 @@ impl Canceller {
 /// `saltblob._io._resolve`, which sets an asyncio future's result or exception unless it was cancelled.
 fn resolver(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let f = RESOLVE.get_or_try_init(py, || {
-        Ok::<_, PyErr>(py.import("saltblob._io")?.getattr("_resolve")?.unbind())
-    })?;
-    Ok(f.bind(py))
+    cached(py, &RESOLVE, "saltblob._io", "_resolve")
+}
+
+/// The function of the Python module `module` named `name`, imported once.
+fn cached<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyAny>>,
+    module: &str,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyAny>> {
+    Ok(cell
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import(module)?.getattr(name)?.unbind())
+        })?
+        .bind(py))
 }
 
 /// An asyncio awaitable of `fut`, which runs on the runtime without the GIL: a future of the running event loop,
-/// resolved (through `call_soon_threadsafe`) when `fut` ends. Cancelling it drops `fut`. Must be called with a
-/// running event loop (from a coroutine).
+/// resolved when `fut` ends, through the loop's [`Completions`] (or `call_soon_threadsafe` on a loop that cannot
+/// watch a file descriptor). Cancelling it drops `fut`. Must be called with a running event loop (from a
+/// coroutine).
 ///
 /// # Errors
 /// `RuntimeError` when there is no running event loop, or the runtime cannot start.
@@ -170,13 +187,72 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    static COMPLETIONS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let rt = runtime()?;
-    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let event_loop = running_loop(py)?;
     let future = event_loop.call_method0("create_future")?;
     resolver(py)?;
+    let completions =
+        cached(py, &COMPLETIONS, "saltblob._io", "_completions")?.call1((&event_loop,))?;
+    let task = if let Ok(completions) = completions.cast::<Completions>() {
+        let (queue, target) = (completions.borrow().queue(), future.clone().unbind());
+        rt.spawn(async move {
+            let outcome = AssertUnwindSafe(fut).catch_unwind().await;
+            queue.push(
+                target,
+                Box::new(move |py| match outcome {
+                    Ok(result) => result.and_then(|v| v.into_py_any(py)),
+                    Err(_) => Err(PyRuntimeError::new_err(
+                        "a saltblob task failed: it panicked",
+                    )),
+                }),
+            );
+        })
+        .abort_handle()
+    } else {
+        resolve_threadsafe(rt, fut, event_loop.unbind(), future.clone().unbind())
+    };
+    future.call_method1("add_done_callback", (Canceller(task),))?;
+    Ok(future)
+}
+
+/// An asyncio future of the running event loop that is already done, with `outcome`'s value or exception: what an
+/// `_async` call returns when it has nothing left to wait for.
+///
+/// # Errors
+/// `RuntimeError` when there is no running event loop.
+pub(crate) fn ready<'py>(
+    py: Python<'py>,
+    outcome: PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let future = running_loop(py)?.call_method0("create_future")?;
+    match outcome {
+        Ok(v) => future.call_method1("set_result", (v,))?,
+        Err(e) => future.call_method1("set_exception", (e.into_value(py),))?,
+    };
+    Ok(future)
+}
+
+/// `asyncio.get_running_loop()`.
+fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    cached(py, &GET_RUNNING_LOOP, "asyncio", "get_running_loop")?.call0()
+}
+
+/// Runs `fut` and resolves `target`, a future of `event_loop`, through `call_soon_threadsafe` (an I/O thread takes
+/// the GIL to call it); for loops that cannot watch a file descriptor.
+fn resolve_threadsafe<F, T>(
+    rt: &Runtime,
+    fut: F,
+    event_loop: Py<PyAny>,
+    target: Py<PyAny>,
+) -> AbortHandle
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
     let task = rt.spawn(fut);
-    future.call_method1("add_done_callback", (Canceller(task.abort_handle()),))?;
-    let (event_loop, target) = (event_loop.unbind(), future.clone().unbind());
+    let abort = task.abort_handle();
     rt.spawn(async move {
         let outcome = task.await;
         with_gil(move |py| {
@@ -200,5 +276,5 @@ where
                 .call_method1("call_soon_threadsafe", (resolve, target, ok, value));
         });
     });
-    Ok(future)
+    abort
 }

@@ -286,7 +286,9 @@ impl Store {
     }
 
     /// Reads the current version of `key`: returns its manifest and its bytes, to take with `bytes()`, `chunks()`
-    /// or `stream()`. `priority` names the class the read runs in.
+    /// or `stream()`. A value of at most 1 MiB is read here, with its manifest (taking it costs no second call; a
+    /// read error is still raised when the bytes are taken); a larger one is read as it is taken. `priority`
+    /// names the class the read runs in.
     #[pyo3(signature = (key, *, priority = None))]
     fn get(
         &self,
@@ -297,9 +299,10 @@ impl Store {
         let key = args::key(key, "key")?;
         let opts = get_options(priority)?;
         let store = self.store()?;
-        let stream =
-            wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
-        Ok(GetResult::new(stream))
+        wait(py, async move {
+            let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
+            Ok(GetResult::read(stream).await)
+        })?
     }
 
     /// `get()` for asyncio.
@@ -315,7 +318,7 @@ impl Store {
         let store = self.store()?;
         awaitable(py, async move {
             let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
-            Ok(GetResult::new(stream))
+            Ok(GetResult::read(stream).await)
         })
     }
 

@@ -7,6 +7,7 @@ sequentially, and raises ``PreconditionFailed`` if the key is overwritten meanwh
 from __future__ import annotations
 
 import io
+import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterable, Optional, Type
 
@@ -20,13 +21,40 @@ if TYPE_CHECKING:
 
 def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     """Ends ``future`` (an ``_async`` call's) with ``value``, its result if ``ok`` else its exception, unless it
-    was cancelled meanwhile. Called on the event loop by the native module, through ``call_soon_threadsafe``."""
+    was cancelled meanwhile. Called on the event loop by the native module: by its ``Completions`` or through
+    ``call_soon_threadsafe``."""
     if future.done():
         return
     if ok:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+# Each event loop's completion queue (native ``Completions``), or None for a loop that cannot watch a file
+# descriptor. Weak keys: a loop's queue goes with the loop.
+_loop_completions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _completions(loop: asyncio.AbstractEventLoop) -> Any:
+    """The queue through which ``_async`` calls made on ``loop`` are resolved, made on first use and watched with
+    ``loop.add_reader``; None when the loop cannot watch a file descriptor (``NotImplementedError``, as on Windows'
+    proactor loop) or cannot be referred to weakly: results then come through ``call_soon_threadsafe``."""
+    try:
+        return _loop_completions[loop]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    from ._saltblob import Completions
+
+    queue: Any = Completions(_resolve)
+    try:
+        loop.add_reader(queue.fileno(), queue.drain)
+    except NotImplementedError:
+        queue = None
+    _loop_completions[loop] = queue
+    return queue
 
 
 async def _put_aiter(writer: AsyncBlobWriter, pieces: AsyncIterable[Any]) -> Manifest:

@@ -166,6 +166,13 @@ class ListIterator(Iterator[ListEntry], AsyncIterator[ListEntry]):
 class Canceller:
     def __call__(self, future: Any) -> None: ...
 
+class Completions:
+    """An event loop's queue of ended ``_async`` calls (internal: ``saltblob._io._completions``)."""
+
+    def __init__(self, resolve: Any) -> None: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
+
 class Store:
     """A saltblob store (``saltblob.open``); a context manager (sync and async) that closes it."""
 
