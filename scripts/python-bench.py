@@ -12,11 +12,16 @@ Run from the Python tests' virtual environment (it has the package and cassandra
   small_read   gets of them, CONCURRENCY in flight (`get_async` + `bytes_async`), bytes compared
 
 Then `saltblob bench --no-probe` with the same sizes on the same store (an embedded store is closed by Python
-first). The JSON has "python", "rust" (`saltblob bench --json` as it is) and "comparison" (Python ÷ Rust).
+first). That is one round; --rounds N alternates which side goes first (a cold start, a node's JIT warming up or a
+store's background work then favour neither), and each phase's ratio is the median of Python's throughputs over the
+median of Rust's. The JSON has "rounds" (each: "first", "python", "rust" = `saltblob bench --json` as it is) and
+"comparison" (per phase: the medians, their ratio, and each round's ratio).
 
 With --reference FILE (the article's salted_blob_store.py) and a cql:// store: COMPAT_COUNT blobs of LARGE_MB MiB,
 64 KiB chunks, 100 salts, written then read one at a time by the article's class and by the compat class, each in
-a keyspace of its own; "compat" in the JSON. The article's class is imported from FILE, never part of saltblob.
+a keyspace of its own, once per round (the order alternating too); a class that fails a round (the article's class
+can be refused by the driver as "overloaded") has that round's error recorded, and the ratios are of the medians of
+the rounds that ended; "compat" in the JSON. The article's class is imported from FILE, never part of saltblob.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -57,6 +63,8 @@ def parse_args() -> argparse.Namespace:
                    help="max_concurrency given to both classes' write and read (default 8; the article's default, "
                         "0, sends a 60 MiB blob's 60 batches at once, which one driver connection refuses as "
                         "overloaded)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="rounds of Python and Rust, alternating which goes first (default 2)")
     p.add_argument("--json", help="write the results as JSON to FILE")
     return p.parse_args()
 
@@ -156,20 +164,34 @@ def bench_rust(args: argparse.Namespace, store_url: str, json_path: str) -> Dict
     return json.loads(Path(json_path).read_text())
 
 
-def compare(python: List[Dict[str, Any]], rust: Dict[str, Any]) -> List[Dict[str, Any]]:
-    by_name = {p["name"]: p for p in rust["phases"]}
+def median(values: List[float]) -> float:
+    return statistics.median(values)
+
+
+def compare(rounds: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per phase: the median of Python's and of Rust's throughputs over ROUNDS, their ratio, each round's ratio."""
     rows = []
-    for p in python:
-        r = by_name.get(p["name"])
-        if not r:
+    for p in rounds[0]["python"]:
+        name = p["name"]
+        pairs = []
+        for r in rounds:
+            py = next(x for x in r["python"] if x["name"] == name)
+            rs = next((x for x in r["rust"]["phases"] if x["name"] == name), None)
+            if rs:
+                pairs.append((py, rs))
+        if not pairs:
             continue
+        python_mib_s = median([py["throughput_mib_s"] for py, _ in pairs])
+        rust_mib_s = median([rs["throughput_mib_s"] for _, rs in pairs])
         rows.append({
-            "phase": p["name"],
-            "python_mib_s": p["throughput_mib_s"],
-            "rust_mib_s": r["throughput_mib_s"],
-            "python_over_rust": p["throughput_mib_s"] / r["throughput_mib_s"],
-            "python_p99_ms": p["latency_ms"]["p99"],
-            "rust_p99_ms": r["latency_ms"]["p99"] if r.get("latency_ms") else None,
+            "phase": name,
+            "python_mib_s": python_mib_s,
+            "rust_mib_s": rust_mib_s,
+            "python_over_rust": python_mib_s / rust_mib_s,
+            "per_round": [py["throughput_mib_s"] / rs["throughput_mib_s"] for py, rs in pairs],
+            "python_p99_ms": median([py["latency_ms"]["p99"] for py, _ in pairs]),
+            "rust_p99_ms": (median([rs["latency_ms"]["p99"] for _, rs in pairs])
+                            if all(rs.get("latency_ms") for _, rs in pairs) else None),
         })
     return rows
 
@@ -188,37 +210,49 @@ def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
     host, port = cql.rsplit(":", 1)
     cluster = Cluster(contact_points=[host], port=int(port), protocol_version=4)
     session = cluster.connect()
-    size = args.large_mb * MIB
-    blob = hashlib.shake_256(b"compat").digest(size)
+    blob = hashlib.shake_256(b"compat").digest(args.large_mb * MIB)
     results: Dict[str, Any] = {"blobs": args.compat_count, "size_mib": args.large_mb, "chunk_size": 65536,
-                               "max_salt": 100, "max_concurrency": args.store_concurrency}
+                               "max_salt": 100, "max_concurrency": args.store_concurrency,
+                               "reference": [], "compat": []}
+    classes = [("reference", reference.SaltedBlobStore), ("compat", SaltedBlobStore)]
     try:
-        for name, cls in (("reference", reference.SaltedBlobStore), ("compat", SaltedBlobStore)):
-            ks = f"pybench_{name}_{int(time.time())}"
-            store = cls(session, keyspace=ks)
-            store.create_schema(replication={"class": "SimpleStrategy", "replication_factor": 1})
-            try:
-                w = one_at_a_time("write", args.compat_count, size, lambda i: store.write(
-                    f"blob-{i}".encode(), blob, max_salt=100, chunk_size=65536,
-                    max_concurrency=args.store_concurrency))
-
-                def read(i: int) -> None:
-                    chunks = store.read(f"blob-{i}".encode(), max_concurrency=args.store_concurrency)
-                    if chunks is None or sum(len(c) for c in chunks) != size:
-                        raise SystemExit(f"{name}: blob-{i} read back wrong")
-
-                r = one_at_a_time("read", args.compat_count, size, read)
-                results[name] = {"write": w, "read": r}
-                print(f"== {name}: write {w['throughput_mib_s']:.1f} MiB/s, read {r['throughput_mib_s']:.1f} MiB/s",
-                      flush=True)
-            finally:
-                store.drop_schema()
+        for round_ in range(args.rounds):
+            for name, cls in (classes if round_ % 2 == 0 else classes[::-1]):
+                results[name].append(compat_round(args, session, name, cls, blob))
     finally:
         cluster.shutdown()
     for what in ("write", "read"):
-        results[f"{what}_compat_over_reference"] = (results["compat"][what]["throughput_mib_s"]
-                                                    / results["reference"][what]["throughput_mib_s"])
+        ended = {name: [r[what]["throughput_mib_s"] for r in results[name] if "error" not in r]
+                 for name, _ in classes}
+        results[f"{what}_compat_over_reference"] = (median(ended["compat"]) / median(ended["reference"])
+                                                    if all(ended.values()) else None)
     return results
+
+
+def compat_round(args: argparse.Namespace, session: Any, name: str, cls: Any, blob: bytes) -> Dict[str, Any]:
+    """COMPAT_COUNT writes then reads of BLOB by CLS in a keyspace of its own; {"error": ...} if the class fails."""
+    size = len(blob)
+    ks = f"pybench_{name}_{int(time.time() * 1000)}"
+    store = cls(session, keyspace=ks)
+    store.create_schema(replication={"class": "SimpleStrategy", "replication_factor": 1})
+    try:
+        w = one_at_a_time("write", args.compat_count, size, lambda i: store.write(
+            f"blob-{i}".encode(), blob, max_salt=100, chunk_size=65536,
+            max_concurrency=args.store_concurrency))
+
+        def read(i: int) -> None:
+            chunks = store.read(f"blob-{i}".encode(), max_concurrency=args.store_concurrency)
+            if chunks is None or sum(len(c) for c in chunks) != size:
+                raise SystemExit(f"{name}: blob-{i} read back wrong")
+
+        r = one_at_a_time("read", args.compat_count, size, read)
+    except Exception as e:  # any failure of a class (the driver's own errors too) is that round's result
+        print(f"== {name}: failed: {e}", flush=True)
+        return {"error": str(e)}
+    finally:
+        store.drop_schema()
+    print(f"== {name}: write {w['throughput_mib_s']:.1f} MiB/s, read {r['throughput_mib_s']:.1f} MiB/s", flush=True)
+    return {"write": w, "read": r}
 
 
 def main() -> None:
@@ -232,31 +266,52 @@ def main() -> None:
 
 def run_all(args: argparse.Namespace, scratch: str) -> None:
     """The runs of main(), with SCRATCH for the default store and the Rust bench's JSON."""
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
+    if args.reference and not (args.store or "").startswith("cql://"):
+        raise SystemExit("--reference needs a cql:// store (the node both classes write to)")
     store_url = args.store or f"rocksdb://{scratch}/store"
-    run = f"pybench/{int(time.time())}"
+    rounds = []
+    for round_ in range(args.rounds):
+        python_first = round_ % 2 == 0
+        print(f"== round {round_ + 1} of {args.rounds}, {'Python' if python_first else 'Rust'} first", flush=True)
+        rust_json = os.path.join(scratch, f"rust-{round_}.json")
+        rust = None if python_first else bench_rust(args, store_url, rust_json)
+        python = python_round(args, store_url, f"pybench/{int(time.time())}-{round_}")
+        if rust is None:
+            rust = bench_rust(args, store_url, rust_json)
+        rounds.append({"first": "python" if python_first else "rust", "python": python, "rust": rust})
+    rows = compare(rounds)
+    print(f"{'phase':<12} {'python MiB/s':>13} {'rust MiB/s':>11} {'python/rust':>12}  per round (medians over "
+          f"{args.rounds} rounds)")
+    for r in rows:
+        print(f"{r['phase']:<12} {r['python_mib_s']:13.1f} {r['rust_mib_s']:11.1f} {r['python_over_rust']:12.2f}  "
+              + " ".join(f"{x:.2f}" for x in r["per_round"]))
+    out: Dict[str, Any] = {"store": store_url,
+                           "config": {k: getattr(args, k)
+                                      for k in ("count", "large_mb", "small_kb", "concurrency", "rounds")},
+                           "rounds": rounds, "comparison": rows, "compat": None}
+    if args.reference:
+        out["compat"] = bench_compat(args, store_url[len("cql://"):].split("/")[0].split(",")[0])
+        c = out["compat"]
+        print("compat / reference (medians): " + ", ".join(
+            f"{what} " + (f"{c[f'{what}_compat_over_reference']:.2f}"
+                          if c[f"{what}_compat_over_reference"] is not None else "n/a (a class failed every round)")
+            for what in ("write", "read")))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+def python_round(args: argparse.Namespace, store_url: str, run: str) -> List[Dict[str, Any]]:
+    """The Python phases on STORE_URL under keys RUN/..., the store closed at the end (an embedded one is then
+    free for the Rust bench)."""
     print(f"== python: {store_url}", flush=True)
     with saltblob.open(store_url) as store:
         python = bench_python(store, args, run)
     for p in python:
         print(f"   {p['name']:<12} {p['throughput_mib_s']:8.1f} MiB/s {p['ops_per_s']:9.1f} ops/s "
               f"P99 {p['latency_ms']['p99']:8.1f} ms", flush=True)
-    rust = bench_rust(args, store_url, os.path.join(scratch, "rust.json"))
-    rows = compare(python, rust)
-    print(f"{'phase':<12} {'python MiB/s':>13} {'rust MiB/s':>11} {'python/rust':>12}")
-    for r in rows:
-        print(f"{r['phase']:<12} {r['python_mib_s']:13.1f} {r['rust_mib_s']:11.1f} {r['python_over_rust']:12.2f}")
-    out: Dict[str, Any] = {"store": store.url,
-                           "config": {k: getattr(args, k) for k in ("count", "large_mb", "small_kb", "concurrency")},
-                           "python": python, "rust": rust, "comparison": rows, "compat": None}
-    if args.reference:
-        if not store_url.startswith("cql://"):
-            raise SystemExit("--reference needs a cql:// store (the node both classes write to)")
-        out["compat"] = bench_compat(args, store_url[len("cql://"):].split("/")[0].split(",")[0])
-        c = out["compat"]
-        print(f"compat / reference: write {c['write_compat_over_reference']:.2f}, "
-              f"read {c['read_compat_over_reference']:.2f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return python
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@
 #
 #   scripts/python-tests.sh [-- PYTEST_ARGS...]
 #   scripts/python-tests.sh --bench [-- PYTHON_BENCH_ARGS...]
+#   scripts/python-tests.sh --reference-scripts DIR [-- PYTHON_REFERENCE_ARGS...]
 #
 # --bench runs scripts/python-bench.py (the package against `saltblob bench` on the same store; with --reference,
 # the compat class against the salting article's class) with --saltblob $CARGO_TARGET_DIR/release/saltblob.
+# --reference-scripts runs scripts/python-reference.py: the article's own demo.py and benchmark.py, fetched into DIR,
+# as they are and with their one import changed to saltblob.compat, on a Cassandra node.
 #
 # Environment:
 #   TEST_CQL          HOST:PORT of a Cassandra or ScyllaDB node (without it, the Cassandra tests are skipped)
@@ -23,6 +26,10 @@ mode=tests
 if [ "${1:-}" = --bench ]; then
   mode=bench
   shift
+elif [ "${1:-}" = --reference-scripts ]; then
+  mode=reference
+  reference_dir=${2:?--reference-scripts needs a directory: the one holding demo.py, benchmark.py and salted_blob_store.py}
+  shift 2
 fi
 [ "${1:-}" = -- ] && shift
 
@@ -42,6 +49,13 @@ echo "== python-tests: installed in $((SECONDS - t0)) s"
 if [ "$mode" = bench ]; then
   exec "$venv/bin/python" scripts/python-bench.py --saltblob "$CARGO_TARGET_DIR/release/saltblob" "$@"
 fi
+if [ "$mode" = reference ]; then
+  exec "$venv/bin/python" scripts/python-reference.py --dir "$reference_dir" "$@"
+fi
+
+# The CLI, for the test of scripts/python-bench.py (skipped when it is not built: the suite's build step builds it).
+saltblob_bin="$CARGO_TARGET_DIR/release/saltblob"
+[ -x "$saltblob_bin" ] || saltblob_bin=
 
 # From a scratch directory, so that the package imported is the installed one and nothing is left in the clone.
 work=$(mktemp -d -t saltblob-py.XXXXXX)
@@ -50,5 +64,5 @@ repo=$PWD
 cd "$work"
 echo "== python-tests: pytest tests/python${TEST_CQL:+ (Cassandra node $TEST_CQL)}"
 # --basetemp in the scratch directory: the stores the tests make (a 256 MiB one among them) go with it.
-timeout 1200 "$venv/bin/python" -m pytest -p no:cacheprovider -c "$repo/tests/python/pytest.ini" \
+SALTBLOB_BIN="$saltblob_bin" timeout 1200 "$venv/bin/python" -m pytest -p no:cacheprovider -c "$repo/tests/python/pytest.ini" \
   --rootdir "$repo/tests/python" --basetemp "$work/pytest" "$repo/tests/python" "$@"
