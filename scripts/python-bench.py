@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import saltblob
 
@@ -159,7 +159,7 @@ def bench_rust(args: argparse.Namespace, store_url: str, json_path: str) -> Dict
     command = [args.saltblob, "--quiet", "bench", "--store", store_url, "--count", str(args.count),
                "--large-mb", str(args.large_mb), "--small-kb", str(args.small_kb),
                "--concurrency", str(args.concurrency), "--no-probe", "--json", json_path]
-    print("== rust:", " ".join(command), flush=True)
+    print("== rust: saltblob bench", " ".join(command[3:]).replace(store_url, "STORE"), flush=True)
     subprocess.run(command, check=True, timeout=1800, stdout=subprocess.DEVNULL)
     return json.loads(Path(json_path).read_text())
 
@@ -277,7 +277,7 @@ def run_all(args: argparse.Namespace, scratch: str) -> None:
         print(f"== round {round_ + 1} of {args.rounds}, {'Python' if python_first else 'Rust'} first", flush=True)
         rust_json = os.path.join(scratch, f"rust-{round_}.json")
         rust = None if python_first else bench_rust(args, store_url, rust_json)
-        python = python_round(args, store_url, f"pybench/{int(time.time())}-{round_}")
+        python, shown_url = python_round(args, store_url, f"pybench/{int(time.time())}-{round_}")
         if rust is None:
             rust = bench_rust(args, store_url, rust_json)
         rounds.append({"first": "python" if python_first else "rust", "python": python, "rust": rust})
@@ -287,7 +287,7 @@ def run_all(args: argparse.Namespace, scratch: str) -> None:
     for r in rows:
         print(f"{r['phase']:<12} {r['python_mib_s']:13.1f} {r['rust_mib_s']:11.1f} {r['python_over_rust']:12.2f}  "
               + " ".join(f"{x:.2f}" for x in r["per_round"]))
-    out: Dict[str, Any] = {"store": store_url,
+    out: Dict[str, Any] = {"store": shown_url,
                            "config": {k: getattr(args, k)
                                       for k in ("count", "large_mb", "small_kb", "concurrency", "rounds")},
                            "rounds": rounds, "comparison": rows, "compat": None}
@@ -302,16 +302,16 @@ def run_all(args: argparse.Namespace, scratch: str) -> None:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 
-def python_round(args: argparse.Namespace, store_url: str, run: str) -> List[Dict[str, Any]]:
+def python_round(args: argparse.Namespace, store_url: str, run: str) -> Tuple[List[Dict[str, Any]], str]:
     """The Python phases on STORE_URL under keys RUN/..., the store closed at the end (an embedded one is then
-    free for the Rust bench)."""
-    print(f"== python: {store_url}", flush=True)
+    free for the Rust bench); and the store's URL as it shows it (without a password)."""
     with saltblob.open(store_url) as store:
+        print(f"== python: {store.url}", flush=True)
         python = bench_python(store, args, run)
     for p in python:
         print(f"   {p['name']:<12} {p['throughput_mib_s']:8.1f} MiB/s {p['ops_per_s']:9.1f} ops/s "
               f"P99 {p['latency_ms']['p99']:8.1f} ms", flush=True)
-    return python
+    return python, store.url
 
 
 if __name__ == "__main__":
