@@ -48,19 +48,24 @@ machine() {
   } >"$FAKE_DPKG_DB"
 }
 
+# report NAME GOT WANT WHAT: one case's line, counted; WHAT says what GOT is ("asked for", "missing").
+report() {
+  if [ "$2" = "$3" ]; then
+    echo "ok   $1"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $1: $4 '$2', expected '$3'"
+    failed=$((failed + 1))
+  fi
+}
+
 # expect NAME WANT GROUP...: prereq_missing for the groups must ask for exactly the packages WANT (space-separated).
 expect() {
   local name=$1 want=$2 got
   shift 2
   got=$(prereq_missing "$@" 2>/dev/null | cut -f1 | sort | xargs)
   want=$(tr ' ' '\n' <<<"$want" | sort | xargs)
-  if [ "$got" = "$want" ]; then
-    echo "ok   $name"
-    passed=$((passed + 1))
-  else
-    echo "FAIL $name: asked for '${got}', expected '${want}'"
-    failed=$((failed + 1))
-  fi
+  report "$name" "$got" "$want" "asked for"
 }
 
 # Java: no JAVA_HOME, a PATH whose java is a fake, a scratch root with no /usr/lib/jvm unless a case adds one.
@@ -116,13 +121,7 @@ cpu_case() {
   local name=$1 arch=$2 flags=$3 want=$4 got
   printf 'processor\t: 0\n%s\n' "$flags" >"$scratch/cpuinfo"
   got=$(SALTBLOB_ARCH=$arch SALTBLOB_CPUINFO="$scratch/cpuinfo" prereq_cpu_missing)
-  if [ "$got" = "$want" ]; then
-    echo "ok   $name"
-    passed=$((passed + 1))
-  else
-    echo "FAIL $name: missing '${got}', expected '${want}'"
-    failed=$((failed + 1))
-  fi
+  report "$name" "$got" "$want" "missing"
 }
 cpu_case "an x86-64 CPU with SSE4.2 and PCLMULQDQ: nothing missing" x86_64 \
   "flags		: fpu sse sse2 ssse3 sse4_1 sse4_2 pclmulqdq avx2" ""
