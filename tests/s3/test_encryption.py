@@ -3,12 +3,14 @@
 default encryption, the errors AWS gives (unknown key, headers that do not go together, encryption context and
 customer keys refused), a store without a key provider refusing every SSE request, and — with the server stopped —
 `saltblob head` showing each object sealed under the key asked for (and, on the embedded store, the plaintext
-found nowhere in its files).
+found nowhere in its files). SSE-C (a key sent with each request) through boto3's calls, its managed transfers and
+awscli's --sse-c: puts, reads, ranges, parts, copies and multipart uploads, and the errors AWS gives.
 
 The sealed server runs on a store of its own (the session store's kind) opened with encryption=local and a keyring
 of three keys (s3key, tenant-a, tenant-b); `--sse-s3-key s3key --sse-kms-key tenant-a`, no store default key: a put
 that asks for nothing is plaintext."""
 
+import base64
 import hashlib
 import os
 import subprocess
@@ -20,6 +22,18 @@ from s3util import MIB, empty_and_delete, make_client, new_bucket_name, pattern_
 from saltblob_server import Server, sibling_store
 
 KEYS = ("s3key", "tenant-a", "tenant-b")
+CUSTOMER_KEY = bytes(range(32))
+OTHER_KEY = bytes(range(1, 33))
+
+
+def sse_c(key, copy_source=False):
+    """boto3's SSE-C arguments for `key` (it computes the key's MD5 and base64 itself)."""
+    prefix = "CopySource" if copy_source else ""
+    return {f"{prefix}SSECustomerAlgorithm": "AES256", f"{prefix}SSECustomerKey": key}
+
+
+def key_md5(key):
+    return base64.b64encode(hashlib.md5(key).digest()).decode()
 
 
 def saltblob(saltblob_bin, *args):
@@ -48,7 +62,8 @@ def start_sealed(saltblob_bin, work_dir, suffix, keyring):
         sealed_store(suffix, keyring),
         work_dir / f"server-{suffix}.log",
         pid_dir=work_dir,
-        extra_args=["--sse-s3-key", "s3key", "--sse-kms-key", "tenant-a"],
+        # No TLS here: SSE-C is taken over HTTP on loopback (test_front_refusals: refused without the flag).
+        extra_args=["--sse-s3-key", "s3key", "--sse-kms-key", "tenant-a", "--sse-c-over-http"],
     ).start()
 
 
@@ -154,7 +169,12 @@ def test_sse_errors_as_aws_and_nothing_stored(ss3, sbucket):
     assert refused(ServerSideEncryption="AES256", SSEKMSKeyId="tenant-b") == ("InvalidArgument", 400)
     assert refused(ServerSideEncryption="aws:kms:dsse") == ("NotImplemented", 501)
     assert refused(ServerSideEncryption="aws:kms", SSEKMSEncryptionContext="eyJhIjoiYiJ9") == ("NotImplemented", 501)
-    assert refused(SSECustomerAlgorithm="AES256", SSECustomerKey="k" * 32) == ("NotImplemented", 501)
+    assert refused(SSECustomerAlgorithm="AES256", SSECustomerKey="k" * 32, ServerSideEncryption="AES256") == (
+        "InvalidArgument",
+        400,
+    )
+    assert refused(SSECustomerAlgorithm="AES128", SSECustomerKey="k" * 32) == ("InvalidEncryptionAlgorithmError", 400)
+    assert refused(SSECustomerAlgorithm="AES256", SSECustomerKey="k" * 16) == ("InvalidArgument", 400)
     # Multipart: an unknown key is refused at CreateMultipartUpload, before any part.
     assert s3_error(
         ss3.create_multipart_upload, Bucket=sbucket, Key="mp", ServerSideEncryption="aws:kms", SSEKMSKeyId="nope"
@@ -389,6 +409,8 @@ def test_objects_are_sealed_in_the_store(saltblob_bin, work_dir, keyring, tmp_pa
         client.create_bucket(Bucket="sse-d")
         client.put_bucket_encryption(Bucket="sse-d", ServerSideEncryptionConfiguration={"Rules": [rule]})
         client.put_object(Bucket="sse-d", Key="defaulted", Body=body(marker, MIB + 5))
+        client.put_object(Bucket="sse-b", Key="ssec", Body=body(marker, MIB + 5), **sse_c(CUSTOMER_KEY))
+        client.put_object(Bucket="sse-b", Key="ssec-inline", Body=marker, **sse_c(CUSTOMER_KEY))
         client.create_bucket(Bucket="sse-p")
         client.put_object(Bucket="sse-p", Key="plain", Body=body(control, MIB + 5))
     finally:
@@ -404,9 +426,119 @@ def test_objects_are_sealed_in_the_store(saltblob_bin, work_dir, keyring, tmp_pa
     assert sealed_under("s3/o/sse-b/mp") == "tenant-a"
     assert sealed_under("s3/o/sse-d/defaulted") == "s3key"
     assert sealed_under("s3/o/sse-p/plain") is None
+    for key in ("s3/o/sse-b/ssec", "s3/o/sse-b/ssec-inline"):
+        m = json.loads(saltblob(saltblob_bin, "--store", srv.store_url, "head", key, "--json").splitlines()[-1])
+        assert m["encryption"]["provider"] == "customer", m
+        assert len(m["encryption"]["key"]) == 32, "the key's fingerprint, never the key"
+        assert base64.b64encode(CUSTOMER_KEY).decode() not in json.dumps(m)
 
     if srv.store_url.startswith("rocksdb://"):
         directory = Path(srv.store_url.removeprefix("rocksdb://").split("?")[0])
         blobs = b"".join(p.read_bytes() for p in directory.rglob("*") if p.is_file())
         assert control in blobs, "the scan finds a plaintext object's bytes"
         assert marker not in blobs, "a sealed object's plaintext is in the store's files"
+
+
+def test_sse_c_put_get_head_range_and_copy(ss3, sbucket):
+    data = pattern_bytes(MIB + 5, seed=7)
+    for key, body in (("small", b"customer secret"), ("large", data)):
+        put = ss3.put_object(Bucket=sbucket, Key=key, Body=body, **sse_c(CUSTOMER_KEY))
+        assert (put["SSECustomerAlgorithm"], put["SSECustomerKeyMD5"]) == ("AES256", key_md5(CUSTOMER_KEY))
+        assert "ServerSideEncryption" not in put
+        got = ss3.get_object(Bucket=sbucket, Key=key, **sse_c(CUSTOMER_KEY))
+        assert got["Body"].read() == body
+        assert got["SSECustomerKeyMD5"] == key_md5(CUSTOMER_KEY)
+        head = ss3.head_object(Bucket=sbucket, Key=key, **sse_c(CUSTOMER_KEY))
+        assert (head["SSECustomerAlgorithm"], head["ContentLength"]) == ("AES256", len(body))
+        part = ss3.get_object(Bucket=sbucket, Key=key, Range="bytes=3-9", **sse_c(CUSTOMER_KEY))
+        assert part["Body"].read() == body[3:10]
+        # Without the key 400 InvalidRequest, with another 403 AccessDenied (as AWS); HEAD the same statuses.
+        assert s3_error(ss3.get_object, Bucket=sbucket, Key=key) == ("InvalidRequest", 400)
+        assert s3_error(ss3.get_object, Bucket=sbucket, Key=key, Range="bytes=0-1") == ("InvalidRequest", 400)
+        assert s3_error(ss3.get_object, Bucket=sbucket, Key=key, **sse_c(OTHER_KEY)) == ("AccessDenied", 403)
+        assert s3_error(ss3.head_object, Bucket=sbucket, Key=key)[1] == 400
+        assert s3_error(ss3.head_object, Bucket=sbucket, Key=key, **sse_c(OTHER_KEY))[1] == 403
+    # A key for an object that is not SSE-C is not applicable.
+    ss3.put_object(Bucket=sbucket, Key="s3", Body=b"x", ServerSideEncryption="AES256")
+    assert s3_error(ss3.get_object, Bucket=sbucket, Key="s3", **sse_c(CUSTOMER_KEY)) == ("InvalidRequest", 400)
+    # Copies: the source's key reads it; the destination is sealed under its own key, or as it asks.
+    ss3.copy_object(
+        Bucket=sbucket,
+        Key="rekeyed",
+        CopySource={"Bucket": sbucket, "Key": "large"},
+        **sse_c(CUSTOMER_KEY, copy_source=True),
+        **sse_c(OTHER_KEY),
+    )
+    assert ss3.get_object(Bucket=sbucket, Key="rekeyed", **sse_c(OTHER_KEY))["Body"].read() == data
+    assert s3_error(ss3.get_object, Bucket=sbucket, Key="rekeyed", **sse_c(CUSTOMER_KEY)) == ("AccessDenied", 403)
+    copied = ss3.copy_object(
+        Bucket=sbucket,
+        Key="to-kms",
+        CopySource={"Bucket": sbucket, "Key": "large"},
+        ServerSideEncryption="aws:kms",
+        SSEKMSKeyId="tenant-b",
+        **sse_c(CUSTOMER_KEY, copy_source=True),
+    )
+    assert copied["ServerSideEncryption"] == "aws:kms"
+    assert ss3.get_object(Bucket=sbucket, Key="to-kms")["Body"].read() == data
+    assert s3_error(
+        ss3.copy_object, Bucket=sbucket, Key="nope", CopySource={"Bucket": sbucket, "Key": "large"}
+    ) == ("InvalidRequest", 400)
+    assert s3_error(ss3.head_object, Bucket=sbucket, Key="nope") == ("404", 404)
+
+
+def test_sse_c_multipart_and_managed_transfers(ss3, sbucket, tmp_path):
+    upload = ss3.create_multipart_upload(Bucket=sbucket, Key="mp", **sse_c(CUSTOMER_KEY))
+    assert upload["SSECustomerKeyMD5"] == key_md5(CUSTOMER_KEY)
+    parts = [pattern_bytes(5 * MIB, seed=8), pattern_bytes(70_000, seed=9)]
+    args = {"Bucket": sbucket, "Key": "mp", "UploadId": upload["UploadId"]}
+    # Each part must carry the upload's key.
+    assert s3_error(ss3.upload_part, PartNumber=1, Body=parts[0], **args) == ("InvalidRequest", 400)
+    assert s3_error(ss3.upload_part, PartNumber=1, Body=parts[0], **args, **sse_c(OTHER_KEY)) == ("InvalidRequest", 400)
+    etags = [
+        ss3.upload_part(PartNumber=n, Body=body, **args, **sse_c(CUSTOMER_KEY))["ETag"]
+        for n, body in enumerate(parts, start=1)
+    ]
+    ss3.complete_multipart_upload(
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, start=1)]}, **args
+    )
+    got = ss3.get_object(Bucket=sbucket, Key="mp", **sse_c(CUSTOMER_KEY))
+    assert got["Body"].read() == b"".join(parts)
+    assert ss3.get_object(Bucket=sbucket, Key="mp", PartNumber=2, **sse_c(CUSTOMER_KEY))["Body"].read() == parts[1]
+    assert s3_error(ss3.get_object, Bucket=sbucket, Key="mp") == ("InvalidRequest", 400)
+
+    # boto3's managed transfers: a multipart upload (over its 8 MiB threshold) and a ranged download, SSE-C.
+    import boto3.s3.transfer
+
+    big = tmp_path / "big"
+    big.write_bytes(pattern_bytes(20 * MIB + 3, seed=10))
+    config = boto3.s3.transfer.TransferConfig(multipart_threshold=8 * MIB, multipart_chunksize=8 * MIB)
+    ss3.upload_file(str(big), sbucket, "transfer", ExtraArgs=sse_c(CUSTOMER_KEY), Config=config)
+    head = ss3.head_object(Bucket=sbucket, Key="transfer", **sse_c(CUSTOMER_KEY))
+    assert head["ETag"].strip('"').endswith("-3"), head["ETag"]
+    back = tmp_path / "back"
+    ss3.download_file(sbucket, "transfer", str(back), ExtraArgs=sse_c(CUSTOMER_KEY), Config=config)
+    assert back.read_bytes() == big.read_bytes()
+
+
+def test_awscli_sse_c(saws, ss3, sbucket, tmp_path):
+    key_file = tmp_path / "customer.key"
+    key_file.write_bytes(CUSTOMER_KEY)
+    small = tmp_path / "small"
+    small.write_bytes(pattern_bytes(100_000, seed=11))
+    big = tmp_path / "big"  # over awscli's 8 MiB multipart threshold
+    big.write_bytes(pattern_bytes(20 * MIB + 1, seed=12))
+    for path in (small, big):
+        saws("s3", "cp", str(path), f"s3://{sbucket}/{path.name}", "--sse-c", "AES256", "--sse-c-key", f"fileb://{key_file}")
+        back = tmp_path / f"{path.name}.back"
+        saws("s3", "cp", f"s3://{sbucket}/{path.name}", str(back), "--sse-c", "AES256", "--sse-c-key", f"fileb://{key_file}")
+        assert back.read_bytes() == path.read_bytes()
+    shown = json.loads(
+        saws(
+            "s3api", "head-object", "--bucket", sbucket, "--key", "big",
+            "--sse-customer-algorithm", "AES256", "--sse-customer-key", f"fileb://{key_file}",
+        )
+    )
+    assert shown["SSECustomerAlgorithm"] == "AES256" and shown["ETag"].strip('"').endswith("-3")
+    err = saws.fails("s3", "cp", f"s3://{sbucket}/small", str(tmp_path / "nokey"))
+    assert "400" in err or "Bad Request" in err, err

@@ -1,5 +1,6 @@
 """What the server does not do, refused as AWS refuses it, through boto3 as applications call it: server-side
-encryption (SSE-C, SSE-KMS, SSE-S3, also on copies and multipart uploads), object lock, ACLs other than private,
+encryption on a store without a key provider (SSE-KMS, SSE-S3, also on copies and multipart uploads), SSE-C over
+plain HTTP, object lock, ACLs other than private,
 tagging, version ids, presigned URLs valid for more than 7 days; and in every case nothing is stored (before, the
 server answered 200 and dropped the header: an "encrypted" object was stored in plaintext, a "locked" one could
 be deleted)."""
@@ -25,7 +26,6 @@ def assert_absent(s3, bucket, key):
 @pytest.mark.parametrize(
     "extra",
     [
-        SSE_C,
         {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/backups"},
         {"ServerSideEncryption": "aws:kms", "BucketKeyEnabled": True},
         {"ServerSideEncryption": "AES256"},
@@ -36,7 +36,7 @@ def assert_absent(s3, bucket, key):
         {"ObjectLockLegalHoldStatus": "ON"},
         {"Tagging": "team=backup&tier=cold"},
     ],
-    ids=["sse-c", "sse-kms", "sse-kms-bucket-key", "sse-s3", "object-lock", "legal-hold", "tagging"],
+    ids=["sse-kms", "sse-kms-bucket-key", "sse-s3", "object-lock", "legal-hold", "tagging"],
 )
 def test_put_with_an_unsupported_feature_is_not_implemented_and_stores_nothing(s3, bucket, extra):
     assert s3_error(s3.put_object, Bucket=bucket, Key="k", Body=b"believed protected", **extra) == (
@@ -47,23 +47,43 @@ def test_put_with_an_unsupported_feature_is_not_implemented_and_stores_nothing(s
 
 
 def test_multipart_upload_and_copy_with_encryption_are_refused(s3, bucket):
-    assert s3_error(s3.create_multipart_upload, Bucket=bucket, Key="mp", **SSE_C) == ("NotImplemented", 501)
+    assert s3_error(s3.create_multipart_upload, Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms") == (
+        "NotImplemented",
+        501,
+    )
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"plain")
+    assert s3_error(
+        s3.copy_object,
+        Bucket=bucket,
+        Key="copy",
+        CopySource={"Bucket": bucket, "Key": "plain"},
+        ServerSideEncryption="aws:kms",
+    ) == ("NotImplemented", 501)
+    assert_absent(s3, bucket, "copy")
+
+
+def test_customer_keys_need_a_secure_connection(s3, bucket):
+    """SSE-C sends the key in a header: a server without TLS (and without --sse-c-over-http) refuses it as AWS
+    does over plain HTTP, on every request that carries one, and stores nothing."""
+    assert s3_error(s3.put_object, Bucket=bucket, Key="k", Body=b"believed protected", **SSE_C) == (
+        "InvalidRequest",
+        400,
+    )
+    assert_absent(s3, bucket, "k")
+    assert s3_error(s3.create_multipart_upload, Bucket=bucket, Key="mp", **SSE_C) == ("InvalidRequest", 400)
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     s3.put_object(Bucket=bucket, Key="plain", Body=b"plain")
     copy_source_sse_c = {
         "CopySourceSSECustomerAlgorithm": "AES256",
         "CopySourceSSECustomerKey": SSE_C_KEY,
     }
-    for extra in (SSE_C, copy_source_sse_c, {"ServerSideEncryption": "aws:kms"}):
+    for extra in (SSE_C, copy_source_sse_c):
         assert s3_error(
             s3.copy_object, Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "plain"}, **extra
-        ) == ("NotImplemented", 501)
+        ) == ("InvalidRequest", 400)
     assert_absent(s3, bucket, "copy")
-
-
-def test_get_with_a_customer_key_is_refused(s3, bucket):
-    s3.put_object(Bucket=bucket, Key="plain", Body=b"plain")
-    assert s3_error(s3.get_object, Bucket=bucket, Key="plain", **SSE_C) == ("NotImplemented", 501)
+    assert s3_error(s3.get_object, Bucket=bucket, Key="plain", **SSE_C) == ("InvalidRequest", 400)
 
 
 def test_acls_other_than_private_are_refused_as_on_a_bucket_without_acls(s3, bucket):

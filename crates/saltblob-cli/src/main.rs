@@ -12,6 +12,7 @@ mod commands;
 mod failure;
 mod human;
 mod progress;
+mod secret_file;
 
 use std::process::ExitCode;
 

@@ -178,6 +178,10 @@ pub struct PutOptions {
     /// key id), over the store's [`crate::EncryptionConfig::key`]. The store must have a key provider. Defaults
     /// to the store's key, if any.
     pub encryption_key: Option<String>,
+    /// A key the caller holds (S3's SSE-C): the version is sealed under it, whatever the store's key, and every
+    /// read of it must give it again ([`GetOptions::customer_key`]). The store needs no key provider for it, and
+    /// never stores the key. Not with [`PutOptions::encryption_key`]. Defaults to none.
+    pub customer_key: Option<crate::encryption::CustomerKey>,
 }
 
 /// Metadata a streaming put learns only from its body, shared between the reader that computes it and the put
@@ -269,6 +273,12 @@ impl PutOptions {
         self
     }
 
+    /// Sets [`PutOptions::customer_key`].
+    pub fn with_customer_key(mut self, key: crate::encryption::CustomerKey) -> Self {
+        self.customer_key = Some(key);
+        self
+    }
+
     /// Sets [`PutOptions::encryption_key`].
     pub fn with_encryption_key(mut self, name: impl Into<String>) -> Self {
         self.encryption_key = Some(name.into());
@@ -321,6 +331,10 @@ pub struct GetOptions {
     /// The class the read runs in. Defaults to the store's default class, else by layout: `interactive` for
     /// inline and single-partition blobs, `bulk` for salted ones.
     pub priority: Option<PriorityClass>,
+    /// The key a version sealed under a customer key ([`PutOptions::customer_key`]) was put with: without it,
+    /// or with another, such a read fails with [`crate::Error::KeyUnavailable`] (provider `customer`) before any
+    /// chunk is fetched. Ignored by versions sealed otherwise, and by plaintext ones. Defaults to none.
+    pub customer_key: Option<crate::encryption::CustomerKey>,
 }
 
 impl GetOptions {
@@ -338,6 +352,12 @@ impl GetOptions {
     /// Sets [`GetOptions::priority`].
     pub fn with_priority(mut self, class: PriorityClass) -> Self {
         self.priority = Some(class);
+        self
+    }
+
+    /// Sets [`GetOptions::customer_key`].
+    pub fn with_customer_key(mut self, key: crate::encryption::CustomerKey) -> Self {
+        self.customer_key = Some(key);
         self
     }
 }

@@ -399,7 +399,8 @@ async fn check_manifests(
 /// Reads one version in full, verifying chunk checksums, lengths and the digest; returns its size.
 async fn verify_version(inner: &Arc<Inner>, key: Bytes, manifest: Manifest) -> Result<u64> {
     let range = 0..manifest.size;
-    let keys = crate::store::sealing::for_read(inner, &key, &manifest).await?;
+    // A version sealed under a customer key cannot be opened here: it is reported unverified.
+    let keys = crate::store::sealing::for_read(inner, &key, &manifest, None).await?;
     let mut stream = read::stream_version(
         inner,
         key,
@@ -407,6 +408,7 @@ async fn verify_version(inner: &Arc<Inner>, key: Bytes, manifest: Manifest) -> R
         range,
         crate::schedule::current_class(),
         keys,
+        None,
     );
     let mut total = 0u64;
     while let Some(piece) = stream.next().await {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::config::{GetOptions, PutCondition, PutOptions};
+use crate::encryption::CUSTOMER;
 use crate::layout::Layout;
 use crate::manifest::{Manifest, ManifestBody};
 use crate::schedule::PriorityClass;
@@ -33,6 +34,14 @@ pub enum Relaid {
     LostToAWriter,
     /// Left alone for the reason given (a multipart blob, an expired one, a key gone before it was read).
     Skipped(&'static str),
+}
+
+/// Why a version sealed under a customer key is not rewritten: it cannot be read without the key.
+const CUSTOMER_SEALED: &str = "sealed under a customer key, which only its holder has";
+
+/// Whether `e` is the refusal of a read of a version sealed under a customer key, made without it.
+fn is_customer_sealed(e: &Error) -> bool {
+    matches!(e, Error::KeyUnavailable { provider, .. } if *provider == CUSTOMER)
 }
 
 impl BlobStore {
@@ -60,6 +69,7 @@ impl BlobStore {
         match self.get_stream_with(key.as_ref(), &opts).await {
             Ok(stream) => self.relayout_stream(key, stream, Some(class)).await,
             Err(Error::NotFound { .. }) => Ok(Relaid::Skipped("gone before it was read")),
+            Err(e) if is_customer_sealed(&e) => Ok(Relaid::Skipped(CUSTOMER_SEALED)),
             Err(e) => Err(e),
         }
     }
@@ -81,6 +91,9 @@ impl BlobStore {
         }
         if self.fits_policy(&read) {
             return Ok(Relaid::Fits);
+        }
+        if read.sealed_by().is_some_and(|s| s.kek.provider == CUSTOMER) {
+            return Ok(Relaid::Skipped(CUSTOMER_SEALED));
         }
         // A sealed blob stays sealed under its key: a rewrite never stores plaintext.
         let seal_under = read.sealing.as_ref().map(|s| s.kek.name.clone());
@@ -104,6 +117,8 @@ impl BlobStore {
         let stream = match self.get_stream_with(key.as_ref(), &opts).await {
             Ok(stream) => stream,
             Err(Error::NotFound { .. }) => return Ok(Relaid::Skipped("gone before it was read")),
+            // Sealed already, under a key only its holder has.
+            Err(e) if is_customer_sealed(&e) => return Ok(Relaid::Fits),
             Err(e) => return Err(e),
         };
         let read = &stream.manifest;

@@ -40,6 +40,9 @@ pub(crate) struct Inner {
     pub(crate) read_budget: Arc<ReadBudget>,
     /// The store's encryption at run time ([`StoreConfig::encryption`]), `None` without a key provider.
     pub(crate) keys: Option<StoreKeys>,
+    /// The store id (`docs/format.md`, "Derived keys") once read or made: every sealed version's keys derive
+    /// from it, whichever key sealed it (`store/sealing.rs`).
+    pub(crate) store_id: tokio::sync::OnceCell<[u8; crate::encryption::STORE_ID_LEN]>,
 }
 
 /// One budget of read-ahead bytes for every read of a store: a read takes a batch's bytes from it before it

@@ -18,9 +18,9 @@
 //!    (or `-bucket-key-enabled`) as a query parameter: `501 NotImplemented` (s3s reads a put's SSE from its
 //!    headers only; it would be dropped).
 //! 7. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
-//!    parameter: server-side encryption with customer keys (`x-amz-server-side-encryption-customer-*`, also the
-//!    copy source's) and with an encryption context (`x-amz-server-side-encryption-context`: the key providers
-//!    take none), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
+//!    parameter: server-side encryption with an encryption context (`x-amz-server-side-encryption-context`:
+//!    the key providers take none) and with customer keys in the query string (SSE-C, `-customer-*`, is taken
+//!    in headers only: `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
 //!    (`x-amz-tagging`, `x-amz-tagging-directive` other than `COPY`): `501 NotImplemented`; ACLs (`x-amz-acl`
 //!    other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`): `400 AccessControlListNotSupported`,
 //!    as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in its body is decided by
@@ -248,27 +248,35 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
 
     let named = headers
         .iter()
-        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned(), false)))
         .chain(
             query
                 .iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone())),
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone(), true)),
         );
-    for (name, value) in named {
-        if let Some(refusal) = check_feature(&name, value.trim()) {
+    for (name, value, in_query) in named {
+        if let Some(refusal) = check_feature(&name, value.trim(), in_query) {
             return Some(refusal);
         }
     }
     None
 }
 
-/// The refusal for a header (or presigned query parameter) `name` (lowercase) with `value` that names a feature
-/// saltblob does not have.
-fn check_feature(name: &str, value: &str) -> Option<Refusal> {
+/// Whether header `name` (lowercase) is one of SSE-C's, the request's or its copy source's (`sse/customer.rs`).
+fn is_customer_header(name: &str) -> bool {
+    name.starts_with("x-amz-server-side-encryption-customer-")
+        || name.starts_with("x-amz-copy-source-server-side-encryption-customer-")
+}
+
+/// The refusal for a header (or, `in_query`, presigned query parameter) `name` (lowercase) with `value` that
+/// names a feature saltblob does not have. SSE-C is taken in headers only: s3s reads it from there, so a key in
+/// the query would be dropped (and a put stored unsealed).
+fn check_feature(name: &str, value: &str, in_query: bool) -> Option<Refusal> {
     let sse = (name.starts_with("x-amz-server-side-encryption")
         && !SSE_PUT_HEADERS.contains(&name)
-        && name != "x-amz-server-side-encryption-bucket-key-enabled")
-        || name.starts_with("x-amz-copy-source-server-side-encryption");
+        && name != "x-amz-server-side-encryption-bucket-key-enabled"
+        || name.starts_with("x-amz-copy-source-server-side-encryption"))
+        && (in_query || !is_customer_header(name));
     let lock = name.starts_with("x-amz-object-lock-")
         || (name == "x-amz-bucket-object-lock-enabled" && value.eq_ignore_ascii_case("true"));
     let tagging = name == "x-amz-tagging"
@@ -545,13 +553,6 @@ mod tests {
         }
         for header in [
             ("x-amz-server-side-encryption-context", "e30="),
-            ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
-            ("x-amz-server-side-encryption-customer-key", "a2V5"),
-            ("x-amz-server-side-encryption-customer-key-md5", "bWQ1"),
-            (
-                "x-amz-copy-source-server-side-encryption-customer-algorithm",
-                "AES256",
-            ),
             ("x-amz-object-lock-mode", "COMPLIANCE"),
             (
                 "x-amz-object-lock-retain-until-date",
@@ -567,6 +568,20 @@ mod tests {
                 not_implemented,
                 "{header:?}"
             );
+        }
+        // SSE-C in headers is for sse/customer.rs to check.
+        for header in [
+            ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
+            ("x-amz-server-side-encryption-customer-key", "a2V5"),
+            ("x-amz-server-side-encryption-customer-key-md5", "bWQ1"),
+            (
+                "x-amz-copy-source-server-side-encryption-customer-algorithm",
+                "AES256",
+            ),
+        ] {
+            for method in [Method::PUT, Method::GET, Method::HEAD] {
+                assert_eq!(refused(method, "/b/k", &[header]), None, "{header:?}");
+            }
         }
         let sse_query = format!(
             "{}&x-amz-server-side-encryption-customer-algorithm=AES256",

@@ -138,6 +138,10 @@ pub struct ServerConfig {
     pub sse_s3_key: Option<String>,
     /// The key SSE-KMS (`aws:kms`) seals under when a request names none. Defaults to the SSE-S3 key.
     pub sse_kms_key: Option<String>,
+    /// Whether SSE-C requests (which carry the customer's key in their headers) are taken on a server without
+    /// [`Self::tls`], as behind a TLS-terminating proxy. Defaults to false: as AWS, such requests are refused
+    /// (`400 InvalidRequest`) unless the connection is TLS.
+    pub sse_c_over_http: bool,
 }
 
 impl ServerConfig {
@@ -160,6 +164,7 @@ impl ServerConfig {
             max_uploads_per_bucket: Some(DEFAULT_MAX_UPLOADS_PER_BUCKET),
             sse_s3_key: None,
             sse_kms_key: None,
+            sse_c_over_http: false,
         }
     }
 
@@ -252,6 +257,7 @@ impl fmt::Debug for ServerConfig {
             .field("max_uploads_per_bucket", &self.max_uploads_per_bucket)
             .field("sse_s3_key", &self.sse_s3_key)
             .field("sse_kms_key", &self.sse_kms_key)
+            .field("sse_c_over_http", &self.sse_c_over_http)
             .finish()
     }
 }

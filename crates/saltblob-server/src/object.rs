@@ -34,6 +34,7 @@ use crate::lifecycle::expiration_of;
 use crate::put_body::{PutBody, put_body};
 use crate::service::SaltS3;
 use crate::sse;
+use crate::sse::customer::{self, customer_echo_into, customer_of};
 use crate::sse::rules::echo_into;
 
 /// Most keys one DeleteObjects request may name, as S3.
@@ -62,7 +63,8 @@ pub(crate) async fn handle_get_object(
         if_modified_since: input.if_modified_since,
         if_unmodified_since: input.if_unmodified_since,
     };
-    let (stream, selected) = open(s3, &key, &selection, &conditions).await?;
+    let customer = customer_of!(&s3.sse, input)?;
+    let (stream, selected) = open(s3, &key, &selection, &conditions, customer.as_ref()).await?;
     s3.record_class_of(&req.extensions, &stream.manifest);
     let whole = matches!(selection, Selection::Whole);
     let attrs = Attributes::of(
@@ -85,6 +87,7 @@ pub(crate) async fn handle_get_object(
         attrs
     );
     echo_into!(output, echo);
+    customer_echo_into!(output, customer.as_ref());
     Ok(S3Response::new(output))
 }
 
@@ -100,7 +103,9 @@ pub(crate) async fn handle_head_object(
     let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
     let selection = Selection::of(input.range, input.part_number)?;
+    let customer = customer_of!(&s3.sse, input)?;
     let manifest = s3.store.head(&key).await.map_err(from_store)?;
+    customer::check_read(&manifest, customer.as_ref())?;
     Conditions {
         if_match: input.if_match,
         if_none_match: input.if_none_match,
@@ -129,6 +134,7 @@ pub(crate) async fn handle_head_object(
         attrs
     );
     echo_into!(output, s3.sse_echo(&manifest));
+    customer_echo_into!(output, customer.as_ref());
     let mut response = S3Response::new(output);
     if selected.partial {
         response.extensions.insert(PartialContent);
@@ -145,8 +151,14 @@ pub(crate) async fn handle_put_object(
     let input = req.input;
     let (record, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
+    let customer = customer_of!(&s3.sse, input)?;
     let sse = s3
-        .sse_choice(&input.bucket, &record, &sse::rules::request_of!(input))
+        .put_choice(
+            &input.bucket,
+            &record,
+            &sse::rules::request_of!(input),
+            customer.as_ref(),
+        )
         .await?;
     let metadata = object_metadata!(input)?;
     let PutBody {
@@ -163,6 +175,9 @@ pub(crate) async fn handle_put_object(
     opts.content_type = input.content_type;
     opts.size_hint = size_hint;
     sse::apply(sse.as_ref(), &mut opts);
+    if let Some(c) = &customer {
+        c.apply(&mut opts);
+    }
     let result = s3.store.put_stream(&key, reader, &opts).await;
     let manifest = sse::finish_sealed(result, &outcome, sse.as_ref())?;
     s3.record_class_of(&req.extensions, &manifest);
@@ -175,6 +190,7 @@ pub(crate) async fn handle_put_object(
         stored_checksums(&manifest)
     );
     echo_into!(output, s3.sse_echo(&manifest));
+    customer_echo_into!(output, customer.as_ref());
     Ok(S3Response::new(output))
 }
 

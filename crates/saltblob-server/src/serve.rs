@@ -286,6 +286,7 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
         provider: store_encryption.is_some(),
         kms_key: config.sse_kms_key.clone().or_else(|| s3_key.clone()),
         s3_key,
+        customer_keys: config.tls.is_some() || config.sse_c_over_http,
         defaults: crate::lifecycle::Cache::default(),
     };
     let mut builder = S3ServiceBuilder::new(SaltS3 {

@@ -29,6 +29,10 @@ pub struct Get {
     /// layout's: interactive for inline and single-partition blobs, bulk for larger ones.
     #[arg(long, value_name = "CLASS", value_parser = super::put::parse_priority)]
     priority: Option<PriorityClass>,
+    /// The customer key in FILE (32 raw bytes, mode 0600) a blob put with `put --customer-key` (or S3's SSE-C)
+    /// was sealed under: such a blob reads only with it.
+    #[arg(long, value_name = "FILE")]
+    customer_key: Option<PathBuf>,
 }
 
 impl Command for Get {
@@ -51,6 +55,10 @@ impl Get {
         }
         if let Some(class) = &self.priority {
             opts = opts.with_priority(class.clone());
+        }
+        if let Some(path) = &self.customer_key {
+            let key = crate::secret_file::customer_key(path).map_err(Failure::usage)?;
+            opts = opts.with_customer_key(key);
         }
         let mut stream = store.get_stream_with(&self.key, &opts).await?;
         let total = stream.range.end - stream.range.start;

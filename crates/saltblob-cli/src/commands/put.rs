@@ -52,6 +52,10 @@ pub struct Put {
     /// must name the provider. Defaults to the store's key, if any.
     #[arg(long, value_name = "KEY")]
     encrypt: Option<String>,
+    /// Seal the blob under the customer key in FILE (32 raw bytes, mode 0600; S3's SSE-C): it is never stored,
+    /// and every read must give it again (`get --customer-key`). No key provider is needed.
+    #[arg(long, value_name = "FILE", conflicts_with = "encrypt")]
+    customer_key: Option<std::path::PathBuf>,
 }
 
 /// Parses a priority class name (whether the store has it is checked when the store is open).
@@ -118,6 +122,10 @@ impl Put {
         }
         if let Some(key) = &self.encrypt {
             opts = opts.with_encryption_key(key.clone());
+        }
+        if let Some(path) = &self.customer_key {
+            let key = crate::secret_file::customer_key(path).map_err(Failure::usage)?;
+            opts = opts.with_customer_key(key);
         }
         Ok(opts)
     }

@@ -77,6 +77,10 @@ pub struct Serve {
     /// The key SSE-KMS (aws:kms) seals under when a request names no key id. Defaults to the SSE-S3 key.
     #[arg(long, value_name = "NAME")]
     sse_kms_key: Option<String>,
+    /// Take SSE-C requests (x-amz-server-side-encryption-customer-*, which carry the customer's key) without
+    /// --tls-cert, as behind a TLS-terminating proxy. Without it, as AWS, they need a TLS connection.
+    #[arg(long)]
+    sse_c_over_http: bool,
 }
 
 impl Command for Serve {
@@ -157,6 +161,7 @@ impl Serve {
             .with_max_uploads_per_bucket(Some(self.max_uploads_per_bucket))
             .with_sse_keys(self.sse_s3_key.clone(), self.sse_kms_key.clone());
         config.region = self.region.clone();
+        config.sse_c_over_http = self.sse_c_over_http;
         let buckets = |names: &[String]| {
             names
                 .iter()
@@ -216,25 +221,10 @@ impl Serve {
 
 /// Reads and parses a credentials file, refusing one that group or others may access.
 fn read_credentials(path: &Path) -> Result<Vec<AccessKey>, String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(path)
-            .map_err(|e| format!("cannot read --credentials {}: {e}", path.display()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            return Err(format!(
-                "--credentials {} is accessible by group or others (mode {:04o}): it holds secrets; run chmod 600 {}",
-                path.display(),
-                mode & 0o7777,
-                path.display()
-            ));
-        }
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read --credentials {}: {e}", path.display()))?;
-    parse_credentials(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let bytes = crate::secret_file::read_private(path, "--credentials")?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| format!("--credentials {} is not UTF-8 text", path.display()))?;
+    parse_credentials(text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Replaces the keys of `ring` from the credentials file at `path` on every SIGHUP; a file that cannot be read

@@ -9,6 +9,14 @@ use crate::common::{fails, json, ok, saltblob};
 
 const MARKER: &[u8] = b"SALTBLOB-CLI-PLAINTEXT-MARKER";
 
+/// A blob of each layout on the embedded store, by name and size: inline, in RocksDB's blob files, in an extent
+/// file (at or above 8 MiB).
+const LAYOUTS: [(&str, usize); 3] = [
+    ("inline", 500),
+    ("blob-files", 300_000),
+    ("extent", 20 << 20),
+];
+
 /// A file of `len` bytes holding the marker every 64 bytes between pseudo-random bytes.
 fn marked_file(path: &Path, len: usize, seed: u64) {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -73,12 +81,7 @@ fn sealed_blobs_read_back_leave_no_plaintext_and_survive_a_key_rotation() {
         c
     };
     let sealed = url(Some("tenant"));
-    // Inline, RocksDB's blob files, an extent file (at or above 8 MiB).
-    let blobs = [
-        ("inline", 500usize),
-        ("blob-files", 300_000),
-        ("extent", 20 << 20),
-    ];
+    let blobs = LAYOUTS;
     for (i, (name, len)) in blobs.iter().enumerate() {
         let file = dir.path().join(name);
         marked_file(&file, *len, i as u64);
@@ -198,4 +201,95 @@ fn sealed_blobs_read_back_leave_no_plaintext_and_survive_a_key_rotation() {
     );
     let kind = std::fs::symlink_metadata(&fifo).expect("stat").file_type();
     assert!(kind.is_fifo(), "the pipe is still a pipe: {kind:?}");
+}
+
+/// `put --customer-key FILE` on a store without a key provider seals every layout (inline, RocksDB's blob files,
+/// an extent file) under the key in FILE, which is stored nowhere; `get --customer-key` reads them back, whole and
+/// by range; without it, or with another key, the read is refused naming the customer key; no plaintext is in the
+/// store's directory; fsck lists them as unverified; a key file readable by others or of the wrong length is
+/// refused before anything is written.
+#[test]
+fn customer_keys_seal_blobs_that_read_only_with_the_same_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("store");
+    let key_file = |name: &str, bytes: &[u8], mode: u32| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("write key");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        path
+    };
+    let key = key_file("customer.key", &[0x3C; 32], 0o600);
+    let other = key_file("other.key", &[0xC3; 32], 0o600);
+    let blobs = LAYOUTS;
+    for (i, (name, len)) in blobs.iter().enumerate() {
+        let file = dir.path().join(name);
+        marked_file(&file, *len, 20 + i as u64);
+        ok(saltblob(&store)
+            .args(["put", name])
+            .arg(&file)
+            .arg("--customer-key")
+            .arg(&key));
+        let head = json(&ok(saltblob(&store).args(["head", name, "--json"])));
+        assert_eq!(head["encryption"]["provider"], "customer", "{name}: {head}");
+        let out = dir.path().join(format!("{name}.out"));
+        ok(saltblob(&store)
+            .args(["get", name, "--customer-key"])
+            .arg(&key)
+            .arg("-o")
+            .arg(&out));
+        assert!(
+            std::fs::read(&out).expect("read") == std::fs::read(&file).expect("read"),
+            "{name}"
+        );
+        let part = ok(saltblob(&store)
+            .args(["get", name, "--range", "100-199", "--customer-key"])
+            .arg(&key));
+        assert_eq!(part.stdout, std::fs::read(&file).expect("read")[100..200]);
+        fails(
+            saltblob(&store).args(["get", name]),
+            1,
+            "sealed under a customer key, which the read did not give",
+        );
+        fails(
+            saltblob(&store)
+                .args(["get", name, "--customer-key"])
+                .arg(&other),
+            1,
+            "not the one it was sealed with",
+        );
+    }
+    let found = files_with_marker(&store);
+    assert!(found.is_empty(), "plaintext stored in {found:?}");
+    let fsck = json(&ok(saltblob(&store).args(["fsck", "--json"])));
+    assert_eq!(
+        fsck["unverified"].as_array().map(Vec::len),
+        Some(3),
+        "{fsck}"
+    );
+    assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
+
+    // Bad key files: refused before anything is written.
+    let loose = key_file("loose.key", &[1; 32], 0o644);
+    let short = key_file("short.key", &[1; 16], 0o600);
+    let data = dir.path().join("inline");
+    fails(
+        saltblob(&store)
+            .args(["put", "refused"])
+            .arg(&data)
+            .arg("--customer-key")
+            .arg(&loose),
+        2,
+        "accessible by group or others",
+    );
+    fails(
+        saltblob(&store)
+            .args(["put", "refused"])
+            .arg(&data)
+            .arg("--customer-key")
+            .arg(&short),
+        2,
+        "holds 16 bytes",
+    );
+    fails(saltblob(&store).args(["head", "refused"]), 3, "not found");
 }

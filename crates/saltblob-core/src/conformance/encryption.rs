@@ -42,6 +42,25 @@ async fn stored_chunks(backend: &Arc<dyn ChunkStore>, key: &str, m: &Manifest) -
         .collect()
 }
 
+/// Asserts that neither the manifest record of `key` nor the stored chunks of its version `m` hold the marker.
+async fn stores_no_plaintext(backend: &Arc<dyn ChunkStore>, key: &str, m: &Manifest) {
+    let record = backend
+        .get_record(Namespace::Manifest, key.as_bytes())
+        .await
+        .expect("manifest record")
+        .expect("stored");
+    assert!(
+        !shows_marker(&record),
+        "{key}: the manifest record holds plaintext"
+    );
+    for chunk in stored_chunks(backend, key, m).await {
+        assert!(
+            !shows_marker(&chunk),
+            "{key}: a stored chunk holds plaintext"
+        );
+    }
+}
+
 /// `len` pseudo-random bytes whose every 64 bytes start with `marker`, so that any plaintext stored shows it.
 pub fn marked_with(marker: &[u8], len: usize, seed: u64) -> Bytes {
     let mut v = data(len, seed).to_vec();
@@ -123,21 +142,7 @@ pub async fn sealed_blobs_round_trip_and_store_no_plaintext(backend: Arc<dyn Chu
                     "{key} {range:?}"
                 );
             }
-            let record = backend
-                .get_record(Namespace::Manifest, key.as_bytes())
-                .await
-                .expect("manifest record")
-                .expect("stored");
-            assert!(
-                !shows_marker(&record),
-                "{key}: the manifest record holds plaintext"
-            );
-            for chunk in stored_chunks(&backend, &key, &m).await {
-                assert!(
-                    !shows_marker(&chunk),
-                    "{key}: a stored chunk holds plaintext"
-                );
-            }
+            stores_no_plaintext(&backend, &key, &m).await;
         }
     }
     let report = store
@@ -393,5 +398,131 @@ pub async fn sealed_segments_compose_and_read_back(backend: Arc<dyn ChunkStore>)
     assert_eq!(
         store.rekey(&key).await.expect("rekey"),
         crate::Rekeyed::Current
+    );
+}
+
+/// Blobs put under a customer key (S3's SSE-C) on a store without a key provider: every layout and a multipart
+/// blob read back, whole and by range, with that key and no other; without it, or with another, the read fails
+/// with `KeyUnavailable` (provider `customer`) before a byte; no plaintext is stored; fsck reports them unverified
+/// (not damaged), rekey and relayout leave them alone; a put naming a customer key and a store key is refused.
+pub async fn customer_keys_seal_and_only_the_same_key_reads(backend: Arc<dyn ChunkStore>) {
+    use crate::encryption::{CUSTOMER, CustomerKey};
+    use crate::{GetOptions, Rekeyed, Relaid};
+    let store = store(&backend, small_config());
+    let p = prefix("customer");
+    let given = CustomerKey::new([0x5A; 32]);
+    let other = CustomerKey::new([0xA5; 32]);
+    let with = |k: &CustomerKey| GetOptions::new().with_customer_key(k.clone());
+    let refused_as = |r: crate::Result<Bytes>, what: &str| match r {
+        Err(Error::KeyUnavailable {
+            provider: CUSTOMER,
+            key,
+            ..
+        }) => assert!(
+            key.contains(given.id()),
+            "{what}: names the key's fingerprint"
+        ),
+        other => panic!("{what}: {other:?}"),
+    };
+    let opts = PutOptions::new().with_customer_key(given.clone());
+    let mut keys = Vec::new();
+    for (i, size) in [0usize, 999, 1001, 65_537, 300_000].into_iter().enumerate() {
+        let payload = marked(size, 40 + i as u64);
+        for streamed in [false, true] {
+            let key = format!("{p}{size}-{streamed}");
+            let m = if streamed {
+                store.put_stream(&key, trickle(&payload), &opts).await
+            } else {
+                store.put(&key, payload.clone(), &opts).await
+            }
+            .unwrap_or_else(|e| panic!("put {key}: {e}"));
+            let sealing = m.sealing.as_ref().expect("sealed");
+            assert_eq!(
+                (sealing.kek.provider, sealing.kek.name.as_str()),
+                (CUSTOMER, given.id())
+            );
+            let got = store.get_with(&key, &with(&given)).await.expect("get");
+            assert!(got == payload, "{key}: read back different bytes");
+            let range = size as u64 / 3..size as u64 / 2;
+            let part = store
+                .get_with(&key, &with(&given).with_range(range.clone()))
+                .await
+                .expect("range");
+            assert!(part[..] == payload[range.start as usize..range.end as usize]);
+            refused_as(store.get(&key).await, "no key");
+            refused_as(store.get_with(&key, &with(&other)).await, "another key");
+            assert!(
+                store.get_stream(&key).await.is_err(),
+                "{key}: a stream without the key fails when it is opened"
+            );
+            stores_no_plaintext(&backend, &key, &m).await;
+            keys.push(key);
+        }
+    }
+
+    // A multipart blob whose parts were each put under the key.
+    let key = format!("{p}multipart");
+    let parts = [marked(700, 50), marked(150_000, 51)];
+    let mut segments = Vec::new();
+    for part in &parts {
+        let lease = std::time::Duration::from_secs(3600);
+        let segment = store
+            .put_segment(&key, &part[..], &opts, lease)
+            .await
+            .expect("put_segment");
+        assert_eq!(
+            segment.sealing.as_ref().map(|s| s.kek.provider),
+            Some(CUSTOMER)
+        );
+        segments.push(segment);
+    }
+    store
+        .compose(&key, &segments, &PutOptions::new())
+        .await
+        .expect("compose");
+    let whole: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+    let got = store.get_with(&key, &with(&given)).await.expect("get");
+    assert!(got == whole, "the multipart blob reads back");
+    refused_as(store.get(&key).await, "multipart, no key");
+    refused_as(
+        store.get_with(&key, &with(&other)).await,
+        "multipart, another key",
+    );
+
+    // Maintenance cannot open them, and says so rather than calling them damaged or rewriting them.
+    let report = store
+        .fsck(&crate::FsckOptions::new().with_prefix(p.clone()))
+        .await
+        .expect("fsck");
+    assert!(report.damaged.is_empty(), "{report:?}");
+    assert_eq!(report.unverified.len(), keys.len() + 1, "{report:?}");
+    assert!(
+        matches!(store.rekey(&keys[2]).await, Ok(Rekeyed::Skipped(_))),
+        "rekey leaves a customer-sealed blob alone"
+    );
+    assert!(
+        matches!(
+            store.relayout(&keys[2], None).await,
+            Ok(Relaid::Skipped(_) | Relaid::Fits)
+        ),
+        "relayout leaves a customer-sealed blob alone"
+    );
+    assert!(
+        store.get_with(&keys[2], &with(&given)).await.is_ok(),
+        "and it still reads"
+    );
+
+    let both = opts.clone().with_encryption_key("tenant-a");
+    let e = store
+        .put(format!("{p}both"), Bytes::from_static(b"x"), &both)
+        .await
+        .expect_err("two keys");
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    assert!(
+        matches!(
+            store.head(format!("{p}both")).await,
+            Err(Error::NotFound { .. })
+        ),
+        "nothing was stored"
     );
 }

@@ -47,6 +47,7 @@ pub use conditional::{
     plain_and_conditional_commits_apply_in_order,
 };
 pub use encryption::{
+    customer_keys_seal_and_only_the_same_key_reads,
     keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
     moved_and_replayed_sealed_data_is_refused, sealed_blobs_round_trip_and_store_no_plaintext,
     sealed_segments_compose_and_read_back,
@@ -151,7 +152,8 @@ macro_rules! conformance_suite {
             record_scans_page_in_key_order, record_scan_from_before_the_prefix,
             sealed_blobs_round_trip_and_store_no_plaintext,
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
-            moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back);
+            moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back,
+            customer_keys_seal_and_only_the_same_key_reads);
     };
     (sealed #[$attr:meta] $make:expr) => {
         $crate::conformance_suite!(@sealed [#[$attr]] $make);

@@ -7,6 +7,7 @@
 //! ([`seal::VersionKeys`]) and what a sealed manifest records ([`Sealing`]). A store seals the versions it writes
 //! when its [`crate::StoreConfig::encryption`] (or a put's [`crate::PutOptions::encryption_key`]) names a key.
 
+mod customer;
 mod keyring;
 mod params;
 pub mod seal;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
+pub use self::customer::{CUSTOMER_ID_LEN, CustomerKey};
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
 pub use self::params::{AwsKmsParams, EncryptionParams};
 use crate::error::Result;
@@ -34,12 +36,15 @@ pub const LOCAL: &str = "local";
 pub const STORE_ID_LEN: usize = 16;
 /// The AWS KMS provider's name.
 pub const AWS_KMS: &str = "aws-kms";
+/// The name manifests record for a version sealed under a key its writer gave ([`CustomerKey`]; S3's SSE-C).
+pub const CUSTOMER: &str = "customer";
 
 /// The tag a manifest records for provider `name` (`docs/format.md`, "Manifest encryption block").
 pub fn provider_tag(name: &str) -> Option<u8> {
     match name {
         LOCAL => Some(1),
         AWS_KMS => Some(2),
+        CUSTOMER => Some(3),
         _ => None,
     }
 }
@@ -49,6 +54,7 @@ pub fn provider_of_tag(tag: u8) -> Option<&'static str> {
     match tag {
         1 => Some(LOCAL),
         2 => Some(AWS_KMS),
+        3 => Some(CUSTOMER),
         _ => None,
     }
 }
@@ -169,16 +175,14 @@ impl EncryptionConfig {
     }
 }
 
-/// A store's encryption at run time (`store/sealing.rs`): its configuration, the provider behind the data-key
-/// cache, and its store id once read or made.
+/// A store's encryption at run time (`store/sealing.rs`): its configuration and the provider behind the data-key
+/// cache.
 #[derive(Debug)]
 pub(crate) struct StoreKeys {
     /// As configured.
     pub(crate) config: EncryptionConfig,
     /// The provider, behind the cache.
     pub(crate) cache: CachedProvider,
-    /// The store id (`docs/format.md`, "Derived keys"), read or made once.
-    pub(crate) store_id: tokio::sync::OnceCell<[u8; STORE_ID_LEN]>,
 }
 
 impl StoreKeys {
@@ -187,7 +191,6 @@ impl StoreKeys {
         Self {
             cache: CachedProvider::new(Arc::clone(&config.provider), config.key_cache, clock),
             config: config.clone(),
-            store_id: tokio::sync::OnceCell::new(),
         }
     }
 }
@@ -284,10 +287,57 @@ fn wrap_aad(name: &str, version: u32) -> Vec<u8> {
     aad
 }
 
-fn aead_key(kek: &Kek) -> Result<LessSafeKey> {
-    let key = UnboundKey::new(&AES_256_GCM, kek.key())
-        .map_err(|_| crypto_failed("AES-256-GCM key set-up"))?;
+fn aead_key(kek: &[u8]) -> Result<LessSafeKey> {
+    let key =
+        UnboundKey::new(&AES_256_GCM, kek).map_err(|_| crypto_failed("AES-256-GCM key set-up"))?;
     Ok(LessSafeKey::new(key))
+}
+
+/// `key` sealed with AES-256-GCM under `kek` and associated data `aad`: a random nonce, the sealed key, the tag
+/// ([`LOCAL_WRAPPED_LEN`] bytes). The local provider's and customer keys' wrapping.
+pub(crate) fn wrap_key(kek: &[u8], aad: Vec<u8>, key: &Secret) -> Result<Vec<u8>> {
+    let mut nonce = [0u8; NONCE_LEN];
+    fill_random(&mut nonce)?;
+    let mut sealed = key.to_vec();
+    aead_key(kek)?
+        .seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut sealed,
+        )
+        .map_err(|_| crypto_failed("AES-256-GCM wrapping a data key"))?;
+    let mut wrapped = Vec::with_capacity(LOCAL_WRAPPED_LEN);
+    wrapped.extend_from_slice(&nonce);
+    wrapped.extend_from_slice(&sealed);
+    Ok(wrapped)
+}
+
+/// The key [`wrap_key`] sealed in `wrapped` under `kek` and `aad`; `Err` saying why it does not open.
+pub(crate) fn unwrap_key(
+    kek: &[u8],
+    aad: Vec<u8>,
+    wrapped: &[u8],
+) -> Result<std::result::Result<Secret, String>> {
+    if wrapped.len() != LOCAL_WRAPPED_LEN {
+        return Ok(Err(format!(
+            "a wrapped key of {} bytes; {LOCAL_WRAPPED_LEN} expected",
+            wrapped.len()
+        )));
+    }
+    let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
+    let Ok(nonce) = Nonce::try_assume_unique_for_key(nonce) else {
+        return Ok(Err("a wrapped key without its nonce".into()));
+    };
+    let mut buf = zeroize::Zeroizing::new(sealed.to_vec());
+    let Ok(opened) = aead_key(kek)?.open_in_place(nonce, Aad::from(aad), &mut buf) else {
+        return Ok(Err(
+            "the wrapped data key does not open under it (wrapped by another key, or changed)"
+                .into(),
+        ));
+    };
+    let mut key = Secret::new([0; KEY_LEN]);
+    key.copy_from_slice(opened);
+    Ok(Ok(key))
 }
 
 #[async_trait::async_trait]
@@ -309,20 +359,8 @@ impl KeyProvider for LocalProvider {
             };
             return Err(self.unavailable(format!("{name:?}"), reason));
         };
+        let wrapped = wrap_key(kek.key(), wrap_aad(&kek.name, kek.version), key)?;
         let key = key.clone();
-        let mut nonce = [0u8; NONCE_LEN];
-        fill_random(&mut nonce)?;
-        let mut sealed = key.to_vec();
-        aead_key(kek)?
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(wrap_aad(&kek.name, kek.version)),
-                &mut sealed,
-            )
-            .map_err(|_| self.unavailable(format!("{name:?}"), "AES-256-GCM failed to wrap"))?;
-        let mut wrapped = Vec::with_capacity(LOCAL_WRAPPED_LEN);
-        wrapped.extend_from_slice(&nonce);
-        wrapped.extend_from_slice(&sealed);
         Ok(DataKey {
             key,
             wrapped,
@@ -341,30 +379,8 @@ impl KeyProvider for LocalProvider {
         if kek.state == KekState::Retired {
             return Err(self.unavailable(kek_ref, "the key version is retired"));
         }
-        if wrapped.len() != LOCAL_WRAPPED_LEN {
-            return Err(self.unavailable(
-                kek_ref,
-                format!(
-                    "a wrapped key of {} bytes; {LOCAL_WRAPPED_LEN} expected",
-                    wrapped.len()
-                ),
-            ));
-        }
-        let (nonce, sealed) = wrapped.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce)
-            .map_err(|_| self.unavailable(kek_ref, "a wrapped key without its nonce"))?;
-        let mut buf = zeroize::Zeroizing::new(sealed.to_vec());
-        let opened = aead_key(kek)?
-            .open_in_place(nonce, Aad::from(wrap_aad(&kek.name, kek.version)), &mut buf)
-            .map_err(|_| {
-                self.unavailable(
-                    kek_ref,
-                    "the wrapped data key does not open under it (wrapped by another key, or changed)",
-                )
-            })?;
-        let mut key = Secret::new([0; KEY_LEN]);
-        key.copy_from_slice(opened);
-        Ok(key)
+        unwrap_key(kek.key(), wrap_aad(&kek.name, kek.version), wrapped)?
+            .map_err(|reason| self.unavailable(kek_ref, reason))
     }
 }
 

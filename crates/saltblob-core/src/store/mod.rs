@@ -153,6 +153,7 @@ impl BlobStore {
                     .encryption
                     .as_ref()
                     .map(|e| StoreKeys::new(e, Arc::clone(&config.clock))),
+                store_id: tokio::sync::OnceCell::new(),
                 config,
                 running: Arc::default(),
             }),
@@ -336,8 +337,9 @@ impl BlobStore {
         }
         let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
         let class = sched.choose(opts.priority.as_ref(), by_layout)?;
-        let keys = sealing::for_read(&self.inner, &key, &manifest).await?;
-        sealing::check_segments(&self.inner, &key, &manifest, &range).await?;
+        let customer = opts.customer_key.as_ref();
+        let keys = sealing::for_read(&self.inner, &key, &manifest, customer).await?;
+        sealing::check_segments(&self.inner, &key, &manifest, &range, customer).await?;
         Ok(read::stream_version(
             &self.inner,
             key,
@@ -345,6 +347,7 @@ impl BlobStore {
             range,
             class,
             keys,
+            opts.customer_key.clone(),
         ))
     }
 

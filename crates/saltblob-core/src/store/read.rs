@@ -16,6 +16,7 @@ use futures::stream::{self, BoxStream, Stream, StreamExt};
 
 use crate::backend::{BlobRef, ChunkId};
 use crate::codec::{ChunkPlace, Opener, decode_chunk};
+use crate::encryption::CustomerKey;
 use crate::encryption::seal::VersionKeys;
 use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, Segment, hex};
@@ -77,8 +78,9 @@ impl BlobStream {
 }
 
 /// Streams bytes `range` of version `manifest` of `key` (a range within the blob), its chunks read in `class`
-/// and, for a sealed version, opened with `keys` (`sealing::for_read`); verifies the digest when the range is the
-/// whole blob.
+/// and, for a sealed version, opened with `keys` (`sealing::for_read`; a segmented version's segments are
+/// opened each, with the read's customer key `customer` where they need it); verifies the digest when the range
+/// is the whole blob.
 pub(crate) fn stream_version(
     inner: &Arc<Inner>,
     key: Bytes,
@@ -86,6 +88,7 @@ pub(crate) fn stream_version(
     range: Range<u64>,
     class: Option<ClassTag>,
     keys: Option<Arc<VersionKeys>>,
+    customer: Option<CustomerKey>,
 ) -> BlobStream {
     let full = range.start == 0 && range.end == manifest.size;
     let stream: BoxStream<'static, Result<Bytes>> = match &manifest.body {
@@ -134,9 +137,15 @@ pub(crate) fn stream_version(
             class,
             keys,
         ),
-        ManifestBody::Segmented(segments) => {
-            stream_segments(inner, key, &manifest, segments, range.clone(), class)
-        }
+        ManifestBody::Segmented(segments) => stream_segments(
+            inner,
+            key,
+            &manifest,
+            segments,
+            range.clone(),
+            class,
+            customer,
+        ),
     };
     BlobStream {
         manifest,
@@ -154,6 +163,7 @@ fn stream_segments(
     segments: &[Segment],
     range: Range<u64>,
     class: Option<ClassTag>,
+    customer: Option<CustomerKey>,
 ) -> BoxStream<'static, Result<Bytes>> {
     let mut parts = Vec::new();
     let mut start = 0u64;
@@ -179,10 +189,11 @@ fn stream_segments(
     stream::iter(parts)
         .then(move |(part, within)| {
             let (inner, key, class) = (Arc::clone(&inner), key.clone(), class.clone());
+            let customer = customer.clone();
             async move {
                 // A sealed segment is opened with its own keys, derived when the read reaches it.
-                match sealing::for_read(&inner, &key, &part).await {
-                    Ok(keys) => stream_version(&inner, key, part, within, class, keys).stream,
+                match sealing::for_read(&inner, &key, &part, customer.as_ref()).await {
+                    Ok(keys) => stream_version(&inner, key, part, within, class, keys, None).stream,
                     Err(e) => stream::once(async move { Err(e) }).boxed(),
                 }
             }

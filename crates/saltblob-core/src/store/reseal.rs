@@ -88,10 +88,18 @@ impl BlobStore {
             if sealings.is_empty() {
                 return Ok(Rekeyed::Plaintext);
             }
+            if sealings
+                .iter()
+                .any(|(_, s)| s.kek.provider == crate::encryption::CUSTOMER)
+            {
+                return Ok(Rekeyed::Skipped(
+                    "sealed under a customer key, which only its holder has",
+                ));
+            }
             let mut moved = None;
             for (version, old) in sealings.iter_mut() {
                 // Opens the data key and checks the commitment; without a provider, says what to fix.
-                sealing::open(inner, &key, *version, old).await?;
+                sealing::open(inner, &key, *version, old, None).await?;
                 let Some(keys) = &inner.keys else {
                     return Ok(Rekeyed::Skipped("no key provider"));
                 };

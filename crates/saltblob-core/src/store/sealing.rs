@@ -8,7 +8,9 @@ use bytes::Bytes;
 use crate::backend::{Namespace, Precondition, RecordWrite};
 use crate::config::PutOptions;
 use crate::encryption::seal::{STORE_ID_LEN, VersionKeys};
-use crate::encryption::{AWS_KMS, LOCAL, Sealing, StoreKeys, fill_random, provider_tag};
+use crate::encryption::{
+    AWS_KMS, CUSTOMER, CustomerKey, LOCAL, Sealing, fill_random, provider_tag,
+};
 use crate::manifest::{Manifest, ManifestBody};
 use crate::state::Inner;
 use crate::version::VersionId;
@@ -27,18 +29,34 @@ pub(crate) struct PutSealing {
     pub(crate) compress: bool,
 }
 
-/// How version `version` of `key` is sealed: under the put's key ([`PutOptions::encryption_key`]), else the store's
-/// ([`crate::EncryptionConfig::key`]); `None` (plaintext) when neither names one.
+/// How version `version` of `key` is sealed: under the put's customer key ([`PutOptions::customer_key`]), else
+/// the put's key ([`PutOptions::encryption_key`]), else the store's ([`crate::EncryptionConfig::key`]); `None`
+/// (plaintext) when none is named.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when the put names a key and the store has no provider; [`Error::KeyUnavailable`]
-/// when the provider cannot make a data key under it. Both come before anything is written.
+/// [`Error::InvalidArgument`] when the put names both a customer key and a key, or a key on a store without
+/// provider; [`Error::KeyUnavailable`] when the provider cannot make a data key under it. All come before
+/// anything is written.
 pub(crate) async fn for_put(
     inner: &Inner,
     key: &[u8],
     version: VersionId,
     opts: &PutOptions,
 ) -> Result<Option<PutSealing>> {
+    if let Some(customer) = &opts.customer_key {
+        if let Some(name) = &opts.encryption_key {
+            return Err(Error::invalid(
+                "encryption key",
+                format!(
+                    "{name:?} and a customer key: a version is sealed under one key, give one of them"
+                ),
+            ));
+        }
+        let compress = inner.keys.as_ref().is_some_and(|k| k.config.compress);
+        return sealed(inner, key, version, &customer.new_data_key()?, compress)
+            .await
+            .map(Some);
+    }
     let store_key = inner.keys.as_ref().and_then(|k| k.config.key.as_ref());
     let Some(name) = opts.encryption_key.as_ref().or(store_key) else {
         return Ok(None);
@@ -46,9 +64,10 @@ pub(crate) async fn for_put(
     let Some(keys) = &inner.keys else {
         return Err(no_provider(name));
     };
-    // Manifests name the provider by a tag of the format's: one without a tag could not be read back.
+    // Manifests name the provider by a tag of the format's: one without a tag could not be read back, and
+    // `customer` is the tag of keys given per request.
     let provider = keys.config.provider.name();
-    if provider_tag(provider).is_none() {
+    if provider_tag(provider).is_none() || provider == CUSTOMER {
         return Err(Error::invalid(
             "key provider",
             format!(
@@ -57,17 +76,30 @@ pub(crate) async fn for_put(
         ));
     }
     let dek = keys.cache.data_key(name).await?;
-    let store_id = store_id(inner, keys, true).await?;
+    sealed(inner, key, version, &dek, keys.config.compress)
+        .await
+        .map(Some)
+}
+
+/// The sealing of version `version` of `key` under data key `dek`.
+async fn sealed(
+    inner: &Inner,
+    key: &[u8],
+    version: VersionId,
+    dek: &crate::encryption::DataKey,
+    compress: bool,
+) -> Result<PutSealing> {
+    let store_id = store_id(inner, true).await?;
     let version_keys = VersionKeys::derive(&dek.key, &store_id, key, version)?;
-    Ok(Some(PutSealing {
+    Ok(PutSealing {
         sealing: Sealing {
             kek: dek.kek.clone(),
             wrapped: dek.wrapped.clone(),
             commitment: *version_keys.commitment(),
         },
         keys: Arc::new(version_keys),
-        compress: keys.config.compress,
-    }))
+        compress,
+    })
 }
 
 /// The error of a put under key `name` on a store without a key provider.
@@ -91,20 +123,24 @@ pub(crate) async fn check_key(inner: &Inner, name: &str) -> Result<()> {
     keys.cache.data_key(name).await.map(|_| ())
 }
 
-/// The secrets that open version `manifest` of `key`; `None` when it is plaintext. The key commitment is checked
-/// here, before any chunk is fetched.
+/// The secrets that open version `manifest` of `key`, given `customer` (the read's customer key, if any);
+/// `None` when it is plaintext. The key commitment is checked here, before any chunk is fetched.
 ///
 /// # Errors
 /// [`Error::KeyUnavailable`] naming the key when the store has no provider, another one, or the provider cannot
-/// open the data key (unknown, retired or disabled key); [`Error::Corrupt`] when the commitment does not match
-/// (the manifest was moved from another key, version or store, or changed) or the store id is missing.
+/// open the data key (unknown, retired or disabled key), or for a version sealed under a customer key when
+/// `customer` is not that key; [`Error::Corrupt`] when the commitment does not match (the manifest was moved from
+/// another key, version or store, or changed) or the store id is missing.
 pub(crate) async fn for_read(
     inner: &Inner,
     key: &[u8],
     manifest: &Manifest,
+    customer: Option<&CustomerKey>,
 ) -> Result<Option<Arc<VersionKeys>>> {
     match &manifest.sealing {
-        Some(sealing) => open(inner, key, manifest.version, sealing).await.map(Some),
+        Some(sealing) => open(inner, key, manifest.version, sealing, customer)
+            .await
+            .map(Some),
         None => Ok(None),
     }
 }
@@ -118,6 +154,7 @@ pub(crate) async fn check_segments(
     key: &[u8],
     manifest: &Manifest,
     range: &std::ops::Range<u64>,
+    customer: Option<&CustomerKey>,
 ) -> Result<()> {
     let ManifestBody::Segmented(segments) = &manifest.body else {
         return Ok(());
@@ -129,27 +166,65 @@ pub(crate) async fn check_segments(
             && start < range.end
             && range.start < end
         {
-            open(inner, key, segment.version, sealing).await?;
+            open(inner, key, segment.version, sealing, customer).await?;
         }
         start = end;
     }
     Ok(())
 }
 
-/// The secrets of version `version` of `key` (a version, or a segment of one), sealed as `sealing` says; the key
-/// commitment checked. Errors as [`for_read`].
+/// The secrets of version `version` of `key` (a version, or a segment of one), sealed as `sealing` says, given
+/// the read's customer key `customer`; the key commitment checked. Errors as [`for_read`].
 pub(crate) async fn open(
     inner: &Inner,
     key: &[u8],
     version: VersionId,
     sealing: &Sealing,
+    customer: Option<&CustomerKey>,
 ) -> Result<Arc<VersionKeys>> {
+    let dek = open_data_key(inner, key, version, sealing, customer).await?;
+    let store_id = store_id(inner, false).await?;
+    let version_keys = VersionKeys::derive(&dek, &store_id, key, version)?;
+    if !version_keys.commits_to(&sealing.commitment) {
+        return Err(Error::corrupt(
+            format!(
+                "manifest of key \"{}\" version {}",
+                KeyDisplay::from(key),
+                version
+            ),
+            "its key commitment does not match the keys derived from its data key: the manifest was moved \
+             from another key, version or store, or changed",
+        ));
+    }
+    Ok(Arc::new(version_keys))
+}
+
+/// The data key of version `version` of `key`, sealed as `sealing` says: opened with the read's customer key
+/// for provider `customer`, else by the store's provider (through its cache). Errors as [`for_read`].
+async fn open_data_key(
+    inner: &Inner,
+    key: &[u8],
+    version: VersionId,
+    sealing: &Sealing,
+    customer: Option<&CustomerKey>,
+) -> Result<crate::encryption::Secret> {
     let unavailable = |reason: String| Error::KeyUnavailable {
         provider: sealing.kek.provider,
         key: sealing.kek.to_string(),
         reason,
         retryable: false,
     };
+    if sealing.kek.provider == CUSTOMER {
+        return match customer {
+            Some(given) => given.open_data_key(sealing),
+            None => Err(unavailable(format!(
+                "version {} of key \"{}\" is sealed under a customer key, which the read did not give \
+                 (GetOptions::customer_key; S3: the x-amz-server-side-encryption-customer-* headers)",
+                version,
+                KeyDisplay::from(key)
+            ))),
+        };
+    }
     let Some(keys) = &inner.keys else {
         return Err(unavailable(format!(
             "version {} of key \"{}\" is sealed, and the store was opened without a key provider: open it \
@@ -168,27 +243,14 @@ pub(crate) async fn open(
             keys.config.provider.name()
         )));
     }
-    let dek = keys.cache.open(&sealing.kek, &sealing.wrapped).await?;
-    let store_id = store_id(inner, keys, false).await?;
-    let version_keys = VersionKeys::derive(&dek, &store_id, key, version)?;
-    if !version_keys.commits_to(&sealing.commitment) {
-        return Err(Error::corrupt(
-            format!(
-                "manifest of key \"{}\" version {}",
-                KeyDisplay::from(key),
-                version
-            ),
-            "its key commitment does not match the keys derived from its data key: the manifest was moved \
-             from another key, version or store, or changed",
-        ));
-    }
-    Ok(Arc::new(version_keys))
+    keys.cache.open(&sealing.kek, &sealing.wrapped).await
 }
 
 /// The store id: read once, or made (with a conditional put, so that concurrent first puts agree) when `create`.
-async fn store_id(inner: &Inner, keys: &StoreKeys, create: bool) -> Result<[u8; STORE_ID_LEN]> {
+async fn store_id(inner: &Inner, create: bool) -> Result<[u8; STORE_ID_LEN]> {
     let corrupt = |detail: String| Error::corrupt("store id record", detail);
-    keys.store_id
+    inner
+        .store_id
         .get_or_try_init(|| async {
             let bytes = match inner.backend.get_record(Namespace::Meta, STORE_ID).await? {
                 Some(bytes) => bytes,

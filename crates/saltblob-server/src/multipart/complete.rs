@@ -126,6 +126,10 @@ pub(crate) async fn handle_complete_multipart_upload(
     // What the object's encryption will be, as the upload chose it (known before the compose: the response's
     // headers may be sent while it runs).
     let echo = match Upload::read_any(&s3.store, &request.bucket, &request.id).await {
+        // SSE-C: CompleteMultipartUpload's response has no SSE-C headers, and claims no other encryption.
+        Ok(Some(upload)) if crate::sse::customer::is_upload(&upload.manifest.metadata) => {
+            Echo::default()
+        }
         Ok(Some(upload)) => s3.choice_echo(Choice::of_upload(&upload.manifest.metadata).as_ref()),
         _ => Echo::default(),
     };

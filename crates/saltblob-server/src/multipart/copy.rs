@@ -5,7 +5,7 @@ use s3s::dto::{
     CopyPartResult, CopySource, ETag, StreamingBlob, UploadPartCopyInput, UploadPartCopyOutput,
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{BlobStream, GetOptions, PriorityClass, PutOptions};
+use saltblob_core::{BlobStream, PriorityClass, PutOptions};
 
 use super::upload::{State, StoredPart, Upload, no_such_upload};
 use super::{MAX_PART_SIZE, PART_LEASE, check_part_number, record_part};
@@ -17,6 +17,7 @@ use crate::keys::object_key;
 use crate::put_body::{BodyChecks, PutBody, verified_body};
 use crate::service::SaltS3;
 use crate::sse;
+use crate::sse::customer::{self, Customer, customer_echo_into, customer_of};
 use crate::sse::rules::{Choice, echo_into};
 
 /// How often the copy reads the source again when it is replaced between its head and its read.
@@ -88,7 +89,17 @@ pub(crate) async fn handle_upload_part_copy(
         if_modified_since: input.copy_source_if_modified_since,
         if_unmodified_since: input.copy_source_if_unmodified_since,
     };
-    let stream = open_source(s3, &src, input.copy_source_range.as_deref(), &conditions).await?;
+    let customer = customer_of!(&s3.sse, input)?;
+    customer::check_part(&upload.manifest.metadata, customer.as_ref())?;
+    let source_customer = customer_of!(&s3.sse, input, copy_source)?;
+    let stream = open_source(
+        s3,
+        &src,
+        input.copy_source_range.as_deref(),
+        &conditions,
+        source_customer.as_ref(),
+    )
+    .await?;
     let len = stream.range.end - stream.range.start;
     let class = PriorityClass::bulk();
     record_class(&req.extensions, class.clone());
@@ -113,6 +124,7 @@ pub(crate) async fn handle_upload_part_copy(
     // Sealed as the upload chose, whatever the source's encryption.
     let sse = Choice::of_upload(&upload.manifest.metadata);
     opts.encryption_key = sse.as_ref().map(|c| c.key.clone());
+    opts.customer_key = customer.as_ref().map(|c| c.key.clone());
     let written = s3.store.put_segment(&key, reader, &opts, PART_LEASE).await;
     let segment = sse::finish_sealed(written, &outcome, sse.as_ref())?;
     let stored = record_part(
@@ -140,7 +152,10 @@ pub(crate) async fn handle_upload_part_copy(
         copy_part_result: Some(result),
         ..UploadPartCopyOutput::default()
     };
-    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    match &customer {
+        Some(c) => customer_echo_into!(output, Some(c)),
+        None => echo_into!(output, s3.choice_echo(sse.as_ref())),
+    }
     Ok(S3Response::new(output))
 }
 
@@ -161,16 +176,18 @@ impl futures::Stream for SyncStream {
     }
 }
 
-/// Opens the bytes of source `src` to copy: `range` of it (`x-amz-copy-source-range`) or all of it, read from
-/// the version whose conditions were checked.
+/// Opens the bytes of source `src` to copy, with the copy source's SSE-C key `customer`: `range` of it
+/// (`x-amz-copy-source-range`) or all of it, read from the version whose conditions were checked.
 async fn open_source(
     s3: &SaltS3,
     src: &str,
     range: Option<&str>,
     conditions: &Conditions,
+    customer: Option<&Customer>,
 ) -> S3Result<BlobStream> {
     for _ in 0..SOURCE_RETRIES {
         let manifest = s3.store.head(src).await.map_err(from_store)?;
+        customer::check_read(&manifest, customer)?;
         conditions.check(&manifest, S3ErrorCode::PreconditionFailed)?;
         let bytes = match range {
             Some(r) => copy_range(r, manifest.size)?,
@@ -184,12 +201,12 @@ async fn open_source(
                 ),
             ));
         }
-        let opts = GetOptions::new().with_range(bytes);
+        let opts = customer::get_options(customer).with_range(bytes);
         match s3.store.get_stream_with(src, &opts).await {
             Ok(stream) if stream.manifest.version == manifest.version => return Ok(stream),
             // Replaced between the head and the read: check it again.
             Ok(_) | Err(saltblob_core::Error::RangeNotSatisfiable { .. }) => continue,
-            Err(e) => return Err(from_store(e)),
+            Err(e) => return Err(customer::read_failed(e, customer)),
         }
     }
     Err(s3_error!(

@@ -63,6 +63,7 @@ use crate::keys::{MULTIPART_PREFIX, object_key, uploads_prefix};
 use crate::put_body::{PutBody, announced_trailer, put_body};
 use crate::service::SaltS3;
 use crate::sse;
+use crate::sse::customer::{self, customer_echo_into, customer_of};
 use crate::sse::rules::{Choice, echo_into};
 
 /// How long a part stays claimable after it was written: a part older than this is refused at completion
@@ -176,8 +177,10 @@ pub(crate) async fn handle_create_multipart_upload(
         input.checksum_algorithm.as_ref(),
         input.checksum_type.as_ref(),
     )?;
+    let customer = customer_of!(&s3.sse, input)?;
+    let asked = sse::rules::request_of!(input);
     let sse = s3
-        .sse_choice(&input.bucket, &record, &sse::rules::request_of!(input))
+        .put_choice(&input.bucket, &record, &asked, customer.as_ref())
         .await?;
     if let Some(choice) = &sse {
         // Refused now, not at the first part.
@@ -187,6 +190,9 @@ pub(crate) async fn handle_create_multipart_upload(
     let mut metadata = object_metadata!(input)?;
     if let Some(choice) = &sse {
         choice.insert_into_upload(&mut metadata);
+    }
+    if let Some(c) = &customer {
+        customer::insert_into_upload(c, &mut metadata);
     }
     let id = upload::create(
         &s3.store,
@@ -206,7 +212,10 @@ pub(crate) async fn handle_create_multipart_upload(
         checksum_type: checksum.map(UploadChecksum::kind_dto),
         ..CreateMultipartUploadOutput::default()
     };
-    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    match &customer {
+        Some(c) => customer_echo_into!(output, Some(c)),
+        None => echo_into!(output, s3.choice_echo(sse.as_ref())),
+    }
     Ok(S3Response::new(output))
 }
 
@@ -247,6 +256,8 @@ pub(crate) async fn handle_upload_part(
         return Err(no_such_upload());
     }
     let key = object_key(&input.bucket, &input.key)?;
+    let customer = customer_of!(&s3.sse, input)?;
+    customer::check_part(&upload.manifest.metadata, customer.as_ref())?;
     if input
         .content_length
         .is_some_and(|l| u64::try_from(l).is_ok_and(|l| l > MAX_PART_SIZE))
@@ -275,6 +286,7 @@ pub(crate) async fn handle_upload_part(
     // Sealed as the upload chose (each segment under its own version).
     let sse = Choice::of_upload(&upload.manifest.metadata);
     opts.encryption_key = sse.as_ref().map(|c| c.key.clone());
+    opts.customer_key = customer.as_ref().map(|c| c.key.clone());
     record_class(&req.extensions, class);
     let written = s3.store.put_segment(&key, reader, &opts, PART_LEASE).await;
     let segment = sse::finish_sealed(written, &outcome, sse.as_ref())?;
@@ -294,7 +306,10 @@ pub(crate) async fn handle_upload_part(
         },
         stored_checksums(&stored)
     );
-    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    match &customer {
+        Some(c) => customer_echo_into!(output, Some(c)),
+        None => echo_into!(output, s3.choice_echo(sse.as_ref())),
+    }
     Ok(S3Response::new(output))
 }
 

@@ -34,6 +34,7 @@ use crate::keys::object_key;
 use crate::put_body::{MAX_PUT_BYTES, record_into};
 use crate::service::SaltS3;
 use crate::sse;
+use crate::sse::customer::{self, customer_echo_into, customer_of};
 use crate::sse::rules::{echo_into, is_sse_key};
 
 /// How long a copy may run before its response starts and is kept alive.
@@ -102,13 +103,20 @@ pub(crate) async fn handle_copy_object(
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
     let asked = sse::rules::request_of!(input);
-    if src == dst && !replace && asked.algorithm.is_none() {
+    let customer = customer_of!(&s3.sse, input)?;
+    let source_customer = customer_of!(&s3.sse, input, copy_source)?;
+    if src == dst && !replace && asked.algorithm.is_none() && customer.is_none() {
         return Err(s3_error!(
             InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
         ));
     }
-    let stream = s3.store.get_stream(&src).await.map_err(from_store)?;
+    let stream = s3
+        .store
+        .get_stream_with(&src, &customer::get_options(source_customer.as_ref()))
+        .await
+        .map_err(|e| customer::read_failed(e, source_customer.as_ref()))?;
+    customer::check_read(&stream.manifest, source_customer.as_ref())?;
     Conditions {
         if_match: input.copy_source_if_match,
         if_none_match: input.copy_source_if_none_match,
@@ -128,8 +136,11 @@ pub(crate) async fn handle_copy_object(
         .await?;
     s3.record_class_of(&req.extensions, &source);
     // Fresh ETag and checksums: those of the source are not copied but computed again from its bytes.
-    // The destination's encryption is the request's or its bucket's default, not the source's (as AWS).
-    let sse = s3.sse_choice(&input.bucket, &record, &asked).await?;
+    // The destination's encryption is the request's (SSE-C, else SSE-S3 or SSE-KMS) or its bucket's default,
+    // not the source's (as AWS).
+    let sse = s3
+        .put_choice(&input.bucket, &record, &asked, customer.as_ref())
+        .await?;
     let is_own = |k: &String| k == ETAG_KEY || k.starts_with(CHECKSUM_KEY) || is_sse_key(k);
     let mut computed: Vec<Algorithm> = source
         .metadata
@@ -160,6 +171,9 @@ pub(crate) async fn handle_copy_object(
         opts.content_type = source.content_type.clone();
     }
     sse::apply(sse.as_ref(), &mut opts);
+    if let Some(c) = &customer {
+        c.apply(&mut opts);
+    }
     let expected = Expected {
         computed,
         ..Expected::default()
@@ -186,7 +200,10 @@ pub(crate) async fn handle_copy_object(
     });
     // Known before the copy ends: its headers may be sent while it runs.
     let mut output = CopyObjectOutput::default();
-    echo_into!(output, s3.choice_echo(sse.as_ref()));
+    match &customer {
+        Some(c) => customer_echo_into!(output, Some(c)),
+        None => echo_into!(output, s3.choice_echo(sse.as_ref())),
+    }
     if let Ok(joined) = tokio::time::timeout(HEAD_AFTER, &mut task).await {
         return Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(joined.map_err(task_failed)??),

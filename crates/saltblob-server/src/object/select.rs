@@ -6,11 +6,12 @@ use std::ops::Range as Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::dto::Range;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
-use saltblob_core::{BlobStream, GetOptions, Manifest, ManifestBody};
+use saltblob_core::{BlobStream, Manifest, ManifestBody};
 
 use crate::attrs::Conditions;
 use crate::error::from_store;
 use crate::service::SaltS3;
+use crate::sse::customer::{self, Customer};
 
 /// How many times a partial read retries when the object is replaced between its head and its read.
 const RANGE_RETRIES: usize = 3;
@@ -140,35 +141,42 @@ fn invalid_part_number() -> S3Error {
     e
 }
 
-/// Opens object `key` for reading after checking `conditions`: the bytes `selection` names, read from the
-/// version they were resolved against.
+/// Opens object `key` for reading with the request's SSE-C key `customer` (`sse/customer.rs`) after checking
+/// `conditions`: the bytes `selection` names, read from the version they were resolved against.
 pub(super) async fn open(
     s3: &SaltS3,
     key: &str,
     selection: &Selection,
     conditions: &Conditions,
+    customer: Option<&Customer>,
 ) -> S3Result<(BlobStream, Selected)> {
+    let read_failed = |e| customer::read_failed(e, customer);
     if let Selection::Whole = selection {
-        let stream = s3.store.get_stream(key).await.map_err(from_store)?;
+        let opts = customer::get_options(customer);
+        let stream = s3
+            .store
+            .get_stream_with(key, &opts)
+            .await
+            .map_err(read_failed)?;
+        customer::check_read(&stream.manifest, customer)?;
         conditions.check(&stream.manifest, S3ErrorCode::NotModified)?;
         let selected = selection.resolve(&stream.manifest)?;
         return Ok((stream, selected));
     }
     for _ in 0..RANGE_RETRIES {
         let manifest = s3.store.head(key).await.map_err(from_store)?;
+        customer::check_read(&manifest, customer)?;
         conditions.check(&manifest, S3ErrorCode::NotModified)?;
         let selected = selection.resolve(&manifest)?;
-        let opts = match &selected.range {
-            Some(range) => GetOptions::new().with_range(range.clone()),
-            None => GetOptions::new(),
-        };
+        let mut opts = customer::get_options(customer);
+        opts.range = selected.range.clone().map(Into::into);
         match s3.store.get_stream_with(key, &opts).await {
             Ok(stream) if stream.manifest.version == manifest.version => {
                 return Ok((stream, selected));
             }
             // Replaced between the head and the read: resolve the selection again.
             Ok(_) | Err(saltblob_core::Error::RangeNotSatisfiable { .. }) => continue,
-            Err(e) => return Err(from_store(e)),
+            Err(e) => return Err(read_failed(e)),
         }
     }
     Err(s3_error!(

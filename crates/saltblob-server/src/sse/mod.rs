@@ -11,8 +11,10 @@
 //!   CreateMultipartUpload). A put with neither is sealed under the store's default key, if it has one.
 //! - The choice is recorded in the object's metadata ([`rules::ALGORITHM_KEY`]); reads answer it from the
 //!   manifest ([`rules::Echo::of`]), and never claim encryption for a plaintext object.
-//! - `x-amz-server-side-encryption-context` and SSE-C (`-customer-*`) are refused by `guard.rs` (`501`).
+//! - SSE-C (`-customer-*`, a key sent with each request) is `customer.rs`; `x-amz-server-side-encryption-context`
+//!   is refused by `guard.rs` (`501`).
 
+pub(crate) mod customer;
 pub(crate) mod rules;
 
 use std::sync::Arc;
@@ -94,6 +96,26 @@ impl SaltS3 {
         match self.bucket_default(bucket, record).await? {
             Some(d) => Choice::of(&d.request(), &self.sse),
             None => Ok(None),
+        }
+    }
+
+    /// The encryption of a put into `bucket` (whose record is `record`) that asked for `request` with SSE-C key
+    /// `customer`: none from the server when it gives a customer key (it seals under that, whatever the bucket's
+    /// default, as AWS), else as [`SaltS3::sse_choice`].
+    ///
+    /// # Errors
+    /// `InvalidArgument` for SSE-C with another server-side encryption; those of [`SaltS3::sse_choice`].
+    pub(crate) async fn put_choice(
+        &self,
+        bucket: &str,
+        record: &Manifest,
+        request: &Request,
+        customer: Option<&customer::Customer>,
+    ) -> S3Result<Option<Choice>> {
+        customer::not_with_sse(customer, request.algorithm.as_deref())?;
+        match customer {
+            Some(_) => Ok(None),
+            None => self.sse_choice(bucket, record, request).await,
         }
     }
 

@@ -29,6 +29,8 @@ pub(crate) struct SseConfig {
     pub s3_key: Option<String>,
     /// The key `aws:kms` without a key id seals under; `None`: such a request is refused.
     pub kms_key: Option<String>,
+    /// Whether SSE-C keys may be sent to this server: it has TLS, or `--sse-c-over-http`.
+    pub customer_keys: bool,
     /// The buckets' default encryption read lately.
     pub defaults: crate::lifecycle::Cache<BucketDefault>,
 }
@@ -226,7 +228,11 @@ impl Echo {
     /// [`ALGORITHM_KEY`]), else `AES256` when sealed under the SSE-S3 key (a store's default key) and `aws:kms`
     /// with the key's name otherwise (sealed by another client of the store).
     pub(crate) fn of(m: &Manifest, s3_key: Option<&str>) -> Self {
-        let Some(sealing) = m.sealed_by() else {
+        // SSE-C objects answer with the request's key MD5 instead (`customer.rs`).
+        let Some(sealing) = m
+            .sealed_by()
+            .filter(|s| s.kek.provider != saltblob_core::encryption::CUSTOMER)
+        else {
             return Self::default();
         };
         let name = sealing.kek.name.as_str();

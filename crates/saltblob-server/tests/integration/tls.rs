@@ -32,14 +32,28 @@ async fn https_with_a_pem_certificate_and_key() {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(s.client.addr)
-        .await
-        .expect("connect");
-    let name = ServerName::try_from("127.0.0.1").expect("name");
-    let tls = connector.connect(name, tcp).await.expect("TLS handshake");
-    let request = s.client.call("PUT", "/secure").into_request();
-    let reply = crate::client::send_on(tls, request).await;
+    let send = async |call: crate::client::Call<'_>| {
+        let tcp = tokio::net::TcpStream::connect(s.client.addr)
+            .await
+            .expect("connect");
+        let name = ServerName::try_from("127.0.0.1").expect("name");
+        let tls = connector.connect(name, tcp).await.expect("TLS handshake");
+        crate::client::send_on(tls, call.into_request()).await
+    };
+    let reply = send(s.client.call("PUT", "/secure")).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
+
+    // SSE-C keys are taken over TLS (a server without TLS refuses them: sse.rs).
+    fn with_key(mut call: crate::client::Call<'_>) -> crate::client::Call<'_> {
+        for (name, value) in crate::sse::sse_c("x-amz-", &[9; 32]) {
+            call = call.header(&name, &value);
+        }
+        call
+    }
+    let reply = send(with_key(s.client.call("PUT", "/secure/k")).body("sealed")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = send(with_key(s.client.call("GET", "/secure/k"))).await;
+    assert_eq!((reply.status, &reply.body[..]), (200, &b"sealed"[..]));
 
     // Plain HTTP on the TLS port gets no S3 answer.
     let plain = tokio::time::timeout(std::time::Duration::from_secs(5), async {
