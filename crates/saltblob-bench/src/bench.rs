@@ -91,6 +91,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         keep: args.keep,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         encrypt: args.encrypt,
+        sealed_first: args.sealed_first,
     };
     // The URL as shown everywhere (terminal, JSON, plot): without its password.
     let shown_url = saltblob::redact_url(url);
@@ -154,21 +155,27 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         p.name = format!("{}{SEALED_SUFFIX}", p.name);
         p
     };
-    show(run.large_write().await, &mut phases);
-    if let Some(s) = &sealed {
-        show(twin(s.large_write().await), &mut phases);
+    // Each phase, and its sealed twin right before or after it (`--sealed-first`).
+    let order: Vec<&Run> = match &sealed {
+        Some(s) if args.sealed_first => vec![s, &run],
+        Some(s) => vec![&run, s],
+        None => vec![&run],
+    };
+    let named = |r: &Run, p: PhaseReport| if std::ptr::eq(r, &run) { p } else { twin(p) };
+    for r in &order {
+        show(named(r, r.large_write().await), &mut phases);
     }
-    show(run.large_read().await, &mut phases);
-    if let Some(s) = &sealed {
-        show(twin(s.large_read().await), &mut phases);
+    for r in &order {
+        show(named(r, r.large_read().await), &mut phases);
     }
-    show(run.small_write().await?, &mut phases);
-    if let Some(s) = &sealed {
-        show(twin(s.small_write().await?), &mut phases);
+    // The small phases interleave the plaintext and sealed operations in one load: their P99s meet the same store.
+    for p in run.small_write(sealed.as_ref()).await? {
+        let first = phases.iter().all(|q: &PhaseReport| q.name != "small_write");
+        show(if first { p } else { twin(p) }, &mut phases);
     }
-    show(run.small_read().await?, &mut phases);
-    if let Some(s) = &sealed {
-        show(twin(s.small_read().await?), &mut phases);
+    for p in run.small_read(sealed.as_ref()).await? {
+        let first = phases.iter().all(|q: &PhaseReport| q.name != "small_read");
+        show(if first { p } else { twin(p) }, &mut phases);
     }
     if args.stream_mb > 0 {
         let (url, key, mib) = (

@@ -201,6 +201,24 @@ where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Outcome> + Send + 'static,
 {
+    let ([tally, _], seconds) =
+        run_concurrent_pair(concurrency, total, progress, move |i| (0, op(i))).await?;
+    Ok((tally, seconds))
+}
+
+/// As [`run_concurrent`], but each operation `op(i)` also names its side (0 or 1), and each side gets a tally of
+/// its own: two loads interleaved in one run, so that both meet the same state of the store (its memtables,
+/// flushes and compactions) and a ratio of their figures is not an artefact of which ran first.
+pub(crate) async fn run_concurrent_pair<F, Fut>(
+    concurrency: usize,
+    total: u64,
+    progress: &Progress,
+    op: F,
+) -> Result<([Tally; 2], f64)>
+where
+    F: Fn(u64) -> (usize, Fut) + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
     let op = Arc::new(op);
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -208,23 +226,31 @@ where
     for _ in 0..concurrency {
         let (op, next, bar) = (Arc::clone(&op), Arc::clone(&next), progress.handle());
         set.spawn(async move {
-            let mut tally = Tally::default();
+            let mut tallies = [Tally::default(), Tally::default()];
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
                 // The value is prepared when the future is made, before the clock starts.
-                let fut = op(i);
+                let (side, fut) = op(i);
                 let t = Instant::now();
                 let outcome = fut.await;
-                tally.add(outcome, t.elapsed());
+                tallies[side.min(1)].add(outcome, t.elapsed());
                 bar.inc(1);
             }
-            tally
+            tallies
         });
     }
-    join_all(set, started).await
+    let mut tallies = [Tally::default(), Tally::default()];
+    while let Some(done) = set.join_next().await {
+        let t =
+            done.map_err(|e| Error::backend("bench", format!("worker task failed: {e}"), false))?;
+        for (all, one) in tallies.iter_mut().zip(&t) {
+            all.merge(one);
+        }
+    }
+    Ok((tallies, started.elapsed().as_secs_f64()))
 }
 
 /// Runs `op(n)` (n counts each worker's operations) with `concurrency` in flight for `duration`.

@@ -13,7 +13,7 @@ use saltblob::{
 use serde_json::json;
 
 use crate::cpu::process_cpu_seconds;
-use crate::load::run_concurrent;
+use crate::load::run_concurrent_pair;
 use crate::payload::{Outcome, TAG_LARGE, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
 use crate::plan::Plan;
 use crate::progress::Progress;
@@ -133,74 +133,116 @@ impl Run {
         report
     }
 
-    pub(crate) async fn small_write(&self) -> Result<PhaseReport> {
-        let plan = &self.plan;
-        let (store, base, tag, prefix) = (
-            self.store.clone(),
-            self.small_base.clone(),
-            self.tag,
-            self.prefix.clone(),
-        );
-        let progress = Progress::new("small_write", plan.small_count, "blobs", self.quiet);
-        let (tally, seconds) =
-            run_concurrent(self.concurrency, plan.small_count, &progress, move |i| {
-                let (store, data) = (store.clone(), stamped(&base, tag, TAG_SMALL, i));
-                let key = format!("{prefix}small/{i:07}");
-                async move {
-                    match store.put(key, data, &PutOptions::new()).await {
-                        Ok(m) => Outcome::Done(m.size),
-                        Err(e) => Outcome::Failed(e.to_string()),
-                    }
+    /// The small puts; with `twin` (the sealed run), interleaved with the twin's own (one on each side in turn,
+    /// the same number, one load of twice the operations), so that both meet the same state of the store. Returns
+    /// this run's report, then the twin's. Each side's throughput is its share of the interleaved run.
+    pub(crate) async fn small_write(&self, twin: Option<&Run>) -> Result<Vec<PhaseReport>> {
+        self.small_phase("small_write", "puts", false, twin, move |run: &Side, i| {
+            let (store, data) = (
+                run.store.clone(),
+                stamped(&run.small_base, run.tag, TAG_SMALL, i),
+            );
+            let key = format!("{}small/{i:07}", run.prefix);
+            async move {
+                match store.put(key, data, &PutOptions::new()).await {
+                    Ok(m) => Outcome::Done(m.size),
+                    Err(e) => Outcome::Failed(e.to_string()),
                 }
-            })
-            .await?;
-        progress.finish();
-        Ok(tally.report(
-            "small_write",
-            format!(
-                "{} puts of {} KiB, {} in flight",
-                plan.small_count,
-                plan.small_bytes >> 10,
-                self.concurrency
-            ),
-            seconds,
-            false,
-        ))
+            }
+        })
+        .await
     }
 
-    pub(crate) async fn small_read(&self) -> Result<PhaseReport> {
-        let plan = &self.plan;
-        let (store, tag, prefix, len) = (
-            self.store.clone(),
-            self.tag,
-            self.prefix.clone(),
-            plan.small_bytes,
-        );
-        let progress = Progress::new("small_read", plan.small_count, "blobs", self.quiet);
-        let (tally, seconds) =
-            run_concurrent(self.concurrency, plan.small_count, &progress, move |i| {
-                let store = store.clone();
-                let key = format!("{prefix}small/{i:07}");
-                async move {
-                    match store.get(key).await {
-                        Ok(got) => check(&got, len, tag, TAG_SMALL, i),
-                        Err(e) => Outcome::Failed(e.to_string()),
-                    }
+    /// The small gets (each checked), paired with `twin`'s as [`Run::small_write`] pairs the puts.
+    pub(crate) async fn small_read(&self, twin: Option<&Run>) -> Result<Vec<PhaseReport>> {
+        let len = self.plan.small_bytes;
+        self.small_phase("small_read", "gets", true, twin, move |run: &Side, i| {
+            let (store, tag) = (run.store.clone(), run.tag);
+            let key = format!("{}small/{i:07}", run.prefix);
+            async move {
+                match store.get(key).await {
+                    Ok(got) => check(&got, len, tag, TAG_SMALL, i),
+                    Err(e) => Outcome::Failed(e.to_string()),
                 }
-            })
-            .await?;
+            }
+        })
+        .await
+    }
+
+    /// Phase `name` of `op(side, i)` (`what`: "puts", "gets"; `read`: gets, whose digests are verified) on each
+    /// small blob `i` of this run and, paired, of `twin`: a report per side.
+    async fn small_phase<F, Fut>(
+        &self,
+        name: &str,
+        what: &str,
+        read: bool,
+        twin: Option<&Run>,
+        op: F,
+    ) -> Result<Vec<PhaseReport>>
+    where
+        F: Fn(&Side, u64) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Outcome> + Send + 'static,
+    {
+        let progress = Progress::new(name, self.paired_count(twin), "blobs", self.quiet);
+        let (tallies, seconds) = self.run_paired(twin, &progress, op).await?;
         progress.finish();
-        Ok(tally.report(
-            "small_read",
-            format!(
-                "{} gets of {} KiB, {} in flight, BLAKE3 digest verified",
-                plan.small_count,
-                plan.small_bytes >> 10,
-                self.concurrency
-            ),
-            seconds,
-            true,
-        ))
+        let description = format!(
+            "{} {what} of {} KiB, {} in flight{}{}",
+            self.plan.small_count,
+            self.plan.small_bytes >> 10,
+            self.concurrency,
+            if read { ", BLAKE3 digest verified" } else { "" },
+            paired_note(twin)
+        );
+        Ok(tallies
+            .into_iter()
+            .take(self.with_twin(twin))
+            .map(|t| t.report(name, description.clone(), seconds, read))
+            .collect())
+    }
+
+    /// This run and its twin, if any (the sides of a paired phase).
+    fn with_twin(&self, twin: Option<&Run>) -> usize {
+        1 + usize::from(twin.is_some())
+    }
+
+    /// The operations of a small phase, on both sides when paired.
+    fn paired_count(&self, twin: Option<&Run>) -> u64 {
+        self.plan.small_count * self.with_twin(twin) as u64
+    }
+
+    /// Runs `op(run, i)` for every small blob `i` of this run and, when given, of `twin`, alternating between
+    /// them, with the run's concurrency; a tally per side.
+    async fn run_paired<F, Fut>(
+        &self,
+        twin: Option<&Run>,
+        progress: &Progress,
+        op: F,
+    ) -> Result<([Tally; 2], f64)>
+    where
+        F: Fn(&Side, u64) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Outcome> + Send + 'static,
+    {
+        let sides: Vec<Side> = std::iter::once(self)
+            .chain(twin)
+            .map(|r| Side {
+                store: r.store.clone(),
+                prefix: r.prefix.clone(),
+                tag: r.tag,
+                small_base: r.small_base.clone(),
+            })
+            .collect();
+        let n = sides.len() as u64;
+        run_concurrent_pair(
+            self.concurrency,
+            self.plan.small_count * n,
+            progress,
+            move |i| {
+                let side = usize::try_from(i % n).unwrap_or(0);
+                (side, op(&sides[side], i / n))
+            },
+        )
+        .await
     }
 
     /// Each large blob as one value. Through saltblob (one chunk of the blob's size, one salt) when the
@@ -400,4 +442,21 @@ pub(crate) fn process_write_bytes() -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// What an operation of a small phase needs of its run.
+struct Side {
+    store: BlobStore,
+    prefix: String,
+    tag: u64,
+    small_base: Bytes,
+}
+
+/// What a paired phase's description adds.
+fn paired_note(twin: Option<&Run>) -> &'static str {
+    if twin.is_some() {
+        ", interleaved one for one with the sealed twin's"
+    } else {
+        ""
+    }
 }

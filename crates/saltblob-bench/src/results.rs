@@ -90,6 +90,8 @@ pub struct BenchConfig {
     pub cpus: usize,
     /// Whether the write and read phases also ran on sealed blobs (`--encrypt`).
     pub encrypt: bool,
+    /// Whether each sealed phase ran before its plaintext twin (`--sealed-first`).
+    pub sealed_first: bool,
 }
 
 /// One figure of merit.

@@ -200,6 +200,20 @@ pub fn decode_chunk(
     expected_len: u64,
     opener: Option<Opener<'_>>,
 ) -> Result<Bytes> {
+    decode_owned_chunk(place, stored.clone(), expected_len, opener)
+}
+
+/// [`decode_chunk`] of a chunk the caller gives up: a sealed chunk held nowhere else is opened in its own buffer
+/// (no copy; a shared one is copied first).
+///
+/// # Errors
+/// As [`decode_chunk`].
+pub fn decode_owned_chunk(
+    place: ChunkPlace<'_>,
+    stored: Bytes,
+    expected_len: u64,
+    opener: Option<Opener<'_>>,
+) -> Result<Bytes> {
     let corrupt = |detail: String| {
         Error::corrupt(
             format!(
@@ -217,16 +231,16 @@ pub fn decode_chunk(
             stored.len()
         ))
     })?;
-    let [format, tag, _, _, l0, l1, l2, l3, c0, c1, c2, c3] = header else {
+    let &[format, tag, _, _, l0, l1, l2, l3, c0, c1, c2, c3] = header else {
         return Err(corrupt("short header".into()));
     };
-    if *format != CHUNK_FORMAT_V1 {
+    if format != CHUNK_FORMAT_V1 {
         return Err(corrupt(format!(
             "unknown chunk format version {format} (this build reads {CHUNK_FORMAT_V1})"
         )));
     }
-    let raw_len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
-    let expected = u32::from_le_bytes([*c0, *c1, *c2, *c3]);
+    let raw_len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
+    let expected = u32::from_le_bytes([c0, c1, c2, c3]);
     let payload = stored.slice(CHUNK_HEADER_LEN..);
     let actual = chunk_crc(place, header.get(..8).unwrap_or_default(), &payload);
     if actual != expected {
@@ -249,10 +263,17 @@ pub fn decode_chunk(
     let payload = match (opener, sealed) {
         (None, false) => payload,
         (Some(opener), true) => {
-            let mut buf = payload.to_vec();
+            drop(payload);
+            let mut buf = match stored.try_into_mut() {
+                Ok(mut whole) => {
+                    bytes::Buf::advance(&mut whole, CHUNK_HEADER_LEN);
+                    whole
+                }
+                Err(shared) => BytesMut::from(&shared[CHUNK_HEADER_LEN..]),
+            };
             let len = opener
                 .keys
-                .open(place.index, opener.last, raw_len as u32, *tag, &mut buf)
+                .open(place.index, opener.last, raw_len as u32, tag, &mut buf)
                 .map_err(|_| {
                     corrupt(format!(
                         "does not open as chunk {}{} of this version: damaged past its checksum, moved from \
@@ -263,7 +284,7 @@ pub fn decode_chunk(
                 })?
                 .len();
             buf.truncate(len);
-            Bytes::from(buf)
+            buf.freeze()
         }
         (None, true) => {
             return Err(corrupt(

@@ -512,8 +512,9 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
     }
 }
 
-/// `--encrypt`: each write and read phase has a sealed twin right after it, and the four cost ratios are computed
-/// from the pair; without the flag they say how to get them.
+/// `--encrypt`: each large write and read phase has a sealed twin right after it (before it with
+/// `--sealed-first`), each small phase one interleaved with it, and the four cost ratios are computed from the
+/// pair; without the flag they say how to get them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encrypt_runs_a_sealed_twin_of_each_phase_and_reports_its_cost() {
     let args = bench_args(&["--encrypt", "--no-probe"]);
@@ -555,6 +556,50 @@ async fn encrypt_runs_a_sealed_twin_of_each_phase_and_reports_its_cost() {
     }
     assert_eq!(report.cleanup.problems, Vec::<String>::new());
     assert!(report.cleanup.deleted_keys > 0);
+    // The small phases interleave the two sides in one load: as many operations each, over the same time.
+    let phase = |r: &saltblob_bench::BenchReport, name: &str| {
+        r.phases
+            .iter()
+            .find(|p| p.name == name)
+            .cloned()
+            .expect(name)
+    };
+    for name in ["small_write", "small_read"] {
+        let (plain, sealed) = (
+            phase(&report, name),
+            phase(&report, &format!("{name}_sealed")),
+        );
+        assert_eq!(
+            (plain.ops, plain.seconds),
+            (sealed.ops, sealed.seconds),
+            "{name}"
+        );
+        assert!(
+            plain.description.contains("interleaved"),
+            "{}",
+            plain.description
+        );
+    }
+
+    // --sealed-first: each large phase's sealed twin runs first.
+    let first = saltblob_bench::bench(
+        "memory://",
+        &bench_args(&["--encrypt", "--sealed-first", "--no-probe"]),
+        true,
+    )
+    .await
+    .expect("bench runs");
+    let names: Vec<&str> = first.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names[..4],
+        [
+            "large_write_sealed",
+            "large_write",
+            "large_read_sealed",
+            "large_read"
+        ]
+    );
+    assert!(first.config.sealed_first);
 
     let plain = saltblob_bench::bench("memory://", &bench_args(&["--no-probe"]), true)
         .await

@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 
 use crate::backend::{BlobRef, ChunkId};
-use crate::codec::{ChunkPlace, Opener, decode_chunk};
+use crate::codec::{ChunkPlace, Opener, decode_owned_chunk};
 use crate::encryption::CustomerKey;
 use crate::encryption::seal::VersionKeys;
 use crate::layout::ChunkLayout;
@@ -444,7 +444,7 @@ async fn fetch_batch(
             layout,
             size,
             &ids,
-            &stored,
+            stored,
             &range,
             hasher,
             keys.as_deref(),
@@ -461,7 +461,7 @@ fn decode_batch(
     layout: ChunkLayout,
     size: u64,
     ids: &[ChunkId],
-    stored: &[Bytes],
+    stored: Vec<Bytes>,
     range: &Range<u64>,
     hasher: Option<ChunkHasher>,
     keys: Option<&VersionKeys>,
@@ -479,7 +479,7 @@ fn decode_batch(
             keys,
             last: id.index + 1 == layout.chunk_count,
         });
-        let raw = decode_chunk(place, stored, span.end - span.start, opener)?;
+        let raw = decode_owned_chunk(place, stored, span.end - span.start, opener)?;
         if let Some(hasher) = hasher {
             hashes.push(hasher.hash(id.index, &raw));
         }
