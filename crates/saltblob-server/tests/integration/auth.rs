@@ -363,11 +363,11 @@ async fn version_ids_other_than_null_are_refused() {
 }
 
 /// Every header that asks for a feature saltblob does not have is refused with AWS's error, and nothing is
-/// stored: server-side encryption with customer keys or an encryption context, object lock, tagging (501
-/// NotImplemented, naming the header), ACLs other than private (400 AccessControlListNotSupported); SSE-S3 and
-/// SSE-KMS on a store without a key provider (501 NotImplemented, from the handler; a key id without
-/// `aws:kms` 400 InvalidArgument). A presigned URL carrying an SSE-C parameter is refused too. (Before, each
-/// was stored and the header dropped: F2.)
+/// stored: server-side encryption with an encryption context, object lock, tagging (501 NotImplemented, naming
+/// the header), ACLs other than private (400 AccessControlListNotSupported); SSE-S3 and SSE-KMS on a store
+/// without a key provider (501 NotImplemented, from the handler; a key id without `aws:kms` 400
+/// InvalidArgument); SSE-C on a server without TLS (400 InvalidRequest, as AWS over plain HTTP). A presigned URL
+/// carrying an SSE-C parameter is refused too (501). (Before, each was stored and the header dropped: F2.)
 #[tokio::test]
 async fn feature_headers_are_refused_and_nothing_is_stored() {
     let s = TestServer::with_bucket("bkt").await;
@@ -412,23 +412,18 @@ async fn feature_headers_are_refused_and_nothing_is_stored() {
             501,
             "NotImplemented",
         ),
+        // SSE-C on a server without TLS (sse.rs: taken over TLS or with --sse-c-over-http).
         (
             "x-amz-server-side-encryption-customer-algorithm",
             "AES256",
-            501,
-            "NotImplemented",
+            400,
+            "InvalidRequest",
         ),
         (
             "x-amz-server-side-encryption-customer-key",
             "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
-            501,
-            "NotImplemented",
-        ),
-        (
-            "x-amz-copy-source-server-side-encryption-customer-key-md5",
-            "bWQ1",
-            501,
-            "NotImplemented",
+            400,
+            "InvalidRequest",
         ),
         (
             "x-amz-object-lock-mode",
