@@ -196,19 +196,14 @@ impl Run {
         );
         Ok(tallies
             .into_iter()
-            .take(self.with_twin(twin))
+            .take(sides(twin))
             .map(|t| t.report(name, description.clone(), seconds, read))
             .collect())
     }
 
-    /// This run and its twin, if any (the sides of a paired phase).
-    fn with_twin(&self, twin: Option<&Run>) -> usize {
-        1 + usize::from(twin.is_some())
-    }
-
     /// The operations of a small phase, on both sides when paired.
     fn paired_count(&self, twin: Option<&Run>) -> u64 {
-        self.plan.small_count * self.with_twin(twin) as u64
+        self.plan.small_count * sides(twin) as u64
     }
 
     /// Runs `op(run, i)` for every small blob `i` of this run and, when given, of `twin`, alternating between
@@ -442,6 +437,11 @@ pub(crate) fn process_write_bytes() -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// The sides of a small phase: this run, and `twin` when given.
+fn sides(twin: Option<&Run>) -> usize {
+    1 + usize::from(twin.is_some())
 }
 
 /// What an operation of a small phase needs of its run.
