@@ -119,6 +119,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         }
     };
 
+    let dd_reads = dd_reads(&backend_url, &plan, reference_report.as_ref()).await;
     let run = Run {
         store,
         backend,
@@ -130,6 +131,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         quiet,
         large_base: random_bytes(args_large(args)),
         small_base: random_bytes(usize::try_from(args.small_kb << 10).unwrap_or(0)),
+        dd_reads,
     };
     // The sealed twin of the run: the same sizes on sealed blobs, under a prefix of its own below the run's (so
     // that the clean-up deletes them too).
@@ -144,6 +146,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         quiet,
         large_base: run.large_base.clone(),
         small_base: run.small_base.clone(),
+        dd_reads: None,
     });
     let mut phases = Vec::new();
     let mut raw_values = Vec::new();
@@ -295,6 +298,34 @@ impl BenchKeyring {
 impl Drop for BenchKeyring {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The file of dd's read pattern for the large-read phase (`large_read_vs_dd`): made when the device probe ran,
+/// in the store's directory, as large as the large blobs together (so that no read is of bytes the device just
+/// read). A failure to make it is a warning: the ratio is then missing.
+async fn dd_reads(
+    url: &str,
+    plan: &Plan,
+    reference: Option<&reference::ProbeReport>,
+) -> Option<Arc<std::sync::Mutex<crate::direct::DdReads>>> {
+    if !matches!(reference, Some(reference::ProbeReport::Device(_))) {
+        return None;
+    }
+    let dir = reference::local_dir(url)?;
+    let (segment, segments) = (plan.large_bytes, plan.count);
+    let made = tokio::task::spawn_blocking(move || {
+        crate::direct::DdReads::create(&dir, segment, segments)
+    })
+    .await
+    .map_err(|e| Error::internal("dd file task", e))
+    .and_then(|r| r);
+    match made {
+        Ok(dd) => Some(Arc::new(std::sync::Mutex::new(dd))),
+        Err(e) => {
+            eprintln!("saltblob: warning: no dd-pattern reads beside the large gets: {e}");
+            None
+        }
     }
 }
 

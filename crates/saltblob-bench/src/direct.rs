@@ -177,39 +177,7 @@ pub(crate) fn measure_device(
     let device = device::inspect(dir)
         .map_err(|e| io_error(format!("cannot inspect {}", dir.display()), e))?;
     let path = dir.join(format!(".saltblob-probe-{:016x}", rand::random::<u64>()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&path)
-        .map_err(|e| {
-            let hint = if e.raw_os_error() == Some(libc::EINVAL) {
-                " (the file system does not support O_DIRECT)"
-            } else {
-                ""
-            };
-            io_error(format!("cannot create {}{hint}", path.display()), e)
-        })?;
-    let _cleanup = RemoveOnDrop(path.clone());
-    let preallocated = match preallocate(&file, file_bytes) {
-        Ok(()) => true,
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-            file.set_len(file_bytes)
-                .map_err(|e| io_error(format!("cannot size {}", path.display()), e))?;
-            false
-        }
-        Err(e) => {
-            return Err(io_error(
-                format!(
-                    "cannot pre-size {} to {} MiB (free space? try a smaller --probe-size)",
-                    path.display(),
-                    file_bytes >> 20
-                ),
-                e,
-            ));
-        }
-    };
+    let (file, _cleanup, preallocated) = create_sized(&path, file_bytes, "--probe-size")?;
 
     let total_points = 2 + 2 * REQUEST_SIZES.len() * DEPTHS.len();
     let mut progress = Progress::new(
@@ -285,6 +253,99 @@ pub(crate) fn measure_device(
         knees,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// A new file at `path` opened for O_DIRECT reads and writes and pre-sized to `bytes` (allocated, unwritten
+/// extents; merely sized where the file system cannot allocate), deleted when the returned guard drops; whether
+/// it was pre-sized. `size_flag` names the option that sets `bytes`, for the error when space runs out.
+fn create_sized(path: &Path, bytes: u64, size_flag: &str) -> Result<(File, RemoveOnDrop, bool)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::EINVAL) {
+                " (the file system does not support O_DIRECT)"
+            } else {
+                ""
+            };
+            io_error(format!("cannot create {}{hint}", path.display()), e)
+        })?;
+    let cleanup = RemoveOnDrop(path.to_path_buf());
+    let preallocated = match preallocate(&file, bytes) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            file.set_len(bytes)
+                .map_err(|e| io_error(format!("cannot size {}", path.display()), e))?;
+            false
+        }
+        Err(e) => {
+            return Err(io_error(
+                format!(
+                    "cannot pre-size {} to {} MiB (free space? try a smaller {size_flag})",
+                    path.display(),
+                    bytes >> 20
+                ),
+                e,
+            ));
+        }
+    };
+    Ok((file, cleanup, preallocated))
+}
+
+/// dd's read pattern, measured beside the large gets (`large_read_vs_dd`): a file of the bench's own in the
+/// store's directory, `segments` segments of `segment` bytes (whole MiB) written once in 1 MiB O_DIRECT
+/// requests and made durable, as the large puts' extent files are. [`DdReads::read`] reads one segment as
+/// `dd iflag=direct bs=1M` would: 1 MiB O_DIRECT requests, one at a time. The file is deleted when this drops.
+pub(crate) struct DdReads {
+    file: File,
+    _cleanup: RemoveOnDrop,
+    segment: u64,
+    segments: u64,
+    buf: AlignedBuf,
+}
+
+impl DdReads {
+    /// Writes the file (blocking): `segments` × `segment` bytes, `segment` rounded up to a whole MiB.
+    pub(crate) fn create(dir: &Path, segment: u64, segments: u64) -> Result<Self> {
+        let segment = segment.div_ceil(1 << 20).max(1) << 20;
+        let segments = segments.max(1);
+        let path = dir.join(format!(".saltblob-bench-dd-{:016x}", rand::random::<u64>()));
+        let (file, cleanup, _) = create_sized(&path, segment * segments, "--large-mb or --count")?;
+        let mut buf = AlignedBuf::new(1 << 20);
+        rand::RngCore::fill_bytes(&mut rand::rng(), buf.bytes_mut());
+        let fail = |e: io::Error| io_error(format!("dd pattern on {}", path.display()), e);
+        for i in 0..(segment * segments) >> 20 {
+            file.write_all_at(buf.bytes(), i << 20).map_err(fail)?;
+        }
+        file.sync_data().map_err(fail)?;
+        Ok(Self {
+            file,
+            _cleanup: cleanup,
+            segment,
+            segments,
+            buf,
+        })
+    }
+
+    /// Bytes one [`DdReads::read`] reads.
+    pub(crate) fn segment_bytes(&self) -> u64 {
+        self.segment
+    }
+
+    /// Reads segment `i` (modulo the segments) the way dd does (blocking); returns the time it took.
+    pub(crate) fn read(&mut self, i: u64) -> Result<Duration> {
+        let base = (i % self.segments) * self.segment;
+        let started = Instant::now();
+        for k in 0..self.segment >> 20 {
+            self.file
+                .read_exact_at(self.buf.bytes_mut(), base + (k << 20))
+                .map_err(|e| io_error("dd-pattern read of the bench's own file".to_owned(), e))?;
+        }
+        Ok(started.elapsed())
+    }
 }
 
 /// dd's pattern made durable: `bytes` (a whole number of MiB; [`DURABLE_BYTES`] unless the probe file is

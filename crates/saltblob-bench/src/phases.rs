@@ -13,12 +13,13 @@ use saltblob::{
 use serde_json::json;
 
 use crate::cpu::process_cpu_seconds;
+use crate::direct::DdReads;
 use crate::load::run_concurrent_pair;
 use crate::payload::{Outcome, TAG_LARGE, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::results::Cleanup;
-use crate::stats::{PhaseReport, Tally};
+use crate::stats::{MIB, PhaseReport, Tally};
 
 /// One bench run: where it writes and what.
 pub(crate) struct Run {
@@ -42,6 +43,8 @@ pub(crate) struct Run {
     pub(crate) large_base: Bytes,
     /// Payload of the small blobs (stamped per blob).
     pub(crate) small_base: Bytes,
+    /// dd's read pattern, run beside each large get (embedded store, with the probe): `large_read_vs_dd`.
+    pub(crate) dd_reads: Option<Arc<std::sync::Mutex<DdReads>>>,
 }
 
 impl Run {
@@ -104,7 +107,13 @@ impl Run {
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
         let mut cpu = 0.0;
+        // dd's reads of as many bytes, beside the gets: before the even ones and after the odd ones, so that
+        // neither side always meets the device just after the other.
+        let mut dd = DdTally::default();
         for i in 0..plan.count {
+            if i % 2 == 0 {
+                dd.add(self.dd_read(i).await);
+            }
             let (t, cpu_before) = (Instant::now(), process_cpu_seconds());
             let result = self.store.get(self.key("large", i)).await;
             let elapsed = t.elapsed();
@@ -115,6 +124,9 @@ impl Run {
                 Err(e) => Outcome::Failed(e.to_string()),
             };
             tally.add(outcome, elapsed);
+            if i % 2 == 1 {
+                dd.add(self.dd_read(i).await);
+            }
             progress.inc(1);
         }
         progress.finish();
@@ -128,9 +140,26 @@ impl Run {
             busy.as_secs_f64(),
             true,
         );
-        report.details =
-            Some(json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) }));
+        let mut details =
+            json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) });
+        dd.into_details(&mut details);
+        report.details = Some(details);
         report
+    }
+
+    /// One dd-pattern read of segment `i` of the bench's own file, if the run has one.
+    async fn dd_read(&self, i: u64) -> Option<Result<(u64, Duration)>> {
+        let dd = Arc::clone(self.dd_reads.as_ref()?);
+        let read = tokio::task::spawn_blocking(move || {
+            let mut dd = dd
+                .lock()
+                .map_err(|_| saltblob::Error::internal("dd reads", "a read panicked"))?;
+            Ok((dd.segment_bytes(), dd.read(i)?))
+        })
+        .await
+        .map_err(|e| saltblob::Error::internal("dd read task", e))
+        .and_then(|r| r);
+        Some(read)
     }
 
     /// The small puts; with `twin` (the sealed run), interleaved with the twin's own (one on each side in turn,
@@ -419,6 +448,42 @@ impl Run {
         }
         progress.finish();
         out
+    }
+}
+
+/// The dd-pattern reads of a large-read phase: their bytes and time, or the first error.
+#[derive(Default)]
+struct DdTally {
+    bytes: u64,
+    busy: Duration,
+    error: Option<String>,
+}
+
+impl DdTally {
+    fn add(&mut self, read: Option<Result<(u64, Duration)>>) {
+        match read {
+            Some(Ok((bytes, took))) => {
+                self.bytes += bytes;
+                self.busy += took;
+            }
+            Some(Err(e)) => {
+                self.error.get_or_insert_with(|| e.to_string());
+            }
+            None => {}
+        }
+    }
+
+    /// Adds `dd_read_mib_s` (what `large_read_vs_dd` divides by) and its bytes and seconds to `details`, or
+    /// `dd_read_error`.
+    fn into_details(self, details: &mut serde_json::Value) {
+        if let Some(e) = self.error {
+            details["dd_read_error"] = e.into();
+        } else if self.bytes > 0 && !self.busy.is_zero() {
+            let seconds = self.busy.as_secs_f64();
+            details["dd_read_bytes"] = self.bytes.into();
+            details["dd_read_seconds"] = seconds.into();
+            details["dd_read_mib_s"] = (self.bytes as f64 / MIB / seconds).into();
+        }
     }
 }
 

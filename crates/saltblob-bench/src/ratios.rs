@@ -28,6 +28,12 @@ pub(crate) fn ratios(
     let dd = reference.and_then(ProbeReport::dd_write_mib_s);
     let dd_name = "dd pattern: 1 MiB O_DIRECT appends, depth 1";
     let no_dd = "no dd-pattern reference (needs the device probe of an embedded store)";
+    let dd_read =
+        phase("large_read").and_then(|p| p.details.as_ref()?.get("dd_read_mib_s")?.as_f64());
+    let dd_read_name = "dd pattern: 1 MiB O_DIRECT reads, depth 1, of as many bytes of a file of the bench's own, \
+                        run beside the gets";
+    let no_dd_read =
+        "no dd-pattern reads beside the gets (they need the device probe of an embedded store)";
     let durable = reference.and_then(ProbeReport::durable_write_mib_s);
     let durable_name = "durable dd pattern: 60 MiB of 1 MiB O_DIRECT appends, then fdatasync";
     for (name, what, phase_name, reference_bw, bw_name, missing) in [
@@ -54,6 +60,15 @@ pub(crate) fn ratios(
             dd,
             dd_name,
             no_dd,
+        ),
+        (
+            "large_read_vs_dd",
+            "large-blob read throughput ÷ dd's read pattern measured beside the gets, in the same phase (goal ≥ \
+             0.8)",
+            "large_read",
+            dd_read,
+            dd_read_name,
+            no_dd_read,
         ),
         (
             "large_write_vs_durable_dd",

@@ -249,6 +249,10 @@ pub struct BackendInfo {
     /// its I/O buffer (a write) or one aligned read of the device's best request size. `None` (the default):
     /// the usual batch size.
     pub chunk_records_batch_bytes: Option<usize>,
+    /// Batches of chunk records one read keeps in flight (at most the store's in-flight window allows): the
+    /// depth past which the device reads no faster, and a deeper queue only slower. `None` (the default): as
+    /// many as the window holds.
+    pub chunk_records_read_depth: Option<usize>,
 }
 
 impl BackendInfo {
@@ -270,6 +274,7 @@ impl BackendInfo {
             large_chunk_size: None,
             chunk_records_min_bytes: None,
             chunk_records_batch_bytes: None,
+            chunk_records_read_depth: None,
         }
     }
 
@@ -328,6 +333,14 @@ impl BackendInfo {
     #[must_use]
     pub fn with_chunk_records_batch(mut self, bytes: usize) -> Self {
         self.chunk_records_batch_bytes = Some(bytes);
+        self
+    }
+
+    /// Declares how many batches of chunk records a read keeps in flight
+    /// ([`BackendInfo::chunk_records_read_depth`]).
+    #[must_use]
+    pub fn with_chunk_records_read_depth(mut self, depth: usize) -> Self {
+        self.chunk_records_read_depth = Some(depth.max(1));
         self
     }
 

@@ -29,6 +29,11 @@ pub struct StoreConfig {
     /// batch, so that N readers who stop reading hold at most this plus N batches (about N MiB), not N windows.
     /// Defaults to 256 MiB.
     pub read_ahead_budget: usize,
+    /// Bytes of buffers kept idle for the next whole-value read of a large value (`BlobStore::get` and
+    /// `BlobStream::collect_bytes` of 4 MiB or more): such a value is collected into huge pages that return to
+    /// the store when the caller drops it, so that the next large read does not fault in and zero fresh memory.
+    /// 0 keeps none. Defaults to 128 MiB (two 60 MiB values); streaming reads use none.
+    pub idle_value_buffers: usize,
     /// How long a replaced or deleted version's chunks stay readable, for readers that started before.
     /// Defaults to 5 minutes.
     pub grace: Duration,
@@ -59,6 +64,7 @@ impl Default for StoreConfig {
             inflight_bytes: 16 * MIB as usize,
             batch_bytes: MIB as usize,
             read_ahead_budget: 256 * MIB as usize,
+            idle_value_buffers: 128 * MIB as usize,
             grace: Duration::from_secs(300),
             max_blob_size: None,
             intent_lease: Duration::from_secs(60),
@@ -91,6 +97,12 @@ impl StoreConfig {
     /// Sets [`StoreConfig::read_ahead_budget`].
     pub fn with_read_ahead_budget(mut self, bytes: usize) -> Self {
         self.read_ahead_budget = bytes;
+        self
+    }
+
+    /// Sets [`StoreConfig::idle_value_buffers`].
+    pub fn with_idle_value_buffers(mut self, bytes: usize) -> Self {
+        self.idle_value_buffers = bytes;
         self
     }
 

@@ -54,6 +54,7 @@
 //! - `conformance` (feature `conformance`): the suite of behaviour every backend must pass.
 
 pub mod backend;
+pub mod buffers;
 pub mod census;
 pub mod clock;
 pub mod codec;

@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) running: Arc<RunningPuts>,
     /// The bytes all reads of this store may fetch ahead of their consumers ([`StoreConfig::read_ahead_budget`]).
     pub(crate) read_budget: Arc<ReadBudget>,
+    /// The buffers whole-value reads of large values reuse ([`StoreConfig::idle_value_buffers`]).
+    pub(crate) value_buffers: Arc<crate::store::collect::ValueBuffers>,
     /// The store's encryption at run time ([`StoreConfig::encryption`]), `None` without a key provider.
     pub(crate) keys: Option<StoreKeys>,
     /// The store id (`docs/format.md`, "Derived keys") once read or made: every sealed version's keys derive
@@ -214,12 +216,27 @@ impl Inner {
         }
     }
 
+    /// Batches a read of a version of `size` bytes keeps in flight, for batches of `batch_bytes` raw bytes: as
+    /// many as the store's in-flight window holds, at most the backend's read depth for chunk records.
+    pub(crate) fn read_depth_of(&self, batch_bytes: usize, size: u64) -> usize {
+        read_depth(&self.info, self.config.inflight_bytes, batch_bytes, size)
+    }
+
     /// Chunks of `chunk_size` raw bytes in `raw_budget`, at most the backend's batch limit in encoded bytes,
     /// at least one.
     fn chunks_in(&self, raw_budget: usize, chunk_size: u32) -> u64 {
         let by_budget = raw_budget / (chunk_size as usize).max(1);
         let by_backend = self.info.max_batch_bytes / (chunk_size as usize + CHUNK_HEADER_LEN);
         by_budget.min(by_backend).max(1) as u64
+    }
+}
+
+/// [`Inner::read_depth_of`] for a backend described by `info` and an in-flight window of `inflight_bytes`.
+fn read_depth(info: &BackendInfo, inflight_bytes: usize, batch_bytes: usize, size: u64) -> usize {
+    let window = (inflight_bytes / batch_bytes.max(1)).max(1);
+    match info.chunk_records_read_depth {
+        Some(depth) if info.records_put(size) => window.min(depth),
+        _ => window,
     }
 }
 
@@ -250,5 +267,35 @@ impl RecordPages<'_> {
         };
         self.after = Some(last.clone());
         Ok(Some(page))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_of_chunk_records_keep_the_backends_depth_in_flight_and_others_the_window() {
+        let info = BackendInfo::new("t", 1 << 20, 8 << 20, true).with_chunk_records(Some(8 << 20));
+        let deep = |info: &BackendInfo, size| read_depth(info, 16 << 20, 1 << 20, size);
+        assert_eq!(
+            deep(&info, 60 << 20),
+            16,
+            "no read depth declared: the window"
+        );
+        let info = info.with_chunk_records_read_depth(2);
+        assert_eq!(deep(&info, 60 << 20), 2, "records: the backend's depth");
+        assert_eq!(deep(&info, 4 << 20), 16, "not records: the window");
+        assert_eq!(
+            read_depth(&info, 1 << 20, 1 << 20, 60 << 20),
+            1,
+            "the window is smaller"
+        );
+        assert_eq!(read_depth(&info, 0, 1 << 20, 60 << 20), 1, "at least one");
+        assert_eq!(
+            info.with_chunk_records_read_depth(0)
+                .chunk_records_read_depth,
+            Some(1)
+        );
     }
 }

@@ -60,6 +60,14 @@ const PHASES: [&str; 16] = [
 ];
 
 /// Every field of the JSON shape, and consistent numbers; `writers` large loops in the bulk phases.
+/// The ratio `name` of a bench's JSON.
+fn ratios_named<'a>(json: &'a Value, name: &str) -> &'a Value {
+    json["ratios"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == name))
+        .unwrap_or_else(|| panic!("no ratio {name}"))
+}
+
 fn check_shape(json: &Value, store: &str, writers: u64) {
     assert_eq!(json["store"], store);
     for field in ["store", "config", "reference", "phases"] {
@@ -154,7 +162,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
     }
     check_isolation(json, writers);
     let ratios = json["ratios"].as_array().expect("ratios");
-    assert_eq!(ratios.len(), 24);
+    assert_eq!(ratios.len(), 25);
     // The dd pattern is measured by the device probe only; a store may write nothing to disk (memory).
     let device = json["reference"]["kind"] == "device";
     for r in ratios {
@@ -162,6 +170,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
         match r["name"].as_str() {
             Some(
                 "large_write_vs_dd"
+                | "large_read_vs_dd"
                 | "large_put_p99_vs_dd_ideal"
                 | "large_write_vs_durable_dd"
                 | "large_put_p99_vs_durable_ideal",
@@ -262,12 +271,7 @@ fn check_isolation(json: &Value, writers: u64) {
     // The closed loop is a stress figure: no goal.
     assert!(iso.get("small_p99_ratio_met").is_none(), "{iso}");
     check_paced(json);
-    let ratio = |name: &str| {
-        json["ratios"]
-            .as_array()
-            .and_then(|r| r.iter().find(|r| r["name"] == name))
-            .map(|r| r["value"].clone())
-    };
+    let ratio = |name: &str| Some(ratios_named(json, name)["value"].clone());
     assert_eq!(
         ratio("small_p99_under_load_over_alone"),
         Some(iso["small_p99_ratio"].clone())
@@ -492,6 +496,22 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
         reference["extent_settings"]["io_bytes"].as_u64().is_some(),
         "{reference}"
     );
+    // dd's read pattern ran beside the large gets, over as many bytes, and the ratio divides by it.
+    let read = json["phases"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "large_read"))
+        .expect("large_read");
+    let details = &read["details"];
+    assert_eq!(details["dd_read_bytes"], read["bytes"], "{details}");
+    let dd_mib_s = details["dd_read_mib_s"].as_f64().expect("dd_read_mib_s");
+    let ratio = ratios_named(&json, "large_read_vs_dd");
+    let expected = read["throughput_mib_s"].as_f64().expect("throughput") / dd_mib_s;
+    assert!(
+        ratio["value"]
+            .as_f64()
+            .is_some_and(|v| (v - expected).abs() < 1e-9),
+        "{ratio}"
+    );
     let store = saltblob::open(&url, saltblob::StoreConfig::default())
         .await
         .expect("reopens");
@@ -506,7 +526,8 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
     for entry in std::fs::read_dir(dir.path().join("db")).expect("lists") {
         let name = entry.expect("entry").file_name();
         assert!(
-            !name.to_string_lossy().starts_with(".saltblob-probe"),
+            !name.to_string_lossy().starts_with(".saltblob-probe")
+                && !name.to_string_lossy().starts_with(".saltblob-bench-dd"),
             "{name:?}"
         );
     }

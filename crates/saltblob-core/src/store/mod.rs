@@ -15,6 +15,7 @@
 //! below the store.
 
 pub(crate) mod chunk_writer;
+pub(crate) mod collect;
 mod digest;
 mod key;
 mod pieces;
@@ -149,6 +150,7 @@ impl BlobStore {
                 sched,
                 info,
                 read_budget: Arc::new(ReadBudget::new(config.read_ahead_budget as u64)),
+                value_buffers: collect::ValueBuffers::new(usize::MAX, config.idle_value_buffers),
                 keys: config
                     .encryption
                     .as_ref()

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 
 use crate::backend::{BlobRef, ChunkId};
@@ -22,6 +22,7 @@ use crate::layout::ChunkLayout;
 use crate::manifest::{Manifest, ManifestBody, Segment, hex};
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::state::{BudgetHeld, Inner, ReadBudget};
+use crate::store::collect::{Collector, ValueBuffers};
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::store::sealing;
 use crate::{Error, KeyDisplay, Result};
@@ -38,6 +39,8 @@ pub struct BlobStream {
     /// The byte range being read (half-open).
     pub range: Range<u64>,
     stream: BoxStream<'static, Result<Bytes>>,
+    /// Where [`BlobStream::collect_bytes`] takes a large value's buffer from: the store's.
+    buffers: Arc<ValueBuffers>,
 }
 
 impl std::fmt::Debug for BlobStream {
@@ -58,22 +61,14 @@ impl Stream for BlobStream {
 }
 
 impl BlobStream {
-    /// Reads the whole stream into one buffer.
+    /// Reads the whole stream into one buffer (a large value into huge pages: see `collect.rs`).
     pub async fn collect_bytes(mut self) -> Result<Bytes> {
-        // The size comes from the manifest: reserve at most 64 MiB up front, so that a damaged size fails at its
-        // first missing chunk instead of in the allocator; once that much has been read and verified, the rest
-        // is reserved in one step (no doubling, no repeated copies of a large blob).
-        const UP_FRONT: usize = 64 << 20;
         let len = usize::try_from(self.range.end - self.range.start).unwrap_or(0);
-        let mut out = BytesMut::with_capacity(len.min(UP_FRONT));
+        let mut out = Collector::new(len, &self.buffers);
         while let Some(piece) = self.stream.next().await {
-            let piece = piece?;
-            if out.len() + piece.len() > out.capacity() {
-                out.reserve(len.saturating_sub(out.len()).max(piece.len()));
-            }
-            out.extend_from_slice(&piece);
+            out.push(&piece?);
         }
-        Ok(out.freeze())
+        Ok(out.finish())
     }
 }
 
@@ -151,6 +146,7 @@ pub(crate) fn stream_version(
         manifest,
         range,
         stream,
+        buffers: Arc::clone(&inner.value_buffers),
     }
 }
 
@@ -215,8 +211,10 @@ fn stream_chunks(
 ) -> BoxStream<'static, Result<Bytes>> {
     let chunks = layout.chunks_covering(&range);
     let per_batch = inner.chunks_per_batch_of(layout.chunk_size, class.as_ref(), manifest.size);
-    let depth =
-        (inner.config.inflight_bytes / (per_batch as usize * layout.chunk_size as usize)).max(1);
+    let depth = inner.read_depth_of(
+        per_batch as usize * layout.chunk_size as usize,
+        manifest.size,
+    );
     // Lazily: a blob of millions of chunks needs no list of its batches.
     let batches = (chunks.start..chunks.end)
         .step_by(usize::try_from(per_batch).unwrap_or(1))

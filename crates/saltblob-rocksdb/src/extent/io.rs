@@ -6,9 +6,10 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use saltblob_core::buffers::{LendingPool, PooledBuffer};
 
 /// The smallest alignment used: the 4 KiB physical sector of current disks (a multiple of every logical block
 /// size), so that no write is a read-modify-write of a sector.
@@ -51,21 +52,15 @@ impl AlignedBuf {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
-
-    /// Bytes it can hold from its aligned start.
-    fn capacity(&self) -> usize {
-        self.storage.len() - self.start
-    }
 }
 
-/// Buffers for reads, reused: a read buffer is handed out as shared [`Bytes`] (its chunks are slices of it,
-/// no copy) and comes back here when the last of them is dropped, so that reads neither zero nor fault in fresh
-/// memory each time. Sizes are rounded up to 64 KiB; at most `keep` idle buffers are kept, of [`READ_IDLE_BYTES`]
-/// in all (a larger one that comes back is freed).
+/// Buffers for reads, reused (a [`LendingPool`]): a read buffer is handed out as shared [`Bytes`] (its chunks
+/// are slices of it, no copy) and comes back when the last of them is dropped, so that reads neither zero nor
+/// fault in fresh memory each time. Sizes are rounded up to 64 KiB; at most `keep` idle buffers are kept, of
+/// [`READ_IDLE_BYTES`] in all (a larger one that comes back is freed).
 pub(crate) struct ReadBuffers {
     align: usize,
-    keep: usize,
-    free: Mutex<Vec<AlignedBuf>>,
+    pool: Arc<LendingPool<AlignedBuf>>,
 }
 
 /// Granularity of read buffer sizes, so that reads of about the same size share buffers.
@@ -75,25 +70,20 @@ pub(crate) const READ_IDLE_BYTES: usize = 32 << 20;
 
 impl ReadBuffers {
     /// A pool of read buffers aligned to `align`, keeping at most `keep` idle.
-    pub(crate) fn new(align: usize, keep: usize) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(Self {
+    pub(crate) fn new(align: usize, keep: usize) -> Self {
+        Self {
             align,
-            keep,
-            free: Mutex::new(Vec::new()),
-        })
+            pool: LendingPool::new(keep, READ_IDLE_BYTES),
+        }
     }
 
     /// A buffer of `len` usable bytes (aligned to the pool's alignment, which must be at least the one the
     /// read needs): an idle one that fits (holding at most twice as much), or a new one. Its contents are
     /// whatever it last held.
     pub(crate) fn take(&self, len: usize) -> AlignedBuf {
-        let reused = self.free.lock().ok().and_then(|mut free| {
-            let at = free
-                .iter()
-                .position(|b| b.capacity() >= len && b.capacity() <= len.saturating_mul(2))?;
-            Some(free.swap_remove(at))
-        });
-        let mut buf = reused
+        let mut buf = self
+            .pool
+            .take_fitting(len)
             .unwrap_or_else(|| AlignedBuf::new(len.div_ceil(READ_GRAIN) * READ_GRAIN, self.align));
         buf.len = len;
         buf
@@ -101,40 +91,18 @@ impl ReadBuffers {
 
     /// The usable bytes of `buf` as shared [`Bytes`]; the buffer comes back to the pool when the last slice
     /// of them is dropped.
-    pub(crate) fn share(self: &std::sync::Arc<Self>, buf: AlignedBuf) -> Bytes {
-        Bytes::from_owner(Lent {
-            buf: Some(buf),
-            pool: std::sync::Arc::clone(self),
-        })
-    }
-
-    fn give(&self, buf: AlignedBuf) {
-        if let Ok(mut free) = self.free.lock() {
-            let idle: usize = free.iter().map(AlignedBuf::capacity).sum();
-            if free.len() < self.keep && idle + buf.capacity() <= READ_IDLE_BYTES {
-                free.push(buf);
-            }
-        }
+    pub(crate) fn share(&self, buf: AlignedBuf) -> Bytes {
+        self.pool.share(buf)
     }
 }
 
-/// A read buffer lent out as [`Bytes`]; given back to its pool when dropped.
-struct Lent {
-    buf: Option<AlignedBuf>,
-    pool: std::sync::Arc<ReadBuffers>,
-}
-
-impl AsRef<[u8]> for Lent {
-    fn as_ref(&self) -> &[u8] {
-        self.buf.as_ref().map_or(&[], AlignedBuf::bytes)
+impl PooledBuffer for AlignedBuf {
+    fn capacity(&self) -> usize {
+        self.storage.len() - self.start
     }
-}
 
-impl Drop for Lent {
-    fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            self.pool.give(buf);
-        }
+    fn bytes(&self) -> &[u8] {
+        AlignedBuf::bytes(self)
     }
 }
 
@@ -375,9 +343,9 @@ mod tests {
         let huge = pool.take(READ_IDLE_BYTES);
         drop(pool.share(huge));
         drop(pool.share(big));
-        let kept = pool.free.lock().expect("lock");
+        let small = 300_000_usize.div_ceil(READ_GRAIN) * READ_GRAIN;
         assert!(
-            kept.len() == 1 && kept[0].capacity() < READ_IDLE_BYTES,
+            (small..=small + 4096).contains(&pool.pool.idle()),
             "kept the small one only"
         );
     }

@@ -79,7 +79,7 @@ pub(crate) struct Extents {
     /// Buffers of `io_bytes`, once the alignment is known.
     pool: OnceLock<Arc<BufferPool>>,
     /// Buffers of reads, reused (aligned to at least any alignment the reads need: 64 KiB).
-    reads: Arc<ReadBuffers>,
+    reads: ReadBuffers,
     /// Whether the fall-back to buffered I/O was logged.
     fallback_logged: AtomicBool,
     /// Bytes on disk of the files [`Extents::remove`] unlinked since [`Extents::take_freed`] last took them.
