@@ -249,7 +249,10 @@ pub struct BackendInfo {
     /// its I/O buffer (a write) or one aligned read of the device's best request size. `None` (the default):
     /// the usual batch size.
     pub chunk_records_batch_bytes: Option<usize>,
-    /// Batches of chunk records one read keeps in flight (at most the store's in-flight window allows): the
+    /// Raw bytes per backend call when a version stored as chunk records is read. `None` (the default):
+    /// [`BackendInfo::chunk_records_batch_bytes`].
+    pub chunk_records_read_bytes: Option<usize>,
+    /// Reads of chunk records one read keeps in flight (at most the store's in-flight window allows): the
     /// depth past which the device reads no faster, and a deeper queue only slower. `None` (the default): as
     /// many as the window holds.
     pub chunk_records_read_depth: Option<usize>,
@@ -274,6 +277,7 @@ impl BackendInfo {
             large_chunk_size: None,
             chunk_records_min_bytes: None,
             chunk_records_batch_bytes: None,
+            chunk_records_read_bytes: None,
             chunk_records_read_depth: None,
         }
     }
@@ -336,10 +340,11 @@ impl BackendInfo {
         self
     }
 
-    /// Declares how many batches of chunk records a read keeps in flight
-    /// ([`BackendInfo::chunk_records_read_depth`]).
+    /// Declares how reads of chunk records go: `bytes` per call, `depth` calls in flight
+    /// ([`BackendInfo::chunk_records_read_bytes`], [`BackendInfo::chunk_records_read_depth`]; at least 1 each).
     #[must_use]
-    pub fn with_chunk_records_read_depth(mut self, depth: usize) -> Self {
+    pub fn with_chunk_records_reads(mut self, bytes: usize, depth: usize) -> Self {
+        self.chunk_records_read_bytes = Some(bytes.max(1));
         self.chunk_records_read_depth = Some(depth.max(1));
         self
     }

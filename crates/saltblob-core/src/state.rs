@@ -216,10 +216,25 @@ impl Inner {
         }
     }
 
-    /// Batches a read of a version of `size` bytes keeps in flight, for batches of `batch_bytes` raw bytes: as
-    /// many as the store's in-flight window holds, at most the backend's read depth for chunk records.
-    pub(crate) fn read_depth_of(&self, batch_bytes: usize, size: u64) -> usize {
-        read_depth(&self.info, self.config.inflight_bytes, batch_bytes, size)
+    /// Chunks per backend call of a read of a version of `size` bytes, and calls in flight: for a version stored
+    /// as chunk records, the backend's read size and depth where it declares them
+    /// ([`BackendInfo::chunk_records_read_bytes`], [`BackendInfo::chunk_records_read_depth`]); otherwise
+    /// [`Inner::chunks_per_batch_of`], as many as the store's in-flight window holds.
+    pub(crate) fn read_batches_of(
+        &self,
+        chunk_size: u32,
+        class: Option<&ClassTag>,
+        size: u64,
+    ) -> (u64, usize) {
+        let per_batch = match self.info.chunk_records_read_bytes {
+            Some(bytes) if self.info.records_put(size) => self.chunks_in(bytes, chunk_size),
+            _ => self.chunks_per_batch_of(chunk_size, class, size),
+        };
+        let batch_bytes = usize::try_from(per_batch)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(chunk_size as usize);
+        let depth = read_depth(&self.info, self.config.inflight_bytes, batch_bytes, size);
+        (per_batch, depth)
     }
 
     /// Chunks of `chunk_size` raw bytes in `raw_budget`, at most the backend's batch limit in encoded bytes,
@@ -231,7 +246,8 @@ impl Inner {
     }
 }
 
-/// [`Inner::read_depth_of`] for a backend described by `info` and an in-flight window of `inflight_bytes`.
+/// Reads in flight ([`Inner::read_batches_of`]) for a backend described by `info`, an in-flight window of
+/// `inflight_bytes` and batches of `batch_bytes`.
 fn read_depth(info: &BackendInfo, inflight_bytes: usize, batch_bytes: usize, size: u64) -> usize {
     let window = (inflight_bytes / batch_bytes.max(1)).max(1);
     match info.chunk_records_read_depth {
@@ -283,7 +299,7 @@ mod tests {
             16,
             "no read depth declared: the window"
         );
-        let info = info.with_chunk_records_read_depth(2);
+        let info = info.with_chunk_records_reads(512 << 10, 2);
         assert_eq!(deep(&info, 60 << 20), 2, "records: the backend's depth");
         assert_eq!(deep(&info, 4 << 20), 16, "not records: the window");
         assert_eq!(
@@ -292,10 +308,13 @@ mod tests {
             "the window is smaller"
         );
         assert_eq!(read_depth(&info, 0, 1 << 20, 60 << 20), 1, "at least one");
+        let at_least_one = info.with_chunk_records_reads(0, 0);
         assert_eq!(
-            info.with_chunk_records_read_depth(0)
-                .chunk_records_read_depth,
-            Some(1)
+            (
+                at_least_one.chunk_records_read_bytes,
+                at_least_one.chunk_records_read_depth
+            ),
+            (Some(1), Some(1))
         );
     }
 }

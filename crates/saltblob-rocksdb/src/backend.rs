@@ -149,7 +149,10 @@ impl ChunkStore for RocksStore {
             .with_unlogged_chunks(self.core.config().unlogged_min_bytes)
             .with_chunk_records(self.core.config().extent_min_bytes)
             .with_chunk_records_batch(self.core.config().extent_io_bytes)
-            .with_chunk_records_read_depth(self.core.config().extent_read_depth)
+            .with_chunk_records_reads(
+                self.core.config().extent_read_bytes,
+                self.core.config().extent_read_depth,
+            )
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {

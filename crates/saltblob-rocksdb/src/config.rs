@@ -17,8 +17,10 @@ pub const DEFAULT_EXTENT_MIN_BYTES: u64 = 8 << 20;
 pub const DEFAULT_EXTENT_IO_BYTES: usize = 1 << 20;
 /// Default of [`RocksConfig::extent_io_depth`].
 pub const DEFAULT_EXTENT_IO_DEPTH: usize = 4;
+/// Default of [`RocksConfig::extent_read_bytes`].
+pub const DEFAULT_EXTENT_READ_BYTES: usize = 512 << 10;
 /// Default of [`RocksConfig::extent_read_depth`].
-pub const DEFAULT_EXTENT_READ_DEPTH: usize = 2;
+pub const DEFAULT_EXTENT_READ_DEPTH: usize = 4;
 /// Default of [`RocksConfig::extent_yield`].
 pub const DEFAULT_EXTENT_YIELD: std::time::Duration =
     std::time::Duration::from_millis(DEFAULT_EXTENT_YIELD_MS);
@@ -166,10 +168,14 @@ pub struct RocksConfig {
     /// Writes of one extent file in flight at once (1 to 64): the depth at the probe's knee. Memory per large
     /// put is about `extent_io_bytes × (extent_io_depth + 1)`. Defaults to 4.
     pub extent_io_depth: usize,
-    /// Reads of `extent_io_bytes` one large get keeps in flight (1 to 64). This virtual disk reads no faster
-    /// with more than one or two requests queued, and slower with 16 (the store's whole in-flight window): a
-    /// 60 MiB get ran at 0.81–0.86 of dd's read pattern 16 deep, 0.87–0.96 2 deep (BENCHMARKS.md, *Large gets
-    /// beside dd's read pattern*). Defaults to 2.
+    /// Bytes of chunk records per read of a large get (one aligned read each; same accepted values as
+    /// `extent_io_bytes`). Defaults to 512 KiB.
+    pub extent_read_bytes: usize,
+    /// Reads of `extent_read_bytes` one large get keeps in flight (1 to 64). This virtual disk reads no faster
+    /// with more than 2 MiB queued, and slower with the store's whole 16 MiB in-flight window: over ten-get runs
+    /// a 60 MiB get ran at 0.80–0.96 of dd's read pattern with 1 MiB reads 2 deep, 0.84–0.91 3 deep, 0.90–0.99
+    /// with 512 KiB reads 4 deep, 0.48–0.55 with 1 MiB reads 1 deep (BENCHMARKS.md, *Large gets beside dd's
+    /// read pattern*). Defaults to 4.
     pub extent_read_depth: usize,
     /// Whether extent files are written and read with `O_DIRECT` (no page-cache copy). Where the file system
     /// refuses it (ramfs, some network and FUSE file systems) they fall back to buffered I/O, and the reason is
@@ -207,6 +213,7 @@ impl RocksConfig {
             extent_min_bytes: Some(DEFAULT_EXTENT_MIN_BYTES),
             extent_io_bytes: DEFAULT_EXTENT_IO_BYTES,
             extent_io_depth: DEFAULT_EXTENT_IO_DEPTH,
+            extent_read_bytes: DEFAULT_EXTENT_READ_BYTES,
             extent_read_depth: DEFAULT_EXTENT_READ_DEPTH,
             extent_direct_io: true,
             extent_yield: DEFAULT_EXTENT_YIELD,
@@ -224,7 +231,7 @@ impl RocksConfig {
     /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`, `max_write_buffer_number`,
     /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`,
     /// `unlogged_min_bytes` (bytes, or `off`), `extent_min_bytes` (bytes, or `off`), `extent_io_bytes`,
-    /// `extent_io_depth`, `extent_read_depth`, `extent_direct_io`, `extent_yield_ms`.
+    /// `extent_io_depth`, `extent_read_bytes`, `extent_read_depth`, `extent_direct_io`, `extent_yield_ms`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -314,8 +321,8 @@ impl RocksConfig {
                         config.extent_min_bytes = min;
                     }
                 }
-                "extent_io_bytes" => {
-                    config.extent_io_bytes = num(k)
+                "extent_io_bytes" | "extent_read_bytes" => {
+                    let bytes = num(k)
                         .ok()
                         .and_then(|n| usize::try_from(n).ok())
                         .filter(|n| EXTENT_IO_BYTES.contains(n) && n % 4096 == 0)
@@ -326,6 +333,11 @@ impl RocksConfig {
                                 EXTENT_IO_BYTES.end()
                             ))
                         })?;
+                    if k == "extent_io_bytes" {
+                        config.extent_io_bytes = bytes;
+                    } else {
+                        config.extent_read_bytes = bytes;
+                    }
                 }
                 "extent_io_depth" | "extent_read_depth" => {
                     let depth = num(k)
@@ -364,8 +376,8 @@ impl RocksConfig {
                          blob_gc, blob_gc_age_cutoff, blob_gc_force_threshold, write_buffer_size, \
                          space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
                          background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes, \
-                         extent_min_bytes, extent_io_bytes, extent_io_depth, extent_read_depth, extent_direct_io, \
-                         extent_yield_ms"
+                         extent_min_bytes, extent_io_bytes, extent_io_depth, extent_read_bytes, extent_read_depth, \
+                         extent_direct_io, extent_yield_ms"
                     )));
                 }
             }
@@ -432,18 +444,18 @@ mod tests {
         assert_eq!(c.unlogged_min_bytes, None);
         assert_eq!(c.extent_min_bytes, Some(8 << 20));
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (1 << 20, 4));
-        assert_eq!(c.extent_read_depth, 2);
+        assert_eq!((c.extent_read_bytes, c.extent_read_depth), (512 << 10, 4));
         assert!(c.extent_direct_io);
         assert_eq!(c.extent_yield, DEFAULT_EXTENT_YIELD);
         let c = RocksConfig::from_url(
             "rocksdb:///x?extent_min_bytes=0&extent_io_bytes=4194304&extent_io_depth=2&extent_direct_io=false\
-             &extent_yield_ms=1000&extent_read_depth=16",
+             &extent_yield_ms=1000&extent_read_depth=16&extent_read_bytes=1048576",
         )
         .expect("parses");
         assert_eq!(c.extent_yield, std::time::Duration::from_secs(1));
         assert_eq!(c.extent_min_bytes, Some(0));
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (4 << 20, 2));
-        assert_eq!(c.extent_read_depth, 16);
+        assert_eq!((c.extent_read_bytes, c.extent_read_depth), (1 << 20, 16));
         assert!(!c.extent_direct_io);
         let c = RocksConfig::from_url("rocksdb:///x?extent_min_bytes=off").expect("parses");
         assert_eq!(c.extent_min_bytes, None);
@@ -499,6 +511,7 @@ mod tests {
             ("rocksdb:///x?extent_io_depth=0", "extent_io_depth"),
             ("rocksdb:///x?extent_io_depth=65", "extent_io_depth"),
             ("rocksdb:///x?extent_read_depth=0", "extent_read_depth"),
+            ("rocksdb:///x?extent_read_bytes=1000", "extent_read_bytes"),
             ("rocksdb:///x?extent_read_depth=x", "extent_read_depth"),
             ("rocksdb:///x?extent_direct_io=maybe", "extent_direct_io"),
             ("rocksdb:///x?extent_yield_ms=1001", "extent_yield_ms"),

@@ -210,11 +210,8 @@ fn stream_chunks(
     keys: Option<Arc<VersionKeys>>,
 ) -> BoxStream<'static, Result<Bytes>> {
     let chunks = layout.chunks_covering(&range);
-    let per_batch = inner.chunks_per_batch_of(layout.chunk_size, class.as_ref(), manifest.size);
-    let depth = inner.read_depth_of(
-        per_batch as usize * layout.chunk_size as usize,
-        manifest.size,
-    );
+    let (per_batch, depth) =
+        inner.read_batches_of(layout.chunk_size, class.as_ref(), manifest.size);
     // Lazily: a blob of millions of chunks needs no list of its batches.
     let batches = (chunks.start..chunks.end)
         .step_by(usize::try_from(per_batch).unwrap_or(1))
