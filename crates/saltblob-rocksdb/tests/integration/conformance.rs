@@ -35,7 +35,10 @@ mod extents {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut config = RocksConfig::new(dir.path());
         config.extent_min_bytes = Some(0);
+        // Batches smaller than the suite's values, so that a read spans several (the grace case reclaims a
+        // version under a reader that has taken its first batch only).
         config.extent_io_bytes = 64 << 10;
+        config.extent_read_bytes = 64 << 10;
         let store = RocksStore::open(config).expect("open RocksDB");
         Fixture {
             backend: Arc::new(store),
