@@ -45,6 +45,9 @@ step kms timeout 900 scripts/kms-tests.sh
 # for Java v2 from Maven Central) against `saltblob serve` on the embedded
 # store, with the 1 GiB `aws s3 cp` round trip and the server's peak RSS (scripts/s3-clients.sh).
 step s3-clients-embedded timeout 1500 scripts/s3-clients.sh
+# `saltblob bench --mixed` through `saltblob serve` with object_store's S3 client, a few seconds of it, and the
+# server's side of it from its access log (scripts/s3-isolation.sh; the measured runs are in BENCHMARKS.md).
+step s3-isolation timeout 300 scripts/s3-isolation.sh --smoke
 
 # The cluster backend against a real Apache Cassandra 5.0 (jars from Maven Central, run by this machine's JVM on
 # loopback; see docs/cassandra.md). Every start has a bounded wait.

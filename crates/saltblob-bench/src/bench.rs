@@ -15,26 +15,31 @@ use serde_json::json;
 
 use crate::args::{BenchArgs, Settings};
 use crate::isolation::{Mixed, isolation};
+use crate::mixed::Load;
 use crate::output::write_output;
-use crate::payload::random_bytes;
 use crate::phases::Run;
 use crate::plan::{Plan, describe_layout};
 use crate::ratios::ratios;
 use crate::reference;
 use crate::stats::{PhaseReport, SEALED_SUFFIX};
+use crate::target::Target;
 use crate::{plot, report};
 
 pub use crate::isolation::{
     ClassResult, Classes, Isolation, Paced, PacedGoals, PacedMet, PacedSide,
     SUSTAINABLE_GOODPUT_MIN, paced_goals,
 };
-pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio};
+pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio, S3_BACKEND};
 
 /// `saltblob bench`: runs the phases on the store at `url`, prints the results, writes `--json` and `--plot`.
 /// Progress bars appear on a terminal unless `quiet`. Failed operations are results (counted, with their
 /// messages), not errors; an error is returned only when the bench cannot run at all (bad flags, store not
 /// reachable, output file not writable).
 pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchReport> {
+    #[cfg(feature = "s3")]
+    if crate::s3::is_s3_url(url) {
+        return bench_s3(url, args, quiet).await;
+    }
     let plan = Plan::new(args)?;
     // The store-level parameters of the URL (the scheduler's) configure the bench's store, the rest the backend.
     let (backend_url, store_config) = saltblob::split_store_params(url, StoreConfig::default())?;
@@ -120,17 +125,18 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     };
 
     let dd_reads = dd_reads(&backend_url, &plan, reference_report.as_ref()).await;
+    let load = Load::new(
+        Target::Store(store.clone()),
+        plan,
+        format!("saltblob-bench/{run_id}/"),
+        args.concurrency,
+        quiet,
+    );
     let run = Run {
         store,
         backend,
         info,
-        plan,
-        prefix: format!("saltblob-bench/{run_id}/"),
-        tag: rand::random::<u64>() & 0x00ff_ffff_ffff_ffff,
-        concurrency: args.concurrency,
-        quiet,
-        large_base: random_bytes(args_large(args)),
-        small_base: random_bytes(usize::try_from(args.small_kb << 10).unwrap_or(0)),
+        load,
         dd_reads,
     };
     // The sealed twin of the run: the same sizes on sealed blobs, under a prefix of its own below the run's (so
@@ -139,13 +145,12 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         store: keys.store.clone(),
         backend: Arc::clone(&run.backend),
         info: run.info.clone(),
-        plan: run.plan.clone(),
-        prefix: format!("{}sealed/", run.prefix),
-        tag: run.tag ^ 1,
-        concurrency: run.concurrency,
-        quiet,
-        large_base: run.large_base.clone(),
-        small_base: run.small_base.clone(),
+        load: Load {
+            target: Target::Store(keys.store.clone()),
+            prefix: format!("{}sealed/", run.load.prefix),
+            tag: run.load.tag ^ 1,
+            ..run.load.clone()
+        },
         dd_reads: None,
     });
     let mut phases = Vec::new();
@@ -183,7 +188,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     if args.stream_mb > 0 {
         let (url, key, mib) = (
             url.to_owned(),
-            format!("{}stream", run.prefix),
+            format!("{}stream", run.load.prefix),
             args.stream_mb,
         );
         let id = run_id.clone();
@@ -200,15 +205,15 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         show(r, &mut phases);
     }
     let mut mixed = None;
-    if let Some(duration) = run.plan.mixed {
-        let ran = run.mixed(duration).await?;
+    if let Some(duration) = run.load.plan.mixed {
+        let ran = run.load.mixed(duration).await?;
         for p in ran.phases {
             show(p, &mut phases);
         }
         mixed = Some(Mixed {
             seconds: duration.as_secs_f64(),
-            large_writers: run.plan.large_writers,
-            small_concurrency: run.concurrency,
+            large_writers: run.load.plan.large_writers,
+            small_concurrency: run.load.concurrency,
             embedded: matches!(run.info.name, "rocksdb" | "memory"),
             bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
             paced: ran.paced,
@@ -219,47 +224,191 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     } else {
         run.cleanup(&raw_values).await
     };
-    for p in &cleanup.problems {
-        eprintln!("saltblob: warning: clean-up: {p}");
-    }
-
-    let isolation = mixed.and_then(|m| isolation(&phases, &m));
-    let cpu_steps = tokio::task::spawn_blocking(crate::cpu::measure_steps)
-        .await
-        .map_err(|e| Error::internal("cpu steps", e))?;
-    let ratios = ratios(
-        &phases,
-        reference_report.as_ref(),
-        &run.plan,
-        largest_chunk,
-        isolation.as_ref(),
-        &cpu_steps,
-    );
-    let report = BenchReport {
+    let finished = Finished {
         store: shown_url,
         config,
         reference,
-        phases,
-        ratios,
-        isolation,
-        cleanup,
-        cpu_steps,
         reference_report,
+        phases,
+        mixed,
+        cleanup,
+        partial: false,
     };
-    println!("{}", report::summary_table(&report));
-    println!("{}", report::ratios_text(&report.ratios));
-    if let Some(iso) = &report.isolation {
-        println!("{}", report::isolation_text(iso));
+    finished.report(&run.load.plan, largest_chunk, args).await
+}
+
+/// A bench run's results before its figures: what [`Finished::report`] turns into the [`BenchReport`].
+struct Finished {
+    store: String,
+    config: BenchConfig,
+    reference: serde_json::Value,
+    reference_report: Option<reference::ProbeReport>,
+    phases: Vec<PhaseReport>,
+    mixed: Option<Mixed>,
+    cleanup: Cleanup,
+    /// Only some phases can run on this target (S3): the text lists only the ratios it measured (the JSON has
+    /// all, as always).
+    partial: bool,
+}
+
+impl Finished {
+    /// The isolation figures, the CPU floor and the ratios of the run; prints them, and writes `--json` and
+    /// `--plot`.
+    async fn report(
+        self,
+        plan: &Plan,
+        largest_chunk: u64,
+        args: &BenchArgs,
+    ) -> Result<BenchReport> {
+        for p in &self.cleanup.problems {
+            eprintln!("saltblob: warning: clean-up: {p}");
+        }
+        let isolation = self.mixed.and_then(|m| isolation(&self.phases, &m));
+        let cpu_steps = tokio::task::spawn_blocking(crate::cpu::measure_steps)
+            .await
+            .map_err(|e| Error::internal("cpu steps", e))?;
+        let ratios = ratios(
+            &self.phases,
+            self.reference_report.as_ref(),
+            plan,
+            largest_chunk,
+            isolation.as_ref(),
+            &cpu_steps,
+        );
+        let report = BenchReport {
+            store: self.store,
+            config: self.config,
+            reference: self.reference,
+            phases: self.phases,
+            ratios,
+            isolation,
+            cleanup: self.cleanup,
+            cpu_steps,
+            reference_report: self.reference_report,
+        };
+        println!("{}", report::summary_table(&report));
+        let measured: Vec<Ratio> = report
+            .ratios
+            .iter()
+            .filter(|r| !self.partial || r.value.is_some())
+            .cloned()
+            .collect();
+        println!("{}", report::ratios_text(&measured));
+        if let Some(iso) = &report.isolation {
+            println!("{}", report::isolation_text(iso));
+        }
+        if let Some(path) = &args.json {
+            let text = serde_json::to_string_pretty(&report)
+                .map_err(|e| Error::invalid("json", e.to_string()))?;
+            write_output(path, &text)?;
+        }
+        if let Some(path) = &args.plot {
+            plot::draw(path, &report)?;
+        }
+        Ok(report)
     }
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| Error::invalid("json", e.to_string()))?;
-        write_output(path, &text)?;
+}
+
+/// `saltblob bench` on an S3 endpoint (`s3+http://HOST:PORT/BUCKET`, module `s3`): the isolation phases of
+/// `--mixed` (closed-loop capacities, then the paced loads) through object_store's S3 client, under the keys
+/// `saltblob-bench/<run id>/` of the bucket, deleted at the end unless `--keep`. The flags that choose how
+/// saltblob lays out or seals a blob, and the phases that need the store itself (`--unchunked`, `--encrypt`,
+/// `--stream-mb`, the probe), are refused or skipped: the server's store decides those.
+#[cfg(feature = "s3")]
+async fn bench_s3(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchReport> {
+    let plan = Plan::new(args)?;
+    let refused = [
+        (args.chunk_size.is_some(), "--chunk-size"),
+        (args.max_salt.is_some(), "--max-salt"),
+        (args.unchunked, "--unchunked"),
+        (args.encrypt, "--encrypt"),
+        (args.stream_mb > 0, "--stream-mb"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        return Err(Error::invalid(
+            "bench on S3",
+            format!(
+                "{flag} needs a saltblob store URL: through S3 the server's store lays out and seals blobs"
+            ),
+        ));
     }
-    if let Some(path) = &args.plot {
-        plot::draw(path, &report)?;
+    let Some(duration) = plan.mixed else {
+        return Err(Error::invalid(
+            "bench on S3",
+            "an S3 endpoint is benched by the isolation phases: give --mixed SECONDS",
+        ));
+    };
+    let s3 = crate::s3::S3Target::open(url)?;
+    let run_id = VersionId::generate().to_string();
+    let through = "as the server's store lays it out".to_owned();
+    let config = BenchConfig {
+        backend: S3_BACKEND,
+        run_id: run_id.clone(),
+        count: args.count,
+        large_mb: args.large_mb,
+        large_bytes: plan.large_bytes,
+        large_layout: through.clone(),
+        chunk_size: 0,
+        max_salt: 0,
+        small_kb: args.small_kb,
+        small_bytes: plan.small_bytes,
+        small_layout: through,
+        small_count: plan.small_count,
+        concurrency: args.concurrency,
+        unchunked: false,
+        mixed_seconds: args.mixed,
+        large_writers: plan.large_writers,
+        small_loads: Some(plan.small_loads.clone()),
+        paced_samples: plan.paced_samples,
+        paced_grace_s: plan.paced_grace.as_secs_f64(),
+        scheduler: serde_json::Value::Null,
+        largest_chunk_bytes: 0,
+        probe_size: args.probe.probe_size,
+        probe_seconds: args.probe.probe_seconds,
+        keep: args.keep,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        encrypt: false,
+        sealed_first: false,
+    };
+    let shown = s3.shown().to_owned();
+    println!("{}", report::bench_header(&shown, &config));
+    let load = Load::new(
+        Target::S3(s3.clone()),
+        plan.clone(),
+        format!("saltblob-bench/{run_id}/"),
+        args.concurrency,
+        quiet,
+    );
+    let ran = load.mixed(duration).await?;
+    let mut phases = Vec::new();
+    for p in ran.phases {
+        println!("{}", report::phase_block(&p));
+        phases.push(p);
     }
-    Ok(report)
+    let mixed = Some(Mixed {
+        seconds: duration.as_secs_f64(),
+        large_writers: plan.large_writers,
+        small_concurrency: args.concurrency,
+        embedded: false,
+        bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
+        paced: ran.paced,
+    });
+    let cleanup = if args.keep {
+        Cleanup::default()
+    } else {
+        s3.cleanup(&load.prefix, args.concurrency).await
+    };
+    let finished = Finished {
+        store: shown,
+        config,
+        reference: serde_json::Value::Null,
+        reference_report: None,
+        phases,
+        mixed,
+        cleanup,
+        partial: true,
+    };
+    finished.report(&plan, 0, args).await
 }
 
 /// The sealed twin's store and the keyring of its own it seals with (a file in the temporary directory,
@@ -327,10 +476,6 @@ async fn dd_reads(
             None
         }
     }
-}
-
-fn args_large(args: &BenchArgs) -> usize {
-    usize::try_from(args.large_mb << 20).unwrap_or(0)
 }
 
 /// The store's scheduler as the bench's configuration shows it (`"scheduler"` in the JSON).

@@ -24,6 +24,11 @@
 //! 7. with `--stream-mb MIB`: `stream_put`, `saltblob put KEY -` of MIB MiB in a child process, which reports its
 //!    peak resident memory.
 //!
+//! **On an S3 endpoint** (`--store s3+http://HOST:PORT/BUCKET`, or `s3+https://`; feature `s3`, on by default):
+//! the phases of `--mixed` only, through object_store's S3 client (credentials from `AWS_ACCESS_KEY_ID` and
+//! `AWS_SECRET_ACCESS_KEY`, client settings as the URL's query), with the cluster's excess allowances; the
+//! large loops are a second client on threads of their own. `saltblob serve` and any S3 service alike.
+//!
 //! The large phases also report the process's CPU seconds per GiB, read against the CPU floor of a put measured
 //! in the same run ([`cpu::CpuSteps`]: BLAKE3, CRC32C and one copy per byte).
 //!
@@ -61,6 +66,8 @@
 //! - `isolation`: the per-class figures and ratios of `--mixed`; `results`: [`BenchReport`] and the other report
 //!   types of a bench run.
 //! - `plan`: the bench's sizes and counts, validated; `payload`: stamped payloads and how a read is checked;
+//!   `s3`: an S3 endpoint as the bench's target (object_store's client); `target`: where the load drivers'
+//!   operations go (the bench's store or an S3 bucket);
 //!   `load`: load drivers (count-bound, time-bound, background); `paced`: the open-loop driver; [`cpu`]: process
 //!   CPU time and the CPU floor of a put; `phases`: the phase runners and the clean-up; `mixed`: the isolation
 //!   phases; `stream`: the streaming put in a child process;
@@ -89,8 +96,11 @@ mod reference;
 pub mod report;
 mod results;
 mod rows;
+#[cfg(feature = "s3")]
+mod s3;
 pub mod stats;
 mod stream;
+mod target;
 
 pub use args::{BenchArgs, ProbeArgs, ProbeOptions};
 pub use bench::{BenchReport, bench};

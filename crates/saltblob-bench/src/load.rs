@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use indicatif::ProgressBar;
-use saltblob::{BlobStore, Error, PutOptions, Result};
+use saltblob::{Error, Result};
 use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::payload::{Outcome, TAG_BACKGROUND, check, stamped};
 use crate::progress::Progress;
 use crate::stats::{MIB, PhaseReport, Tally};
+use crate::target::Target;
 
 /// What the large loops of a bulk phase did: one writer's, or every writer's merged with [`BulkLoad::merge`].
 #[derive(Clone, Debug, Default)]
@@ -88,7 +89,7 @@ impl BulkLoad {
 /// another under `key_prefix` until `stop`; every writer completes at least one put. Counts each large put
 /// and get on `bar`. Returns their merged result, its span measured from the call.
 pub(crate) async fn bulk_load(
-    store: BlobStore,
+    target: Target,
     base: Bytes,
     tag: u64,
     key_prefix: String,
@@ -100,7 +101,7 @@ pub(crate) async fn bulk_load(
     let mut set = JoinSet::new();
     for index in 0..writers {
         let writer = LargeWriter {
-            store: store.clone(),
+            target: target.clone(),
             base: base.clone(),
             tag,
             key_prefix: format!("{key_prefix}{index:03}/"),
@@ -127,7 +128,7 @@ pub(crate) async fn bulk_load(
 
 /// One writer of [`bulk_load`]: what it writes, and where.
 struct LargeWriter {
-    store: BlobStore,
+    target: Target,
     /// Payload, stamped per blob.
     base: Bytes,
     /// The run's stamp tag.
@@ -150,7 +151,7 @@ impl LargeWriter {
             let data = stamped(&self.base, self.tag, TAG_BACKGROUND, stamp);
             let len = data.len() as u64;
             let t = Instant::now();
-            match self.store.put(&key, data, &PutOptions::new()).await {
+            match self.target.put(&key, data).await {
                 Ok(_) => {
                     out.puts += 1;
                     out.tally.ok(t.elapsed(), len);
@@ -161,7 +162,7 @@ impl LargeWriter {
             bar.inc(1);
             if !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                let result = self.store.get(&key).await;
+                let result = self.target.get(&key).await;
                 let elapsed = t.elapsed();
                 match result {
                     Ok(got) => match check(&got, len, self.tag, TAG_BACKGROUND, stamp) {
@@ -177,7 +178,7 @@ impl LargeWriter {
                 out.span = started.elapsed();
                 bar.inc(1);
             }
-            if let Err(e) = self.store.delete(&key).await {
+            if let Err(e) = self.target.delete(&key).await {
                 out.tally.fail(e.to_string());
             }
             n += 1;

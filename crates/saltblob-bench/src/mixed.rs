@@ -1,5 +1,5 @@
-//! The isolation phases of `--mixed` on one [`Run`]: the closed-loop capacity and stress phases, then the paced
-//! (open-loop) phases per load ρ.
+//! The isolation phases of `--mixed` on one [`Load`] (a store's, or an S3 endpoint's): the closed-loop capacity
+//! and stress phases, then the paced (open-loop) phases per load ρ.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use saltblob::{BlobStore, Error, PutOptions, Result};
+use saltblob::{Error, Result};
 use serde_json::json;
 
 use crate::cpu::CpuClock;
@@ -16,10 +16,11 @@ use crate::isolation::{
 };
 use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
 use crate::paced::{Pace, run_paced};
-use crate::payload::{Outcome, TAG_MIXED, check, stamped};
-use crate::phases::Run;
+use crate::payload::{Outcome, TAG_MIXED, check, random_bytes, stamped};
+use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::stats::{Latency, PhaseReport, Tally};
+use crate::target::Target;
 
 /// Small keys of the mixed phases, at most.
 const MIXED_POOL: u64 = 1000;
@@ -29,7 +30,51 @@ pub(crate) const PACED_MAX_SECONDS: f64 = 600.0;
 /// few enough to bound memory when it does not keep up (operations then start late, and count it).
 pub(crate) const PACED_MAX_IN_FLIGHT: usize = 256;
 
-/// What [`Run::mixed`] ran.
+/// What a run's phases work on: where their operations go, under which keys, with what payloads.
+#[derive(Clone)]
+pub(crate) struct Load {
+    /// Where the operations go.
+    pub(crate) target: Target,
+    /// Sizes and counts.
+    pub(crate) plan: Plan,
+    /// Prefix of every key of the run: `saltblob-bench/<run id>/`.
+    pub(crate) prefix: String,
+    /// The run's stamp tag.
+    pub(crate) tag: u64,
+    /// Small operations in flight (closed loop).
+    pub(crate) concurrency: usize,
+    /// No progress bars.
+    pub(crate) quiet: bool,
+    /// Payload of the large blobs (stamped per blob).
+    pub(crate) large_base: Bytes,
+    /// Payload of the small blobs (stamped per blob).
+    pub(crate) small_base: Bytes,
+}
+
+impl Load {
+    /// A run's load on `target` under `prefix`: a stamp tag of its own and random payloads of the plan's sizes.
+    pub(crate) fn new(
+        target: Target,
+        plan: Plan,
+        prefix: String,
+        concurrency: usize,
+        quiet: bool,
+    ) -> Self {
+        let bytes = |n: u64| random_bytes(usize::try_from(n).unwrap_or(0));
+        Self {
+            target,
+            prefix,
+            tag: rand::random::<u64>() & 0x00ff_ffff_ffff_ffff,
+            concurrency,
+            quiet,
+            large_base: bytes(plan.large_bytes),
+            small_base: bytes(plan.small_bytes),
+            plan,
+        }
+    }
+}
+
+/// What [`Load::mixed`] ran.
 pub(crate) struct MixedRun {
     /// Every phase, in the order run.
     pub(crate) phases: Vec<PhaseReport>,
@@ -39,9 +84,9 @@ pub(crate) struct MixedRun {
     pub(crate) paced: Vec<PacedMeasure>,
 }
 
-impl Run {
+impl Load {
     /// The isolation phases of `--mixed`: the closed-loop ones, each for `duration` (small gets and puts alone,
-    /// the large loops alone, then both at once), then per paced load its two phases ([`Run::paced`]). Returns
+    /// the large loops alone, then both at once), then per paced load its two phases ([`Load::paced`]). Returns
     /// every phase in the order run (`small_alone`, `bulk_alone`, `small_under_load`, `bulk_under_load`, then
     /// per load `paced_small_alone_rhoR`, `paced_small_under_load_rhoR`, `paced_bulk_under_load_rhoR`), and
     /// what they measured beyond their reports. `small_under_load` also carries the large loops' summary as
@@ -55,19 +100,19 @@ impl Run {
             .small_count
             .clamp(self.concurrency as u64, MIXED_POOL);
         // The keys the mixed phases read and overwrite, written first (not measured).
-        let (store, base, tag, prefix) = (
-            self.store.clone(),
+        let (target, base, tag, prefix) = (
+            self.target.clone(),
             self.small_base.clone(),
             self.tag,
             self.prefix.clone(),
         );
         let progress = Progress::new("mixed (preload)", pool, "blobs", self.quiet);
         let (preload, _) = run_concurrent(self.concurrency, pool, &progress, move |i| {
-            let (store, data) = (store.clone(), stamped(&base, tag, TAG_MIXED, i));
+            let (target, data) = (target.clone(), stamped(&base, tag, TAG_MIXED, i));
             let key = format!("{prefix}mixed/{i:07}");
             async move {
-                match store.put(key, data, &PutOptions::new()).await {
-                    Ok(m) => Outcome::Done(m.size),
+                match target.put(&key, data).await {
+                    Ok(size) => Outcome::Done(size),
                     Err(e) => Outcome::Failed(e.to_string()),
                 }
             }
@@ -291,16 +336,41 @@ impl Run {
         stop: Arc<AtomicBool>,
         progress: &Progress,
     ) -> Result<BulkLoad> {
-        bulk_load(
-            self.store.clone(),
-            self.large_base.clone(),
-            self.tag,
-            format!("{}mixed-large/{phase}/", self.prefix),
-            self.plan.large_writers,
-            stop,
-            progress.handle(),
-        )
-        .await
+        let load = |target| {
+            bulk_load(
+                target,
+                self.large_base.clone(),
+                self.tag,
+                format!("{}mixed-large/{phase}/", self.prefix),
+                self.plan.large_writers,
+                stop,
+                progress.handle(),
+            )
+        };
+        match &self.target {
+            Target::Store(_) => load(self.target.clone()).await,
+            // Through S3 the large loops are a second program using the bucket: a client with a connection pool
+            // of its own, on threads of its own, so that what the small ops' client sees is the server's doing
+            // (and the shared cores'), not the bench's tasks waiting behind its own large transfers.
+            #[cfg(feature = "s3")]
+            Target::S3(s3) => {
+                let bulk = load(Target::S3(s3.second_client()?));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                std::thread::Builder::new()
+                    .name("bench-bulk-client".into())
+                    .spawn(move || {
+                        let ran = tokio::runtime::Builder::new_multi_thread()
+                            .enable_all()
+                            .build()
+                            .map_err(|e| Error::internal("bulk client runtime", e))
+                            .and_then(|rt| rt.block_on(bulk));
+                        let _ = tx.send(ran);
+                    })
+                    .map_err(|e| Error::internal("bulk client thread", e))?;
+                rx.await
+                    .map_err(|e| Error::internal("bulk client thread", e))?
+            }
+        }
     }
 
     fn bulk_description(&self, duration: Duration, load: &str) -> String {
@@ -317,7 +387,7 @@ impl Run {
     /// The small mix of the mixed phases on `pool` keys.
     fn small_mix(&self, pool: u64) -> SmallMix {
         SmallMix {
-            store: self.store.clone(),
+            target: self.target.clone(),
             base: self.small_base.clone(),
             tag: self.tag,
             prefix: self.prefix.clone(),
@@ -381,7 +451,7 @@ fn kind_latency(by_kind: &[Tally], kind: usize) -> Option<Latency> {
 /// key of the pool; the gets and puts issued are counted.
 #[derive(Clone)]
 struct SmallMix {
-    store: BlobStore,
+    target: Target,
     /// Payload (stamped per key).
     base: Bytes,
     tag: u64,
@@ -416,7 +486,7 @@ impl SmallMix {
 
     /// Operation `n`; its value is prepared here, before the operation's clock starts.
     fn op(&self, n: u64) -> impl Future<Output = Outcome> + Send + use<> {
-        let store = self.store.clone();
+        let target = self.target.clone();
         let k = rand::random_range(0..self.pool);
         let key = format!("{}mixed/{k:07}", self.prefix);
         let (tag, len) = (self.tag, self.len);
@@ -428,11 +498,11 @@ impl SmallMix {
         .fetch_add(1, Ordering::Relaxed);
         async move {
             match data {
-                Some(data) => match store.put(key, data, &PutOptions::new()).await {
-                    Ok(m) => Outcome::Done(m.size),
+                Some(data) => match target.put(&key, data).await {
+                    Ok(size) => Outcome::Done(size),
                     Err(e) => Outcome::Failed(e.to_string()),
                 },
-                None => match store.get(key).await {
+                None => match target.get(&key).await {
                     Ok(got) => check(&got, len, tag, TAG_MIXED, k),
                     Err(e) => Outcome::Failed(e.to_string()),
                 },

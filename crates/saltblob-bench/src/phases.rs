@@ -15,8 +15,8 @@ use serde_json::json;
 use crate::cpu::process_cpu_seconds;
 use crate::direct::DdReads;
 use crate::load::run_concurrent_pair;
+use crate::mixed::Load;
 use crate::payload::{Outcome, TAG_LARGE, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
-use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::results::Cleanup;
 use crate::stats::{MIB, PhaseReport, Tally};
@@ -29,38 +29,26 @@ pub(crate) struct Run {
     pub(crate) backend: Arc<dyn ChunkStore>,
     /// What the backend reports of itself.
     pub(crate) info: BackendInfo,
-    /// Sizes and counts.
-    pub(crate) plan: Plan,
-    /// Prefix of every key of the run: `saltblob-bench/<run id>/`.
-    pub(crate) prefix: String,
-    /// The run's stamp tag.
-    pub(crate) tag: u64,
-    /// Small operations in flight.
-    pub(crate) concurrency: usize,
-    /// No progress bars.
-    pub(crate) quiet: bool,
-    /// Payload of the large blobs (stamped per blob).
-    pub(crate) large_base: Bytes,
-    /// Payload of the small blobs (stamped per blob).
-    pub(crate) small_base: Bytes,
+    /// Sizes, keys and payloads (the store as its target).
+    pub(crate) load: Load,
     /// dd's read pattern, run beside each large get (embedded store, with the probe): `large_read_vs_dd`.
     pub(crate) dd_reads: Option<Arc<std::sync::Mutex<DdReads>>>,
 }
 
 impl Run {
     fn key(&self, kind: &str, index: u64) -> String {
-        format!("{}{kind}/{index:07}", self.prefix)
+        format!("{}{kind}/{index:07}", self.load.prefix)
     }
 
     pub(crate) async fn large_write(&self) -> PhaseReport {
-        let plan = &self.plan;
-        let mut progress = Progress::new("large_write", plan.count, "blobs", self.quiet);
+        let plan = &self.load.plan;
+        let mut progress = Progress::new("large_write", plan.count, "blobs", self.load.quiet);
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
         let mut cpu = 0.0;
         let written_before = process_write_bytes();
         for i in 0..plan.count {
-            let data = stamped(&self.large_base, self.tag, TAG_LARGE, i);
+            let data = stamped(&self.load.large_base, self.load.tag, TAG_LARGE, i);
             let (t, cpu_before) = (Instant::now(), process_cpu_seconds());
             let result = self
                 .store
@@ -102,8 +90,8 @@ impl Run {
     }
 
     pub(crate) async fn large_read(&self) -> PhaseReport {
-        let plan = &self.plan;
-        let mut progress = Progress::new("large_read", plan.count, "blobs", self.quiet);
+        let plan = &self.load.plan;
+        let mut progress = Progress::new("large_read", plan.count, "blobs", self.load.quiet);
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
         let mut cpu = 0.0;
@@ -120,7 +108,7 @@ impl Run {
             cpu += process_cpu_seconds() - cpu_before;
             busy += elapsed;
             let outcome = match result {
-                Ok(got) => check(&got, plan.large_bytes, self.tag, TAG_LARGE, i),
+                Ok(got) => check(&got, plan.large_bytes, self.load.tag, TAG_LARGE, i),
                 Err(e) => Outcome::Failed(e.to_string()),
             };
             tally.add(outcome, elapsed);
@@ -184,7 +172,7 @@ impl Run {
 
     /// The small gets (each checked), paired with `twin`'s as [`Run::small_write`] pairs the puts.
     pub(crate) async fn small_read(&self, twin: Option<&Run>) -> Result<Vec<PhaseReport>> {
-        let len = self.plan.small_bytes;
+        let len = self.load.plan.small_bytes;
         self.small_phase("small_read", "gets", true, twin, move |run: &Side, i| {
             let (store, tag) = (run.store.clone(), run.tag);
             let key = format!("{}small/{i:07}", run.prefix);
@@ -212,14 +200,14 @@ impl Run {
         F: Fn(&Side, u64) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Outcome> + Send + 'static,
     {
-        let progress = Progress::new(name, self.paired_count(twin), "blobs", self.quiet);
+        let progress = Progress::new(name, self.paired_count(twin), "blobs", self.load.quiet);
         let (tallies, seconds) = self.run_paired(twin, &progress, op).await?;
         progress.finish();
         let description = format!(
             "{} {what} of {} KiB, {} in flight{}{}",
-            self.plan.small_count,
-            self.plan.small_bytes >> 10,
-            self.concurrency,
+            self.load.plan.small_count,
+            self.load.plan.small_bytes >> 10,
+            self.load.concurrency,
             if read { ", BLAKE3 digest verified" } else { "" },
             paired_note(twin)
         );
@@ -232,7 +220,7 @@ impl Run {
 
     /// The operations of a small phase, on both sides when paired.
     fn paired_count(&self, twin: Option<&Run>) -> u64 {
-        self.plan.small_count * sides(twin) as u64
+        self.load.plan.small_count * sides(twin) as u64
     }
 
     /// Runs `op(run, i)` for every small blob `i` of this run and, when given, of `twin`, alternating between
@@ -251,15 +239,15 @@ impl Run {
             .chain(twin)
             .map(|r| Side {
                 store: r.store.clone(),
-                prefix: r.prefix.clone(),
-                tag: r.tag,
-                small_base: r.small_base.clone(),
+                prefix: r.load.prefix.clone(),
+                tag: r.load.tag,
+                small_base: r.load.small_base.clone(),
             })
             .collect();
         let n = sides.len() as u64;
         run_concurrent_pair(
-            self.concurrency,
-            self.plan.small_count * n,
+            self.load.concurrency,
+            self.load.plan.small_count * n,
             progress,
             move |i| {
                 let side = usize::try_from(i % n).unwrap_or(0);
@@ -277,16 +265,16 @@ impl Run {
         &self,
         largest_chunk: u64,
     ) -> (PhaseReport, PhaseReport, Vec<BlobRef>) {
-        let plan = &self.plan;
+        let plan = &self.load.plan;
         let size = plan.large_bytes;
         let through_saltblob = size <= largest_chunk && size >= u64::from(MIN_CHUNK_SIZE);
         let mut raw = Vec::new();
         let mut write = Tally::default();
         let mut read = Tally::default();
         let (mut write_busy, mut read_busy) = (Duration::ZERO, Duration::ZERO);
-        let mut progress = Progress::new("unchunked_write", plan.count, "blobs", self.quiet);
+        let mut progress = Progress::new("unchunked_write", plan.count, "blobs", self.load.quiet);
         for i in 0..plan.count {
-            let data = stamped(&self.large_base, self.tag, TAG_UNCHUNKED, i);
+            let data = stamped(&self.load.large_base, self.load.tag, TAG_UNCHUNKED, i);
             let key = self.key("unchunked", i);
             let t = Instant::now();
             let outcome = if through_saltblob {
@@ -320,13 +308,13 @@ impl Run {
         }
         progress.finish();
 
-        let mut progress = Progress::new("unchunked_read", plan.count, "blobs", self.quiet);
+        let mut progress = Progress::new("unchunked_read", plan.count, "blobs", self.load.quiet);
         for i in 0..plan.count {
             let key = self.key("unchunked", i);
             let t = Instant::now();
             let outcome = if through_saltblob {
                 match self.store.get(&key).await {
-                    Ok(got) => check(&got, size, self.tag, TAG_UNCHUNKED, i),
+                    Ok(got) => check(&got, size, self.load.tag, TAG_UNCHUNKED, i),
                     Err(e) => Outcome::Failed(e.to_string()),
                 }
             } else {
@@ -339,7 +327,7 @@ impl Run {
                     .await
                 {
                     Ok(slots) => match slots.into_iter().next().flatten() {
-                        Some(got) => check(&got, size, self.tag, TAG_UNCHUNKED, i),
+                        Some(got) => check(&got, size, self.load.tag, TAG_UNCHUNKED, i),
                         None => Outcome::Failed(
                             "not found (the write of this value did not succeed)".to_owned(),
                         ),
@@ -402,11 +390,11 @@ impl Run {
     /// Deletes every key under the run's prefix and the raw values, then reclaims their chunks (grace 0).
     pub(crate) async fn cleanup(&self, raw: &[BlobRef]) -> Cleanup {
         let mut out = Cleanup::default();
-        let progress = Progress::timed("clean-up", None, self.quiet);
+        let progress = Progress::timed("clean-up", None, self.load.quiet);
         // Deleting behind the listing's cursor skips nothing: each page starts after the last key read.
         let mut deletes = self
             .store
-            .list_stream(self.prefix.as_bytes())
+            .list_stream(self.load.prefix.as_bytes())
             .map(|entry| {
                 let store = self.store.clone();
                 async move {
@@ -418,7 +406,7 @@ impl Run {
                         .map_err(|e| format!("delete failed: {e}"))
                 }
             })
-            .buffer_unordered(self.concurrency);
+            .buffer_unordered(self.load.concurrency);
         while let Some(deleted) = deletes.next().await {
             match deleted {
                 Ok(_) => {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use crate::direct::DEPTHS;
 use crate::isolation::Isolation;
 use crate::reference::ProbeReport;
-use crate::results::{BenchConfig, BenchReport, Ratio};
+use crate::results::{BenchConfig, BenchReport, Ratio, S3_BACKEND};
 use crate::stats::{Latency, PhaseReport};
 
 /// The opening lines of a bench run.
@@ -15,35 +15,46 @@ pub fn bench_header(url: &str, c: &BenchConfig) -> String {
         "saltblob bench on {url} ({} backend, {} CPUs), run {}\n",
         c.backend, c.cpus, c.run_id
     );
-    let _ = writeln!(
-        s,
-        "  large: {} x {} MiB, one at a time: {}",
-        c.count, c.large_mb, c.large_layout
-    );
-    let _ = writeln!(
-        s,
-        "  small: {} x {} KiB, {} in flight: {}",
-        c.small_count, c.small_kb, c.concurrency, c.small_layout
-    );
-    if c.unchunked {
+    if c.backend == S3_BACKEND {
         let _ = writeln!(
             s,
-            "  unchunked: {} x {} MiB as one value each (largest chunk: {} bytes)",
-            c.count, c.large_mb, c.largest_chunk_bytes
+            "  through S3: the phases of --mixed, {} KiB small and {} MiB large objects; layout, sealing and \
+             scheduling are the server's store's",
+            c.small_kb, c.large_mb
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  large: {} x {} MiB, one at a time: {}",
+            c.count, c.large_mb, c.large_layout
+        );
+        let _ = writeln!(
+            s,
+            "  small: {} x {} KiB, {} in flight: {}",
+            c.small_count, c.small_kb, c.concurrency, c.small_layout
+        );
+        if c.unchunked {
+            let _ = writeln!(
+                s,
+                "  unchunked: {} x {} MiB as one value each (largest chunk: {} bytes)",
+                c.count, c.large_mb, c.largest_chunk_bytes
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  scheduler: {}",
+            if c.scheduler["enabled"] == true {
+                format!(
+                    "on, shares {}, {}-{} requests in flight",
+                    c.scheduler["shares"],
+                    c.scheduler["limits"]["min"],
+                    c.scheduler["limits"]["max"]
+                )
+            } else {
+                "off".to_owned()
+            }
         );
     }
-    let _ = writeln!(
-        s,
-        "  scheduler: {}",
-        if c.scheduler["enabled"] == true {
-            format!(
-                "on, shares {}, {}-{} requests in flight",
-                c.scheduler["shares"], c.scheduler["limits"]["min"], c.scheduler["limits"]["max"]
-            )
-        } else {
-            "off".to_owned()
-        }
-    );
     if let Some(m) = c.mixed_seconds {
         let _ = writeln!(
             s,

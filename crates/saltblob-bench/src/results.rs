@@ -34,10 +34,13 @@ pub struct BenchReport {
     pub reference_report: Option<ProbeReport>,
 }
 
+/// [`BenchConfig::backend`] of a run on an S3 endpoint (`s3+http://…`).
+pub const S3_BACKEND: &str = "s3";
+
 /// The parameters of a run, as resolved (defaults filled in).
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchConfig {
-    /// The backend's name.
+    /// The backend's name; [`S3_BACKEND`] for an S3 endpoint.
     pub backend: &'static str,
     /// Identifies this run's keys: `saltblob-bench/<run_id>/`.
     pub run_id: String,

@@ -10,7 +10,7 @@ use s3s::dto::{
     ListBucketsOutput,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{Error, PutCondition, PutOptions};
+use saltblob_core::{BlobStore, Error, PutCondition, PutOptions};
 
 use crate::attrs::last_modified_of;
 use crate::error::from_store;
@@ -53,14 +53,10 @@ pub(crate) async fn handle_create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let bucket = req.input.bucket;
-    let opts = PutOptions::new()
-        .with_condition(PutCondition::IfAbsent)
-        .with_content_type("application/x-saltblob-bucket");
-    let created_at = saltblob_core::version::now_micros().to_string();
     let created = Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{bucket}")),
     }));
-    match s3.store.put(bucket_key(&bucket), created_at, &opts).await {
+    match put_bucket_record(&s3.store, &bucket).await {
         Ok(_) => created,
         Err(Error::AlreadyExists { .. }) if s3.region == LEGACY_REGION => created,
         Err(Error::AlreadyExists { .. }) => Err(s3_error!(
@@ -68,6 +64,49 @@ pub(crate) async fn handle_create_bucket(
             "Your previous request to create the named bucket succeeded and you already own it."
         )),
         Err(e) => Err(from_store(e)),
+    }
+}
+
+/// Writes `bucket`'s record unless one exists (`Error::AlreadyExists` then).
+async fn put_bucket_record(store: &BlobStore, bucket: &str) -> saltblob_core::Result<()> {
+    let opts = PutOptions::new()
+        .with_condition(PutCondition::IfAbsent)
+        .with_content_type("application/x-saltblob-bucket");
+    let created_at = saltblob_core::version::now_micros().to_string();
+    store.put(bucket_key(bucket), created_at, &opts).await?;
+    Ok(())
+}
+
+/// Whether S3 allows `name` as a bucket name; `Error::InvalidArgument` saying why not.
+pub fn check_bucket_name(name: &str) -> saltblob_core::Result<()> {
+    if s3s::path::check_bucket_name(name) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "bucket",
+            format!(
+                "{name:?} is not a bucket name S3 allows (3-63 lowercase letters, digits, '.' and '-')"
+            ),
+        ))
+    }
+}
+
+/// Creates bucket `name` in `store` as CreateBucket does, before or while a server serves it (`saltblob serve
+/// --create-bucket`). Returns whether it was created (`false`: it existed). A name S3 does not allow is
+/// `Error::InvalidArgument`.
+pub async fn create_bucket(store: &BlobStore, name: &str) -> saltblob_core::Result<bool> {
+    if !s3s::path::check_bucket_name(name) {
+        return Err(Error::invalid(
+            "bucket",
+            format!(
+                "{name:?} is not a bucket name S3 allows (3-63 lowercase letters, digits, '.' and '-')"
+            ),
+        ));
+    }
+    match put_bucket_record(store, name).await {
+        Ok(()) => Ok(true),
+        Err(Error::AlreadyExists { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -80,6 +80,7 @@ pub use saltblob_core::BlobStore;
 use tokio::net::TcpListener;
 
 pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
+pub use crate::bucket::{check_bucket_name, create_bucket};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
 pub use crate::keys::{
     BUCKET_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX,

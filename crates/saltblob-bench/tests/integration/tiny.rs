@@ -14,7 +14,7 @@ struct ProbeCli {
     args: ProbeArgs,
 }
 
-fn bench_args(extra: &[&str]) -> BenchArgs {
+pub(crate) fn bench_args(extra: &[&str]) -> BenchArgs {
     let base = [
         "bench",
         "--count",
@@ -40,7 +40,7 @@ fn bench_args(extra: &[&str]) -> BenchArgs {
     BenchCli::parse_from(base.iter().chain(extra)).args
 }
 
-const PHASES: [&str; 16] = [
+pub(crate) const PHASES: [&str; 16] = [
     "large_write",
     "large_read",
     "small_write",
@@ -227,7 +227,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
 }
 
 /// The `"isolation"` object: each class alone and under load from its phase, and the headline ratios.
-fn check_isolation(json: &Value, writers: u64) {
+pub(crate) fn check_isolation(json: &Value, writers: u64) {
     let iso = &json["isolation"];
     assert_eq!(iso["large_writers"], writers, "{iso}");
     assert_eq!(json["config"]["large_writers"], writers);

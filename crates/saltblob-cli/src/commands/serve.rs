@@ -81,6 +81,10 @@ pub struct Serve {
     /// --tls-cert, as behind a TLS-terminating proxy. Without it, as AWS, they need a TLS connection.
     #[arg(long)]
     sse_c_over_http: bool,
+    /// Buckets to create before serving, comma-separated (those that exist are left as they are), so that a
+    /// client that cannot create buckets (a bench, an application) finds them.
+    #[arg(long, value_name = "BUCKET,...", value_delimiter = ',')]
+    create_bucket: Vec<String>,
 }
 
 impl Command for Serve {
@@ -147,8 +151,24 @@ impl Serve {
         Ok(())
     }
 
+    /// The names of --create-bucket, checked.
+    fn buckets_to_create(&self) -> Result<Vec<&str>, Failure> {
+        let names: Vec<&str> = self
+            .create_bucket
+            .iter()
+            .map(|b| b.trim())
+            .filter(|b| !b.is_empty())
+            .collect();
+        for name in &names {
+            saltblob_server::check_bucket_name(name)
+                .map_err(|e| Failure::usage(format!("--create-bucket: {e}")))?;
+        }
+        Ok(names)
+    }
+
     /// Checks the options, binds the listeners, opens the store and serves until SIGINT or SIGTERM.
     async fn serve(&self, context: &Context) -> Result<(), Failure> {
+        let create = self.buckets_to_create()?;
         let mut config = ServerConfig::new(self.credentials()?)
             .with_gc_every(Some(self.gc_every))
             .with_shutdown_timeout(self.shutdown_timeout)
@@ -196,6 +216,11 @@ impl Serve {
         )
         .await?;
         self.check_sse_keys(&store).await?;
+        for bucket in create {
+            if saltblob_server::create_bucket(&store, bucket).await? {
+                eprintln!("saltblob: created bucket {bucket}");
+            }
+        }
         let scheme = if config.tls.is_some() {
             "https"
         } else {

@@ -95,11 +95,49 @@ fn serve_refuses_to_start_without_access_keys_and_creates_no_store() {
 }
 
 #[test]
+fn serve_refuses_a_bucket_name_s3_does_not_allow_and_creates_no_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("store");
+    let out = saltblob(&store)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--create-bucket",
+            "ok-name,Bad_Name",
+        ])
+        .env("SALTBLOB_ACCESS_KEY_ID", "AKID")
+        .env("SALTBLOB_SECRET_ACCESS_KEY", "s3cret")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--create-bucket") && stderr.contains("\"Bad_Name\" is not a bucket name"),
+        "{stderr}"
+    );
+    assert!(!store.exists());
+}
+
+/// One request on a fresh connection; the whole reply.
+fn request(port: u16, head: &str) -> String {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    tcp.write_all(head.as_bytes()).expect("write");
+    let mut reply = String::new();
+    tcp.read_to_string(&mut reply).expect("read");
+    reply
+}
+
+#[test]
 fn serve_answers_s3_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = free_port();
     let mut child = saltblob(&dir.path().join("store"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        // Created before serving (listable without signing, to see it), the empty name ignored.
+        .args(["--create-bucket", "made,", "--anonymous-list", "made"])
         .env("SALTBLOB_ACCESS_KEY_ID", "AKID")
         .env("SALTBLOB_SECRET_ACCESS_KEY", "s3cret")
         .stderr(Stdio::piped())
@@ -108,18 +146,28 @@ fn serve_answers_s3_and_stops_on_sigterm() {
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
     let mut line = String::new();
     stderr.read_line(&mut line).expect("read");
+    assert!(line.contains("created bucket made"), "{line}");
+    line.clear();
+    stderr.read_line(&mut line).expect("read");
     assert!(line.contains("serving S3 on"), "{line}");
 
     // An unsigned request is refused with S3's error.
-    let mut tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    tcp.write_all(b"GET /bkt/k HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
-        .expect("write");
-    let mut reply = String::new();
-    tcp.read_to_string(&mut reply).expect("read");
+    let reply = request(
+        port,
+        "GET /bkt/k HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n",
+    );
     assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
     assert!(reply.contains("<Code>AccessDenied</Code>"), "{reply}");
+    // The bucket --create-bucket made exists (and is empty).
+    let reply = request(
+        port,
+        "GET /made?list-type=2 HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        reply.contains("<Name>made</Name>") && reply.contains("<KeyCount>0</KeyCount>"),
+        "{reply}"
+    );
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
