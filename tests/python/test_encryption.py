@@ -51,6 +51,7 @@ def test_sealed_values_read_back_and_name_their_key(tmp_path: Path) -> None:
         for key, value in values.items():
             manifest = store.put(key, value)
             assert manifest.encryption_key == "tenant version 1"
+            assert manifest.encryption_provider == "local"
             assert store.head(key).encryption_key == "tenant version 1"
             assert store.get(key).bytes() == value
             assert store.get_range(key, 10, 90) == value[10:90]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
+use saltblob::encryption::CustomerKey;
 use saltblob::{Codec, PriorityClass, PutCondition, PutOptions, StoreConfig, VersionId};
 
 use crate::errors::{invalid, wrong_type};
@@ -106,6 +107,28 @@ pub(crate) fn priority(obj: &Bound<'_, PyAny>) -> PyResult<PriorityClass> {
     PriorityClass::new(&name).map_err(|e| invalid("priority", e))
 }
 
+/// A customer key (S3's SSE-C): 32 bytes, as `bytes` or `bytearray`. The store copies it into memory it zeroes
+/// when done; the caller's object is the caller's to drop.
+pub(crate) fn customer_key(obj: &Bound<'_, PyAny>) -> PyResult<CustomerKey> {
+    let arg = "customer_key";
+    let key = if let Ok(b) = obj.cast::<PyBytes>() {
+        CustomerKey::from_slice(b.as_bytes())
+    } else if let Ok(b) = obj.cast::<PyByteArray>() {
+        CustomerKey::from_slice(&zeroize::Zeroizing::new(b.to_vec()))
+    } else {
+        return Err(wrong_type(arg, "bytes (32 of them)", obj));
+    };
+    key.map_err(|_| {
+        invalid(
+            arg,
+            format!(
+                "{} bytes; a customer key is 256 bits (32 bytes, e.g. os.urandom(32))",
+                obj.len().unwrap_or(0)
+            ),
+        )
+    })
+}
+
 /// User metadata: a mapping of `str` to `str`.
 fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
     let expected = "a dict of str to str";
@@ -174,10 +197,13 @@ pub(crate) fn put_options(what: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyR
                         .map_err(|_| wrong_type("encryption_key", "str", &value))?,
                 );
             }
+            // Both this and `encryption_key` are refused by the put, before any I/O.
+            "customer_key" => opts.customer_key = Some(customer_key(&value)?),
             other => {
                 return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                     "{what}() got an unexpected keyword argument '{other}'; put options are content_type, metadata, \
-                     if_absent, if_version, chunk_size, max_salt, codec, priority, size_hint, ttl and encryption_key"
+                     if_absent, if_version, chunk_size, max_salt, codec, priority, size_hint, ttl, encryption_key \
+                     and customer_key"
                 )));
             }
         }

@@ -38,6 +38,7 @@ use pyo3::prelude::*;
 fn _saltblob(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open, m)?)?;
     m.add_function(wrap_pyfunction!(store::open_async, m)?)?;
+    m.add_function(wrap_pyfunction!(store::customer_key_id, m)?)?;
     m.add_function(wrap_pyfunction!(store::_drop_cql_keyspace, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
     m.add_class::<runtime::Canceller>()?;

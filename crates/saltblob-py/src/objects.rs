@@ -37,9 +37,12 @@ pub(crate) struct Manifest {
     content_type: Option<String>,
     /// The user metadata given to the put.
     metadata: BTreeMap<String, String>,
-    /// The key the version is sealed under (`name` or `name version N`, as the provider names it); `None` for
-    /// plaintext.
+    /// The key the version is sealed under (`name` or `name version N`, as the provider names it; for a customer
+    /// key, its fingerprint, as `saltblob.customer_key_id` gives it); `None` for plaintext.
     encryption_key: Option<String>,
+    /// Who holds that key: `local` (the store's keyring), `aws-kms`, or `customer` (the caller gives it with each
+    /// read, `customer_key=`); `None` for plaintext.
+    encryption_provider: Option<&'static str>,
 }
 
 impl From<&saltblob::Manifest> for Manifest {
@@ -67,6 +70,7 @@ impl From<&saltblob::Manifest> for Manifest {
             content_type: m.content_type.clone(),
             metadata: m.metadata.clone(),
             encryption_key: m.sealed_by().map(|s| s.kek.to_string().replace('"', "")),
+            encryption_provider: m.sealed_by().map(|s| s.kek.provider),
         }
     }
 }

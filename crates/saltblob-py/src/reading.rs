@@ -388,6 +388,8 @@ struct Open {
 struct Cursor {
     store: BlobStore,
     key: Bytes,
+    /// The options of every range read (the customer key, if any).
+    opts: saltblob::GetOptions,
     version: saltblob::VersionId,
     size: u64,
     open: Option<Open>,
@@ -404,11 +406,18 @@ pub(crate) struct ReadCursor {
 }
 
 impl ReadCursor {
-    pub(crate) fn new(store: BlobStore, key: Bytes, manifest: &saltblob::Manifest) -> Self {
+    /// A reader of `manifest`'s version of `key`, whose range reads use `opts`.
+    pub(crate) fn new(
+        store: BlobStore,
+        key: Bytes,
+        opts: saltblob::GetOptions,
+        manifest: &saltblob::Manifest,
+    ) -> Self {
         Self {
             cursor: Arc::new(tokio::sync::Mutex::new(Cursor {
                 store,
                 key,
+                opts,
                 version: manifest.version,
                 size: manifest.size,
                 open: None,
@@ -440,9 +449,10 @@ async fn read_at(
                 .map_or(FIRST_SPAN, |o| (o.span * 2).min(MAX_SPAN))
                 .max(want - got);
             let end = c.size.min(at.saturating_add(span));
+            let opts = c.opts.clone().with_range(at..end);
             let stream = c
                 .store
-                .get_range_stream(c.key.clone(), at..end)
+                .get_stream_with(c.key.clone(), &opts)
                 .await
                 .map_err(py_err)?;
             if stream.manifest.version != c.version {

@@ -102,6 +102,13 @@ pub(crate) fn _drop_cql_keyspace(py: Python<'_>, url: &str) -> PyResult<()> {
     })?
 }
 
+/// The fingerprint of customer key `key` (32 bytes): the `encryption_key` the manifests it seals record, so a
+/// caller can tell which of its keys a version needs. It reveals nothing usable about the key.
+#[pyfunction]
+pub(crate) fn customer_key_id(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(args::customer_key(key)?.id().to_owned())
+}
+
 impl Store {
     fn new(store: BlobStore, url: &str) -> Self {
         Self {
@@ -115,10 +122,11 @@ impl Store {
         &self,
         key: &Bound<'_, PyAny>,
         (start, end, length, suffix): (Option<u64>, Option<u64>, Option<u64>, Option<u64>),
-        priority: Option<&Bound<'_, PyAny>>,
+        (priority, customer_key): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
     ) -> PyResult<(bytes::Bytes, GetOptions, BlobStore)> {
         let key = args::key(key, "key")?;
-        let opts = get_options(priority)?.with_range(byte_range(start, end, length, suffix)?);
+        let opts = get_options(priority, customer_key)?
+            .with_range(byte_range(start, end, length, suffix)?);
         Ok((key, opts, self.store()?))
     }
 
@@ -176,10 +184,17 @@ fn byte_range(
     }
 }
 
-fn get_options(priority: Option<&Bound<'_, PyAny>>) -> PyResult<GetOptions> {
+/// The options of a read: its class, and the customer key a sealed version was put with.
+fn get_options(
+    priority: Option<&Bound<'_, PyAny>>,
+    customer_key: Option<&Bound<'_, PyAny>>,
+) -> PyResult<GetOptions> {
     let mut opts = GetOptions::new();
     if let Some(p) = priority.filter(|p| !p.is_none()) {
         opts = opts.with_priority(args::priority(p)?);
+    }
+    if let Some(k) = customer_key.filter(|k| !k.is_none()) {
+        opts = opts.with_customer_key(args::customer_key(k)?);
     }
     Ok(opts)
 }
@@ -288,16 +303,18 @@ impl Store {
     /// Reads the current version of `key`: returns its manifest and its bytes, to take with `bytes()`, `chunks()`
     /// or `stream()`. A value of at most 1 MiB is read here, with its manifest (taking it costs no second call; a
     /// read error is still raised when the bytes are taken); a larger one is read as it is taken. `priority`
-    /// names the class the read runs in.
-    #[pyo3(signature = (key, *, priority = None))]
+    /// names the class the read runs in; `customer_key` is the key a version put with `customer_key=` needs
+    /// (without it, or with another, `KeyUnavailable`).
+    #[pyo3(signature = (key, *, priority = None, customer_key = None))]
     fn get(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         priority: Option<&Bound<'_, PyAny>>,
+        customer_key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<GetResult> {
         let key = args::key(key, "key")?;
-        let opts = get_options(priority)?;
+        let opts = get_options(priority, customer_key)?;
         let store = self.store()?;
         wait(py, async move {
             let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
@@ -306,15 +323,16 @@ impl Store {
     }
 
     /// `get()` for asyncio.
-    #[pyo3(signature = (key, *, priority = None))]
+    #[pyo3(signature = (key, *, priority = None, customer_key = None))]
     fn get_async<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         priority: Option<&Bound<'py, PyAny>>,
+        customer_key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = args::key(key, "key")?;
-        let opts = get_options(priority)?;
+        let opts = get_options(priority, customer_key)?;
         let store = self.store()?;
         awaitable(py, async move {
             let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
@@ -325,7 +343,7 @@ impl Store {
     /// Reads bytes `start` to `end` (exclusive), or `length` bytes from `start`, or from `start` to the end, or the
     /// last `suffix` bytes; fetches only the chunks that cover them. A range past the end raises
     /// `RangeNotSatisfiable`.
-    #[pyo3(signature = (key, start = None, end = None, *, length = None, suffix = None, priority = None))]
+    #[pyo3(signature = (key, start = None, end = None, *, length = None, suffix = None, priority = None, customer_key = None))]
     #[allow(clippy::too_many_arguments)]
     fn get_range<'py>(
         &self,
@@ -336,15 +354,17 @@ impl Store {
         length: Option<u64>,
         suffix: Option<u64>,
         priority: Option<&Bound<'py, PyAny>>,
+        customer_key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let (key, opts, store) = self.range_call(key, (start, end, length, suffix), priority)?;
+        let (key, opts, store) =
+            self.range_call(key, (start, end, length, suffix), (priority, customer_key))?;
         let stream =
             wait(py, async move { store.get_stream_with(key, &opts).await })?.map_err(py_err)?;
         read_whole(py, stream)
     }
 
     /// `get_range()` for asyncio.
-    #[pyo3(signature = (key, start = None, end = None, *, length = None, suffix = None, priority = None))]
+    #[pyo3(signature = (key, start = None, end = None, *, length = None, suffix = None, priority = None, customer_key = None))]
     #[allow(clippy::too_many_arguments)]
     fn get_range_async<'py>(
         &self,
@@ -355,8 +375,10 @@ impl Store {
         length: Option<u64>,
         suffix: Option<u64>,
         priority: Option<&Bound<'py, PyAny>>,
+        customer_key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (key, opts, store) = self.range_call(key, (start, end, length, suffix), priority)?;
+        let (key, opts, store) =
+            self.range_call(key, (start, end, length, suffix), (priority, customer_key))?;
         awaitable(py, async move {
             Ok(BytesOut(store.get_with(key, &opts).await.map_err(py_err)?))
         })
@@ -529,26 +551,36 @@ impl Store {
 
     /// A file-like reader (`saltblob.BlobReader`, an `io.RawIOBase`) of the current version of `key`: read,
     /// readinto, seek, tell; each read fetches only the chunks it needs. Raises `PreconditionFailed` if the key is
-    /// overwritten while it reads.
-    fn open_reader(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    /// overwritten while it reads. `customer_key`: as `get`'s, for every read of the reader.
+    #[pyo3(signature = (key, *, customer_key = None))]
+    fn open_reader(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        customer_key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
         let key = args::key(key, "key")?;
+        let opts = get_options(None, customer_key)?;
         let store = self.store()?;
         let (k, s) = (key.clone(), store.clone());
         let m = wait(py, async move { s.head(k).await })?.map_err(py_err)?;
-        reader(py, "BlobReader", ReadCursor::new(store, key, &m))
+        reader(py, "BlobReader", ReadCursor::new(store, key, opts, &m))
     }
 
     /// `open_reader()` for asyncio: the awaitable returns a `saltblob.AsyncBlobReader`.
+    #[pyo3(signature = (key, *, customer_key = None))]
     fn open_reader_async<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
+        customer_key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = args::key(key, "key")?;
+        let opts = get_options(None, customer_key)?;
         let store = self.store()?;
         awaitable(py, async move {
             let m = store.head(key.clone()).await.map_err(py_err)?;
-            try_with_gil(|py| reader(py, "AsyncBlobReader", ReadCursor::new(store, key, &m)))
+            try_with_gil(|py| reader(py, "AsyncBlobReader", ReadCursor::new(store, key, opts, &m)))
         })
     }
 

@@ -32,6 +32,7 @@ from ._saltblob import (
     ReadCursor,
     Store,
     __version__,
+    customer_key_id,
     open,
     open_async,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "StoreOptions",
     "Unavailable",
     "__version__",
+    "customer_key_id",
     "exceptions",
     "open",
     "open_async",

@@ -36,6 +36,9 @@ else:
 Key = Union[bytes, bytearray, str]
 """A key: bytes, or a str standing for its UTF-8 bytes (1 to 1024 bytes)."""
 
+CustomerKey = Union[bytes, bytearray]
+"""A customer key (S3's SSE-C): 32 bytes, e.g. ``os.urandom(32)``."""
+
 Data = Union[Buffer, IO[bytes], Iterable[Buffer]]
 """What ``put`` stores: a bytes-like object, a binary file object or an iterator of bytes-like pieces."""
 
@@ -47,6 +50,9 @@ def open(url: str, **options: Unpack[StoreOptions]) -> Store:
 
 def open_async(url: str, **options: Unpack[StoreOptions]) -> Awaitable[Store]:
     """``open()`` for asyncio."""
+
+def customer_key_id(key: CustomerKey) -> str:
+    """The fingerprint of a 32-byte customer key: the ``Manifest.encryption_key`` of the versions it seals."""
 
 def _drop_cql_keyspace(url: str) -> None: ...
 def _at_exit() -> None: ...
@@ -68,6 +74,9 @@ class Manifest:
     content_type: Optional[str]
     metadata: Dict[str, str]
     encryption_key: Optional[str]
+    """The key the version is sealed under (a customer key's fingerprint); ``None`` for plaintext."""
+    encryption_provider: Optional[str]
+    """``"local"``, ``"aws-kms"`` or ``"customer"`` (the reader gives the key); ``None`` for plaintext."""
 
 class Description:
     """How one key is laid out (``describe``)."""
@@ -184,8 +193,12 @@ class Store:
     def put_async(
         self, key: Key, data: Union[Data, AsyncIterable[Buffer]], **options: Unpack[PutOptions]
     ) -> Awaitable[Manifest]: ...
-    def get(self, key: Key, *, priority: Optional[str] = None) -> GetResult: ...
-    def get_async(self, key: Key, *, priority: Optional[str] = None) -> Awaitable[GetResult]: ...
+    def get(
+        self, key: Key, *, priority: Optional[str] = None, customer_key: Optional[CustomerKey] = None
+    ) -> GetResult: ...
+    def get_async(
+        self, key: Key, *, priority: Optional[str] = None, customer_key: Optional[CustomerKey] = None
+    ) -> Awaitable[GetResult]: ...
     def get_range(
         self,
         key: Key,
@@ -195,6 +208,7 @@ class Store:
         length: Optional[int] = None,
         suffix: Optional[int] = None,
         priority: Optional[str] = None,
+        customer_key: Optional[CustomerKey] = None,
     ) -> bytes: ...
     def get_range_async(
         self,
@@ -205,6 +219,7 @@ class Store:
         length: Optional[int] = None,
         suffix: Optional[int] = None,
         priority: Optional[str] = None,
+        customer_key: Optional[CustomerKey] = None,
     ) -> Awaitable[bytes]: ...
     def head(self, key: Key) -> Manifest: ...
     def head_async(self, key: Key) -> Awaitable[Manifest]: ...
@@ -226,8 +241,10 @@ class Store:
     def fsck_async(
         self, *, repair: bool = False, min_age: Optional[Seconds] = None, prefix: Optional[Key] = None
     ) -> Awaitable[FsckReport]: ...
-    def open_reader(self, key: Key) -> BlobReader: ...
-    def open_reader_async(self, key: Key) -> Awaitable[AsyncBlobReader]: ...
+    def open_reader(self, key: Key, *, customer_key: Optional[CustomerKey] = None) -> BlobReader: ...
+    def open_reader_async(
+        self, key: Key, *, customer_key: Optional[CustomerKey] = None
+    ) -> Awaitable[AsyncBlobReader]: ...
     def open_writer(self, key: Key, **options: Unpack[PutOptions]) -> BlobWriter: ...
     def open_writer_async(self, key: Key, **options: Unpack[PutOptions]) -> AsyncBlobWriter: ...
     def close(self) -> None: ...

@@ -66,6 +66,11 @@ class PutOptions(TypedDict, total=False):
     """Seal the blob under this key of the store's key provider (the URL names it: ``encryption=local&keyring=FILE``
     with a keyring name, or ``encryption=aws-kms`` with a KMS key id, ARN or alias),
     over the URL's ``encryption_key=``; ``Manifest.encryption_key`` says which. Defaults to the store's key, if any."""
+    customer_key: Optional[bytes]
+    """Seal the blob under this key of the caller's, 32 bytes (S3's SSE-C): it is never stored, and every read must
+    give it again (``get(..., customer_key=)``), else ``KeyUnavailable``. No key provider is needed.
+    ``Manifest.encryption_key`` is then its fingerprint (``saltblob.customer_key_id``) and
+    ``Manifest.encryption_provider`` is ``"customer"``. Not with ``encryption_key``."""
 
 
 class GcReport(TypedDict):
