@@ -11,7 +11,8 @@
 //! - `completions`: an event loop's queue of ended `_async` calls, which the loop drains itself.
 //! - `errors`: saltblob's errors as the Python exceptions of `saltblob.exceptions`.
 //! - `args`: keys, sizes, durations and keyword options, checked before any I/O.
-//! - `owned`: a Python `bytes` object shared with Rust without a copy (the crate's only unsafe code).
+//! - `owned`: a Python `bytes` object shared with Rust without a copy, and new ones written in place (the crate's
+//!   only unsafe code).
 //! - `data`: what a put takes (bytes-like, file object, iterator, async iterator).
 //! - `objects`: `Manifest`, `Description`, `ListEntry` and the gc/fsck report dicts.
 //! - `writing`: streamed puts and the file-like writers.

@@ -3,7 +3,8 @@
 //! which fetches the ranges it is asked for on demand.
 //!
 //! Bytes reach Python as `bytes` objects. A whole read is copied once, straight from the chunks into the `bytes`
-//! object it returns (Rust's `get` copies the chunks once too, into one buffer).
+//! object it returns, as they arrive (Rust's `get` copies the chunks once too, into one buffer); the object is not
+//! zeroed first, and a large one is on huge pages ([`crate::owned::new_bytes`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,7 @@ use saltblob::{BlobStore, BlobStream};
 
 use crate::errors::{Kind, invalid, new_err, py_err};
 use crate::objects::Manifest;
+use crate::owned::{Filling, new_bytes};
 use crate::runtime::{awaitable, ready, wait};
 
 /// Bytes handed to Python as a `bytes` object (one copy) when an awaitable resolves.
@@ -26,10 +28,13 @@ pub(crate) struct BytesOut(pub(crate) Bytes);
 impl<'py> IntoPyObject<'py> for BytesOut {
     type Target = PyBytes;
     type Output = Bound<'py, PyBytes>;
-    type Error = std::convert::Infallible;
+    type Error = PyErr;
 
-    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
-        Ok(PyBytes::new(py, &self.0))
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        new_bytes(py, self.0.len(), |buf| {
+            buf.push(&self.0);
+            Ok(())
+        })
     }
 }
 
@@ -142,13 +147,13 @@ impl GetResult {
         let len = usize::try_from(self.range.1 - self.range.0)
             .map_err(|_| invalid("range", "larger than this machine's address space"))?;
         let read = matches!(body, Body::Read(_));
-        // A stream is read on the runtime from now on, while this thread makes (and zeroes) the buffer.
+        // A stream is read on the runtime from now on, while this thread makes the buffer.
         let pieces = if read {
             body.into_stream()
         } else {
             read_ahead(body.into_stream())?
         };
-        PyBytes::new_with(py, len, |buf| {
+        new_bytes(py, len, |buf| {
             let mut filled = std::pin::pin!(fill(pieces, buf));
             let now = if read {
                 filled.as_mut().now_or_never()
@@ -185,27 +190,23 @@ fn read_ahead(mut pieces: Pieces) -> PyResult<Pieces> {
 /// Copies `pieces` into `buf`, which must be exactly as long.
 async fn fill(
     mut pieces: impl Stream<Item = saltblob::Result<Bytes>> + Unpin,
-    buf: &mut [u8],
+    buf: &mut Filling<'_>,
 ) -> saltblob::Result<()> {
-    let (mut at, len) = (0usize, buf.len());
+    let len = buf.len();
     while let Some(piece) = pieces.next().await {
-        let piece = piece?;
-        let end = at + piece.len();
-        let dst = buf.get_mut(at..end).ok_or_else(|| {
-            saltblob::Error::corrupt(
+        if !buf.push(&piece?) {
+            return Err(saltblob::Error::corrupt(
                 "read",
                 format!("the chunks hold more than the {len} bytes announced"),
-            )
-        })?;
-        dst.copy_from_slice(&piece);
-        at = end;
+            ));
+        }
     }
-    if at != buf.len() {
+    if buf.filled() != len {
         return Err(saltblob::Error::corrupt(
             "read",
             format!(
-                "the chunks hold {at} bytes, not the {} announced",
-                buf.len()
+                "the chunks hold {} bytes, not the {len} announced",
+                buf.filled()
             ),
         ));
     }
