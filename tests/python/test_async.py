@@ -172,3 +172,17 @@ async def test_every_way_to_take_the_bytes_of_a_get(store: saltblob.Store, ns: s
     assert store.get(ns + "v").bytes() == data
     assert b"".join(store.get(ns + "v").chunks()) == data
     assert b"".join(store.get(ns + "v").stream()) == data
+
+
+@pytest.mark.asyncio
+async def test_large_async_reads_without_idle_buffers(rocksdb_url: str) -> None:
+    """`idle_value_buffers=0` (the keyword or the URL's) keeps no memory between large reads: each still reads
+    its own value."""
+    for url, options in ((rocksdb_url, {"idle_value_buffers": 0}), (rocksdb_url + "?idle_value_buffers=0", {})):
+        async with await saltblob.open_async(url, **options) as store:
+            values = [body(5 << 20, seed) for seed in (1, 2)]
+            for i, v in enumerate(values):
+                await store.put_async(f"v{i}", v)
+            for _ in range(2):
+                for i, v in enumerate(values):
+                    assert await (await store.get_async(f"v{i}")).bytes_async() == v

@@ -106,6 +106,25 @@ impl StoreConfig {
         self
     }
 
+    /// Applies store URL parameter `name=value` when it is one of the store's own: `idle_value_buffers=SIZE`
+    /// ([`StoreConfig::idle_value_buffers`]), the layout policy's ([`LayoutPolicy::apply_url_param`]) and the
+    /// scheduler's ([`SchedulerConfig::apply_url_param`]). `Ok(false)` for any other name (a backend's).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] naming the parameter when its value is wrong.
+    pub fn apply_url_param(&mut self, name: &str, value: &str) -> crate::Result<bool> {
+        if name == "idle_value_buffers" {
+            let bytes = crate::units::parse_size(value)
+                .map_err(|e| crate::Error::invalid("idle_value_buffers", e))?;
+            self.idle_value_buffers = usize::try_from(bytes).map_err(|_| {
+                crate::Error::invalid("idle_value_buffers", format!("{value} is too large"))
+            })?;
+            return Ok(true);
+        }
+        Ok(self.policy.apply_url_param(name, value)?
+            || self.scheduler.apply_url_param(name, value)?)
+    }
+
     /// Sets [`StoreConfig::grace`].
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;

@@ -105,8 +105,9 @@ pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
 }
 
 /// Takes the store-level parameters out of a store URL's query and applies them to `config`; returns the URL
-/// the backend is opened with (the rest) and the configuration. The store-level parameters are the
-/// scheduler's ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
+/// the backend is opened with (the rest) and the configuration. The store-level parameters are
+/// `idle_value_buffers=SIZE` ([`StoreConfig::idle_value_buffers`]), the scheduler's
+/// ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
 /// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; the layout
 /// policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and `large_chunk_size=SIZE`; and encryption's
 /// ([`encryption::EncryptionParams`]): `encryption=local` (with `keyring=FILE`) or `encryption=aws-kms` (with
@@ -133,9 +134,7 @@ pub fn split_store_params(url: &str, mut config: StoreConfig) -> Result<(String,
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = param.split_once('=').unwrap_or((param, ""));
         let applied = config
-            .policy
             .apply_url_param(name, value)
-            .and_then(|layout| Ok(layout || config.scheduler.apply_url_param(name, value)?))
             .and_then(|taken| Ok(taken || encryption.apply_url_param(name, value)?))
             .map_err(invalid)?;
         if !applied {
@@ -213,6 +212,29 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{url}: {err}");
         }
+    }
+
+    #[tokio::test]
+    async fn idle_value_buffers_are_taken_from_the_url() {
+        let (rest, config) = split_store_params(
+            "rocksdb:///d?idle_value_buffers=0&sync=false",
+            StoreConfig::default(),
+        )
+        .expect("valid");
+        assert_eq!(rest, "rocksdb:///d?sync=false");
+        assert_eq!(config.idle_value_buffers, 0);
+        let (_, config) =
+            split_store_params("memory://?idle_value_buffers=1GiB", StoreConfig::default())
+                .expect("valid");
+        assert_eq!(config.idle_value_buffers, 1 << 30);
+        let err = open(
+            "memory://?idle_value_buffers=plenty",
+            StoreConfig::default(),
+        )
+        .await
+        .expect_err("a bad size")
+        .to_string();
+        assert!(err.contains("idle_value_buffers: "), "{err}");
     }
 
     #[tokio::test]

@@ -153,17 +153,31 @@ impl Collector {
     }
 
     /// The value collected so far (a mapping goes back to the pool when the last slice of it is dropped).
-    pub(crate) fn finish(self) -> Bytes {
-        match self.buffer {
+    pub(crate) fn finish(mut self) -> Bytes {
+        match self.take_buffer() {
             Buffer::Heap(out) => out.freeze(),
             Buffer::Mapped(buf) => self.pool.share(buf),
         }
+    }
+
+    fn take_buffer(&mut self) -> Buffer {
+        std::mem::replace(&mut self.buffer, Buffer::Heap(BytesMut::new()))
     }
 
     /// Whether the bytes go to a mapping (for tests: the kernel may refuse one).
     #[cfg(test)]
     fn is_mapped(&self) -> bool {
         matches!(self.buffer, Buffer::Mapped(_))
+    }
+}
+
+impl Drop for Collector {
+    /// A read that ends without [`Collector::finish`] (it failed midway) gives its mapping back to the pool, for
+    /// the next large read to reuse.
+    fn drop(&mut self) {
+        if let Buffer::Mapped(buf) = self.take_buffer() {
+            self.pool.give(buf);
+        }
     }
 }
 
@@ -235,6 +249,22 @@ mod tests {
         // While it is held, another read gets memory of its own.
         let third = collect_in(&pool, MAPPED_FROM + 5, &second_pieces);
         assert_ne!(third.as_ptr(), ptr);
+    }
+
+    #[test]
+    fn a_read_that_fails_midway_gives_its_mapping_back() {
+        let pool = pool();
+        let mut c = Collector::new(MAPPED_FROM * 2, &pool);
+        assert!(c.is_mapped(), "the kernel refused a mapping");
+        c.push(&[7; 65536]);
+        assert_eq!(pool.idle(), 0);
+        drop(c);
+        assert!(pool.idle() >= MAPPED_FROM * 2, "the mapping came back");
+        // The next read reuses it and shows only its own bytes.
+        let pieces = pieces_of(MAPPED_FROM + 1, 65536);
+        let got = collect_in(&pool, MAPPED_FROM + 1, &pieces);
+        assert_eq!(pool.idle(), 0, "in use again");
+        assert_eq!(got, pieces.concat());
     }
 
     #[test]
