@@ -8,6 +8,8 @@ Run from the Python tests' virtual environment (it has the package and cassandra
 
   large_write  COUNT puts of LARGE_MB MiB, one at a time (`Store.put` of a bytes object)
   large_read   COUNT gets of them, one at a time (`Store.get(key).bytes()`), bytes compared after the clock
+  large_read_async  the same with asyncio (`get_async` + `bytes_async`), and the event loop's longest stall during
+               each get (a task that sleeps 1 ms at a time measures it: details.loop_stall_ms); Python only
   small_write  as many puts of SMALL_KB KiB as move the same bytes, CONCURRENCY in flight (asyncio, `put_async`)
   small_read   gets of them, CONCURRENCY in flight (`get_async` + `bytes_async`), bytes compared
 
@@ -135,6 +137,10 @@ def bench_python(store: saltblob.Store, args: argparse.Namespace, run: str) -> L
     phases.append(one_at_a_time("large_read", args.count, large, read))
     if any(got[i] != bodies[i] for i in range(args.count)):
         raise SystemExit("large_read: bytes differ from those put")
+    got.clear()
+    phases.append(asyncio.run(large_reads_async(store, args.count, large, run, got)))
+    if any(got[i] != bodies[i] for i in range(args.count)):
+        raise SystemExit("large_read_async: bytes differ from those put")
     del bodies, got
 
     async def smalls() -> None:
@@ -153,6 +159,38 @@ def bench_python(store: saltblob.Store, args: argparse.Namespace, run: str) -> L
     for e in list(store.list(f"{run}/")):
         store.delete(e.key)
     return phases
+
+
+async def large_reads_async(store: saltblob.Store, count: int, size: int, run: str,
+                            got: Dict[int, bytes]) -> Dict[str, Any]:
+    """COUNT large gets through asyncio, one at a time, into GOT; with each get, the longest the event loop went
+    without running a task that sleeps 1 ms at a time (what a get costs every other coroutine of the loop)."""
+    lats, stalls = [], []
+    t0 = time.perf_counter()
+    for i in range(count):
+        done = asyncio.Event()
+        worst = 0.0
+
+        async def ticker() -> None:
+            nonlocal worst
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.001)
+                now = time.perf_counter()
+                worst = max(worst, now - last - 0.001)
+                last = now
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        s = time.perf_counter()
+        got[i] = await (await store.get_async(f"{run}/large/{i}")).bytes_async()
+        lats.append((time.perf_counter() - s) * 1000)
+        done.set()
+        await tick
+        stalls.append(worst * 1000)
+    out = phase("large_read_async", lats, size, time.perf_counter() - t0)
+    out["details"] = {"loop_stall_ms": {"p50": statistics.median(stalls), "max": max(stalls)}}
+    return out
 
 
 def bench_rust(args: argparse.Namespace, store_url: str, json_path: str) -> Dict[str, Any]:
@@ -309,8 +347,11 @@ def python_round(args: argparse.Namespace, store_url: str, run: str) -> Tuple[Li
         print(f"== python: {store.url}", flush=True)
         python = bench_python(store, args, run)
     for p in python:
-        print(f"   {p['name']:<12} {p['throughput_mib_s']:8.1f} MiB/s {p['ops_per_s']:9.1f} ops/s "
-              f"P99 {p['latency_ms']['p99']:8.1f} ms", flush=True)
+        stall = p.get("details", {}).get("loop_stall_ms")
+        print(f"   {p['name']:<16} {p['throughput_mib_s']:8.1f} MiB/s {p['ops_per_s']:9.1f} ops/s "
+              f"P99 {p['latency_ms']['p99']:8.1f} ms"
+              + (f", event loop stalled {stall['p50']:.1f} ms (median), {stall['max']:.1f} ms (max)" if stall else ""),
+              flush=True)
     return python, store.url
 
 

@@ -4,6 +4,7 @@ and out, the async writer, cancellation."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from typing import AsyncIterator
 
 import pytest
@@ -175,14 +176,45 @@ async def test_every_way_to_take_the_bytes_of_a_get(store: saltblob.Store, ns: s
 
 
 @pytest.mark.asyncio
-async def test_large_async_reads_without_idle_buffers(rocksdb_url: str) -> None:
-    """`idle_value_buffers=0` (the keyword or the URL's) keeps no memory between large reads: each still reads
-    its own value."""
-    for url, options in ((rocksdb_url, {"idle_value_buffers": 0}), (rocksdb_url + "?idle_value_buffers=0", {})):
-        async with await saltblob.open_async(url, **options) as store:
+async def test_large_values_read_async_again_and_again(rocksdb_url: str) -> None:
+    """`bytes_async` of a large value fills its `bytes` object on saltblob's I/O threads, and `get_range_async`
+    collects into memory the store reuses (`idle_value_buffers=`, 0 here for none, and the default): every read
+    gives its own value, while the others are held."""
+    for url in (rocksdb_url, rocksdb_url + "?idle_value_buffers=0"):
+        async with await saltblob.open_async(url) as store:
             values = [body(5 << 20, seed) for seed in (1, 2)]
             for i, v in enumerate(values):
                 await store.put_async(f"v{i}", v)
+            held = []
             for _ in range(2):
                 for i, v in enumerate(values):
-                    assert await (await store.get_async(f"v{i}")).bytes_async() == v
+                    held.append(await (await store.get_async(f"v{i}")).bytes_async())
+                    assert held[-1] == v
+                    held.append(await store.get_range_async(f"v{i}", 1, len(v) - 1))
+                    assert held[-1] == v[1:-1]
+            assert [len(h) for h in held] == [5 << 20, (5 << 20) - 2] * 4
+        # The next URL opens the same directory afresh.
+        shutil.rmtree(rocksdb_url.removeprefix("rocksdb://"))
+
+
+@pytest.mark.parametrize("take", ["bytes", "bytes_async"])
+def test_a_large_read_that_fails_midway_raises_and_hands_out_nothing(rocksdb_url: str, take: str) -> None:
+    """A version replaced and reclaimed (grace 0) after `get` read its manifest: taking its bytes raises the
+    retryable `Unavailable` of a reclaimed version, with either way of taking them, and the store reads on."""
+    with saltblob.open(rocksdb_url, grace=0) as store:
+        old, new = body(9 << 20, 1), body(9 << 20, 2)
+        store.put("k", old)
+        result = store.get("k")
+        store.put("k", new)
+        assert store.gc(grace=0)["reclaimed_versions"] == 1
+        with pytest.raises(saltblob.Unavailable, match="reclaimed") as raised:
+            if take == "bytes":
+                result.bytes()
+            else:
+
+                async def take_async() -> bytes:
+                    return await result.bytes_async()
+
+                asyncio.run(take_async())
+        assert raised.value.retryable
+        assert store.get("k").bytes() == new

@@ -35,6 +35,12 @@ def test_rounds_alternate_and_ratios_are_of_the_medians(tmp_path: Path) -> None:
                       for r in result["rounds"])
         assert row["python_mib_s"] == python[1] and row["rust_mib_s"] == rust[1]
         assert row["python_over_rust"] == pytest.approx(python[1] / rust[1])
+    # Python's own phase: large gets through asyncio, with the event loop's longest stall per get.
+    for r in result["rounds"]:
+        names = [p["name"] for p in r["python"]]
+        assert names == ["large_write", "large_read", "large_read_async", "small_write", "small_read"]
+        stall = r["python"][2]["details"]["loop_stall_ms"]
+        assert r["python"][2]["ops"] == 1 and 0 <= stall["p50"] <= stall["max"]
 
 
 def test_bad_rounds_and_a_reference_without_cql_are_refused(tmp_path: Path) -> None:

@@ -238,9 +238,6 @@ pub(crate) fn store_config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Store
             "read_ahead_budget" => {
                 config.read_ahead_budget = size_usize(&value, "read_ahead_budget")?
             }
-            "idle_value_buffers" => {
-                config.idle_value_buffers = size_usize(&value, "idle_value_buffers")?
-            }
             "max_blob_size" => config.max_blob_size = Some(size(&value, "max_blob_size")?),
             "inline_limit" => config.policy.inline_limit = size(&value, "inline_limit")?,
             "fanout_threshold" => {
@@ -256,8 +253,8 @@ pub(crate) fn store_config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Store
             other => {
                 return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                     "open() got an unexpected keyword argument '{other}'; store options are grace, intent_lease, \
-                     inflight_bytes, batch_bytes, read_ahead_budget, idle_value_buffers, max_blob_size, inline_limit, \
-                     fanout_threshold, max_salt and codec (the rest is in the URL)"
+                     inflight_bytes, batch_bytes, read_ahead_budget, max_blob_size, inline_limit, fanout_threshold, \
+                     max_salt and codec (the rest is in the URL)"
                 )));
             }
         }

@@ -2,7 +2,8 @@
 //! - [`share`]: a Python `bytes` object lent to Rust without a copy: a [`Bytes`] that reads the object's own
 //!   buffer and keeps the object alive until the last clone of the `Bytes` is dropped. This is how `put` stores
 //!   the caller's `bytes` with no copy, as Rust's `put` stores a `Bytes`.
-//! - [`new_bytes`]: a new `bytes` object written in place as a read's pieces arrive, not zeroed first (pyo3's
+//! - [`Unfilled`], [`new_bytes`]: a new `bytes` object written in place as a read's pieces arrive, with or
+//!   without the GIL, unseen by Python until it is full, not zeroed first (pyo3's
 //!   `PyBytes::new_with` zeroes it, which for 60 MiB is tens of milliseconds of page faults before the first piece
 //!   is copied), on huge pages when it is large (a fresh 60 MiB costs 15 360 faults of 4 KiB pages otherwise).
 //!
@@ -55,17 +56,61 @@ impl AsRef<[u8]> for Lent {
     }
 }
 
-/// The buffer of a `bytes` object being made by [`new_bytes`]: written from its start, piece after piece, and
-/// never read.
-pub(crate) struct Filling<'a> {
-    buf: &'a mut [MaybeUninit<u8>],
+/// A new `bytes` object that Python cannot see yet, written from its start, piece after piece, without the GIL
+/// if need be, and handed to Python by [`Unfilled::finish`] only once every byte is written. Its buffer is not
+/// zeroed first; a large one is on huge pages.
+pub(crate) struct Unfilled {
+    /// The only reference to the object until `finish`.
+    obj: Py<PyBytes>,
+    /// Its buffer, `len` bytes (CPython's trailing NUL after them is not ours).
+    data: *mut MaybeUninit<u8>,
+    len: usize,
+    /// Bytes written so far, from the start.
     filled: usize,
 }
 
-impl Filling<'_> {
+// SAFETY: `data` points into the buffer of the `bytes` object `obj` holds, to which no other reference exists: no
+// other thread, and no Python code, can read or write it until `finish` returns the object, and `push` takes
+// `&mut self`. The buffer is plain memory that needs no GIL, and CPython objects never move. Dropping `obj`
+// without the GIL is deferred by pyo3 to the next time a thread holds it.
+unsafe impl Send for Unfilled {}
+
+impl Unfilled {
+    /// A new object of `len` bytes, none written.
+    pub(crate) fn new(py: Python<'_>, len: usize) -> PyResult<Self> {
+        let size = pyo3::ffi::Py_ssize_t::try_from(len).map_err(|_| {
+            PyRuntimeError::new_err(format!("{len} bytes do not fit a bytes object"))
+        })?;
+        // SAFETY: with a null pointer, `PyBytes_FromStringAndSize` makes a new `bytes` object of `size` bytes
+        // whose contents are not initialized, and returns a new (strong) reference or null with an exception set;
+        // the GIL is held (`py`). `from_owned_ptr_or_err` takes that reference, or the exception.
+        let obj = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
+            )?
+        };
+        let obj = obj.cast_into::<PyBytes>()?;
+        // SAFETY: `obj` is a `bytes` object and the GIL is held; its buffer pointer stays valid while it lives.
+        let data = unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) };
+        if data.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let out = Self {
+            obj: obj.unbind(),
+            data: data.cast::<MaybeUninit<u8>>(),
+            len,
+            filled: 0,
+        };
+        if len >= HUGE_FROM {
+            out.advise_huge_pages();
+        }
+        Ok(out)
+    }
+
     /// Bytes the object holds.
     pub(crate) fn len(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     /// Bytes written so far.
@@ -75,80 +120,64 @@ impl Filling<'_> {
 
     /// Appends `src`; `false`, and nothing written, when it does not fit in what is left.
     pub(crate) fn push(&mut self, src: &[u8]) -> bool {
-        let Some(dst) = self.buf.get_mut(self.filled..self.filled + src.len()) else {
+        if src.len() > self.len - self.filled {
             return false;
-        };
-        // SAFETY: `dst` is `src.len()` elements of `MaybeUninit<u8>`, which have the layout of `u8`, in a buffer
-        // this value borrows exclusively; `src` is another object's memory, so the two do not overlap.
+        }
+        // SAFETY: `filled + src.len() <= len`, so the destination lies within the object's buffer, which only
+        // this value reaches (see `Send`) and which `&mut self` holds exclusively; `src` is other memory (the
+        // object is unseen, so no `src` can point into it), so the two do not overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len());
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.data.add(self.filled).cast::<u8>(),
+                src.len(),
+            );
         }
         self.filled += src.len();
         true
     }
+
+    /// The object, once every byte is written; otherwise it is released unseen and a `RuntimeError` raised.
+    pub(crate) fn finish(self, py: Python<'_>) -> PyResult<Bound<'_, PyBytes>> {
+        if self.filled != self.len {
+            return Err(PyRuntimeError::new_err(format!(
+                "saltblob wrote {} of the {} bytes of a bytes object (a bug: please report it)",
+                self.filled, self.len
+            )));
+        }
+        Ok(self.obj.into_bound(py))
+    }
+
+    /// Asks the kernel for transparent huge pages over the whole 2 MiB pages of the buffer (the system's setting
+    /// decides; nothing happens where it says `never`). Advice only: failure changes nothing but speed.
+    fn advise_huge_pages(&self) {
+        let start = self.data as usize;
+        let first = start.next_multiple_of(HUGE_PAGE);
+        let end = (start + self.len) / HUGE_PAGE * HUGE_PAGE;
+        if end > first {
+            // SAFETY: `[first, end)` lies within the object's buffer, which only this value reaches, and starts
+            // on a page boundary; MADV_HUGEPAGE changes how its pages are backed, never their contents.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
 }
 
-/// From this size on, [`new_bytes`] asks for transparent huge pages (as `saltblob_core`'s value buffers do).
+/// From this size on, [`Unfilled`] asks for transparent huge pages (as `saltblob_core`'s value buffers do).
 const HUGE_FROM: usize = 4 << 20;
 /// The size of a huge page on x86-64 and arm64 (4 KiB base pages).
 const HUGE_PAGE: usize = 2 << 20;
 
-/// A new `bytes` object of `len` bytes, written by `fill` in place. The object is returned only when `fill`
-/// succeeds and has written all `len` bytes; otherwise it is released unseen (its bytes never reach Python) and
-/// `fill`'s error, or a `RuntimeError` for too few bytes, is raised. `fill` runs with the GIL held; it may release
-/// it (the buffer is this call's alone until it returns).
+/// A new `bytes` object of `len` bytes, written by `fill` in place ([`Unfilled`]). The object is returned only
+/// when `fill` succeeds and has written all `len` bytes; otherwise it is released unseen and `fill`'s error, or a
+/// `RuntimeError` for too few bytes, is raised.
 pub(crate) fn new_bytes<'py>(
     py: Python<'py>,
     len: usize,
-    fill: impl FnOnce(&mut Filling<'_>) -> PyResult<()>,
+    fill: impl FnOnce(&mut Unfilled) -> PyResult<()>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let size = pyo3::ffi::Py_ssize_t::try_from(len)
-        .map_err(|_| PyRuntimeError::new_err(format!("{len} bytes do not fit a bytes object")))?;
-    // SAFETY: with a null pointer, `PyBytes_FromStringAndSize` makes a new `bytes` object of `size` bytes whose
-    // contents are not initialized, and returns a new (strong) reference or null with an exception set; the GIL
-    // is held (`py`). `from_owned_ptr_or_err` takes that reference, or the exception.
-    let obj = unsafe {
-        Bound::from_owned_ptr_or_err(
-            py,
-            pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
-        )?
-    };
-    let obj = obj.cast_into::<PyBytes>()?;
-    // SAFETY: the object was made just above and no other code has a reference to it, so its buffer of `len`
-    // bytes (plus CPython's trailing NUL) is this function's alone until the object is returned: nothing reads
-    // or writes it meanwhile. It never moves. `MaybeUninit<u8>` asks nothing of its contents.
-    let buf: &mut [MaybeUninit<u8>] = unsafe {
-        let data = pyo3::ffi::PyBytes_AsString(obj.as_ptr());
-        if data.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        std::slice::from_raw_parts_mut(data.cast::<MaybeUninit<u8>>(), len)
-    };
-    if len >= HUGE_FROM {
-        advise_huge_pages(buf);
-    }
-    let mut filling = Filling { buf, filled: 0 };
-    fill(&mut filling)?;
-    if filling.filled != len {
-        return Err(PyRuntimeError::new_err(format!(
-            "saltblob wrote {} of the {len} bytes of a bytes object (a bug: please report it)",
-            filling.filled
-        )));
-    }
-    Ok(obj)
-}
-
-/// Asks the kernel for transparent huge pages over the whole 2 MiB pages of `buf` (the system's setting decides;
-/// nothing happens where it says `never`). Advice only: failure changes nothing but speed.
-fn advise_huge_pages(buf: &mut [MaybeUninit<u8>]) {
-    let start = buf.as_mut_ptr() as usize;
-    let first = start.next_multiple_of(HUGE_PAGE);
-    let end = (start + buf.len()) / HUGE_PAGE * HUGE_PAGE;
-    if end > first {
-        // SAFETY: `[first, end)` lies within `buf`, which this function borrows exclusively, and starts on a page
-        // boundary; MADV_HUGEPAGE changes how its pages are backed, never their contents.
-        unsafe {
-            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-        }
-    }
+    let mut out = Unfilled::new(py, len)?;
+    fill(&mut out)?;
+    out.finish(py)
 }

@@ -19,7 +19,7 @@ use saltblob::{BlobStore, BlobStream};
 
 use crate::errors::{Kind, invalid, new_err, py_err};
 use crate::objects::Manifest;
-use crate::owned::{Filling, new_bytes};
+use crate::owned::{Unfilled, new_bytes};
 use crate::runtime::{awaitable, ready, wait};
 
 /// Bytes handed to Python as a `bytes` object (one copy) when an awaitable resolves.
@@ -35,6 +35,19 @@ impl<'py> IntoPyObject<'py> for BytesOut {
             buf.push(&self.0);
             Ok(())
         })
+    }
+}
+
+/// A `bytes` object written without the GIL, handed to Python when an awaitable resolves.
+struct Filled(Unfilled);
+
+impl<'py> IntoPyObject<'py> for Filled {
+    type Target = PyBytes;
+    type Output = Bound<'py, PyBytes>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        self.0.finish(py)
     }
 }
 
@@ -141,56 +154,49 @@ impl GetResult {
             })
     }
 
-    /// `body`, this result's bytes, copied into one `bytes` object; bytes `get` read are copied at once, without
-    /// a trip through the runtime.
-    fn bytes_of<'py>(&self, py: Python<'py>, body: Body) -> PyResult<Bound<'py, PyBytes>> {
-        let len = usize::try_from(self.range.1 - self.range.0)
-            .map_err(|_| invalid("range", "larger than this machine's address space"))?;
-        let read = matches!(body, Body::Read(_));
-        // A stream is read on the runtime from now on, while this thread makes the buffer.
-        let pieces = if read {
-            body.into_stream()
-        } else {
-            read_ahead(body.into_stream())?
-        };
-        new_bytes(py, len, |buf| {
-            let mut filled = std::pin::pin!(fill(pieces, buf));
-            let now = if read {
-                filled.as_mut().now_or_never()
-            } else {
-                None
-            };
-            match now {
-                Some(done) => done,
-                None => wait(py, filled)?,
-            }
-            .map_err(py_err)
-        })
+    /// Bytes in this result's range.
+    fn len(&self) -> PyResult<usize> {
+        usize::try_from(self.range.1 - self.range.0)
+            .map_err(|_| invalid("range", "larger than this machine's address space"))
     }
-}
 
-/// Pieces a read may hold ready ahead of its consumer in [`read_ahead`] (the stream's own in-flight window bounds
-/// the bytes it fetches too).
-const AHEAD_PIECES: usize = 16;
-
-/// `pieces`, read on the runtime by a task of their own (ended when the returned stream is dropped).
-fn read_ahead(mut pieces: Pieces) -> PyResult<Pieces> {
-    let (tx, rx) = tokio::sync::mpsc::channel(AHEAD_PIECES);
-    crate::runtime::runtime()?.spawn(async move {
-        while let Some(piece) = pieces.next().await {
-            let failed = piece.is_err();
-            if tx.send(piece).await.is_err() || failed {
-                break;
-            }
+    /// `body`, this result's bytes, copied into one `bytes` object: bytes `get` read at once, without a trip
+    /// through the runtime; a stream by a task on the runtime that copies each piece as it comes (one wake-up of
+    /// this thread in all, not one per piece), while this thread waits without the GIL.
+    fn bytes_of<'py>(&self, py: Python<'py>, body: Body) -> PyResult<Bound<'py, PyBytes>> {
+        let len = self.len()?;
+        if matches!(body, Body::Read(_)) {
+            return new_bytes(py, len, |buf| {
+                let mut filled = std::pin::pin!(fill(body.into_stream(), buf));
+                match filled.as_mut().now_or_never() {
+                    Some(done) => done,
+                    None => wait(py, filled)?,
+                }
+                .map_err(py_err)
+            });
         }
-    });
-    Ok(stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|p| (p, rx)) }).boxed())
+        let mut out = Unfilled::new(py, len)?;
+        let pieces = body.into_stream();
+        let task = crate::runtime::runtime()?.spawn(async move {
+            let filled = fill(pieces, &mut out).await;
+            (filled, out)
+        });
+        let abort = task.abort_handle();
+        // Interrupted (Ctrl-C), the task stops at its next piece; the object is released unseen.
+        let (filled, out) = wait(py, task)
+            .inspect_err(|_| abort.abort())?
+            .map_err(|e| {
+                pyo3::exceptions::PyRuntimeError::new_err(format!("a read task failed: {e}"))
+            })?;
+        filled.map_err(py_err)?;
+        out.finish(py)
+    }
 }
 
 /// Copies `pieces` into `buf`, which must be exactly as long.
 async fn fill(
     mut pieces: impl Stream<Item = saltblob::Result<Bytes>> + Unpin,
-    buf: &mut Filling<'_>,
+    buf: &mut Unfilled,
 ) -> saltblob::Result<()> {
     let len = buf.len();
     while let Some(piece) = pieces.next().await {
@@ -245,12 +251,18 @@ impl GetResult {
         self.bytes_of(py, body)
     }
 
-    /// `bytes()` for asyncio.
+    /// `bytes()` for asyncio: the `bytes` object is made now and filled on saltblob's I/O threads, without the
+    /// GIL, as the pieces arrive.
     fn bytes_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match self.take()? {
-            Body::Stream(stream) => awaitable(py, async move {
-                Ok(BytesOut(stream.collect_bytes().await.map_err(py_err)?))
-            }),
+            body @ Body::Stream(_) => {
+                let mut out = Unfilled::new(py, self.len()?)?;
+                let pieces = body.into_stream();
+                awaitable(py, async move {
+                    fill(pieces, &mut out).await.map_err(py_err)?;
+                    Ok(Filled(out))
+                })
+            }
             read => ready(py, self.bytes_of(py, read).map(Bound::into_any)),
         }
     }

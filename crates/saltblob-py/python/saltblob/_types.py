@@ -26,10 +26,6 @@ class StoreOptions(TypedDict, total=False):
     """Bytes of chunks sent to the backend in one call. Defaults to 1 MiB (capped by the backend)."""
     read_ahead_budget: Size
     """Bytes all reads of the store together fetch ahead. Defaults to 256 MiB."""
-    idle_value_buffers: Size
-    """Bytes of memory kept for the next value of 4 MiB or more that ``bytes_async()`` collects (Rust collects it,
-    then copies it into the ``bytes`` object; ``bytes()`` fills the object directly and keeps nothing). 0 keeps
-    none. Defaults to 128 MiB; the URL's ``idle_value_buffers=`` sets it too."""
     max_blob_size: Size
     """Largest blob accepted. Defaults to no limit."""
     inline_limit: Size
