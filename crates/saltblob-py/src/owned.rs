@@ -3,9 +3,11 @@
 //!   buffer and keeps the object alive until the last clone of the `Bytes` is dropped. This is how `put` stores
 //!   the caller's `bytes` with no copy, as Rust's `put` stores a `Bytes`.
 //! - [`Unfilled`], [`new_bytes`]: a new `bytes` object written in place as a read's pieces arrive, with or
-//!   without the GIL, unseen by Python until it is full, not zeroed first (pyo3's
-//!   `PyBytes::new_with` zeroes it, which for 60 MiB is tens of milliseconds of page faults before the first piece
-//!   is copied), on huge pages when it is large (a fresh 60 MiB costs 15 360 faults of 4 KiB pages otherwise).
+//!   without the GIL, unseen by Python until it is full, not zeroed first (pyo3's `PyBytes::new_with` zeroes it,
+//!   which for 60 MiB is tens of milliseconds of page faults before the first piece is copied). It is not advised
+//!   for huge pages: measured from Python on this project's machines, a fresh object's huge-page faults made
+//!   60 MiB `bytes()` slower and far less even (70–158 ms against 70–83 ms with small pages), unlike the reused
+//!   buffers of Rust's own reads.
 //!
 //! This module holds the crate's only unsafe code (the workspace forbids it; this crate denies it everywhere else).
 //! Under the stable ABI for CPython 3.9 (`abi3-py39`) the buffer protocol is not available to extensions (it is
@@ -58,7 +60,7 @@ impl AsRef<[u8]> for Lent {
 
 /// A new `bytes` object that Python cannot see yet, written from its start, piece after piece, without the GIL
 /// if need be, and handed to Python by [`Unfilled::finish`] only once every byte is written. Its buffer is not
-/// zeroed first; a large one is on huge pages.
+/// zeroed first.
 pub(crate) struct Unfilled {
     /// The only reference to the object until `finish`.
     obj: Py<PyBytes>,
@@ -96,16 +98,12 @@ impl Unfilled {
         if data.is_null() {
             return Err(PyErr::fetch(py));
         }
-        let out = Self {
+        Ok(Self {
             obj: obj.unbind(),
             data: data.cast::<MaybeUninit<u8>>(),
             len,
             filled: 0,
-        };
-        if len >= HUGE_FROM {
-            out.advise_huge_pages();
-        }
-        Ok(out)
+        })
     }
 
     /// Bytes the object holds.
@@ -147,27 +145,7 @@ impl Unfilled {
         }
         Ok(self.obj.into_bound(py))
     }
-
-    /// Asks the kernel for transparent huge pages over the whole 2 MiB pages of the buffer (the system's setting
-    /// decides; nothing happens where it says `never`). Advice only: failure changes nothing but speed.
-    fn advise_huge_pages(&self) {
-        let start = self.data as usize;
-        let first = start.next_multiple_of(HUGE_PAGE);
-        let end = (start + self.len) / HUGE_PAGE * HUGE_PAGE;
-        if end > first {
-            // SAFETY: `[first, end)` lies within the object's buffer, which only this value reaches, and starts
-            // on a page boundary; MADV_HUGEPAGE changes how its pages are backed, never their contents.
-            unsafe {
-                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
 }
-
-/// From this size on, [`Unfilled`] asks for transparent huge pages (as `saltblob_core`'s value buffers do).
-const HUGE_FROM: usize = 4 << 20;
-/// The size of a huge page on x86-64 and arm64 (4 KiB base pages).
-const HUGE_PAGE: usize = 2 << 20;
 
 /// A new `bytes` object of `len` bytes, written by `fill` in place ([`Unfilled`]). The object is returned only
 /// when `fill` succeeds and has written all `len` bytes; otherwise it is released unseen and `fill`'s error, or a

@@ -4,7 +4,7 @@
 //!
 //! Bytes reach Python as `bytes` objects. A whole read is copied once, straight from the chunks into the `bytes`
 //! object it returns, as they arrive (Rust's `get` copies the chunks once too, into one buffer); the object is not
-//! zeroed first, and a large one is on huge pages ([`crate::owned::new_bytes`]).
+//! zeroed first ([`crate::owned::Unfilled`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

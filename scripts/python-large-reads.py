@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Large whole reads from Python, for before/after pairs of the `saltblob` package (python-bench.py compares the
+package with Rust; this compares two builds of the package with each other): on a fresh embedded store, COUNT puts
+of SIZE_MB MiB, then COUNT gets with `get(key).bytes()` (each value kept, as python-bench.py keeps them), then COUNT
+with `get_async` + `bytes_async()` and, per get, the event loop's longest stall (a task that sleeps 1 ms at a time
+measures it). Prints one JSON object: the package's path, each get's milliseconds, their medians, and the process's
+CPU seconds (user, system) per phase: system time is mostly page faults of fresh memory.
+
+Two builds side by side: install one with `pip install --target DIR ./crates/saltblob-py` and alternate runs with
+and without `PYTHONPATH=DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+import saltblob
+
+
+def cpu() -> List[float]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return [r.ru_utime, r.ru_stime]
+
+
+def since(before: List[float]) -> Dict[str, float]:
+    now = cpu()
+    return {"user_s": now[0] - before[0], "system_s": now[1] - before[1]}
+
+
+async def async_reads(store: saltblob.Store, count: int, keep: List[bytes]) -> Dict[str, Any]:
+    ms, stalls = [], []
+    for i in range(count):
+        done = asyncio.Event()
+        worst = 0.0
+
+        async def ticker() -> None:
+            nonlocal worst
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.001)
+                now = time.perf_counter()
+                worst = max(worst, now - last - 0.001)
+                last = now
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        t0 = time.perf_counter()
+        keep.append(await (await store.get_async(f"k{i}")).bytes_async())
+        ms.append((time.perf_counter() - t0) * 1000)
+        done.set()
+        await tick
+        stalls.append(worst * 1000)
+    return {"get_ms": ms, "loop_stall_ms": stalls}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=5, help="values (default 5)")
+    parser.add_argument("--size-mb", type=int, default=60, help="size of each in MiB (default 60)")
+    args = parser.parse_args()
+    if args.count < 1 or args.size_mb < 1:
+        raise SystemExit("--count and --size-mb must be at least 1")
+    scratch = tempfile.mkdtemp(prefix="saltblob-large-reads.")
+    out: Dict[str, Any] = {"package": os.path.dirname(saltblob.__file__), "count": args.count,
+                           "size_mib": args.size_mb}
+    try:
+        with saltblob.open(f"rocksdb://{scratch}/store") as store:
+            value = os.urandom(args.size_mb << 20)
+            for i in range(args.count):
+                store.put(f"k{i}", value)
+            keep: List[bytes] = []
+            c, ms = cpu(), []
+            for i in range(args.count):
+                t0 = time.perf_counter()
+                keep.append(store.get(f"k{i}").bytes())
+                ms.append((time.perf_counter() - t0) * 1000)
+            out["bytes"] = {"get_ms": ms, "median_ms": statistics.median(ms), "cpu": since(c)}
+            if any(k != value for k in keep):
+                raise SystemExit("bytes(): a value read differs from the one put")
+            keep.clear()
+            c = cpu()
+            phase = asyncio.run(async_reads(store, args.count, keep))
+            phase.update(median_ms=statistics.median(phase["get_ms"]),
+                         loop_stall_median_ms=statistics.median(phase["loop_stall_ms"]), cpu=since(c))
+            out["bytes_async"] = phase
+            if any(k != value for k in keep):
+                raise SystemExit("bytes_async(): a value read differs from the one put")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
