@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Large whole reads from Python, for before/after pairs of the `saltblob` package (python-bench.py compares the
-package with Rust; this compares two builds of the package with each other): on a fresh embedded store, COUNT puts
+package with Rust; this compares two builds of the package with each other): on a fresh embedded store (or the
+store --store names, under keys of the run's own, deleted at the end), COUNT puts
 of SIZE_MB MiB, then COUNT gets with `get(key).bytes()` (each value kept, as python-bench.py keeps them), then COUNT
 with `get_async` + `bytes_async()` and, per get, the event loop's longest stall (a task that sleeps 1 ms at a time
 measures it). Prints one JSON object: the package's path, each get's milliseconds, their medians, and the process's
@@ -37,7 +38,7 @@ def since(before: List[float]) -> Dict[str, float]:
     return {"user_s": now[0] - before[0], "system_s": now[1] - before[1]}
 
 
-async def async_reads(store: saltblob.Store, count: int, keep: List[bytes]) -> Dict[str, Any]:
+async def async_reads(store: saltblob.Store, run: str, count: int, keep: List[bytes]) -> Dict[str, Any]:
     ms, stalls = [], []
     for i in range(count):
         done = asyncio.Event()
@@ -55,7 +56,7 @@ async def async_reads(store: saltblob.Store, count: int, keep: List[bytes]) -> D
         tick = asyncio.ensure_future(ticker())
         await asyncio.sleep(0)
         t0 = time.perf_counter()
-        keep.append(await (await store.get_async(f"k{i}")).bytes_async())
+        keep.append(await (await store.get_async(f"{run}k{i}")).bytes_async())
         ms.append((time.perf_counter() - t0) * 1000)
         done.set()
         await tick
@@ -67,34 +68,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=5, help="values (default 5)")
     parser.add_argument("--size-mb", type=int, default=60, help="size of each in MiB (default 60)")
+    parser.add_argument("--store", help="store URL (default: a fresh embedded store in a temporary directory)")
     args = parser.parse_args()
     if args.count < 1 or args.size_mb < 1:
         raise SystemExit("--count and --size-mb must be at least 1")
     scratch = tempfile.mkdtemp(prefix="saltblob-large-reads.")
     out: Dict[str, Any] = {"package": os.path.dirname(saltblob.__file__), "count": args.count,
                            "size_mib": args.size_mb}
+    run = f"large-reads/{time.time_ns()}/"
     try:
-        with saltblob.open(f"rocksdb://{scratch}/store") as store:
+        with saltblob.open(args.store or f"rocksdb://{scratch}/store") as store:
+            out["store"] = store.url
             value = os.urandom(args.size_mb << 20)
             for i in range(args.count):
-                store.put(f"k{i}", value)
+                store.put(f"{run}k{i}", value)
             keep: List[bytes] = []
             c, ms = cpu(), []
             for i in range(args.count):
                 t0 = time.perf_counter()
-                keep.append(store.get(f"k{i}").bytes())
+                keep.append(store.get(f"{run}k{i}").bytes())
                 ms.append((time.perf_counter() - t0) * 1000)
             out["bytes"] = {"get_ms": ms, "median_ms": statistics.median(ms), "cpu": since(c)}
             if any(k != value for k in keep):
                 raise SystemExit("bytes(): a value read differs from the one put")
             keep.clear()
             c = cpu()
-            phase = asyncio.run(async_reads(store, args.count, keep))
+            phase = asyncio.run(async_reads(store, run, args.count, keep))
             phase.update(median_ms=statistics.median(phase["get_ms"]),
                          loop_stall_median_ms=statistics.median(phase["loop_stall_ms"]), cpu=since(c))
             out["bytes_async"] = phase
             if any(k != value for k in keep):
                 raise SystemExit("bytes_async(): a value read differs from the one put")
+            for i in range(args.count):
+                store.delete(f"{run}k{i}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(out))
