@@ -43,9 +43,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Tuple, TypeVar
 
 import saltblob
+
+T = TypeVar("T")
 
 MIB = 1 << 20
 
@@ -161,33 +163,45 @@ def bench_python(store: saltblob.Store, args: argparse.Namespace, run: str) -> L
     return phases
 
 
+async def with_loop_stall(call: Callable[[], Awaitable[T]]) -> Tuple[T, float, float]:
+    """Awaits CALL() while a task sleeps 1 ms at a time: its result, its milliseconds, and the longest the event loop
+    went without running that task, in ms (what the call costs every other coroutine of the loop)."""
+    done = asyncio.Event()
+    worst = 0.0
+
+    async def ticker() -> None:
+        nonlocal worst
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            worst = max(worst, now - last - 0.001)
+            last = now
+
+    tick = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    start = time.perf_counter()
+    try:
+        result = await call()
+    finally:
+        elapsed = (time.perf_counter() - start) * 1000
+        done.set()
+        await tick
+    return result, elapsed, worst * 1000
+
+
 async def large_reads_async(store: saltblob.Store, count: int, size: int, run: str,
                             got: Dict[int, bytes]) -> Dict[str, Any]:
-    """COUNT large gets through asyncio, one at a time, into GOT; with each get, the longest the event loop went
-    without running a task that sleeps 1 ms at a time (what a get costs every other coroutine of the loop)."""
+    """COUNT large gets through asyncio, one at a time, into GOT, each with the event loop's longest stall."""
     lats, stalls = [], []
     t0 = time.perf_counter()
     for i in range(count):
-        done = asyncio.Event()
-        worst = 0.0
+        async def get(key: str = f"{run}/large/{i}") -> bytes:
+            return await (await store.get_async(key)).bytes_async()
 
-        async def ticker() -> None:
-            nonlocal worst
-            last = time.perf_counter()
-            while not done.is_set():
-                await asyncio.sleep(0.001)
-                now = time.perf_counter()
-                worst = max(worst, now - last - 0.001)
-                last = now
-
-        tick = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0)
-        s = time.perf_counter()
-        got[i] = await (await store.get_async(f"{run}/large/{i}")).bytes_async()
-        lats.append((time.perf_counter() - s) * 1000)
-        done.set()
-        await tick
-        stalls.append(worst * 1000)
+        got[i], ms, stall = await with_loop_stall(get)
+        lats.append(ms)
+        stalls.append(stall)
     out = phase("large_read_async", lats, size, time.perf_counter() - t0)
     out["details"] = {"loop_stall_ms": {"p50": statistics.median(stalls), "max": max(stalls)}}
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import resource
@@ -23,9 +24,22 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Dict, List
 
 import saltblob
+
+
+def _python_bench() -> Any:
+    """scripts/python-bench.py as a module (its name is not an identifier), for its timing helpers."""
+    spec = importlib.util.spec_from_file_location("python_bench", Path(__file__).with_name("python-bench.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _python_bench()
 
 
 def cpu() -> List[float]:
@@ -41,26 +55,13 @@ def since(before: List[float]) -> Dict[str, float]:
 async def async_reads(store: saltblob.Store, run: str, count: int, keep: List[bytes]) -> Dict[str, Any]:
     ms, stalls = [], []
     for i in range(count):
-        done = asyncio.Event()
-        worst = 0.0
+        async def get(key: str = f"{run}k{i}") -> bytes:
+            return await (await store.get_async(key)).bytes_async()
 
-        async def ticker() -> None:
-            nonlocal worst
-            last = time.perf_counter()
-            while not done.is_set():
-                await asyncio.sleep(0.001)
-                now = time.perf_counter()
-                worst = max(worst, now - last - 0.001)
-                last = now
-
-        tick = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0)
-        t0 = time.perf_counter()
-        keep.append(await (await store.get_async(f"{run}k{i}")).bytes_async())
-        ms.append((time.perf_counter() - t0) * 1000)
-        done.set()
-        await tick
-        stalls.append(worst * 1000)
+        value, elapsed, stall = await BENCH.with_loop_stall(get)
+        keep.append(value)
+        ms.append(elapsed)
+        stalls.append(stall)
     return {"get_ms": ms, "loop_stall_ms": stalls}
 
 
