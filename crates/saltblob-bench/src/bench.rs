@@ -2,8 +2,9 @@
 //!
 //! The bench opens its own [`BlobStore`] on the URL with the layout flags, the URL's store-level (scheduler)
 //! parameters ([`saltblob::split_store_params`]) and a grace period of zero, so that the versions it replaces
-//! and deletes are reclaimed by its clean-up at the end (no reclaim runs while it measures). Keys live under `saltblob-bench/<run id>/`. This module runs the phases in order and reports
-//! them; the report types are re-exported here.
+//! and deletes are reclaimed by its clean-up at the end, and between the phases of `--mixed` that run large
+//! loops (no reclaim runs while a phase measures). Keys live under `saltblob-bench/<run id>/`. This module runs
+//! the phases in order and reports them; the report types are re-exported here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,6 +218,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
             embedded: matches!(run.info.name, "rocksdb" | "memory"),
             bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
             paced: ran.paced,
+            reclaims: ran.reclaims,
         });
     }
     let cleanup = if args.keep {
@@ -392,6 +394,7 @@ async fn bench_s3(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepor
         embedded: false,
         bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
         paced: ran.paced,
+        reclaims: ran.reclaims,
     });
     let cleanup = if args.keep {
         Cleanup::default()

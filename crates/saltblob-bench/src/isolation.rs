@@ -103,6 +103,28 @@ pub struct Isolation {
     pub bulk_alone_cpu_cores: Option<f64>,
     /// One entry per paced load ρ (`--small-load`), in order.
     pub paced: Vec<Paced>,
+    /// The reclaims run between phases, in order ([`Reclaim`]); empty through S3.
+    pub reclaims_between_phases: Vec<Reclaim>,
+}
+
+/// One reclaim between phases of `--mixed` (`"reclaims_between_phases"` in the JSON): the versions the run had
+/// replaced and deleted so far, reclaimed after phase `after`, outside every phase's clock, so that the store
+/// holds about one phase's worth of large values. Not run through S3 (the server's store reclaims on its own).
+#[derive(Clone, Debug, Serialize)]
+pub struct Reclaim {
+    /// The phase it followed.
+    pub after: String,
+    /// Whether the target reclaims at all (false through S3; such entries are dropped).
+    #[serde(skip)]
+    pub target_reclaims: bool,
+    /// How long it took.
+    pub seconds: f64,
+    /// Versions whose chunks were deleted.
+    pub versions: u64,
+    /// Stored bytes freed.
+    pub bytes: u64,
+    /// Why it failed, if it did (the run goes on; its clean-up reclaims again).
+    pub error: Option<String>,
 }
 
 /// What the mixed phases measured beyond their phase reports, and how to read it.
@@ -120,6 +142,8 @@ pub(crate) struct Mixed {
     pub bulk_alone_cpu_cores: Option<f64>,
     /// One per paced load, in order.
     pub paced: Vec<PacedMeasure>,
+    /// The reclaims between phases, in order.
+    pub reclaims: Vec<Reclaim>,
 }
 
 /// One paced load's measurements.
@@ -444,6 +468,7 @@ pub(crate) fn isolation(phases: &[PhaseReport], mixed: &Mixed) -> Option<Isolati
                 )
             })
             .collect(),
+        reclaims_between_phases: mixed.reclaims.clone(),
     })
 }
 

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::cpu::CpuClock;
 use crate::isolation::{
-    BULK_ALONE, BULK_UNDER_LOAD, PacedMeasure, PacedSide, SMALL_ALONE, SMALL_UNDER_LOAD,
+    BULK_ALONE, BULK_UNDER_LOAD, PacedMeasure, PacedSide, Reclaim, SMALL_ALONE, SMALL_UNDER_LOAD,
 };
 use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
 use crate::paced::{Pace, run_paced};
@@ -78,6 +78,8 @@ impl Load {
 pub(crate) struct MixedRun {
     /// Every phase, in the order run.
     pub(crate) phases: Vec<PhaseReport>,
+    /// The reclaims run between phases, in order.
+    pub(crate) reclaims: Vec<Reclaim>,
     /// CPU cores the large loops used alone.
     pub(crate) bulk_alone_cpu_cores: Option<f64>,
     /// One per paced load, in order.
@@ -93,7 +95,9 @@ impl Load {
     /// `details.background`.
     ///
     /// The bulk phase alone runs before the loaded pair, so that whatever the earlier phases left the store to
-    /// do (compaction, garbage not yet reclaimed) weighs on the loaded figures, not on the baselines.
+    /// do (compaction) weighs on the loaded figures, not on the baselines. After each phase with large loops,
+    /// before the next phase starts, the versions they replaced and deleted are reclaimed ([`Load::reclaim`]),
+    /// so that the store holds about one phase's worth of large values, not the whole run's.
     pub(crate) async fn mixed(&self, duration: Duration) -> Result<MixedRun> {
         let pool = self
             .plan
@@ -141,6 +145,7 @@ impl Load {
         let bulk_alone_cpu_cores = cpu.cores();
         progress.finish();
         let bulk_alone = bulk_alone?.report(BULK_ALONE, self.bulk_description(duration, "alone"));
+        let mut reclaims = vec![self.reclaim(BULK_ALONE).await];
 
         // Silent: the small phase's spinner shows the progress of the pair.
         let hidden = Progress::timed(BULK_UNDER_LOAD, None, true);
@@ -172,6 +177,7 @@ impl Load {
                 ),
             ),
         );
+        reclaims.push(self.reclaim(BULK_UNDER_LOAD).await);
         let capacity = (small_alone.ops > 0).then_some(small_alone.ops_per_s);
         let mut phases = vec![small_alone, bulk_alone, small_loaded, bulk_loaded];
         let mut paced = Vec::new();
@@ -179,6 +185,9 @@ impl Load {
             Some(capacity) => {
                 for &rho in &self.plan.small_loads {
                     let (reports, measure) = self.paced(rho, capacity, duration, &mix).await?;
+                    if let Some(bulk) = reports.last() {
+                        reclaims.push(self.reclaim(&bulk.name).await);
+                    }
                     phases.extend(reports);
                     paced.push(measure);
                 }
@@ -188,8 +197,10 @@ impl Load {
                  paced phases are skipped"
             ),
         }
+        reclaims.retain(|r| r.target_reclaims);
         Ok(MixedRun {
             phases,
+            reclaims,
             bulk_alone_cpu_cores,
             paced,
         })
@@ -327,6 +338,28 @@ impl Load {
             "cpu_cores": side.cpu_cores,
         }));
         (report, side)
+    }
+
+    /// Reclaims, between phases, what the run replaced and deleted so far, after phase `after`; outside every
+    /// phase's clock. A failure is recorded, not fatal: the clean-up at the end reclaims again.
+    async fn reclaim(&self, after: &str) -> Reclaim {
+        let started = Instant::now();
+        let done = self.target.reclaim().await;
+        let mut out = Reclaim {
+            after: after.to_owned(),
+            target_reclaims: done.is_some(),
+            seconds: 0.0,
+            versions: 0,
+            bytes: 0,
+            error: None,
+        };
+        match done {
+            Some(Ok(r)) => (out.versions, out.bytes) = (r.versions, r.bytes),
+            Some(Err(e)) => out.error = Some(e.to_string()),
+            None => {}
+        }
+        out.seconds = started.elapsed().as_secs_f64();
+        out
     }
 
     /// Runs the run's large loops (`--large-writers`) under the keys of `phase` until `stop`.

@@ -40,4 +40,14 @@ impl Target {
             Target::S3(s3) => s3.delete(key).await,
         }
     }
+
+    /// Reclaims the versions the run replaced and deleted so far (the bench's store has a grace period of zero);
+    /// `None` through S3, where the server's store reclaims on its own schedule.
+    pub(crate) async fn reclaim(&self) -> Option<Result<saltblob::ReclaimReport>> {
+        match self {
+            Target::Store(store) => Some(store.reclaim_due().await),
+            #[cfg(feature = "s3")]
+            Target::S3(_) => None,
+        }
+    }
 }

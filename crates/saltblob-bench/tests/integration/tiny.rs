@@ -270,6 +270,7 @@ pub(crate) fn check_isolation(json: &Value, writers: u64) {
     );
     // The closed loop is a stress figure: no goal.
     assert!(iso.get("small_p99_ratio_met").is_none(), "{iso}");
+    check_reclaims(json);
     check_paced(json);
     let ratio = |name: &str| Some(ratios_named(json, name)["value"].clone());
     assert_eq!(
@@ -279,6 +280,39 @@ pub(crate) fn check_isolation(json: &Value, writers: u64) {
     assert_eq!(
         ratio("bulk_throughput_under_load_over_alone"),
         Some(iso["bulk_throughput_ratio"].clone())
+    );
+}
+
+/// `"isolation"."reclaims_between_phases"`: on a store, one after each phase with large loops, in order, which
+/// together reclaimed what the loops deleted; none through S3.
+fn check_reclaims(json: &Value) {
+    let reclaims = json["isolation"]["reclaims_between_phases"]
+        .as_array()
+        .expect("reclaims_between_phases");
+    if json["config"]["backend"] == saltblob_bench::bench::S3_BACKEND {
+        assert!(reclaims.is_empty(), "{reclaims:?}");
+        return;
+    }
+    let after: Vec<&str> = reclaims
+        .iter()
+        .filter_map(|r| r["after"].as_str())
+        .collect();
+    let bulk_phases: Vec<&str> = json["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with("bulk_") || n.starts_with("paced_bulk_"))
+        .collect();
+    assert_eq!(after, bulk_phases, "{reclaims:?}");
+    for r in reclaims {
+        assert!(r["error"].is_null(), "{r}");
+        assert!(r["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{r}");
+    }
+    let versions: u64 = reclaims.iter().filter_map(|r| r["versions"].as_u64()).sum();
+    assert!(
+        versions > 0,
+        "the large loops' deleted versions were reclaimed: {reclaims:?}"
     );
 }
 
