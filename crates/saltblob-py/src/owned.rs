@@ -74,7 +74,8 @@ pub(crate) struct Unfilled {
 // SAFETY: `data` points into the buffer of the `bytes` object `obj` holds, to which no other reference exists: no
 // other thread, and no Python code, can read or write it until `finish` returns the object, and `push` takes
 // `&mut self`. The buffer is plain memory that needs no GIL, and CPython objects never move. Dropping `obj`
-// without the GIL is deferred by pyo3 to the next time a thread holds it.
+// without the GIL is deferred by pyo3 to the next time a thread holds it. (For 0 bytes CPython returns its shared
+// empty object: nothing is ever written to it.)
 unsafe impl Send for Unfilled {}
 
 impl Unfilled {
