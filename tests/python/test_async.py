@@ -155,12 +155,13 @@ def test_a_loop_that_cannot_watch_descriptors_still_gets_results(rocksdb_url: st
         loop.close()
 
 
-@pytest.mark.parametrize("size", [0, 1000, 1 << 20, (1 << 20) + 1, 3 << 20, (9 << 20) + 4097])
+@pytest.mark.parametrize("size", [0, 1000, 1 << 20, (1 << 20) + 1, 3 << 20, 4 << 20, (9 << 20) + 4097])
 @pytest.mark.asyncio
 async def test_every_way_to_take_the_bytes_of_a_get(store: saltblob.Store, ns: str, size: int) -> None:
     """Values up to 1 MiB are read by `get` itself, larger ones when taken: either way `bytes`, `chunks` and
     `stream`, sync and async, give the value, and only once. (`bytes` objects are filled in place,
-    not zeroed first: the largest size, not a multiple of a page, checks every byte of such an object.)"""
+    not zeroed first, and from 4 MiB on their pages are faulted in ahead, beside the copies: the largest size, not a
+    multiple of a page, checks every byte of such an object.)"""
     data = body(size, 7)
     await store.put_async(ns + "v", data, chunk_size=256 << 10)
     r = await store.get_async(ns + "v")

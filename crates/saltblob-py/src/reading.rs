@@ -175,9 +175,11 @@ impl GetResult {
                 .map_err(py_err)
             });
         }
+        let rt = crate::runtime::runtime()?;
         let mut out = Unfilled::new(py, len)?;
+        out.prefault(py, rt);
         let pieces = body.into_stream();
-        let task = crate::runtime::runtime()?.spawn(async move {
+        let task = rt.spawn(async move {
             let filled = fill(pieces, &mut out).await;
             (filled, out)
         });
@@ -257,6 +259,7 @@ impl GetResult {
         match self.take()? {
             body @ Body::Stream(_) => {
                 let mut out = Unfilled::new(py, self.len()?)?;
+                out.prefault(py, crate::runtime::runtime()?);
                 let pieces = body.into_stream();
                 awaitable(py, async move {
                     fill(pieces, &mut out).await.map_err(py_err)?;
