@@ -41,6 +41,17 @@ saltblob_stop_pid() {
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# Prints the saltblob binary a script runs, as an absolute path: $SALTBLOB_BIN, else the build's
+# ($CARGO_TARGET_DIR/release/saltblob). Exits 2, saying how to build it, when there is none.
+saltblob_binary() {
+  local bin=${SALTBLOB_BIN:-$CARGO_TARGET_DIR/release/saltblob}
+  if [ ! -x "$bin" ]; then
+    echo "error: no saltblob binary at $bin: build it (cargo build --release --locked -p saltblob-cli) or set SALTBLOB_BIN" >&2
+    exit 2
+  fi
+  realpath "$bin"
+}
+
 # Makes the virtual environment $2 from the pinned requirements file $3, or reuses it when it was made from this
 # very file and the check $4 (a shell command run with the environment's bin first on PATH) passes. $1 names the
 # caller in what it prints.

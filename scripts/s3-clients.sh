@@ -40,12 +40,7 @@ if [ $# -gt 0 ] && [ "$1" != -- ]; then
 fi
 [ "${1:-}" = -- ] && shift
 
-bin=${SALTBLOB_BIN:-$CARGO_TARGET_DIR/release/saltblob}
-if [ ! -x "$bin" ]; then
-  echo "error: no saltblob binary at $bin: build it (cargo build --release --locked -p saltblob-cli) or set SALTBLOB_BIN" >&2
-  exit 2
-fi
-bin=$(realpath "$bin")
+bin=$(saltblob_binary)
 
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-s3
 requirements=tests/s3/requirements.txt

@@ -40,22 +40,13 @@ fi
 [ "${1:-}" = -- ] && shift
 [ $# -gt 0 ] || set -- --mixed 10
 
-bin=${SALTBLOB_BIN:-$CARGO_TARGET_DIR/release/saltblob}
-if [ ! -x "$bin" ]; then
-  echo "error: no saltblob binary at $bin: build it (cargo build --release --locked -p saltblob-cli) or set SALTBLOB_BIN" >&2
-  exit 2
-fi
+bin=$(saltblob_binary)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/saltblob-s3-isolation.XXXXXX")
 server=
 cleanup() {
-  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
-    kill -TERM "$server" 2>/dev/null || true
-    for _ in $(seq 300); do
-      kill -0 "$server" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$server" 2>/dev/null || true
+  if [ -n "$server" ]; then
+    saltblob_stop_pid "$server" 30
     wait "$server" 2>/dev/null || true
   fi
   rm -rf "$work"

@@ -36,6 +36,8 @@ def test_sealed_values_read_back_with_their_key_only(store: saltblob.Store, ns: 
             with pytest.raises(saltblob.KeyUnavailable, match="customer") as raised:
                 store.get(ns + name, customer_key=wrong).bytes()
             assert not raised.value.retryable
+            if wrong is None:  # the message says how to give the key from Python
+                assert "customer_key=" in str(raised.value), raised.value
             with pytest.raises(saltblob.KeyUnavailable):
                 store.get_range(ns + name, 0, 10, customer_key=wrong)
             with pytest.raises(saltblob.KeyUnavailable):

@@ -207,19 +207,16 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     }
     let mut mixed = None;
     if let Some(duration) = run.load.plan.mixed {
-        let ran = run.load.mixed(duration).await?;
-        for p in ran.phases {
+        let embedded = matches!(run.info.name, "rocksdb" | "memory");
+        let (summary, ran) = run
+            .load
+            .mixed(duration)
+            .await?
+            .into_summary(&run.load, duration, embedded);
+        for p in ran {
             show(p, &mut phases);
         }
-        mixed = Some(Mixed {
-            seconds: duration.as_secs_f64(),
-            large_writers: run.load.plan.large_writers,
-            small_concurrency: run.load.concurrency,
-            embedded: matches!(run.info.name, "rocksdb" | "memory"),
-            bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
-            paced: ran.paced,
-            reclaims: ran.reclaims,
-        });
+        mixed = Some(summary);
     }
     let cleanup = if args.keep {
         Cleanup::default()
@@ -381,21 +378,16 @@ async fn bench_s3(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepor
         args.concurrency,
         quiet,
     );
-    let ran = load.mixed(duration).await?;
+    let (summary, ran) = load
+        .mixed(duration)
+        .await?
+        .into_summary(&load, duration, false);
     let mut phases = Vec::new();
-    for p in ran.phases {
+    for p in ran {
         println!("{}", report::phase_block(&p));
         phases.push(p);
     }
-    let mixed = Some(Mixed {
-        seconds: duration.as_secs_f64(),
-        large_writers: plan.large_writers,
-        small_concurrency: args.concurrency,
-        embedded: false,
-        bulk_alone_cpu_cores: ran.bulk_alone_cpu_cores,
-        paced: ran.paced,
-        reclaims: ran.reclaims,
-    });
+    let mixed = Some(summary);
     let cleanup = if args.keep {
         Cleanup::default()
     } else {

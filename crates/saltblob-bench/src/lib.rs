@@ -26,8 +26,9 @@
 //!
 //! **On an S3 endpoint** (`--store s3+http://HOST:PORT/BUCKET`, or `s3+https://`; feature `s3`, on by default):
 //! the phases of `--mixed` only, through object_store's S3 client (credentials from `AWS_ACCESS_KEY_ID` and
-//! `AWS_SECRET_ACCESS_KEY`, client settings as the URL's query), with the cluster's excess allowances; the
-//! large loops are a second client on threads of their own. `saltblob serve` and any S3 service alike.
+//! `AWS_SECRET_ACCESS_KEY`, client settings as the URL's query, `%XX`-decoded), with the cluster's excess
+//! allowances; the large loops are a second client on threads of their own. `saltblob serve` and any S3 service
+//! alike.
 //!
 //! The large phases also report the process's CPU seconds per GiB, read against the CPU floor of a put measured
 //! in the same run ([`cpu::CpuSteps`]: BLAKE3, CRC32C and one copy per byte).

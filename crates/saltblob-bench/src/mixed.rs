@@ -12,7 +12,8 @@ use serde_json::json;
 
 use crate::cpu::CpuClock;
 use crate::isolation::{
-    BULK_ALONE, BULK_UNDER_LOAD, PacedMeasure, PacedSide, Reclaim, SMALL_ALONE, SMALL_UNDER_LOAD,
+    BULK_ALONE, BULK_UNDER_LOAD, Mixed, PacedMeasure, PacedSide, Reclaim, SMALL_ALONE,
+    SMALL_UNDER_LOAD,
 };
 use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
 use crate::paced::{Pace, run_paced};
@@ -84,6 +85,28 @@ pub(crate) struct MixedRun {
     pub(crate) bulk_alone_cpu_cores: Option<f64>,
     /// One per paced load, in order.
     pub(crate) paced: Vec<PacedMeasure>,
+}
+
+impl MixedRun {
+    /// The isolation summary of this run of `load`, whose closed-loop phases lasted `duration` (`embedded`: see
+    /// [`Mixed::embedded`]), and the phases, in the order run.
+    pub(crate) fn into_summary(
+        self,
+        load: &Load,
+        duration: Duration,
+        embedded: bool,
+    ) -> (Mixed, Vec<PhaseReport>) {
+        let mixed = Mixed {
+            seconds: duration.as_secs_f64(),
+            large_writers: load.plan.large_writers,
+            small_concurrency: load.concurrency,
+            embedded,
+            bulk_alone_cpu_cores: self.bulk_alone_cpu_cores,
+            paced: self.paced,
+            reclaims: self.reclaims,
+        };
+        (mixed, self.phases)
+    }
 }
 
 impl Load {

@@ -43,10 +43,10 @@ pub(crate) struct S3Target {
 }
 
 impl S3Target {
-    /// The client for `url` (`s3+http://HOST[:PORT]/BUCKET[?KEY=VALUE&…]`; values are taken as written, not
-    /// percent-decoded). A URL without a bucket, a query key object_store does not know, or no credentials
-    /// (unless `aws_skip_signature=true`) is `Error::InvalidArgument`; nothing is sent. Errors never repeat the
-    /// query, which may hold a secret.
+    /// The client for `url` (`s3+http://HOST[:PORT]/BUCKET[?KEY=VALUE&…]`; each value is `%XX`-decoded, so a
+    /// secret holding `&` is written `%26`). A URL without a bucket, a query key object_store does not know, a bad
+    /// `%` escape, or no credentials (unless `aws_skip_signature=true`) is `Error::InvalidArgument`; nothing is
+    /// sent. Errors never repeat the query's values, which may hold a secret.
     pub(crate) fn open(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::invalid("S3 URL", reason);
         let (rest, endpoint_scheme) = SCHEMES
@@ -82,7 +82,16 @@ impl S3Target {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let key = AmazonS3ConfigKey::from_str(name)
                 .map_err(|e| bad(format!("query parameter {name:?}: {e}")))?;
-            builder = builder.with_config(key, value);
+            let decoded = saltblob::unescape_key(value)
+                .ok()
+                .and_then(|v| String::from_utf8(v).ok())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "the value of query parameter {name:?} has a '%' not followed by two hex digits (write a \
+                         '%' as %25), or is not UTF-8 once decoded"
+                    ))
+                })?;
+            builder = builder.with_config(key, decoded);
             let secret = SECRET_PARTS
                 .iter()
                 .any(|part| name.to_ascii_lowercase().contains(part));
@@ -201,5 +210,51 @@ fn from_client(e: object_store::Error) -> Error {
             key: path.as_bytes().into(),
         },
         e => Error::backend("s3", e.to_string(), true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nothing listens on the URLs' port: opening sends no request.
+    const BASE: &str = "s3+http://127.0.0.1:9/bucket?aws_access_key_id=A";
+
+    #[test]
+    fn query_values_are_percent_decoded_and_secrets_never_shown() {
+        let t = S3Target::open(&format!(
+            "{BASE}&aws_secret_access_key=s%26e%25t&aws_region=eu-west-1"
+        ))
+        .expect("opens");
+        let secret = t
+            .builder
+            .get_config_value(&AmazonS3ConfigKey::SecretAccessKey);
+        assert_eq!(secret.as_deref(), Some("s&e%t"));
+        assert!(
+            t.shown.contains(&format!("aws_secret_access_key={HIDDEN}")),
+            "{}",
+            t.shown
+        );
+        assert!(
+            !t.shown.contains("s%26e") && !t.shown.contains("s&e"),
+            "{}",
+            t.shown
+        );
+        assert!(t.shown.ends_with("aws_region=eu-west-1"), "{}", t.shown);
+    }
+
+    #[test]
+    fn a_bad_escape_is_refused_without_its_value() {
+        for value in ["se%2xcret", "secret%", "%ff%fe"] {
+            let err = S3Target::open(&format!("{BASE}&aws_secret_access_key={value}"))
+                .err()
+                .expect("refused");
+            let said = err.to_string();
+            assert!(
+                said.contains("aws_secret_access_key") && said.contains("%25"),
+                "{said}"
+            );
+            assert!(!said.contains(value), "{said}");
+        }
     }
 }

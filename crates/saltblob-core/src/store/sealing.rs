@@ -219,7 +219,8 @@ async fn open_data_key(
             Some(given) => given.open_data_key(sealing),
             None => Err(unavailable(format!(
                 "version {} of key \"{}\" is sealed under a customer key, which the read did not give \
-                 (GetOptions::customer_key; S3: the x-amz-server-side-encryption-customer-* headers)",
+                 (Rust: GetOptions::customer_key; Python: customer_key=; S3: the \
+                 x-amz-server-side-encryption-customer-* headers)",
                 version,
                 KeyDisplay::from(key)
             ))),
