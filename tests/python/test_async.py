@@ -178,9 +178,10 @@ async def test_every_way_to_take_the_bytes_of_a_get(store: saltblob.Store, ns: s
 
 @pytest.mark.asyncio
 async def test_large_values_read_async_again_and_again(rocksdb_url: str) -> None:
-    """`bytes_async` of a large value fills its `bytes` object on saltblob's I/O threads, and `get_range_async`
-    collects into memory the store reuses (`idle_value_buffers=`, 0 here for none, and the default): every read
-    gives its own value, while the others are held."""
+    """`bytes_async` of a large value fills its `bytes` object on saltblob's I/O threads, and so does
+    `get_range_async` of a large range (it takes its bytes with `bytes_async`), whatever memory the store keeps
+    for its own reads (`idle_value_buffers=`, 0 here for none, and the default): every read gives its own value,
+    while the others are held, and a range read is a coroutine that asyncio can gather and cancel."""
     for url in (rocksdb_url, rocksdb_url + "?idle_value_buffers=0"):
         async with await saltblob.open_async(url) as store:
             values = [body(5 << 20, seed) for seed in (1, 2)]
@@ -194,6 +195,13 @@ async def test_large_values_read_async_again_and_again(rocksdb_url: str) -> None
                     held.append(await store.get_range_async(f"v{i}", 1, len(v) - 1))
                     assert held[-1] == v[1:-1]
             assert [len(h) for h in held] == [5 << 20, (5 << 20) - 2] * 4
+            ranges = await asyncio.gather(*(store.get_range_async(f"v{i}", suffix=(3 << 20) + 5) for i in (0, 1)))
+            assert ranges == [v[-((3 << 20) + 5) :] for v in values]
+            slow = asyncio.ensure_future(store.get_range_async("v0", 0, 5 << 20))
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            assert await store.get_range_async("v1", 7, 4 << 20) == values[1][7 : 4 << 20]
         # The next URL opens the same directory afresh.
         shutil.rmtree(rocksdb_url.removeprefix("rocksdb://"))
 

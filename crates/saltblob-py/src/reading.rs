@@ -195,6 +195,21 @@ impl GetResult {
     }
 }
 
+/// `get_range_async`'s awaitable: the bytes of the [`GetResult`] that `read` (an awaitable) ends with, taken with
+/// `bytes_async` (`saltblob._io._bytes_when_read`), so that a large range is copied on the I/O threads into its
+/// `bytes` object, as a whole get's is, not by the event loop's thread with the GIL held; a small one was read with
+/// its manifest, and costs no second trip through the loop.
+///
+/// # Errors
+/// `ImportError` if the package's Python half is missing.
+pub(crate) fn bytes_when_read<'py>(
+    py: Python<'py>,
+    read: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static BYTES_WHEN_READ: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    crate::runtime::cached(py, &BYTES_WHEN_READ, "saltblob._io", "_bytes_when_read")?.call1((read,))
+}
+
 /// Copies `pieces` into `buf`, which must be exactly as long.
 async fn fill(
     mut pieces: impl Stream<Item = saltblob::Result<Bytes>> + Unpin,

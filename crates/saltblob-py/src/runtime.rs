@@ -162,7 +162,7 @@ fn resolver(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 /// The function of the Python module `module` named `name`, imported once.
-fn cached<'py>(
+pub(crate) fn cached<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Py<PyAny>>,
     module: &str,

@@ -14,7 +14,7 @@ use crate::data::{Data, Source};
 use crate::errors::{Kind, invalid, new_err, py_err, wrong_type};
 use crate::listing::ListIterator;
 use crate::objects::{Description, Manifest, fsck_report, gc_report};
-use crate::reading::{BytesOut, GetResult, ReadCursor};
+use crate::reading::{GetResult, ReadCursor};
 use crate::runtime::{awaitable, try_with_gil, wait};
 use crate::writing::{AsyncBlobWriter, BlobWriter, put_source, put_source_async};
 
@@ -144,6 +144,13 @@ impl Store {
                 )
             })
     }
+}
+
+/// What `get` returns: the read of `key` with `opts`, its bytes read with it when they are few
+/// ([`GetResult::read`]).
+async fn read_result(store: BlobStore, key: bytes::Bytes, opts: GetOptions) -> PyResult<GetResult> {
+    let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
+    Ok(GetResult::read(stream).await)
 }
 
 /// The bytes of `stream`, read into a new `bytes` object (one copy).
@@ -316,10 +323,7 @@ impl Store {
         let key = args::key(key, "key")?;
         let opts = get_options(priority, customer_key)?;
         let store = self.store()?;
-        wait(py, async move {
-            let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
-            Ok(GetResult::read(stream).await)
-        })?
+        wait(py, read_result(store, key, opts))?
     }
 
     /// `get()` for asyncio.
@@ -334,10 +338,7 @@ impl Store {
         let key = args::key(key, "key")?;
         let opts = get_options(priority, customer_key)?;
         let store = self.store()?;
-        awaitable(py, async move {
-            let stream = store.get_stream_with(key, &opts).await.map_err(py_err)?;
-            Ok(GetResult::read(stream).await)
-        })
+        awaitable(py, read_result(store, key, opts))
     }
 
     /// Reads bytes `start` to `end` (exclusive), or `length` bytes from `start`, or from `start` to the end, or the
@@ -379,9 +380,8 @@ impl Store {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (key, opts, store) =
             self.range_call(key, (start, end, length, suffix), (priority, customer_key))?;
-        awaitable(py, async move {
-            Ok(BytesOut(store.get_with(key, &opts).await.map_err(py_err)?))
-        })
+        let read = awaitable(py, read_result(store, key, opts))?;
+        crate::reading::bytes_when_read(py, read)
     }
 
     /// The manifest of the current version of `key`; `NotFound` if there is none.

@@ -9,14 +9,14 @@ from __future__ import annotations
 import io
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterable, Optional, Type
+from typing import TYPE_CHECKING, Any, AsyncIterable, Awaitable, Optional, Type
 
 if TYPE_CHECKING:
     import asyncio
 
     from _typeshed import WriteableBuffer
 
-    from ._saltblob import AsyncBlobWriter, Manifest, ReadCursor
+    from ._saltblob import AsyncBlobWriter, GetResult, Manifest, ReadCursor
 
 
 def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -29,6 +29,13 @@ def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+async def _bytes_when_read(read: Awaitable[GetResult]) -> bytes:
+    """What ``Store.get_range_async`` returns: the bytes of the ``GetResult`` that ``read`` ends with, taken with
+    ``bytes_async`` (a large range is copied into its ``bytes`` object on saltblob's I/O threads; a small one came
+    with the result)."""
+    return await (await read).bytes_async()
 
 
 # Each event loop's completion queue (native ``Completions``), or None for a loop that cannot watch a file
