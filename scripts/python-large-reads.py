@@ -4,7 +4,7 @@ package with Rust; this compares two builds of the package with each other): on 
 store --store names, under keys of the run's own, deleted at the end), COUNT puts
 of SIZE_MB MiB, then COUNT gets with `get(key).bytes()` (each value kept, as python-bench.py keeps them), then COUNT
 with `get_async` + `bytes_async()` and, per get, the event loop's longest stall (a task that sleeps 1 ms at a time
-measures it). Prints one JSON object: the package's path, each get's milliseconds, their medians, and the process's
+measures it), then COUNT `get_range_async` of all but each value's first and last byte, with the same stall. Prints one JSON object: the package's path, each get's milliseconds, their medians, and the process's
 CPU seconds (user, system) per phase: system time is mostly page faults of fresh memory.
 
 Two builds side by side: install one with `pip install --target DIR ./crates/saltblob-py` and alternate runs with
@@ -52,10 +52,14 @@ def since(before: List[float]) -> Dict[str, float]:
     return {"user_s": now[0] - before[0], "system_s": now[1] - before[1]}
 
 
-async def async_reads(store: saltblob.Store, run: str, count: int, keep: List[bytes]) -> Dict[str, Any]:
+async def async_reads(store: saltblob.Store, run: str, count: int, keep: List[bytes],
+                      size: int = 0) -> Dict[str, Any]:
+    """COUNT gets with `get_async` + `bytes_async()`; with SIZE, `get_range_async` of bytes 1 to SIZE - 1 instead."""
     ms, stalls = [], []
     for i in range(count):
         async def get(key: str = f"{run}k{i}") -> bytes:
+            if size:
+                return await store.get_range_async(key, 1, size - 1)
             return await (await store.get_async(key)).bytes_async()
 
         value, elapsed, stall = await BENCH.with_loop_stall(get)
@@ -63,6 +67,15 @@ async def async_reads(store: saltblob.Store, run: str, count: int, keep: List[by
         ms.append(elapsed)
         stalls.append(stall)
     return {"get_ms": ms, "loop_stall_ms": stalls}
+
+
+def async_phase(store: saltblob.Store, run: str, count: int, keep: List[bytes], size: int = 0) -> Dict[str, Any]:
+    """`async_reads` on an event loop of its own, with its medians and the process's CPU seconds."""
+    c = cpu()
+    phase = asyncio.run(async_reads(store, run, count, keep, size))
+    phase.update(median_ms=statistics.median(phase["get_ms"]),
+                 loop_stall_median_ms=statistics.median(phase["loop_stall_ms"]), cpu=since(c))
+    return phase
 
 
 def main() -> None:
@@ -93,13 +106,13 @@ def main() -> None:
             if any(k != value for k in keep):
                 raise SystemExit("bytes(): a value read differs from the one put")
             keep.clear()
-            c = cpu()
-            phase = asyncio.run(async_reads(store, run, args.count, keep))
-            phase.update(median_ms=statistics.median(phase["get_ms"]),
-                         loop_stall_median_ms=statistics.median(phase["loop_stall_ms"]), cpu=since(c))
-            out["bytes_async"] = phase
+            out["bytes_async"] = async_phase(store, run, args.count, keep)
             if any(k != value for k in keep):
                 raise SystemExit("bytes_async(): a value read differs from the one put")
+            keep.clear()
+            out["get_range_async"] = async_phase(store, run, args.count, keep, len(value))
+            if any(k != value[1:-1] for k in keep):
+                raise SystemExit("get_range_async(): a range read differs from the value put")
             for i in range(args.count):
                 store.delete(f"{run}k{i}")
     finally:

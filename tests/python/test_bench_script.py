@@ -72,10 +72,11 @@ def test_the_large_reads_script_reads_back_what_it_put() -> None:
     p = subprocess.run([sys.executable, str(SCRIPT.parent / "python-large-reads.py"), "--count", "2", "--size-mb", "5"],
                        capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(p.stdout)
-    for phase in ("bytes", "bytes_async"):
+    for phase in ("bytes", "bytes_async", "get_range_async"):
         assert len(result[phase]["get_ms"]) == 2
         assert result[phase]["median_ms"] > 0 and result[phase]["cpu"]["system_s"] >= 0
-    assert len(result["bytes_async"]["loop_stall_ms"]) == 2
+    for phase in ("bytes_async", "get_range_async"):
+        assert len(result[phase]["loop_stall_ms"]) == 2
     bad = subprocess.run([sys.executable, str(SCRIPT.parent / "python-large-reads.py"), "--count", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "at least 1" in bad.stderr
