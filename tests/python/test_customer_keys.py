@@ -45,6 +45,25 @@ def test_sealed_values_read_back_with_their_key_only(store: saltblob.Store, ns: 
                     reader.read(10)
 
 
+def test_a_key_for_a_value_not_sealed_under_one_is_refused(store: saltblob.Store, ns: str) -> None:
+    """As S3 refuses SSE-C headers on a plaintext object: a key given where none was used may mean the caller
+    believes the value is sealed under it. The value reads without one."""
+    key = os.urandom(32)
+    for name, value in (("small", b"plain"), ("large", os.urandom(2_000_000))):
+        store.put(ns + name, value)
+        with pytest.raises(saltblob.InvalidArgument, match="not sealed under a customer key"):
+            store.get(ns + name, customer_key=key)
+        with pytest.raises(ValueError):
+            store.get_range(ns + name, 0, 3, customer_key=key)
+
+        async def read_range(name: str = name) -> bytes:
+            return await store.get_range_async(ns + name, 0, 3, customer_key=key)
+
+        with pytest.raises(saltblob.InvalidArgument):
+            asyncio.run(read_range())
+        assert store.get(ns + name).bytes() == value
+
+
 def test_async_twins_and_writers_take_the_key(store: saltblob.Store, ns: str) -> None:
     key = bytearray(os.urandom(32))  # a bytearray is a key too, the same as its bytes
     value = os.urandom(200_000)

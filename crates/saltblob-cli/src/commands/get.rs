@@ -30,7 +30,7 @@ pub struct Get {
     #[arg(long, value_name = "CLASS", value_parser = super::put::parse_priority)]
     priority: Option<PriorityClass>,
     /// The customer key in FILE (32 raw bytes, mode 0600) a blob put with `put --customer-key` (or S3's SSE-C)
-    /// was sealed under: such a blob reads only with it.
+    /// was sealed under: such a blob reads only with it, and a blob not sealed under one refuses it.
     #[arg(long, value_name = "FILE")]
     customer_key: Option<PathBuf>,
 }

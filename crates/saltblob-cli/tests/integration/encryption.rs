@@ -269,6 +269,18 @@ fn customer_keys_seal_blobs_that_read_only_with_the_same_key() {
     );
     assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
 
+    // A key given for a blob not sealed under one is refused (usage), as S3 refuses it.
+    let plain = dir.path().join("plain");
+    marked_file(&plain, 5000, 30);
+    ok(saltblob(&store).args(["put", "plain"]).arg(&plain));
+    fails(
+        saltblob(&store)
+            .args(["get", "plain", "--customer-key"])
+            .arg(&key),
+        2,
+        "not sealed under a customer key",
+    );
+
     // Bad key files: refused before anything is written.
     let loose = key_file("loose.key", &[1; 32], 0o644);
     let short = key_file("short.key", &[1; 16], 0o600);

@@ -404,7 +404,8 @@ pub async fn sealed_segments_compose_and_read_back(backend: Arc<dyn ChunkStore>)
 /// Blobs put under a customer key (S3's SSE-C) on a store without a key provider: every layout and a multipart
 /// blob read back, whole and by range, with that key and no other; without it, or with another, the read fails
 /// with `KeyUnavailable` (provider `customer`) before a byte; no plaintext is stored; fsck reports them unverified
-/// (not damaged), rekey and relayout leave them alone; a put naming a customer key and a store key is refused.
+/// (not damaged), rekey and relayout leave them alone; a put naming a customer key and a store key is refused; a
+/// read giving a customer key for a blob not sealed under one is refused (`CUSTOMER_KEY_NOT_APPLICABLE`).
 pub async fn customer_keys_seal_and_only_the_same_key_reads(backend: Arc<dyn ChunkStore>) {
     use crate::encryption::{CUSTOMER, CustomerKey};
     use crate::{GetOptions, Rekeyed, Relaid};
@@ -510,6 +511,54 @@ pub async fn customer_keys_seal_and_only_the_same_key_reads(backend: Arc<dyn Chu
     assert!(
         store.get_with(&keys[2], &with(&given)).await.is_ok(),
         "and it still reads"
+    );
+
+    // A key given for a blob not sealed under one is refused, as S3 refuses it, before a byte is read: whole,
+    // ranged or streamed, plain or multipart.
+    let plain = format!("{p}plain");
+    store
+        .put(&plain, marked(70_000, 52), &PutOptions::new())
+        .await
+        .expect("plain put");
+    let plain_parts = format!("{p}plain-multipart");
+    let lease = std::time::Duration::from_secs(3600);
+    let segment = store
+        .put_segment(
+            &plain_parts,
+            &marked(900, 53)[..],
+            &PutOptions::new(),
+            lease,
+        )
+        .await
+        .expect("plain put_segment");
+    store
+        .compose(&plain_parts, &[segment], &PutOptions::new())
+        .await
+        .expect("plain compose");
+    for key in [&plain, &plain_parts] {
+        for opts in [with(&given), with(&given).with_range(0..10)] {
+            match store.get_stream_with(key, &opts).await {
+                Err(Error::InvalidArgument { what, reason }) => {
+                    assert_eq!(what, crate::encryption::CUSTOMER_KEY_NOT_APPLICABLE);
+                    assert!(
+                        reason.contains("not sealed under a customer key"),
+                        "{reason}"
+                    );
+                }
+                other => panic!(
+                    "{key}: a customer key on a plain blob: {:?}",
+                    other.map(|s| s.manifest)
+                ),
+            }
+        }
+        assert!(store.get(key).await.is_ok(), "{key}: it reads without one");
+    }
+    assert!(
+        matches!(
+            store.get_with(&keys[0], &GetOptions::new()).await,
+            Err(Error::KeyUnavailable { .. })
+        ),
+        "and a sealed one still needs its key"
     );
 
     let both = opts.clone().with_encryption_key("tenant-a");

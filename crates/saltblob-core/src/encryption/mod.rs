@@ -38,6 +38,10 @@ pub const STORE_ID_LEN: usize = 16;
 pub const AWS_KMS: &str = "aws-kms";
 /// The name manifests record for a version sealed under a key its writer gave ([`CustomerKey`]; S3's SSE-C).
 pub const CUSTOMER: &str = "customer";
+/// The `what` of the [`crate::Error::InvalidArgument`] of a read that gives a customer key
+/// ([`crate::GetOptions::customer_key`]) for a version not sealed under one, which S3 refuses too (`400
+/// InvalidRequest`: the key may have been given in the belief that the object is sealed under it).
+pub const CUSTOMER_KEY_NOT_APPLICABLE: &str = "customer key";
 
 /// The tag a manifest records for provider `name` (`docs/format.md`, "Manifest encryption block").
 pub fn provider_tag(name: &str) -> Option<u8> {

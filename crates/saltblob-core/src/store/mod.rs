@@ -311,7 +311,9 @@ impl BlobStore {
     /// [`Error::RangeNotSatisfiable`]; a whole read verifies the digest at its end.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (an unknown class), [`Error::NotFound`],
+    /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (an unknown class, or a customer key given for a version
+    /// not sealed under one: [`crate::encryption::CUSTOMER_KEY_NOT_APPLICABLE`]), [`Error::KeyUnavailable`] (the
+    /// version's key cannot be had, or its customer key was not given), [`Error::NotFound`],
     /// [`Error::Corrupt`] (the manifest does not decode) and [`Error::Backend`]; [`Error::RangeNotSatisfiable`];
     /// while the bytes are read: [`Error::ChecksumMismatch`], [`Error::MissingChunk`],
     /// [`Error::DigestMismatch`] (whole reads), [`Error::Corrupt`] (a chunk does not decode) and
@@ -325,6 +327,22 @@ impl BlobStore {
         let sched = &self.inner.sched;
         let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive())?;
         let manifest = schedule::in_class(manifest_class, self.current(&key)).await?;
+        let customer = opts.customer_key.as_ref();
+        if customer.is_some()
+            && manifest
+                .sealed_by()
+                .is_none_or(|s| s.kek.provider != crate::encryption::CUSTOMER)
+        {
+            return Err(Error::invalid(
+                crate::encryption::CUSTOMER_KEY_NOT_APPLICABLE,
+                format!(
+                    "version {} of key \"{}\" is not sealed under a customer key, so a read of it takes none \
+                     (its manifest's encryption says how it is sealed, if at all)",
+                    manifest.version,
+                    crate::KeyDisplay::from(key.as_ref())
+                ),
+            ));
+        }
         let range = match opts.range {
             Some(range) => range.resolve(manifest.size),
             None => 0..manifest.size,
@@ -339,7 +357,6 @@ impl BlobStore {
         }
         let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
         let class = sched.choose(opts.priority.as_ref(), by_layout)?;
-        let customer = opts.customer_key.as_ref();
         let keys = sealing::for_read(&self.inner, &key, &manifest, customer).await?;
         sealing::check_segments(&self.inner, &key, &manifest, &range, customer).await?;
         Ok(read::stream_version(

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
-use saltblob_core::encryption::{CUSTOMER, CustomerKey};
+use saltblob_core::encryption::{CUSTOMER, CUSTOMER_KEY_NOT_APPLICABLE, CustomerKey};
 use saltblob_core::{Error, GetOptions, Manifest, PutOptions};
 
 use super::rules::SseConfig;
@@ -207,23 +207,30 @@ pub(crate) fn check_read(m: &Manifest, given: Option<&Customer>) -> S3Result<()>
     match (sealed, given) {
         (None, None) => Ok(()),
         (Some(_), None) => Err(key_missing()),
-        (None, Some(_)) => Err(s3_error!(
-            InvalidRequest,
-            "The encryption parameters are not applicable to this object."
-        )),
+        (None, Some(_)) => Err(not_applicable()),
         (Some(s), Some(c)) if s.kek.name == c.key.id() => Ok(()),
         (Some(_), Some(_)) => Err(wrong_key()),
     }
 }
 
-/// The S3 error of a read with `given` that failed with `e`: a customer key the store refused is the client's
-/// (as [`check_read`]); else as [`from_store`].
+/// The S3 error of a read with `given` that failed with `e`: a customer key the store refused, or one given for an
+/// object not sealed under one, is the client's (as [`check_read`]); else as [`from_store`].
 pub(crate) fn read_failed(e: Error, given: Option<&Customer>) -> S3Error {
     match (&e, given) {
         (Error::KeyUnavailable { provider, .. }, None) if *provider == CUSTOMER => key_missing(),
         (Error::KeyUnavailable { provider, .. }, Some(_)) if *provider == CUSTOMER => wrong_key(),
+        (Error::InvalidArgument { what, .. }, Some(_)) if *what == CUSTOMER_KEY_NOT_APPLICABLE => {
+            not_applicable()
+        }
         _ => from_store(e),
     }
+}
+
+fn not_applicable() -> S3Error {
+    s3_error!(
+        InvalidRequest,
+        "The encryption parameters are not applicable to this object."
+    )
 }
 
 fn key_missing() -> S3Error {

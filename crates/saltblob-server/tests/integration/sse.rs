@@ -560,12 +560,20 @@ async fn sse_c_seals_under_the_key_of_each_request() {
             .await;
         assert_eq!(r.status, 403);
     }
-    // A key for a plaintext object is not applicable.
+    // A key for a plaintext object is not applicable: to read it, nor to copy it (the store refuses such a read
+    // too, and the server answers as AWS does).
     assert_eq!(c.put("/bkt/plain", "plain").await.status, 200);
     let r = with_key(c.call("GET", "/bkt/plain"), "x-amz-", &key)
         .send()
         .await;
     assert_eq!((r.status, r.code().as_str()), (400, "InvalidRequest"));
+    assert!(r.text().contains("not applicable"), "{}", r.text());
+    let r = with_key(c.call("PUT", "/bkt/plain-copy"), "x-amz-copy-source-", &key)
+        .header("x-amz-copy-source", "/bkt/plain")
+        .send()
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (400, "InvalidRequest"));
+    assert!(r.text().contains("not applicable"), "{}", r.text());
 
     // CopyObject: the source's key to read it, the destination's own (or none: plaintext).
     let r = with_key(
