@@ -4,8 +4,9 @@ package with Rust; this compares two builds of the package with each other): on 
 store --store names, under keys of the run's own, deleted at the end), COUNT puts
 of SIZE_MB MiB, then COUNT gets with `get(key).bytes()` (each value kept, as python-bench.py keeps them), then COUNT
 with `get_async` + `bytes_async()` and, per get, the event loop's longest stall (a task that sleeps 1 ms at a time
-measures it), then COUNT `get_range_async` of all but each value's first and last byte, with the same stall. Prints one JSON object: the package's path, each get's milliseconds, their medians, and the process's
-CPU seconds (user, system) per phase: system time is mostly page faults of fresh memory.
+measures it), then COUNT `get_range_async` of all but each value's first and last byte, with the same stall.
+Prints one JSON object: the package's path, each get's milliseconds, their medians, and the process's CPU seconds
+(user, system) per phase: system time is mostly page faults of fresh memory.
 
 Two builds side by side: install one with `pip install --target DIR ./crates/saltblob-py` and alternate runs with
 and without `PYTHONPATH=DIR`.

@@ -222,6 +222,13 @@ impl Manifest {
         }
     }
 
+    /// [`Manifest::sealed_by`] when the version is sealed under a customer key (S3's SSE-C), which every read of
+    /// it must give ([`crate::GetOptions::customer_key`]); `None` otherwise, when a read must give none.
+    pub fn sealed_by_customer(&self) -> Option<&Sealing> {
+        self.sealed_by()
+            .filter(|s| s.kek.provider == crate::encryption::CUSTOMER)
+    }
+
     /// Sum of the stored (encoded) bytes of its chunks.
     pub fn stored_bytes(&self) -> u64 {
         self.segments()

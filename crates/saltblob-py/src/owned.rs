@@ -189,7 +189,7 @@ impl Unfilled {
 }
 
 /// Objects from this size on are faulted in ahead of their copies ([`Unfilled::prefault`]).
-pub(crate) const PREFAULT_MIN: usize = 4 << 20;
+const PREFAULT_MIN: usize = 4 << 20;
 
 /// Bytes faulted in by one `madvise` call of [`Unfilled::prefault`].
 const PREFAULT_STEP: usize = 8 << 20;

@@ -23,7 +23,7 @@ use crate::owned::{Unfilled, new_bytes};
 use crate::runtime::{awaitable, ready, wait};
 
 /// Bytes handed to Python as a `bytes` object (one copy) when an awaitable resolves.
-pub(crate) struct BytesOut(pub(crate) Bytes);
+struct BytesOut(Bytes);
 
 impl<'py> IntoPyObject<'py> for BytesOut {
     type Target = PyBytes;

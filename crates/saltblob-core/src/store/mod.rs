@@ -328,11 +328,7 @@ impl BlobStore {
         let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive())?;
         let manifest = schedule::in_class(manifest_class, self.current(&key)).await?;
         let customer = opts.customer_key.as_ref();
-        if customer.is_some()
-            && manifest
-                .sealed_by()
-                .is_none_or(|s| s.kek.provider != crate::encryption::CUSTOMER)
-        {
+        if customer.is_some() && manifest.sealed_by_customer().is_none() {
             return Err(Error::invalid(
                 crate::encryption::CUSTOMER_KEY_NOT_APPLICABLE,
                 format!(

@@ -203,8 +203,7 @@ pub(crate) fn not_with_sse(customer: Option<&Customer>, algorithm: Option<&str>)
 /// # Errors
 /// `400 InvalidRequest` for a missing or inapplicable key; `403 AccessDenied` for another key.
 pub(crate) fn check_read(m: &Manifest, given: Option<&Customer>) -> S3Result<()> {
-    let sealed = m.sealed_by().filter(|s| s.kek.provider == CUSTOMER);
-    match (sealed, given) {
+    match (m.sealed_by_customer(), given) {
         (None, None) => Ok(()),
         (Some(_), None) => Err(key_missing()),
         (None, Some(_)) => Err(not_applicable()),
