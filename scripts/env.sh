@@ -52,6 +52,18 @@ saltblob_binary() {
   realpath "$bin"
 }
 
+# Splits a script's "[STORE_URL] [-- ARGS...]": sets store_url to STORE_URL (empty when not given) and the array
+# rest_args to ARGS. The caller continues with: set -- "${rest_args[@]}"
+saltblob_store_and_args() {
+  store_url=
+  if [ $# -gt 0 ] && [ "$1" != -- ]; then
+    store_url=$1
+    shift
+  fi
+  [ "${1:-}" = -- ] && shift
+  rest_args=("$@")
+}
+
 # Makes the virtual environment $2 from the pinned requirements file $3, or reuses it when it was made from this
 # very file and the check $4 (a shell command run with the environment's bin first on PATH) passes. $1 names the
 # caller in what it prints.

@@ -33,12 +33,8 @@ if [ "${1:-}" = --bench ]; then
   mode=bench
   shift
 fi
-store_url=
-if [ $# -gt 0 ] && [ "$1" != -- ]; then
-  store_url=$1
-  shift
-fi
-[ "${1:-}" = -- ] && shift
+saltblob_store_and_args "$@"
+set -- "${rest_args[@]}"
 
 bin=$(saltblob_binary)
 

@@ -32,12 +32,8 @@ if [ "${1:-}" = --smoke ]; then
   smoke=1
   shift
 fi
-store_url=
-if [ $# -gt 0 ] && [ "$1" != -- ]; then
-  store_url=$1
-  shift
-fi
-[ "${1:-}" = -- ] && shift
+saltblob_store_and_args "$@"
+set -- "${rest_args[@]}"
 [ $# -gt 0 ] || set -- --mixed 10
 
 bin=$(saltblob_binary)
