@@ -14,7 +14,9 @@ MiB = 1 << 20
 mode = sys.argv[1]; dur = float(sys.argv[2]); step = int(sys.argv[3]) * MiB if len(sys.argv) > 3 else 8 * MiB
 d = sys.argv[4] if len(sys.argv) > 4 else "/root/dexp"; os.makedirs(d, exist_ok=True)
 buf = mmap.mmap(-1, MiB); buf.write(os.urandom(MiB))
-stop = False; made = [0]; deleted_bytes = [0]
+if mode not in ("none", "unlink", "steps"):
+    sys.exit(f"unknown MODE {mode!r}: none, unlink or steps")
+stop = False; made = [0]
 def remove(p):
     if mode == "unlink":
         os.unlink(p)
@@ -31,7 +33,7 @@ def bulk():
         if mode != "none" or i == 0: os.posix_fallocate(fd, 0, 60 * MiB)
         for k in range(60): os.pwrite(fd, buf, k * MiB)
         os.fdatasync(fd); os.close(fd)
-        if prev and mode != "none": remove(prev); deleted_bytes[0] += 60 * MiB
+        if prev and mode != "none": remove(prev)
         prev = p; i += 1; made[0] += 1
 t = threading.Thread(target=bulk); t.start()
 wal = os.open(f"{d}/wal", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
