@@ -125,7 +125,23 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         }
     };
 
-    let dd_reads = dd_reads(&backend_url, &plan, reference_report.as_ref()).await;
+    // dd's read pattern over as many bytes as the large blobs (so that no read is of bytes the device just
+    // read), and its write pattern growing a file of its own by one blob per put.
+    let (segment, segments) = (plan.large_bytes, plan.count);
+    let dd_reads = dd_beside(
+        &backend_url,
+        reference_report.as_ref(),
+        "dd-pattern reads beside the large gets",
+        move |dir| crate::direct::DdReads::create(&dir, segment, segments),
+    )
+    .await;
+    let dd_writes = dd_beside(
+        &backend_url,
+        reference_report.as_ref(),
+        "dd-pattern writes beside the large puts",
+        move |dir| crate::direct::DdWrites::create(&dir, segment),
+    )
+    .await;
     let load = Load::new(
         Target::Store(store.clone()),
         plan,
@@ -139,6 +155,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         info,
         load,
         dd_reads,
+        dd_writes,
     };
     // The sealed twin of the run: the same sizes on sealed blobs, under a prefix of its own below the run's (so
     // that the clean-up deletes them too).
@@ -153,6 +170,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
             ..run.load.clone()
         },
         dd_reads: None,
+        dd_writes: None,
     });
     let mut phases = Vec::new();
     let mut raw_values = Vec::new();
@@ -445,29 +463,27 @@ impl Drop for BenchKeyring {
     }
 }
 
-/// The file of dd's read pattern for the large-read phase (`large_read_vs_dd`): made when the device probe ran,
-/// in the store's directory, as large as the large blobs together (so that no read is of bytes the device just
-/// read). A failure to make it is a warning: the ratio is then missing.
-async fn dd_reads(
+/// A file of the bench's own for one of dd's patterns beside the large phases (`large_write_vs_dd_beside`,
+/// `large_read_vs_dd`), in the store's directory, made by `make` when the device probe ran. A failure to make it
+/// is a warning naming `what`: the ratios that divide by it are then missing.
+async fn dd_beside<T: Send + 'static>(
     url: &str,
-    plan: &Plan,
     reference: Option<&reference::ProbeReport>,
-) -> Option<Arc<std::sync::Mutex<crate::direct::DdReads>>> {
+    what: &str,
+    make: impl FnOnce(std::path::PathBuf) -> Result<T> + Send + 'static,
+) -> Option<Arc<std::sync::Mutex<T>>> {
     if !matches!(reference, Some(reference::ProbeReport::Device(_))) {
         return None;
     }
     let dir = reference::local_dir(url)?;
-    let (segment, segments) = (plan.large_bytes, plan.count);
-    let made = tokio::task::spawn_blocking(move || {
-        crate::direct::DdReads::create(&dir, segment, segments)
-    })
-    .await
-    .map_err(|e| Error::internal("dd file task", e))
-    .and_then(|r| r);
+    let made = tokio::task::spawn_blocking(move || make(dir))
+        .await
+        .map_err(|e| Error::internal("dd file task", e))
+        .and_then(|r| r);
     match made {
         Ok(dd) => Some(Arc::new(std::sync::Mutex::new(dd))),
         Err(e) => {
-            eprintln!("saltblob: warning: no dd-pattern reads beside the large gets: {e}");
+            eprintln!("saltblob: warning: no {what}: {e}");
             None
         }
     }

@@ -330,13 +330,8 @@ impl DdReads {
         })
     }
 
-    /// Bytes one [`DdReads::read`] reads.
-    pub(crate) fn segment_bytes(&self) -> u64 {
-        self.segment
-    }
-
-    /// Reads segment `i` (modulo the segments) the way dd does (blocking); returns the time it took.
-    pub(crate) fn read(&mut self, i: u64) -> Result<Duration> {
+    /// Reads segment `i` (modulo the segments) the way dd does (blocking).
+    pub(crate) fn read(&mut self, i: u64) -> Result<DdTimed> {
         let base = (i % self.segments) * self.segment;
         let started = Instant::now();
         for k in 0..self.segment >> 20 {
@@ -344,7 +339,87 @@ impl DdReads {
                 .read_exact_at(self.buf.bytes_mut(), base + (k << 20))
                 .map_err(|e| io_error("dd-pattern read of the bench's own file".to_owned(), e))?;
         }
-        Ok(started.elapsed())
+        Ok(DdTimed {
+            bytes: self.segment,
+            io: started.elapsed(),
+            sync: Duration::ZERO,
+        })
+    }
+}
+
+/// dd's write pattern, measured beside the large puts (`large_write_vs_dd_beside`): a file of the bench's own in
+/// the store's directory, which [`DdWrites::write`] grows by one segment (`segment` bytes, whole MiB) as
+/// `dd oflag=direct bs=1M` would, 1 MiB O_DIRECT appends one at a time to a file that is not pre-sized (the
+/// probe's dd pattern), then `fdatasync`s, timed apart. It grows to as many bytes as the large puts write and is
+/// deleted when this drops, not before: on a file system mounted with online discard, deleting during the
+/// phase would discard beside the puts.
+pub(crate) struct DdWrites {
+    file: File,
+    path: PathBuf,
+    _cleanup: RemoveOnDrop,
+    segment: u64,
+    end: u64,
+    buf: AlignedBuf,
+}
+
+/// One segment of dd's pattern, timed: its bytes, the time of its requests and that of its `fdatasync` (zero
+/// for reads).
+pub(crate) struct DdTimed {
+    pub(crate) bytes: u64,
+    pub(crate) io: Duration,
+    pub(crate) sync: Duration,
+}
+
+impl DdWrites {
+    /// Creates the (empty) file; `segment` is rounded up to a whole MiB.
+    pub(crate) fn create(dir: &Path, segment: u64) -> Result<Self> {
+        let path = dir.join(format!(
+            ".saltblob-bench-ddw-{:016x}",
+            rand::random::<u64>()
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .map_err(|e| io_error(format!("cannot create {}", path.display()), e))?;
+        let mut buf = AlignedBuf::new(1 << 20);
+        rand::RngCore::fill_bytes(&mut rand::rng(), buf.bytes_mut());
+        Ok(Self {
+            file,
+            _cleanup: RemoveOnDrop(path.clone()),
+            path,
+            segment: segment.div_ceil(1 << 20).max(1) << 20,
+            end: 0,
+            buf,
+        })
+    }
+
+    /// Appends the next segment the way dd does, then syncs it (blocking).
+    pub(crate) fn write(&mut self) -> Result<DdTimed> {
+        let fail = |e: io::Error| {
+            io_error(
+                format!(
+                    "dd-pattern write of the bench's own file {}",
+                    self.path.display()
+                ),
+                e,
+            )
+        };
+        let started = Instant::now();
+        for k in 0..self.segment >> 20 {
+            self.file
+                .write_all_at(self.buf.bytes(), self.end + (k << 20))
+                .map_err(fail)?;
+        }
+        let written = Instant::now();
+        self.file.sync_data().map_err(fail)?;
+        self.end += self.segment;
+        Ok(DdTimed {
+            bytes: self.segment,
+            io: written - started,
+            sync: written.elapsed(),
+        })
     }
 }
 
@@ -353,30 +428,15 @@ impl DdReads {
 /// files, each deleted after. Returns the median bandwidth, write and sync together, and the median sync time
 /// in milliseconds.
 fn durable_pattern(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
-    let mut buf = AlignedBuf::new(1 << 20);
-    rand::RngCore::fill_bytes(&mut rand::rng(), buf.bytes_mut());
     let mut runs = Vec::with_capacity(DURABLE_RUNS);
     for _ in 0..DURABLE_RUNS {
-        let path = dir.join(format!(
-            ".saltblob-probe-durable-{:016x}",
-            rand::random::<u64>()
+        // A new file each time, deleted when `dd` drops.
+        let mut dd = DdWrites::create(dir, bytes)?;
+        let timed = dd.write()?;
+        runs.push((
+            (timed.io + timed.sync).as_secs_f64(),
+            timed.sync.as_secs_f64(),
         ));
-        let fail = |e: io::Error| io_error(format!("durable dd pattern on {}", path.display()), e);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .map_err(fail)?;
-        let _cleanup = RemoveOnDrop(path.clone());
-        let started = Instant::now();
-        for i in 0..bytes >> 20 {
-            file.write_all_at(buf.bytes(), i << 20).map_err(fail)?;
-        }
-        let written = Instant::now();
-        file.sync_data().map_err(fail)?;
-        let total = started.elapsed().as_secs_f64();
-        runs.push((total, written.elapsed().as_secs_f64()));
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);

@@ -13,7 +13,7 @@ use saltblob::{
 use serde_json::json;
 
 use crate::cpu::process_cpu_seconds;
-use crate::direct::DdReads;
+use crate::direct::{DdReads, DdTimed, DdWrites};
 use crate::load::run_concurrent_pair;
 use crate::mixed::Load;
 use crate::payload::{Outcome, TAG_LARGE, TAG_SMALL, TAG_UNCHUNKED, check, stamped};
@@ -33,6 +33,9 @@ pub(crate) struct Run {
     pub(crate) load: Load,
     /// dd's read pattern, run beside each large get (embedded store, with the probe): `large_read_vs_dd`.
     pub(crate) dd_reads: Option<Arc<std::sync::Mutex<DdReads>>>,
+    /// dd's write pattern, run beside each large put (embedded store, with the probe):
+    /// `large_write_vs_dd_beside`.
+    pub(crate) dd_writes: Option<Arc<std::sync::Mutex<DdWrites>>>,
 }
 
 impl Run {
@@ -46,9 +49,15 @@ impl Run {
         let mut tally = Tally::default();
         let mut busy = Duration::ZERO;
         let mut cpu = 0.0;
-        let written_before = process_write_bytes();
+        // dd's writes of as many bytes, beside the puts: before the even ones and after the odd ones, as the
+        // reads beside the gets. Counted apart from the puts' disk bytes.
+        let mut dd = DdTally::default();
+        let mut written_before = process_write_bytes();
         for i in 0..plan.count {
             let data = stamped(&self.load.large_base, self.load.tag, TAG_LARGE, i);
+            if i % 2 == 0 {
+                written_before = self.dd_write(&mut dd, written_before).await;
+            }
             let (t, cpu_before) = (Instant::now(), process_cpu_seconds());
             let result = self
                 .store
@@ -64,6 +73,9 @@ impl Run {
                 },
                 elapsed,
             );
+            if i % 2 == 1 {
+                written_before = self.dd_write(&mut dd, written_before).await;
+            }
             progress.inc(1);
         }
         progress.finish();
@@ -85,8 +97,33 @@ impl Run {
         if let Some(bytes) = disk {
             details["disk_write_bytes"] = bytes.into();
         }
+        dd.into_details("dd_write", &mut details);
         report.details = Some(details);
         report
+    }
+
+    /// One dd-pattern write beside the large puts, if the run has the file, added to `dd`. Returns
+    /// `written_before` (the process's disk bytes when the phase started) moved up by what it wrote, so that the
+    /// puts' disk bytes leave it out.
+    async fn dd_write(&self, dd: &mut DdTally, written_before: Option<u64>) -> Option<u64> {
+        let Some(file) = self.dd_writes.as_ref().map(Arc::clone) else {
+            return written_before;
+        };
+        let before = process_write_bytes();
+        dd.add(Some(
+            blocking_dd(move || {
+                file.lock()
+                    .map_err(|_| saltblob::Error::internal("dd writes", "a write panicked"))?
+                    .write()
+            })
+            .await,
+        ));
+        let dd_bytes = before
+            .zip(process_write_bytes())
+            .map(|(before, after)| after.saturating_sub(before));
+        written_before
+            .zip(dd_bytes)
+            .map(|(total, dd_bytes)| total + dd_bytes)
     }
 
     pub(crate) async fn large_read(&self) -> PhaseReport {
@@ -130,24 +167,22 @@ impl Run {
         );
         let mut details =
             json!({ "cpu_seconds": cpu, "cpu_seconds_per_gib": per_gib(cpu, report.bytes) });
-        dd.into_details(&mut details);
+        dd.into_details("dd_read", &mut details);
         report.details = Some(details);
         report
     }
 
     /// One dd-pattern read of segment `i` of the bench's own file, if the run has one.
-    async fn dd_read(&self, i: u64) -> Option<Result<(u64, Duration)>> {
+    async fn dd_read(&self, i: u64) -> Option<Result<DdTimed>> {
         let dd = Arc::clone(self.dd_reads.as_ref()?);
-        let read = tokio::task::spawn_blocking(move || {
-            let mut dd = dd
-                .lock()
-                .map_err(|_| saltblob::Error::internal("dd reads", "a read panicked"))?;
-            Ok((dd.segment_bytes(), dd.read(i)?))
-        })
-        .await
-        .map_err(|e| saltblob::Error::internal("dd read task", e))
-        .and_then(|r| r);
-        Some(read)
+        Some(
+            blocking_dd(move || {
+                dd.lock()
+                    .map_err(|_| saltblob::Error::internal("dd reads", "a read panicked"))?
+                    .read(i)
+            })
+            .await,
+        )
     }
 
     /// The small puts; with `twin` (the sealed run), interleaved with the twin's own (one on each side in turn,
@@ -439,20 +474,31 @@ impl Run {
     }
 }
 
-/// The dd-pattern reads of a large-read phase: their bytes and time, or the first error.
+/// Runs one of dd's patterns (`dd`, blocking) off the async runtime.
+async fn blocking_dd(dd: impl FnOnce() -> Result<DdTimed> + Send + 'static) -> Result<DdTimed> {
+    tokio::task::spawn_blocking(dd)
+        .await
+        .map_err(|e| saltblob::Error::internal("dd task", e))
+        .and_then(|r| r)
+}
+
+/// dd's pattern beside a large phase: its bytes, the time of its requests and of its `fdatasync`s (writes), or
+/// the first error.
 #[derive(Default)]
 struct DdTally {
     bytes: u64,
-    busy: Duration,
+    io: Duration,
+    sync: Duration,
     error: Option<String>,
 }
 
 impl DdTally {
-    fn add(&mut self, read: Option<Result<(u64, Duration)>>) {
-        match read {
-            Some(Ok((bytes, took))) => {
-                self.bytes += bytes;
-                self.busy += took;
+    fn add(&mut self, done: Option<Result<DdTimed>>) {
+        match done {
+            Some(Ok(timed)) => {
+                self.bytes += timed.bytes;
+                self.io += timed.io;
+                self.sync += timed.sync;
             }
             Some(Err(e)) => {
                 self.error.get_or_insert_with(|| e.to_string());
@@ -461,16 +507,23 @@ impl DdTally {
         }
     }
 
-    /// Adds `dd_read_mib_s` (what `large_read_vs_dd` divides by) and its bytes and seconds to `details`, or
-    /// `dd_read_error`.
-    fn into_details(self, details: &mut serde_json::Value) {
+    /// Adds `{prefix}_mib_s` (what `large_read_vs_dd` and `large_write_vs_dd_beside` divide by) with its bytes
+    /// and seconds to `details` and, when it synced, `{prefix}_sync_seconds` and `{prefix}_durable_mib_s` (what
+    /// `large_write_vs_durable_dd_beside` divides by); or `{prefix}_error`.
+    fn into_details(self, prefix: &str, details: &mut serde_json::Value) {
+        let key = |name: &str| format!("{prefix}_{name}");
         if let Some(e) = self.error {
-            details["dd_read_error"] = e.into();
-        } else if self.bytes > 0 && !self.busy.is_zero() {
-            let seconds = self.busy.as_secs_f64();
-            details["dd_read_bytes"] = self.bytes.into();
-            details["dd_read_seconds"] = seconds.into();
-            details["dd_read_mib_s"] = (self.bytes as f64 / MIB / seconds).into();
+            details[key("error")] = e.into();
+        } else if self.bytes > 0 && !self.io.is_zero() {
+            let (io, sync) = (self.io.as_secs_f64(), self.sync.as_secs_f64());
+            let mib = self.bytes as f64 / MIB;
+            details[key("bytes")] = self.bytes.into();
+            details[key("seconds")] = io.into();
+            details[key("mib_s")] = (mib / io).into();
+            if sync > 0.0 {
+                details[key("sync_seconds")] = sync.into();
+                details[key("durable_mib_s")] = (mib / (io + sync)).into();
+            }
         }
     }
 }

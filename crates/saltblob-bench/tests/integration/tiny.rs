@@ -162,7 +162,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
     }
     check_isolation(json, writers);
     let ratios = json["ratios"].as_array().expect("ratios");
-    assert_eq!(ratios.len(), 25);
+    assert_eq!(ratios.len(), 28);
     // The dd pattern is measured by the device probe only; a store may write nothing to disk (memory).
     let device = json["reference"]["kind"] == "device";
     for r in ratios {
@@ -170,8 +170,11 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
         match r["name"].as_str() {
             Some(
                 "large_write_vs_dd"
+                | "large_write_vs_dd_beside"
+                | "large_write_vs_durable_dd_beside"
                 | "large_read_vs_dd"
                 | "large_put_p99_vs_dd_ideal"
+                | "large_put_p99_vs_dd_beside_ideal"
                 | "large_write_vs_durable_dd"
                 | "large_put_p99_vs_durable_ideal",
             ) if !device => assert!(
@@ -545,6 +548,34 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
             .as_f64()
             .is_some_and(|v| (v - expected).abs() < 1e-9),
         "{ratio}"
+    );
+    // dd's write pattern ran beside the large puts, over as many bytes, synced apart, and the ratios divide by
+    // it.
+    let write = json["phases"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "large_write"))
+        .expect("large_write");
+    let details = &write["details"];
+    assert_eq!(details["dd_write_bytes"], write["bytes"], "{details}");
+    let put_mib_s = write["throughput_mib_s"].as_f64().expect("throughput");
+    for (ratio, divisor) in [
+        ("large_write_vs_dd_beside", "dd_write_mib_s"),
+        ("large_write_vs_durable_dd_beside", "dd_write_durable_mib_s"),
+    ] {
+        let dd_mib_s = details[divisor].as_f64().expect(divisor);
+        let ratio = ratios_named(&json, ratio);
+        assert!(
+            ratio["value"]
+                .as_f64()
+                .is_some_and(|v| (v - put_mib_s / dd_mib_s).abs() < 1e-9),
+            "{ratio} {details}"
+        );
+    }
+    assert!(
+        details["dd_write_sync_seconds"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0),
+        "{details}"
     );
     let store = saltblob::open(&url, saltblob::StoreConfig::default())
         .await
