@@ -238,6 +238,8 @@ where
         key: key.clone(),
         version: manifest.version,
     };
+    // Held until the put returns, then freed off its path (see `FreedOffPath`).
+    let _payload = FreedOffPath::of(&head, eof);
     // The intent goes first: a writer that dies from here on leaves a record that lets gc find its chunks.
     let lease = IntentLease::acquire(inner, &blob, planned_salt).await?;
     let mut writer = ChunkWriter::new(
@@ -305,6 +307,35 @@ where
         Finish::Park(until) => lease.park(until).await?,
     }
     Ok(manifest)
+}
+
+/// The smallest buffer [`FreedOffPath`] frees on a blocking thread: below it, freeing costs less than handing
+/// it over.
+const FREE_OFF_PATH_MIN: usize = 4 << 20;
+
+/// A reference to the buffer a put was given whole (`put` of a value in memory), dropped on a blocking thread
+/// when the put returns. The chunks are slices of that buffer, so without it whichever chunk task finished
+/// last would free it, and the put would wait for that: unmapping 60 MiB took 15–18 ms on the machine of
+/// BENCHMARKS.md (*Where a 60 MiB put's time goes*), a third of the put. Freeing the caller's memory is no part
+/// of making the value durable. Smaller buffers are dropped where they are, and so is a stream's read-ahead
+/// (holding it to the end would only add to the put's memory).
+struct FreedOffPath(Option<Bytes>);
+
+impl FreedOffPath {
+    /// Holds `head` when it is the whole value (`eof`) and large.
+    fn of(head: &Bytes, eof: bool) -> Self {
+        Self((eof && head.len() >= FREE_OFF_PATH_MIN).then(|| head.clone()))
+    }
+}
+
+impl Drop for FreedOffPath {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn_blocking(move || drop(buffer));
+        }
+    }
 }
 
 /// Stores what the body told [`PutOptions::late_metadata`] in `manifest`, once the body has ended.
@@ -863,6 +894,45 @@ mod tests {
             .expect("gc");
         assert_eq!((gc.abandoned_puts, gc.reclaim.versions), (1, 1), "{gc:?}");
         assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
+    }
+
+    /// The buffer a put was given whole is freed off the put's path, on a blocking thread, not by whichever
+    /// chunk task dropped its last slice (here the test's own thread, which runs every task): freeing a big
+    /// buffer takes milliseconds that the put must not wait for.
+    #[tokio::test]
+    async fn a_large_buffer_given_to_a_put_is_freed_off_its_path() {
+        struct Owner(Vec<u8>, std::sync::mpsc::Sender<std::thread::ThreadId>);
+        impl AsRef<[u8]> for Owner {
+            fn as_ref(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        impl Drop for Owner {
+            fn drop(&mut self) {
+                let _ = self.1.send(std::thread::current().id());
+            }
+        }
+        let (freed, freed_on) = std::sync::mpsc::channel();
+        let store =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let value = Bytes::from_owner(Owner(vec![7; FREE_OFF_PATH_MIN], freed));
+        store
+            .put("big", value, &PutOptions::new())
+            .await
+            .expect("put");
+        let thread = freed_on
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the buffer is freed once the put returned");
+        assert_ne!(
+            thread,
+            std::thread::current().id(),
+            "freed on the put's thread"
+        );
+        assert_eq!(
+            store.get("big").await.expect("get").len(),
+            FREE_OFF_PATH_MIN,
+            "the value was stored before its buffer went"
+        );
     }
 
     /// A put that commits while an unconditional delete of its key is between its read of the manifest and its
