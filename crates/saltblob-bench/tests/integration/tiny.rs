@@ -59,7 +59,6 @@ pub(crate) const PHASES: [&str; 16] = [
     "paced_bulk_under_load_rho0.5",
 ];
 
-/// Every field of the JSON shape, and consistent numbers; `writers` large loops in the bulk phases.
 /// The ratio `name` of a bench's JSON.
 fn ratios_named<'a>(json: &'a Value, name: &str) -> &'a Value {
     json["ratios"]
@@ -68,6 +67,15 @@ fn ratios_named<'a>(json: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no ratio {name}"))
 }
 
+/// The phase `name` of a bench's JSON.
+fn phase_named<'a>(json: &'a Value, name: &str) -> &'a Value {
+    json["phases"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == name))
+        .unwrap_or_else(|| panic!("{name} missing"))
+}
+
+/// Every field of the JSON shape, and consistent numbers; `writers` large loops in the bulk phases.
 fn check_shape(json: &Value, store: &str, writers: u64) {
     assert_eq!(json["store"], store);
     for field in ["store", "config", "reference", "phases"] {
@@ -138,12 +146,7 @@ fn check_shape(json: &Value, store: &str, writers: u64) {
     // The small phases move the same volume as the large ones: 4 MiB in 16 KiB blobs.
     assert_eq!((ops(2), ops(3), bytes(2)), (256, 256, 4 << 20));
     assert_eq!(phases[4]["details"]["mode"], "saltblob_single_chunk");
-    let phase = |name: &str| {
-        phases
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("{name} missing"))
-    };
+    let phase = |name: &str| phase_named(json, name);
     let background = &phase("small_under_load")["details"]["background"];
     assert!(background["large_puts"].as_u64().is_some(), "{background}");
     assert_eq!(background["large_writers"], writers, "{background}");
@@ -323,12 +326,7 @@ fn check_reclaims(json: &Value) {
 /// capacities.
 fn check_paced(json: &Value) {
     let iso = &json["isolation"];
-    let phase = |name: &str| {
-        json["phases"]
-            .as_array()
-            .and_then(|p| p.iter().find(|p| p["name"] == name))
-            .unwrap_or_else(|| panic!("{name} missing"))
-    };
+    let phase = |name: &str| phase_named(json, name);
     let num = |v: &Value, what: &str| v.as_f64().unwrap_or_else(|| panic!("{what}: {v}"));
     let x_star = num(&iso["small_capacity_ops_s"], "small capacity");
     assert_eq!(
@@ -533,44 +531,43 @@ async fn a_tiny_bench_on_rocksdb_probes_the_device_and_cleans_up() {
         reference["extent_settings"]["io_bytes"].as_u64().is_some(),
         "{reference}"
     );
-    // dd's read pattern ran beside the large gets, over as many bytes, and the ratio divides by it.
-    let read = json["phases"]
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == "large_read"))
-        .expect("large_read");
-    let details = &read["details"];
-    assert_eq!(details["dd_read_bytes"], read["bytes"], "{details}");
-    let dd_mib_s = details["dd_read_mib_s"].as_f64().expect("dd_read_mib_s");
-    let ratio = ratios_named(&json, "large_read_vs_dd");
-    let expected = read["throughput_mib_s"].as_f64().expect("throughput") / dd_mib_s;
-    assert!(
-        ratio["value"]
-            .as_f64()
-            .is_some_and(|v| (v - expected).abs() < 1e-9),
-        "{ratio}"
-    );
-    // dd's write pattern ran beside the large puts, over as many bytes, synced apart, and the ratios divide by
-    // it.
-    let write = json["phases"]
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == "large_write"))
-        .expect("large_write");
-    let details = &write["details"];
-    assert_eq!(details["dd_write_bytes"], write["bytes"], "{details}");
-    let put_mib_s = write["throughput_mib_s"].as_f64().expect("throughput");
-    for (ratio, divisor) in [
-        ("large_write_vs_dd_beside", "dd_write_mib_s"),
-        ("large_write_vs_durable_dd_beside", "dd_write_durable_mib_s"),
+    // dd's patterns ran beside the large gets and puts, over as many bytes, and the ratios divide by them.
+    for (phase, prefix, ratios) in [
+        (
+            "large_read",
+            "dd_read",
+            &[("large_read_vs_dd", "dd_read_mib_s")][..],
+        ),
+        (
+            "large_write",
+            "dd_write",
+            &[
+                ("large_write_vs_dd_beside", "dd_write_mib_s"),
+                ("large_write_vs_durable_dd_beside", "dd_write_durable_mib_s"),
+            ],
+        ),
     ] {
-        let dd_mib_s = details[divisor].as_f64().expect(divisor);
-        let ratio = ratios_named(&json, ratio);
-        assert!(
-            ratio["value"]
-                .as_f64()
-                .is_some_and(|v| (v - put_mib_s / dd_mib_s).abs() < 1e-9),
-            "{ratio} {details}"
+        let phase = phase_named(&json, phase);
+        let details = &phase["details"];
+        assert_eq!(
+            details[format!("{prefix}_bytes")],
+            phase["bytes"],
+            "{details}"
         );
+        let mib_s = phase["throughput_mib_s"].as_f64().expect("throughput");
+        for (ratio, divisor) in ratios {
+            let dd_mib_s = details[*divisor].as_f64().expect(divisor);
+            let ratio = ratios_named(&json, ratio);
+            assert!(
+                ratio["value"]
+                    .as_f64()
+                    .is_some_and(|v| (v - mib_s / dd_mib_s).abs() < 1e-9),
+                "{ratio} {details}"
+            );
+        }
     }
+    // The writes were synced apart.
+    let details = &phase_named(&json, "large_write")["details"];
     assert!(
         details["dd_write_sync_seconds"]
             .as_f64()
