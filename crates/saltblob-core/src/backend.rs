@@ -256,11 +256,6 @@ pub struct BackendInfo {
     /// depth past which the device reads no faster, and a deeper queue only slower. `None` (the default): as
     /// many as the window holds.
     pub chunk_records_read_depth: Option<usize>,
-    /// Raw bytes of one put's chunk records in flight (being encoded, or in backend calls; at most the store's
-    /// in-flight window): about what the engine's own writes in flight hold. Records encoded further ahead
-    /// wait for the engine's copy until they are cold in the CPU's cache, and their encoding competes for the
-    /// cores with the writes. `None` (the default): the store's in-flight window.
-    pub chunk_records_write_bytes: Option<usize>,
 }
 
 impl BackendInfo {
@@ -284,7 +279,6 @@ impl BackendInfo {
             chunk_records_batch_bytes: None,
             chunk_records_read_bytes: None,
             chunk_records_read_depth: None,
-            chunk_records_write_bytes: None,
         }
     }
 
@@ -352,14 +346,6 @@ impl BackendInfo {
     pub fn with_chunk_records_reads(mut self, bytes: usize, depth: usize) -> Self {
         self.chunk_records_read_bytes = Some(bytes.max(1));
         self.chunk_records_read_depth = Some(depth.max(1));
-        self
-    }
-
-    /// Declares how many raw bytes of one put's chunk records may be in flight
-    /// ([`BackendInfo::chunk_records_write_bytes`]; at least 1).
-    #[must_use]
-    pub fn with_chunk_records_writes(mut self, bytes: usize) -> Self {
-        self.chunk_records_write_bytes = Some(bytes.max(1));
         self
     }
 

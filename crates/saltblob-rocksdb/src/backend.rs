@@ -149,7 +149,6 @@ impl ChunkStore for RocksStore {
             .with_unlogged_chunks(self.core.config().unlogged_min_bytes)
             .with_chunk_records(self.core.config().extent_min_bytes)
             .with_chunk_records_batch(self.core.config().extent_io_bytes)
-            .with_chunk_records_writes(self.core.config().extent_put_window())
             .with_chunk_records_reads(
                 self.core.config().extent_read_bytes,
                 self.core.config().extent_read_depth,

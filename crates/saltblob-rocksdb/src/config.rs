@@ -31,9 +31,6 @@ pub const MAX_EXTENT_YIELD_MS: u64 = 1000;
 pub const EXTENT_IO_BYTES: std::ops::RangeInclusive<usize> = (64 << 10)..=(64 << 20);
 /// Accepted values of [`RocksConfig::extent_io_depth`].
 pub const EXTENT_IO_DEPTHS: std::ops::RangeInclusive<usize> = 1..=64;
-/// The fewest batches of `extent_io_bytes` a large put keeps in flight ([`RocksConfig::extent_put_window`]):
-/// two in record calls (one copying into the I/O buffers, one waiting) and two being encoded.
-const MIN_PUT_WINDOW_BATCHES: usize = 4;
 /// Smallest nonzero [`RocksConfig::background_rate_limit`], in bytes per second: below it a flush of one
 /// memtable would take longer than writes can wait.
 pub const MIN_RATE_LIMIT: u64 = 1 << 20;
@@ -221,17 +218,6 @@ impl RocksConfig {
             extent_direct_io: true,
             extent_yield: DEFAULT_EXTENT_YIELD,
         }
-    }
-
-    /// Raw bytes of one large put in flight between the reader and the extent file (being encoded, or waiting
-    /// for the writer's copy): as much as the file's writes in flight hold, `extent_io_bytes ×
-    /// extent_io_depth`, and at least [`MIN_PUT_WINDOW_BATCHES`] batches (4 MiB by default, where the store's
-    /// window is 16). Encoding further ahead only leaves the raw bytes to go cold in the CPU's cache before
-    /// their copy, and competes for the cores with the writes: a 60 MiB put ran at 0.80 of dd's write pattern
-    /// beside it with 16 MiB in flight, 0.86–1.03 with 4 (BENCHMARKS.md, *Where a 60 MiB put's time goes*).
-    pub fn extent_put_window(&self) -> usize {
-        self.extent_io_bytes
-            .saturating_mul(self.extent_io_depth.max(MIN_PUT_WINDOW_BATCHES))
     }
 
     /// Sets [`RocksConfig::sync`].
@@ -458,7 +444,6 @@ mod tests {
         assert_eq!(c.unlogged_min_bytes, None);
         assert_eq!(c.extent_min_bytes, Some(8 << 20));
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (1 << 20, 4));
-        assert_eq!(c.extent_put_window(), 4 << 20);
         assert_eq!((c.extent_read_bytes, c.extent_read_depth), (512 << 10, 4));
         assert!(c.extent_direct_io);
         assert_eq!(c.extent_yield, DEFAULT_EXTENT_YIELD);
@@ -470,8 +455,6 @@ mod tests {
         assert_eq!(c.extent_yield, std::time::Duration::from_secs(1));
         assert_eq!(c.extent_min_bytes, Some(0));
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (4 << 20, 2));
-        // At least four batches in flight, however shallow the file's writes.
-        assert_eq!(c.extent_put_window(), 16 << 20);
         assert_eq!((c.extent_read_bytes, c.extent_read_depth), (1 << 20, 16));
         assert!(!c.extent_direct_io);
         let c = RocksConfig::from_url("rocksdb:///x?extent_min_bytes=off").expect("parses");

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::backend::{BackendInfo, BlobRef, ChunkRecord, ChunkStore, ChunkWrite, RecordsPlan};
+use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, RecordsPlan};
 use crate::codec::{ChunkPlace, Codec, encode_chunk, encode_record, encode_sealed};
 use crate::encryption::seal::VersionKeys;
 use crate::intent::Progress;
@@ -49,8 +49,7 @@ enum Path {
 }
 
 /// Writes the chunks of one version: groups them into batches of up to the batch size and keeps at most the
-/// in-flight window of raw bytes in backend calls at once (for records, the backend's
-/// [`crate::backend::BackendInfo::chunk_records_write_bytes`] where it is smaller).
+/// in-flight window of raw bytes in backend calls at once.
 pub(crate) struct ChunkWriter {
     backend: Arc<dyn ChunkStore>,
     blob: BlobRef,
@@ -106,6 +105,7 @@ impl ChunkWriter {
         progress: Arc<Progress>,
         keys: Option<Arc<VersionKeys>>,
     ) -> Self {
+        let window_bytes = inner.config.inflight_bytes;
         let class = current_class();
         let path = if inner.info.records_put(at_least) {
             Path::Records
@@ -114,7 +114,6 @@ impl ChunkWriter {
         } else {
             Path::Logged
         };
-        let window_bytes = window_bytes(&inner.info, inner.config.inflight_bytes, path);
         Self {
             backend: Arc::clone(&inner.backend),
             blob,
@@ -338,15 +337,6 @@ impl ChunkWriter {
     }
 }
 
-/// Raw bytes a put stored the way `path` says keeps in flight: the store's window `inflight_bytes`, or for
-/// records the backend's [`BackendInfo::chunk_records_write_bytes`] where that is smaller.
-fn window_bytes(info: &BackendInfo, inflight_bytes: usize, path: Path) -> usize {
-    match info.chunk_records_write_bytes {
-        Some(bytes) if path == Path::Records => bytes.min(inflight_bytes),
-        _ => inflight_bytes,
-    }
-}
-
 /// A batch of chunks encoded for the way the put stores them.
 enum Encoded {
     /// Whole chunks, for [`ChunkStore::put_chunks`] and [`ChunkStore::put_chunks_unlogged`].
@@ -441,22 +431,3 @@ fn encode_batch(
 
 /// What a chunk-write task returns: its stored bytes and the subtrees of its chunks.
 type TaskResult = Result<(u64, Vec<ChunkHash>)>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A put into records keeps the backend's smaller window in flight; other puts, and records on a backend
-    /// that declares none or a larger one, the store's.
-    #[test]
-    fn records_keep_the_backends_write_window() {
-        const MIB: usize = 1 << 20;
-        let info = BackendInfo::new("test", 1 << 20, 1 << 20, false);
-        let windowed = info.clone().with_chunk_records_writes(4 * MIB);
-        assert_eq!(window_bytes(&windowed, 16 * MIB, Path::Records), 4 * MIB);
-        assert_eq!(window_bytes(&windowed, 2 * MIB, Path::Records), 2 * MIB);
-        assert_eq!(window_bytes(&windowed, 16 * MIB, Path::Logged), 16 * MIB);
-        assert_eq!(window_bytes(&windowed, 16 * MIB, Path::Unlogged), 16 * MIB);
-        assert_eq!(window_bytes(&info, 16 * MIB, Path::Records), 16 * MIB);
-    }
-}
