@@ -6,7 +6,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -108,6 +108,9 @@ pub(crate) struct RocksCore {
     extents_marked: std::sync::atomic::AtomicBool,
     /// Counts the synced writes in progress, for which extent I/O stands back.
     gate: Arc<CommitGate>,
+    /// The first engine write that failed with an I/O error, once one has: from then on every operation fails
+    /// (see [`RocksCore::stop_on`]).
+    stopped: OnceLock<String>,
 }
 
 impl RocksCore {
@@ -202,6 +205,7 @@ impl RocksCore {
             unlogged_flushes: AtomicU64::new(0),
             extents_marked: std::sync::atomic::AtomicBool::new(false),
             gate,
+            stopped: OnceLock::new(),
         };
         let format = core.check_format()?;
         core.extents_marked
@@ -226,11 +230,45 @@ impl RocksCore {
 
     /// Flushes memtables and syncs the write-ahead log.
     pub(crate) fn flush(&self) -> Result<()> {
-        self.db.flush_wal(true).map_err(error::map)?;
+        self.serving()?;
+        self.wrote(self.db.flush_wal(true))?;
         for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
-            self.db.flush_cf(self.cf(name)?).map_err(error::map)?;
+            self.wrote(self.db.flush_cf(self.cf(name)?))?;
         }
         Ok(())
+    }
+
+    /// Fails once an engine write has failed with an I/O error ([`RocksCore::wrote`]).
+    ///
+    /// Such a write may be in the write-ahead log although it failed: a failed `fdatasync` of the log leaves
+    /// its record in the file, and the engine does not apply it to the memtable. The engine refuses every
+    /// later write until reopened, but would go on reading from memory, which no longer says what a reopen
+    /// will find: the failed write reappears then. A delete that read its key as absent would report success,
+    /// and the failed put would then undo it. So, as PostgreSQL does after a failed fsync, the store serves
+    /// nothing more, reads included, until it is reopened and the log replayed.
+    fn serving(&self) -> Result<()> {
+        match self.stopped.get() {
+            None => Ok(()),
+            Some(first) => Err(Error::backend(
+                NAME,
+                format!(
+                    "the store at {} stopped serving after a write to disk failed ({first}); reopen it: \
+                     its log may hold writes that were reported as failed, which reappear then",
+                    self.config.path.display()
+                ),
+                false,
+            )),
+        }
+    }
+
+    /// The result of an engine write, mapped; an I/O error stops the store ([`RocksCore::serving`]).
+    fn wrote(&self, result: std::result::Result<(), rocksdb::Error>) -> Result<()> {
+        result.map_err(|e| {
+            if e.kind() == rocksdb::ErrorKind::IOError {
+                let _ = self.stopped.set(e.to_string());
+            }
+            error::map(e)
+        })
     }
 
     /// Checks the format marker, writing it in a new database; returns the format.
@@ -259,9 +297,10 @@ impl RocksCore {
     fn write_format(&self, format: u8) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
-        self.db
-            .put_cf_opt(self.cf(CF_SYSTEM)?, keys::FORMAT_MARKER_KEY, [format], &wo)
-            .map_err(error::map)
+        self.wrote(
+            self.db
+                .put_cf_opt(self.cf(CF_SYSTEM)?, keys::FORMAT_MARKER_KEY, [format], &wo),
+        )
     }
 
     /// Moves the store to the format with extent files, once, before its first extent file is created.
@@ -287,6 +326,7 @@ impl RocksCore {
         T: Send + 'static,
         F: FnOnce(&Self) -> Result<T> + Send + 'static,
     {
+        self.serving()?;
         let core = Arc::clone(self);
         tokio::task::spawn_blocking(move || f(&core))
             .await
@@ -366,7 +406,7 @@ impl RocksCore {
             let mut wo = WriteOptions::default();
             wo.set_sync(sync);
             let pending = sync.then(|| core.gate.commit());
-            core.db.write_opt(batch, &wo).map_err(error::map)?;
+            core.wrote(core.db.write_opt(batch, &wo))?;
             drop(pending);
             Ok(RecordWrite::Done(
                 current.map_or(Previous::Absent, Previous::Value),
@@ -420,6 +460,9 @@ impl RocksCore {
         T: Send + 'static,
         D: Fn(&[u8]) -> Result<T> + Send + 'static,
     {
+        if let Err(e) = self.serving() {
+            return stream::once(async { Err(e) }).boxed();
+        }
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<T>>(1024);
         let core = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
@@ -455,9 +498,7 @@ impl RocksCore {
         self.blocking(move |core| {
             let mut batch = WriteBatch::default();
             batch.delete_range_cf(core.cf(cf_name)?, start, end);
-            core.db
-                .write_opt(batch, &WriteOptions::default())
-                .map_err(error::map)
+            core.wrote(core.db.write_opt(batch, &WriteOptions::default()))
         })
         .await
     }
@@ -483,9 +524,7 @@ impl RocksCore {
             }
             // Unsynced: the synced manifest commit that follows makes logged chunks durable too (one ordered
             // log); unlogged ones are made durable by `sync_unlogged` before it.
-            core.db
-                .write_opt(batch, &priority.write_options(unlogged))
-                .map_err(error::map)
+            core.wrote(core.db.write_opt(batch, &priority.write_options(unlogged)))
         })
         .await?;
         if unlogged {
@@ -511,7 +550,7 @@ impl RocksCore {
                 }
                 // Writes completed before the flush starts are in the memtables it flushes.
                 let upto = core.unlogged_writes.load(Ordering::SeqCst);
-                core.db.flush_cf(core.cf(CF_CHUNKS)?).map_err(error::map)?;
+                core.wrote(core.db.flush_cf(core.cf(CF_CHUNKS)?))?;
                 *covered = upto;
                 Ok(true)
             })
@@ -543,7 +582,7 @@ impl RocksCore {
         let config = &self.config;
         let threshold = config.space_reclaim_threshold;
         let bytes_before = self.disk_bytes()?;
-        db.flush_wal(true).map_err(error::map)?;
+        self.wrote(db.flush_wal(true))?;
         self.compact_all(CF_SYSTEM)?;
         self.compact_all(CF_MANIFESTS)?;
         self.compact_all(CF_CHUNKS)?;

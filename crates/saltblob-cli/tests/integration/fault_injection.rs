@@ -4,13 +4,18 @@
 //! child. Every failure must reach the caller as an error: the store is reopened without faults, every key is
 //! read back and the history is checked (an acknowledged put that did not survive would be *lost*), and `fsck`
 //! must find nothing damaged. Run twice: as is, and with every blob sealed (encryption at rest).
+//!
+//! And one failure, not at random: the log's `fdatasync` fails under a put of a new key, which leaves the put's
+//! record in the log file. The store must then refuse everything until it is reopened: a delete that read the
+//! key as absent and reported success would be undone by the reopen, which replays the failed put.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use saltblob::{LayoutPolicy, StoreConfig};
+use bytes::Bytes;
+use saltblob::{LayoutPolicy, PutOptions, StoreConfig};
 use saltblob_check::{
     Event, FileSink, History, HistorySink, OpMix, Outcome, SizeMix, WorkloadConfig, check,
     final_reads, key_set, run,
@@ -192,4 +197,127 @@ fn write_and_fsync_failures(sealed: bool) {
         "fault injection: {failed_during_faults} operations failed with an error, 0 silent; reopened clean; fsck: {} blobs, 0 damaged",
         fsck["blobs"]
     );
+}
+
+const LOG_CHILD_ENV: &str = "SALTBLOB_LOG_FAULT_CHILD";
+
+/// Writes `name` in `dir`, then waits for `next` there.
+async fn say_and_wait(dir: &Path, name: &str, next: &str) {
+    std::fs::write(dir.join(name), b"").expect("write a signal file");
+    while !dir.join(next).exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An operation's outcome on one line: `ok`, or `error` and the message.
+fn outcome<T>(r: &saltblob::Result<T>) -> String {
+    match r {
+        Ok(_) => "ok".to_owned(),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+/// The child of [`a_failed_log_sync_stops_the_store_until_it_is_reopened`]: puts `old`, says `ready` and waits
+/// for `go` (the faults on), puts `new` (a key it never held, small: its commit is one synced log write), writes
+/// the outcome to `put`, waits for `go2` (the faults off), then deletes `new`, gets `old` and puts `other`,
+/// writing their outcomes to `after`, a line each. Not a test on its own.
+#[test]
+#[ignore = "the child process of a_failed_log_sync_stops_the_store_until_it_is_reopened; run by it"]
+fn log_fault_child() {
+    crate::common::fault_child(LOG_CHILD_ENV, async |spec, store| {
+        let opts = PutOptions::new();
+        store
+            .put("old", Bytes::from_static(b"old"), &opts)
+            .await
+            .expect("the put before the faults");
+        say_and_wait(&spec, "ready", "go").await;
+        let put = store.put("new", Bytes::from_static(b"new"), &opts).await;
+        std::fs::write(spec.join("put"), outcome(&put)).expect("write the outcome");
+        say_and_wait(&spec, "put-done", "go2").await;
+        let after = [
+            outcome(&store.delete("new").await),
+            outcome(&store.get("old").await),
+            outcome(&store.put("other", Bytes::from_static(b"x"), &opts).await),
+        ];
+        std::fs::write(spec.join("after"), after.join("\n")).expect("write the outcomes");
+    });
+}
+
+/// A put whose log `fdatasync` fails fails, and the store then refuses a delete of that key (which it would
+/// read as absent), a get and a put until it is reopened: reopened, it holds the first value and everything
+/// works. Without the refusal the delete reports success and the reopen undoes it (the libfiu load above found
+/// that as a *stale* read, about one run in ten).
+#[test]
+fn a_failed_log_sync_stops_the_store_until_it_is_reopened() {
+    let spec = tempfile::tempdir().expect("tempdir");
+    let dir = spec.path();
+    let mut child = fiu_child("fault_injection::log_fault_child", LOG_CHILD_ENV, dir)
+        .spawn()
+        .expect("spawn the child under fiu-run (Debian's fiu-utils)");
+    let wait_for = |name: &str, child: &mut std::process::Child| {
+        let started = Instant::now();
+        while !dir.join(name).exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60)
+                    && child.try_wait().expect("poll").is_none(),
+                "the child did not say {name}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("ready", &mut child);
+    let syncs = ["posix/io/sync/fsync", "posix/io/sync/fdatasync"];
+    fiu_ctrl(child.id(), syncs.iter().map(|p| format!("enable name={p}")));
+    std::fs::write(dir.join("go"), b"").expect("go");
+    wait_for("put-done", &mut child);
+    fiu_ctrl(
+        child.id(),
+        syncs.iter().map(|p| format!("disable name={p}")),
+    );
+    std::fs::write(dir.join("go2"), b"").expect("go2");
+    child_succeeded(child);
+
+    let put = std::fs::read_to_string(dir.join("put")).expect("the put's outcome");
+    assert!(
+        put.starts_with("error") && put.contains("fdatasync"),
+        "the put fails with the sync's error: {put}"
+    );
+    let after = std::fs::read_to_string(dir.join("after")).expect("the outcomes after");
+    let after: Vec<&str> = after.lines().collect();
+    assert_eq!(after.len(), 3, "{after:?}");
+    for (op, line) in ["delete new", "get old", "put other"].iter().zip(&after) {
+        assert!(
+            line.starts_with("error") && line.contains("reopen it") && line.contains("fdatasync"),
+            "{op} is refused until the store is reopened, naming the first failure: {line}"
+        );
+    }
+
+    let store = dir.join("store");
+    let got = dir.join("got");
+    ok(saltblob(&store).args(["get", "old", "-o"]).arg(&got));
+    assert_eq!(std::fs::read(&got).expect("read"), b"old");
+    // The failed put may be back, replayed from the log: whole, if so. Deleted now, it stays deleted.
+    let new = saltblob(&store)
+        .args(["get", "new", "-o"])
+        .arg(&got)
+        .output()
+        .expect("run saltblob");
+    println!(
+        "after the reopen, the failed put of new is {}",
+        if new.status.success() {
+            "back"
+        } else {
+            "absent"
+        }
+    );
+    if new.status.success() {
+        assert_eq!(std::fs::read(&got).expect("read"), b"new");
+        ok(saltblob(&store).args(["rm", "new"]));
+    }
+    fails(saltblob(&store).args(["get", "new"]), 3, "not found");
+    ok(saltblob(&store)
+        .args(["put", "other", "-"])
+        .stdin(std::process::Stdio::null()));
+    let fsck = json(&ok(saltblob(&store).args(["fsck", "--json"])));
+    assert_eq!(fsck["damaged"], serde_json::json!([]), "{fsck}");
 }
