@@ -109,7 +109,7 @@ pub(crate) struct RocksCore {
     /// Counts the synced writes in progress, for which extent I/O stands back.
     gate: Arc<CommitGate>,
     /// The first engine write that failed with an I/O error, once one has: from then on every operation fails
-    /// (see [`RocksCore::stop_on`]).
+    /// (see [`RocksCore::serving`]).
     stopped: OnceLock<String>,
 }
 
