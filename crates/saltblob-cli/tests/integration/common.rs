@@ -255,3 +255,26 @@ where
         body(dir, store).await;
     });
 }
+
+/// In a child process of a fault test: writes the signal file `say` in `dir`, then waits for the parent's file
+/// `next` there.
+pub async fn signal_and_wait(dir: &Path, say: &str, next: &str) {
+    std::fs::write(dir.join(say), b"").expect("write a signal file");
+    while !dir.join(next).exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// In a fault test: waits up to 60 s for `child` to write the signal file `name` in `dir`; fails the test if the
+/// child exits first or the time runs out.
+pub fn wait_for_signal(dir: &Path, name: &str, child: &mut std::process::Child) {
+    let started = std::time::Instant::now();
+    while !dir.join(name).exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60)
+                && child.try_wait().expect("poll").is_none(),
+            "the child did not say {name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -9,7 +9,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use saltblob::PutOptions;
@@ -40,12 +39,7 @@ fn extent_fault_child() {
         let mut data = vec![0u8; LARGE as usize];
         Noise::new(99).fill(&mut data);
         let data = Bytes::from(data);
-        let go = async || {
-            std::fs::write(spec.join("ready"), b"").expect("ready");
-            while !spec.join("go").exists() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
+        let go = || signal_and_wait(&spec, "ready", "go");
         let outcome = if spec.join("midway").exists() {
             let (mut tx, rx) = tokio::io::duplex(1 << 20);
             let opts = PutOptions::new().with_size_hint(LARGE);
@@ -75,15 +69,7 @@ fn put_under_faults(spec: &Path, faults: &[&str]) -> String {
     let mut child = fiu_child("extent_faults::extent_fault_child", CHILD_ENV, spec)
         .spawn()
         .expect("spawn the child under fiu-run (Debian's fiu-utils)");
-    let started = Instant::now();
-    while !spec.join("ready").exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60)
-                && child.try_wait().expect("poll").is_none(),
-            "the child did not open the store"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_signal(spec, "ready", &mut child);
     fiu_ctrl(child.id(), faults.iter().map(|f| (*f).to_owned()));
     std::fs::write(spec.join("go"), b"").expect("go");
     child_succeeded(child);

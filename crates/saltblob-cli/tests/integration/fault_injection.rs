@@ -201,14 +201,6 @@ fn write_and_fsync_failures(sealed: bool) {
 
 const LOG_CHILD_ENV: &str = "SALTBLOB_LOG_FAULT_CHILD";
 
-/// Writes `name` in `dir`, then waits for `next` there.
-async fn say_and_wait(dir: &Path, name: &str, next: &str) {
-    std::fs::write(dir.join(name), b"").expect("write a signal file");
-    while !dir.join(next).exists() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// An operation's outcome on one line: `ok`, or `error` and the message.
 fn outcome<T>(r: &saltblob::Result<T>) -> String {
     match r {
@@ -230,10 +222,10 @@ fn log_fault_child() {
             .put("old", Bytes::from_static(b"old"), &opts)
             .await
             .expect("the put before the faults");
-        say_and_wait(&spec, "ready", "go").await;
+        signal_and_wait(&spec, "ready", "go").await;
         let put = store.put("new", Bytes::from_static(b"new"), &opts).await;
         std::fs::write(spec.join("put"), outcome(&put)).expect("write the outcome");
-        say_and_wait(&spec, "put-done", "go2").await;
+        signal_and_wait(&spec, "put-done", "go2").await;
         let after = [
             outcome(&store.delete("new").await),
             outcome(&store.get("old").await),
@@ -254,22 +246,11 @@ fn a_failed_log_sync_stops_the_store_until_it_is_reopened() {
     let mut child = fiu_child("fault_injection::log_fault_child", LOG_CHILD_ENV, dir)
         .spawn()
         .expect("spawn the child under fiu-run (Debian's fiu-utils)");
-    let wait_for = |name: &str, child: &mut std::process::Child| {
-        let started = Instant::now();
-        while !dir.join(name).exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(60)
-                    && child.try_wait().expect("poll").is_none(),
-                "the child did not say {name}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    wait_for("ready", &mut child);
+    wait_for_signal(dir, "ready", &mut child);
     let syncs = ["posix/io/sync/fsync", "posix/io/sync/fdatasync"];
     fiu_ctrl(child.id(), syncs.iter().map(|p| format!("enable name={p}")));
     std::fs::write(dir.join("go"), b"").expect("go");
-    wait_for("put-done", &mut child);
+    wait_for_signal(dir, "put-done", &mut child);
     fiu_ctrl(
         child.id(),
         syncs.iter().map(|p| format!("disable name={p}")),
