@@ -3,10 +3,62 @@
 //! each time (on this project's virtual machines a fresh page costs more than copying it: 60 MiB of fresh heap
 //! take 52 ms to fill, reused ones 10 ms). The embedded backend's extent reads and whole-value reads
 //! (`BlobStream::collect_bytes`) use one each.
+//!
+//! [`HugePages`] is memory in transparent huge pages: whole-value reads collect into it, and the embedded
+//! backend's extent writes are issued from it.
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use memmap2::{MmapMut, MmapOptions};
+
+/// Size of a transparent huge page on x86-64.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// An anonymous private mapping advised for transparent huge pages, used from its first huge-page boundary: at
+/// least the capacity asked for from there, in whole huge pages (the kernel backs only whole aligned 2 MiB
+/// stretches with huge pages), zeroed. Where the kernel gives small pages (huge pages off, memory fragmented) it
+/// is only slower.
+pub struct HugePages {
+    map: MmapMut,
+    start: usize,
+}
+
+impl HugePages {
+    /// A mapping of at least `capacity` bytes from a huge-page boundary.
+    ///
+    /// # Errors
+    /// When the kernel refuses the mapping, or `capacity` is too large to round up.
+    pub fn new(capacity: usize) -> std::io::Result<Self> {
+        let reserve = capacity
+            .div_ceil(HUGE_PAGE)
+            .checked_add(1)
+            .and_then(|pages| pages.checked_mul(HUGE_PAGE))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no mapping of {capacity} bytes"),
+                )
+            })?;
+        let map = MmapOptions::new().len(reserve).map_anon()?;
+        #[cfg(target_os = "linux")]
+        if let Err(e) = map.advise(memmap2::Advice::HugePage) {
+            tracing::debug!("huge pages not advised for a mapping ({e}): small pages instead");
+        }
+        let start = map.as_ptr().align_offset(HUGE_PAGE).min(HUGE_PAGE);
+        Ok(Self { map, start })
+    }
+
+    /// Its bytes, from the huge-page boundary to the end of the mapping.
+    pub fn bytes(&self) -> &[u8] {
+        self.map.get(self.start..).unwrap_or_default()
+    }
+
+    /// Its bytes, to fill.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.map.get_mut(self.start..).unwrap_or_default()
+    }
+}
 
 /// A buffer a [`LendingPool`] keeps.
 pub trait PooledBuffer: Send + Sync + 'static {
@@ -115,6 +167,19 @@ mod tests {
         fn bytes(&self) -> &[u8] {
             &self.0
         }
+    }
+
+    #[test]
+    fn huge_pages_start_on_a_boundary_and_hold_what_was_asked() {
+        for capacity in [1, 1 << 20, HUGE_PAGE, HUGE_PAGE + 1] {
+            let mut pages = HugePages::new(capacity).expect("mapping");
+            assert_eq!(pages.bytes().as_ptr().addr() % HUGE_PAGE, 0);
+            assert!(pages.bytes().len() >= capacity.next_multiple_of(HUGE_PAGE));
+            assert!(pages.bytes().iter().all(|&b| b == 0), "zeroed");
+            pages.bytes_mut()[capacity - 1] = 3;
+            assert_eq!(pages.bytes()[capacity - 1], 3);
+        }
+        assert!(HugePages::new(usize::MAX).is_err(), "too large");
     }
 
     #[test]

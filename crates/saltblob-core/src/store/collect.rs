@@ -17,12 +17,8 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use memmap2::{MmapMut, MmapOptions};
 
-use crate::buffers::{LendingPool, PooledBuffer};
-
-/// Size of a transparent huge page on x86-64: mappings are sized in multiples of it and used from a boundary.
-const HUGE_PAGE: usize = 2 << 20;
+use crate::buffers::{HUGE_PAGE, HugePages, LendingPool, PooledBuffer};
 
 /// Values this large or larger are collected into a mapping; smaller ones into the heap.
 pub(crate) const MAPPED_FROM: usize = 4 << 20;
@@ -34,41 +30,30 @@ const HEAP_UP_FRONT: usize = 64 << 20;
 /// The mappings a store's whole-value reads reuse ([`crate::StoreConfig::idle_value_buffers`]).
 pub(crate) type ValueBuffers = LendingPool<MappedBuf>;
 
-/// An anonymous mapping used from its first huge-page boundary: `len` bytes filled from there.
+/// Huge pages a value is collected into: `len` bytes filled from their start.
 pub(crate) struct MappedBuf {
-    map: MmapMut,
-    start: usize,
+    pages: HugePages,
     len: usize,
 }
 
 impl MappedBuf {
-    /// A mapping that holds at least `capacity` bytes from a huge-page boundary, advised for huge pages, or
-    /// `None` when the kernel refuses it.
+    /// A mapping that holds at least `capacity` bytes in huge pages, or `None` when the kernel refuses it.
     fn new(capacity: usize) -> Option<Self> {
-        let reserve = capacity.checked_add(HUGE_PAGE)?;
-        let map = match MmapOptions::new().len(reserve).map_anon() {
-            Ok(map) => map,
+        match HugePages::new(capacity) {
+            Ok(pages) => Some(Self { pages, len: 0 }),
             Err(e) => {
                 tracing::debug!(
-                    "no mapping of {reserve} bytes to collect a value into ({e}): the heap instead"
+                    "no mapping of {capacity} bytes to collect a value into ({e}): the heap instead"
                 );
-                return None;
+                None
             }
-        };
-        #[cfg(target_os = "linux")]
-        if let Err(e) = map.advise(memmap2::Advice::HugePage) {
-            tracing::debug!(
-                "huge pages not advised for a value's buffer ({e}): small pages instead"
-            );
         }
-        let start = (HUGE_PAGE - map.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
-        Some(Self { map, start, len: 0 })
     }
 
     /// Appends `piece` if it fits.
     fn push(&mut self, piece: &[u8]) -> bool {
-        let at = self.start + self.len;
-        match self.map.get_mut(at..at + piece.len()) {
+        let at = self.len;
+        match self.pages.bytes_mut().get_mut(at..at + piece.len()) {
             Some(dst) => {
                 dst.copy_from_slice(piece);
                 self.len += piece.len();
@@ -81,13 +66,11 @@ impl MappedBuf {
 
 impl PooledBuffer for MappedBuf {
     fn capacity(&self) -> usize {
-        self.map.len() - self.start
+        self.pages.bytes().len()
     }
 
     fn bytes(&self) -> &[u8] {
-        self.map
-            .get(self.start..self.start + self.len)
-            .unwrap_or_default()
+        self.pages.bytes().get(..self.len).unwrap_or_default()
     }
 }
 
