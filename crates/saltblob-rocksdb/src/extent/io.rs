@@ -60,9 +60,10 @@ impl AlignedBuf {
     /// A zeroed buffer of `len` usable bytes from a huge-page boundary (2 MiB, a multiple of `align`), in
     /// [`HugePages`] of its own: a buffer of up to 2 MiB then lies in one physically contiguous page, and a
     /// direct write of it is one segment for the device, not one per 4 KiB page (a 1 MiB write from small pages
-    /// is 256 segments, more than this virtual disk's `max_segments` of 254, so the kernel splits it). Measured on this machine, 60 MiB of 1 MiB `O_DIRECT`
-    /// writes then `fdatasync`, twelve rounds alternating: 27.7–27.9 ms from a huge page, 32.3–33.9 ms from
-    /// small pages (medians of two runs; `docs/bench/direct-write-pages.py`). Where the mapping cannot be made
+    /// is 256 segments, more than this virtual disk's `max_segments` of 254, so the kernel splits it). Measured
+    /// on this machine, 60 MiB of 1 MiB `O_DIRECT` writes then `fdatasync`, twelve rounds alternating:
+    /// 27.7–27.9 ms from a huge page, 32.3–33.9 ms from small pages (medians of two runs;
+    /// `docs/bench/direct-write-pages.py`). Where the mapping cannot be made
     /// (or `align` exceeds a huge page), a heap buffer; where the kernel gives small pages (huge pages off or
     /// memory fragmented), only slower.
     pub(crate) fn huge(len: usize, align: usize) -> Self {
