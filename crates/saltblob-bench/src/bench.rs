@@ -496,6 +496,7 @@ fn describe_scheduler(s: &SchedulerConfig) -> serde_json::Value {
         "shares": s.shares,
         "default_class": s.default_class.as_ref().map(|c| c.name().to_owned()),
         "limits": { "min": s.min_limit, "initial": s.initial_limit, "max": s.max_limit },
+        "min_bulk_duty": s.min_bulk_duty,
         "bulk_unit_bytes": s.bulk_unit_bytes,
     })
 }

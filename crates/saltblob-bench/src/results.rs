@@ -79,7 +79,7 @@ pub struct BenchConfig {
     /// Seconds a paced phase waits past its schedule for the operations due in it (`--paced-grace`).
     pub paced_grace_s: f64,
     /// The store's scheduler, from the URL's store-level parameters: `enabled`, `shares`, `default_class`,
-    /// `limits` and `bulk_unit_bytes`.
+    /// `limits`, `min_bulk_duty` and `bulk_unit_bytes`.
     pub scheduler: serde_json::Value,
     /// Largest value the backend takes as one chunk (the largest unchunked blob through saltblob).
     pub largest_chunk_bytes: u64,

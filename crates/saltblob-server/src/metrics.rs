@@ -280,6 +280,12 @@ impl Metrics {
                 "Backend requests in flight.",
                 scheduler.inflight.to_string(),
             ),
+            (
+                "saltblob_scheduler_bulk_duty",
+                "gauge",
+                "Share of time background classes may keep a backend request in flight (1: no pauses).",
+                scheduler.duty.to_string(),
+            ),
         ] {
             let name = family(&mut out, name, kind, help);
             lines.push(format!("{name} {value}"));

@@ -11,8 +11,9 @@
 //! | `memory://` | in process memory, gone at exit (tests, examples) | always |
 //!
 //! Any URL also takes the store's scheduler parameters (`scheduler`, `priority`, `classes`, `concurrency`,
-//! `bulk_unit`), chunk sizes (`chunk_size`, `large_chunk_size`) and encryption (`encryption=local&keyring=FILE&
-//! encryption_key=NAME`, `key_cache`, `encrypt_compress`; see [`split_store_params`]), e.g.
+//! `bulk_unit`, `bulk_duty`, `bulk_cpu`), chunk sizes (`chunk_size`, `large_chunk_size`) and encryption
+//! (`encryption=local&keyring=FILE&encryption_key=NAME`, `key_cache`, `encrypt_compress`; see
+//! [`split_store_params`]), e.g.
 //! `rocksdb:///var/lib/saltblob?classes=batch:50`.
 //!
 //! ```no_run
@@ -108,8 +109,9 @@ pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
 /// the backend is opened with (the rest) and the configuration. The store-level parameters are
 /// `idle_value_buffers=SIZE` ([`StoreConfig::idle_value_buffers`]), the scheduler's
 /// ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
-/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX` and `bulk_unit=SIZE`; the layout
-/// policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and `large_chunk_size=SIZE`; and encryption's
+/// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX`, `bulk_unit=SIZE`, `bulk_duty=SHARE` and
+/// `bulk_cpu=pool|inline`; the layout policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and
+/// `large_chunk_size=SIZE`; and encryption's
 /// ([`encryption::EncryptionParams`]): `encryption=local` (with `keyring=FILE`) or `encryption=aws-kms` (with
 /// `kms_endpoint=URL`, `kms_region=REGION`, `kms_ca=FILE`; crate `saltblob-kms`), `encryption_key=NAME`,
 /// `key_cache=DURATION` and `encrypt_compress=BOOL`, which set [`StoreConfig::encryption`] (the keyring is read

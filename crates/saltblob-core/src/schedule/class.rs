@@ -112,6 +112,12 @@ pub struct SchedulerConfig {
     pub initial_limit: usize,
     /// Fewest requests of background classes in flight the adaptive limit goes down to. Defaults to 2.
     pub min_limit: usize,
+    /// Least share of time background classes may keep one request in flight, once the limit is at
+    /// [`SchedulerConfig::min_limit`] and the latency of a foreground class (`interactive`) still rises: between
+    /// their requests the scheduler then pauses for the time the last one took × (1 ÷ duty − 1), at most 1 s.
+    /// Background work alone never pauses. In `(0, 1]`; 1.0 turns the pauses off. Defaults to 0.25 (BENCHMARKS.md,
+    /// *Bulk work pausing below the minimum limit*).
+    pub min_bulk_duty: f64,
     /// Most requests of background classes in flight the adaptive limit goes up to, and most requests of any
     /// other class in flight. Defaults to 64.
     pub max_limit: usize,
@@ -135,6 +141,7 @@ impl Default for SchedulerConfig {
             default_class: None,
             initial_limit: 8,
             min_limit: 2,
+            min_bulk_duty: 0.25,
             max_limit: 64,
             bulk_unit_bytes: (256 * KIB) as usize,
             latency_tolerance: 2.0,
@@ -168,6 +175,12 @@ impl SchedulerConfig {
     /// [`SchedulerConfig::initial_limit`], [`SchedulerConfig::max_limit`]).
     pub fn with_limits(mut self, min: usize, initial: usize, max: usize) -> Self {
         (self.min_limit, self.initial_limit, self.max_limit) = (min, initial, max);
+        self
+    }
+
+    /// Sets [`SchedulerConfig::min_bulk_duty`].
+    pub fn with_min_bulk_duty(mut self, duty: f64) -> Self {
+        self.min_bulk_duty = duty;
         self
     }
 
@@ -219,6 +232,15 @@ impl SchedulerConfig {
                 ),
             ));
         }
+        if !(self.min_bulk_duty > 0.0 && self.min_bulk_duty <= 1.0) {
+            return Err(Error::invalid(
+                "bulk_duty",
+                format!(
+                    "{}; it must be a share of time in (0, 1] (1: no pauses)",
+                    self.min_bulk_duty
+                ),
+            ));
+        }
         if self.bulk_unit_bytes < 4 * KIB as usize {
             return Err(Error::invalid(
                 "bulk_unit",
@@ -264,6 +286,7 @@ impl SchedulerConfig {
     /// | `concurrency` | `MIN-MAX` or `MIN-INITIAL-MAX` background requests in flight | `concurrency=2-8-64` |
     /// | `bulk_unit` | [`SchedulerConfig::bulk_unit_bytes`] | `bulk_unit=256KiB` |
     /// | `bulk_cpu` | `pool` or `inline` ([`SchedulerConfig::bulk_cpu_pool`]) | `bulk_cpu=pool` |
+    /// | `bulk_duty` | [`SchedulerConfig::min_bulk_duty`] | `bulk_duty=0.25` |
     pub fn apply_url_param(&mut self, name: &str, value: &str) -> Result<bool> {
         match name {
             "scheduler" => {
@@ -324,6 +347,14 @@ impl SchedulerConfig {
                         ));
                     }
                 }
+            }
+            "bulk_duty" => {
+                self.min_bulk_duty = value.trim().parse().map_err(|_| {
+                    Error::invalid(
+                        "bulk_duty",
+                        format!("\"{value}\" is not a share of time (e.g. 0.25)"),
+                    )
+                })?;
             }
             "bulk_unit" => {
                 let bytes = parse_size(value).map_err(|e| Error::invalid("bulk_unit", e))?;
@@ -392,6 +423,18 @@ mod tests {
                 SchedulerConfig::default().with_bulk_unit_bytes(100),
                 "bulk_unit: ",
             ),
+            (
+                SchedulerConfig::default().with_min_bulk_duty(0.0),
+                "bulk_duty: 0; it must be a share of time in (0, 1]",
+            ),
+            (
+                SchedulerConfig::default().with_min_bulk_duty(1.5),
+                "bulk_duty: ",
+            ),
+            (
+                SchedulerConfig::default().with_min_bulk_duty(f64::NAN),
+                "bulk_duty: ",
+            ),
         ];
         for (config, expected) in cases {
             let got = reason(config.validate());
@@ -410,6 +453,7 @@ mod tests {
             ("concurrency", "4-16-32"),
             ("bulk_unit", "128KiB"),
             ("bulk_cpu", "pool"),
+            ("bulk_duty", "0.25"),
         ] {
             assert!(c.apply_url_param(name, value).expect(name), "{name}");
         }
@@ -426,6 +470,7 @@ mod tests {
         assert_eq!((c.min_limit, c.initial_limit, c.max_limit), (4, 16, 32));
         assert_eq!(c.bulk_unit_bytes, 128 << 10);
         assert!(c.bulk_cpu_pool);
+        assert_eq!(c.min_bulk_duty, 0.25);
         assert!(c.validate().is_ok());
         for (name, value, expected) in [
             ("scheduler", "maybe", "scheduler: "),
@@ -438,6 +483,7 @@ mod tests {
             ("concurrency", "lots", "concurrency: "),
             ("priority", "Bulk", "priority: "),
             ("bulk_cpu", "threads", "bulk_cpu: "),
+            ("bulk_duty", "half", "bulk_duty: \"half\" is not a share"),
         ] {
             let got = reason(SchedulerConfig::default().apply_url_param(name, value));
             assert!(got.starts_with(expected), "{got}");

@@ -9,6 +9,15 @@
 //! class keeps its own baseline (records and small chunks of `interactive` would otherwise set a baseline that
 //! no bulk unit can meet). The limit follows the worst gradient among the classes sampled recently: when small
 //! requests slow down because bulk work queues in the engine, fewer requests are let in.
+//!
+//! Below its minimum the limit goes on as a **duty**: the share of time background work may keep one request
+//! in flight (1.0: always; the scheduler pauses between background requests otherwise). Fewer requests in flight
+//! cannot hold back an engine that runs one bulk request as fast as many (one Cassandra node, a device queue
+//! that one large write fills), so once the limit is at its minimum and the latency of a foreground class
+//! (`interactive`) still rises, the duty shrinks, down to its own floor; when that latency is back within
+//! tolerance the duty grows back to 1.0 before the limit grows. Background classes' own latency never shrinks
+//! the duty, and a foreground class counts only while it runs a load (a request in the last half second, 20 in
+//! the last one or two): bulk work alone, or beside a trickle of small requests, runs without pauses.
 
 use std::time::Duration;
 
@@ -28,12 +37,27 @@ const ACTIVE_SAMPLES: u64 = 200;
 /// and a fast backend (memory, a warm cache) would otherwise be held at the minimum by it.
 const SLACK: f64 = 0.001;
 
+/// How fast the duty grows back per sample within tolerance, as a target factor (smoothed like the limit).
+const DUTY_GROWTH: f64 = 1.25;
+/// Seconds after its last sample during which a foreground class still counts for the duty. Counted in time,
+/// not samples: while the duty pauses bulk work, its samples come slowly, and a foreground class that has gone
+/// quiet must not keep it paused.
+const FOREGROUND_ACTIVE_SECS: f64 = 0.5;
+/// Samples a foreground class must have had in its current and previous window of [`FOREGROUND_ACTIVE_SECS`]
+/// to count for the duty: a load to protect, not a trickle. Every large get reads its manifest as `interactive`
+/// (its layout, and so its class, is not known before), a few such reads a second; measured, they alone held
+/// large gets at the duty's floor.
+const FOREGROUND_MIN_SAMPLES: u32 = 20;
+
 /// The limit and the latency history it is computed from.
 #[derive(Debug)]
 pub(crate) struct GradientLimit {
     limit: f64,
     min: f64,
     max: f64,
+    /// The share of time background work may hold a request in flight, in `min_duty..=1.0`.
+    duty: f64,
+    min_duty: f64,
     tolerance: f64,
     classes: Vec<Latencies>,
     samples: u64,
@@ -41,12 +65,43 @@ pub(crate) struct GradientLimit {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Latencies {
+    /// Whether the class is background work, whose own latency never shrinks the duty.
+    background: bool,
     short: f64,
     baseline: f64,
     last_sample: Option<u64>,
+    /// When it was sampled last, in seconds on the caller's clock.
+    last_at: f64,
+    /// Start of its current window of [`FOREGROUND_ACTIVE_SECS`], and its samples in it and in the one before.
+    window_at: f64,
+    window_samples: u32,
+    previous_window_samples: u32,
 }
 
 impl Latencies {
+    /// Counts a sample at `at` in its window.
+    fn count(&mut self, at: f64) {
+        let since = at - self.window_at;
+        if since >= FOREGROUND_ACTIVE_SECS {
+            self.previous_window_samples = if since < 2.0 * FOREGROUND_ACTIVE_SECS {
+                self.window_samples
+            } else {
+                0
+            };
+            (self.window_at, self.window_samples) = (at, 0);
+        }
+        self.window_samples = self.window_samples.saturating_add(1);
+        self.last_at = at;
+    }
+
+    /// Whether it is a foreground load the duty protects at `at`: recent, and more than a trickle.
+    fn protected(&self, at: f64) -> bool {
+        !self.background
+            && at - self.last_at <= FOREGROUND_ACTIVE_SECS
+            && self.window_samples + self.previous_window_samples >= FOREGROUND_MIN_SAMPLES
+    }
+
+    /// Its gradient: 1.0 while its latency is within tolerance, down to 0.5.
     fn gradient(&self, tolerance: f64) -> f64 {
         if self.short <= 0.0 {
             return 1.0;
@@ -61,20 +116,30 @@ pub(crate) fn normalized(latency: Duration, bytes: u64) -> f64 {
 }
 
 impl GradientLimit {
-    /// A limit starting at `initial` within `min..=max`, for `classes` classes.
+    /// A limit starting at `initial` within `min..=max`, for classes that are background work or not
+    /// (`background`, by class); below `min`, the duty goes down to `min_duty` (1.0: never).
     pub(crate) fn new(
         min: usize,
         initial: usize,
         max: usize,
+        min_duty: f64,
         tolerance: f64,
-        classes: usize,
+        background: &[bool],
     ) -> Self {
         Self {
             limit: initial as f64,
             min: min as f64,
             max: max as f64,
+            duty: 1.0,
+            min_duty: min_duty.clamp(f64::MIN_POSITIVE, 1.0),
             tolerance,
-            classes: vec![Latencies::default(); classes],
+            classes: background
+                .iter()
+                .map(|&background| Latencies {
+                    background,
+                    ..Latencies::default()
+                })
+                .collect(),
             samples: 0,
         }
     }
@@ -84,9 +149,21 @@ impl GradientLimit {
         self.limit.round() as usize
     }
 
-    /// Feeds the normalized latency ([`normalized`]) of one request of `class`, which found `inflight` requests
-    /// in flight (itself included) when it started.
+    /// The share of time background work may hold a request in flight: 1.0 unless the limit is at its minimum
+    /// and latency still rose.
+    pub(crate) fn duty(&self) -> f64 {
+        self.duty
+    }
+
+    /// [`GradientLimit::sample_at`] with every sample at the same time: for tests of the limit alone.
+    #[cfg(test)]
     pub(crate) fn sample(&mut self, class: usize, latency: f64, inflight: usize) {
+        self.sample_at(class, latency, inflight, 0.0);
+    }
+
+    /// Feeds the normalized latency ([`normalized`]) of one request of `class`, which found `inflight` requests
+    /// in flight (itself included) when it started and ended `at` seconds on the caller's clock.
+    pub(crate) fn sample_at(&mut self, class: usize, latency: f64, inflight: usize, at: f64) {
         if !latency.is_finite() || latency < 0.0 {
             return;
         }
@@ -106,12 +183,36 @@ impl GradientLimit {
             };
         }
         own.last_sample = Some(now);
-        let gradient = self
+        own.count(at);
+        let active = self
             .classes
             .iter()
-            .filter(|c| c.last_sample.is_some_and(|s| now - s <= ACTIVE_SAMPLES))
-            .map(|c| c.gradient(self.tolerance))
-            .fold(1.0, f64::min);
+            .filter(|c| c.last_sample.is_some_and(|s| now - s <= ACTIVE_SAMPLES));
+        let (mut gradient, mut foreground, mut any_foreground) = (1.0_f64, 1.0_f64, false);
+        for class in active {
+            let g = class.gradient(self.tolerance);
+            gradient = gradient.min(g);
+            if class.protected(at) {
+                foreground = foreground.min(g);
+                any_foreground = true;
+            }
+        }
+        if !any_foreground {
+            // Nothing to keep the bulk work's pauses for.
+            self.duty = 1.0;
+        }
+        let at_min = self.limit <= self.min + 0.5;
+        if foreground < 1.0 && at_min {
+            // Fewer requests cannot help any more: pause between them instead.
+            let target = self.duty * foreground;
+            self.duty =
+                (self.duty * (1.0 - SMOOTHING) + target * SMOOTHING).clamp(self.min_duty, 1.0);
+        } else if foreground >= 1.0 && self.duty < 1.0 {
+            // Within tolerance: first the pauses go, then the limit may grow.
+            let target = self.duty * DUTY_GROWTH;
+            self.duty = (self.duty * (1.0 - SMOOTHING) + target * SMOOTHING).min(1.0);
+            return;
+        }
         let target = if gradient < 1.0 {
             self.limit * gradient
         } else if (inflight as f64) * 2.0 >= self.limit {
@@ -134,7 +235,19 @@ mod tests {
     const BULK: usize = 1;
 
     fn limit() -> GradientLimit {
-        GradientLimit::new(2, 8, 64, 2.0, 2)
+        GradientLimit::new(2, 8, 64, 1.0, 2.0, &[false, true])
+    }
+
+    fn with_duty(min_duty: f64) -> GradientLimit {
+        GradientLimit::new(2, 8, 64, min_duty, 2.0, &[false, true])
+    }
+
+    /// `n` small requests at their baseline latency (2 ms), each finding the limit in use.
+    fn small_requests_at_baseline(l: &mut GradientLimit, n: usize) {
+        for _ in 0..n {
+            let inflight = l.limit();
+            l.sample(INTERACTIVE, 0.002, inflight);
+        }
     }
 
     #[test]
@@ -184,10 +297,7 @@ mod tests {
         }
         assert!(l.limit() < before, "{} < {before}", l.limit());
         assert_eq!(l.limit(), 2, "down to the minimum");
-        for _ in 0..300 {
-            let inflight = l.limit();
-            l.sample(INTERACTIVE, 0.002, inflight);
-        }
+        small_requests_at_baseline(&mut l, 300);
         assert!(l.limit() > 8, "grew back: {}", l.limit());
     }
 
@@ -227,6 +337,88 @@ mod tests {
             l.sample(BULK, 0.001, inflight);
         }
         assert!(l.limit() > 8, "{}", l.limit());
+    }
+
+    /// The duty stays 1.0, with the limit at its minimum, however high latency goes: without a floor below 1.0,
+    /// and when the latency is bulk work's own (alone, it runs whole).
+    #[test]
+    fn the_duty_stays_whole_without_a_floor_or_a_foreground_load() {
+        for (mut l, class) in [(limit(), INTERACTIVE), (with_duty(0.1), BULK)] {
+            l.sample(class, 0.002, 8);
+            for _ in 0..200 {
+                l.sample(class, 0.050, 2);
+            }
+            assert_eq!((l.limit(), l.duty()), (2, 1.0), "class {class}");
+        }
+    }
+
+    /// Latency still rising with the limit at its minimum shrinks the duty, down to its floor and only once the
+    /// limit is there; latency back within tolerance grows the duty back to 1.0 before the limit grows.
+    #[test]
+    fn below_the_minimum_the_duty_shrinks_and_recovers_first() {
+        let mut l = with_duty(0.1);
+        l.sample(INTERACTIVE, 0.002, 8);
+        l.sample(INTERACTIVE, 0.010, 8);
+        assert!(l.limit() > 2, "the limit moves first: {}", l.limit());
+        assert_eq!(l.duty(), 1.0, "the duty waits for the limit's minimum");
+        for _ in 0..200 {
+            l.sample(INTERACTIVE, 0.050, 2);
+        }
+        assert_eq!(l.limit(), 2);
+        assert!(
+            (l.duty() - 0.1).abs() < 1e-9,
+            "down to the floor: {}",
+            l.duty()
+        );
+        let mut duties = vec![l.duty()];
+        while l.duty() < 1.0 {
+            l.sample(INTERACTIVE, 0.002, 2);
+            duties.push(l.duty());
+            assert_eq!(l.limit(), 2, "the limit waits for the duty");
+            assert!(duties.len() < 200, "the duty grows back: {duties:?}");
+        }
+        assert!(
+            duties.windows(2).all(|w| w[0] <= w[1]),
+            "it never falls back: {duties:?}"
+        );
+        small_requests_at_baseline(&mut l, 100);
+        assert!(l.limit() > 2, "then the limit grows: {}", l.limit());
+    }
+
+    /// A foreground class that has gone quiet for more than half a second leaves the bulk work without pauses at
+    /// once, however few samples came since.
+    #[test]
+    fn a_quiet_foreground_ends_the_pauses() {
+        let mut l = with_duty(0.1);
+        l.sample_at(INTERACTIVE, 0.002, 2, 0.0);
+        for i in 0..200 {
+            l.sample_at(INTERACTIVE, 0.050, 2, f64::from(i) * 0.001);
+        }
+        assert!((l.duty() - 0.1).abs() < 1e-9, "{}", l.duty());
+        l.sample_at(BULK, 0.002, 1, 0.6);
+        assert!((l.duty() - 0.1).abs() < 1e-9, "still paced: {}", l.duty());
+        l.sample_at(BULK, 0.002, 1, 0.8);
+        assert_eq!(l.duty(), 1.0);
+    }
+
+    /// A trickle of slow foreground requests (the manifest reads of large gets, one every 100 ms) never pauses
+    /// bulk work; a load of them does.
+    #[test]
+    fn a_trickle_of_foreground_requests_is_no_load_to_protect() {
+        let mut l = with_duty(0.1);
+        l.sample_at(INTERACTIVE, 0.000_1, 2, 0.0);
+        for i in 1..=100 {
+            let at = f64::from(i) * 0.1;
+            l.sample_at(INTERACTIVE, 0.050, 2, at);
+            for _ in 0..20 {
+                l.sample_at(BULK, 0.010, 2, at);
+            }
+        }
+        assert_eq!((l.limit(), l.duty()), (2, 1.0));
+        for i in 0..100 {
+            l.sample_at(INTERACTIVE, 0.050, 2, 10.0 + f64::from(i) * 0.005);
+        }
+        assert!(l.duty() < 0.5, "{}", l.duty());
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! Every operation runs in a [`PriorityClass`]. The store's scheduler admits each backend request (a record
 //! read or write, a segment of chunks) by class: start-time fair queuing over request bytes, in proportion to
 //! the classes' shares (`fair.rs`); background requests in flight are bounded by a limit that follows the
-//! measured latency of every class (`limit.rs`), while small requests never queue behind them (neither
-//! `interactive` ones nor the record reads and writes of a background class, such as gc's). Bulk work is
-//! cut into units of [`SchedulerConfig::bulk_unit_bytes`]. `scheduled.rs` puts the scheduler in front of the
-//! backend; `cpu.rs` can move the CPU work of background classes to a pool ([`SchedulerConfig::bulk_cpu_pool`]).
+//! measured latency of every class, and below its minimum by a duty, pauses between them (`limit.rs`), while
+//! small requests never queue behind them (neither `interactive` ones nor the record reads and writes of a
+//! background class, such as gc's). Bulk work is cut into units of [`SchedulerConfig::bulk_unit_bytes`].
+//! `scheduled.rs` puts the scheduler in front of the backend; `cpu.rs` can move the CPU work of background
+//! classes to a pool ([`SchedulerConfig::bulk_cpu_pool`]).
 //!
 //! A backend may read the class of the request it is serving ([`current_class`]) to use its engine's own
 //! levers (low-priority writes, separate in-flight budgets).
@@ -19,9 +20,11 @@ mod scheduled;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+// Tokio's clock, so that the pauses and latencies can be tested with paused time.
+use tokio::time::Instant;
 
 pub use self::class::{BULK, INTERACTIVE, MAX_LIMIT, MAX_SHARES, PriorityClass, SchedulerConfig};
 use self::fair::FairQueue;
@@ -31,6 +34,9 @@ use crate::Result;
 
 /// What every request costs besides its bytes, in the fair queue's accounting: a record read is not free.
 const REQUEST_OVERHEAD_BYTES: u64 = 4096;
+/// Longest pause between background requests when the duty is below 1.0 (see `limit.rs`), so that one slow
+/// request does not stop background work for long.
+const MAX_BULK_PAUSE: Duration = Duration::from_secs(1);
 
 tokio::task_local! {
     static CURRENT: ClassTag;
@@ -114,6 +120,9 @@ pub struct SchedulerStats {
     pub enabled: bool,
     /// Requests allowed in flight now (the adaptive limit).
     pub limit: usize,
+    /// Share of time background classes may keep a request in flight now (1.0: no pauses; see
+    /// [`SchedulerConfig::min_bulk_duty`]).
+    pub duty: f64,
     /// Requests in flight now.
     pub inflight: usize,
     /// Per class, in name order.
@@ -124,6 +133,8 @@ pub struct SchedulerStats {
 #[derive(Debug)]
 pub(crate) struct Scheduler {
     config: SchedulerConfig,
+    /// The start of the clock the limit's samples are timed on.
+    epoch: Instant,
     tags: Vec<ClassTag>,
     state: Mutex<State>,
 }
@@ -171,8 +182,9 @@ impl Scheduler {
                 config.min_limit,
                 config.initial_limit,
                 config.max_limit,
+                config.min_bulk_duty,
                 config.latency_tolerance,
-                tags.len(),
+                &tags.iter().map(|t| t.background).collect::<Vec<_>>(),
             ),
             inflight: 0,
             classes: tags
@@ -189,6 +201,7 @@ impl Scheduler {
         };
         Self {
             config,
+            epoch: Instant::now(),
             tags,
             state: Mutex::new(state),
         }
@@ -266,9 +279,10 @@ impl Scheduler {
 
     /// Whether a request of class `class` may start now. Background classes (`bulk`) together hold at most the
     /// adaptive limit, and each always may start one request when it has none in flight, so that it is never
-    /// starved. Any other class (`interactive`) may hold up to [`SchedulerConfig::max_limit`] by itself: small
-    /// requests never queue behind bulk units, and the limit, which shrinks when their latency rises, throttles
-    /// the bulk work instead.
+    /// starved; with the duty below 1.0 they hold one request at a time, its slot kept through the pause after
+    /// it (see [`Permit`]'s drop). Any other class (`interactive`) may hold up to [`SchedulerConfig::max_limit`]
+    /// by itself: small requests never queue behind bulk units, and the limit, which shrinks when their latency
+    /// rises, throttles the bulk work instead.
     fn may_start(&self, state: &State, class: usize, limit: usize) -> bool {
         let inflight = state.classes[class].inflight;
         if state.background[class] {
@@ -276,7 +290,11 @@ impl Scheduler {
                 .filter(|(_, b)| **b)
                 .map(|(c, _)| c.inflight)
                 .sum();
-            inflight == 0 || background < limit
+            if state.limit.duty() < 1.0 {
+                background == 0
+            } else {
+                inflight == 0 || background < limit
+            }
         } else {
             inflight < self.config.max_limit
         }
@@ -307,8 +325,14 @@ impl Scheduler {
         }
     }
 
-    /// Waits until a request of `class` costing `bytes` may run; the permit holds its slot until dropped.
+    /// Waits until a request of `class` costing `bytes` may run; the permit holds its slot until dropped (and,
+    /// in a background class with the duty below 1.0, through the pause after it).
     pub(crate) async fn admit(self: &Arc<Self>, class: usize, bytes: u64) -> Permit {
+        self.enqueue(class, bytes, true).await
+    }
+
+    /// Queues a request for admission; `data`: whether it is a data request, paced by the duty.
+    async fn enqueue(self: &Arc<Self>, class: usize, bytes: u64, data: bool) -> Permit {
         let cost = bytes + REQUEST_OVERHEAD_BYTES;
         let (tx, rx) = oneshot::channel();
         let id = {
@@ -332,6 +356,7 @@ impl Scheduler {
             class,
             id,
             rx: Some(rx),
+            data,
         };
         waiting.admitted(cost).await
     }
@@ -359,10 +384,11 @@ impl Scheduler {
                     bytes,
                     started: Instant::now(),
                     inflight,
+                    paced: false,
                 };
             }
         }
-        self.admit(class, bytes).await
+        self.enqueue(class, bytes, false).await
     }
 
     /// Estimated bytes of a read of `chunks` chunks in `class`.
@@ -391,6 +417,7 @@ impl Scheduler {
         SchedulerStats {
             enabled: self.enabled(),
             limit: state.limit.limit(),
+            duty: state.limit.duty(),
             inflight: state.inflight,
             classes: state
                 .classes
@@ -412,6 +439,8 @@ struct Waiting {
     class: usize,
     id: u64,
     rx: Option<oneshot::Receiver<Instant>>,
+    /// Whether it is a data request ([`Permit`]'s `paced` in a background class).
+    data: bool,
 }
 
 impl Waiting {
@@ -422,7 +451,11 @@ impl Waiting {
             None => Instant::now(),
         };
         self.rx = None;
-        let inflight = self.sched.lock().inflight;
+        let (inflight, paced) = {
+            let state = self.sched.lock();
+            let background = state.background.get(self.class).copied();
+            (state.inflight, self.data && background.unwrap_or(false))
+        };
         Permit {
             sched: Arc::clone(&self.sched),
             class: self.class,
@@ -430,6 +463,7 @@ impl Waiting {
             bytes: cost - REQUEST_OVERHEAD_BYTES,
             started,
             inflight,
+            paced,
         }
     }
 }
@@ -444,10 +478,7 @@ impl Drop for Waiting {
         state.queue.remove(self.class, |w| w.id == id);
         if rx.try_recv().is_ok() {
             // Admitted, but nobody will run the request: give the slot back.
-            state.inflight = state.inflight.saturating_sub(1);
-            let stats = &mut state.classes[self.class];
-            stats.inflight = stats.inflight.saturating_sub(1);
-            self.sched.dispatch(&mut state);
+            self.sched.release(&mut state, self.class);
         }
     }
 }
@@ -463,6 +494,9 @@ pub(crate) struct Permit {
     bytes: u64,
     started: Instant,
     inflight: usize,
+    /// Whether the duty's pause follows this request: a background class's data request (record requests of
+    /// background classes, admitted beside its data, are not paced).
+    paced: bool,
 }
 
 impl Permit {
@@ -481,17 +515,58 @@ impl Drop for Permit {
         let latency = normalized(self.elapsed(), self.bytes);
         let real_cost = self.bytes + REQUEST_OVERHEAD_BYTES;
         let mut state = self.sched.lock();
-        state.limit.sample(self.class, latency, self.inflight);
+        let at = self.sched.epoch.elapsed().as_secs_f64();
+        state
+            .limit
+            .sample_at(self.class, latency, self.inflight, at);
         if real_cost != self.cost {
             let delta = i64::try_from(real_cost).unwrap_or(i64::MAX)
                 - i64::try_from(self.cost).unwrap_or(i64::MAX);
             state.queue.charge(self.class, delta);
         }
-        state.inflight = state.inflight.saturating_sub(1);
         let stats = &mut state.classes[self.class];
-        stats.inflight = stats.inflight.saturating_sub(1);
         stats.bytes = stats.bytes.saturating_add(self.bytes);
-        self.sched.dispatch(&mut state);
+        let duty = state.limit.duty();
+        if self.paced && duty < 1.0 {
+            let pause = self.elapsed().mul_f64(1.0 / duty - 1.0).min(MAX_BULK_PAUSE);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                // The slot stays taken through the pause, so that no background request starts in it; it is
+                // given back when the pause ends, or when the runtime drops the task.
+                let slot = PausedSlot {
+                    sched: Arc::clone(&self.sched),
+                    class: self.class,
+                };
+                drop(state);
+                runtime.spawn(async move {
+                    tokio::time::sleep(pause).await;
+                    drop(slot);
+                });
+                return;
+            }
+        }
+        self.sched.release(&mut state, self.class);
+    }
+}
+
+/// A background slot kept through the pause after its request; dropping it gives the slot back.
+struct PausedSlot {
+    sched: Arc<Scheduler>,
+    class: usize,
+}
+
+impl Drop for PausedSlot {
+    fn drop(&mut self) {
+        self.sched.release(&mut self.sched.lock(), self.class);
+    }
+}
+
+impl Scheduler {
+    /// Gives back one slot of `class` and admits what may start now.
+    fn release(&self, state: &mut State, class: usize) {
+        state.inflight = state.inflight.saturating_sub(1);
+        let stats = &mut state.classes[class];
+        stats.inflight = stats.inflight.saturating_sub(1);
+        self.dispatch(state);
     }
 }
 

@@ -98,6 +98,80 @@ async fn bulk_is_never_starved() {
     third.abort();
 }
 
+/// Small requests slowed far past their baseline, long enough to bring the limit to its minimum.
+fn slow_small_requests(s: &Scheduler) {
+    let interactive = id(s, INTERACTIVE);
+    let mut state = s.lock();
+    state.limit.sample(interactive, 0.002, 1);
+    for _ in 0..200 {
+        state.limit.sample(interactive, 0.050, 1);
+    }
+}
+
+/// When was the next bulk request admitted, after one that took 100 ms, once small requests were slow: the
+/// pause after a bulk request, measured on Tokio's (paused) clock. Small and record requests start during it.
+async fn pause_after_a_bulk_request(min_duty: f64) -> Duration {
+    let s = Arc::new(Scheduler::new(
+        SchedulerConfig::default()
+            .with_limits(1, 1, 8)
+            .with_min_bulk_duty(min_duty),
+    ));
+    let (interactive, bulk) = (id(&s, INTERACTIVE), id(&s, BULK));
+    slow_small_requests(&s);
+    let unit = s.admit(bulk, 1).await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    drop(unit);
+    let done = Instant::now();
+    let next = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move {
+            let _unit = s.admit(bulk, 1).await;
+            Instant::now()
+        })
+    };
+    let small = s.admit(interactive, 1).await;
+    assert_eq!(Instant::now(), done, "a small request starts at once");
+    drop(small);
+    drop(s.admit_record(bulk, 1).await);
+    assert_eq!(Instant::now(), done, "so does a record request of bulk");
+    let admitted = next.await.expect("the next bulk request ran");
+    admitted - done
+}
+
+/// At the minimum limit with small requests still slow, bulk pauses after each request for its time x (1 ÷
+/// duty − 1): 300 ms after a 100 ms request at the floor of 0.25. With the default floor (1.0) it never
+/// pauses.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn below_the_minimum_bulk_pauses_between_its_requests() {
+    let paused = pause_after_a_bulk_request(0.25).await;
+    assert_eq!(paused, Duration::from_millis(300));
+    let s = Scheduler::new(SchedulerConfig::default().with_min_bulk_duty(0.25));
+    slow_small_requests(&s);
+    assert_eq!(s.stats().duty, 0.25, "the stats show the duty");
+    assert_eq!(pause_after_a_bulk_request(1.0).await, Duration::ZERO);
+}
+
+/// A pause whose runtime shuts down before it ends gives its slot back: the store outlives the runtime.
+#[test]
+fn a_pause_cut_short_by_its_runtime_gives_the_slot_back() {
+    let s = Arc::new(Scheduler::new(
+        SchedulerConfig::default().with_limits(1, 1, 8),
+    ));
+    slow_small_requests(&s);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let unit = s.admit(id(&s, BULK), 1).await;
+        std::thread::sleep(Duration::from_millis(20));
+        drop(unit);
+    });
+    assert_eq!(s.stats().inflight, 1, "the slot is kept through the pause");
+    drop(runtime);
+    assert_eq!(s.stats().inflight, 0);
+}
+
 /// Bulk requests in flight stop at the limit; small requests start at once however many bulk ones run, up to
 /// the maximum of their own.
 #[tokio::test(flavor = "current_thread")]
