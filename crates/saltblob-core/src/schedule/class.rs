@@ -453,7 +453,7 @@ mod tests {
             ("concurrency", "4-16-32"),
             ("bulk_unit", "128KiB"),
             ("bulk_cpu", "pool"),
-            ("bulk_duty", "0.25"),
+            ("bulk_duty", "0.5"),
         ] {
             assert!(c.apply_url_param(name, value).expect(name), "{name}");
         }
@@ -470,7 +470,7 @@ mod tests {
         assert_eq!((c.min_limit, c.initial_limit, c.max_limit), (4, 16, 32));
         assert_eq!(c.bulk_unit_bytes, 128 << 10);
         assert!(c.bulk_cpu_pool);
-        assert_eq!(c.min_bulk_duty, 0.25);
+        assert_eq!(c.min_bulk_duty, 0.5, "not the default (0.25)");
         assert!(c.validate().is_ok());
         for (name, value, expected) in [
             ("scheduler", "maybe", "scheduler: "),
