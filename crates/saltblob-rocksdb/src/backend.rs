@@ -10,6 +10,7 @@ use saltblob_core::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
     Precondition, RecordWrite, RecordsPlan, SpaceReport,
 };
+use saltblob_core::schedule::current_class;
 use saltblob_core::{Error, KeyDisplay, Result};
 
 use crate::commit_gate::CommitGate;
@@ -17,7 +18,7 @@ use crate::config::RocksConfig;
 use crate::core::{CF_CHUNKS, CF_MANIFESTS, CF_SYSTEM, Change, RocksCore};
 use crate::error::NAME;
 use crate::extent::format::Pointer;
-use crate::extent::{Extents, Wanted};
+use crate::extent::{Extents, IoPriority, Wanted};
 use crate::keys;
 
 /// Largest encoded chunk accepted.
@@ -96,6 +97,12 @@ impl RocksStore {
     /// ([`RocksConfig::extent_yield`]), and how long they waited in all.
     pub fn extent_stood_back(&self) -> (u64, std::time::Duration) {
         self.gate.stood_back()
+    }
+
+    /// How many extent reads and writes ran in the kernel's idle I/O class so far
+    /// ([`RocksConfig::bulk_idle_io`]).
+    pub fn extent_idle_ios(&self) -> u64 {
+        self.extents.idle_ios()
     }
 
     /// Flushes memtables and syncs the write-ahead log (for tests and orderly shutdown).
@@ -256,6 +263,7 @@ impl ChunkStore for RocksStore {
             .map(|c| keys::chunk_key(blob, c.salt, c.index))
             .collect();
         let extents = Arc::clone(&self.extents);
+        let priority = IoPriority::of(current_class().as_ref(), self.core.config().bulk_idle_io);
         let (blob, ids) = (blob.clone(), chunks.to_vec());
         self.core
             .blocking(move |core| {
@@ -284,7 +292,7 @@ impl ChunkStore for RocksStore {
                         });
                     }
                 }
-                for (slot, bytes) in extents.read(&blob, wanted)? {
+                for (slot, bytes) in extents.read(&blob, wanted, priority)? {
                     if let Some(s) = slots.get_mut(slot) {
                         *s = Some(bytes);
                     }
@@ -357,20 +365,26 @@ impl ChunkStore for RocksStore {
 
 #[cfg(test)]
 mod tests {
-    use saltblob_core::{BlobStore, PriorityClass, PutOptions, StoreConfig};
+    use saltblob_core::{BlobStore, GetOptions, PriorityClass, PutOptions, StoreConfig};
 
     use super::*;
     use crate::blob_files;
     use crate::core::WritePriority;
 
-    /// Low-priority chunk writes of `store` after one put of a multi-chunk blob in `class`.
-    async fn low_pri_writes_after_put(config: RocksConfig, class: PriorityClass) -> u64 {
+    /// A store opened on `config`, and a blob store over it with the default settings.
+    fn open_blobs(config: RocksConfig) -> (Arc<RocksStore>, BlobStore) {
         let store = Arc::new(RocksStore::open(config).expect("open"));
         let blobs = BlobStore::new(
             Arc::clone(&store) as Arc<dyn ChunkStore>,
             StoreConfig::default(),
         )
         .expect("store");
+        (store, blobs)
+    }
+
+    /// Low-priority chunk writes of `store` after one put of a multi-chunk blob in `class`.
+    async fn low_pri_writes_after_put(config: RocksConfig, class: PriorityClass) -> u64 {
+        let (store, blobs) = open_blobs(config);
         let data = Bytes::from(vec![3u8; 4 << 20]);
         let options = PutOptions::new().with_priority(class);
         blobs.put("k", data, &options).await.expect("put");
@@ -409,6 +423,51 @@ mod tests {
         assert_eq!(
             WritePriority::of_chunk_write(None, true),
             WritePriority::Normal
+        );
+    }
+
+    /// Extent reads and writes run in the kernel's idle I/O class after a put and a get of a 4 MiB value (in an
+    /// extent file) in `class`: how many did, after the put and after the get.
+    async fn idle_ios_after_put_and_get(
+        mut config: RocksConfig,
+        class: PriorityClass,
+    ) -> (u64, u64) {
+        config.extent_min_bytes = Some(1 << 20);
+        let (store, blobs) = open_blobs(config);
+        let data = Bytes::from(vec![5u8; 4 << 20]);
+        let options = PutOptions::new().with_priority(class.clone());
+        blobs.put("k", data.clone(), &options).await.expect("put");
+        let after_put = store.extent_idle_ios();
+        let got = blobs
+            .get_with("k", &GetOptions::new().with_priority(class))
+            .await
+            .expect("get");
+        assert!(got == data, "the value reads back whole");
+        (after_put, store.extent_idle_ios())
+    }
+
+    /// The extent writes of a background class's put and the reads of its get run in the idle I/O class, and
+    /// only those: not an interactive put's or get's, not with `bulk_idle_io=false`.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn only_extent_io_of_background_classes_runs_in_the_idle_class() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = |name: &str| RocksConfig::new(dir.path().join(name));
+        let (put, get) = idle_ios_after_put_and_get(config("bulk"), PriorityClass::bulk()).await;
+        assert!(put >= 4, "a bulk put's 4 MiB went out in {put} idle writes");
+        assert!(
+            get > put,
+            "a bulk get's reads were not idle: {put} then {get}"
+        );
+        let interactive =
+            idle_ios_after_put_and_get(config("interactive"), PriorityClass::interactive()).await;
+        assert_eq!(interactive, (0, 0), "interactive extent I/O ran idle");
+        let mut off = config("off");
+        off.bulk_idle_io = false;
+        assert_eq!(
+            idle_ios_after_put_and_get(off, PriorityClass::bulk()).await,
+            (0, 0),
+            "bulk_idle_io=false still ran extent I/O idle"
         );
     }
 

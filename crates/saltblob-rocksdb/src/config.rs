@@ -24,7 +24,7 @@ pub const DEFAULT_EXTENT_READ_DEPTH: usize = 4;
 /// Default of [`RocksConfig::extent_yield`].
 pub const DEFAULT_EXTENT_YIELD: std::time::Duration =
     std::time::Duration::from_millis(DEFAULT_EXTENT_YIELD_MS);
-const DEFAULT_EXTENT_YIELD_MS: u64 = 0;
+const DEFAULT_EXTENT_YIELD_MS: u64 = 5;
 /// The longest accepted [`RocksConfig::extent_yield`], in milliseconds.
 pub const MAX_EXTENT_YIELD_MS: u64 = 1000;
 /// Accepted values of [`RocksConfig::extent_io_bytes`] (and it must be a multiple of 4 KiB).
@@ -184,10 +184,17 @@ pub struct RocksConfig {
     pub extent_direct_io: bool,
     /// The longest each extent read or write waits, before it is issued, while a synced commit is pending (so
     /// that a small put's log write does not queue in the device behind huge reads and writes); zero (URL
-    /// `extent_yield_ms=0`): extent I/O never waits. At most 1 s. Defaults to zero: measured, it shortened the
-    /// small puts' median beside huge values but not their tail, at some cost to the huge ones (BENCHMARKS.md,
-    /// *Extent I/O standing back for synced commits*).
+    /// `extent_yield_ms=0`): extent I/O never waits. At most 1 s. Defaults to 5 ms: alone it shortened the small
+    /// puts' median beside huge values but not their tail (BENCHMARKS.md, *Extent I/O standing back for synced
+    /// commits*); with [`RocksConfig::bulk_idle_io`] it took the small P99 beside bulk from 24–32 to 19–26 ms in
+    /// six runs each, at the same bulk share (*bulk extent I/O in the idle class*).
     pub extent_yield: std::time::Duration,
+    /// Whether the extent reads and writes of background classes (`bulk`) run in the kernel's idle I/O class
+    /// (`ioprio_set(2)`), so that an I/O scheduler that honours it (`mq-deadline`, the usual one for virtual and
+    /// SATA disks, or `bfq`) serves small puts' log writes and journal commits first; `none` and `kyber` ignore
+    /// it. Idle requests are still served when nothing else waits, and `mq-deadline` ages them (10 s at most by
+    /// default). Defaults to `true` (BENCHMARKS.md, *bulk extent I/O in the idle class*).
+    pub bulk_idle_io: bool,
 }
 
 impl RocksConfig {
@@ -218,6 +225,7 @@ impl RocksConfig {
             extent_read_depth: DEFAULT_EXTENT_READ_DEPTH,
             extent_direct_io: true,
             extent_yield: DEFAULT_EXTENT_YIELD,
+            bulk_idle_io: true,
         }
     }
 
@@ -232,7 +240,8 @@ impl RocksConfig {
     /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`, `max_write_buffer_number`,
     /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`,
     /// `unlogged_min_bytes` (bytes, or `off`), `extent_min_bytes` (bytes, or `off`), `extent_io_bytes`,
-    /// `extent_io_depth`, `extent_read_bytes`, `extent_read_depth`, `extent_direct_io`, `extent_yield_ms`.
+    /// `extent_io_depth`, `extent_read_bytes`, `extent_read_depth`, `extent_direct_io`, `extent_yield_ms`,
+    /// `bulk_idle_io`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -359,6 +368,7 @@ impl RocksConfig {
                     }
                 }
                 "extent_direct_io" => config.extent_direct_io = flag(k)?,
+                "bulk_idle_io" => config.bulk_idle_io = flag(k)?,
                 "extent_yield_ms" => {
                     let ms = v
                         .parse::<u64>()
@@ -378,7 +388,7 @@ impl RocksConfig {
                          space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
                          background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes, \
                          extent_min_bytes, extent_io_bytes, extent_io_depth, extent_read_bytes, extent_read_depth, \
-                         extent_direct_io, extent_yield_ms"
+                         extent_direct_io, extent_yield_ms, bulk_idle_io"
                     )));
                 }
             }
@@ -447,12 +457,14 @@ mod tests {
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (1 << 20, 4));
         assert_eq!((c.extent_read_bytes, c.extent_read_depth), (512 << 10, 4));
         assert!(c.extent_direct_io);
-        assert_eq!(c.extent_yield, DEFAULT_EXTENT_YIELD);
+        assert_eq!(c.extent_yield, std::time::Duration::from_millis(5));
+        assert!(c.bulk_idle_io);
         let c = RocksConfig::from_url(
             "rocksdb:///x?extent_min_bytes=0&extent_io_bytes=4194304&extent_io_depth=2&extent_direct_io=false\
-             &extent_yield_ms=1000&extent_read_depth=16&extent_read_bytes=1048576",
+             &extent_yield_ms=1000&extent_read_depth=16&extent_read_bytes=1048576&bulk_idle_io=false",
         )
         .expect("parses");
+        assert!(!c.bulk_idle_io);
         assert_eq!(c.extent_yield, std::time::Duration::from_secs(1));
         assert_eq!(c.extent_min_bytes, Some(0));
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (4 << 20, 2));
@@ -517,6 +529,7 @@ mod tests {
             ("rocksdb:///x?extent_direct_io=maybe", "extent_direct_io"),
             ("rocksdb:///x?extent_yield_ms=1001", "extent_yield_ms"),
             ("rocksdb:///x?extent_yield_ms=5ms", "extent_yield_ms"),
+            ("rocksdb:///x?bulk_idle_io=sometimes", "bulk_idle_io"),
         ] {
             let err = RocksConfig::from_url(url).expect_err(url).to_string();
             assert!(err.contains(option), "{url}: {err}");

@@ -17,12 +17,15 @@
 //!   one buffer per run that the chunks handed back share; a record past the end of the file (a truncated
 //!   extent) is `Corrupt`, naming the file.
 //! - **Delete** ([`Extents::remove`]): a put in progress stops writing, then the file is unlinked.
+//! - **Priority** ([`priority`]): the reads and writes of background classes run in the kernel's idle I/O class,
+//!   so that small puts' commits pass them in the device queue.
 //!
 //! Nothing in the directory is touched but files of saltblob's naming ([`format::parse_file_name`]); others
 //! are left alone and logged when listed.
 
 pub(crate) mod format;
 mod io;
+mod priority;
 mod writer;
 
 use std::collections::HashMap;
@@ -31,10 +34,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
+use saltblob_core::schedule::current_class;
 use saltblob_core::{BlobRef, ChunkRecord, Error, KeyDisplay, RecordsPlan, Result};
 
 use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name};
 use self::io::{AlignedBuf, BufferPool, IoMode, ReadBuffers};
+pub(crate) use self::priority::IoPriority;
 pub(crate) use self::writer::Placed;
 use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
 use crate::commit_gate::CommitGate;
@@ -86,6 +91,10 @@ pub(crate) struct Extents {
     freed: AtomicU64,
     /// Each read and write stands back here while a synced commit is pending.
     gate: Arc<CommitGate>,
+    /// Whether the reads and writes of background classes run in the kernel's idle I/O class.
+    bulk_idle_io: bool,
+    /// Reads and writes issued in the idle I/O class so far.
+    idle_ios: Arc<AtomicU64>,
 }
 
 impl Extents {
@@ -126,6 +135,8 @@ impl Extents {
             fallback_logged: AtomicBool::new(false),
             freed: AtomicU64::new(0),
             gate,
+            bulk_idle_io: config.bulk_idle_io,
+            idle_ios: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -201,12 +212,14 @@ impl Extents {
             sized: plan.size.is_some(),
             dir_sync,
         };
+        let priority = IoPriority::of(current_class().as_ref(), self.bulk_idle_io);
         let writer = ExtentWriter::new(
             blob.clone(),
             opened,
             pool,
             self.depth,
             Arc::clone(&self.gate),
+            (priority, Arc::clone(&self.idle_ios)),
         );
         self.writers()?.insert(blob.clone(), Arc::new(writer));
         Ok(())
@@ -315,6 +328,11 @@ impl Extents {
         Ok(())
     }
 
+    /// Reads and writes issued in the kernel's idle I/O class so far ([`RocksConfig::bulk_idle_io`]).
+    pub(crate) fn idle_ios(&self) -> u64 {
+        self.idle_ios.load(Ordering::Relaxed)
+    }
+
     /// The bytes on disk of the files unlinked since the last call (for the space report of a gc pass, whose
     /// reclaim pass unlinks them before the report measures the directory).
     pub(crate) fn take_freed(&self) -> u64 {
@@ -328,8 +346,13 @@ impl Extents {
 
     /// Reads the records `wanted` of `blob` (blocking); returns each one's slot and stored bytes. When the file
     /// is gone (the version was deleted meanwhile) nothing is returned, and the caller reports the chunks
-    /// missing. A record that lies past the end of the file is `Corrupt`.
-    pub(crate) fn read(&self, blob: &BlobRef, wanted: Vec<Wanted>) -> Result<Vec<(usize, Bytes)>> {
+    /// missing. A record that lies past the end of the file is `Corrupt`. Each read runs at `priority`.
+    pub(crate) fn read(
+        &self,
+        blob: &BlobRef,
+        wanted: Vec<Wanted>,
+        priority: IoPriority,
+    ) -> Result<Vec<(usize, Bytes)>> {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
@@ -356,8 +379,11 @@ impl Extents {
                 .reads
                 .take(usize::try_from(run.len).unwrap_or(usize::MAX));
             self.gate.stand_back();
-            let got = io::read_at_most(&file, buf.bytes_mut(), run.start)
-                .map_err(|e| dir_error(&path, "cannot read it", e))?;
+            let (got, idle) = priority.run(|| io::read_at_most(&file, buf.bytes_mut(), run.start));
+            if idle {
+                self.idle_ios.fetch_add(1, Ordering::Relaxed);
+            }
+            let got = got.map_err(|e| dir_error(&path, "cannot read it", e))?;
             let got_end = run.start + got as u64;
             if let Some(past) = run.members.iter().find(|w| w.pointer.end() > got_end) {
                 return Err(truncated(blob, &path, got_end, past));

@@ -13,6 +13,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use saltblob_core::{BlobRef, ChunkRecord, Error, Result};
 use tokio::sync::Mutex;
@@ -20,6 +21,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::format::Pointer;
 use super::io::{AlignedBuf, BufferPool, IoMode, preallocate};
+use super::priority::IoPriority;
 use crate::commit_gate::CommitGate;
 use crate::error::NAME;
 
@@ -59,6 +61,10 @@ pub(crate) struct ExtentWriter {
     pool: Arc<BufferPool>,
     /// Each write stands back here, before it is issued, while a synced commit is pending.
     gate: Arc<CommitGate>,
+    /// The I/O priority of its writes (the idle class for a background class's put).
+    priority: IoPriority,
+    /// Counts the writes issued in the idle I/O class.
+    idle_ios: Arc<AtomicU64>,
     state: Mutex<State>,
 }
 
@@ -90,6 +96,7 @@ impl ExtentWriter {
         pool: Arc<BufferPool>,
         depth: usize,
         gate: Arc<CommitGate>,
+        (priority, idle_ios): (IoPriority, Arc<AtomicU64>),
     ) -> Self {
         let Opened {
             file,
@@ -108,6 +115,8 @@ impl ExtentWriter {
             depth: depth.max(1),
             pool,
             gate,
+            priority,
+            idle_ios,
             state: Mutex::new(State {
                 buf: None,
                 offset: data_start,
@@ -194,9 +203,15 @@ impl ExtentWriter {
             return Ok(());
         };
         let (file, offset, gate) = (Arc::clone(&self.file), st.offset, Arc::clone(&self.gate));
+        let (priority, idle_ios) = (self.priority, Arc::clone(&self.idle_ios));
         st.inflight.spawn_blocking(move || {
             gate.stand_back();
-            file.write_all_at(buf.bytes().get(..len).unwrap_or_default(), offset)?;
+            let (written, idle) = priority
+                .run(|| file.write_all_at(buf.bytes().get(..len).unwrap_or_default(), offset));
+            if idle {
+                idle_ios.fetch_add(1, Ordering::Relaxed);
+            }
+            written?;
             Ok(buf)
         });
         st.offset += self.pool.buffer_len() as u64;
@@ -397,6 +412,7 @@ mod tests {
             Arc::new(BufferPool::new(65536, 4096, 2)),
             2,
             Arc::new(CommitGate::new(Duration::ZERO)),
+            (IoPriority::Inherited, Arc::new(AtomicU64::new(0))),
         );
         let first = writer.sync().await.expect_err("fdatasync of a pipe fails");
         assert!(first.to_string().contains("fdatasync"), "{first}");

@@ -203,7 +203,7 @@ async fn gc_reports_the_extent_space_it_freed() {
 
 /// Extent I/O stands back while synced commits are pending (`extent_yield_ms`): a large put and a large get,
 /// each beside loops of small synced puts, both wait at the gate, and read back whole; with the gate off
-/// (the default) nothing waits.
+/// (`extent_yield_ms=0`) nothing waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extent_io_stands_back_while_synced_commits_are_pending() {
     let dir = tempfile::tempdir().expect("tempdir");
