@@ -365,12 +365,13 @@ pub fn probe_text(r: &ProbeReport) -> String {
             let size = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
             let _ = writeln!(
                 s,
-                "  sectors: physical {} B, logical {} B; rotational {}; max request {} KiB",
+                "  sectors: physical {} B, logical {} B; rotational {}; max request {} KiB; I/O scheduler {}",
                 size(dev.physical_block_size),
                 size(dev.logical_block_size),
                 dev.rotational
                     .map_or_else(|| "?".to_owned(), |r| r.to_string()),
-                size(dev.max_sectors_kb)
+                size(dev.max_sectors_kb),
+                dev.io_scheduler.as_deref().unwrap_or("?")
             );
             for n in &dev.notes {
                 let _ = writeln!(s, "  note: {n}");
