@@ -178,8 +178,8 @@ fn scheduler_warning(device: &str, scheduler: &str) -> Option<String> {
         format!(
             "{device}'s I/O scheduler is {scheduler}, which ignores I/O priorities: huge values' extent reads and \
              writes run in the idle I/O class (rocksdb bulk_idle_io) so that small puts' synced commits pass them, \
-             and here they will not (BENCHMARKS.md, *bulk extent I/O in the idle class*: small puts' P99 beside \
-             a bulk loop 81 ms at normal priority, 21 ms idle, on mq-deadline). Where the device has a queue \
+             and here they will not (BENCHMARKS.md, *bulk extent I/O in the idle class*: the small P99 beside \
+             a bulk loop 45-67 ms at normal priority, 24-29 ms idle, on mq-deadline). Where the device has a queue \
              deep enough to need no scheduler (many NVMe drives) this may not matter; otherwise choose \
              mq-deadline: echo mq-deadline > /sys/block/{device}/queue/scheduler (a udev rule keeps it)."
         )

@@ -219,7 +219,8 @@ impl Extents {
             pool,
             self.depth,
             Arc::clone(&self.gate),
-            (priority, Arc::clone(&self.idle_ios)),
+            priority,
+            Arc::clone(&self.idle_ios),
         );
         self.writers()?.insert(blob.clone(), Arc::new(writer));
         Ok(())
@@ -379,11 +380,11 @@ impl Extents {
                 .reads
                 .take(usize::try_from(run.len).unwrap_or(usize::MAX));
             self.gate.stand_back();
-            let (got, idle) = priority.run(|| io::read_at_most(&file, buf.bytes_mut(), run.start));
-            if idle {
-                self.idle_ios.fetch_add(1, Ordering::Relaxed);
-            }
-            let got = got.map_err(|e| dir_error(&path, "cannot read it", e))?;
+            let got = priority
+                .run(&self.idle_ios, || {
+                    io::read_at_most(&file, buf.bytes_mut(), run.start)
+                })
+                .map_err(|e| dir_error(&path, "cannot read it", e))?;
             let got_end = run.start + got as u64;
             if let Some(past) = run.members.iter().find(|w| w.pointer.end() > got_end) {
                 return Err(truncated(blob, &path, got_end, past));

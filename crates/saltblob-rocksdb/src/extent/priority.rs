@@ -8,6 +8,8 @@
 //! The priority belongs to the thread that issues the I/O, and extent I/O runs on Tokio's shared blocking
 //! threads (which also run small puts' commits), so it is set around each read or write and restored after.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use saltblob_core::schedule::ClassTag;
 
 /// The I/O priority one extent read or write runs at.
@@ -31,17 +33,19 @@ impl IoPriority {
     }
 
     /// Runs `io` (blocking) on the calling thread at this priority, and gives the thread its own back after,
-    /// even if `io` panics. Returns `io`'s result and whether it ran in the idle class (false where the kernel
-    /// refused the change, which is logged once, or for [`IoPriority::Inherited`]).
-    pub(crate) fn run<T>(self, io: impl FnOnce() -> T) -> (T, bool) {
+    /// even if `io` panics. Counts the I/O in `idle_ios` when it ran in the idle class (not where the kernel
+    /// refused the change, which is logged once, nor for [`IoPriority::Inherited`]).
+    pub(crate) fn run<T>(self, idle_ios: &AtomicU64, io: impl FnOnce() -> T) -> T {
         match self {
-            Self::Inherited => (io(), false),
+            Self::Inherited => io(),
             Self::Idle => {
                 let guard = sys::Lowered::to_idle();
-                let idle = guard.is_some();
+                if guard.is_some() {
+                    idle_ios.fetch_add(1, Ordering::Relaxed);
+                }
                 let out = io();
                 drop(guard);
-                (out, idle)
+                out
             }
         }
     }
@@ -141,21 +145,29 @@ mod tests {
     #[test]
     fn idle_io_runs_in_the_idle_class_and_the_thread_gets_its_priority_back() {
         let before = sys::current().expect("ioprio_get");
-        let (inside, idle) = IoPriority::Idle.run(|| sys::current().expect("ioprio_get inside"));
-        assert!(idle, "the kernel refused the idle class");
+        let idle_ios = AtomicU64::new(0);
+        let inside = IoPriority::Idle.run(&idle_ios, || sys::current().expect("ioprio_get inside"));
         assert_eq!(inside, sys::IDLE, "the I/O ran in the idle class");
+        assert_eq!(idle_ios.load(Ordering::Relaxed), 1, "and was counted");
         assert_eq!(sys::current().expect("ioprio_get after"), before);
 
-        let (inside, idle) =
-            IoPriority::Inherited.run(|| sys::current().expect("ioprio_get inside"));
-        assert!(!idle);
+        let inside =
+            IoPriority::Inherited.run(&idle_ios, || sys::current().expect("ioprio_get inside"));
         assert_eq!(inside, before, "inherited I/O keeps the thread's priority");
+        assert_eq!(
+            idle_ios.load(Ordering::Relaxed),
+            1,
+            "and is not counted idle"
+        );
     }
 
     #[test]
     fn a_panicking_io_still_gives_the_priority_back() {
         let before = sys::current().expect("ioprio_get");
-        let caught = std::panic::catch_unwind(|| IoPriority::Idle.run(|| panic!("the I/O failed")));
+        let idle_ios = AtomicU64::new(0);
+        let caught = std::panic::catch_unwind(|| {
+            IoPriority::Idle.run(&idle_ios, || panic!("the I/O failed"))
+        });
         assert!(caught.is_err());
         assert_eq!(sys::current().expect("ioprio_get after"), before);
     }

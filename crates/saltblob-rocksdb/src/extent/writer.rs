@@ -13,7 +13,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use saltblob_core::{BlobRef, ChunkRecord, Error, Result};
 use tokio::sync::Mutex;
@@ -89,14 +89,16 @@ struct State {
 
 impl ExtentWriter {
     /// A writer of `blob`'s records into `opened`, with buffers from `pool` and at most `depth` writes in flight,
-    /// each standing back at `gate` while a synced commit is pending.
+    /// each standing back at `gate` while a synced commit is pending and issued at `priority` (counted in
+    /// `idle_ios` when it ran idle).
     pub(crate) fn new(
         blob: BlobRef,
         opened: Opened,
         pool: Arc<BufferPool>,
         depth: usize,
         gate: Arc<CommitGate>,
-        (priority, idle_ios): (IoPriority, Arc<AtomicU64>),
+        priority: IoPriority,
+        idle_ios: Arc<AtomicU64>,
     ) -> Self {
         let Opened {
             file,
@@ -206,12 +208,9 @@ impl ExtentWriter {
         let (priority, idle_ios) = (self.priority, Arc::clone(&self.idle_ios));
         st.inflight.spawn_blocking(move || {
             gate.stand_back();
-            let (written, idle) = priority
-                .run(|| file.write_all_at(buf.bytes().get(..len).unwrap_or_default(), offset));
-            if idle {
-                idle_ios.fetch_add(1, Ordering::Relaxed);
-            }
-            written?;
+            priority.run(&idle_ios, || {
+                file.write_all_at(buf.bytes().get(..len).unwrap_or_default(), offset)
+            })?;
             Ok(buf)
         });
         st.offset += self.pool.buffer_len() as u64;
@@ -412,7 +411,8 @@ mod tests {
             Arc::new(BufferPool::new(65536, 4096, 2)),
             2,
             Arc::new(CommitGate::new(Duration::ZERO)),
-            (IoPriority::Inherited, Arc::new(AtomicU64::new(0))),
+            IoPriority::Inherited,
+            Arc::new(AtomicU64::new(0)),
         );
         let first = writer.sync().await.expect_err("fdatasync of a pipe fails");
         assert!(first.to_string().contains("fdatasync"), "{first}");
