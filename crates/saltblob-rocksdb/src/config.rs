@@ -24,7 +24,7 @@ pub const DEFAULT_EXTENT_READ_DEPTH: usize = 4;
 /// Default of [`RocksConfig::extent_yield`].
 pub const DEFAULT_EXTENT_YIELD: std::time::Duration =
     std::time::Duration::from_millis(DEFAULT_EXTENT_YIELD_MS);
-const DEFAULT_EXTENT_YIELD_MS: u64 = 5;
+const DEFAULT_EXTENT_YIELD_MS: u64 = 15;
 /// The longest accepted [`RocksConfig::extent_yield`], in milliseconds.
 pub const MAX_EXTENT_YIELD_MS: u64 = 1000;
 /// Accepted values of [`RocksConfig::extent_io_bytes`] (and it must be a multiple of 4 KiB).
@@ -184,10 +184,12 @@ pub struct RocksConfig {
     pub extent_direct_io: bool,
     /// The longest each extent read or write waits, before it is issued, while a synced commit is pending (so
     /// that a small put's log write does not queue in the device behind huge reads and writes); zero (URL
-    /// `extent_yield_ms=0`): extent I/O never waits. At most 1 s. Defaults to 5 ms: alone it shortened the small
+    /// `extent_yield_ms=0`): extent I/O never waits. At most 1 s. Defaults to 15 ms: alone it shortened the small
     /// puts' median beside huge values but not their tail (BENCHMARKS.md, *Extent I/O standing back for synced
-    /// commits*); with [`RocksConfig::bulk_idle_io`] it took the small P99 beside bulk from 24–32 to 19–26 ms in
-    /// six runs each, at the same bulk share (*bulk extent I/O in the idle class*).
+    /// commits*); with [`RocksConfig::bulk_idle_io`], 5 ms took the small P99 beside bulk from 24–32 to 19–26 ms
+    /// in six runs each (*bulk extent I/O in the idle class*), and 15 ms against 5 ms took it from 18.1–28.0
+    /// (median 19.6) to 16.4–19.0 ms (median 17.4) in six runs of 20 000 samples each, at the same bulk share
+    /// (*a longer stand-back for synced commits*).
     pub extent_yield: std::time::Duration,
     /// Whether the extent reads and writes of background classes (`bulk`) run in the kernel's idle I/O class
     /// (`ioprio_set(2)`), so that an I/O scheduler that honours it (`mq-deadline`, the usual one for virtual and
@@ -457,7 +459,7 @@ mod tests {
         assert_eq!((c.extent_io_bytes, c.extent_io_depth), (1 << 20, 4));
         assert_eq!((c.extent_read_bytes, c.extent_read_depth), (512 << 10, 4));
         assert!(c.extent_direct_io);
-        assert_eq!(c.extent_yield, std::time::Duration::from_millis(5));
+        assert_eq!(c.extent_yield, std::time::Duration::from_millis(15));
         assert!(c.bulk_idle_io);
         let c = RocksConfig::from_url(
             "rocksdb:///x?extent_min_bytes=0&extent_io_bytes=4194304&extent_io_depth=2&extent_direct_io=false\
