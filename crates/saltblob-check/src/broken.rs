@@ -24,12 +24,18 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use saltblob_core::{
-    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace,
-    Precondition, Previous, RecordWrite, Result,
+    BackendInfo, BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest,
+    Namespace, Precondition, Previous, RecordWrite, Result,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The inner store's info, with commits made one record write at a time (no atomic groups): they go through
+/// the manifest writes each wrapper breaks.
+fn one_record_at_a_time(inner: &dyn ChunkStore) -> BackendInfo {
+    inner.info().with_atomic_record_groups(false)
 }
 
 /// A seeded coin, shared by the tasks using one wrapper; it counts the heads it threw.
@@ -130,6 +136,10 @@ impl ManifestFirst {
 impl ChunkStoreLayer for ManifestFirst {
     fn inner(&self) -> &dyn ChunkStore {
         self.inner.as_ref()
+    }
+
+    fn info(&self) -> BackendInfo {
+        one_record_at_a_time(self.inner.as_ref())
     }
 
     async fn put_record(
@@ -268,6 +278,10 @@ impl ChunkStoreLayer for StaleReads {
         self.inner.as_ref()
     }
 
+    fn info(&self) -> BackendInfo {
+        one_record_at_a_time(self.inner.as_ref())
+    }
+
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
         if ns == Namespace::Manifest && self.coin.flip() {
             let stale = lock(&self.previous).get(key).cloned();
@@ -337,6 +351,10 @@ impl ChunkStoreLayer for LostAck {
         self.inner.as_ref()
     }
 
+    fn info(&self) -> BackendInfo {
+        one_record_at_a_time(self.inner.as_ref())
+    }
+
     async fn put_record(
         &self,
         ns: Namespace,
@@ -378,6 +396,10 @@ impl RefusedButApplied {
 impl ChunkStoreLayer for RefusedButApplied {
     fn inner(&self) -> &dyn ChunkStore {
         self.inner.as_ref()
+    }
+
+    fn info(&self) -> BackendInfo {
+        one_record_at_a_time(self.inner.as_ref())
     }
 
     async fn put_record(

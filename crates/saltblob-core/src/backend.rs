@@ -91,6 +91,65 @@ pub enum Previous {
     Unknown,
 }
 
+/// One write of an atomic group ([`ChunkStore::write_records`]): a put (`value` given) or a delete (`None`) of
+/// one record, if `cond` holds (for a delete, as [`Precondition::for_delete`] reads it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordChange {
+    /// The record's namespace.
+    pub ns: Namespace,
+    /// The record's key.
+    pub key: Bytes,
+    /// The condition on the record's current value.
+    pub cond: Precondition,
+    /// The new value; `None` deletes the record.
+    pub value: Option<Bytes>,
+}
+
+impl RecordChange {
+    /// A put of `value` under `key` if `cond` holds.
+    pub fn put(ns: Namespace, key: impl Into<Bytes>, value: Bytes, cond: Precondition) -> Self {
+        Self {
+            ns,
+            key: key.into(),
+            cond,
+            value: Some(value),
+        }
+    }
+
+    /// A delete of `key` if `cond` holds.
+    pub fn delete(ns: Namespace, key: impl Into<Bytes>, cond: Precondition) -> Self {
+        Self {
+            ns,
+            key: key.into(),
+            cond,
+            value: None,
+        }
+    }
+
+    /// Whether the condition holds for a record whose current value is `current`.
+    pub fn holds(&self, current: Option<&Bytes>) -> bool {
+        match self.value {
+            Some(_) => self.cond.holds(current),
+            None => self.cond.for_delete().holds(current),
+        }
+    }
+}
+
+/// What an atomic group of record writes found and did ([`ChunkStore::write_records`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupWrite {
+    /// Every write happened; for each, in order, what it replaced.
+    Done(Vec<Previous>),
+    /// The condition of write `index` (the first, in order, that did not hold) failed; nothing was written.
+    /// Carries that record's current value.
+    ConditionFailed {
+        /// The position of the write in the group.
+        index: usize,
+        /// Its record's current value.
+        current: Option<Bytes>,
+    },
+}
+
 /// Which blob version chunks belong to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BlobRef {
@@ -256,6 +315,12 @@ pub struct BackendInfo {
     /// depth past which the device reads no faster, and a deeper queue only slower. `None` (the default): as
     /// many as the window holds.
     pub chunk_records_read_depth: Option<usize>,
+    /// Whether [`ChunkStore::write_records`] writes a group of records atomically, each under its condition, in
+    /// one engine write. A put then commits with one group (what it replaces queued for reclaim, its manifest,
+    /// and its intent removed under the condition that gc has not taken it over) in place of a claim and three
+    /// writes. Defaults to `false`: the backend does not implement `write_records`. A wrapper that intercepts
+    /// record writes either intercepts `write_records` too or clears this.
+    pub atomic_record_groups: bool,
 }
 
 impl BackendInfo {
@@ -279,6 +344,7 @@ impl BackendInfo {
             chunk_records_batch_bytes: None,
             chunk_records_read_bytes: None,
             chunk_records_read_depth: None,
+            atomic_record_groups: false,
         }
     }
 
@@ -349,6 +415,13 @@ impl BackendInfo {
         self
     }
 
+    /// Declares whether the backend writes atomic groups of records ([`BackendInfo::atomic_record_groups`]).
+    #[must_use]
+    pub fn with_atomic_record_groups(mut self, atomic: bool) -> Self {
+        self.atomic_record_groups = atomic;
+        self
+    }
+
     /// Whether a put of `size` bytes (a lower bound, for a stream of unknown length) stores its chunks as
     /// records of its version. Takes precedence over [`BackendInfo::unlogged_put`].
     pub fn records_put(&self, size: u64) -> bool {
@@ -401,6 +474,21 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         key: &[u8],
         cond: &Precondition,
     ) -> Result<RecordWrite>;
+
+    /// Writes `changes` atomically, in one engine write (synced if any of them is a manifest write the backend
+    /// syncs): every condition holds and every change happens, or nothing is written and the first change whose
+    /// condition failed is named. At most one change per record. Only for backends that declare
+    /// [`BackendInfo::atomic_record_groups`]; the default fails, non-retryable.
+    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+        let _ = changes;
+        Err(crate::Error::internal(
+            "write_records",
+            format!(
+                "backend {} writes no atomic groups of records",
+                self.info().name
+            ),
+        ))
+    }
 
     /// The first `limit` records, in ascending byte order of their keys, of those whose key starts with `prefix`
     /// and, when `start_after` is given, sorts strictly after it. `start_after` need not start with `prefix`:

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
-    Precondition, Previous, RecordWrite, RecordsPlan,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
+    Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
 };
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -28,6 +28,8 @@ pub const MEMORY_RECORDS_MIN_BYTES: u64 = 8 << 20;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    /// Whether it declares [`BackendInfo::atomic_record_groups`] (see [`MemoryStore::with_atomic_record_groups`]).
+    atomic_record_groups: bool,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +50,15 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that writes atomic groups of records ([`ChunkStore::write_records`]), as RocksDB does:
+    /// puts then commit with one group. [`MemoryStore::new`] does not, as on Cassandra.
+    pub fn with_atomic_record_groups() -> Self {
+        Self {
+            atomic_record_groups: true,
+            ..Self::default()
+        }
     }
 
     /// From now on, makes record writes (puts and deletes) in `namespaces` fail, and chunk deletions too when
@@ -102,6 +113,7 @@ impl ChunkStore for MemoryStore {
         BackendInfo::new("memory", 64 << 20, 8 << 20, true)
             .with_unlogged_chunks(Some(MEMORY_UNLOGGED_MIN_BYTES))
             .with_chunk_records(Some(MEMORY_RECORDS_MIN_BYTES))
+            .with_atomic_record_groups(self.atomic_record_groups)
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -147,6 +159,43 @@ impl ChunkStore for MemoryStore {
         Ok(RecordWrite::Done(
             previous.map_or(Previous::Absent, Previous::Value),
         ))
+    }
+
+    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+        if !self.atomic_record_groups {
+            return Err(Error::internal(
+                "write_records",
+                "this memory store writes no atomic groups of records",
+            ));
+        }
+        let mut state = self.lock()?;
+        if let Some(change) = changes
+            .iter()
+            .find(|c| state.failing_records.contains(&c.ns))
+        {
+            return Err(injected(&format!("write of a {:?} record", change.ns)));
+        }
+        for (index, change) in changes.iter().enumerate() {
+            let current = state.records.get(&(change.ns, change.key.clone()));
+            if !change.holds(current) {
+                return Ok(GroupWrite::ConditionFailed {
+                    index,
+                    current: current.cloned(),
+                });
+            }
+        }
+        let previous = changes
+            .into_iter()
+            .map(|change| {
+                let k = (change.ns, change.key);
+                let previous = match change.value {
+                    Some(value) => state.records.insert(k, value),
+                    None => state.records.remove(&k),
+                };
+                previous.map_or(Previous::Absent, Previous::Value)
+            })
+            .collect();
+        Ok(GroupWrite::Done(previous))
     }
 
     async fn scan_records(

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
-use crate::backend::{BlobRef, Namespace, Precondition};
+use crate::backend::{BlobRef, Namespace, Precondition, RecordChange};
 use crate::decode::Reader;
 use crate::layout::MAX_SALT_LIMIT;
 use crate::liveness::{self, Ownership};
@@ -125,20 +125,24 @@ pub(crate) async fn enqueue(
     chunks: ChunkSet,
     queued_at: u64,
 ) -> Result<Vec<u8>> {
-    let entry = ReclaimEntry {
+    let (k, v) = entry(inner, blob, chunks, queued_at).encode();
+    inner
+        .backend
+        .put_record(Namespace::Reclaim, &k, v, &Precondition::None)
+        .await?;
+    Ok(k)
+}
+
+/// The entry that queues `chunks` of `blob`, due the grace period after `queued_at`.
+fn entry(inner: &Inner, blob: &BlobRef, chunks: ChunkSet, queued_at: u64) -> ReclaimEntry {
+    ReclaimEntry {
         due_micros: queued_at.saturating_add(micros(inner.config.grace)),
         version: blob.version,
         key: blob.key.clone(),
         salt_count: chunks.salt_count,
         chunk_count: chunks.chunk_count,
         stored_bytes: chunks.stored_bytes,
-    };
-    let (k, v) = entry.encode();
-    inner
-        .backend
-        .put_record(Namespace::Reclaim, &k, v, &Precondition::None)
-        .await?;
-    Ok(k)
+    }
 }
 
 /// Removes the entry [`enqueue`] wrote under `entry_key`.
@@ -171,14 +175,41 @@ pub(crate) async fn queued_versions(inner: &Inner) -> Result<HashSet<(Bytes, Ver
 /// under (its own, or each chunked segment's); inline versions have none.
 pub(crate) async fn schedule(inner: &Inner, key: &Bytes, manifest: &Manifest) -> Result<()> {
     let now = inner.now_micros();
-    for segment in manifest.segments() {
+    for (blob, chunks) in chunk_sets(key, manifest) {
+        enqueue(inner, &blob, chunks, now).await?;
+    }
+    Ok(())
+}
+
+/// The writes of the entries [`schedule`] writes, queued at `queued_at`: for a commit that writes them in one
+/// atomic group with its manifest.
+pub(crate) fn schedule_changes(
+    inner: &Inner,
+    key: &Bytes,
+    manifest: &Manifest,
+    queued_at: u64,
+) -> Vec<RecordChange> {
+    chunk_sets(key, manifest)
+        .map(|(blob, chunks)| {
+            let (k, v) = entry(inner, &blob, chunks, queued_at).encode();
+            RecordChange::put(Namespace::Reclaim, k, v, Precondition::None)
+        })
+        .collect()
+}
+
+/// The versions the chunks of `manifest` lie under (its own, or each chunked segment's), with their chunks.
+fn chunk_sets<'a>(
+    key: &'a Bytes,
+    manifest: &Manifest,
+) -> impl Iterator<Item = (BlobRef, ChunkSet)> + 'a {
+    manifest.segments().into_iter().filter_map(move |segment| {
         let ManifestBody::Chunked {
             layout,
             stored_bytes,
             ..
         } = &segment.body
         else {
-            continue;
+            return None;
         };
         let blob = BlobRef {
             key: key.clone(),
@@ -189,9 +220,8 @@ pub(crate) async fn schedule(inner: &Inner, key: &Bytes, manifest: &Manifest) ->
             chunk_count: layout.chunk_count,
             stored_bytes: *stored_bytes,
         };
-        enqueue(inner, &blob, chunks, now).await?;
-    }
-    Ok(())
+        Some((blob, chunks))
+    })
 }
 
 /// Like [`schedule`], but failures are logged, not returned: for when the operation that replaced the version

@@ -13,3 +13,13 @@ mod sealed {
 
     saltblob_core::conformance_suite!(sealed async { Fixture::new(Arc::new(MemoryStore::new())) });
 }
+
+/// Every case again on a store that writes atomic groups of records, as RocksDB does: puts commit with one group
+/// (reclaim entries, manifest, intent removal) instead of a claim and three writes.
+mod atomic_groups {
+    use super::*;
+
+    saltblob_core::conformance_suite!(async {
+        Fixture::new(Arc::new(MemoryStore::with_atomic_record_groups()))
+    });
+}

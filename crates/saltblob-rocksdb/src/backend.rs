@@ -7,15 +7,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
-    Precondition, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
+    Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
 };
 use saltblob_core::schedule::current_class;
 use saltblob_core::{Error, KeyDisplay, Result};
 
 use crate::commit_gate::CommitGate;
 use crate::config::RocksConfig;
-use crate::core::{CF_CHUNKS, CF_MANIFESTS, CF_SYSTEM, Change, RocksCore};
+use crate::core::{CF_CHUNKS, CF_MANIFESTS, CF_SYSTEM, Change, Conditional, RocksCore};
 use crate::error::NAME;
 use crate::extent::format::Pointer;
 use crate::extent::{Extents, IoPriority, Wanted};
@@ -160,6 +160,7 @@ impl ChunkStore for RocksStore {
                 self.core.config().extent_read_bytes,
                 self.core.config().extent_read_depth,
             )
+            .with_atomic_record_groups(true)
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -185,6 +186,27 @@ impl ChunkStore for RocksStore {
     ) -> Result<RecordWrite> {
         self.write_record(ns, key, cond.for_delete(), Change::Delete)
             .await
+    }
+
+    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+        let sync = self.core.config().sync && changes.iter().any(|c| c.ns == Namespace::Manifest);
+        let writes = changes
+            .into_iter()
+            .map(|c| {
+                let (cf_name, key) = Self::record_location(c.ns, &c.key);
+                let (cond, change) = match c.value {
+                    Some(value) => (c.cond, Change::Put(value)),
+                    None => (c.cond.for_delete().clone(), Change::Delete),
+                };
+                Conditional {
+                    cf_name,
+                    key,
+                    cond,
+                    change,
+                }
+            })
+            .collect();
+        self.core.conditional_group(writes, sync).await
     }
 
     async fn scan_records(

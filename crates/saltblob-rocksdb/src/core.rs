@@ -15,7 +15,7 @@ use rocksdb::{
     CompactOptions, DB, DBCompressionType, DBRecoveryMode, Direction, Env, IteratorMode, Options,
     WriteBatch, WriteOptions,
 };
-use saltblob_core::backend::{Precondition, Previous, RecordWrite, SpaceReport};
+use saltblob_core::backend::{GroupWrite, Precondition, Previous, RecordWrite, SpaceReport};
 use saltblob_core::schedule::{ClassTag, current_class};
 use saltblob_core::{Error, Result};
 
@@ -77,6 +77,15 @@ impl WritePriority {
         wo.disable_wal(unlogged);
         wo
     }
+}
+
+/// One write of [`RocksCore::conditional_group`]: `change` to `key` of column family `cf_name`, if `cond` holds
+/// on its value (a delete's condition as [`Precondition::for_delete`] reads it).
+pub(crate) struct Conditional {
+    pub(crate) cf_name: &'static str,
+    pub(crate) key: Vec<u8>,
+    pub(crate) cond: Precondition,
+    pub(crate) change: Change,
 }
 
 /// The change a conditional write makes to its key.
@@ -380,37 +389,70 @@ impl RocksCore {
         cond: &Precondition,
         change: Change,
     ) -> Result<RecordWrite> {
-        let stripe = self.stripe_of(cf_name, &key);
-        let cond = cond.clone();
-        self.blocking(move |core| {
-            let _guard: MutexGuard<'_, ()> = core
-                .stripes
-                .get(stripe)
-                .ok_or_else(|| Error::backend(NAME, "lock stripe out of range", false))?
-                .lock()
-                .map_err(|_| Error::backend(NAME, "record lock poisoned by a panic", false))?;
-            let handle = core.cf(cf_name)?;
-            let current = core
-                .db
-                .get_cf(handle, &key)
-                .map_err(error::map)?
-                .map(Bytes::from);
-            if !cond.holds(current.as_ref()) {
-                return Ok(RecordWrite::ConditionFailed(current));
+        let write = Conditional {
+            cf_name,
+            key,
+            cond: cond.clone(),
+            change,
+        };
+        Ok(match self.conditional_group(vec![write], sync).await? {
+            GroupWrite::Done(mut previous) => {
+                RecordWrite::Done(previous.pop().unwrap_or(Previous::Absent))
             }
+            GroupWrite::ConditionFailed { current, .. } => RecordWrite::ConditionFailed(current),
+        })
+    }
+
+    /// Applies `writes` in one engine write batch (synced when `sync`) if every condition holds on its key's
+    /// value, else nothing (naming the first that failed); each key read and the batch written under the keys'
+    /// lock stripes, taken in ascending order (two groups never wait for each other), so that conditional
+    /// writes of one key are serialized. At most one write per key.
+    pub(crate) async fn conditional_group(
+        self: &Arc<Self>,
+        writes: Vec<Conditional>,
+        sync: bool,
+    ) -> Result<GroupWrite> {
+        let mut stripes: Vec<usize> = writes
+            .iter()
+            .map(|w| self.stripe_of(w.cf_name, &w.key))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        self.blocking(move |core| {
+            let _guards = stripes
+                .iter()
+                .map(|&stripe| {
+                    core.stripes
+                        .get(stripe)
+                        .ok_or_else(|| Error::backend(NAME, "lock stripe out of range", false))?
+                        .lock()
+                        .map_err(|_| Error::backend(NAME, "record lock poisoned by a panic", false))
+                })
+                .collect::<Result<Vec<MutexGuard<'_, ()>>>>()?;
             let mut batch = WriteBatch::default();
-            match change {
-                Change::Put(value) => batch.put_cf(handle, &key, &value),
-                Change::Delete => batch.delete_cf(handle, &key),
+            let mut previous = Vec::with_capacity(writes.len());
+            for (index, write) in writes.into_iter().enumerate() {
+                let handle = core.cf(write.cf_name)?;
+                let current = core
+                    .db
+                    .get_cf(handle, &write.key)
+                    .map_err(error::map)?
+                    .map(Bytes::from);
+                if !write.cond.holds(current.as_ref()) {
+                    return Ok(GroupWrite::ConditionFailed { index, current });
+                }
+                match write.change {
+                    Change::Put(value) => batch.put_cf(handle, &write.key, &value),
+                    Change::Delete => batch.delete_cf(handle, &write.key),
+                }
+                previous.push(current.map_or(Previous::Absent, Previous::Value));
             }
             let mut wo = WriteOptions::default();
             wo.set_sync(sync);
             let pending = sync.then(|| core.gate.commit());
             core.wrote(core.db.write_opt(batch, &wo))?;
             drop(pending);
-            Ok(RecordWrite::Done(
-                current.map_or(Previous::Absent, Previous::Value),
-            ))
+            Ok(GroupWrite::Done(previous))
         })
         .await
     }

@@ -13,8 +13,8 @@ use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::watch;
 
 use crate::backend::{
-    BlobRef, ChunkAddress, ChunkRecord, ChunkStore, ChunkWrite, Namespace, Precondition,
-    RecordWrite,
+    BlobRef, ChunkAddress, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite, Namespace,
+    Precondition, RecordChange, RecordWrite,
 };
 use crate::layer::ChunkStoreLayer;
 use crate::{Error, Result};
@@ -24,7 +24,8 @@ use crate::{Error, Result};
 pub enum Point {
     /// `get_record` in a namespace.
     RecordRead(Namespace),
-    /// `put_record` and `delete_record` in a namespace.
+    /// `put_record` and `delete_record` in a namespace, and `write_records` of a group that writes there (it
+    /// passes the point of each of its namespaces in turn).
     RecordWrite(Namespace),
     /// `put_chunks`, `put_chunks_unlogged` and `put_chunk_records`. A held chunk write is already issued, as
     /// an engine's write on a thread of its own is: it lands once released even if its caller has given up on
@@ -180,6 +181,19 @@ impl ChunkStoreLayer for Faulty {
     ) -> Result<RecordWrite> {
         self.enter(Point::RecordWrite(ns)).await?;
         self.inner.delete_record(ns, key, cond).await
+    }
+
+    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+        let mut namespaces: Vec<Namespace> = Vec::new();
+        for change in &changes {
+            if !namespaces.contains(&change.ns) {
+                namespaces.push(change.ns);
+            }
+        }
+        for ns in namespaces {
+            self.enter(Point::RecordWrite(ns)).await?;
+        }
+        self.inner.write_records(changes).await
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {

@@ -67,8 +67,9 @@ pub use gc::{
 };
 pub use reads::{list_by_prefix, range_reads};
 pub use records::{
-    record_scan_from_before_the_prefix, record_scans_page_in_key_order,
-    record_writes_check_preconditions, records_are_separate_per_namespace,
+    record_groups_are_all_or_nothing, record_scan_from_before_the_prefix,
+    record_scans_page_in_key_order, record_writes_check_preconditions,
+    records_are_separate_per_namespace,
 };
 pub use roundtrip::{
     compression_round_trips, describe_layouts, per_put_overrides, roundtrip_default_policy_large,
@@ -148,8 +149,8 @@ macro_rules! conformance_suite {
     (@with $attrs:tt $make:expr) => {
         $crate::conformance_suite!(@store $attrs $crate::conformance::plain; $make);
         $crate::conformance_suite!(@cases $attrs $crate::conformance::plain; $make;
-            record_writes_check_preconditions, records_are_separate_per_namespace,
-            record_scans_page_in_key_order, record_scan_from_before_the_prefix,
+            record_writes_check_preconditions, record_groups_are_all_or_nothing,
+            records_are_separate_per_namespace, record_scans_page_in_key_order, record_scan_from_before_the_prefix,
             sealed_blobs_round_trip_and_store_no_plaintext,
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
             moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back,

@@ -1,6 +1,6 @@
 //! The record level of [`ChunkStore`] itself, below the blob API: preconditions checked with the write and what
-//! a write reports ([`RecordWrite`], [`Previous`]), namespaces, and [`ChunkStore::scan_records`] (key order,
-//! prefix, `limit`, paging with `start_after`).
+//! a write reports ([`RecordWrite`], [`Previous`]), atomic groups ([`ChunkStore::write_records`]), namespaces,
+//! and [`ChunkStore::scan_records`] (key order, prefix, `limit`, paging with `start_after`).
 //!
 //! The cases write records under keys of their own (`rec-<case>-<random>…`) that no blob, intent or queue entry
 //! uses (as a reclaim key, such a key reads as due in the far future), and delete them at the end, so they may
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::{ChunkStore, Namespace, Precondition, Previous, RecordWrite};
+use crate::{ChunkStore, GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite};
 
 /// Every namespace, each of which a backend may store apart.
 const NAMESPACES: [Namespace; 4] = [
@@ -218,6 +218,133 @@ pub async fn record_writes_check_preconditions(backend: Arc<dyn ChunkStore>) {
         );
         assert_eq!(get(&backend, ns, k).await, None, "{ns:?}: deleted");
     }
+}
+
+/// [`ChunkStore::write_records`] on a backend that declares atomic groups: every condition is checked before
+/// anything is written, a failed one (the first, in order) leaves every record of the group as it was, and a
+/// group that holds writes all of it, across namespaces, reporting what each write replaced. A backend that does
+/// not declare them refuses groups with an error.
+pub async fn record_groups_are_all_or_nothing(backend: Arc<dyn ChunkStore>) {
+    let group = |changes: Vec<RecordChange>| {
+        let backend = Arc::clone(&backend);
+        async move {
+            let what = format!("{changes:?}");
+            backend
+                .write_records(changes)
+                .await
+                .unwrap_or_else(|e| panic!("group {what}: {e}"))
+        }
+    };
+    let (m, r, i) = (
+        b(record_key("group-m")),
+        b(record_key("group-r")),
+        b(record_key("group-i")),
+    );
+    let commit = |manifest: &str, cond: Precondition, intent: Precondition| {
+        vec![
+            RecordChange::put(
+                Namespace::Reclaim,
+                r.clone(),
+                b("entry"),
+                Precondition::None,
+            ),
+            RecordChange::put(Namespace::Manifest, m.clone(), b(manifest), cond),
+            RecordChange::delete(Namespace::Intent, i.clone(), intent),
+        ]
+    };
+    if !backend.info().atomic_record_groups {
+        let refused = backend
+            .write_records(commit("m1", Precondition::None, Precondition::None))
+            .await;
+        assert!(refused.is_err(), "a group without the support: {refused:?}");
+        assert_eq!(get(&backend, Namespace::Manifest, &m).await, None);
+        return;
+    }
+    put(&backend, Namespace::Intent, &i, "i1", Precondition::Absent).await;
+    let unchanged = |why: &'static str| {
+        let backend = Arc::clone(&backend);
+        let (m, r, i) = (m.clone(), r.clone(), i.clone());
+        async move {
+            assert_eq!(get(&backend, Namespace::Manifest, &m).await, None, "{why}");
+            assert_eq!(get(&backend, Namespace::Reclaim, &r).await, None, "{why}");
+            assert_eq!(
+                get(&backend, Namespace::Intent, &i).await,
+                Some(b("i1")),
+                "{why}"
+            );
+        }
+    };
+
+    // The last write's condition fails: the writes before it, whose conditions held, are not made either.
+    assert_eq!(
+        group(commit(
+            "m1",
+            Precondition::Absent,
+            Precondition::Equals(b("i0"))
+        ))
+        .await,
+        GroupWrite::ConditionFailed {
+            index: 2,
+            current: Some(b("i1"))
+        }
+    );
+    unchanged("a group whose last condition failed").await;
+    // The first failed condition, in order, is the one named.
+    assert_eq!(
+        group(commit(
+            "m1",
+            Precondition::Equals(b("m0")),
+            Precondition::Equals(b("i0"))
+        ))
+        .await,
+        GroupWrite::ConditionFailed {
+            index: 1,
+            current: None
+        }
+    );
+    unchanged("a group whose conditions failed").await;
+
+    assert_eq!(
+        group(commit(
+            "m1",
+            Precondition::Absent,
+            Precondition::Equals(b("i1"))
+        ))
+        .await,
+        GroupWrite::Done(vec![
+            Previous::Absent,
+            Previous::Absent,
+            Previous::Value(b("i1"))
+        ])
+    );
+    assert_eq!(get(&backend, Namespace::Manifest, &m).await, Some(b("m1")));
+    assert_eq!(
+        get(&backend, Namespace::Reclaim, &r).await,
+        Some(b("entry"))
+    );
+    assert_eq!(
+        get(&backend, Namespace::Intent, &i).await,
+        None,
+        "the group's delete"
+    );
+
+    // A delete's `Absent` means nothing, as for `delete_record`.
+    assert_eq!(
+        group(vec![
+            RecordChange::put(
+                Namespace::Manifest,
+                m.clone(),
+                b("m2"),
+                Precondition::Equals(b("m1"))
+            ),
+            RecordChange::delete(Namespace::Reclaim, r.clone(), Precondition::Absent),
+        ])
+        .await,
+        GroupWrite::Done(vec![Previous::Value(b("m1")), Previous::Value(b("entry"))])
+    );
+    assert_eq!(get(&backend, Namespace::Manifest, &m).await, Some(b("m2")));
+    assert_eq!(get(&backend, Namespace::Reclaim, &r).await, None);
+    delete(&backend, Namespace::Manifest, &m, Precondition::None).await;
 }
 
 pub async fn records_are_separate_per_namespace(backend: Arc<dyn ChunkStore>) {

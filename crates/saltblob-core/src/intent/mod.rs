@@ -7,7 +7,10 @@
 //! extends the expiry by the commit hold ([`crate::timing::commit_hold`]), from the value it last wrote. gc's
 //! takeover is a compare-and-set on the value gc read, so of a claim and a takeover exactly one wins: a put whose intent was taken over fails instead of committing,
 //! and a claimed intent is not taken over before its manifest write has landed. Renewals go on through the
-//! commit. On a backend whose writes may land late ([`crate::BackendInfo::late_writes`], a cluster) there is no
+//! commit. On a backend that writes atomic groups of records ([`crate::BackendInfo::atomic_record_groups`],
+//! RocksDB) there is no claim either: the put commits with one group that removes its intent under a
+//! compare-and-set on the value it last wrote, with its manifest and reclaim entries, and of that group and
+//! gc's takeover exactly one wins ([`IntentLease::commit_group`]). On a backend whose writes may land late ([`crate::BackendInfo::late_writes`], a cluster) there is no
 //! claim: a cluster that lost a node may time compare-and-sets out for a minute, which must not fail puts.
 //! There the put issues its manifest writes only while its lease has a quarter left, and gc waits the takeover
 //! hold past the lease, which outlasts any manifest write. Besides, gc and fsck never take over the intent of a put

@@ -11,8 +11,8 @@ use futures::stream::BoxStream;
 use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::Result;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, Namespace,
-    Precondition, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
+    Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
 };
 use crate::layer::ChunkStoreLayer;
 
@@ -131,6 +131,12 @@ impl ChunkStoreLayer for ScheduledStore {
         cond: &Precondition,
     ) -> Result<RecordWrite> {
         self.run_record(0, self.backend.delete_record(ns, key, cond), |_| 0)
+            .await
+    }
+
+    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+        let bytes: u64 = changes.iter().map(|c| len(&c.value)).sum();
+        self.run_record(bytes, self.backend.write_records(changes), |_| bytes)
             .await
     }
 

@@ -4,12 +4,15 @@
 //! preamble of `put`, `put_stream` and `put_segment`), then [`put`]: the condition is checked, an inline value
 //! commits at once; a chunked one takes its intent lease (`intent/`), streams its chunks through the
 //! [`ChunkWriter`], claims its intent (which gc can then no longer take over) and [`commit`]s the manifest,
-//! queueing the version it replaces for reclaim first.
+//! queueing the version it replaces for reclaim first. Where the backend writes atomic groups of records, there
+//! is no claim: the reclaim entries, the manifest and the intent's conditional removal are one write.
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::backend::{BlobRef, Namespace, Precondition, Previous, RecordWrite};
+use crate::backend::{
+    BlobRef, GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite,
+};
 use crate::codec::Codec;
 use crate::config::{PutCondition, PutOptions};
 use crate::intent::IntentLease;
@@ -455,7 +458,9 @@ pub(crate) async fn precheck(
 
 /// Writes the manifest: the commit point. The version it replaces is queued for reclaim first, so that a
 /// crash right after the commit cannot orphan it (if the commit does not happen, the reclaimer finds that
-/// version still current and drops the entry); a failure to queue fails the put before anything changed.
+/// version still current and drops the entry); a failure to queue fails the put before anything changed. Where
+/// the backend writes atomic groups, a chunked put's entries, manifest and intent removal are one write
+/// ([`IntentLease::commit_group`]).
 ///
 /// On backends whose conditional writes are cheap (those that report the replaced record), an unconditional
 /// put commits with a compare-and-set on the manifest it read and queued, and reads, queues and tries again
@@ -523,13 +528,16 @@ async fn write_manifest(
         Precondition::Equals(expected) => Some(expected.clone()),
         Precondition::Absent => None,
     };
+    // Where the backend writes atomic groups, a chunked put's reclaim entries, manifest and intent removal are
+    // one write (see `IntentLease::commit_group`).
+    let group = lease.filter(|_| inner.info.atomic_record_groups);
     let mut cas_tries = Backoff::COMMIT_CAS.start();
     loop {
         let before = raw
             .as_ref()
             .and_then(|b| inner.decode_manifest(key, b).ok());
         let queued_at = inner.now_micros();
-        if let Some(old) = &before {
+        if let (Some(old), None) = (&before, group) {
             reclaim::schedule(inner, key, old)
                 .await
                 .map_err(NotWritten)?;
@@ -558,11 +566,18 @@ async fn write_manifest(
         } else {
             pre.condition.clone()
         };
-        let outcome = inner
-            .backend
-            .put_record(Namespace::Manifest, key, manifest.encode(), &condition)
-            .await;
-        let replaced = match outcome.map_err(Unknown)? {
+        let outcome = match group {
+            Some(lease) => {
+                let replaces = before.as_ref();
+                commit_group(inner, lease, key, manifest, replaces, queued_at, &condition).await?
+            }
+            None => inner
+                .backend
+                .put_record(Namespace::Manifest, key, manifest.encode(), &condition)
+                .await
+                .map_err(Unknown)?,
+        };
+        let replaced = match outcome {
             RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(key, &bytes).ok(),
             RecordWrite::Done(Previous::Absent) => None,
             RecordWrite::Done(Previous::Unknown) => before.clone(),
@@ -590,6 +605,55 @@ async fn write_manifest(
         )
         .await;
         return Ok(());
+    }
+}
+
+/// The manifest write of [`write_manifest`] as one atomic group with the reclaim entries of `replaces` (queued
+/// at `queued_at`) and the removal of the put's intent ([`IntentLease::commit_group`]), reported as the
+/// manifest write alone.
+async fn commit_group(
+    inner: &Inner,
+    lease: &IntentLease,
+    key: &Bytes,
+    manifest: &Manifest,
+    replaces: Option<&Manifest>,
+    queued_at: u64,
+    condition: &Precondition,
+) -> std::result::Result<RecordWrite, CommitFailure> {
+    let mut changes = replaces.map_or_else(Vec::new, |old| {
+        reclaim::schedule_changes(inner, key, old, queued_at)
+    });
+    let at = changes.len();
+    changes.push(RecordChange::put(
+        Namespace::Manifest,
+        key.clone(),
+        manifest.encode(),
+        condition.clone(),
+    ));
+    match lease.commit_group(changes).await {
+        Ok(GroupWrite::Done(previous)) => previous
+            .get(at)
+            .cloned()
+            .map(RecordWrite::Done)
+            .ok_or_else(|| {
+                CommitFailure::Unknown(Error::internal(
+                    "commit",
+                    "the backend reported fewer writes than the group held",
+                ))
+            }),
+        Ok(GroupWrite::ConditionFailed { index, current }) if index == at => {
+            Ok(RecordWrite::ConditionFailed(current))
+        }
+        // Reclaim entries are written unconditionally: nothing was written, yet a condition that cannot fail
+        // did.
+        Ok(GroupWrite::ConditionFailed { index, .. }) => {
+            Err(CommitFailure::NotWritten(Error::internal(
+                "commit",
+                format!("the backend failed the condition-less write {index} of a commit's group"),
+            )))
+        }
+        Err(e @ Error::IntentLost { .. }) => Err(CommitFailure::NotWritten(e)),
+        Err(e) => Err(CommitFailure::Unknown(e)),
     }
 }
 
@@ -894,6 +958,114 @@ mod tests {
             .expect("gc");
         assert_eq!((gc.abandoned_puts, gc.reclaim.versions), (1, 1), "{gc:?}");
         assert_eq!(backend.chunk_count().expect("count"), 0, "nothing orphaned");
+    }
+
+    /// Counts the record writes that reach a store: `put`/`delete` with the namespace, or one `group` listing
+    /// the namespaces of its writes.
+    #[derive(Debug)]
+    struct RecordWrites {
+        inner: MemoryStore,
+        seen: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl RecordWrites {
+        fn new(inner: MemoryStore) -> Arc<Self> {
+            Arc::new(Self {
+                inner,
+                seen: std::sync::Mutex::new(Vec::new()),
+            })
+        }
+
+        fn log(&self, what: String) {
+            self.seen.lock().expect("log").push(what);
+        }
+
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.seen.lock().expect("log"))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl crate::layer::ChunkStoreLayer for RecordWrites {
+        fn inner(&self) -> &dyn ChunkStore {
+            &self.inner
+        }
+
+        async fn put_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            value: Bytes,
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            self.log(format!("put {ns:?}"));
+            self.inner.put_record(ns, key, value, cond).await
+        }
+
+        async fn delete_record(
+            &self,
+            ns: Namespace,
+            key: &[u8],
+            cond: &Precondition,
+        ) -> Result<RecordWrite> {
+            self.log(format!("delete {ns:?}"));
+            self.inner.delete_record(ns, key, cond).await
+        }
+
+        async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+            let what: Vec<String> = changes
+                .iter()
+                .map(|c| match c.value {
+                    Some(_) => format!("put {:?}", c.ns),
+                    None => format!("delete {:?}", c.ns),
+                })
+                .collect();
+            self.log(format!("group [{}]", what.join(", ")));
+            self.inner.write_records(changes).await
+        }
+    }
+
+    /// A chunked put that replaces a version makes these record writes besides its chunks: where the backend
+    /// writes atomic groups, its intent and then one group (the replaced version's reclaim entry, the manifest,
+    /// the intent's removal); elsewhere its intent, the claim, the reclaim entry, the manifest and the intent's
+    /// removal, one after another. Either way the value reads back, the replaced version is queued and no
+    /// intent is left.
+    #[tokio::test]
+    async fn a_chunked_put_commits_in_one_group_where_the_backend_writes_them() {
+        let one_by_one = [
+            "put Intent",
+            "put Intent",
+            "put Reclaim",
+            "put Manifest",
+            "delete Intent",
+        ];
+        let grouped = [
+            "put Intent",
+            "group [put Reclaim, put Manifest, delete Intent]",
+        ];
+        for (memory, expected) in [
+            (MemoryStore::new(), &one_by_one[..]),
+            (MemoryStore::with_atomic_record_groups(), &grouped[..]),
+        ] {
+            let backend = RecordWrites::new(memory);
+            let config = StoreConfig::default().with_grace(Duration::from_secs(60));
+            let store = BlobStore::new(backend.clone(), config).expect("store");
+            let value = Bytes::from(vec![7u8; 100_000]);
+            store
+                .put("k", value.clone(), &PutOptions::new())
+                .await
+                .expect("first");
+            backend.take();
+            store
+                .put("k", value.clone(), &PutOptions::new())
+                .await
+                .expect("replace");
+            assert_eq!(backend.take(), expected);
+            assert_eq!(store.get("k").await.expect("get"), value);
+            let scan = |ns| backend.inner.scan_records(ns, b"", None, 10);
+            assert_eq!(scan(Namespace::Intent).await.expect("intents").len(), 0);
+            assert_eq!(scan(Namespace::Reclaim).await.expect("queue").len(), 1);
+        }
     }
 
     /// The buffer a put was given whole is freed off the put's path, on a blocking thread, not by whichever
