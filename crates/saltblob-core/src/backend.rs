@@ -126,11 +126,11 @@ impl RecordChange {
         }
     }
 
-    /// Whether the condition holds for a record whose current value is `current`.
-    pub fn holds(&self, current: Option<&Bytes>) -> bool {
+    /// The condition the write checks: `cond`, as a delete reads it for a delete ([`Precondition::for_delete`]).
+    pub fn condition(&self) -> &Precondition {
         match self.value {
-            Some(_) => self.cond.holds(current),
-            None => self.cond.for_delete().holds(current),
+            Some(_) => &self.cond,
+            None => self.cond.for_delete(),
         }
     }
 }

@@ -177,7 +177,7 @@ impl ChunkStore for MemoryStore {
         }
         for (index, change) in changes.iter().enumerate() {
             let current = state.records.get(&(change.ns, change.key.clone()));
-            if !change.holds(current) {
+            if !change.condition().holds(current) {
                 return Ok(GroupWrite::ConditionFailed {
                     index,
                     current: current.cloned(),

@@ -194,10 +194,8 @@ impl ChunkStore for RocksStore {
             .into_iter()
             .map(|c| {
                 let (cf_name, key) = Self::record_location(c.ns, &c.key);
-                let (cond, change) = match c.value {
-                    Some(value) => (c.cond, Change::Put(value)),
-                    None => (c.cond.for_delete().clone(), Change::Delete),
-                };
+                let cond = c.condition().clone();
+                let change = c.value.map_or(Change::Delete, Change::Put);
                 Conditional {
                     cf_name,
                     key,
