@@ -405,7 +405,7 @@ impl RocksCore {
 
     /// Applies `writes` in one engine write batch (synced when `sync`) if every condition holds on its key's
     /// value, else nothing (naming the first that failed); each key read and the batch written under the keys'
-    /// lock stripes, taken in ascending order (two groups never wait for each other), so that conditional
+    /// lock stripes, taken in ascending order (two groups cannot deadlock), so that conditional
     /// writes of one key are serialized. At most one write per key.
     pub(crate) async fn conditional_group(
         self: &Arc<Self>,
