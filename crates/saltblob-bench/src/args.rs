@@ -45,6 +45,11 @@ pub struct BenchArgs {
     /// each in (0, 1]. Default: 0.25,0.5.
     #[arg(long, value_name = "RHO[,RHO...]", value_delimiter = ',')]
     pub small_load: Vec<f64>,
+    /// Paced small loads of `--mixed` at fixed rates instead, ops/s, comma-separated: the same offered load
+    /// whatever the small capacity X* is, to compare stores or builds whose X* differs (the figures then report
+    /// ρ = rate ÷ X*, and no goal is judged). Not with `--small-load`.
+    #[arg(long, value_name = "OPS[,OPS...]", value_delimiter = ',')]
+    pub small_rate: Vec<f64>,
     /// Small operations due in each paced phase of `--mixed`, at least: a paced phase lasts the longer of
     /// `--mixed` and this many ÷ the paced rate (at most 600 s), so that its P99 is stable.
     #[arg(long, default_value_t = 20_000, value_name = "N")]

@@ -31,6 +31,7 @@ pub use crate::isolation::{
     SUSTAINABLE_GOODPUT_MIN, paced_goals,
 };
 pub use crate::results::{BenchConfig, BenchReport, Cleanup, Ratio, S3_BACKEND};
+pub use crate::scheduler_trace::{ClassTrace, SchedulerTrace};
 
 /// `saltblob bench`: runs the phases on the store at `url`, prints the results, writes `--json` and `--plot`.
 /// Progress bars appear on a terminal unless `quiet`. Failed operations are results (counted, with their
@@ -87,7 +88,14 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
         unchunked: args.unchunked,
         mixed_seconds: args.mixed,
         large_writers: plan.large_writers,
-        small_loads: args.mixed.map(|_| plan.small_loads.clone()),
+        small_loads: args
+            .mixed
+            .map(|_| plan.small_loads())
+            .filter(|l| !l.is_empty()),
+        small_rates: args
+            .mixed
+            .map(|_| plan.small_rates())
+            .filter(|r| !r.is_empty()),
         paced_samples: plan.paced_samples,
         paced_grace_s: plan.paced_grace.as_secs_f64(),
         scheduler,
@@ -375,7 +383,8 @@ async fn bench_s3(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepor
         unchunked: false,
         mixed_seconds: args.mixed,
         large_writers: plan.large_writers,
-        small_loads: Some(plan.small_loads.clone()),
+        small_loads: Some(plan.small_loads()).filter(|l| !l.is_empty()),
+        small_rates: Some(plan.small_rates()).filter(|r| !r.is_empty()),
         paced_samples: plan.paced_samples,
         paced_grace_s: plan.paced_grace.as_secs_f64(),
         scheduler: serde_json::Value::Null,

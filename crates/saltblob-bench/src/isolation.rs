@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use crate::scheduler_trace::SchedulerTrace;
 use crate::stats::{Latency, PhaseReport, latency_or_nulls};
 
 /// Small gets and puts alone.
@@ -151,6 +152,8 @@ pub(crate) struct Mixed {
 pub(crate) struct PacedMeasure {
     /// The load, as a fraction of the small capacity.
     pub rho: f64,
+    /// Paced at a fixed rate (`--small-rate`), not at a fraction of the capacity: no goal is judged.
+    pub fixed_rate: bool,
     /// Small operations due per second.
     pub rate_ops_s: f64,
     /// Seconds small operations were issued in each of the two phases.
@@ -193,6 +196,8 @@ pub struct PacedSide {
     pub put_latency_ms: Option<Latency>,
     /// Process CPU seconds ÷ wall seconds over the phase: every class that ran in it.
     pub cpu_cores: f64,
+    /// What the store's scheduler did meanwhile; null through S3 or without a scheduler.
+    pub scheduler: Option<SchedulerTrace>,
 }
 
 impl PacedSide {
@@ -260,9 +265,11 @@ pub struct PacedMet {
 /// One paced load's figures: `"isolation"."paced"[i]` in the JSON.
 #[derive(Clone, Debug, Serialize)]
 pub struct Paced {
-    /// The load, as a fraction of the small capacity X*.
+    /// The load, as a fraction of the small capacity X* (with `fixed_rate`, the rate ÷ X*).
     pub rho: f64,
-    /// Small operations due per second: ρ × X*.
+    /// Paced at a fixed rate (`--small-rate`) rather than at ρ × X*: no goal is judged (`goals` null).
+    pub fixed_rate: bool,
+    /// Small operations due per second: ρ × X*, or the fixed rate.
     pub rate_ops_s: f64,
     /// Seconds small operations were issued in each phase.
     pub seconds: f64,
@@ -303,6 +310,15 @@ pub struct Paced {
 }
 
 impl Paced {
+    /// The load in words: `rho = 0.25`, or `800 ops/s (rho 0.213)` at a fixed rate.
+    pub fn label(&self) -> String {
+        if self.fixed_rate {
+            format!("{:.0} ops/s (rho {:.3})", self.rate_ops_s, self.rho)
+        } else {
+            format!("rho = {}", self.rho)
+        }
+    }
+
     /// The figures of `m`, against the small capacity X* and the bulk capacity B* (closed loop, alone).
     fn of(m: &PacedMeasure, x_star: Option<f64>, b_star: Option<f64>, embedded: bool) -> Self {
         let small_p99_alone_ms = m.alone.p99();
@@ -316,7 +332,7 @@ impl Paced {
             .zip(bulk_share)
             .map(|(s, b)| s + b);
         let sustainable_alone = m.alone.goodput >= SUSTAINABLE_GOODPUT_MIN;
-        let goals = paced_goals(m.rho, embedded);
+        let goals = paced_goals(m.rho, embedded).filter(|_| !m.fixed_rate);
         let met = goals.filter(|_| sustainable_alone).map(|g| {
             let small_p99 = small_p99_ratio
                 .zip(small_p99_excess_ms)
@@ -338,6 +354,7 @@ impl Paced {
         let verdict = verdict(m, goals, met, sustainable_alone);
         Self {
             rho: m.rho,
+            fixed_rate: m.fixed_rate,
             rate_ops_s: m.rate_ops_s,
             seconds: m.seconds,
             sustainable_alone,
@@ -375,6 +392,10 @@ fn verdict(
         );
     }
     let (Some(_), Some(met)) = (goals, met) else {
+        if m.fixed_rate {
+            return "no goal at a fixed rate (goals are stated at rho = 0.25 and 0.5 of X*)"
+                .to_owned();
+        }
         return "no goal at this load (goals are stated at 0.25 and 0.5)".to_owned();
     };
     let missed: Vec<String> = [
@@ -525,6 +546,7 @@ mod tests {
             get_latency_ms: None,
             put_latency_ms: None,
             cpu_cores,
+            scheduler: None,
         }
     }
 
@@ -559,6 +581,7 @@ mod tests {
     fn quarter(alone_done: usize, succeeded: usize) -> PacedMeasure {
         PacedMeasure {
             rho: 0.25,
+            fixed_rate: false,
             rate_ops_s: 25.0,
             seconds: 10.0,
             alone: side(
@@ -789,6 +812,21 @@ mod tests {
             "{}",
             iso.paced[0].verdict
         );
+    }
+
+    #[test]
+    fn a_fixed_rate_is_read_against_the_capacity_but_never_judged() {
+        // 25 ops/s fixed is ρ = 0.25 of X* 100, where goals are stated: none is judged at a fixed rate.
+        let mut m = quarter(250, 250);
+        m.fixed_rate = true;
+        let iso = with_paced(true, vec![m]);
+        let p = &iso.paced[0];
+        assert!(p.fixed_rate);
+        assert_eq!((p.goals, p.met), (None, None));
+        assert!(p.verdict.contains("fixed rate"), "{}", p.verdict);
+        assert!(close(p.small_p99_excess_ms, 15.0), "{p:?}");
+        let json = serde_json::to_value(p).expect("serializes");
+        assert_eq!(json["fixed_rate"], true);
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //!    (default 0.25 and 0.5), the small mix paced at ρ·X* (open loop, each op timed from when it was due):
 //!    `paced_small_alone_rhoR`, then `paced_small_under_load_rhoR` beside `paced_bulk_under_load_rhoR`. Per ρ:
 //!    small P99 ratio and excess, small goodput, bulk share, work W, CPU cores, against the goals of
-//!    [`bench::paced_goals`]; printed and written as `"isolation"` in the JSON.
+//!    [`bench::paced_goals`]; printed and written as `"isolation"` in the JSON. `--small-rate OPS` paces at
+//!    fixed rates instead (phases `…_rateN`, ρ = rate ÷ X*, no goal judged), to compare stores or builds of
+//!    different X* at the same offered load.
 //!
 //! 7. with `--stream-mb MIB`: `stream_put`, `saltblob put KEY -` of MIB MiB in a child process, which reports its
 //!    peak resident memory.
@@ -99,6 +101,7 @@ mod results;
 mod rows;
 #[cfg(feature = "s3")]
 mod s3;
+mod scheduler_trace;
 pub mod stats;
 mod stream;
 mod target;

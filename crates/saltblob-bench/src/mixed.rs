@@ -18,7 +18,7 @@ use crate::isolation::{
 use crate::load::{BulkLoad, bulk_load, run_concurrent, run_timed};
 use crate::paced::{Pace, run_paced};
 use crate::payload::{Outcome, TAG_MIXED, check, random_bytes, stamped};
-use crate::plan::Plan;
+use crate::plan::{PacedLoad, Plan};
 use crate::progress::Progress;
 use crate::stats::{Latency, PhaseReport, Tally};
 use crate::target::Target;
@@ -113,7 +113,7 @@ impl Load {
     /// The isolation phases of `--mixed`: the closed-loop ones, each for `duration` (small gets and puts alone,
     /// the large loops alone, then both at once), then per paced load its two phases ([`Load::paced`]). Returns
     /// every phase in the order run (`small_alone`, `bulk_alone`, `small_under_load`, `bulk_under_load`, then
-    /// per load `paced_small_alone_rhoR`, `paced_small_under_load_rhoR`, `paced_bulk_under_load_rhoR`), and
+    /// per load `paced_small_alone_L`, `paced_small_under_load_L`, `paced_bulk_under_load_L`), and
     /// what they measured beyond their reports. `small_under_load` also carries the large loops' summary as
     /// `details.background`.
     ///
@@ -206,8 +206,8 @@ impl Load {
         let mut paced = Vec::new();
         match capacity {
             Some(capacity) => {
-                for &rho in &self.plan.small_loads {
-                    let (reports, measure) = self.paced(rho, capacity, duration, &mix).await?;
+                for &load in &self.plan.paced_loads {
+                    let (reports, measure) = self.paced(load, capacity, duration, &mix).await?;
                     if let Some(bulk) = reports.last() {
                         reclaims.push(self.reclaim(&bulk.name).await);
                     }
@@ -229,18 +229,20 @@ impl Load {
         })
     }
 
-    /// The two paced phases of load `rho`: the small mix at `rho` × `capacity` ops/s alone, then beside the
-    /// unthrottled large loops, each for the longer of `duration` and `--paced-samples` ÷ the rate (at most
-    /// [`PACED_MAX_SECONDS`]). Returns `paced_small_alone_rhoR`, `paced_small_under_load_rhoR` and
-    /// `paced_bulk_under_load_rhoR`, and their measurements.
+    /// The two paced phases of `load`: the small mix at its rate (ρ × `capacity` ops/s, or the fixed rate)
+    /// alone, then beside the unthrottled large loops, each for the longer of `duration` and `--paced-samples` ÷
+    /// the rate (at most [`PACED_MAX_SECONDS`]). Returns `paced_small_alone_L`, `paced_small_under_load_L` and
+    /// `paced_bulk_under_load_L` (L: `rhoR`, or `rateN` at a fixed rate), and their measurements.
     async fn paced(
         &self,
-        rho: f64,
+        load: PacedLoad,
         capacity: f64,
         duration: Duration,
         mix: &SmallMix,
     ) -> Result<(Vec<PhaseReport>, PacedMeasure)> {
-        let rate = rho * capacity;
+        let rate = load.rate(capacity);
+        let rho = load.rho(capacity);
+        let label = load.label();
         let seconds = (self.plan.paced_samples as f64 / rate)
             .max(duration.as_secs_f64())
             .min(PACED_MAX_SECONDS);
@@ -252,11 +254,11 @@ impl Load {
         }
         .checked()
         .map_err(|e| Error::invalid("paced load", e))?;
-        let alone_name = format!("paced_small_alone_rho{rho}");
+        let alone_name = format!("paced_small_alone_{label}");
         let (alone_report, alone) = self.small_paced(&alone_name, pace, mix, "alone").await;
 
-        let loaded_name = format!("paced_small_under_load_rho{rho}");
-        let bulk_name = format!("paced_bulk_under_load_rho{rho}");
+        let loaded_name = format!("paced_small_under_load_{label}");
+        let bulk_name = format!("paced_bulk_under_load_{label}");
         let hidden = Progress::timed(&bulk_name, None, true);
         let stop = Arc::new(AtomicBool::new(false));
         let writers = self.plan.large_writers;
@@ -276,11 +278,12 @@ impl Load {
             &bulk_name,
             self.bulk_description(
                 Duration::from_secs_f64(seconds),
-                &format!("beside small gets and puts paced at {rate:.0} ops/s (ρ = {rho})"),
+                &format!("beside small gets and puts paced at {rate:.0} ops/s (ρ = {rho:.3})"),
             ),
         );
         let measure = PacedMeasure {
             rho,
+            fixed_rate: matches!(load, PacedLoad::Rate(_)),
             rate_ops_s: rate,
             seconds,
             alone,
@@ -302,6 +305,7 @@ impl Load {
         let bar = progress.handle();
         let (gets, puts) = mix.counts();
         let cpu = CpuClock::start();
+        let tracer = self.target.trace_scheduler();
         let started = Instant::now();
         let out = run_paced(pace, |n| {
             let (op, bar) = (mix.op(n), bar.clone());
@@ -315,6 +319,10 @@ impl Load {
         .await;
         let wall = started.elapsed().as_secs_f64();
         let cpu_cores = cpu.cores().unwrap_or(0.0);
+        let scheduler = match tracer {
+            Some(tracer) => tracer.finish().await,
+            None => None,
+        };
         progress.finish();
         let (gets, puts) = {
             let (g, p) = mix.counts();
@@ -335,6 +343,7 @@ impl Load {
             get_latency_ms: kind_latency(&out.by_kind, SmallMix::GET),
             put_latency_ms: kind_latency(&out.by_kind, SmallMix::PUT),
             cpu_cores,
+            scheduler,
         };
         let mut report = out.tally.report(
             name,
@@ -359,6 +368,7 @@ impl Load {
             "unfinished": side.unfinished,
             "goodput": side.goodput,
             "cpu_cores": side.cpu_cores,
+            "scheduler": side.scheduler,
         }));
         (report, side)
     }

@@ -23,12 +23,50 @@ pub(crate) struct Plan {
     pub(crate) mixed: Option<Duration>,
     /// `--large-writers`: concurrent large loops of the bulk phases.
     pub(crate) large_writers: usize,
-    /// `--small-load`: the paced loads of `--mixed`, as fractions of the small ops' capacity, in (0, 1].
-    pub(crate) small_loads: Vec<f64>,
+    /// The paced loads of `--mixed`: `--small-load` (fractions of the small ops' capacity, in (0, 1]) or
+    /// `--small-rate` (fixed rates).
+    pub(crate) paced_loads: Vec<PacedLoad>,
     /// `--paced-samples`: small operations due in each paced phase, at least.
     pub(crate) paced_samples: u64,
     /// `--paced-grace`: how long a paced phase waits past its schedule for the operations due in it.
     pub(crate) paced_grace: Duration,
+}
+
+/// One paced load of `--mixed`: how fast its small operations are due.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum PacedLoad {
+    /// `--small-load`: a fraction ρ of the small ops' closed-loop capacity X*, in (0, 1]. The goals are stated
+    /// at ρ = 0.25 and 0.5.
+    Share(f64),
+    /// `--small-rate`: a fixed rate, ops/s, whatever X* is, so that stores or builds of different capacity are
+    /// compared at the same offered load. No goal is stated at a fixed rate.
+    Rate(f64),
+}
+
+impl PacedLoad {
+    /// Small operations due per second against the small capacity `capacity` (ops/s).
+    pub(crate) fn rate(self, capacity: f64) -> f64 {
+        match self {
+            Self::Share(rho) => rho * capacity,
+            Self::Rate(rate) => rate,
+        }
+    }
+
+    /// The load as a fraction of the small capacity `capacity` (ops/s): ρ as given, or the rate ÷ X*.
+    pub(crate) fn rho(self, capacity: f64) -> f64 {
+        match self {
+            Self::Share(rho) => rho,
+            Self::Rate(rate) => rate / capacity,
+        }
+    }
+
+    /// The load in phase names: `rho0.25`, or `rate800` at a fixed rate.
+    pub(crate) fn label(self) -> String {
+        match self {
+            Self::Share(rho) => format!("rho{rho}"),
+            Self::Rate(rate) => format!("rate{rate}"),
+        }
+    }
 }
 
 /// Longest `--paced-grace`, seconds.
@@ -36,6 +74,8 @@ const MAX_PACED_GRACE_SECONDS: f64 = 600.0;
 
 /// The paced loads of `--mixed` without `--small-load`.
 pub(crate) const DEFAULT_SMALL_LOADS: [f64; 2] = [0.25, 0.5];
+/// Highest `--small-rate`, ops/s.
+pub(crate) const MAX_SMALL_RATE: f64 = 1e6;
 /// Most small operations due in one paced phase (`--paced-samples`).
 pub(crate) const MAX_PACED_SAMPLES: u64 = 10_000_000;
 
@@ -115,10 +155,22 @@ impl Plan {
                 ),
             ));
         }
-        if !args.small_load.is_empty() && mixed.is_none() {
+        for (option, given) in [
+            ("--small-load", !args.small_load.is_empty()),
+            ("--small-rate", !args.small_rate.is_empty()),
+        ] {
+            if given && mixed.is_none() {
+                return Err(Error::invalid(
+                    option,
+                    "the paced loads run only in the mixed phases; add --mixed SECONDS",
+                ));
+            }
+        }
+        if !args.small_load.is_empty() && !args.small_rate.is_empty() {
             return Err(Error::invalid(
-                "--small-load",
-                "the paced loads run only in the mixed phases; add --mixed SECONDS",
+                "--small-rate",
+                "give the paced loads either as fractions of the capacity (--small-load) or as rates \
+                 (--small-rate), not both",
             ));
         }
         if let Some(bad) = args
@@ -130,6 +182,18 @@ impl Plan {
                 "--small-load",
                 format!(
                     "{bad}; each paced load is a fraction of the small ops' capacity, more than 0 and at most 1"
+                ),
+            ));
+        }
+        if let Some(bad) = args
+            .small_rate
+            .iter()
+            .find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_SMALL_RATE))
+        {
+            return Err(Error::invalid(
+                "--small-rate",
+                format!(
+                    "{bad}; each paced rate is small operations per second, more than 0 and at most {MAX_SMALL_RATE}"
                 ),
             ));
         }
@@ -154,10 +218,18 @@ impl Plan {
             ));
         }
         let paced_grace = Duration::from_secs_f64(args.paced_grace);
-        let small_loads = if args.small_load.is_empty() {
-            DEFAULT_SMALL_LOADS.to_vec()
+        let paced_loads = if !args.small_rate.is_empty() {
+            args.small_rate
+                .iter()
+                .map(|&r| PacedLoad::Rate(r))
+                .collect()
+        } else if !args.small_load.is_empty() {
+            args.small_load
+                .iter()
+                .map(|&r| PacedLoad::Share(r))
+                .collect()
         } else {
-            args.small_load.clone()
+            DEFAULT_SMALL_LOADS.map(PacedLoad::Share).to_vec()
         };
         if let Some(path) = &args.plot {
             let svg = path
@@ -183,10 +255,32 @@ impl Plan {
             chunk_size,
             mixed,
             large_writers: args.large_writers,
-            small_loads,
+            paced_loads,
             paced_samples: args.paced_samples,
             paced_grace,
         })
+    }
+
+    /// The paced loads given as fractions of the capacity (`--small-load`, or the default), in order.
+    pub(crate) fn small_loads(&self) -> Vec<f64> {
+        self.paced_loads
+            .iter()
+            .filter_map(|l| match *l {
+                PacedLoad::Share(rho) => Some(rho),
+                PacedLoad::Rate(_) => None,
+            })
+            .collect()
+    }
+
+    /// The paced loads given as fixed rates (`--small-rate`), in order.
+    pub(crate) fn small_rates(&self) -> Vec<f64> {
+        self.paced_loads
+            .iter()
+            .filter_map(|l| match *l {
+                PacedLoad::Rate(rate) => Some(rate),
+                PacedLoad::Share(_) => None,
+            })
+            .collect()
     }
 }
 
@@ -219,6 +313,16 @@ mod tests {
         Plan::new(&Cli::parse_from(["bench"].iter().chain(extra)).args)
     }
 
+    /// The error refusing `extra`, which must name the option `what`.
+    fn refused(extra: &[&str], what: &str) -> Error {
+        let err = plan(extra).expect_err("refused");
+        assert!(
+            matches!(&err, Error::InvalidArgument { what: named, .. } if *named == what),
+            "{extra:?}: {err}"
+        );
+        err
+    }
+
     #[test]
     fn large_writers_default_to_one_and_take_n_with_mixed() {
         assert_eq!(plan(&[]).expect("valid").large_writers, 1);
@@ -239,17 +343,7 @@ mod tests {
             &["--mixed", "3", "--large-writers", &too_many],
             &["--large-writers", "2"],
         ] {
-            let err = plan(extra).expect_err("refused");
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidArgument {
-                        what: "--large-writers",
-                        ..
-                    }
-                ),
-                "{extra:?}: {err}"
-            );
+            let err = refused(extra, "--large-writers");
             assert!(err.to_string().contains("--large-writers"), "{err}");
         }
     }
@@ -262,17 +356,57 @@ mod tests {
         assert_eq!(p.paced_grace, Duration::from_millis(500));
         for bad in ["-1", "601", "NaN", "inf"] {
             let arg = format!("--paced-grace={bad}");
-            let err = plan(&["--mixed", "3", &arg]).expect_err(bad);
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidArgument {
-                        what: "--paced-grace",
-                        ..
-                    }
-                ),
-                "{bad}: {err}"
-            );
+            refused(&["--mixed", "3", &arg], "--paced-grace");
+        }
+    }
+
+    #[test]
+    fn paced_loads_are_shares_by_default_or_fixed_rates() {
+        let p = plan(&["--mixed", "3"]).expect("valid");
+        assert_eq!(
+            p.paced_loads,
+            [PacedLoad::Share(0.25), PacedLoad::Share(0.5)]
+        );
+        assert_eq!(
+            (p.small_loads(), p.small_rates()),
+            (vec![0.25, 0.5], vec![])
+        );
+        let p = plan(&["--mixed", "3", "--small-rate", "800,1500.5"]).expect("valid");
+        assert_eq!(
+            p.paced_loads,
+            [PacedLoad::Rate(800.0), PacedLoad::Rate(1500.5)]
+        );
+        assert_eq!(
+            (p.small_loads(), p.small_rates()),
+            (vec![], vec![800.0, 1500.5])
+        );
+        // A share follows the capacity, a rate does not; each names its phases.
+        assert_eq!(PacedLoad::Share(0.25).rate(4000.0), 1000.0);
+        assert_eq!(PacedLoad::Rate(800.0).rate(4000.0), 800.0);
+        assert_eq!(PacedLoad::Share(0.25).rho(3000.0), 0.25);
+        assert_eq!(PacedLoad::Rate(800.0).rho(4000.0), 0.2);
+        assert_eq!(PacedLoad::Share(0.25).label(), "rho0.25");
+        assert_eq!(PacedLoad::Rate(800.0).label(), "rate800");
+    }
+
+    #[test]
+    fn bad_small_rates_are_refused_naming_the_flag() {
+        for extra in [
+            &["--mixed", "3", "--small-rate", "0"][..],
+            &["--mixed", "3", "--small-rate=-5"],
+            &["--mixed", "3", "--small-rate", "NaN"],
+            &["--mixed", "3", "--small-rate", "1e7"],
+            &[
+                "--mixed",
+                "3",
+                "--small-rate",
+                "800",
+                "--small-load",
+                "0.25",
+            ],
+            &["--small-rate", "800"],
+        ] {
+            refused(extra, "--small-rate");
         }
     }
 }

@@ -275,7 +275,7 @@ fn draw_bulk(area: &Area, iso: &Isolation) -> DrawResult {
 
 /// The labels of the paced loads, left to right.
 fn rho_labels(paced: &[Paced]) -> Vec<String> {
-    paced.iter().map(|p| format!("rho = {}", p.rho)).collect()
+    paced.iter().map(Paced::label).collect()
 }
 
 /// One bar from `x - half` to `x + half`, `v` high, with its value above it.
@@ -417,7 +417,7 @@ fn draw_paced_shares(area: &Area, paced: &[Paced]) -> DrawResult {
         .iter()
         .map(|p| {
             let short = p.verdict.split(" (").next().unwrap_or_default();
-            format!("rho {}: {short}", p.rho)
+            format!("{}: {short}", p.label())
         })
         .collect();
     let mut chart = ChartBuilder::on(area)

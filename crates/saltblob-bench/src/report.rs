@@ -276,8 +276,13 @@ pub fn isolation_text(i: &Isolation) -> String {
     }
     let _ = writeln!(
         s,
-        "\nIsolation, paced (open loop: small ops due at rho x X* = {} ops/s, each timed from when it was due; bulk \
+        "\nIsolation, paced (open loop: small ops due at {}, X* = {} ops/s, each timed from when it was due; bulk \
          unthrottled beside them; B* = {}; bulk alone used {} CPU cores)",
+        if i.paced.iter().any(|p| p.fixed_rate) {
+            "fixed rates (rho = rate / X*)"
+        } else {
+            "rho x X*"
+        },
         value(i.small_capacity_ops_s),
         num(i.bulk_capacity_mib_s, "MiB/s"),
         value(i.bulk_alone_cpu_cores)
@@ -303,7 +308,11 @@ pub fn isolation_text(i: &Isolation) -> String {
         let _ = writeln!(
             s,
             "  {:>5} {:>8.0} {:>6.0} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8.3} {:>7} {:>6} {:>11.2} {:>11.2}",
-            p.rho,
+            if p.fixed_rate {
+                format!("{:.3}", p.rho)
+            } else {
+                p.rho.to_string()
+            },
             p.rate_ops_s,
             p.seconds,
             p.under_load.succeeded,
@@ -329,19 +338,43 @@ pub fn isolation_text(i: &Isolation) -> String {
                 g.work_min
             )
         });
-        let _ = writeln!(s, "  rho = {}: {}{goals}", p.rho, p.verdict);
+        let _ = writeln!(s, "  {}: {}{goals}", p.label(), p.verdict);
         let p99 = |l: Option<crate::stats::Latency>| {
             l.map_or_else(|| "-".to_owned(), |l| format!("{:.2} ms", l.p99))
         };
         let _ = writeln!(
             s,
-            "  rho = {}: by operation, P99 alone -> beside bulk: gets {} -> {}, puts {} -> {}",
-            p.rho,
+            "  {}: by operation, P99 alone -> beside bulk: gets {} -> {}, puts {} -> {}",
+            p.label(),
             p99(p.alone.get_latency_ms),
             p99(p.under_load.get_latency_ms),
             p99(p.alone.put_latency_ms),
             p99(p.under_load.put_latency_ms),
         );
+        if let Some(t) = &p.under_load.scheduler {
+            let bulk = t
+                .classes
+                .get(saltblob::schedule::BULK)
+                .map_or_else(String::new, |b| {
+                    format!(
+                        "; bulk admitted {:.0} MiB, waiting {:.2} ms each on average",
+                        b.bytes as f64 / (1 << 20) as f64,
+                        b.mean_wait_ms
+                    )
+                });
+            let _ = writeln!(
+                s,
+                "  {}: the scheduler beside bulk: duty {:.2} on average (lowest {:.2}, below 1 in {:.0}% of {} \
+                 samples), limit {:.1} on average (lowest {}){bulk}",
+                p.label(),
+                t.mean_duty,
+                t.min_duty,
+                t.paused_share * 100.0,
+                t.samples,
+                t.mean_limit,
+                t.min_limit,
+            );
+        }
     }
     s
 }

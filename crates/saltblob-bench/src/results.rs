@@ -72,8 +72,11 @@ pub struct BenchConfig {
     pub mixed_seconds: Option<f64>,
     /// Concurrent large loops of the bulk phases of `--mixed`.
     pub large_writers: usize,
-    /// The paced loads of `--mixed` (`--small-load`), as fractions of the small capacity; null without it.
+    /// The paced loads of `--mixed` (`--small-load`), as fractions of the small capacity; null without
+    /// `--mixed` or with `--small-rate`.
     pub small_loads: Option<Vec<f64>>,
+    /// The paced loads of `--mixed` at fixed rates (`--small-rate`), ops/s; null without it.
+    pub small_rates: Option<Vec<f64>>,
     /// Small operations due in each paced phase, at least (`--paced-samples`).
     pub paced_samples: u64,
     /// Seconds a paced phase waits past its schedule for the operations due in it (`--paced-grace`).

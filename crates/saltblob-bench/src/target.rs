@@ -3,6 +3,8 @@
 use bytes::Bytes;
 use saltblob::{BlobStore, PutOptions, Result};
 
+use crate::scheduler_trace::Tracer;
+
 /// The target of the mixed phases' operations: puts, whole gets and deletes by key.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -38,6 +40,15 @@ impl Target {
             Target::Store(store) => store.delete(key).await.map(|_| ()),
             #[cfg(feature = "s3")]
             Target::S3(s3) => s3.delete(key).await,
+        }
+    }
+
+    /// Starts sampling the store's scheduler ([`Tracer`]); `None` through S3, where the server's store schedules.
+    pub(crate) fn trace_scheduler(&self) -> Option<Tracer> {
+        match self {
+            Target::Store(store) => Some(Tracer::start(store.clone())),
+            #[cfg(feature = "s3")]
+            Target::S3(_) => None,
         }
     }
 

@@ -401,6 +401,26 @@ fn check_paced(json: &Value) {
         );
         assert!(p["goals"].is_object(), "{p}");
         assert!(p["verdict"].as_str().is_some_and(|v| !v.is_empty()), "{p}");
+        // What the store's scheduler did in each paced phase, sampled every 100 ms: null where the bench's
+        // process does not schedule (through S3, or with the scheduler off).
+        for side in ["alone", "under_load"] {
+            let t = &p[side]["scheduler"];
+            if json["config"]["scheduler"]["enabled"] != true {
+                assert!(t.is_null(), "{t}");
+                continue;
+            }
+            assert!(t["samples"].as_u64().is_some_and(|n| n >= 2), "{t}");
+            let duty = num(&t["mean_duty"], "mean duty");
+            assert!(duty > 0.0 && duty <= 1.0, "{t}");
+            assert!(num(&t["min_duty"], "min duty") <= duty, "{t}");
+            let admitted: u64 = t["classes"]
+                .as_object()
+                .expect("classes")
+                .values()
+                .filter_map(|c| c["admitted"].as_u64())
+                .sum();
+            assert!(admitted > 0, "{t}");
+        }
     }
     assert_eq!(
         json["config"]["small_loads"],
@@ -461,6 +481,52 @@ async fn a_tiny_bench_on_memory_reports_every_field() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_small_rate_is_paced_whatever_the_capacity() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("out.json");
+    let j = json_path.to_string_lossy().into_owned();
+    let args = bench_args(&["--mixed", "0.5", "--small-rate", "40", "--json", &j]);
+    saltblob_bench::bench("memory://", &args, true)
+        .await
+        .expect("bench runs");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
+            .expect("valid json");
+    assert_eq!(json["config"]["small_rates"], serde_json::json!([40.0]));
+    assert_eq!(json["config"]["small_loads"], Value::Null);
+    let iso = &json["isolation"];
+    let paced = iso["paced"].as_array().expect("paced list");
+    assert_eq!(paced.len(), 1, "{iso}");
+    let p = &paced[0];
+    assert_eq!(
+        (&p["fixed_rate"], &p["rate_ops_s"]),
+        (&Value::Bool(true), &serde_json::json!(40.0))
+    );
+    // ρ is the rate against the capacity measured in the same run, and no goal is judged.
+    let x_star = iso["small_capacity_ops_s"].as_f64().expect("X*");
+    let rho = p["rho"].as_f64().expect("rho");
+    assert!((rho - 40.0 / x_star).abs() <= rho * 1e-12, "{p}");
+    assert_eq!(
+        (&p["goals"], &p["met"]),
+        (&Value::Null, &Value::Null),
+        "{p}"
+    );
+    assert!(
+        p["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("fixed rate")),
+        "{p}"
+    );
+    assert_eq!(
+        p["under_load"]["phase"], "paced_small_under_load_rate40",
+        "{p}"
+    );
+    // 40 ops/s for the 0.5 s of --mixed: about 20 due.
+    let intended = p["under_load"]["intended"].as_u64().expect("intended");
+    assert!((15..=25).contains(&intended), "{p}");
+}
+
 #[tokio::test]
 async fn bad_mixed_flags_are_refused_before_anything_runs() {
     for (extra, needle) in [
@@ -474,6 +540,12 @@ async fn bad_mixed_flags_are_refused_before_anything_runs() {
         (&["--mixed", "1", "--small-load=-0.1"], "--small-load"),
         (&["--mixed", "1", "--small-load", "NaN"], "--small-load"),
         (&["--small-load", "0.25"], "add --mixed"),
+        (&["--mixed", "1", "--small-rate", "0"], "--small-rate"),
+        (&["--small-rate", "100"], "add --mixed"),
+        (
+            &["--mixed", "1", "--small-rate", "100", "--small-load", "0.5"],
+            "not both",
+        ),
         (&["--mixed", "1", "--paced-samples", "0"], "--paced-samples"),
     ] {
         let args = BenchCli::try_parse_from(["bench"].iter().chain(extra))
