@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::scheduler_trace::SchedulerTrace;
 use crate::stats::{Latency, PhaseReport, latency_or_nulls};
+use crate::wakeup::Wakeups;
 
 /// Small gets and puts alone.
 pub(crate) const SMALL_ALONE: &str = "small_alone";
@@ -198,6 +199,8 @@ pub struct PacedSide {
     pub cpu_cores: f64,
     /// What the store's scheduler did meanwhile; null through S3 or without a scheduler.
     pub scheduler: Option<SchedulerTrace>,
+    /// How late the bench's runtime and an OS thread woke meanwhile (see `wakeup.rs`).
+    pub wakeups: Wakeups,
 }
 
 impl PacedSide {
@@ -547,6 +550,10 @@ mod tests {
             put_latency_ms: None,
             cpu_cores,
             scheduler: None,
+            wakeups: Wakeups {
+                runtime: None,
+                thread: None,
+            },
         }
     }
 

@@ -105,6 +105,7 @@ mod scheduler_trace;
 pub mod stats;
 mod stream;
 mod target;
+mod wakeup;
 
 pub use args::{BenchArgs, ProbeArgs, ProbeOptions};
 pub use bench::{BenchReport, bench};

@@ -140,6 +140,17 @@ struct LargeWriter {
 }
 
 impl LargeWriter {
+    /// Its payload stamped with `stamp`: a copy of a large value, made on a blocking thread. On the runtime's
+    /// workers the copy (tens of milliseconds for 60 MiB, its pages faulted in) held up the small operations
+    /// those workers serve and time: a stall of the bench's own, not of the store's (`wakeup.rs` showed it).
+    /// For the same reason a large get's value is freed on a blocking thread.
+    async fn stamped(&self, stamp: u64) -> std::result::Result<Bytes, String> {
+        let (base, tag) = (self.base.clone(), self.tag);
+        tokio::task::spawn_blocking(move || stamped(&base, tag, TAG_BACKGROUND, stamp))
+            .await
+            .map_err(|e| format!("stamping a large payload failed: {e}"))
+    }
+
     /// Put, get (unless stopped meanwhile), delete, until `stop`; at least once.
     async fn run(self, started: Instant, stop: &AtomicBool, bar: &ProgressBar) -> BulkLoad {
         let mut out = BulkLoad::default();
@@ -148,7 +159,13 @@ impl LargeWriter {
             let key = format!("{}{n:07}", self.key_prefix);
             // The stamp tells the writers' blobs apart.
             let stamp = self.index << 32 | n;
-            let data = stamped(&self.base, self.tag, TAG_BACKGROUND, stamp);
+            let data = match self.stamped(stamp).await {
+                Ok(data) => data,
+                Err(e) => {
+                    out.tally.fail(e);
+                    break;
+                }
+            };
             let len = data.len() as u64;
             let t = Instant::now();
             match self.target.put(&key, data).await {
@@ -165,14 +182,19 @@ impl LargeWriter {
                 let result = self.target.get(&key).await;
                 let elapsed = t.elapsed();
                 match result {
-                    Ok(got) => match check(&got, len, self.tag, TAG_BACKGROUND, stamp) {
-                        Outcome::Done(b) => {
-                            out.gets += 1;
-                            out.tally.ok(elapsed, b);
+                    Ok(got) => {
+                        let outcome = check(&got, len, self.tag, TAG_BACKGROUND, stamp);
+                        // Unmapping tens of MiB takes milliseconds: not on the workers that time small ops.
+                        drop(tokio::task::spawn_blocking(move || drop(got)));
+                        match outcome {
+                            Outcome::Done(b) => {
+                                out.gets += 1;
+                                out.tally.ok(elapsed, b);
+                            }
+                            Outcome::Failed(m) => out.tally.fail(m),
+                            Outcome::Wrong(m) => out.tally.unverified(m),
                         }
-                        Outcome::Failed(m) => out.tally.fail(m),
-                        Outcome::Wrong(m) => out.tally.unverified(m),
-                    },
+                    }
                     Err(e) => out.tally.fail(e.to_string()),
                 }
                 out.span = started.elapsed();

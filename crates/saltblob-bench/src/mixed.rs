@@ -22,6 +22,7 @@ use crate::plan::{PacedLoad, Plan};
 use crate::progress::Progress;
 use crate::stats::{Latency, PhaseReport, Tally};
 use crate::target::Target;
+use crate::wakeup::WakeProbe;
 
 /// Small keys of the mixed phases, at most.
 const MIXED_POOL: u64 = 1000;
@@ -306,6 +307,7 @@ impl Load {
         let (gets, puts) = mix.counts();
         let cpu = CpuClock::start();
         let tracer = self.target.trace_scheduler();
+        let probe = WakeProbe::start();
         let started = Instant::now();
         let out = run_paced(pace, |n| {
             let (op, bar) = (mix.op(n), bar.clone());
@@ -323,6 +325,7 @@ impl Load {
             Some(tracer) => tracer.finish().await,
             None => None,
         };
+        let wakeups = probe.finish().await;
         progress.finish();
         let (gets, puts) = {
             let (g, p) = mix.counts();
@@ -344,6 +347,7 @@ impl Load {
             put_latency_ms: kind_latency(&out.by_kind, SmallMix::PUT),
             cpu_cores,
             scheduler,
+            wakeups,
         };
         let mut report = out.tally.report(
             name,
@@ -369,6 +373,7 @@ impl Load {
             "goodput": side.goodput,
             "cpu_cores": side.cpu_cores,
             "scheduler": side.scheduler,
+            "wakeups": side.wakeups,
         }));
         (report, side)
     }

@@ -375,6 +375,12 @@ pub fn isolation_text(i: &Isolation) -> String {
                 t.min_limit,
             );
         }
+        for (side, w) in [
+            ("alone", &p.alone.wakeups),
+            ("beside bulk", &p.under_load.wakeups),
+        ] {
+            let _ = writeln!(s, "  {}: {side}, {}", p.label(), w.describe());
+        }
     }
     s
 }

@@ -404,6 +404,18 @@ fn check_paced(json: &Value) {
         // What the store's scheduler did in each paced phase, sampled every 100 ms: null where the bench's
         // process does not schedule (through S3, or with the scheduler off).
         for side in ["alone", "under_load"] {
+            // How late the bench's runtime and a thread of its own woke from 1 ms sleeps meanwhile: both probes
+            // ran for the whole phase, whatever the target.
+            for probe in ["runtime", "thread"] {
+                let w = &p[side]["wakeups"][probe];
+                assert!(w["wakeups"].as_u64().is_some_and(|n| n >= 10), "{w}");
+                assert!(w["stalls"].as_u64().is_some(), "{w}");
+                let (p99, max) = (
+                    num(&w["lag_ms"]["p99"], "p99"),
+                    num(&w["lag_ms"]["max"], "max"),
+                );
+                assert!(0.0 <= p99 && p99 <= max, "{w}");
+            }
             let t = &p[side]["scheduler"];
             if json["config"]["scheduler"]["enabled"] != true {
                 assert!(t.is_null(), "{t}");
