@@ -150,6 +150,24 @@ pub enum GroupWrite {
     },
 }
 
+/// Chunks of one version written in an atomic group ([`ChunkStore::write_records`]): stored as
+/// [`ChunkStore::put_chunks`] stores them, in the same engine write as the group's records. A small chunked put
+/// commits this way, with no intent: nothing of it is stored before the write that commits it.
+#[derive(Clone, Debug)]
+pub struct GroupChunks {
+    /// The version the chunks belong to.
+    pub blob: BlobRef,
+    /// The chunks, at most [`BackendInfo::max_batch_bytes`] in all.
+    pub chunks: Vec<ChunkWrite>,
+}
+
+impl GroupChunks {
+    /// Stored bytes of the chunks.
+    pub fn stored_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.data.len() as u64).sum()
+    }
+}
+
 /// Which blob version chunks belong to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BlobRef {
@@ -315,11 +333,13 @@ pub struct BackendInfo {
     /// depth past which the device reads no faster, and a deeper queue only slower. `None` (the default): as
     /// many as the window holds.
     pub chunk_records_read_depth: Option<usize>,
-    /// Whether [`ChunkStore::write_records`] writes a group of records atomically, each under its condition, in
-    /// one engine write. A put then commits with one group (what it replaces queued for reclaim, its manifest,
-    /// and its intent removed under the condition that gc has not taken it over) in place of a claim and three
-    /// writes. Defaults to `false`: the backend does not implement `write_records`. A wrapper that intercepts
-    /// record writes either intercepts `write_records` too or clears this.
+    /// Whether [`ChunkStore::write_records`] writes a group of records (and chunks of one version, if given)
+    /// atomically, each record under its condition, in one engine write. A put then commits with one group (what
+    /// it replaces queued for reclaim, its manifest, and its intent removed under the condition that gc has not
+    /// taken it over) in place of a claim and three writes; a put whose chunks fit one backend call writes them
+    /// in that group too, and takes no intent. Defaults to `false`: the backend does not implement
+    /// `write_records`. A wrapper that intercepts record or chunk writes either intercepts `write_records` too
+    /// or clears this.
     pub atomic_record_groups: bool,
 }
 
@@ -475,12 +495,17 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         cond: &Precondition,
     ) -> Result<RecordWrite>;
 
-    /// Writes `changes` atomically, in one engine write (synced if any of them is a manifest write the backend
-    /// syncs): every condition holds and every change happens, or nothing is written and the first change whose
-    /// condition failed is named. At most one change per record. Only for backends that declare
-    /// [`BackendInfo::atomic_record_groups`]; the default fails, non-retryable.
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
-        let _ = changes;
+    /// Writes `changes`, and `chunks` when given, atomically, in one engine write (synced if any of the changes
+    /// is a manifest write the backend syncs): every condition holds and every change happens and every chunk is
+    /// stored, or nothing is written and the first change whose condition failed is named. At most one change
+    /// per record. Only for backends that declare [`BackendInfo::atomic_record_groups`]; the default fails,
+    /// non-retryable.
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
+        let _ = (changes, chunks);
         Err(crate::Error::internal(
             "write_records",
             format!(

@@ -16,8 +16,8 @@ use futures::stream::BoxStream;
 
 use crate::Result;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
-    Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
+    GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
 };
 
 /// A [`ChunkStore`] that wraps another: implement this, not [`ChunkStore`], and the wrapper is a [`ChunkStore`].
@@ -25,8 +25,9 @@ use crate::backend::{
 /// # Contract
 /// - Each method's default calls the same method of [`ChunkStoreLayer::inner`] with the same arguments and
 ///   returns what it returns. An override is what the wrapper's [`ChunkStore`] method does.
-/// - A layer that intercepts record writes (`put_record`, `delete_record`) intercepts `write_records` too, or
-///   clears [`BackendInfo::atomic_record_groups`] in its `info`, so that no commit passes it by.
+/// - A layer that intercepts record writes (`put_record`, `delete_record`) or chunk writes (`put_chunks`)
+///   intercepts `write_records` too, which carries both, or clears [`BackendInfo::atomic_record_groups`] in its
+///   `info`, so that no commit passes it by.
 /// - A method is overridden alone: a layer that changes chunk writes overrides both `put_chunks` and
 ///   `put_chunks_unlogged`, and `sync_unlogged_chunks` too if it holds or defers writes.
 /// - A layer whose contract covers every request (the scheduler admits each one or says why not) puts
@@ -70,8 +71,12 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
     }
 
     /// [`ChunkStore::write_records`].
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
-        self.inner().write_records(changes).await
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
+        self.inner().write_records(changes, chunks).await
     }
 
     /// [`ChunkStore::scan_records`].
@@ -181,8 +186,12 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         ChunkStoreLayer::delete_record(self, ns, key, cond).await
     }
 
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
-        ChunkStoreLayer::write_records(self, changes).await
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
+        ChunkStoreLayer::write_records(self, changes, chunks).await
     }
 
     async fn scan_records(

@@ -86,8 +86,9 @@ pub mod units;
 pub mod version;
 
 pub use backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
-    Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
+    GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
+    SpaceReport,
 };
 pub use census::{Census, LayoutClass, SizeHistogram, Tally};
 #[cfg(feature = "conformance")]

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
-    Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
+    GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
 };
 use crate::version::VersionId;
 use crate::{Error, Result};
@@ -161,7 +161,11 @@ impl ChunkStore for MemoryStore {
         ))
     }
 
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
         if !self.atomic_record_groups {
             return Err(Error::internal(
                 "write_records",
@@ -195,6 +199,13 @@ impl ChunkStore for MemoryStore {
                 previous.map_or(Previous::Absent, Previous::Value)
             })
             .collect();
+        if let Some(GroupChunks { blob, chunks }) = chunks {
+            for c in chunks {
+                let k = (blob.key.clone(), blob.version, c.salt, c.index);
+                state.unsynced.remove(&k);
+                state.chunks.insert(k, c.data);
+            }
+        }
         Ok(GroupWrite::Done(previous))
     }
 

@@ -200,6 +200,25 @@ impl Inner {
         self.chunks_in(raw_budget, chunk_size)
     }
 
+    /// Whether a put of `size` bytes in chunks of `chunk_size`, in `class`, writes its chunks in its commit's
+    /// atomic group ([`crate::backend::GroupChunks`]) and takes no intent: where the backend writes atomic groups
+    /// ([`BackendInfo::atomic_record_groups`]), for a put whose chunks it would write plainly (neither as records
+    /// nor unlogged) and in one backend call. The put then stores nothing before the write that commits it,
+    /// so there is nothing for an intent to let gc find; a small chunked put is one engine write, as an inline
+    /// one is.
+    pub(crate) fn commits_chunks_in_group(
+        &self,
+        size: u64,
+        chunk_size: u32,
+        class: Option<&ClassTag>,
+    ) -> bool {
+        self.info.atomic_record_groups
+            && !self.info.records_put(size)
+            && !self.info.unlogged_put(size)
+            && size.div_ceil(u64::from(chunk_size.max(1)))
+                <= self.chunks_per_batch(chunk_size, class)
+    }
+
     /// Chunks per backend call of a version of `size` bytes: when a version that large stores its chunks as
     /// records and the backend asks for a batch size of its own for them
     /// ([`BackendInfo::chunk_records_batch_bytes`]: a call then costs it a copy or one aligned read of the

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
-    Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
+    GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
 };
 use saltblob_core::schedule::current_class;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -188,7 +188,13 @@ impl ChunkStore for RocksStore {
             .await
     }
 
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+    /// The chunks go into the chunk column family's blob files, as [`ChunkStore::put_chunks`] puts them, in
+    /// the group's write batch.
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
         let sync = self.core.config().sync && changes.iter().any(|c| c.ns == Namespace::Manifest);
         let writes = changes
             .into_iter()
@@ -204,7 +210,13 @@ impl ChunkStore for RocksStore {
                 }
             })
             .collect();
-        self.core.conditional_group(writes, sync).await
+        let chunks = chunks.map_or_else(Vec::new, |GroupChunks { blob, chunks }| {
+            chunks
+                .into_iter()
+                .map(|c| (keys::chunk_key(&blob, c.salt, c.index), c.data))
+                .collect()
+        });
+        self.core.conditional_group(writes, chunks, sync).await
     }
 
     async fn scan_records(

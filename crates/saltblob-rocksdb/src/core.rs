@@ -395,21 +395,30 @@ impl RocksCore {
             cond: cond.clone(),
             change,
         };
-        Ok(match self.conditional_group(vec![write], sync).await? {
-            GroupWrite::Done(mut previous) => {
-                RecordWrite::Done(previous.pop().unwrap_or(Previous::Absent))
-            }
-            GroupWrite::ConditionFailed { current, .. } => RecordWrite::ConditionFailed(current),
-        })
+        Ok(
+            match self
+                .conditional_group(vec![write], Vec::new(), sync)
+                .await?
+            {
+                GroupWrite::Done(mut previous) => {
+                    RecordWrite::Done(previous.pop().unwrap_or(Previous::Absent))
+                }
+                GroupWrite::ConditionFailed { current, .. } => {
+                    RecordWrite::ConditionFailed(current)
+                }
+            },
+        )
     }
 
-    /// Applies `writes` in one engine write batch (synced when `sync`) if every condition holds on its key's
-    /// value, else nothing (naming the first that failed); each key read and the batch written under the keys'
-    /// lock stripes, taken in ascending order (two groups cannot deadlock), so that conditional
-    /// writes of one key are serialized. At most one write per key.
+    /// Applies `writes`, and puts `chunks` (chunk key, encoded chunk) into the chunk column family, in one
+    /// engine write batch (synced when `sync`) if every condition holds on its key's value, else nothing (naming
+    /// the first that failed); each key read and the batch written under the keys' lock stripes, taken in
+    /// ascending order (two groups cannot deadlock), so that conditional writes of one key are serialized. At
+    /// most one write per key.
     pub(crate) async fn conditional_group(
         self: &Arc<Self>,
         writes: Vec<Conditional>,
+        chunks: Vec<(Vec<u8>, Bytes)>,
         sync: bool,
     ) -> Result<GroupWrite> {
         let mut stripes: Vec<usize> = writes
@@ -446,6 +455,12 @@ impl RocksCore {
                     Change::Delete => batch.delete_cf(handle, &write.key),
                 }
                 previous.push(current.map_or(Previous::Absent, Previous::Value));
+            }
+            if !chunks.is_empty() {
+                let handle = core.cf(CF_CHUNKS)?;
+                for (key, data) in &chunks {
+                    batch.put_cf(handle, key, data);
+                }
             }
             let mut wo = WriteOptions::default();
             wo.set_sync(sync);

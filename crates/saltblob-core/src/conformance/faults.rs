@@ -13,7 +13,7 @@ use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::watch;
 
 use crate::backend::{
-    BlobRef, ChunkAddress, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite, Namespace,
+    BlobRef, ChunkAddress, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, Namespace,
     Precondition, RecordChange, RecordWrite,
 };
 use crate::layer::ChunkStoreLayer;
@@ -25,11 +25,11 @@ pub enum Point {
     /// `get_record` in a namespace.
     RecordRead(Namespace),
     /// `put_record` and `delete_record` in a namespace, and `write_records` of a group that writes there (it
-    /// passes the point of each of its namespaces in turn).
+    /// passes the point of each of its namespaces in turn, after [`Point::ChunkWrite`] if it carries chunks).
     RecordWrite(Namespace),
     /// `put_chunks`, `put_chunks_unlogged` and `put_chunk_records`. A held chunk write is already issued, as
     /// an engine's write on a thread of its own is: it lands once released even if its caller has given up on
-    /// it.
+    /// it. A group of `write_records` that carries chunks passes it too, before it is issued.
     ChunkWrite,
     /// `sync_unlogged_chunks` and `sync_chunk_records`, issued like a chunk write.
     ChunkSync,
@@ -183,7 +183,14 @@ impl ChunkStoreLayer for Faulty {
         self.inner.delete_record(ns, key, cond).await
     }
 
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
+        if chunks.is_some() {
+            self.enter(Point::ChunkWrite).await?;
+        }
         let mut namespaces: Vec<Namespace> = Vec::new();
         for change in &changes {
             if !namespaces.contains(&change.ns) {
@@ -193,7 +200,7 @@ impl ChunkStoreLayer for Faulty {
         for ns in namespaces {
             self.enter(Point::RecordWrite(ns)).await?;
         }
-        self.inner.write_records(changes).await
+        self.inner.write_records(changes, chunks).await
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {

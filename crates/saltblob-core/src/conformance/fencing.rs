@@ -158,3 +158,72 @@ pub async fn failed_put_leaves_no_chunks_behind(backend: Arc<dyn ChunkStore>) {
     let left = chunks_by_version(&backend, &key).await;
     assert!(left.is_empty(), "chunks left behind: {left:?}");
 }
+
+/// A put whose chunks fit one backend call (`StoreConfig::batch_bytes`), where the backend
+/// writes atomic groups, stores them in its commit's group and takes no intent: with every intent write failing
+/// it still commits, and with its manifest write failing it stores nothing at all (no chunk, no intent). Where
+/// the backend writes no groups, or stores a put of that size otherwise (unlogged, or as records in a file of its
+/// own), it takes its intent first, and cannot put without one.
+pub async fn small_chunked_puts_store_nothing_before_their_commit(backend: Arc<dyn ChunkStore>) {
+    let p = prefix("in-commit");
+    let key = format!("{p}blob");
+    let faulty = Faulty::new(Arc::clone(&backend));
+    // Three chunks of 4 KiB: one call of `small_config`'s 16 KiB batches.
+    let config = small_config();
+    let writer = store(&(faulty.clone() as Arc<dyn ChunkStore>), config);
+    let value = data(10 * KIB as usize, 7);
+    let intents = || {
+        let backend = Arc::clone(&backend);
+        let key = key.clone();
+        async move {
+            backend
+                .scan_records(Namespace::Intent, b"", None, 100_000)
+                .await
+                .expect("scan intents")
+                .into_iter()
+                .filter(|(k, _)| k.ends_with(key.as_bytes()))
+                .count()
+        }
+    };
+
+    faulty.fail(Point::RecordWrite(Namespace::Intent), true);
+    let without_intents = writer.put(&key, value.clone(), &PutOptions::new()).await;
+    faulty.fail(Point::RecordWrite(Namespace::Intent), false);
+    let info = backend.info();
+    let size = value.len() as u64;
+    if !info.atomic_record_groups || info.records_put(size) || info.unlogged_put(size) {
+        assert!(
+            without_intents.is_err(),
+            "a chunked put that does not write its chunks in its commit needs its intent"
+        );
+        assert!(chunks_by_version(&backend, &key).await.is_empty());
+        return;
+    }
+    let first =
+        without_intents.expect("a put that writes its chunks in its commit writes no intent");
+    assert_holds(&writer, &key, &value).await;
+    assert_eq!(
+        chunks_by_version(&backend, &key).await.get(&first.version),
+        Some(&3),
+        "its three chunks"
+    );
+    assert_eq!(intents().await, 0);
+
+    faulty.fail(Point::RecordWrite(Namespace::Manifest), true);
+    let failed = writer
+        .put(&key, data(10 * KIB as usize, 8), &PutOptions::new())
+        .await;
+    faulty.fail(Point::RecordWrite(Namespace::Manifest), false);
+    assert!(failed.is_err(), "the commit failed: {failed:?}");
+    assert_holds(&writer, &key, &value).await;
+    let stored: Vec<_> = chunks_by_version(&backend, &key)
+        .await
+        .into_keys()
+        .collect();
+    assert_eq!(
+        stored,
+        vec![first.version],
+        "a failed commit stored no chunk of its version"
+    );
+    assert_eq!(intents().await, 0, "nor an intent");
+}

@@ -59,6 +59,7 @@ pub use failures::{
 pub use fencing::{
     commit_outlasting_its_lease_keeps_its_chunks, failed_put_leaves_no_chunks_behind,
     fsck_repair_spares_versions_replaced_while_it_runs,
+    small_chunked_puts_store_nothing_before_their_commit,
 };
 pub use gc::{
     expired_blobs_read_as_not_found_and_gc_reclaims_them,
@@ -67,9 +68,9 @@ pub use gc::{
 };
 pub use reads::{list_by_prefix, range_reads};
 pub use records::{
-    record_groups_are_all_or_nothing, record_scan_from_before_the_prefix,
-    record_scans_page_in_key_order, record_writes_check_preconditions,
-    records_are_separate_per_namespace,
+    record_groups_are_all_or_nothing, record_groups_carry_chunks,
+    record_scan_from_before_the_prefix, record_scans_page_in_key_order,
+    record_writes_check_preconditions, records_are_separate_per_namespace,
 };
 pub use roundtrip::{
     compression_round_trips, describe_layouts, per_put_overrides, roundtrip_default_policy_large,
@@ -134,6 +135,7 @@ macro_rules! conformance_suite {
             put_without_its_lease_does_not_commit, fsck_reports_damage_and_repairs_only_orphans,
             commit_outlasting_its_lease_keeps_its_chunks,
             fsck_repair_spares_versions_replaced_while_it_runs, failed_put_leaves_no_chunks_behind,
+            small_chunked_puts_store_nothing_before_their_commit,
             plain_and_conditional_commits_apply_in_order, composed_blobs_read_back_and_own_their_segments,
             abandoned_and_discarded_segments_are_reclaimed,
             leftover_segment_intents_do_not_reclaim_a_composed_blob,
@@ -150,7 +152,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@store $attrs $crate::conformance::plain; $make);
         $crate::conformance_suite!(@cases $attrs $crate::conformance::plain; $make;
             record_writes_check_preconditions, record_groups_are_all_or_nothing,
-            records_are_separate_per_namespace, record_scans_page_in_key_order, record_scan_from_before_the_prefix,
+            record_groups_carry_chunks, records_are_separate_per_namespace, record_scans_page_in_key_order, record_scan_from_before_the_prefix,
             sealed_blobs_round_trip_and_store_no_plaintext,
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
             moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back,

@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::{ChunkStore, GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite};
+use crate::{
+    BlobRef, ChunkId, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, Namespace, Precondition,
+    Previous, RecordChange, RecordWrite, VersionId,
+};
 
 /// Every namespace, each of which a backend may store apart.
 const NAMESPACES: [Namespace; 4] = [
@@ -230,7 +233,7 @@ pub async fn record_groups_are_all_or_nothing(backend: Arc<dyn ChunkStore>) {
         async move {
             let what = format!("{changes:?}");
             backend
-                .write_records(changes)
+                .write_records(changes, None)
                 .await
                 .unwrap_or_else(|e| panic!("group {what}: {e}"))
         }
@@ -254,7 +257,7 @@ pub async fn record_groups_are_all_or_nothing(backend: Arc<dyn ChunkStore>) {
     };
     if !backend.info().atomic_record_groups {
         let refused = backend
-            .write_records(commit("m1", Precondition::None, Precondition::None))
+            .write_records(commit("m1", Precondition::None, Precondition::None), None)
             .await;
         assert!(refused.is_err(), "a group without the support: {refused:?}");
         assert_eq!(get(&backend, Namespace::Manifest, &m).await, None);
@@ -344,6 +347,108 @@ pub async fn record_groups_are_all_or_nothing(backend: Arc<dyn ChunkStore>) {
     );
     assert_eq!(get(&backend, Namespace::Manifest, &m).await, Some(b("m2")));
     assert_eq!(get(&backend, Namespace::Reclaim, &r).await, None);
+    delete(&backend, Namespace::Manifest, &m, Precondition::None).await;
+}
+
+/// Chunks of a version written in an atomic group ([`ChunkStore::write_records`] with [`GroupChunks`]) are
+/// stored with the group's records or not at all: a group whose condition fails stores none of them, one that
+/// holds stores every one, readable as [`ChunkStore::put_chunks`]'s are. A backend that does not declare atomic
+/// groups refuses the group and stores nothing.
+pub async fn record_groups_carry_chunks(backend: Arc<dyn ChunkStore>) {
+    let m = b(record_key("group-chunks"));
+    let blob = BlobRef {
+        key: m.clone(),
+        version: VersionId(rand::random::<u128>() >> 1),
+    };
+    let chunks: Vec<ChunkWrite> = (0..3u64)
+        .map(|index| ChunkWrite {
+            salt: (index % 2) as u32,
+            index,
+            data: b(format!("chunk {index} of the group")),
+        })
+        .collect();
+    let ids: Vec<ChunkId> = chunks
+        .iter()
+        .map(|c| ChunkId {
+            salt: c.salt,
+            index: c.index,
+        })
+        .collect();
+    let stored = || {
+        let backend = Arc::clone(&backend);
+        let (blob, ids) = (blob.clone(), ids.clone());
+        async move {
+            backend
+                .get_chunks(&blob, &ids)
+                .await
+                .expect("get_chunks")
+                .into_iter()
+                .map(|slot| slot.map(|data| String::from_utf8_lossy(&data).into_owned()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let with_chunks = |manifest: &str, cond: Precondition| {
+        let changes = vec![RecordChange::put(
+            Namespace::Manifest,
+            m.clone(),
+            b(manifest),
+            cond,
+        )];
+        let chunks = GroupChunks {
+            blob: blob.clone(),
+            chunks: chunks.clone(),
+        };
+        let backend = Arc::clone(&backend);
+        async move { backend.write_records(changes, Some(chunks)).await }
+    };
+    if !backend.info().atomic_record_groups {
+        let refused = with_chunks("m1", Precondition::None).await;
+        assert!(refused.is_err(), "a group without the support: {refused:?}");
+        assert_eq!(stored().await, vec![None, None, None]);
+        return;
+    }
+    put(
+        &backend,
+        Namespace::Manifest,
+        &m,
+        "m0",
+        Precondition::Absent,
+    )
+    .await;
+    assert_eq!(
+        with_chunks("m1", Precondition::Equals(b("other")))
+            .await
+            .expect("group"),
+        GroupWrite::ConditionFailed {
+            index: 0,
+            current: Some(b("m0"))
+        }
+    );
+    assert_eq!(
+        stored().await,
+        vec![None, None, None],
+        "a group whose condition failed stores no chunk"
+    );
+    assert_eq!(get(&backend, Namespace::Manifest, &m).await, Some(b("m0")));
+    assert_eq!(
+        with_chunks("m1", Precondition::Equals(b("m0")))
+            .await
+            .expect("group"),
+        GroupWrite::Done(vec![Previous::Value(b("m0"))])
+    );
+    assert_eq!(get(&backend, Namespace::Manifest, &m).await, Some(b("m1")));
+    assert_eq!(
+        stored().await,
+        chunks
+            .iter()
+            .map(|c| Some(String::from_utf8_lossy(&c.data).into_owned()))
+            .collect::<Vec<_>>(),
+        "a group that held stores every chunk"
+    );
+    backend
+        .delete_chunks(&blob, 2, chunks.len() as u64)
+        .await
+        .expect("delete the chunks");
     delete(&backend, Namespace::Manifest, &m, Precondition::None).await;
 }
 

@@ -270,7 +270,7 @@ impl IntentLease {
                 self.record_key.clone(),
                 Precondition::Equals(current.encode()),
             ));
-            match self.backend.write_records(group).await? {
+            match self.backend.write_records(group, None).await? {
                 GroupWrite::Done(mut previous) => {
                     previous.truncate(own);
                     self.state.lock().map_err(|_| self.poisoned())?.removed = true;

@@ -11,8 +11,8 @@ use futures::stream::BoxStream;
 use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::Result;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupWrite,
-    Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
+    GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
 };
 use crate::layer::ChunkStoreLayer;
 
@@ -134,9 +134,17 @@ impl ChunkStoreLayer for ScheduledStore {
             .await
     }
 
-    async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
-        let bytes: u64 = changes.iter().map(|c| len(&c.value)).sum();
-        self.run_record(bytes, self.backend.write_records(changes), |_| bytes)
+    /// A group that carries chunks moves their data: it is admitted as a chunk write is.
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
+        let records: u64 = changes.iter().map(|c| len(&c.value)).sum();
+        let data = chunks.as_ref().map(GroupChunks::stored_bytes);
+        let bytes = records + data.unwrap_or(0);
+        let call = self.backend.write_records(changes, chunks);
+        self.run_in(self.class(), bytes, data.is_none(), call, |_| bytes)
             .await
     }
 

@@ -2,10 +2,12 @@
 //! blob's digest: each chunk hashed in the task that encodes it, or in order on the put's task when the chunk
 //! size is no BLAKE3 subtree (see `digest.rs`).
 //!
-//! A put stores its chunks one of three ways ([`Path`]), chosen by its size and what the backend asks for: as
+//! A put stores its chunks one of four ways ([`Path`]), chosen by its size and what the backend asks for: as
 //! records of their version (large puts on a backend that keeps a version in a file of its own: the header and
 //! the payload are handed over apart, so the backend copies each byte once, into its I/O buffer), unlogged
-//! (large puts on a backend whose log would write them twice), or plainly.
+//! (large puts on a backend whose log would write them twice), in the commit's group (puts whose chunks fit
+//! one backend call, on a backend that writes atomic groups: the writer encodes them and the commit writes
+//! them), or plainly.
 //!
 //! A sealed version's chunks are sealed in the same tasks, after compression (`codec.rs`, `encode_sealed`). The
 //! last chunk's nonce differs from the others', so the writer holds each chunk back until the next one (or the
@@ -17,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, RecordsPlan};
+use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks, RecordsPlan};
 use crate::codec::{ChunkPlace, Codec, encode_chunk, encode_record, encode_sealed};
 use crate::encryption::seal::VersionKeys;
 use crate::intent::Progress;
@@ -46,6 +48,8 @@ enum Path {
     /// [`ChunkStore::begin_chunk_records`], [`ChunkStore::put_chunk_records`], then
     /// [`ChunkStore::sync_chunk_records`] of the version.
     Records,
+    /// Encoded only, and kept for the commit to write in its group ([`ChunkStore::write_records`]).
+    InCommit,
 }
 
 /// Writes the chunks of one version: groups them into batches of up to the batch size and keeps at most the
@@ -85,6 +89,8 @@ pub(crate) struct ChunkWriter {
     plan: Option<RecordsPlan>,
     /// Whether [`ChunkStore::begin_chunk_records`] was called: the version has storage to delete on abort.
     begun: bool,
+    /// The encoded chunks kept for the commit's group ([`Path::InCommit`] only).
+    kept: Vec<ChunkWrite>,
     /// The blob's digest: fed the subtrees the tasks hash, or the raw chunks in order as they are pushed.
     digest: BlobDigest,
 }
@@ -144,7 +150,17 @@ impl ChunkWriter {
             plan: (path == Path::Records).then(|| RecordsPlan::new(chunk_size, size)),
             path,
             begun: false,
+            kept: Vec::new(),
         }
+    }
+
+    /// Keeps the chunks for the commit to write in its group ([`ChunkWriter::take_for_commit`]) in place of
+    /// writing them, for a put whose chunks [`Inner::commits_chunks_in_group`] (which only a put that would
+    /// write them plainly does). Called before the first chunk.
+    pub(crate) fn in_commit(mut self) -> Self {
+        self.path = Path::InCommit;
+        self.plan = None;
+        self
     }
 
     /// Prepares the backend's storage of the version when its chunks are stored as records (a file of their
@@ -166,8 +182,9 @@ impl ChunkWriter {
         &mut self,
         done: std::result::Result<TaskResult, tokio::task::JoinError>,
     ) -> Result<()> {
-        let (bytes, hashes) = done.map_err(|e| Error::internal("write task failed", e))??;
+        let (bytes, hashes, kept) = done.map_err(|e| Error::internal("write task failed", e))??;
         self.digest.add(hashes)?;
+        self.kept.extend(kept);
         self.stored += bytes;
         self.progress.record(self.layout.chunk_count, self.stored);
         Ok(())
@@ -248,6 +265,9 @@ impl ChunkWriter {
             .await??;
             let stored = encoded.stored_bytes();
             match encoded {
+                Encoded::Writes(writes) if path == Path::InCommit => {
+                    return Ok((stored, hashes, writes));
+                }
                 Encoded::Writes(writes) => {
                     backoff
                         .run(|| {
@@ -269,7 +289,7 @@ impl ChunkWriter {
                         .await?
                 }
             }
-            Ok((stored, hashes))
+            Ok((stored, hashes, Vec::new()))
         }));
         Ok(())
     }
@@ -286,7 +306,7 @@ impl ChunkWriter {
         }
         let backend = &self.backend;
         match self.path {
-            Path::Logged => {}
+            Path::Logged | Path::InCommit => {}
             Path::Unlogged => self.backoff.run(|| backend.sync_unlogged_chunks()).await?,
             Path::Records => {
                 let blob = &self.blob;
@@ -296,6 +316,15 @@ impl ChunkWriter {
             }
         }
         Ok((self.stored, self.digest.finalize().await?))
+    }
+
+    /// The chunks kept for the commit's group ([`ChunkWriter::in_commit`]), once [`ChunkWriter::finish`]
+    /// returned; `None` for chunks the writer wrote itself.
+    pub(crate) fn take_for_commit(&mut self) -> Option<GroupChunks> {
+        (self.path == Path::InCommit).then(|| GroupChunks {
+            blob: self.blob.clone(),
+            chunks: std::mem::take(&mut self.kept),
+        })
     }
 
     /// Raw bytes per chunk (the last may be shorter).
@@ -321,6 +350,10 @@ impl ChunkWriter {
     /// most one backend call per batch in flight.
     pub(crate) async fn abort(mut self) -> bool {
         while self.tasks.join_next().await.is_some() {}
+        // Chunks kept for the commit were never written.
+        if self.path == Path::InCommit {
+            return true;
+        }
         if (self.layout.chunk_count > 0 || self.begun)
             && let Err(e) = self
                 .backend
@@ -429,5 +462,6 @@ fn encode_batch(
     Ok((encoded, hashes))
 }
 
-/// What a chunk-write task returns: its stored bytes and the subtrees of its chunks.
-type TaskResult = Result<(u64, Vec<ChunkHash>)>;
+/// What a chunk-write task returns: its stored bytes, the subtrees of its chunks, and the chunks it encoded
+/// for the commit to write ([`Path::InCommit`]; none otherwise).
+type TaskResult = Result<(u64, Vec<ChunkHash>, Vec<ChunkWrite>)>;

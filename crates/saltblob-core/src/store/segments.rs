@@ -152,7 +152,15 @@ impl BlobStore {
                 .try_collect::<Vec<()>>()
                 .await?;
             manifest.version = VersionId::generate_at(inner.now_micros());
-            write::commit(inner, &key, &manifest, pre, None, Some(issue_by)).await?;
+            write::commit(
+                inner,
+                &key,
+                &manifest,
+                pre,
+                write::CommitChunks::None,
+                Some(issue_by),
+            )
+            .await?;
             stream::iter(chunked)
                 .map(|blob| async move { intent::settle_composed(inner, &blob).await })
                 .buffer_unordered(INTENT_CONCURRENCY)

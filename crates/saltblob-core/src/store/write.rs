@@ -5,13 +5,15 @@
 //! commits at once; a chunked one takes its intent lease (`intent/`), streams its chunks through the
 //! [`ChunkWriter`], claims its intent (which gc can then no longer take over) and [`commit`]s the manifest,
 //! queueing the version it replaces for reclaim first. Where the backend writes atomic groups of records, there
-//! is no claim: the reclaim entries, the manifest and the intent's conditional removal are one write.
+//! is no claim: the reclaim entries, the manifest and the intent's conditional removal are one write; and a put
+//! whose chunks fit one backend call takes no intent at all: its chunks go into that write too
+//! ([`crate::state::Inner::commits_chunks_in_group`]), so a small chunked put is one engine write.
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::backend::{
-    BlobRef, GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite,
+    BlobRef, GroupChunks, GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite,
 };
 use crate::codec::Codec;
 use crate::config::{PutCondition, PutOptions};
@@ -228,7 +230,7 @@ where
             None => (*digest.as_bytes(), ManifestBody::Inline(head)),
         };
         if let Finish::Commit = finish {
-            commit(inner, &key, &manifest, pre, None, None).await?;
+            commit(inner, &key, &manifest, pre, CommitChunks::None, None).await?;
         }
         return Ok(manifest);
     }
@@ -243,19 +245,37 @@ where
     };
     // Held until the put returns, then freed off its path (see `FreedOffPath`).
     let _payload = FreedOffPath::of(&head, eof);
-    // The intent goes first: a writer that dies from here on leaves a record that lets gc find its chunks.
-    let lease = IntentLease::acquire(inner, &blob, planned_salt).await?;
-    let mut writer = ChunkWriter::new(
+    let chunk_size = policy.chunk_size_for(known_size);
+    // A put whose chunks its commit writes (in one atomic group with the manifest) stores nothing before it, and
+    // takes no intent. Any other takes its intent first: a writer that dies from here on leaves a record that
+    // lets gc find its chunks.
+    let in_commit = matches!(finish, Finish::Commit)
+        && known_size.is_some_and(|size| {
+            inner.commits_chunks_in_group(size, chunk_size, schedule::current_class().as_ref())
+        });
+    let lease = if in_commit {
+        None
+    } else {
+        Some(IntentLease::acquire(inner, &blob, planned_salt).await?)
+    };
+    let writer = ChunkWriter::new(
         inner,
         blob.clone(),
         planned_salt,
         codec,
-        policy.chunk_size_for(known_size),
+        chunk_size,
         known_size,
         known_size.unwrap_or(head_len),
-        lease.progress(),
+        lease
+            .as_ref()
+            .map_or_else(Default::default, IntentLease::progress),
         sealed.as_ref().map(|s| std::sync::Arc::clone(&s.keys)),
     );
+    let mut writer = if in_commit {
+        writer.in_commit()
+    } else {
+        writer
+    };
     let written = match writer.begin().await {
         Ok(()) => {
             write_chunks(
@@ -282,15 +302,15 @@ where
     let written = written.and_then(|w| add_late_metadata(&mut manifest, opts).map(|()| w));
     // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
     // settles that race for good (see `intent/`).
-    let written = match (written, finish) {
-        (Ok(w), Finish::Commit) => lease.claim(inner).await.map(|()| w),
-        (written, _) => written,
+    let written = match (written, finish, &lease) {
+        (Ok(w), Finish::Commit, Some(lease)) => lease.claim(inner).await.map(|()| w),
+        (written, _, _) => written,
     };
     let written = match written {
         Ok(v) => v,
         Err(e) => {
             let deleted = writer.abort().await;
-            lease.end(deleted).await;
+            end_lease(lease, deleted).await;
             return Err(e);
         }
     };
@@ -304,10 +324,23 @@ where
         codec,
         stored_bytes: written.stored_bytes,
     };
-    match finish {
-        Finish::Commit => commit(inner, &key, &manifest, pre, Some(lease), None).await?,
+    let chunks = match (writer.take_for_commit(), lease) {
+        (Some(chunks), _) => CommitChunks::InGroup(chunks),
+        (None, Some(lease)) => CommitChunks::Leased(lease),
+        (None, None) => {
+            return Err(Error::internal(
+                "put",
+                "a chunked put with neither an intent nor chunks for its commit",
+            ));
+        }
+    };
+    match (finish, chunks) {
+        (Finish::Commit, chunks) => commit(inner, &key, &manifest, pre, chunks, None).await?,
         // A failure leaves the intent to expire at its last renewal, after which gc reclaims the chunks.
-        Finish::Park(until) => lease.park(until).await?,
+        (Finish::Park(until), CommitChunks::Leased(lease)) => lease.park(until).await?,
+        (Finish::Park(_), _) => {
+            return Err(Error::internal("put", "a parked put without an intent"));
+        }
     }
     Ok(manifest)
 }
@@ -468,20 +501,27 @@ pub(crate) async fn precheck(
 /// where a condition costs a Paxos round) it writes plainly: a put committing in between is queued after the
 /// commit, and left to `fsck --repair` if this process dies in that moment.
 ///
-/// `lease` (a chunked put's) is ended once the chunks are committed, deleted or queued for reclaim; if
-/// cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks. A manifest write
-/// is issued only while the lease's claim holds, and (a compose's) not after `issue_by` (Unix µs): past it the
-/// commit fails with `IntentLost` before writing.
+/// A chunked put's lease ([`CommitChunks::Leased`]) is ended once the chunks are committed, deleted or queued
+/// for reclaim; if cleaning up after a failure fails, the intent is left to expire, and gc reclaims the chunks.
+/// A manifest write is issued only while the lease's claim holds, and (a compose's) not after `issue_by` (Unix
+/// µs): past it the commit fails with `IntentLost` before writing. Chunks the commit writes itself
+/// ([`CommitChunks::InGroup`]) are stored with the manifest or not at all, so a failure leaves nothing to clean.
 pub(crate) async fn commit(
     inner: &Inner,
     key: &Bytes,
     manifest: &Manifest,
     pre: PreCheck,
-    lease: Option<IntentLease>,
+    chunks: CommitChunks,
     issue_by: Option<u64>,
 ) -> Result<()> {
-    let outcome = write_manifest(inner, key, manifest, pre, lease.as_ref(), issue_by).await;
-    // The one exit: the lease ends once the chunks are committed, deleted, or queued for reclaim.
+    let outcome = write_manifest(inner, key, manifest, pre, &chunks, issue_by).await;
+    let lease = match chunks {
+        CommitChunks::Leased(lease) => lease,
+        CommitChunks::None | CommitChunks::InGroup(_) => {
+            return outcome.map_err(CommitFailure::into_error);
+        }
+    };
+    // The one exit of a leased put: the lease ends once the chunks are committed, deleted, or queued for reclaim.
     let settled = match &outcome {
         Ok(()) => true,
         Err(CommitFailure::NotWritten(_)) => discard(inner, key, manifest).await,
@@ -489,8 +529,28 @@ pub(crate) async fn commit(
         // if it did become current.
         Err(CommitFailure::Unknown(_)) => reclaim::schedule_logged(inner, key, manifest).await,
     };
-    end_lease(lease, settled).await;
+    lease.end(settled).await;
     outcome.map_err(CommitFailure::into_error)
+}
+
+/// What of a version's chunks its [`commit`] deals with besides the manifest.
+pub(crate) enum CommitChunks {
+    /// None: an inline value, or a compose (whose segments' claims and `issue_by` fence it).
+    None,
+    /// Chunks written under the put's intent lease, which the commit ends.
+    Leased(IntentLease),
+    /// Chunks not stored yet: the commit writes them in its atomic group
+    /// ([`crate::backend::ChunkStore::write_records`]), and there is no intent.
+    InGroup(GroupChunks),
+}
+
+impl CommitChunks {
+    fn lease(&self) -> Option<&IntentLease> {
+        match self {
+            CommitChunks::Leased(lease) => Some(lease),
+            CommitChunks::None | CommitChunks::InGroup(_) => None,
+        }
+    }
 }
 
 /// How a commit failed: before its manifest write (nothing changed), or in it (the outcome is unknown).
@@ -513,7 +573,7 @@ async fn write_manifest(
     key: &Bytes,
     manifest: &Manifest,
     pre: PreCheck,
-    lease: Option<&IntentLease>,
+    chunks: &CommitChunks,
     issue_by: Option<u64>,
 ) -> std::result::Result<(), CommitFailure> {
     use CommitFailure::{NotWritten, Unknown};
@@ -528,9 +588,14 @@ async fn write_manifest(
         Precondition::Equals(expected) => Some(expected.clone()),
         Precondition::Absent => None,
     };
-    // Where the backend writes atomic groups, a chunked put's reclaim entries, manifest and intent removal are
-    // one write (see `IntentLease::commit_group`).
-    let group = lease.filter(|_| inner.info.atomic_record_groups);
+    // Where the backend writes atomic groups, a chunked put's reclaim entries, manifest and intent removal (or
+    // chunks, for a put without an intent) are one write (see `commit_group`).
+    let lease = chunks.lease();
+    let group = match chunks {
+        CommitChunks::Leased(_) if inner.info.atomic_record_groups => Some(chunks),
+        CommitChunks::InGroup(_) => Some(chunks),
+        CommitChunks::None | CommitChunks::Leased(_) => None,
+    };
     let mut cas_tries = Backoff::COMMIT_CAS.start();
     loop {
         let before = raw
@@ -567,9 +632,9 @@ async fn write_manifest(
             pre.condition.clone()
         };
         let outcome = match group {
-            Some(lease) => {
+            Some(group) => {
                 let replaces = before.as_ref();
-                commit_group(inner, lease, key, manifest, replaces, queued_at, &condition).await?
+                commit_group(inner, group, key, manifest, replaces, queued_at, &condition).await?
             }
             None => inner
                 .backend
@@ -609,11 +674,11 @@ async fn write_manifest(
 }
 
 /// The manifest write of [`write_manifest`] as one atomic group with the reclaim entries of `replaces` (queued
-/// at `queued_at`) and the removal of the put's intent ([`IntentLease::commit_group`]), reported as the
-/// manifest write alone.
+/// at `queued_at`) and either the removal of the put's intent ([`IntentLease::commit_group`]) or the put's
+/// chunks, reported as the manifest write alone.
 async fn commit_group(
     inner: &Inner,
-    lease: &IntentLease,
+    chunks: &CommitChunks,
     key: &Bytes,
     manifest: &Manifest,
     replaces: Option<&Manifest>,
@@ -630,7 +695,20 @@ async fn commit_group(
         manifest.encode(),
         condition.clone(),
     ));
-    match lease.commit_group(changes).await {
+    let written = match chunks {
+        CommitChunks::Leased(lease) => lease.commit_group(changes).await,
+        CommitChunks::InGroup(chunks) => {
+            inner
+                .backend
+                .write_records(changes, Some(chunks.clone()))
+                .await
+        }
+        CommitChunks::None => Err(Error::internal(
+            "commit",
+            "a commit group with neither an intent nor chunks",
+        )),
+    };
+    match written {
         Ok(GroupWrite::Done(previous)) => previous
             .get(at)
             .cloned()
@@ -1012,24 +1090,31 @@ mod tests {
             self.inner.delete_record(ns, key, cond).await
         }
 
-        async fn write_records(&self, changes: Vec<RecordChange>) -> Result<GroupWrite> {
-            let what: Vec<String> = changes
-                .iter()
-                .map(|c| match c.value {
+        async fn write_records(
+            &self,
+            changes: Vec<RecordChange>,
+            chunks: Option<GroupChunks>,
+        ) -> Result<GroupWrite> {
+            let chunk_count = chunks.as_ref().map(|c| c.chunks.len());
+            let what: Vec<String> = chunk_count
+                .map(|n| format!("{n} chunks"))
+                .into_iter()
+                .chain(changes.iter().map(|c| match c.value {
                     Some(_) => format!("put {:?}", c.ns),
                     None => format!("delete {:?}", c.ns),
-                })
+                }))
                 .collect();
             self.log(format!("group [{}]", what.join(", ")));
-            self.inner.write_records(changes).await
+            self.inner.write_records(changes, chunks).await
         }
     }
 
     /// A chunked put that replaces a version makes these record writes besides its chunks: where the backend
-    /// writes atomic groups, its intent and then one group (the replaced version's reclaim entry, the manifest,
-    /// the intent's removal); elsewhere its intent, the claim, the reclaim entry, the manifest and the intent's
-    /// removal, one after another. Either way the value reads back, the replaced version is queued and no
-    /// intent is left.
+    /// writes atomic groups, one group that holds its chunks too (the chunks, the replaced version's reclaim
+    /// entry, the manifest) when they fit one backend call, else its intent and then one group (the reclaim
+    /// entry, the manifest, the intent's removal); elsewhere its intent, the claim, the reclaim entry, the
+    /// manifest and the intent's removal, one after another. Either way the value reads back, the replaced
+    /// version is queued and no intent is left.
     #[tokio::test]
     async fn a_chunked_put_commits_in_one_group_where_the_backend_writes_them() {
         let one_by_one = [
@@ -1039,16 +1124,29 @@ mod tests {
             "put Manifest",
             "delete Intent",
         ];
-        let grouped = [
+        let with_intent = [
             "put Intent",
             "group [put Reclaim, put Manifest, delete Intent]",
         ];
-        for (memory, expected) in [
-            (MemoryStore::new(), &one_by_one[..]),
-            (MemoryStore::with_atomic_record_groups(), &grouped[..]),
+        let with_chunks = ["group [2 chunks, put Reclaim, put Manifest]"];
+        // 100 000 bytes are two chunks of 64 KiB: one call of the default 1 MiB batches, two of 64 KiB ones.
+        for (memory, batch_bytes, expected) in [
+            (MemoryStore::new(), 1 << 20, &one_by_one[..]),
+            (
+                MemoryStore::with_atomic_record_groups(),
+                64 << 10,
+                &with_intent[..],
+            ),
+            (
+                MemoryStore::with_atomic_record_groups(),
+                1 << 20,
+                &with_chunks[..],
+            ),
         ] {
             let backend = RecordWrites::new(memory);
-            let config = StoreConfig::default().with_grace(Duration::from_secs(60));
+            let config = StoreConfig::default()
+                .with_grace(Duration::from_secs(60))
+                .with_batch_bytes(batch_bytes);
             let store = BlobStore::new(backend.clone(), config).expect("store");
             let value = Bytes::from(vec![7u8; 100_000]);
             store
