@@ -550,10 +550,7 @@ mod tests {
             put_latency_ms: None,
             cpu_cores,
             scheduler: None,
-            wakeups: Wakeups {
-                runtime: None,
-                thread: None,
-            },
+            wakeups: Wakeups::default(),
         }
     }
 

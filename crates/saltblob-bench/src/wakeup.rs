@@ -35,7 +35,7 @@ pub struct WakeLag {
 }
 
 /// Both probes over a phase (`"wakeups"` of a paced side in the JSON); a probe that never woke is null.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Wakeups {
     /// A task on the bench's async runtime, which also runs the small operations' tasks.
     pub runtime: Option<WakeLag>,

@@ -164,7 +164,7 @@ pub struct GroupChunks {
 impl GroupChunks {
     /// Stored bytes of the chunks.
     pub fn stored_bytes(&self) -> u64 {
-        self.chunks.iter().map(|c| c.data.len() as u64).sum()
+        ChunkWrite::stored_bytes(&self.chunks)
     }
 }
 
@@ -186,6 +186,13 @@ pub struct ChunkWrite {
     pub index: u64,
     /// Encoded chunk (header and payload).
     pub data: Bytes,
+}
+
+impl ChunkWrite {
+    /// Stored bytes of `chunks`: their encoded lengths, added up.
+    pub fn stored_bytes(chunks: &[ChunkWrite]) -> u64 {
+        chunks.iter().map(|c| c.data.len() as u64).sum()
+    }
 }
 
 /// One encoded chunk in its two parts, the 12-byte header and the payload, for

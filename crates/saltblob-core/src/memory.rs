@@ -46,6 +46,17 @@ struct State {
     files: std::collections::BTreeSet<(Bytes, VersionId)>,
 }
 
+impl State {
+    /// Stores `chunks` of `blob` as durable at once ([`ChunkStore::put_chunks`]).
+    fn put_chunks(&mut self, blob: &BlobRef, chunks: Vec<ChunkWrite>) {
+        for c in chunks {
+            let k = (blob.key.clone(), blob.version, c.salt, c.index);
+            self.unsynced.remove(&k);
+            self.chunks.insert(k, c.data);
+        }
+    }
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -200,11 +211,7 @@ impl ChunkStore for MemoryStore {
             })
             .collect();
         if let Some(GroupChunks { blob, chunks }) = chunks {
-            for c in chunks {
-                let k = (blob.key.clone(), blob.version, c.salt, c.index);
-                state.unsynced.remove(&k);
-                state.chunks.insert(k, c.data);
-            }
+            state.put_chunks(&blob, chunks);
         }
         Ok(GroupWrite::Done(previous))
     }
@@ -231,12 +238,7 @@ impl ChunkStore for MemoryStore {
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        let mut state = self.lock()?;
-        for c in chunks {
-            let k = (blob.key.clone(), blob.version, c.salt, c.index);
-            state.unsynced.remove(&k);
-            state.chunks.insert(k, c.data);
-        }
+        self.lock()?.put_chunks(blob, chunks);
         Ok(())
     }
 

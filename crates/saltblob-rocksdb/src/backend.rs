@@ -141,11 +141,17 @@ impl RocksStore {
         chunks: Vec<ChunkWrite>,
         unlogged: bool,
     ) -> Result<()> {
-        let entries = chunks
+        self.core
+            .write_chunks(Self::chunk_entries(blob, chunks), unlogged)
+            .await
+    }
+
+    /// `chunks` of `blob` as entries of the chunk column family: chunk key, encoded chunk.
+    fn chunk_entries(blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Vec<(Vec<u8>, Bytes)> {
+        chunks
             .into_iter()
             .map(|c| (keys::chunk_key(blob, c.salt, c.index), c.data))
-            .collect();
-        self.core.write_chunks(entries, unlogged).await
+            .collect()
     }
 }
 
@@ -211,10 +217,7 @@ impl ChunkStore for RocksStore {
             })
             .collect();
         let chunks = chunks.map_or_else(Vec::new, |GroupChunks { blob, chunks }| {
-            chunks
-                .into_iter()
-                .map(|c| (keys::chunk_key(&blob, c.salt, c.index), c.data))
-                .collect()
+            Self::chunk_entries(&blob, chunks)
         });
         self.core.conditional_group(writes, chunks, sync).await
     }

@@ -163,13 +163,13 @@ impl ChunkStoreLayer for ScheduledStore {
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        let bytes: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
+        let bytes = ChunkWrite::stored_bytes(&chunks);
         self.run(bytes, self.backend.put_chunks(blob, chunks), |_| bytes)
             .await
     }
 
     async fn put_chunks_unlogged(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
-        let bytes: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
+        let bytes = ChunkWrite::stored_bytes(&chunks);
         let call = self.backend.put_chunks_unlogged(blob, chunks);
         self.run(bytes, call, |_| bytes).await
     }

@@ -382,7 +382,7 @@ impl Encoded {
     /// Stored bytes of the batch.
     fn stored_bytes(&self) -> u64 {
         match self {
-            Encoded::Writes(writes) => writes.iter().map(|w| w.data.len() as u64).sum(),
+            Encoded::Writes(writes) => ChunkWrite::stored_bytes(writes),
             Encoded::Records(records) => records.iter().map(|r| r.len() as u64).sum(),
         }
     }

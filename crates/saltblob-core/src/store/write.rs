@@ -551,6 +551,26 @@ impl CommitChunks {
             CommitChunks::None | CommitChunks::InGroup(_) => None,
         }
     }
+
+    /// What the commit's atomic group holds besides the manifest and the reclaim entries, where it commits with
+    /// one ([`BackendInfo::atomic_record_groups`](crate::backend::BackendInfo::atomic_record_groups)); `None`
+    /// where it writes the manifest alone.
+    fn group(&self, atomic: bool) -> Option<Group<'_>> {
+        match self {
+            CommitChunks::Leased(lease) if atomic => Some(Group::IntentRemoval(lease)),
+            CommitChunks::InGroup(chunks) => Some(Group::Chunks(chunks)),
+            CommitChunks::None | CommitChunks::Leased(_) => None,
+        }
+    }
+}
+
+/// What a commit's atomic group holds besides the manifest and the reclaim entries ([`commit_group`]).
+#[derive(Clone, Copy)]
+enum Group<'a> {
+    /// The removal of the put's intent ([`IntentLease::commit_group`]).
+    IntentRemoval(&'a IntentLease),
+    /// The put's chunks.
+    Chunks(&'a GroupChunks),
 }
 
 /// How a commit failed: before its manifest write (nothing changed), or in it (the outcome is unknown).
@@ -591,11 +611,7 @@ async fn write_manifest(
     // Where the backend writes atomic groups, a chunked put's reclaim entries, manifest and intent removal (or
     // chunks, for a put without an intent) are one write (see `commit_group`).
     let lease = chunks.lease();
-    let group = match chunks {
-        CommitChunks::Leased(_) if inner.info.atomic_record_groups => Some(chunks),
-        CommitChunks::InGroup(_) => Some(chunks),
-        CommitChunks::None | CommitChunks::Leased(_) => None,
-    };
+    let group = chunks.group(inner.info.atomic_record_groups);
     let mut cas_tries = Backoff::COMMIT_CAS.start();
     loop {
         let before = raw
@@ -678,7 +694,7 @@ async fn write_manifest(
 /// chunks, reported as the manifest write alone.
 async fn commit_group(
     inner: &Inner,
-    chunks: &CommitChunks,
+    group: Group<'_>,
     key: &Bytes,
     manifest: &Manifest,
     replaces: Option<&Manifest>,
@@ -695,18 +711,14 @@ async fn commit_group(
         manifest.encode(),
         condition.clone(),
     ));
-    let written = match chunks {
-        CommitChunks::Leased(lease) => lease.commit_group(changes).await,
-        CommitChunks::InGroup(chunks) => {
+    let written = match group {
+        Group::IntentRemoval(lease) => lease.commit_group(changes).await,
+        Group::Chunks(chunks) => {
             inner
                 .backend
                 .write_records(changes, Some(chunks.clone()))
                 .await
         }
-        CommitChunks::None => Err(Error::internal(
-            "commit",
-            "a commit group with neither an intent nor chunks",
-        )),
     };
     match written {
         Ok(GroupWrite::Done(previous)) => previous
