@@ -112,7 +112,12 @@ pub struct RocksConfig {
     pub blob_file_size: u64,
     /// Compression of blob files. Defaults to none.
     pub blob_compression: BlobCompression,
-    /// Whether compaction relocates live blobs out of old blob files so that garbage is freed. Defaults to `true`.
+    /// Whether every compaction of the chunk family moves the live blobs of the oldest blob files
+    /// (`blob_gc_age_cutoff`) into new ones (RocksDB's blob garbage collection). Defaults to `false`: a gc pass
+    /// that freed chunks turns it on for its own compaction when garbage passes `space_reclaim_threshold`. On
+    /// all the time, it rewrote live chunks whether or not any had been freed: 160 MiB/s of compaction writes
+    /// beside small puts and bulk, whose writeback held small commits' log syncs back (BENCHMARKS.md,
+    /// *compactions that rewrite live chunks*).
     pub blob_gc: bool,
     /// Fraction of the oldest blob files that blob garbage collection considers. Defaults to 0.25.
     pub blob_gc_age_cutoff: f64,
@@ -208,7 +213,7 @@ impl RocksConfig {
             min_blob_size: 4096,
             blob_file_size: 256 << 20,
             blob_compression: BlobCompression::None,
-            blob_gc: true,
+            blob_gc: false,
             blob_gc_age_cutoff: 0.25,
             blob_gc_force_threshold: 0.5,
             write_buffer_size: 16 << 20,

@@ -4,6 +4,7 @@ mod conformance;
 mod extents;
 mod fixtures;
 mod history;
+mod space;
 mod unlogged;
 
 use std::path::Path;
