@@ -242,6 +242,9 @@ max_hints_delivery_threads: 1
 auto_snapshot: false
 snapshot_before_compaction: false
 incremental_backups: false
+
+# SALTBLOB_CASSANDRA_YAML_EXTRA (benchmarks, diagnostics; empty by default)
+${SALTBLOB_CASSANDRA_YAML_EXTRA:-}
 EOF
     cat >"$dir/logback.xml" <<EOF
 <configuration scan="false">
@@ -329,6 +332,10 @@ server_jvm_opts() {
         # lets this script recognise its own processes
         "-Dsaltblob.cassandra.node=$n"
     )
+    # SALTBLOB_CASSANDRA_JVM_EXTRA: more options (benchmarks, diagnostics), split on whitespace, added last.
+    local extra=()
+    read -r -a extra <<<"${SALTBLOB_CASSANDRA_JVM_EXTRA:-}"
+    JVM_OPTS+=("${extra[@]}")
 }
 
 client_jvm_opts() {
