@@ -1,44 +1,91 @@
 #!/usr/bin/env python3
-# Samples, every 0.5 s, the CPU time and run-queue wait (/proc/PID/task/TID/schedstat) of every thread of the
-# processes whose command line contains one of PATTERNs, summed by thread name (trailing digits dropped), one
-# JSON line per sample: {"t": epoch s, "log": size of LOGFILE, "r": {"PATTERN|NAME": [run ns, wait ns]}}.
-# Used for BENCHMARKS.md, "Single-node Cassandra: where the tail is made"; stop it with SIGTERM.
-#   thread-waits.py OUT LOGFILE PATTERN...
-import os, sys, time, re, json
-out, logf, pats = sys.argv[1], sys.argv[2], sys.argv[3:]
-def pids():
-    r = {}
-    for p in os.listdir('/proc'):
-        if not p.isdigit(): continue
-        try: cmd = open(f'/proc/{p}/cmdline','rb').read().replace(b'\0',b' ').decode()
-        except Exception: continue
-        for pat in pats:
-            if pat in cmd and int(p) != os.getpid(): r[int(p)] = pat
-    return r
-def cls(name):
-    return re.sub(r'[-#:_ ]?\d+$', '', name.strip())
-prev = {}
-f = open(out, 'w')
-while True:
-    t = time.time(); rows = {}
-    for pid, pat in pids().items():
-        try: tids = os.listdir(f'/proc/{pid}/task')
-        except Exception: continue
-        for tid in tids:
-            try:
-                st = open(f'/proc/{pid}/task/{tid}/stat').read()
-                name = st[st.index('(')+1:st.rindex(')')]
-                ss = open(f'/proc/{pid}/task/{tid}/schedstat').read().split()
-            except Exception: continue
-            run, wait = int(ss[0]), int(ss[1])
-            key = (pid, tid)
-            if key in prev:
-                pr, pw = prev[key]
-                c = (pat, cls(name))
-                a = rows.setdefault(c, [0,0])
-                a[0] += run-pr; a[1] += wait-pw
-            prev[key] = (run, wait)
-    try: ls = os.path.getsize(logf)
-    except Exception: ls = 0
-    f.write(json.dumps({'t': t, 'log': ls, 'r': {f'{k[0]}|{k[1]}': v for k, v in rows.items() if v[0] or v[1]}})+'\n'); f.flush()
-    time.sleep(max(0, 0.5 - (time.time()-t)))
+"""Per-thread CPU time and run-queue wait of running processes, from /proc/PID/task/TID/schedstat.
+
+    thread-waits.py sample OUT PATTERN...   every 0.5 s until SIGTERM, for every process whose command line
+                                            contains a PATTERN, append one JSON line to OUT:
+                                            {"t": epoch s, "r": {"PATTERN|THREAD": [run ns, wait ns]}}, the
+                                            growth since the last sample summed over threads of one name
+                                            (trailing digits dropped: MutationStage-3 -> MutationStage)
+    thread-waits.py sum OUT FROM-TO...      per window (seconds after the first sample), cores used and
+                                            seconds of run-queue wait per second, by thread name
+
+Used for BENCHMARKS.md, "Single-node Cassandra: where the tail is made": the windows were the paced phases,
+whose bounds show as the bench's wake-up probe thread (bench-wake-prob) starting and stopping.
+"""
+import json
+import os
+import re
+import sys
+import time
+
+
+def sample(out, patterns):
+    prev = {}
+    with open(out, "w") as f:
+        while True:
+            t = time.time()
+            rows = {}
+            for pid, pattern in matching(patterns).items():
+                try:
+                    tids = os.listdir(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+                        run, wait = map(int, open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[:2])
+                    except (OSError, ValueError):
+                        continue
+                    name = re.sub(r"[-#:_ ]?\d+$", "", stat[stat.index("(") + 1 : stat.rindex(")")].strip())
+                    if (pid, tid) in prev:
+                        acc = rows.setdefault(f"{pattern}|{name}", [0, 0])
+                        acc[0] += run - prev[pid, tid][0]
+                        acc[1] += wait - prev[pid, tid][1]
+                    prev[pid, tid] = (run, wait)
+            f.write(json.dumps({"t": t, "r": {k: v for k, v in rows.items() if any(v)}}) + "\n")
+            f.flush()
+            time.sleep(max(0.0, 0.5 - (time.time() - t)))
+
+
+def matching(patterns):
+    found = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        for pattern in patterns:
+            if pattern in cmd and int(p) != os.getpid():
+                found[int(p)] = pattern
+    return found
+
+
+def summarize(path, windows):
+    rows = [json.loads(line) for line in open(path)]
+    t0 = rows[0]["t"]
+    sums = []
+    for a, b in windows:
+        acc = {}
+        for r in rows:
+            if a < r["t"] - t0 <= b:
+                for k, (run, wait) in r["r"].items():
+                    x = acc.setdefault(k, [0, 0])
+                    x[0] += run
+                    x[1] += wait
+        sums.append({k: (run / 1e9 / (b - a), wait / 1e9 / (b - a)) for k, (run, wait) in acc.items()})
+    cell = lambda v: f"{v[0]:6.3f}/{v[1]:6.3f}"
+    total = [tuple(map(sum, zip(*s.values()))) if s else (0, 0) for s in sums]
+    print(f"{'TOTAL (cores / wait s per s)':45s}" + " ".join(map(cell, total)))
+    for k in sorted(set().union(*sums), key=lambda k: -sums[-1].get(k, (0, 0))[0]):
+        values = [s.get(k, (0, 0)) for s in sums]
+        if max(v[0] for v in values) >= 0.004:
+            print(f"{k[-45:]:45s}" + " ".join(map(cell, values)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "sample":
+        sample(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "sum":
+        summarize(sys.argv[2], [tuple(map(float, w.split("-"))) for w in sys.argv[3:]])
+    else:
+        sys.exit(__doc__)
