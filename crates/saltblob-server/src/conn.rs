@@ -114,7 +114,10 @@ where
             Some((at, _)) => at,
             None => activity.due(deadlines).0,
         };
+        // Biased, the connection first: a request that has arrived by the idle deadline is read (and counted
+        // in flight) before the deadline is acted upon, rather than dropped unread with the connection.
         tokio::select! {
+            biased;
             result = conn.as_mut() => return (closing.and_then(|(_, why)| why), result),
             changed = shutdown.changed(), if closing.is_none() => {
                 // A dropped sender is a shutdown too.
@@ -272,6 +275,13 @@ mod tests {
         idle: Duration::from_millis(200),
     };
 
+    /// A connection's shutdown as the tests model it: it ends once `asked` (by `drive`'s graceful callback).
+    async fn until_asked(asked: &AtomicBool) {
+        while !asked.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     #[tokio::test]
     async fn deadlines_follow_the_requests() {
         let a = Activity::new();
@@ -309,11 +319,8 @@ mod tests {
         idle.request_started();
         idle.request_ended();
         let asked = AtomicBool::new(false);
-        // The connection ends once asked to shut down.
         let conn = async {
-            while !asked.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_asked(&asked).await;
             Ok::<(), ()>(())
         };
         let (why, result) = drive(
@@ -327,6 +334,48 @@ mod tests {
         assert_eq!((why, result), (Some(Closed::Idle), Ok(())));
     }
 
+    /// A request that arrives at the very instant of the idle deadline is served, not closed unread: the driver
+    /// polls the connection before its timer. Repeated, since an unbiased choice between the two would pass half
+    /// of the time.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_arriving_at_the_idle_deadline_is_served() {
+        for round in 0..32 {
+            let (_tx, rx) = watch::channel(false);
+            let activity = Activity::new();
+            activity.request_started();
+            activity.request_ended();
+            let arrives = Instant::now() + DEADLINES.idle;
+            let asked = AtomicBool::new(false);
+            let served = AtomicBool::new(false);
+            // Models hyper: the request is read when the connection is polled at `arrives`, unless the connection
+            // was asked to close before, and then the connection ends once asked to shut down.
+            let conn = async {
+                tokio::time::sleep_until(arrives).await;
+                if !asked.load(Ordering::Relaxed) {
+                    activity.request_started();
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    served.store(true, Ordering::Relaxed);
+                    activity.request_ended();
+                }
+                until_asked(&asked).await;
+                Ok::<(), ()>(())
+            };
+            let (why, _) = drive(
+                conn,
+                |_| asked.store(true, Ordering::Relaxed),
+                &activity,
+                DEADLINES,
+                rx,
+            )
+            .await;
+            assert!(
+                served.load(Ordering::Relaxed),
+                "round {round}: closed with the request unread"
+            );
+            assert_eq!(why, Some(Closed::Idle), "round {round}");
+        }
+    }
+
     #[tokio::test]
     async fn a_server_shutdown_asks_every_connection_to_close() {
         let (tx, rx) = watch::channel(false);
@@ -334,9 +383,7 @@ mod tests {
         busy.request_started();
         let asked = AtomicBool::new(false);
         let conn = async {
-            while !asked.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_asked(&asked).await;
             Ok::<(), ()>(())
         };
         let stop = async {
