@@ -3,7 +3,7 @@ serve` with small caps meets a flood of idle connections, many slow readers, a l
 uploads declaring one huge chunk. It asserts that the caps hold (connections beyond --max-connections are not
 served, requests beyond --max-requests get 503 SlowDown, idle connections are closed at the deadline, stalled
 readers are dropped), that the server's resident memory stays under RSS_BOUND_MIB, and that it serves ordinary
-requests afterwards; it prints the figures (and one JSON line). About 30 s; the front door does not depend on the
+requests afterwards; it prints the figures (and one JSON line). About 25 s; the front door does not depend on the
 store, so it runs on the embedded store only (skipped on the Cassandra run)."""
 
 import concurrent.futures
@@ -232,7 +232,7 @@ def test_listing_storm(loaded):
     gc.collect()
     gc.freeze()
     idle_closed_before = metric(loaded, IDLE_CLOSED)
-    start = threading.Barrier(len(clients))
+    start = threading.Barrier(len(clients), timeout=60)
 
     def storm(client):
         counts = {"ok": 0, "slowdown": 0, "other": 0, "errors": [], "slowest_s": 0.0}
