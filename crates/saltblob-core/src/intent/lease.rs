@@ -18,19 +18,37 @@ use crate::timing::commit_hold;
 use crate::units::micros;
 use crate::{Error, Result};
 
-/// How far a put has got, shared between its chunk writer and its lease (recorded at each renewal).
+/// How far a put has got, shared between its chunk writer and its lease (recorded at each renewal). Kept by
+/// the writes themselves, as they start and end, so that it is current while the put waits for its input (a
+/// stalled stream, the case of a writer that dies).
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
+    /// Chunks whose writes have started: a bound of the indexes the put may have stored (a write under way when
+    /// the writer dies may still land).
     chunks: AtomicU64,
+    /// Stored bytes of the chunk writes that completed.
     stored: AtomicU64,
     /// Set once gc took the intent over: the writer stops writing chunks that nothing would refer to.
     lost: AtomicBool,
 }
 
 impl Progress {
-    pub(crate) fn record(&self, chunks: u64, stored: u64) {
-        self.chunks.store(chunks, Ordering::Relaxed);
-        self.stored.store(stored, Ordering::Relaxed);
+    /// The writes of the put's chunks below index `chunks` have started.
+    pub(crate) fn writing(&self, chunks: u64) {
+        self.chunks.fetch_max(chunks, Ordering::Relaxed);
+    }
+
+    /// A write of the put's chunks completed, storing `bytes`.
+    pub(crate) fn stored(&self, bytes: u64) {
+        self.stored.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The chunks whose writes have started and the stored bytes of those that completed: what the intent records.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.chunks.load(Ordering::Relaxed),
+            self.stored.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether gc has taken the put's intent over.
@@ -191,11 +209,11 @@ impl IntentLease {
             task.abort();
             let _ = task.await;
         }
-        let progress = Arc::clone(&self.progress);
+        let (chunks, stored_bytes) = self.progress.counts();
         self.write_settled("parking", |state| Intent {
             expires_micros: until_micros,
-            chunks: progress.chunks.load(Ordering::Relaxed),
-            stored_bytes: progress.stored.load(Ordering::Relaxed),
+            chunks,
+            stored_bytes,
             ..state.intent
         })
         .await
@@ -402,10 +420,11 @@ async fn renew(
         let Ok((current, hold)) = state.lock().map(|s| (s.intent, s.hold)) else {
             return;
         };
+        let (chunks, stored_bytes) = progress.counts();
         let next = Intent {
             expires_micros: expiry(&*clock, lease, hold),
-            chunks: progress.chunks.load(Ordering::Relaxed),
-            stored_bytes: progress.stored.load(Ordering::Relaxed),
+            chunks,
+            stored_bytes,
             ..current
         };
         let outcome = backend

@@ -19,8 +19,9 @@ const INTENT_FORMAT: u8 = 1;
 const INTENT_LEN: usize = 37;
 
 /// An intent record. Key: version (u128 big-endian), then the blob key. Value (37 bytes, little-endian):
-/// format byte 1, start (u64 Unix µs), lease expiry (u64 Unix µs), salt count (u32), chunks written so far
-/// (u64) and their stored bytes (u64), both as of the last renewal.
+/// format byte 1, start (u64 Unix µs), lease expiry (u64 Unix µs), salt count (u32), chunks whose writes have
+/// started (u64, a bound of the chunk indexes stored) and the stored bytes of the writes that completed (u64),
+/// both as of the last renewal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Intent {
     pub(crate) started_micros: u64,

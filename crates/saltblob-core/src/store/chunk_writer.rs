@@ -186,7 +186,6 @@ impl ChunkWriter {
         self.digest.add(hashes)?;
         self.kept.extend(kept);
         self.stored += bytes;
-        self.progress.record(self.layout.chunk_count, self.stored);
         Ok(())
     }
 
@@ -236,6 +235,9 @@ impl ChunkWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|e| Error::internal("write window closed", e))?;
+        // Every chunk enqueued so far is in this batch or an earlier one.
+        self.progress.writing(self.layout.chunk_count);
+        let progress = Arc::clone(&self.progress);
         let record_calls = Arc::clone(&self.record_calls);
         let keys = self.keys.clone();
         let (backend, blob, layout, codec, backoff, class, path, hasher) = (
@@ -289,6 +291,7 @@ impl ChunkWriter {
                         .await?
                 }
             }
+            progress.stored(stored);
             Ok((stored, hashes, Vec::new()))
         }));
         Ok(())
@@ -465,3 +468,65 @@ fn encode_batch(
 /// What a chunk-write task returns: its stored bytes, the subtrees of its chunks, and the chunks it encoded
 /// for the commit to write ([`Path::InCommit`]; none otherwise).
 type TaskResult = Result<(u64, Vec<ChunkHash>, Vec<ChunkWrite>)>;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{BlobStore, MemoryStore, StoreConfig, VersionId};
+
+    /// The progress an intent records follows the chunk writes as they start and complete, not the writer's
+    /// next chunk: a put stalled on its input (as a writer that is about to die is) renews its intent with what it
+    /// stored.
+    #[tokio::test]
+    async fn progress_is_current_while_the_put_waits_for_its_input() {
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        let progress = Arc::new(Progress::default());
+        let blob = BlobRef {
+            key: Bytes::from_static(b"stalled"),
+            version: VersionId::generate(),
+        };
+        let chunk_size = 4096;
+        let mut writer = ChunkWriter::new(
+            &store.inner,
+            blob,
+            1,
+            Codec::None,
+            chunk_size,
+            None,
+            0,
+            Arc::clone(&progress),
+            None,
+        );
+        writer.begin().await.expect("begin");
+        let per_batch = u64::try_from(writer.per_batch).expect("batch size");
+        // Exactly one batch: its last chunk starts its write, and then the writer is given nothing more.
+        for _ in 0..per_batch {
+            writer
+                .push(Bytes::from(vec![7u8; chunk_size as usize]))
+                .await
+                .expect("push");
+        }
+        assert_eq!(progress.counts().0, per_batch, "the writes have started");
+        // Waits for an event (the batch's write, run by its own task), not for time to pass.
+        for _ in 0..500 {
+            if progress.counts().1 > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (chunks, stored) = progress.counts();
+        assert!(
+            chunks == per_batch && stored > 0,
+            "the stored bytes are counted once the write completes: {chunks} chunks, {stored} bytes with {:?} \
+             chunks stored",
+            backend.chunk_count()
+        );
+        let (finished, _) = writer.finish().await.expect("finish");
+        assert_eq!(stored, finished, "the bytes the writer reports at its end");
+        assert!(writer.abort().await, "nothing left behind");
+        assert_eq!(backend.chunk_count().expect("count"), 0);
+    }
+}
