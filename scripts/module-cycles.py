@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when the modules of one crate import each other in a circle.
+"""Fails when the modules of one crate import each other in a circle, file by file or folder by folder, or when the
+crate's layout list is out of that order.
 
 Usage: scripts/module-cycles.py [CRATE_DIR ...]   (default: every crates/*)
        scripts/module-cycles.py --order CRATE_DIR  (the crate's modules in dependency order, with their uses)
@@ -11,8 +12,18 @@ is `a::b`). Module A depends on module B when A's code names an item of B: a `us
 `pub(crate) use`), so `crate::Error` leads to the module that defines `Error`, not to the crate root, and a
 re-export is not itself an edge: a parent that re-exports its child's items does not depend on the child for it.
 Declaring a child (`mod child;`) is not an edge either. Code after a `#[cfg(test)]` line at the top level of a
-file (the unit tests) is not read: tests may use anything. Exit 0 when no crate has a cycle; 1 with each cycle
-named by its modules and one `file:line` per edge; 2 on bad usage.
+file (the unit tests) is not read: tests may use anything. Exit 0 when no crate has a cycle or a layout list
+fault; 1 with each cycle named by its modules and one `file:line` per edge, and each fault; 2 on bad usage.
+
+Folders: within each folder (the crate's `src/` included), each file and each subfolder counts as one module,
+and these must not import each other in a circle either: `store/` and `upkeep/` with no file-level cycle can
+still each use the other, and then neither stands above the other.
+
+The layout list: a crate whose root (`lib.rs` or `main.rs`) has a `# Layout` section lists its top-level modules
+there from the bottom up, one bullet (`- `) a step: a bullet's entries are separated by `;`, and an entry names
+the modules it is about in backticks before its first `: ` (as `name`, `name.rs` or `name/`; a longer path such
+as `name/file.rs` names `name/`). A module counts where it is first named so. Every top-level module must be
+named, and none may use a module named after it. Test modules (declared under `#[cfg(test)]`) are left out.
 """
 
 import os
@@ -93,6 +104,14 @@ class Crate:
         self.texts = {m: strip(open(f, encoding="utf-8").read()) for m, f in self.mods.items()}
         self.aliases = {}  # (module, name) -> absolute path (list of names)
         self.children = {m: set(MOD_RE.findall(t)) for m, t in self.texts.items()}
+        # Modules declared only in test code (`#[cfg(test)] mod tests;`) are tests, not modules of the crate.
+        declared = {m for m in self.mods if not m or m[-1] in self.children.get(m[:-1], ())}
+        while declared != set(self.mods):
+            for gone in set(self.mods) - declared:
+                del self.mods[gone]
+                self.texts.pop(gone, None)
+                self.children.pop(gone, None)
+            declared = {m for m in self.mods if not m or (m[:-1] in self.mods and m[-1] in self.children.get(m[:-1], ()))}
         for m, t in self.texts.items():
             for vis, tree in USE_RE.findall(t):
                 if not vis:
@@ -201,11 +220,12 @@ def name(m):
 
 
 def check(crate_dir):
-    """Prints the cycles of one crate; returns how many."""
+    """Prints the cycles of one crate, file and folder level, and the faults of its layout list; returns how many."""
     src = os.path.join(crate_dir, "src")
     crate = Crate(src)
     edges = crate.edges()
     found = cycles(edges, crate.mods)
+    extra = check_folders(crate_dir, crate, edges), check_layout(crate_dir, crate, edges)
     for comp in found:
         print(f"{crate_dir}: import cycle between {', '.join(name(m) for m in comp)}:")
         members = set(comp)
@@ -213,7 +233,117 @@ def check(crate_dir):
             if a in members and b in members:
                 rel = os.path.relpath(crate.mods[a])
                 print(f"    {name(a)} -> {name(b)}   ({rel}:{line})")
-    return len(found)
+    return len(found) + extra[0], extra[1]
+
+
+def unit(module, folder):
+    """The unit that `module` (under `folder`) counts as within `folder`: the folder's own file, or the file or
+    subfolder of the folder that holds it."""
+    return module if module == folder else folder + (module[len(folder)],)
+
+
+def is_folder(crate, m):
+    return any(len(other) > len(m) and other[: len(m)] == m for other in crate.mods)
+
+
+def folder_edges(crate, edges):
+    """(folder, from, to) -> (file, file, line) of the first edge between two units of one folder."""
+    folders = {m[:k] for m in crate.mods for k in range(len(m))}
+    found = {}
+    for (a, b), line in edges.items():
+        for folder in folders:
+            n = len(folder)
+            if a[:n] != folder or b[:n] != folder:
+                continue
+            ua, ub = unit(a, folder), unit(b, folder)
+            if ua != ub:
+                found.setdefault((folder, ua, ub), (a, b, line))
+    return found
+
+
+def unit_name(crate, m):
+    return name(m) + ("/" if is_folder(crate, m) else "")
+
+
+def check_folders(crate_dir, crate, edges):
+    """Prints the folder-level cycles of one crate (those the file level does not show); returns how many."""
+    fedges = folder_edges(crate, edges)
+    total = 0
+    for folder in sorted({f for f, _, _ in fedges}):
+        pairs = {(a, b): v for (f, a, b), v in fedges.items() if f == folder}
+        nodes = {a for a, _ in pairs} | {b for _, b in pairs}
+        for comp in cycles(pairs, nodes):
+            if not any(m != folder and is_folder(crate, m) for m in comp):
+                continue  # files only: the file-level check reports it
+            total += 1
+            where = name(folder) if folder else "src"
+            print(f"{crate_dir}: folder-level import cycle in {where} between "
+                  f"{', '.join(unit_name(crate, m) for m in comp)} (a folder counts as one module):")
+            members = set(comp)
+            for (a, b), (fa, fb, line) in sorted(pairs.items()):
+                if a in members and b in members:
+                    rel = os.path.relpath(crate.mods[fa])
+                    print(f"    {name(fa)} -> {name(fb)}   ({rel}:{line})")
+    return total
+
+
+LAYOUT_TOKEN_RE = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)((?:/|\.rs|::)[^`]*)?`")
+
+
+def check_layout(crate_dir, crate, edges):
+    """Checks the `# Layout` list of the crate root against the top-level modules; returns how many faults."""
+    src = os.path.join(crate_dir, "src")
+    root = next((os.path.join(src, f) for f in ("lib.rs", "main.rs") if os.path.exists(os.path.join(src, f))), None)
+    if root is None:
+        return 0
+    doc, inside = [], False
+    for line in open(root, encoding="utf-8"):
+        if not line.startswith("//!"):
+            if inside:
+                break
+            continue
+        text = line[3:].strip()
+        if re.match(r"#+\s*Layout\b", text):
+            inside = True
+            continue
+        if inside and text.startswith("#"):
+            break
+        if inside:
+            doc.append(text)
+    if not inside:
+        return 0
+    tops = {m[0] for m in crate.mods if m}
+    bullets = []
+    for text in doc:
+        if text.startswith("- "):
+            bullets.append(text[2:])
+        elif bullets:
+            bullets[-1] += " " + text
+    order = []
+    for bullet in bullets:
+        for segment in bullet.split(";"):
+            head = segment.split(": ", 1)[0] if ": " in segment else ""
+            for mt in LAYOUT_TOKEN_RE.finditer(head):
+                top = mt.group(1)
+                if top in tops and top not in order:
+                    order.append(top)
+    faults = 0
+    rel = os.path.relpath(root)
+    for top in sorted(tops - set(order)):
+        faults += 1
+        print(f"{crate_dir}: {rel}'s layout list does not name the module {unit_name(crate, (top,))}")
+    position = {top: k for k, top in enumerate(order)}
+    seen = set()
+    for (a, b), line in sorted(edges.items()):
+        if not a or not b or a[0] == b[0]:
+            continue
+        ta, tb = a[0], b[0]
+        if ta in position and tb in position and position[tb] > position[ta] and (ta, tb) not in seen:
+            seen.add((ta, tb))
+            faults += 1
+            print(f"{crate_dir}: {rel}'s layout list names {unit_name(crate, (ta,))} before "
+                  f"{unit_name(crate, (tb,))}, which it uses ({os.path.relpath(crate.mods[a])}:{line})")
+    return faults
 
 
 SELF_TEST = {
@@ -231,6 +361,20 @@ SELF_TEST = {
         "config.rs": "use crate::layout::{self, KIB};\n/// crate::nothing in a comment\npub fn parse_size() -> u64 { KIB }\n",
         "layout.rs": "pub const KIB: u64 = 1024;\npub fn f() -> u64 { crate::parse_size() }\n",
     },
+    "folders": {
+        "lib.rs": "pub mod store;\npub mod upkeep;\n",
+        "store/mod.rs": "mod put;\npub struct Store;\nimpl Store { fn gc(&self) { crate::upkeep::gc::run(); } }\n",
+        "store/put.rs": "pub fn commit() {}\n",
+        "upkeep/mod.rs": "pub mod gc;\n",
+        "upkeep/gc.rs": "pub fn run() { crate::store::put::commit(); }\n",
+    },
+    "layout_list": {
+        "lib.rs": "//! # Layout\n//! Uses `layout`: prose.\n//! - `store/`: the API; see `units`.\n//! - `units.rs`: sizes.\n//! # Other\n//! - `layout`: elsewhere.\n"
+        "pub mod units;\npub mod store;\npub mod layout;\n",
+        "units.rs": "pub const KIB: u64 = 1024;\n",
+        "store/mod.rs": "pub fn f() -> u64 { crate::units::KIB }\n",
+        "layout.rs": "pub fn g() {}\n",
+    },
     "child_and_parent": {
         "lib.rs": "pub mod store;\n",
         "store/mod.rs": "mod read;\npub struct S;\nfn g() { read::stream(); }\n",
@@ -240,7 +384,8 @@ SELF_TEST = {
 
 
 def self_test():
-    expected = {"acyclic": 0, "cyclic": 1, "child_and_parent": 1}
+    # layout_list: `layout` is not named in the list, and `store/` is named before `units.rs`, which it uses.
+    expected = {"acyclic": 0, "cyclic": 1, "folders": 1, "layout_list": 2, "child_and_parent": 1}
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for case, files in SELF_TEST.items():
@@ -249,10 +394,10 @@ def self_test():
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
-            got = check(os.path.join(tmp, case))
+            got = sum(check(os.path.join(tmp, case)))
             ok = got == expected[case]
             failures += not ok
-            print(f"module-cycles self-test {case}: {'ok' if ok else 'FAILED'} ({got} cycles, {expected[case]} expected)")
+            print(f"module-cycles self-test {case}: {'ok' if ok else 'FAILED'} ({got} found, {expected[case]} expected)")
     print(f"module-cycles: {len(expected) - failures} passed, {failures} failed")
     return 1 if failures else 0
 
@@ -286,9 +431,11 @@ def main(args):
     crates = args or sorted(
         os.path.join(root, "crates", c) for c in os.listdir(os.path.join(root, "crates"))
     )
-    total = sum(check(c) for c in crates)
-    print(f"module-cycles: {len(crates)} crates, {total} import cycles")
-    return 1 if total else 0
+    results = [check(c) for c in crates]
+    cycles_found = sum(c for c, _ in results)
+    faults = sum(f for _, f in results)
+    print(f"module-cycles: {len(crates)} crates, {cycles_found} import cycles, {faults} layout list faults")
+    return 1 if cycles_found or faults else 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ step() {
 # The set-up's own detection, against faked machines, and this machine after its set-up (scripts/prereqs.sh).
 step setup-checks timeout 120 scripts/test-setup.sh --this-machine
 step format cargo fmt --all -- --check
-# No import cycle between the modules of any crate (the script's own self-test first: it must find a cycle).
+# No import cycle between the files or the folders of any crate, and each crate's layout list in its order (the
+# script's own self-test first: it must find a cycle and a list out of order).
 step module-cycles sh -c 'python3 scripts/module-cycles.py --self-test && python3 scripts/module-cycles.py'
 # One profile (release) for lints, tests and the CLI, so that RocksDB is compiled once.
 step lint timeout 3600 cargo clippy --release --locked --workspace --all-targets -- -D warnings

@@ -62,19 +62,20 @@
 //! Each module uses only those listed before it (no import circles).
 //! - `args`: [`BenchArgs`], [`ProbeArgs`], [`ProbeOptions`], and the probe settings resolved from them;
 //!   `output`: writing `--json` files; `progress`: progress bars.
-//! - [`stats`]: HDR latency recording and per-phase results.
+//! - [`stats`]: HDR latency recording and per-phase results; [`cpu`]: process CPU time and the CPU floor of a put.
 //! - [`device`]: which block device holds a directory, and its sector sizes.
 //! - `direct`: the O_DIRECT bandwidth of the device behind an embedded store; `rows`: single-row throughput
 //!   through any other backend; `reference`: [`ProbeReport`], either of them, for a store URL.
+//! - `scheduler_trace`: what the store's scheduler did during a paced phase; `wakeup`: the wake-up lag of the
+//!   bench's runtime and of a thread outside it during a paced phase.
 //! - `isolation`: the per-class figures and ratios of `--mixed`; `results`: [`BenchReport`] and the other report
 //!   types of a bench run.
 //! - `plan`: the bench's sizes and counts, validated; `payload`: stamped payloads and how a read is checked;
 //!   `s3`: an S3 endpoint as the bench's target (object_store's client); `target`: where the load drivers'
 //!   operations go (the bench's store or an S3 bucket);
-//!   `load`: load drivers (count-bound, time-bound, background); `paced`: the open-loop driver; [`cpu`]: process
-//!   CPU time and the CPU floor of a put; `phases`: the phase runners and the clean-up; `mixed`: the isolation
-//!   phases; `stream`: the streaming put in a child process;
-//!   `ratios`: the figures of `BENCHMARKS.md`.
+//!   `load`: load drivers (count-bound, time-bound, background); `paced`: the open-loop driver; `mixed`: the
+//!   isolation phases; `phases`: the phase runners and the clean-up; `stream`: the streaming put in a child
+//!   process; `ratios`: the figures of `BENCHMARKS.md`.
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
 //! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
 

@@ -50,6 +50,8 @@
 //! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
 //! - `reader`: chunk reads, cut into per-partition requests (a slice of consecutive indexes or an `IN` list).
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
+//! - `ring`: the ring of the store's keyspace as the driver sees it (nodes, replicas per token range), for
+//!   `saltblob plan`.
 //! - [`import`]: import of tables in the salting article's original schema (a folder: one file per job).
 
 pub mod backend;

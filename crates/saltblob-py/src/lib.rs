@@ -7,8 +7,8 @@
 //!
 //! # Layout
 //! Each module uses only those listed before it (`scripts/module-cycles.py`):
-//! - `runtime`: the runtime; `wait` (sync calls), `awaitable` (async calls), `with_gil` (I/O threads into Python).
 //! - `completions`: an event loop's queue of ended `_async` calls, which the loop drains itself.
+//! - `runtime`: the runtime; `wait` (sync calls), `awaitable` (async calls), `with_gil` (I/O threads into Python).
 //! - `errors`: saltblob's errors as the Python exceptions of `saltblob.exceptions`.
 //! - `args`: keys, sizes, durations and keyword options, checked before any I/O.
 //! - `owned`: a Python `bytes` object shared with Rust without a copy, and new ones written in place (the crate's

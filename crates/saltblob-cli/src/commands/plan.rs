@@ -305,7 +305,7 @@ impl Plan {
 
 /// The store's policy as a cluster would resolve it: an unset large chunk size is the cluster backend's.
 fn cluster_policy(policy: LayoutPolicy) -> LayoutPolicy {
-    policy.resolve_for(&CqlStore::backend_info())
+    policy.resolve_for(CqlStore::backend_info().large_chunk_size)
 }
 
 /// Connects to the cql:// store named by the context, for its ring.

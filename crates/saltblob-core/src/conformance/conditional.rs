@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::{assert_holds, data, prefix, small_config, store};
-use crate::{ChunkStore, Error, PutCondition, PutOptions};
+use crate::backend::ChunkStore;
+use crate::base::error::Error;
+use crate::state::config::{PutCondition, PutOptions};
 
 pub async fn conditional_puts(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
@@ -94,7 +96,7 @@ pub async fn plain_and_conditional_commits_apply_in_order(backend: Arc<dyn Chunk
     assert_holds(&store, &key, &data(300, 19)).await;
 }
 
-/// A conditional delete ([`crate::BlobStore::delete_version`]) removes only the version it names: another
+/// A conditional delete ([`crate::store::BlobStore::delete_version`]) removes only the version it names: another
 /// version, a missing key and a repeated delete are refused and change nothing; the deleted version's chunks are
 /// reclaimed; and a plain put right after a conditional delete (or a conditional delete right after a plain put)
 /// takes effect in order (on CQL the delete is a lightweight transaction and the put is not).

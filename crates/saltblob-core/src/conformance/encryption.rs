@@ -8,10 +8,14 @@ use bytes::Bytes;
 
 pub use super::keyring::TempKeyring;
 use super::{data, prefix, small_config, store, trickle};
+use crate::backend::{BlobRef, ChunkId, ChunkStore};
 use crate::backend::{ChunkWrite, Namespace};
+use crate::base::error::Error;
 use crate::encryption::{EncryptionConfig, LOCAL};
-use crate::layout::Layout;
-use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Error, Manifest, PutOptions, StoreConfig};
+use crate::format::layout::Layout;
+use crate::format::manifest::Manifest;
+use crate::state::config::{PutOptions, StoreConfig};
+use crate::store::BlobStore;
 
 /// The small policy with encryption through `ring`, sealing under `key` by default when given.
 pub fn sealed_config(ring: &TempKeyring, key: Option<&str>) -> StoreConfig {
@@ -146,7 +150,7 @@ pub async fn sealed_blobs_round_trip_and_store_no_plaintext(backend: Arc<dyn Chu
         }
     }
     let report = store
-        .fsck(&crate::FsckOptions::new().with_prefix(p.clone()))
+        .fsck(&crate::upkeep::fsck::FsckOptions::new().with_prefix(p.clone()))
         .await
         .expect("fsck");
     assert!(report.damaged.is_empty(), "{report:?}");
@@ -292,14 +296,14 @@ pub async fn moved_and_replayed_sealed_data_is_refused(backend: Arc<dyn ChunkSto
     let err = store.get(&a).await.expect_err("a replayed chunk");
     assert!(err.is_corruption(), "{err}");
     // A plaintext chunk, with a valid checksum for its place: refused as plaintext in a sealed version.
-    let plain = crate::codec::encode_chunk(
-        crate::codec::ChunkPlace {
+    let plain = crate::format::codec::encode_chunk(
+        crate::format::codec::ChunkPlace {
             key: a.as_bytes(),
             version: new.version,
             index: 1,
         },
         &data(4096, 9),
-        crate::Codec::None,
+        crate::format::codec::Codec::None,
     );
     put(plain).await.expect("write");
     match store.get_range(&a, 4096..8192).await {
@@ -332,13 +336,18 @@ pub async fn sealed_segments_compose_and_read_back(backend: Arc<dyn ChunkStore>)
             .expect("put_segment");
         let sealing = segment.sealing.as_ref().expect("sealed");
         assert_eq!(sealing.kek.name, "tenant-a");
-        let kept = crate::Segment::decode(&segment.encode()).expect("segment record");
+        let kept =
+            crate::format::manifest::Segment::decode(&segment.encode()).expect("segment record");
         assert_eq!(kept, segment, "the record keeps the sealing");
         let mut plain = segment.clone();
         plain.sealing = None;
-        let stripped = crate::Segment::decode(&plain.encode());
+        let stripped = crate::format::manifest::Segment::decode(&plain.encode());
         assert!(
-            stripped.is_err() || matches!(segment.body, crate::ManifestBody::Chunked { .. }),
+            stripped.is_err()
+                || matches!(
+                    segment.body,
+                    crate::format::manifest::ManifestBody::Chunked { .. }
+                ),
             "an inline segment without its block does not decode: {stripped:?}"
         );
         segments.push(kept);
@@ -391,13 +400,13 @@ pub async fn sealed_segments_compose_and_read_back(backend: Arc<dyn ChunkStore>)
         "a stream of a sealed multipart blob without keys fails when it is opened"
     );
     let report = store
-        .fsck(&crate::FsckOptions::new().with_prefix(p.clone()))
+        .fsck(&crate::upkeep::fsck::FsckOptions::new().with_prefix(p.clone()))
         .await
         .expect("fsck");
     assert!(report.damaged.is_empty() && report.blobs == 1, "{report:?}");
     assert_eq!(
         store.rekey(&key).await.expect("rekey"),
-        crate::Rekeyed::Current
+        crate::store::Rekeyed::Current
     );
 }
 
@@ -408,13 +417,15 @@ pub async fn sealed_segments_compose_and_read_back(backend: Arc<dyn ChunkStore>)
 /// read giving a customer key for a blob not sealed under one is refused (`CUSTOMER_KEY_NOT_APPLICABLE`).
 pub async fn customer_keys_seal_and_only_the_same_key_reads(backend: Arc<dyn ChunkStore>) {
     use crate::encryption::{CUSTOMER, CustomerKey};
-    use crate::{GetOptions, Rekeyed, Relaid};
+    use crate::policy::relayout::Relaid;
+    use crate::state::config::GetOptions;
+    use crate::store::Rekeyed;
     let store = store(&backend, small_config());
     let p = prefix("customer");
     let given = CustomerKey::new([0x5A; 32]);
     let other = CustomerKey::new([0xA5; 32]);
     let with = |k: &CustomerKey| GetOptions::new().with_customer_key(k.clone());
-    let refused_as = |r: crate::Result<Bytes>, what: &str| match r {
+    let refused_as = |r: crate::base::error::Result<Bytes>, what: &str| match r {
         Err(Error::KeyUnavailable {
             provider: CUSTOMER,
             key,
@@ -492,7 +503,7 @@ pub async fn customer_keys_seal_and_only_the_same_key_reads(backend: Arc<dyn Chu
 
     // Maintenance cannot open them, and says so rather than calling them damaged or rewriting them.
     let report = store
-        .fsck(&crate::FsckOptions::new().with_prefix(p.clone()))
+        .fsck(&crate::upkeep::fsck::FsckOptions::new().with_prefix(p.clone()))
         .await
         .expect("fsck");
     assert!(report.damaged.is_empty(), "{report:?}");

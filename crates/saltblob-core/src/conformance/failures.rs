@@ -5,10 +5,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{assert_holds, data, prefix, small_config, store, trickle};
-use crate::{
-    BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Error, Layout, LayoutPolicy, Namespace,
-    Precondition, PutOptions,
-};
+use crate::backend::{BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition};
+use crate::base::error::Error;
+use crate::format::layout::{Layout, LayoutPolicy};
+use crate::state::config::PutOptions;
+use crate::store::BlobStore;
 
 pub async fn size_hint_mismatch_changes_nothing(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());

@@ -12,12 +12,12 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::watch;
 
+use crate::backend::layer::ChunkStoreLayer;
 use crate::backend::{
     BlobRef, ChunkAddress, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, Namespace,
     Precondition, RecordChange, RecordWrite,
 };
-use crate::layer::ChunkStoreLayer;
-use crate::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// A kind of backend call that [`Faulty`] can hold or fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,9 +256,11 @@ impl ChunkStoreLayer for Faulty {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::memory::MEMORY_UNLOGGED_MIN_BYTES;
+    use crate::backend::memory::MemoryStore;
     use crate::conformance::data;
-    use crate::memory::MEMORY_UNLOGGED_MIN_BYTES;
-    use crate::{BlobStore, MemoryStore, PutOptions, StoreConfig};
+    use crate::state::config::{PutOptions, StoreConfig};
+    use crate::store::BlobStore;
 
     /// A store over `Faulty` over a memory backend, which stores the chunks of puts of at least
     /// [`MEMORY_UNLOGGED_MIN_BYTES`] unlogged; and a value that large.

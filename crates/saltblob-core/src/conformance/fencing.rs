@@ -9,8 +9,12 @@ use tokio::io::AsyncWriteExt;
 use super::faults::{Faulty, Point};
 use super::gc::chunks_by_version;
 use super::{assert_holds, data, prefix, repair_now, small_config, store};
-use crate::units::KIB;
-use crate::{ChunkStore, Error, GcOptions, Namespace, OffsetClock, PutOptions};
+use crate::backend::{ChunkStore, Namespace};
+use crate::base::clock::OffsetClock;
+use crate::base::error::Error;
+use crate::base::units::KIB;
+use crate::state::config::PutOptions;
+use crate::upkeep::gc::GcOptions;
 
 /// A put whose manifest write stalls past its lease while its renewals fail, and meanwhile gc (grace 0) and
 /// `fsck --repair` run from another client: the put commits and nothing of it was taken (a claimed intent), or

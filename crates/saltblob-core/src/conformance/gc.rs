@@ -11,12 +11,18 @@ use tokio::io::AsyncWriteExt;
 
 use super::faults::Faulty;
 use super::{assert_holds, data, prefix, small_config, store};
-use crate::intent::{Intent, intent_key};
-use crate::units::KIB;
-use crate::{
-    BlobRef, BlobStore, ChunkId, ChunkStore, ChunkWrite, Clock, Error, FsckOptions, GcOptions,
-    Layout, Manifest, Namespace, OffsetClock, OrphanReason, Precondition, PutOptions, VersionId,
-};
+use crate::backend::{BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition};
+use crate::base::clock::{Clock, OffsetClock};
+use crate::base::error::Error;
+use crate::base::units::KIB;
+use crate::base::version::VersionId;
+use crate::format::layout::Layout;
+use crate::format::manifest::Manifest;
+use crate::ledger::intent::{Intent, intent_key};
+use crate::state::config::PutOptions;
+use crate::store::BlobStore;
+use crate::upkeep::fsck::{FsckOptions, OrphanReason};
+use crate::upkeep::gc::GcOptions;
 
 /// Stored chunks of `key`, counted per version (via [`ChunkStore::scan_chunks`]).
 pub(super) async fn chunks_by_version(
@@ -45,7 +51,7 @@ async fn running_put(
     chunks: u64,
 ) -> (
     tokio::io::DuplexStream,
-    tokio::task::JoinHandle<crate::Result<Manifest>>,
+    tokio::task::JoinHandle<crate::base::error::Result<Manifest>>,
     VersionId,
 ) {
     let (mut w, r) = tokio::io::duplex(16 * KIB as usize);
@@ -218,7 +224,9 @@ pub async fn gc_reclaims_abandoned_puts(backend: Arc<dyn ChunkStore>) {
             (1, 0),
             "within the hold: {r:?}"
         );
-        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
+        clock.advance(Duration::from_micros(
+            crate::base::timing::COMMIT_WINDOW_MICROS,
+        ));
     } else {
         clock.advance(lease * 2);
     }

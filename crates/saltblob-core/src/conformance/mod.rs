@@ -38,9 +38,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
-use crate::layout::{Layout, LayoutPolicy};
-use crate::units::KIB;
-use crate::{BlobRef, BlobStore, ChunkId, ChunkStore, Manifest, StoreConfig};
+use crate::backend::{BlobRef, ChunkId, ChunkStore};
+use crate::base::units::KIB;
+use crate::format::layout::{Layout, LayoutPolicy};
+use crate::format::manifest::Manifest;
+use crate::state::config::StoreConfig;
+use crate::store::BlobStore;
 
 pub use conditional::{
     conditional_deletes_remove_only_the_named_version, conditional_puts,
@@ -239,15 +242,15 @@ pub fn data(len: usize, seed: u64) -> Bytes {
 
 /// After a load under `prefix`: reclaims everything due (gc, grace 0) and returns what `fsck` then finds left
 /// over (nothing is removed). The hot-key tests assert on it what `docs/guarantees.md` promises per backend.
-pub async fn orphans_after_gc(store: &BlobStore, prefix: &str) -> Vec<crate::Orphan> {
+pub async fn orphans_after_gc(store: &BlobStore, prefix: &str) -> Vec<crate::upkeep::fsck::Orphan> {
     store
-        .gc(&crate::GcOptions::new()
+        .gc(&crate::upkeep::gc::GcOptions::new()
             .with_grace(Duration::ZERO)
             .with_prefix(prefix.to_owned()))
         .await
         .expect("gc");
     let report = store
-        .fsck(&crate::FsckOptions::new().with_prefix(prefix.to_owned()))
+        .fsck(&crate::upkeep::fsck::FsckOptions::new().with_prefix(prefix.to_owned()))
         .await
         .expect("fsck");
     assert!(report.damaged.is_empty(), "{prefix}: {report:?}");
@@ -255,8 +258,8 @@ pub async fn orphans_after_gc(store: &BlobStore, prefix: &str) -> Vec<crate::Orp
 }
 
 /// `fsck --repair` of the keys under `prefix`, with no minimum age: every orphan found is removed now.
-pub fn repair_now(prefix: &str) -> crate::FsckOptions {
-    crate::FsckOptions::new()
+pub fn repair_now(prefix: &str) -> crate::upkeep::fsck::FsckOptions {
+    crate::upkeep::fsck::FsckOptions::new()
         .with_repair(true)
         .with_min_age(Duration::ZERO)
         .with_prefix(prefix.to_owned())

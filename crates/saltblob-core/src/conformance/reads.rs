@@ -5,7 +5,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{data, prefix, small_config, store};
-use crate::{ChunkStore, Error, ListEntry, PutOptions};
+use crate::backend::ChunkStore;
+use crate::base::error::Error;
+use crate::state::config::PutOptions;
+use crate::store::ListEntry;
 
 pub async fn range_reads(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());

@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::{
+use crate::backend::{
     BlobRef, ChunkId, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, Namespace, Precondition,
-    Previous, RecordChange, RecordWrite, VersionId,
+    Previous, RecordChange, RecordWrite,
 };
+
+use crate::base::version::VersionId;
 
 /// Every namespace, each of which a backend may store apart.
 const NAMESPACES: [Namespace; 4] = [

@@ -6,9 +6,13 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::{assert_holds, data, expected_kind, prefix, small_config, store, trickle};
-use crate::layout::Layout;
-use crate::units::{KIB, MIB};
-use crate::{BlobRef, ChunkId, ChunkStore, Codec, Error, ManifestBody, PutOptions, StoreConfig};
+use crate::backend::{BlobRef, ChunkId, ChunkStore};
+use crate::base::error::Error;
+use crate::base::units::{KIB, MIB};
+use crate::format::codec::Codec;
+use crate::format::layout::Layout;
+use crate::format::manifest::ManifestBody;
+use crate::state::config::{PutOptions, StoreConfig};
 
 pub async fn roundtrip_sizes(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());

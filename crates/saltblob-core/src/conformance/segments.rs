@@ -9,15 +9,18 @@ use bytes::{Bytes, BytesMut};
 use super::faults::{Faulty, Hold, Point};
 use super::gc::chunks_by_version;
 use super::{data, prefix, small_config, store};
-use crate::manifest::segments_digest;
-use crate::units::KIB;
-use crate::{
-    ChunkStore, Error, FsckOptions, GcOptions, ManifestBody, Namespace, OffsetClock, PutOptions,
-    Segment,
-};
+use crate::backend::{ChunkStore, Namespace};
+use crate::base::clock::OffsetClock;
+use crate::base::error::Error;
+use crate::base::units::KIB;
+use crate::format::manifest::segments_digest;
+use crate::format::manifest::{ManifestBody, Segment};
+use crate::state::config::PutOptions;
+use crate::upkeep::fsck::FsckOptions;
+use crate::upkeep::gc::GcOptions;
 
 /// A gc pass with grace 0 over the keys under `prefix`.
-async fn gc_now(store: &crate::BlobStore, prefix: &str) -> crate::GcReport {
+async fn gc_now(store: &crate::store::BlobStore, prefix: &str) -> crate::upkeep::gc::GcReport {
     store
         .gc(&GcOptions::new()
             .with_grace(Duration::ZERO)
@@ -28,7 +31,7 @@ async fn gc_now(store: &crate::BlobStore, prefix: &str) -> crate::GcReport {
 
 /// Writes `parts` as segments of `key`, each claimable for `lease`.
 async fn put_segments(
-    store: &crate::BlobStore,
+    store: &crate::store::BlobStore,
     key: &str,
     parts: &[Bytes],
     lease: Duration,
@@ -53,7 +56,9 @@ async fn put_segments(
 fn advance_past_leases(clock: &Arc<OffsetClock>, backend: &Arc<dyn ChunkStore>, by: Duration) {
     clock.advance(by);
     if backend.info().late_writes {
-        clock.advance(Duration::from_micros(crate::timing::COMMIT_WINDOW_MICROS));
+        clock.advance(Duration::from_micros(
+            crate::base::timing::COMMIT_WINDOW_MICROS,
+        ));
     }
 }
 
@@ -64,8 +69,8 @@ struct TwoClients {
     clock: Arc<OffsetClock>,
     intent_lease: Duration,
     faulty: Arc<Faulty>,
-    composer: crate::BlobStore,
-    other: crate::BlobStore,
+    composer: crate::store::BlobStore,
+    other: crate::store::BlobStore,
     parts: [Bytes; 2],
     whole: Vec<u8>,
     segments: Vec<Segment>,
@@ -110,7 +115,7 @@ impl TwoClients {
         key: &str,
     ) -> (
         Hold,
-        tokio::task::JoinHandle<crate::Result<crate::Manifest>>,
+        tokio::task::JoinHandle<crate::base::error::Result<crate::format::manifest::Manifest>>,
     ) {
         let commit = self.faulty.hold(Point::RecordWrite(Namespace::Manifest));
         let compose = tokio::spawn({

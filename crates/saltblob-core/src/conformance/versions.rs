@@ -8,7 +8,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::{assert_holds, chunk_present, data, prefix, small_config, store};
-use crate::{ChunkStore, Error, Manifest, ManifestBody, PutOptions};
+use crate::backend::ChunkStore;
+use crate::base::error::Error;
+use crate::format::manifest::{Manifest, ManifestBody};
+use crate::state::config::PutOptions;
 
 pub async fn overwrite_larger_smaller_larger(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());

@@ -7,7 +7,7 @@ use std::fmt;
 use super::{
     CUSTOMER, DataKey, KEY_LEN, KekRef, Sealing, Secret, random_key, unwrap_key, wrap_key,
 };
-use crate::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Bytes of a customer key's fingerprint ([`CustomerKey::id`] is their hex form).
 pub const CUSTOMER_ID_LEN: usize = 16;
@@ -16,7 +16,7 @@ pub const CUSTOMER_ID_LEN: usize = 16;
 const FINGERPRINT_CONTEXT: &str = "saltblob 2026-11-26 customer key fingerprint";
 
 /// A 256-bit key given by the writer of a version and needed again by each of its readers
-/// ([`crate::PutOptions::customer_key`], [`crate::GetOptions::customer_key`]). Zeroed when dropped; `Debug` and
+/// ([`crate::state::config::PutOptions::customer_key`], [`crate::state::config::GetOptions::customer_key`]). Zeroed when dropped; `Debug` and
 /// `Display` show only its fingerprint.
 #[derive(Clone)]
 pub struct CustomerKey {
@@ -29,7 +29,7 @@ impl CustomerKey {
     pub fn new(key: [u8; KEY_LEN]) -> Self {
         let key = Secret::new(key);
         let digest = blake3::derive_key(FINGERPRINT_CONTEXT, &key[..]);
-        let id = crate::manifest::hex(&digest[..CUSTOMER_ID_LEN]);
+        let id = crate::base::shown::hex(&digest[..CUSTOMER_ID_LEN]);
         Self { key, id }
     }
 

@@ -7,8 +7,8 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{KEY_LEN, Secret, random_key};
-use crate::Error;
-use crate::error::Result;
+use crate::base::error::Error;
+use crate::base::error::Result;
 
 const MAGIC: &[u8; 4] = b"SBKR";
 const FORMAT: u8 = 1;

@@ -5,7 +5,7 @@
 //! `aws-kms` provider is crate `saltblob-kms`, which has the HTTP client this crate does not), the
 //! wrapped-key format, the data-key cache ([`CachedProvider`]), the sealing of a version's chunks
 //! ([`seal::VersionKeys`]) and what a sealed manifest records ([`Sealing`]). A store seals the versions it writes
-//! when its [`crate::StoreConfig::encryption`] (or a put's [`crate::PutOptions::encryption_key`]) names a key.
+//! when its [`crate::state::config::StoreConfig::encryption`] (or a put's [`crate::state::config::PutOptions::encryption_key`]) names a key.
 
 mod customer;
 mod keyring;
@@ -23,8 +23,9 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKe
 pub use self::customer::{CUSTOMER_ID_LEN, CustomerKey};
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
 pub use self::params::{AwsKmsParams, EncryptionParams};
-use crate::error::Result;
-use crate::{Clock, Error};
+use crate::base::clock::Clock;
+use crate::base::error::Error;
+use crate::base::error::Result;
 
 /// Bytes of every key: KEKs and DEKs are 256 bits.
 pub const KEY_LEN: usize = 32;
@@ -38,8 +39,8 @@ pub const STORE_ID_LEN: usize = 16;
 pub const AWS_KMS: &str = "aws-kms";
 /// The name manifests record for a version sealed under a key its writer gave ([`CustomerKey`]; S3's SSE-C).
 pub const CUSTOMER: &str = "customer";
-/// The `what` of the [`crate::Error::InvalidArgument`] of a read that gives a customer key
-/// ([`crate::GetOptions::customer_key`]) for a version not sealed under one, which S3 refuses too (`400
+/// The `what` of the [`crate::base::error::Error::InvalidArgument`] of a read that gives a customer key
+/// ([`crate::state::config::GetOptions::customer_key`]) for a version not sealed under one, which S3 refuses too (`400
 /// InvalidRequest`: the key may have been given in the belief that the object is sealed under it).
 pub const CUSTOMER_KEY_NOT_APPLICABLE: &str = "customer key";
 
@@ -130,14 +131,14 @@ impl fmt::Debug for Sealing {
     }
 }
 
-/// How a store encrypts ([`crate::StoreConfig::encryption`]): its key provider, the key new versions are sealed
+/// How a store encrypts ([`crate::state::config::StoreConfig::encryption`]): its key provider, the key new versions are sealed
 /// under, how long data keys are cached, and whether sealed chunks may be compressed first.
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct EncryptionConfig {
     /// Where the key-encryption keys are; it also opens the data keys of every sealed version read.
     pub provider: Arc<dyn KeyProvider>,
-    /// The key every put seals its version under unless it names another ([`crate::PutOptions::encryption_key`]).
+    /// The key every put seals its version under unless it names another ([`crate::state::config::PutOptions::encryption_key`]).
     /// Defaults to none: puts store plaintext unless they name a key, and sealed versions still read.
     pub key: Option<String>,
     /// How long data keys made or opened are kept ([`CachedProvider`]): a key disabled at its provider stops
@@ -688,7 +689,7 @@ mod tests {
             calls: Default::default(),
             disabled: Default::default(),
         });
-        let clock = crate::OffsetClock::new();
+        let clock = crate::base::clock::OffsetClock::new();
         let cache = CachedProvider::new(counting.clone(), Duration::from_secs(60), clock.clone());
         let first = cache.data_key("a").await.unwrap();
         let again = cache.data_key("a").await.unwrap();

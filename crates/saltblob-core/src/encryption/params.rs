@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{AWS_KMS, EncryptionConfig, KeyProvider, LOCAL, LocalProvider};
-use crate::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Encryption parameters of a store URL: `encryption=local` (the provider), `keyring=FILE` (the local provider's
 /// keyring), `encryption_key=NAME` (the key new versions are sealed under; without it puts stay plaintext unless

@@ -8,9 +8,9 @@ use aws_lc_rs::constant_time::verify_slices_are_equal;
 use aws_lc_rs::hkdf::{HKDF_SHA256, KeyType, Salt};
 
 use super::{KEY_LEN, Secret, crypto_failed};
-use crate::Error;
-use crate::error::Result;
-use crate::version::VersionId;
+use crate::base::error::Error;
+use crate::base::error::Result;
+use crate::base::version::VersionId;
 
 /// Bytes of the GCM tag appended to every sealed chunk.
 pub const TAG_LEN: usize = 16;

@@ -5,9 +5,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::layout::Layout;
-use crate::units::{KIB, parse_size};
-use crate::{Error, Result};
+use crate::base::error::{Error, Result};
+use crate::base::units::{KIB, parse_size};
+use crate::format::layout::Layout;
 
 /// The class of an operation, by name: [`PriorityClass::interactive`], [`PriorityClass::bulk`], or a class
 /// configured on the store ([`SchedulerConfig::with_class`]).
@@ -196,7 +196,7 @@ impl SchedulerConfig {
         self
     }
 
-    /// Checks the configuration; errors name the option at fault. Called by [`crate::BlobStore::new`], before
+    /// Checks the configuration; errors name the option at fault. Called by [`crate::store::BlobStore::new`], before
     /// any I/O.
     pub fn validate(&self) -> Result<()> {
         for builtin in [INTERACTIVE, BULK] {

@@ -1,4 +1,4 @@
-//! With [`crate::SchedulerConfig::bulk_cpu_pool`], the CPU work of background classes — chunk checksums and
+//! With [`crate::schedule::SchedulerConfig::bulk_cpu_pool`], the CPU work of background classes — chunk checksums and
 //! compression, decoding, BLAKE3 digests — runs on a pool of its own instead of the async runtime's workers:
 //! one thread per core, each at a lower OS priority ([`POOL_NICE`]). Bulk work then still uses the whole
 //! machine while interactive work is idle, and the OS runs an interactive task's worker first when both want
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::oneshot;
 
 use super::ClassTag;
-use crate::{Error, Result};
+use crate::base::error::{Error, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -73,7 +73,7 @@ fn pool() -> Option<&'static Mutex<Sender<Job>>> {
 }
 
 /// Runs `work` on the bulk CPU pool when `class` is a background class and the store pools bulk CPU work
-/// ([`crate::SchedulerConfig::bulk_cpu_pool`]), else right here.
+/// ([`crate::schedule::SchedulerConfig::bulk_cpu_pool`]), else right here.
 pub(crate) async fn run<T: Send + 'static>(
     class: Option<&ClassTag>,
     work: impl FnOnce() -> T + Send + 'static,
@@ -103,7 +103,7 @@ mod tests {
 
     fn tag(name: &str) -> ClassTag {
         Scheduler::new(SchedulerConfig::default().with_bulk_cpu_pool(true))
-            .tag(&crate::PriorityClass::new(name).expect("name"))
+            .tag(&crate::schedule::PriorityClass::new(name).expect("name"))
             .expect("known")
     }
 

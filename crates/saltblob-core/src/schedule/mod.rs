@@ -30,7 +30,7 @@ pub use self::class::{BULK, INTERACTIVE, MAX_LIMIT, MAX_SHARES, PriorityClass, S
 use self::fair::FairQueue;
 use self::limit::{GradientLimit, normalized};
 pub(crate) use self::scheduled::ScheduledStore;
-use crate::Result;
+use crate::base::error::Result;
 
 /// What every request costs besides its bytes, in the fair queue's accounting: a record read is not free.
 const REQUEST_OVERHEAD_BYTES: u64 = 4096;
@@ -90,7 +90,7 @@ pub(crate) async fn in_class<F: Future>(tag: Option<ClassTag>, fut: F) -> F::Out
     }
 }
 
-/// What the scheduler did for one class, from [`crate::BlobStore::scheduler_stats`].
+/// What the scheduler did for one class, from [`crate::store::BlobStore::scheduler_stats`].
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ClassStats {
@@ -112,7 +112,7 @@ pub struct ClassStats {
     pub max_wait_micros: u64,
 }
 
-/// A snapshot of the scheduler, from [`crate::BlobStore::scheduler_stats`].
+/// A snapshot of the scheduler, from [`crate::store::BlobStore::scheduler_stats`].
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct SchedulerStats {
@@ -219,7 +219,9 @@ impl Scheduler {
             .iter()
             .find(|t| &*t.name == class.name())
             .cloned()
-            .ok_or_else(|| crate::Error::invalid("priority", format!("unknown class \"{class}\"")))
+            .ok_or_else(|| {
+                crate::base::error::Error::invalid("priority", format!("unknown class \"{class}\""))
+            })
     }
 
     /// The class an operation runs in: the one it names, else the store's default, else `by_layout` (see
@@ -411,7 +413,7 @@ impl Scheduler {
         }
     }
 
-    /// A snapshot for [`crate::BlobStore::scheduler_stats`].
+    /// A snapshot for [`crate::store::BlobStore::scheduler_stats`].
     pub(crate) fn stats(&self) -> SchedulerStats {
         let state = self.lock();
         SchedulerStats {

@@ -9,12 +9,12 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 use super::{ClassTag, Scheduler, current_class, in_class};
-use crate::Result;
+use crate::backend::layer::ChunkStoreLayer;
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
     GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
 };
-use crate::layer::ChunkStoreLayer;
+use crate::base::error::Result;
 
 /// Bytes a page of a record scan is estimated at before it runs.
 const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;

@@ -8,13 +8,16 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::*;
+use crate::backend::layer::ChunkStoreLayer;
+use crate::backend::memory::MemoryStore;
 use crate::backend::{
     BlobRef, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition, RecordWrite,
 };
-use crate::layer::ChunkStoreLayer;
-use crate::layout::LayoutPolicy;
-use crate::units::MIB;
-use crate::{BlobStore, Error, GetOptions, MemoryStore, PutOptions, StoreConfig};
+use crate::base::error::Error;
+use crate::base::units::MIB;
+use crate::format::layout::LayoutPolicy;
+use crate::state::config::{GetOptions, PutOptions, StoreConfig};
+use crate::store::BlobStore;
 
 fn scheduler(limit: usize) -> Arc<Scheduler> {
     Arc::new(Scheduler::new(
@@ -319,7 +322,11 @@ impl ChunkStoreLayer for Slow {
     fn inner(&self) -> &dyn ChunkStore {
         &self.inner
     }
-    async fn get_record(&self, ns: Namespace, key: &[u8]) -> crate::Result<Option<Bytes>> {
+    async fn get_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+    ) -> crate::base::error::Result<Option<Bytes>> {
         self.record("get_record", 0);
         self.inner.get_record(ns, key).await
     }
@@ -329,11 +336,15 @@ impl ChunkStoreLayer for Slow {
         key: &[u8],
         value: Bytes,
         cond: &Precondition,
-    ) -> crate::Result<RecordWrite> {
+    ) -> crate::base::error::Result<RecordWrite> {
         self.record("put_record", value.len());
         self.inner.put_record(ns, key, value, cond).await
     }
-    async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> crate::Result<()> {
+    async fn put_chunks(
+        &self,
+        blob: &BlobRef,
+        chunks: Vec<ChunkWrite>,
+    ) -> crate::base::error::Result<()> {
         self.write(&chunks).await;
         self.inner.put_chunks(blob, chunks).await
     }
@@ -341,7 +352,7 @@ impl ChunkStoreLayer for Slow {
         &self,
         blob: &BlobRef,
         chunks: Vec<ChunkWrite>,
-    ) -> crate::Result<()> {
+    ) -> crate::base::error::Result<()> {
         self.write(&chunks).await;
         self.inner.put_chunks_unlogged(blob, chunks).await
     }
@@ -349,7 +360,7 @@ impl ChunkStoreLayer for Slow {
         &self,
         blob: &BlobRef,
         records: Vec<crate::backend::ChunkRecord>,
-    ) -> crate::Result<()> {
+    ) -> crate::base::error::Result<()> {
         self.record("put_chunks", records.iter().map(|r| r.len()).sum());
         {
             let mut calls = self.record_calls.lock().expect("record calls");
@@ -364,7 +375,7 @@ impl ChunkStoreLayer for Slow {
         &self,
         blob: &BlobRef,
         chunks: &[ChunkId],
-    ) -> crate::Result<Vec<Option<Bytes>>> {
+    ) -> crate::base::error::Result<Vec<Option<Bytes>>> {
         self.record("get_chunks", chunks.len());
         tokio::time::sleep(Duration::from_millis(10)).await;
         self.inner.get_chunks(blob, chunks).await
@@ -464,7 +475,7 @@ async fn small_operations_overtake_a_queued_bulk_put() {
 /// (gc's) would queue behind them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_of_chunk_records_keeps_few_calls_in_flight() {
-    use crate::memory::MEMORY_RECORDS_MIN_BYTES;
+    use crate::backend::memory::MEMORY_RECORDS_MIN_BYTES;
     use crate::store::chunk_writer::RECORD_CALLS_IN_FLIGHT;
 
     let (backend, store) = slow_store(64);

@@ -20,15 +20,15 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks, RecordsPlan};
-use crate::codec::{ChunkPlace, Codec, encode_chunk, encode_record, encode_sealed};
+use crate::base::error::{Error, Result};
+use crate::base::retry::Backoff;
 use crate::encryption::seal::VersionKeys;
-use crate::intent::Progress;
-use crate::layout::ChunkLayout;
-use crate::retry::Backoff;
+use crate::format::codec::{ChunkPlace, Codec, encode_chunk, encode_record, encode_sealed};
+use crate::format::layout::ChunkLayout;
+use crate::ledger::intent::Progress;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::state::Inner;
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
-use crate::{Error, Result};
 
 /// Backend calls of one put's chunk records issued at once (waiting for admission or running). A version's
 /// records go into one file whose writer takes one call at a time and waits for its device writes inside the
@@ -474,7 +474,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{BlobStore, MemoryStore, StoreConfig, VersionId};
+    use crate::backend::memory::MemoryStore;
+    use crate::base::version::VersionId;
+    use crate::state::config::StoreConfig;
+    use crate::store::BlobStore;
 
     /// The progress an intent records follows the chunk writes as they start and complete, not the writer's
     /// next chunk: a put stalled on its input (as a writer that is about to die is) renews its intent with what it

@@ -14,8 +14,8 @@ use blake3::hazmat::{
 };
 use bytes::Bytes;
 
+use crate::base::error::{Error, Result};
 use crate::schedule::{ClassTag, cpu};
-use crate::{Error, Result};
 
 /// Bytes handed to the pool per job.
 const BATCH_BYTES: usize = 1 << 20;
@@ -312,9 +312,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::backend::memory::MemoryStore;
     use crate::backend::{ChunkStore, Namespace, Precondition};
+    use crate::schedule::PriorityClass;
     use crate::schedule::{Scheduler, SchedulerConfig};
-    use crate::{BlobStore, GetOptions, MemoryStore, PriorityClass, PutOptions, StoreConfig};
+    use crate::state::config::{GetOptions, PutOptions, StoreConfig};
+    use crate::store::BlobStore;
 
     /// Bytes that differ at every offset (a repeated pattern could hide a misplaced subtree).
     fn data(len: usize) -> Vec<u8> {
@@ -516,7 +519,11 @@ mod tests {
         let sched = Scheduler::new(SchedulerConfig::default().with_bulk_cpu_pool(true));
         for class in [
             None,
-            Some(sched.tag(&crate::PriorityClass::bulk()).expect("bulk")),
+            Some(
+                sched
+                    .tag(&crate::schedule::PriorityClass::bulk())
+                    .expect("bulk"),
+            ),
         ] {
             let mut d = Digest::new(class);
             for piece in data.chunks(65536 + 7) {

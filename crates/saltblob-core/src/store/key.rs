@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;

@@ -1,29 +1,32 @@
-//! [`BlobStore`]: the saltblob API on top of any [`ChunkStore`].
+//! [`BlobStore`]: the saltblob API on top of any [`ChunkStore`], and the protocols of its requests.
 //!
-//! Each method hands over to the protocol that does the work, which checks the input first:
-//! - `key.rs`: what a key may be;
+//! Each method hands over to the protocol that does the work, which checks the input first. From the bottom up,
+//! each file using only those listed before it:
+//! - `key.rs`: what a key may be; `pieces.rs`: a stream of byte pieces read as an `AsyncRead`;
 //! - `digest.rs`: the blob digest (BLAKE3), hashed in the chunk tasks;
 //! - `sealing.rs`: the keys a put seals its version with, and a read opens it with (encryption at rest);
+//! - `commit.rs`: the commit primitive, the one writer of manifest records, and its crash-safety rule;
 //! - `chunk_writer.rs`: a put's chunks, in batches, within the in-flight window;
-//! - `write.rs`: a put (its plan, [`write::PutPlan`], then intent, chunks and commit) and a delete;
-//! - `read.rs`: streaming reads ([`BlobStream`]);
-//! - `segments.rs`: more of [`BlobStore`]: segments and their composition (multipart uploads);
-//! - `reseal.rs`: more of [`BlobStore`]: sealing plaintext blobs, re-wrapping sealed ones' data keys.
+//! - `put.rs`: a put: its plan ([`put::PutPlan`]), then intent, chunks and commit;
+//! - `delete.rs`: a delete, a conditional delete, the delete of an expired blob;
+//! - `read.rs`: a read: its preamble, then streaming ([`BlobStream`]);
+//! - this file, the API; then `segments.rs` (segments and their composition: multipart uploads) and
+//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys), which add methods to [`BlobStore`].
 //!
-//! Each of those uses only the ones listed before it; none uses this file but `segments.rs` and `reseal.rs`,
-//! which add methods to [`BlobStore`]. The reclaim queue ([`crate::reclaim`]), [`crate::gc`] and [`crate::fsck`] sit
-//! below the store.
+//! The store stands on `ledger/` (intents, the reclaim queue) and `state/`; gc and fsck (`upkeep/`) stand on the
+//! store, and add their methods to [`BlobStore`] themselves.
 
 pub(crate) mod chunk_writer;
-pub(crate) mod collect;
+pub(crate) mod commit;
+pub(crate) mod delete;
 mod digest;
 mod key;
 mod pieces;
+pub(crate) mod put;
 pub(crate) mod read;
 mod reseal;
 pub(crate) mod sealing;
 mod segments;
-pub(crate) mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,21 +37,18 @@ use tokio::io::AsyncRead;
 
 pub use self::key::{MAX_KEY_LEN, validate_key};
 pub use self::pieces::StreamReader;
+use self::put::{Finish, PutPlan};
 pub use self::read::BlobStream;
 pub use self::reseal::Rekeyed;
-use self::write::{Finish, PutPlan};
 use crate::backend::{BlobRef, ChunkStore, Namespace};
-use crate::config::{GetOptions, PutOptions, StoreConfig};
+use crate::base::error::{Error, Result};
+use crate::base::version::VersionId;
 use crate::encryption::StoreKeys;
-use crate::fsck::{self, FsckOptions, FsckReport};
-use crate::gc::{self, GcHandle, GcOptions, GcReport};
-use crate::layout::{ByteRange, Layout};
-use crate::manifest::{Manifest, ManifestBody};
-use crate::reclaim::{self, ReclaimReport};
+use crate::format::layout::{ByteRange, Layout};
+use crate::format::manifest::{Manifest, ManifestBody};
 use crate::schedule::{self, PriorityClass, ScheduledStore, Scheduler, SchedulerStats};
+use crate::state::config::{GetOptions, PutOptions, StoreConfig};
 use crate::state::{Inner, ReadBudget};
-use crate::version::VersionId;
-use crate::{Error, Result};
 
 /// Shortest accepted [`StoreConfig::intent_lease`].
 const MIN_INTENT_LEASE: Duration = Duration::from_millis(300);
@@ -107,7 +107,7 @@ impl BlobStore {
     /// A store on `backend` with `config`, which is checked against the backend's limits.
     pub fn new(backend: Arc<dyn ChunkStore>, mut config: StoreConfig) -> Result<Self> {
         let info = backend.info();
-        config.policy = config.policy.resolve_for(&info);
+        config.policy = config.policy.resolve_for(info.large_chunk_size);
         config.policy.validate(info.max_chunk_payload())?;
         if config.inflight_bytes < config.policy.chunk_size as usize {
             return Err(Error::invalid(
@@ -150,7 +150,10 @@ impl BlobStore {
                 sched,
                 info,
                 read_budget: Arc::new(ReadBudget::new(config.read_ahead_budget as u64)),
-                value_buffers: collect::ValueBuffers::new(usize::MAX, config.idle_value_buffers),
+                value_buffers: crate::base::collect::ValueBuffers::new(
+                    usize::MAX,
+                    config.idle_value_buffers,
+                ),
                 keys: config
                     .encryption
                     .as_ref()
@@ -240,7 +243,7 @@ impl BlobStore {
     /// Reads the current manifest of `key`.
     pub async fn head(&self, key: impl AsRef<[u8]>) -> Result<Manifest> {
         let key = validate_key(key.as_ref())?;
-        self.current(&key).await
+        self.inner.current_manifest(&key).await
     }
 
     /// Reads the whole current version of `key`, verifying every chunk and the digest.
@@ -324,46 +327,7 @@ impl BlobStore {
         opts: &GetOptions,
     ) -> Result<BlobStream> {
         let key = validate_key(key.as_ref())?;
-        let sched = &self.inner.sched;
-        let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive())?;
-        let manifest = schedule::in_class(manifest_class, self.current(&key)).await?;
-        let customer = opts.customer_key.as_ref();
-        if customer.is_some() && manifest.sealed_by_customer().is_none() {
-            return Err(Error::invalid(
-                crate::encryption::CUSTOMER_KEY_NOT_APPLICABLE,
-                format!(
-                    "version {} of key \"{}\" is not sealed under a customer key, so a read of it takes none \
-                     (its manifest's encryption says how it is sealed, if at all)",
-                    manifest.version,
-                    crate::KeyDisplay::from(key.as_ref())
-                ),
-            ));
-        }
-        let range = match opts.range {
-            Some(range) => range.resolve(manifest.size),
-            None => 0..manifest.size,
-        };
-        if range.start > range.end || range.end > manifest.size {
-            return Err(Error::RangeNotSatisfiable {
-                key: key.as_ref().into(),
-                start: range.start,
-                end: range.end,
-                size: manifest.size,
-            });
-        }
-        let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
-        let class = sched.choose(opts.priority.as_ref(), by_layout)?;
-        let keys = sealing::for_read(&self.inner, &key, &manifest, customer).await?;
-        sealing::check_segments(&self.inner, &key, &manifest, &range, customer).await?;
-        Ok(read::stream_version(
-            &self.inner,
-            key,
-            manifest,
-            range,
-            class,
-            keys,
-            opts.customer_key.clone(),
-        ))
+        read::open(&self.inner, key, opts).await
     }
 
     /// Deletes `key`; returns the version it held, or `None` if it held none. The deleted version's chunks are
@@ -373,7 +337,7 @@ impl BlobStore {
     /// [`Error::InvalidKey`], [`Error::Backend`]; a manifest that does not decode is deleted, not an error.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<Option<VersionId>> {
         let key = validate_key(key.as_ref())?;
-        write::delete(&self.inner, key, None).await
+        delete::delete(&self.inner, &key).await
     }
 
     /// Deletes `key` only if its current version is `version`, atomically with the check: a version written
@@ -387,9 +351,7 @@ impl BlobStore {
     /// [`Error::Backend`]. Nothing is deleted on any error.
     pub async fn delete_version(&self, key: impl AsRef<[u8]>, version: VersionId) -> Result<()> {
         let key = validate_key(key.as_ref())?;
-        write::delete(&self.inner, key, Some(version))
-            .await
-            .map(drop)
+        delete::delete_version(&self.inner, &key, version).await
     }
 
     /// Every blob whose key starts with `prefix`, in key order (all in memory: see [`BlobStore::list_stream`]).
@@ -477,7 +439,7 @@ impl BlobStore {
     /// How `key` is laid out: layout kind, chunk geometry and bytes per salt.
     pub async fn describe(&self, key: impl AsRef<[u8]>) -> Result<Description> {
         let key = validate_key(key.as_ref())?;
-        let manifest = self.current(&key).await?;
+        let manifest = self.inner.current_manifest(&key).await?;
         let bytes_per_salt = match manifest.layout() {
             // Salt i of each segment, summed over the segments.
             _ if matches!(manifest.body, ManifestBody::Segmented(_)) => {
@@ -520,66 +482,14 @@ impl BlobStore {
         })
     }
 
-    /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
-    pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
-        let run = reclaim::run(&self.inner, self.inner.now_micros(), false, b"");
-        schedule::in_class(self.maintenance_class(), run).await
-    }
-
-    /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
-    pub async fn reclaim_all(&self) -> Result<ReclaimReport> {
-        let run = reclaim::run(&self.inner, u64::MAX, false, b"");
-        schedule::in_class(self.maintenance_class(), run).await
-    }
-
-    /// Runs one garbage collection pass: takes over the intents of abandoned puts (expired lease, version not
-    /// committed) and queues their chunks, removes intents left by committed puts, reclaims every queued version
-    /// that is due under `opts.grace`, and asks the backend to return the freed space to the file system.
-    pub async fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
-        schedule::in_class(self.maintenance_class(), gc::run(&self.inner, opts)).await
-    }
-
-    /// Runs [`BlobStore::gc`] every `every` in a background task until the handle is dropped; failures are
-    /// logged and retried at the next tick. Needs a Tokio runtime.
-    pub fn spawn_gc(&self, every: Duration, opts: GcOptions) -> GcHandle {
-        gc::spawn(
-            Arc::clone(&self.inner),
-            every,
-            opts,
-            self.maintenance_class(),
-        )
-    }
-
-    /// Checks every blob: its manifest decodes, every chunk is present once and in its place, checksums and the
-    /// blob digest match; lists the chunks that nothing refers to (orphans) and, with
-    /// [`FsckOptions::repair`], removes those (older than [`FsckOptions::min_age`]) and nothing else.
-    ///
-    /// Reads every committed byte. Safe to run while the store is in use: orphans are re-checked against the
-    /// current manifest and intent just before removal, and versions replaced during the check are skipped. A
-    /// sealed blob whose key is unavailable (a store opened without its key provider) is not read but listed in
-    /// [`FsckReport::unverified`]; its chunks are still told from orphans by its layout.
-    pub async fn fsck(&self, opts: &FsckOptions) -> Result<FsckReport> {
-        schedule::in_class(self.maintenance_class(), fsck::run(&self.inner, opts)).await
-    }
-
     /// The class of gc, fsck and the reclaim queue: the store's default class, else `bulk`.
-    fn maintenance_class(&self) -> Option<schedule::ClassTag> {
+    pub(crate) fn maintenance_class(&self) -> Option<schedule::ClassTag> {
         // The default class was checked when the store was built, and `bulk` always exists.
         self.inner
             .sched
             .choose(None, PriorityClass::bulk())
             .ok()
             .flatten()
-    }
-
-    /// The current manifest of a validated `key`; [`Error::NotFound`] if there is none.
-    async fn current(&self, key: &Bytes) -> Result<Manifest> {
-        self.inner
-            .read_manifest(key)
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                key: key.as_ref().into(),
-            })
     }
 
     /// The entries of manifest `records` that have not expired, and those that do not decode.
@@ -600,9 +510,11 @@ impl BlobStore {
 mod tests {
     use super::*;
     use crate::backend::Precondition;
-    use crate::manifest::ManifestBody;
+    use crate::backend::memory::MemoryStore;
+    use crate::format::layout::LayoutPolicy;
+    use crate::format::manifest::ManifestBody;
     use crate::state::PAGE;
-    use crate::{LayoutPolicy, MemoryStore, PutOptions};
+    use crate::state::config::PutOptions;
 
     /// A listing resumed after a key lists only the keys after it, across pages, and a marker before the prefix
     /// or past its last key lists all or none.
@@ -815,22 +727,22 @@ mod tests {
     async fn a_chunk_size_beyond_the_backend_is_corrupt() {
         let backend = Arc::new(MemoryStore::new());
         let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
-        let chunk_size = crate::layout::MAX_CHUNK_SIZE; // the format allows it; memory's chunks are smaller
+        let chunk_size = crate::format::layout::MAX_CHUNK_SIZE; // the format allows it; memory's chunks are smaller
         let size = 3 * u64::from(chunk_size);
         let manifest = Manifest {
             sealing: None,
             version: VersionId::generate(),
             size,
-            created_micros: crate::version::now_micros(),
+            created_micros: crate::base::version::now_micros(),
             expires_micros: None,
             digest: [0; 32],
             body: ManifestBody::Chunked {
-                layout: crate::ChunkLayout {
+                layout: crate::format::layout::ChunkLayout {
                     chunk_size,
                     chunk_count: 3,
                     salt_count: 1,
                 },
-                codec: crate::Codec::None,
+                codec: crate::format::codec::Codec::None,
                 stored_bytes: size,
             },
             content_type: None,

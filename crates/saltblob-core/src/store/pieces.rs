@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::Result;
+use crate::base::error::Result;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::io::{AsyncRead, ReadBuf};

@@ -1,4 +1,6 @@
-//! Streaming reads: a version's chunks fetched batch by batch, at most the in-flight window ahead of the
+//! A read: its preamble ([`open`]: the current manifest read in the read's class, the customer key and the range
+//! checked against it, the class of the chunk reads chosen by layout, the keys opened), then streaming: a
+//! version's chunks fetched batch by batch, at most the in-flight window ahead of the
 //! consumer and within the store's read-ahead budget shared by all reads (`ReadBudget`), each checked as it
 //! arrives, the digest verified at the end of a full read (each chunk's BLAKE3
 //! subtree hashed in the task that fetches and checks it, when the chunk size allows; see `digest.rs`). The
@@ -15,17 +17,18 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 
 use crate::backend::{BlobRef, ChunkId};
-use crate::codec::{ChunkPlace, Opener, decode_owned_chunk};
+use crate::base::collect::{Collector, ValueBuffers};
+use crate::base::error::{Error, KeyDisplay, Result};
 use crate::encryption::CustomerKey;
 use crate::encryption::seal::VersionKeys;
-use crate::layout::ChunkLayout;
-use crate::manifest::{Manifest, ManifestBody, Segment, hex};
-use crate::schedule::{ClassTag, cpu, current_class, in_class};
+use crate::format::codec::{ChunkPlace, Opener, decode_owned_chunk};
+use crate::format::layout::ChunkLayout;
+use crate::format::manifest::{Manifest, ManifestBody, Segment, hex};
+use crate::schedule::{ClassTag, PriorityClass, cpu, current_class, in_class};
+use crate::state::config::GetOptions;
 use crate::state::{BudgetHeld, Inner, ReadBudget};
-use crate::store::collect::{Collector, ValueBuffers};
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
 use crate::store::sealing;
-use crate::{Error, KeyDisplay, Result};
 
 /// The bytes of one version (or a range of it), chunk by chunk, in order.
 ///
@@ -70,6 +73,51 @@ impl BlobStream {
         }
         Ok(out.finish())
     }
+}
+
+/// Opens a read of the current version of a validated `key` as `opts` say; see
+/// [`crate::store::BlobStore::get_stream_with`], whose errors these are.
+pub(crate) async fn open(inner: &Arc<Inner>, key: Bytes, opts: &GetOptions) -> Result<BlobStream> {
+    let sched = &inner.sched;
+    let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive())?;
+    let manifest = in_class(manifest_class, inner.current_manifest(&key)).await?;
+    let customer = opts.customer_key.as_ref();
+    if customer.is_some() && manifest.sealed_by_customer().is_none() {
+        return Err(Error::invalid(
+            crate::encryption::CUSTOMER_KEY_NOT_APPLICABLE,
+            format!(
+                "version {} of key \"{}\" is not sealed under a customer key, so a read of it takes none \
+                 (its manifest's encryption says how it is sealed, if at all)",
+                manifest.version,
+                KeyDisplay::from(key.as_ref())
+            ),
+        ));
+    }
+    let range = match opts.range {
+        Some(range) => range.resolve(manifest.size),
+        None => 0..manifest.size,
+    };
+    if range.start > range.end || range.end > manifest.size {
+        return Err(Error::RangeNotSatisfiable {
+            key: key.as_ref().into(),
+            start: range.start,
+            end: range.end,
+            size: manifest.size,
+        });
+    }
+    let by_layout = PriorityClass::for_layout(Some(manifest.layout()));
+    let class = sched.choose(opts.priority.as_ref(), by_layout)?;
+    let keys = sealing::for_read(inner, &key, &manifest, customer).await?;
+    sealing::check_segments(inner, &key, &manifest, &range, customer).await?;
+    Ok(stream_version(
+        inner,
+        key,
+        manifest,
+        range,
+        class,
+        keys,
+        opts.customer_key.clone(),
+    ))
 }
 
 /// Streams bytes `range` of version `manifest` of `key` (a range within the blob), its chunks read in `class`
@@ -526,8 +574,11 @@ fn digest_error(key: &[u8], manifest: &Manifest, got: blake3::Hash) -> Error {
 mod tests {
     use futures::StreamExt;
 
-    use crate::units::KIB;
-    use crate::{BlobStore, LayoutPolicy, MemoryStore, PutOptions, StoreConfig};
+    use crate::backend::memory::MemoryStore;
+    use crate::base::units::KIB;
+    use crate::format::layout::LayoutPolicy;
+    use crate::state::config::{PutOptions, StoreConfig};
+    use crate::store::BlobStore;
 
     /// Readers that stop reading hold the store's one read-ahead budget plus at most one batch each, not a
     /// window each (audit F10); each still reads its blob whole, and the budget is all given back.

@@ -4,13 +4,15 @@
 //! (Sealing a plaintext blob is a rewrite: [`BlobStore::encrypt`], beside [`BlobStore::relayout`].) Also
 //! [`BlobStore::check_encryption_key`], which tells whether puts can seal under a key now.
 
-use crate::backend::{Namespace, Precondition, RecordWrite};
+use crate::backend::Namespace;
+use crate::base::error::{KeyDisplay, Result};
+use crate::base::version::VersionId;
 use crate::encryption::{KekRef, Sealing};
-use crate::manifest::ManifestBody;
+use crate::format::manifest::ManifestBody;
 use crate::schedule::{self, PriorityClass};
+use crate::store::BlobStore;
+use crate::store::commit::{self, Change, Changed, Expect, Fences};
 use crate::store::sealing;
-use crate::version::VersionId;
-use crate::{BlobStore, KeyDisplay, Result};
 
 use super::key::validate_key;
 
@@ -36,7 +38,7 @@ pub enum Rekeyed {
 }
 
 impl BlobStore {
-    /// Checks that puts can seal under key-encryption key `name` now ([`crate::PutOptions::encryption_key`]),
+    /// Checks that puts can seal under key-encryption key `name` now ([`crate::state::config::PutOptions::encryption_key`]),
     /// writing nothing: the store's data-key cache holds a data key made under it, else its provider makes one,
     /// which the cache keeps for the puts that follow (so a KMS is asked once per key and cache expiry).
     ///
@@ -120,26 +122,22 @@ impl BlobStore {
             let Some((from, to)) = moved else {
                 return Ok(Rekeyed::Current);
             };
-            let write = inner
-                .backend
-                .put_record(
-                    Namespace::Manifest,
-                    &key,
-                    rekeyed.encode(),
-                    &Precondition::Equals(bytes),
-                )
-                .await?;
-            Ok(match write {
-                RecordWrite::Done(_) => {
-                    tracing::debug!(
-                        "rekeyed \"{}\" version {}: {from} -> {to}",
-                        KeyDisplay::from(&key[..]),
-                        manifest.version,
-                    );
-                    Rekeyed::Rewrapped { from, to }
-                }
-                RecordWrite::ConditionFailed(_) => Rekeyed::LostToAWriter,
-            })
+            // The same version: the commit queues nothing for reclaim.
+            let expect = Expect::Record(bytes);
+            let change = Change::Put(&rekeyed);
+            Ok(
+                match commit::change_manifest(inner, &key, change, expect, Fences::none()).await? {
+                    Changed::Written { .. } => {
+                        tracing::debug!(
+                            "rekeyed \"{}\" version {}: {from} -> {to}",
+                            KeyDisplay::from(&key[..]),
+                            manifest.version,
+                        );
+                        Rekeyed::Rewrapped { from, to }
+                    }
+                    Changed::Refused { .. } => Rekeyed::LostToAWriter,
+                },
+            )
         })
         .await
     }
@@ -151,9 +149,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::backend::ChunkStore;
+    use crate::backend::memory::MemoryStore;
+    use crate::base::error::Error;
     use crate::conformance::{data, small_config};
     use crate::encryption::{EncryptionConfig, Keyring, LocalProvider};
-    use crate::{ChunkStore, Error, MemoryStore, PutOptions};
+    use crate::state::config::PutOptions;
 
     fn keyed(backend: &Arc<dyn ChunkStore>, keyring: &Path) -> BlobStore {
         let provider = Arc::new(LocalProvider::open(keyring).unwrap());

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::backend::{Namespace, Precondition, RecordWrite};
-use crate::config::PutOptions;
+use crate::base::error::{Error, KeyDisplay, Result};
+use crate::base::version::VersionId;
 use crate::encryption::seal::{STORE_ID_LEN, VersionKeys};
 use crate::encryption::{
     AWS_KMS, CUSTOMER, CustomerKey, LOCAL, Sealing, fill_random, provider_tag,
 };
-use crate::manifest::{Manifest, ManifestBody};
+use crate::format::manifest::{Manifest, ManifestBody};
 use crate::state::Inner;
-use crate::version::VersionId;
-use crate::{Error, KeyDisplay, Result};
+use crate::state::config::PutOptions;
 
 /// Key of the store id in [`Namespace::Meta`]: 16 random bytes, written once by the first sealed put.
 const STORE_ID: &[u8] = b"store-id";
@@ -25,12 +25,12 @@ pub(crate) struct PutSealing {
     pub(crate) keys: Arc<VersionKeys>,
     /// What its manifest records.
     pub(crate) sealing: Sealing,
-    /// Whether its chunks may be compressed before they are sealed ([`crate::EncryptionConfig::compress`]).
+    /// Whether its chunks may be compressed before they are sealed ([`crate::encryption::EncryptionConfig::compress`]).
     pub(crate) compress: bool,
 }
 
 /// How version `version` of `key` is sealed: under the put's customer key ([`PutOptions::customer_key`]), else
-/// the put's key ([`PutOptions::encryption_key`]), else the store's ([`crate::EncryptionConfig::key`]); `None`
+/// the put's key ([`PutOptions::encryption_key`]), else the store's ([`crate::encryption::EncryptionConfig::key`]); `None`
 /// (plaintext) when none is named.
 ///
 /// # Errors
@@ -292,10 +292,13 @@ async fn store_id(inner: &Inner, create: bool) -> Result<[u8; STORE_ID_LEN]> {
 mod tests {
     use std::sync::Arc;
 
+    use crate::backend::memory::MemoryStore;
+    use crate::base::error::Error;
     use crate::encryption::{
         DataKey, EncryptionConfig, KekRef, KeyProvider, Keyring, LocalProvider, Secret,
     };
-    use crate::{BlobStore, Error, MemoryStore, PutOptions, StoreConfig};
+    use crate::state::config::{PutOptions, StoreConfig};
+    use crate::store::BlobStore;
 
     /// A provider under a name the manifest format has no tag for.
     #[derive(Debug)]
@@ -307,15 +310,23 @@ mod tests {
             "vault"
         }
 
-        async fn new_data_key(&self, kek: &str) -> crate::Result<DataKey> {
+        async fn new_data_key(&self, kek: &str) -> crate::base::error::Result<DataKey> {
             self.0.new_data_key(kek).await
         }
 
-        async fn wrap_data_key(&self, kek: &str, key: &Secret) -> crate::Result<DataKey> {
+        async fn wrap_data_key(
+            &self,
+            kek: &str,
+            key: &Secret,
+        ) -> crate::base::error::Result<DataKey> {
             self.0.wrap_data_key(kek, key).await
         }
 
-        async fn open_data_key(&self, kek: &KekRef, wrapped: &[u8]) -> crate::Result<Secret> {
+        async fn open_data_key(
+            &self,
+            kek: &KekRef,
+            wrapped: &[u8],
+        ) -> crate::base::error::Result<Secret> {
             self.0.open_data_key(kek, wrapped).await
         }
     }

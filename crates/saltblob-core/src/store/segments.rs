@@ -31,17 +31,18 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 
 use super::BlobStore;
+use super::commit::{CommitChunks, Fences};
 use super::key::validate_key;
-use super::write::{self, Finish, PutPlan};
+use super::put::{self, Finish, PutPlan};
 use crate::backend::BlobRef;
-use crate::config::PutOptions;
-use crate::intent;
-use crate::manifest::{MAX_SEGMENTS, Manifest, ManifestBody, Segment, segments_digest};
+use crate::base::error::{Error, Result};
+use crate::base::timing::takeover_hold;
+use crate::base::units::micros;
+use crate::base::version::VersionId;
+use crate::format::manifest::{MAX_SEGMENTS, Manifest, ManifestBody, Segment, segments_digest};
+use crate::ledger::intent;
 use crate::schedule::{self, PriorityClass};
-use crate::timing::takeover_hold;
-use crate::units::micros;
-use crate::version::VersionId;
-use crate::{Error, Result};
+use crate::state::config::PutOptions;
 
 /// Intents claimed or settled at once by a compose.
 const INTENT_CONCURRENCY: usize = 16;
@@ -121,7 +122,7 @@ impl BlobStore {
             .iter()
             .try_fold(0u64, |t, s| t.checked_add(s.size))
             .ok_or_else(|| Error::invalid("segments", "their sizes add up past 2^64"))?;
-        write::check_size(inner, &key, size, None)?;
+        put::check_size(inner, &key, size, None)?;
         let class = inner
             .sched
             .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
@@ -145,22 +146,18 @@ impl BlobStore {
         manifest.validate_attributes()?;
         let chunked = chunked_refs(&key, segments);
         schedule::in_class(class, async {
-            let pre = write::precheck(inner, &key, opts.condition).await?;
+            let expect = put::check_condition(inner, &key, opts.condition).await?;
             stream::iter(chunked.clone())
                 .map(|blob| async move { intent::claim_segment(inner, &blob).await })
                 .buffer_unordered(INTENT_CONCURRENCY)
                 .try_collect::<Vec<()>>()
                 .await?;
             manifest.version = VersionId::generate_at(inner.now_micros());
-            write::commit(
-                inner,
-                &key,
-                &manifest,
-                pre,
-                write::CommitChunks::None,
-                Some(issue_by),
-            )
-            .await?;
+            let fences = Fences {
+                chunks: CommitChunks::None,
+                issue_by: Some(issue_by),
+            };
+            put::commit_put(inner, &key, &manifest, opts.condition, expect, fences).await?;
             stream::iter(chunked)
                 .map(|blob| async move { intent::settle_composed(inner, &blob).await })
                 .buffer_unordered(INTENT_CONCURRENCY)

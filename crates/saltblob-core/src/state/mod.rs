@@ -1,0 +1,350 @@
+//! A store's configuration and the state every protocol of it shares ([`Inner`]): the backend behind the
+//! scheduler and what it can do, the configuration ([`config`]), the puts running in this process
+//! (`running.rs`); manifest reads, the one paged scan over [`ChunkStore::scan_records`], the low-water marks kept
+//! in [`Namespace::Meta`], and the size and retries of one chunk batch. The protocols above (`ledger/`, the API
+//! in [`crate::store`], gc and fsck) write their own records through [`Inner::backend`]; this folder uses only
+//! `base/`, [`crate::encryption`], `format/`, [`crate::backend`] and [`crate::schedule`].
+
+pub mod config;
+pub(crate) mod running;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition};
+use crate::base::error::{Error, KeyDisplay, Result};
+use crate::base::retry::Backoff;
+use crate::encryption::StoreKeys;
+use crate::format::codec::CHUNK_HEADER_LEN;
+use crate::format::layout::Layout;
+use crate::format::manifest::Manifest;
+use crate::schedule::ClassTag;
+use crate::state::config::StoreConfig;
+use crate::state::running::RunningPuts;
+
+/// Records read per page of a scan.
+pub(crate) const PAGE: usize = 512;
+
+/// The state every operation of one store shares: the backend, what it can do, and the configuration.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    /// The backend behind the store's scheduler (the backend itself when scheduling is off): every request of
+    /// the core goes through this.
+    pub(crate) backend: Arc<dyn ChunkStore>,
+    /// The backend as given, for [`crate::store::BlobStore::backend`].
+    pub(crate) raw_backend: Arc<dyn ChunkStore>,
+    pub(crate) sched: Arc<crate::schedule::Scheduler>,
+    pub(crate) info: BackendInfo,
+    pub(crate) config: StoreConfig,
+    /// The puts of this store running in this process, which gc and fsck never take over.
+    pub(crate) running: Arc<RunningPuts>,
+    /// The bytes all reads of this store may fetch ahead of their consumers ([`StoreConfig::read_ahead_budget`]).
+    pub(crate) read_budget: Arc<ReadBudget>,
+    /// The buffers whole-value reads of large values reuse ([`StoreConfig::idle_value_buffers`]).
+    pub(crate) value_buffers: Arc<crate::base::collect::ValueBuffers>,
+    /// The store's encryption at run time ([`StoreConfig::encryption`]), `None` without a key provider.
+    pub(crate) keys: Option<StoreKeys>,
+    /// The store id (`docs/format.md`, "Derived keys") once read or made: every sealed version's keys derive
+    /// from it, whichever key sealed it (`store/sealing.rs`).
+    pub(crate) store_id: tokio::sync::OnceCell<[u8; crate::encryption::STORE_ID_LEN]>,
+}
+
+/// One budget of read-ahead bytes for every read of a store: a read takes a batch's bytes from it before it
+/// fetches the batch ahead of its consumer, and gives them back when the consumer has taken the batch. A read
+/// with nothing in flight always gets its next batch (over budget if need be), so that every read progresses;
+/// N readers that stop consuming thus hold the budget plus at most N batches, not N windows.
+#[derive(Debug)]
+pub(crate) struct ReadBudget {
+    limit: u64,
+    used: AtomicU64,
+}
+
+impl ReadBudget {
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `bytes`: when they fit in the budget, or whatever the budget says when `must` (the read has nothing
+    /// else in flight). `None` when they do not fit.
+    pub(crate) fn take(self: &Arc<Self>, bytes: u64, must: bool) -> Option<BudgetHeld> {
+        if must {
+            self.used.fetch_add(bytes, Ordering::AcqRel);
+        } else {
+            self.used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(bytes).filter(|total| *total <= self.limit)
+                })
+                .ok()?;
+        }
+        Some(BudgetHeld {
+            budget: Arc::clone(self),
+            bytes,
+        })
+    }
+
+    /// Bytes taken now.
+    pub(crate) fn in_use(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The budget.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// Bytes taken from a [`ReadBudget`], given back when dropped.
+#[derive(Debug)]
+pub(crate) struct BudgetHeld {
+    budget: Arc<ReadBudget>,
+    bytes: u64,
+}
+
+impl Drop for BudgetHeld {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+impl Inner {
+    /// Now, by the store's clock ([`StoreConfig::clock`]): Unix µs.
+    pub(crate) fn now_micros(&self) -> u64 {
+        self.config.clock.now_micros()
+    }
+
+    /// Decodes the manifest record of `key`; errors name the key. Besides the format's own checks, a chunk
+    /// size larger than this backend can hold is corruption: no put here could have written it.
+    pub(crate) fn decode_manifest(&self, key: &[u8], bytes: &Bytes) -> Result<Manifest> {
+        let what = || format!("manifest of key \"{}\"", KeyDisplay::from(key));
+        let manifest = Manifest::decode(bytes, &what)?;
+        if let Layout::Chunked(l) = manifest.layout() {
+            let max = self.info.max_chunk_payload();
+            if l.chunk_size > max {
+                return Err(Error::corrupt(
+                    what(),
+                    format!(
+                        "chunk size {} is larger than the {} backend's largest chunk ({max} bytes)",
+                        l.chunk_size, self.info.name
+                    ),
+                ));
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// The current manifest of `key`, or `None` if there is none or it has expired.
+    pub(crate) async fn read_manifest(&self, key: &[u8]) -> Result<Option<Manifest>> {
+        let Some(bytes) = self.backend.get_record(Namespace::Manifest, key).await? else {
+            return Ok(None);
+        };
+        let manifest = self.decode_manifest(key, &bytes)?;
+        Ok(Some(manifest).filter(|m| !m.is_expired(self.now_micros())))
+    }
+
+    /// The current manifest of `key`; [`Error::NotFound`] if there is none or it has expired.
+    pub(crate) async fn current_manifest(&self, key: &[u8]) -> Result<Manifest> {
+        self.read_manifest(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.into() })
+    }
+
+    /// Pages through the records of `ns` whose key starts with `prefix`, after `start_after` when given.
+    pub(crate) fn scan<'a>(
+        &'a self,
+        ns: Namespace,
+        prefix: &'a [u8],
+        start_after: Option<Bytes>,
+    ) -> RecordPages<'a> {
+        RecordPages {
+            backend: &*self.backend,
+            ns,
+            prefix,
+            after: start_after,
+            done: false,
+        }
+    }
+
+    /// A low-water mark of `N` bytes recorded in [`Namespace::Meta`]; `None` if absent, unreadable or of
+    /// another length (the scan it bounds then starts from the beginning).
+    pub(crate) async fn read_mark<const N: usize>(&self, key: &[u8]) -> Option<[u8; N]> {
+        let bytes = self.backend.get_record(Namespace::Meta, key).await.ok()??;
+        bytes.as_ref().try_into().ok()
+    }
+
+    /// Records a low-water mark in [`Namespace::Meta`]; a failure is logged (the next pass scans more).
+    pub(crate) async fn write_mark(&self, key: &'static [u8], value: &[u8]) {
+        let value = Bytes::copy_from_slice(value);
+        if let Err(e) = self
+            .backend
+            .put_record(Namespace::Meta, key, value, &Precondition::None)
+            .await
+        {
+            tracing::warn!(
+                "could not record the low-water mark {}: {e}",
+                key.escape_ascii()
+            );
+        }
+    }
+}
+
+impl Inner {
+    /// How a chunk read or write is retried: [`Backoff::CHUNK_IO`], or once when the backend retries by itself
+    /// ([`BackendInfo::retries_internally`]).
+    pub(crate) fn chunk_backoff(&self) -> Backoff {
+        if self.info.retries_internally {
+            Backoff::ONCE
+        } else {
+            Backoff::CHUNK_IO
+        }
+    }
+
+    /// Chunks of `chunk_size` raw bytes per backend call (a batch): the batch size in raw bytes (capped by the
+    /// scheduler's bulk unit in a background `class`, see [`crate::schedule`]), and at most the backend's batch
+    /// limit in encoded bytes. At least one.
+    pub(crate) fn chunks_per_batch(&self, chunk_size: u32, class: Option<&ClassTag>) -> u64 {
+        let raw_budget = self.sched.unit_bytes(self.config.batch_bytes, class);
+        self.chunks_in(raw_budget, chunk_size)
+    }
+
+    /// Whether a put of `size` bytes in chunks of `chunk_size`, in `class`, writes its chunks in its commit's
+    /// atomic group ([`crate::backend::GroupChunks`]) and takes no intent: where the backend writes atomic groups
+    /// ([`BackendInfo::atomic_record_groups`]), for a put whose chunks it would write plainly (neither as records
+    /// nor unlogged) and in one backend call. The put then stores nothing before the write that commits it,
+    /// so there is nothing for an intent to let gc find; a small chunked put is one engine write, as an inline
+    /// one is.
+    pub(crate) fn commits_chunks_in_group(
+        &self,
+        size: u64,
+        chunk_size: u32,
+        class: Option<&ClassTag>,
+    ) -> bool {
+        self.info.atomic_record_groups
+            && !self.info.records_put(size)
+            && !self.info.unlogged_put(size)
+            && size.div_ceil(u64::from(chunk_size.max(1)))
+                <= self.chunks_per_batch(chunk_size, class)
+    }
+
+    /// Chunks per backend call of a version of `size` bytes: when a version that large stores its chunks as
+    /// records and the backend asks for a batch size of its own for them
+    /// ([`BackendInfo::chunk_records_batch_bytes`]: a call then costs it a copy or one aligned read of the
+    /// device's best size), that batch; otherwise [`Inner::chunks_per_batch`].
+    pub(crate) fn chunks_per_batch_of(
+        &self,
+        chunk_size: u32,
+        class: Option<&ClassTag>,
+        size: u64,
+    ) -> u64 {
+        match self.info.chunk_records_batch_bytes {
+            Some(batch) if self.info.records_put(size) => self.chunks_in(batch, chunk_size),
+            _ => self.chunks_per_batch(chunk_size, class),
+        }
+    }
+
+    /// Chunks per backend call of a read of a version of `size` bytes, and calls in flight: for a version stored
+    /// as chunk records, the backend's read size and depth where it declares them
+    /// ([`BackendInfo::chunk_records_read_bytes`], [`BackendInfo::chunk_records_read_depth`]); otherwise
+    /// [`Inner::chunks_per_batch_of`], as many as the store's in-flight window holds.
+    pub(crate) fn read_batches_of(
+        &self,
+        chunk_size: u32,
+        class: Option<&ClassTag>,
+        size: u64,
+    ) -> (u64, usize) {
+        let per_batch = match self.info.chunk_records_read_bytes {
+            Some(bytes) if self.info.records_put(size) => self.chunks_in(bytes, chunk_size),
+            _ => self.chunks_per_batch_of(chunk_size, class, size),
+        };
+        let batch_bytes = usize::try_from(per_batch)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(chunk_size as usize);
+        let depth = read_depth(&self.info, self.config.inflight_bytes, batch_bytes, size);
+        (per_batch, depth)
+    }
+
+    /// Chunks of `chunk_size` raw bytes in `raw_budget`, at most the backend's batch limit in encoded bytes,
+    /// at least one.
+    fn chunks_in(&self, raw_budget: usize, chunk_size: u32) -> u64 {
+        let by_budget = raw_budget / (chunk_size as usize).max(1);
+        let by_backend = self.info.max_batch_bytes / (chunk_size as usize + CHUNK_HEADER_LEN);
+        by_budget.min(by_backend).max(1) as u64
+    }
+}
+
+/// Reads in flight ([`Inner::read_batches_of`]) for a backend described by `info`, an in-flight window of
+/// `inflight_bytes` and batches of `batch_bytes`.
+fn read_depth(info: &BackendInfo, inflight_bytes: usize, batch_bytes: usize, size: u64) -> usize {
+    let window = (inflight_bytes / batch_bytes.max(1)).max(1);
+    match info.chunk_records_read_depth {
+        Some(depth) if info.records_put(size) => window.min(depth),
+        _ => window,
+    }
+}
+
+/// A scan of one namespace, [`PAGE`] records at a time, in key order: the one loop over
+/// [`ChunkStore::scan_records`]. Made by [`Inner::scan`].
+pub(crate) struct RecordPages<'a> {
+    backend: &'a dyn ChunkStore,
+    ns: Namespace,
+    prefix: &'a [u8],
+    after: Option<Bytes>,
+    done: bool,
+}
+
+impl RecordPages<'_> {
+    /// The next page of (key, value) records, or `None` when the scan is over. A page shorter than [`PAGE`]
+    /// is the last.
+    pub(crate) async fn next_page(&mut self) -> Result<Option<Vec<(Bytes, Bytes)>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self
+            .backend
+            .scan_records(self.ns, self.prefix, self.after.as_deref(), PAGE)
+            .await?;
+        self.done = page.len() < PAGE;
+        let Some((last, _)) = page.last() else {
+            return Ok(None);
+        };
+        self.after = Some(last.clone());
+        Ok(Some(page))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_of_chunk_records_keep_the_backends_depth_in_flight_and_others_the_window() {
+        let info = BackendInfo::new("t", 1 << 20, 8 << 20, true).with_chunk_records(Some(8 << 20));
+        let deep = |info: &BackendInfo, size| read_depth(info, 16 << 20, 1 << 20, size);
+        assert_eq!(
+            deep(&info, 60 << 20),
+            16,
+            "no read depth declared: the window"
+        );
+        let info = info.with_chunk_records_reads(512 << 10, 2);
+        assert_eq!(deep(&info, 60 << 20), 2, "records: the backend's depth");
+        assert_eq!(deep(&info, 4 << 20), 16, "not records: the window");
+        assert_eq!(
+            read_depth(&info, 1 << 20, 1 << 20, 60 << 20),
+            1,
+            "the window is smaller"
+        );
+        assert_eq!(read_depth(&info, 0, 1 << 20, 60 << 20), 1, "at least one");
+        let at_least_one = info.with_chunk_records_reads(0, 0);
+        assert_eq!(
+            (
+                at_least_one.chunk_records_read_bytes,
+                at_least_one.chunk_records_read_depth
+            ),
+            (Some(1), Some(1))
+        );
+    }
+}

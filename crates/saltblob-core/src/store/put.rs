@@ -1,0 +1,779 @@
+//! A put: its plan ([`PutPlan`]: key, layout policy with the put's overrides, the start of the blob, class: the one
+//! preamble of `put`, `put_stream` and `put_segment`), then its pipeline ([`put`]): the condition is checked (and
+//! pinned to the record read: `commit.rs`), an inline value commits at once; a chunked one takes its intent lease
+//! (`ledger/intent/`), streams its chunks through the [`ChunkWriter`], claims its intent (which gc can then no
+//! longer take over) and commits its manifest through [`commit::change_manifest`], which queues the version it
+//! replaces for reclaim first. Where the backend writes atomic groups of records there is no claim: the reclaim
+//! entries, the manifest and the intent's conditional removal are one write; and a put whose chunks fit one
+//! backend call takes no intent at all: its chunks go into that write too
+//! ([`crate::state::Inner::commits_chunks_in_group`]), so a small chunked put is one engine write.
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::backend::BlobRef;
+use crate::base::error::{Error, Result};
+use crate::base::version::VersionId;
+use crate::format::codec::Codec;
+use crate::format::layout::{Layout, LayoutPolicy};
+use crate::format::manifest::{Manifest, ManifestBody};
+use crate::ledger::intent::IntentLease;
+use crate::schedule::{self, ClassTag, PriorityClass};
+use crate::state::Inner;
+use crate::state::config::{PutCondition, PutOptions};
+use crate::store::chunk_writer::ChunkWriter;
+use crate::store::commit::{self, Change, Changed, CommitChunks, Fences, Pinned};
+use crate::store::key::validate_key;
+use crate::store::sealing::{self, PutSealing};
+
+/// overrides, the start of the blob (all of it when `eof`) and the class the put runs in. Bad input (key,
+/// options, class) fails here, before any byte of a stream is read.
+pub(crate) struct PutPlan {
+    key: Bytes,
+    opts: PutOptions,
+    policy: LayoutPolicy,
+    head: Bytes,
+    eof: bool,
+    class: Option<ClassTag>,
+}
+
+impl PutPlan {
+    /// The plan of a put of `data`, whole in memory: its size is known.
+    pub(crate) fn of_bytes(
+        inner: &Inner,
+        key: &[u8],
+        opts: &PutOptions,
+        data: Bytes,
+    ) -> Result<Self> {
+        let key = validate_key(key)?;
+        let opts = opts.clone().with_size_hint(data.len() as u64);
+        let policy = policy_for(inner, &opts)?;
+        let class = class_for(inner, &policy, &opts, data.len() as u64, true)?;
+        Ok(Self {
+            key,
+            opts,
+            policy,
+            head: data,
+            eof: true,
+            class,
+        })
+    }
+
+    /// The plan of a put of what `reader` yields: reads the start of it, enough to choose the layout
+    /// ([`read_head`]), once the key, options and class are known to be good.
+    pub(crate) async fn read<R: AsyncRead + Unpin>(
+        inner: &Inner,
+        key: &[u8],
+        opts: &PutOptions,
+        reader: &mut R,
+    ) -> Result<Self> {
+        let key = validate_key(key)?;
+        let policy = policy_for(inner, opts)?;
+        inner
+            .sched
+            .choose(opts.priority.as_ref(), PriorityClass::interactive())?;
+        let (head, eof) = read_head(inner, &policy, opts, reader).await?;
+        let class = class_for(inner, &policy, opts, head.len() as u64, eof)?;
+        Ok(Self {
+            key,
+            opts: opts.clone(),
+            policy,
+            head,
+            eof,
+            class,
+        })
+    }
+
+    /// Runs the put in its class: [`put`], with `reader` the rest of the blob after the head.
+    pub(crate) async fn run<R>(self, inner: &Inner, reader: R, finish: Finish) -> Result<Manifest>
+    where
+        R: AsyncRead + Unpin + Send,
+    {
+        let class = self.class.clone();
+        schedule::in_class(class, put(inner, self, reader, finish)).await
+    }
+}
+
+/// The store's layout policy with the put's overrides, checked.
+fn policy_for(inner: &Inner, opts: &PutOptions) -> Result<LayoutPolicy> {
+    let mut policy = inner.config.policy.clone();
+    if let Some(cs) = opts.chunk_size {
+        policy = policy.with_single_chunk_size(cs);
+    }
+    if let Some(s) = opts.max_salt {
+        policy.max_salt = s;
+    }
+    if let Some(c) = opts.codec {
+        policy.codec = c;
+    }
+    policy.validate(inner.info.max_chunk_payload())?;
+    Ok(policy)
+}
+
+/// The class a put runs in ([`PutOptions::priority`], else the store's default, else by layout): `interactive`
+/// when the blob is inline or single-partition, `bulk` when it is salted or a stream longer than its head
+/// (`head_len` bytes read, `eof` whether that was all). `None` when scheduling is off.
+fn class_for(
+    inner: &Inner,
+    policy: &LayoutPolicy,
+    opts: &PutOptions,
+    head_len: u64,
+    eof: bool,
+) -> Result<Option<ClassTag>> {
+    let size = opts.size_hint.or(eof.then_some(head_len));
+    let by_layout = PriorityClass::for_layout(size.map(|s| policy.layout_for(s)));
+    inner.sched.choose(opts.priority.as_ref(), by_layout)
+}
+
+/// Reads the start of a put's stream: enough to choose the layout. Returns it and whether the stream ended.
+///
+/// When the length is known ([`PutOptions::size_hint`]), that is the inline limit + 1 bytes; otherwise up to the
+/// in-flight window (at most the fan-out threshold + 1 bytes).
+async fn read_head<R: AsyncRead + Unpin>(
+    inner: &Inner,
+    policy: &LayoutPolicy,
+    opts: &PutOptions,
+    reader: &mut R,
+) -> Result<(Bytes, bool)> {
+    let inline_probe = policy.inline_limit + 1;
+    let lookahead = match opts.size_hint {
+        Some(_) => inline_probe,
+        None => (policy.fanout_threshold + 1)
+            .min(inner.config.inflight_bytes as u64)
+            .max(inline_probe),
+    };
+    let mut head = Vec::new();
+    let target = usize::try_from(lookahead).unwrap_or(usize::MAX);
+    let eof = fill(reader, &mut head, target).await?;
+    Ok((Bytes::from(head), eof))
+}
+
+/// How a put ends once its chunks are stored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Finish {
+    /// Commit the manifest: the version becomes current.
+    Commit,
+    /// Commit nothing; park the intent until this time (Unix µs), so that the chunks stay a segment that a
+    /// compose may claim until then (see `store/segments.rs`). The manifest returned is not stored.
+    Park(u64),
+}
+
+/// The put pipeline of `plan`, `reader` being the rest of the blob after its head. Writes the intent, the
+/// chunks, then commits or parks.
+async fn put<R>(inner: &Inner, plan: PutPlan, mut reader: R, finish: Finish) -> Result<Manifest>
+where
+    R: AsyncRead + Unpin + Send,
+{
+    let PutPlan {
+        key,
+        opts,
+        policy,
+        head,
+        eof,
+        class: _,
+    } = plan;
+    let opts = &opts;
+    let head_len = head.len() as u64;
+    check_size(inner, &key, head_len, opts.size_hint)?;
+    let known_size = match (opts.size_hint, eof) {
+        (Some(hint), true) if hint != head_len => {
+            return Err(Error::SizeMismatch {
+                key: key.as_ref().into(),
+                expected: hint,
+                actual: head_len,
+            });
+        }
+        (Some(hint), _) => Some(hint),
+        (None, true) => Some(head_len),
+        (None, false) => None,
+    };
+    if let Some(size) = known_size {
+        check_size(inner, &key, size, None)?;
+    }
+    let now = inner.now_micros();
+    let mut manifest = Manifest {
+        version: VersionId::generate_at(now),
+        size: 0,
+        created_micros: now,
+        expires_micros: opts.expiry(now)?,
+        digest: [0; 32],
+        body: ManifestBody::Inline(Bytes::new()),
+        content_type: opts.content_type.clone(),
+        metadata: opts.metadata.clone(),
+        sealing: None,
+    };
+    manifest.validate_attributes()?;
+    // A segment (parked) is sealed under its own version, as a put is.
+    let sealed = sealing::for_put(inner, &key, manifest.version, opts).await?;
+    let codec = match &sealed {
+        Some(s) if !s.compress => Codec::None,
+        _ => policy.codec,
+    };
+    manifest.sealing = sealed.as_ref().map(|s| s.sealing.clone());
+    let expect = check_condition(inner, &key, opts.condition).await?;
+
+    let layout = known_size.map(|s| policy.layout_for(s));
+    if layout == Some(Layout::Inline) {
+        add_late_metadata(&mut manifest, opts)?;
+        manifest.size = head_len;
+        let digest = blake3::hash(&head);
+        (manifest.digest, manifest.body) = match &sealed {
+            Some(PutSealing { keys, .. }) => (
+                keys.seal_digest(&digest),
+                ManifestBody::Inline(keys.seal_inline(&head)?),
+            ),
+            None => (*digest.as_bytes(), ManifestBody::Inline(head)),
+        };
+        if let Finish::Commit = finish {
+            commit_put(
+                inner,
+                &key,
+                &manifest,
+                opts.condition,
+                expect,
+                Fences::none(),
+            )
+            .await?;
+        }
+        return Ok(manifest);
+    }
+
+    let planned_salt = match layout {
+        Some(Layout::Chunked(l)) => l.salt_count,
+        _ => policy.max_salt,
+    };
+    let blob = BlobRef {
+        key: key.clone(),
+        version: manifest.version,
+    };
+    // Held until the put returns, then freed off its path (see `FreedOffPath`).
+    let _payload = FreedOffPath::of(&head, eof);
+    let chunk_size = policy.chunk_size_for(known_size);
+    // A put whose chunks its commit writes (in one atomic group with the manifest) stores nothing before it, and
+    // takes no intent. Any other takes its intent first: a writer that dies from here on leaves a record that
+    // lets gc find its chunks.
+    let in_commit = matches!(finish, Finish::Commit)
+        && known_size.is_some_and(|size| {
+            inner.commits_chunks_in_group(size, chunk_size, schedule::current_class().as_ref())
+        });
+    let lease = if in_commit {
+        None
+    } else {
+        Some(IntentLease::acquire(inner, &blob, planned_salt).await?)
+    };
+    let writer = ChunkWriter::new(
+        inner,
+        blob.clone(),
+        planned_salt,
+        codec,
+        chunk_size,
+        known_size,
+        known_size.unwrap_or(head_len),
+        lease
+            .as_ref()
+            .map_or_else(Default::default, IntentLease::progress),
+        sealed.as_ref().map(|s| std::sync::Arc::clone(&s.keys)),
+    );
+    let mut writer = if in_commit {
+        writer.in_commit()
+    } else {
+        writer
+    };
+    let written = match writer.begin().await {
+        Ok(()) => {
+            write_chunks(
+                inner,
+                &key,
+                &mut reader,
+                head,
+                eof,
+                &mut writer,
+                opts.size_hint,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let written = written.and_then(|written| match opts.size_hint {
+        Some(hint) if hint != written.size => Err(Error::SizeMismatch {
+            key: key.as_ref().into(),
+            expected: hint,
+            actual: written.size,
+        }),
+        _ => Ok(written),
+    });
+    let written = written.and_then(|w| add_late_metadata(&mut manifest, opts).map(|()| w));
+    // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
+    // settles that race for good (see `intent/`).
+    let written = match (written, finish, &lease) {
+        (Ok(w), Finish::Commit, Some(lease)) => lease.claim(inner).await.map(|()| w),
+        (written, _, _) => written,
+    };
+    let written = match written {
+        Ok(v) => v,
+        Err(e) => {
+            let deleted = writer.abort().await;
+            end_lease(lease, deleted).await;
+            return Err(e);
+        }
+    };
+    manifest.size = written.size;
+    manifest.digest = match &sealed {
+        Some(s) => s.keys.seal_digest(&written.digest),
+        None => *written.digest.as_bytes(),
+    };
+    manifest.body = ManifestBody::Chunked {
+        layout: writer.layout(),
+        codec,
+        stored_bytes: written.stored_bytes,
+    };
+    let chunks = match (writer.take_for_commit(), lease) {
+        (Some(chunks), _) => CommitChunks::InGroup(chunks),
+        (None, Some(lease)) => CommitChunks::Leased(lease),
+        (None, None) => {
+            return Err(Error::internal(
+                "put",
+                "a chunked put with neither an intent nor chunks for its commit",
+            ));
+        }
+    };
+    match (finish, chunks) {
+        (Finish::Commit, chunks) => {
+            let fences = Fences::chunks(chunks);
+            commit_put(inner, &key, &manifest, opts.condition, expect, fences).await?
+        }
+        // A failure leaves the intent to expire at its last renewal, after which gc reclaims the chunks.
+        (Finish::Park(until), CommitChunks::Leased(lease)) => lease.park(until).await?,
+        (Finish::Park(_), _) => {
+            return Err(Error::internal("put", "a parked put without an intent"));
+        }
+    }
+    Ok(manifest)
+}
+
+/// The smallest buffer [`FreedOffPath`] frees on a blocking thread: below it, freeing costs less than handing
+/// it over.
+const FREE_OFF_PATH_MIN: usize = 4 << 20;
+
+/// A reference to the buffer a put was given whole (`put` of a value in memory), dropped on a blocking thread
+/// when the put returns. The chunks are slices of that buffer, so without it whichever chunk task finished
+/// last would free it, and the put would wait for that: unmapping 60 MiB took 15–18 ms on the machine of
+/// BENCHMARKS.md (*Where a 60 MiB put's time goes*), a third of the put. Freeing the caller's memory is no part
+/// of making the value durable. Smaller buffers are dropped where they are, and so is a stream's read-ahead
+/// (holding it to the end would only add to the put's memory).
+struct FreedOffPath(Option<Bytes>);
+
+impl FreedOffPath {
+    /// Holds `head` when it is the whole value (`eof`) and large.
+    fn of(head: &Bytes, eof: bool) -> Self {
+        Self((eof && head.len() >= FREE_OFF_PATH_MIN).then(|| head.clone()))
+    }
+}
+
+impl Drop for FreedOffPath {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn_blocking(move || drop(buffer));
+        }
+    }
+}
+
+/// Stores what the body told [`PutOptions::late_metadata`] in `manifest`, once the body has ended.
+fn add_late_metadata(manifest: &mut Manifest, opts: &PutOptions) -> Result<()> {
+    if let Some(late) = &opts.late_metadata {
+        manifest.metadata.extend(late.entries());
+        manifest.validate_attributes()?;
+    }
+    Ok(())
+}
+
+/// What [`write_chunks`] wrote.
+struct Written {
+    /// Raw bytes.
+    size: u64,
+    stored_bytes: u64,
+    digest: blake3::Hash,
+}
+
+/// Feeds `head` and then the rest of `reader` to `writer` chunk by chunk.
+async fn write_chunks<R: AsyncRead + Unpin + Send>(
+    inner: &Inner,
+    key: &Bytes,
+    reader: &mut R,
+    mut head: Bytes,
+    mut eof: bool,
+    writer: &mut ChunkWriter,
+    size_hint: Option<u64>,
+) -> Result<Written> {
+    let cs = writer.chunk_size() as usize;
+    let mut size = 0u64;
+    loop {
+        while head.len() >= cs || (eof && !head.is_empty()) {
+            let chunk = head.split_to(cs.min(head.len()));
+            size += chunk.len() as u64;
+            writer.push(chunk).await?;
+        }
+        if eof {
+            break;
+        }
+        let mut buf = Vec::with_capacity(cs);
+        buf.extend_from_slice(&head);
+        eof = fill(reader, &mut buf, cs).await?;
+        check_size(inner, key, size + buf.len() as u64, size_hint)?;
+        head = Bytes::from(buf);
+    }
+    let (stored_bytes, digest) = writer.finish().await?;
+    Ok(Written {
+        size,
+        stored_bytes,
+        digest,
+    })
+}
+
+/// Fails as soon as a put has seen more bytes than the configured maximum or its announced size.
+pub(crate) fn check_size(
+    inner: &Inner,
+    key: &[u8],
+    seen: u64,
+    size_hint: Option<u64>,
+) -> Result<()> {
+    if let Some(max) = inner.config.max_blob_size
+        && seen > max
+    {
+        return Err(Error::TooLarge {
+            key: key.into(),
+            size: seen,
+            max,
+        });
+    }
+    match size_hint {
+        Some(hint) if seen > hint => Err(Error::SizeMismatch {
+            key: key.into(),
+            expected: hint,
+            actual: seen,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a put's `condition` before any chunk is written, and pins it to the record read (see [`commit::pin`]).
+///
+/// # Errors
+/// [`Error::AlreadyExists`] or [`Error::PreconditionFailed`] when it does not hold.
+pub(crate) async fn check_condition(
+    inner: &Inner,
+    key: &Bytes,
+    condition: PutCondition,
+) -> Result<Pinned> {
+    commit::pin(inner, key, condition.into())
+        .await?
+        .map_err(|current| condition_error(inner, key, condition, current.as_ref()))
+}
+
+/// Commits `manifest` as the current version of `key` under the put's pinned `expect` and `fences` (see
+/// [`commit::change_manifest`]).
+///
+/// # Errors
+/// Those of [`commit::change_manifest`]; [`Error::AlreadyExists`] or [`Error::PreconditionFailed`] when the
+/// put's `condition` no longer holds.
+pub(crate) async fn commit_put(
+    inner: &Inner,
+    key: &Bytes,
+    manifest: &Manifest,
+    condition: PutCondition,
+    expect: Pinned,
+    fences: Fences,
+) -> Result<()> {
+    match commit::change_manifest(inner, key, Change::Put(manifest), expect.into(), fences).await? {
+        Changed::Written { .. } => Ok(()),
+        Changed::Refused { current } => {
+            Err(condition_error(inner, key, condition, current.as_ref()))
+        }
+    }
+}
+
+/// The error of a put whose `condition` failed, `current` being the record found (an expired blob is none).
+fn condition_error(
+    inner: &Inner,
+    key: &[u8],
+    condition: PutCondition,
+    current: Option<&Bytes>,
+) -> Error {
+    let actual = current
+        .and_then(|b| inner.decode_manifest(key, b).ok())
+        .filter(|m| !m.is_expired(inner.now_micros()))
+        .map(|m| m.version);
+    match (condition, actual) {
+        (PutCondition::IfVersion(v), actual) => Error::PreconditionFailed {
+            key: key.into(),
+            expected: v,
+            actual,
+        },
+        (_, current) => Error::AlreadyExists {
+            key: key.into(),
+            current,
+        },
+    }
+}
+
+/// Ends a chunked put's lease, if any (see [`IntentLease::end`]).
+async fn end_lease(lease: Option<IntentLease>, settled: bool) {
+    if let Some(lease) = lease {
+        lease.end(settled).await;
+    }
+}
+
+/// Reads from `reader` until `buf` holds `target` bytes or the stream ends; returns whether it ended.
+async fn fill<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    target: usize,
+) -> Result<bool> {
+    while buf.len() < target {
+        let want = target - buf.len();
+        let n = reader.take(want as u64).read_buf(buf).await?;
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::ChunkStore;
+    use crate::backend::memory::MemoryStore;
+    use crate::state::config::StoreConfig;
+    use crate::store::BlobStore;
+
+    /// The buffer a put was given whole is freed off the put's path, on a blocking thread, not by whichever
+    /// chunk task dropped its last slice (here the test's own thread, which runs every task): freeing a big
+    /// buffer takes milliseconds that the put must not wait for.
+    #[tokio::test]
+    async fn a_large_buffer_given_to_a_put_is_freed_off_its_path() {
+        struct Owner(Vec<u8>, std::sync::mpsc::Sender<std::thread::ThreadId>);
+        impl AsRef<[u8]> for Owner {
+            fn as_ref(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        impl Drop for Owner {
+            fn drop(&mut self) {
+                let _ = self.1.send(std::thread::current().id());
+            }
+        }
+        let (freed, freed_on) = std::sync::mpsc::channel();
+        let store =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let value = Bytes::from_owner(Owner(vec![7; FREE_OFF_PATH_MIN], freed));
+        store
+            .put("big", value, &PutOptions::new())
+            .await
+            .expect("put");
+        let thread = freed_on
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the buffer is freed once the put returned");
+        assert_ne!(
+            thread,
+            std::thread::current().id(),
+            "freed on the put's thread"
+        );
+        assert_eq!(
+            store.get("big").await.expect("get").len(),
+            FREE_OFF_PATH_MIN,
+            "the value was stored before its buffer went"
+        );
+    }
+
+    /// A large put stores its chunks unlogged where the backend asks for it, and makes them durable before its
+    /// commit: losing whatever was not synced (a crash of such an engine) right after the commit loses nothing
+    /// of it. A put below the threshold writes its chunks logged.
+    #[tokio::test]
+    async fn unlogged_chunks_are_synced_before_the_commit() {
+        use crate::backend::memory::MEMORY_UNLOGGED_MIN_BYTES;
+
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(backend.clone(), StoreConfig::default()).expect("store");
+        let min = usize::try_from(MEMORY_UNLOGGED_MIN_BYTES).expect("fits");
+        let large = Bytes::from((0..min * 3).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        let small = Bytes::from(vec![5u8; min / 2]);
+        store
+            .put("large", large.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
+        assert_eq!(store.get("large").await.expect("get after a crash"), large);
+
+        // The same chunks, written unlogged and not synced, are lost: the test can tell.
+        let blob = BlobRef {
+            key: Bytes::from_static(b"probe"),
+            version: VersionId(1),
+        };
+        let chunk = crate::backend::ChunkWrite {
+            salt: 0,
+            index: 0,
+            data: Bytes::from_static(b"x"),
+        };
+        backend
+            .put_chunks_unlogged(&blob, vec![chunk])
+            .await
+            .expect("write");
+        assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 1);
+
+        // A stream of unknown length past the threshold is unlogged too; a small put is logged.
+        store
+            .put_stream("stream", &large[..], &PutOptions::new())
+            .await
+            .expect("stream");
+        store
+            .put("small", small.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
+        assert_eq!(store.get("stream").await.expect("get"), large);
+        assert_eq!(store.get("small").await.expect("get"), small);
+    }
+
+    /// A put of at least the backend's records threshold begins its version's storage (a "file"), stores its
+    /// chunks as records and syncs them before its commit: losing what was not synced right after the commit
+    /// loses nothing of it. A put that fails after the begin deletes the file with its chunks; reclaiming a
+    /// replaced version deletes its file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunk_records_are_synced_before_the_commit() {
+        use crate::backend::memory::MEMORY_RECORDS_MIN_BYTES;
+
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default().with_grace(Duration::ZERO),
+        )
+        .expect("store");
+        let min = usize::try_from(MEMORY_RECORDS_MIN_BYTES).expect("fits");
+        let large = Bytes::from(
+            (0..min * 2 + 7)
+                .map(|i| (i % 253) as u8)
+                .collect::<Vec<_>>(),
+        );
+        store
+            .put("large", large.clone(), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(backend.lose_unsynced_chunks().expect("lose"), 0);
+        assert_eq!(backend.version_file_count().expect("files"), 1);
+        assert_eq!(store.get("large").await.expect("get after a crash"), large);
+        let d = store.describe("large").await.expect("describe");
+        assert_eq!(d.storage.as_deref(), Some("version file"));
+
+        // A stream of unknown length that fails after its begin leaves no file and no chunk behind.
+        struct Failing(usize);
+        impl AsyncRead for Failing {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                if self.0 == 0 {
+                    return std::task::Poll::Ready(Err(std::io::Error::other("source failed")));
+                }
+                let n = self.0.min(buf.remaining()).min(1 << 20);
+                buf.put_slice(&vec![9u8; n]);
+                self.0 -= n;
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let chunks = backend.chunk_count().expect("count");
+        let failed = store
+            .put_stream("failing", Failing(min * 3), &PutOptions::new())
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(backend.version_file_count().expect("files"), 1);
+        assert_eq!(backend.chunk_count().expect("count"), chunks);
+
+        // Replaced, then reclaimed: the replaced version's file goes.
+        store
+            .put(
+                "large",
+                Bytes::from_static(b"small now"),
+                &PutOptions::new(),
+            )
+            .await
+            .expect("overwrite");
+        store.reclaim_all().await.expect("reclaim");
+        assert_eq!(backend.version_file_count().expect("files"), 0);
+        assert_eq!(backend.chunk_count().expect("count"), 0);
+    }
+
+    /// What a reader puts in [`LateMetadata`] before its end is stored with the version, for inline and chunked
+    /// puts alike; oversized late metadata fails the put before anything is stored.
+    #[tokio::test]
+    async fn late_metadata_learnt_from_the_body_is_stored() {
+        use tokio::io::AsyncRead;
+
+        /// Yields `data`, then records its length in `late` just before its end.
+        struct Measuring {
+            data: Bytes,
+            late: crate::state::config::LateMetadata,
+            value: String,
+        }
+        impl AsyncRead for Measuring {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                let n = self.data.len().min(buf.remaining());
+                if n == 0 {
+                    let value = self.value.clone();
+                    self.late.insert("learnt", value);
+                } else {
+                    let part = self.data.split_to(n);
+                    buf.put_slice(&part);
+                }
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+
+        let store =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        for (key, len) in [("small", 10usize), ("large", 3 << 20)] {
+            let late = crate::state::config::LateMetadata::new();
+            let body = Measuring {
+                data: Bytes::from(vec![1u8; len]),
+                late: late.clone(),
+                value: len.to_string(),
+            };
+            let opts = PutOptions::new()
+                .with_metadata("given", "yes")
+                .with_late_metadata(late);
+            store.put_stream(key, body, &opts).await.expect("put");
+            let m = store.head(key).await.expect("head");
+            assert_eq!(m.metadata.get("learnt"), Some(&len.to_string()), "{key}");
+            assert_eq!(m.metadata.get("given").map(String::as_str), Some("yes"));
+        }
+        let late = crate::state::config::LateMetadata::new();
+        let body = Measuring {
+            data: Bytes::from(vec![1u8; 3 << 20]),
+            late: late.clone(),
+            value: "x".repeat(10_000),
+        };
+        let err = store
+            .put_stream(
+                "too-much",
+                body,
+                &PutOptions::new().with_late_metadata(late),
+            )
+            .await
+            .expect_err("oversized metadata");
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+        assert!(matches!(
+            store.head("too-much").await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+}
