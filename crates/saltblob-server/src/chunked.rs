@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
-use crate::guard::Refusal;
+use crate::refusal::Refusal;
 
 /// Largest signed chunk accepted, in bytes (16 MiB). SDKs sign chunks of 64 KiB to 1 MiB.
 pub const MAX_SIGNED_CHUNK: u64 = 16 << 20;

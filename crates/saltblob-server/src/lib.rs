@@ -20,6 +20,7 @@
 //! Each module uses only those listed before it (a request's path runs down this list from `serve.rs`).
 //! - `keys.rs`: buckets and object keys in the store's key space.
 //! - `error.rs`: saltblob's errors as S3 errors.
+//! - `refusal.rs`: a request refused before s3s sees it, and its error document.
 //! - `guard.rs`: the requests saltblob refuses (SigV2, presigned bounds, features it does not have, …), checked
 //!   before s3s sees a request.
 //! - `auth.rs`: access keys (a [`KeyRing`] that can be replaced while serving), their secrets for SigV4,
@@ -64,6 +65,7 @@ mod metrics;
 mod multipart;
 mod object;
 mod put_body;
+mod refusal;
 mod s3;
 mod serve;
 mod service;

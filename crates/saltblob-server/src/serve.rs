@@ -33,9 +33,9 @@ use crate::ServerConfig;
 use crate::auth::{Access, KeyAuth, RequestRecord};
 use crate::chunked::{BodyFailed, Fault, Reframe};
 use crate::conn::{Activity, Deadlines, StallTimer, TimedIo, drive};
-use crate::guard::Refusal;
 use crate::metrics::{Finished, Metrics};
 use crate::multipart::sweep_expired_uploads;
+use crate::refusal::{Refusal, xml_escape};
 use crate::service::SaltS3;
 use crate::{chunked, guard};
 
@@ -637,7 +637,7 @@ fn with_request_id(mut response: Response<s3s::Body>, request_id: &str) -> Respo
     if has_id {
         return response;
     }
-    let id = format!("<RequestId>{}</RequestId>", guard::xml_escape(request_id));
+    let id = format!("<RequestId>{}</RequestId>", xml_escape(request_id));
     let mut out = Vec::with_capacity(body.len() + id.len());
     out.extend_from_slice(&body[..at]);
     out.extend_from_slice(id.as_bytes());

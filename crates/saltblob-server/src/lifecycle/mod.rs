@@ -1,7 +1,7 @@
 //! Bucket lifecycle (`docs/s3.md`, "Lifecycle"): expiration rules by key prefix and age.
 //!
-//! - Put/Get/DeleteBucketLifecycleConfiguration keep a bucket's rules in its lifecycle record (`keys.rs`), in
-//!   the format below. A rule is `Expiration` in `Days` with a `Filter` of a `Prefix` (or none: the whole
+//! - Put/Get/DeleteBucketLifecycleConfiguration keep a bucket's rules in its lifecycle record (`keys.rs`,
+//!   `record.rs`). A rule is `Expiration` in `Days` with a `Filter` of a `Prefix` (or none: the whole
 //!   bucket) and a `Status`; every other element (transitions, tags, sizes, noncurrent versions, a `Date`,
 //!   multipart aborts) is refused with `NotImplemented` naming it, never stored and ignored.
 //! - An object expires, as on AWS, at the first midnight UTC after its creation plus the rule's days; under
@@ -11,20 +11,10 @@
 //!   pass runs an expired object is still served, as AWS serves one until it removes it.
 //!
 //! The record names the bucket record's version it was written for: rules left behind by a deleted bucket are
-//! never applied to a new bucket of the same name.
-//!
-//! Record format (little-endian), version 1:
-//!
-//! ```text
-//! magic "SBLC" | format u8 = 1 | bucket record version u128 | rule count u16 (1..=1000)
-//! rule: status u8 (0 disabled, 1 enabled) | days u32 (>= 1) | id length u8 | id (UTF-8)
-//!       | prefix length u16 (<= 1024) | prefix (UTF-8)
-//! ```
-//!
-//! Nothing follows the last rule; a record that breaks any of this is reported as corrupt with what broke and
-//! where, and its bucket's objects are then never expired.
+//! never applied to a new bucket of the same name. Its format is `record.rs`'s.
 
 mod cache;
+mod record;
 mod rules;
 
 use std::collections::HashMap;
