@@ -31,7 +31,7 @@
 //!   signed ones capped).
 //! - `conn.rs`: connection limits: the first-request and idle deadlines, the write stall timeout.
 //! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
-//!   end; blob streams as response bodies.
+//!   end; blob streams as response bodies; HTTP bodies watched as their frames pass.
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
 //!   stored headers) and the conditional headers checked against them.
 //! - `put_body.rs`: a put's body as the store reads it: the checks an S3 input asks for, the verified reader
@@ -45,19 +45,24 @@
 //! - `list.rs`: ListObjects v1 and v2.
 //! - `multipart/`: multipart upload; `multipart/upload.rs` holds its records and their typed state.
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
-//! - `serve.rs`: [`run`]: the accept loop under the connection cap, TLS, graceful shutdown, the metrics
-//!   listener, periodic gc, and the handler that refuses (`guard.rs`), sheds requests beyond the cap, frames
-//!   `aws-chunked` bodies, gives each response its request id, and measures each request and writes its
-//!   access-log line.
+//! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
+//! - `handler.rs`: the request handler: refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
+//!   request bodies (`aws-chunked`), calls the S3 service, gives each response its request id.
+//! - `background.rs`: the tasks beside the accept loop: periodic upkeep (upload sweep, lifecycle pass, gc),
+//!   the metrics listener.
+//! - `serve.rs`: [`run`]: the accept loop under the connection cap, TLS, graceful shutdown.
 
+mod access_log;
 mod attrs;
 mod auth;
+mod background;
 mod body;
 mod bucket;
 mod chunked;
 mod conn;
 mod error;
 mod guard;
+mod handler;
 mod keys;
 mod lifecycle;
 mod list;
