@@ -29,6 +29,8 @@ use crate::conn::{Activity, StallTimer};
 use crate::metrics::Metrics;
 use crate::refusal::{Refusal, xml_escape};
 use crate::service::SaltS3;
+use crate::sse::rules::SseConfig;
+use crate::upload_cap::UploadCap;
 use crate::{chunked, guard};
 
 /// Largest XML request body (DeleteObjects of 1000 keys of 1 KiB fits).
@@ -216,25 +218,15 @@ impl hyper::service::Service<Request<Incoming>> for Handler {
 
 /// The s3s service: our operations, our access keys and access check.
 fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
-    let store_encryption = store.config().encryption.as_ref();
-    let s3_key = config
-        .sse_s3_key
-        .clone()
-        .or_else(|| store_encryption.and_then(|e| e.key.clone()));
-    let sse = crate::sse::rules::SseConfig {
-        provider: store_encryption.is_some(),
-        kms_key: config.sse_kms_key.clone().or_else(|| s3_key.clone()),
-        s3_key,
-        customer_keys: config.tls.is_some() || config.sse_c_over_http,
-        defaults: crate::lifecycle::Cache::default(),
-    };
-    let mut builder = S3ServiceBuilder::new(SaltS3 {
-        store,
-        region: config.region.clone(),
-        uploads: crate::multipart::cap::UploadCap::new(config.max_uploads_per_bucket),
-        lifecycles: crate::lifecycle::Cache::default(),
-        sse,
-    });
+    let sse = SseConfig::new(
+        &store,
+        config.sse_s3_key.clone(),
+        config.sse_kms_key.clone(),
+        config.tls.is_some() || config.sse_c_over_http,
+    );
+    let uploads = UploadCap::new(config.max_uploads_per_bucket);
+    let mut builder =
+        S3ServiceBuilder::new(SaltS3::new(store, config.region.clone(), uploads, sse));
     builder.set_auth(KeyAuth(config.credentials.clone()));
     builder.set_access(Access {
         anonymous_read: config.anonymous_read.clone(),

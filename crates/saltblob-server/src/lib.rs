@@ -17,7 +17,7 @@
 //! ```
 //!
 //! # Layout
-//! Each module uses only those listed before it (a request's path runs down this list from `serve.rs`).
+//! Each module uses only those listed before it (a request's path runs up this list from `serve.rs`).
 //! - `keys.rs`: buckets and object keys in the store's key space.
 //! - `error.rs`: saltblob's errors as S3 errors.
 //! - `refusal.rs`: a request refused before s3s sees it, and its error document.
@@ -33,17 +33,26 @@
 //! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
 //!   end; blob streams as response bodies; HTTP bodies watched as their frames pass.
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
-//!   stored headers) and the conditional headers checked against them.
-//! - `put_body.rs`: a put's body as the store reads it: the checks an S3 input asks for, the verified reader
-//!   that records the ETag and checksums before the commit, and the one outcome of a put.
-//! - `service.rs`: `SaltS3`, the service's state, and the store checks handlers share (the
-//!   bucket check, a conditional put's condition, the class a request is labelled with).
-//! - `bucket.rs`: bucket operations.
-//! - `object.rs`: object operations: put, get, head, delete, copy.
-//! - `sse/`: server-side encryption: the key a put seals under (its headers, the bucket's default, the
-//!   server's keys), what responses say about it, bucket default encryption.
-//! - `list.rs`: ListObjects v1 and v2.
-//! - `multipart/`: multipart upload; `multipart/upload.rs` holds its records and their typed state.
+//!   stored headers), the conditional headers checked against them, a copy's source.
+//! - `cache.rs`: a bucket setting read lately, kept for a moment.
+//! - `lifecycle/`: bucket lifecycle rules: their record, when they expire an object, the expiry pass.
+//! - `sse/`: server-side encryption: each request's choice, made once from its headers (the key a put seals
+//!   under: its headers, the bucket's default, the server's keys; SSE-C), what responses say about it, the
+//!   buckets' default encryption records.
+//! - `put_body.rs`: the one path a body takes into the store (PutObject, CopyObject, UploadPart,
+//!   UploadPartCopy): the checks an S3 input asks for, the verified reader that records the ETag and checksums
+//!   before the commit, the write sealed as the request's encryption says, and its one outcome.
+//! - `upload_cap.rs`: the cap on multipart uploads in progress per bucket.
+//! - `service.rs`: `SaltS3`, the service's state (holding what the modules above keep), and the store checks
+//!   handlers share (the bucket check with its lifecycle, a conditional put's condition, the class a request
+//!   is labelled with).
+//! - `settings.rs`: the bucket and object settings saltblob does not keep, answered as AWS does.
+//! - `list.rs`: ListObjects v1 and v2, ListObjectVersions.
+//! - `object/`: object operations: put, get, head, delete, copy.
+//! - `multipart/`: multipart upload; its records and their typed state, the part, complete and abort protocol,
+//!   the sweep.
+//! - `bucket/`: bucket operations, and the bucket settings saltblob keeps (lifecycle rules, default
+//!   encryption).
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
 //! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
 //! - `handler.rs`: the request handler: refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
@@ -58,6 +67,7 @@ mod auth;
 mod background;
 mod body;
 mod bucket;
+mod cache;
 mod chunked;
 mod conn;
 mod error;
@@ -76,6 +86,7 @@ mod serve;
 mod service;
 mod settings;
 mod sse;
+mod upload_cap;
 
 use std::collections::BTreeSet;
 use std::fmt;
