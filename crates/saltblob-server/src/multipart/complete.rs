@@ -43,6 +43,10 @@ use crate::service::SaltS3;
 const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(5);
 /// How often a complete starts over when the upload record changed under it (parts still being uploaded).
 const MOVE_TRIES: usize = 8;
+/// How often a complete whose compose committed writes the upload record `completed` when another request
+/// wrote it meanwhile, and how long it waits before it reads it again.
+const FINISH_TRIES: usize = 8;
+const FINISH_PAUSE: Duration = Duration::from_millis(50);
 
 /// What a CompleteMultipartUpload asks for, owned by the task that runs it.
 struct Request {
@@ -413,27 +417,10 @@ pub(super) async fn finish(
     store: &BlobStore,
     bucket: &str,
     object: &str,
-    mut upload: Upload,
+    upload: Upload,
     record: &ComposeRecord,
 ) -> S3Result<()> {
-    loop {
-        match upload.state {
-            State::Completed => break,
-            State::Completing => {}
-            _ => return Err(no_such_upload()),
-        }
-        match upload.set_state(store, bucket, State::Completed).await? {
-            Some(done) => {
-                upload = done;
-                break;
-            }
-            None => {
-                upload = Upload::read_any(store, bucket, &upload.id)
-                    .await?
-                    .ok_or_else(no_such_upload)?;
-            }
-        }
-    }
+    let upload = mark_completed(store, bucket, upload).await?;
     upload.delete_index(store, bucket).await;
     let keep: HashSet<_> = record.segments.iter().map(|s| s.version).collect();
     let (store, bucket, object, id) = (
@@ -444,6 +431,33 @@ pub(super) async fn finish(
     );
     tokio::spawn(async move { clean_up(&store, &bucket, &id, &object, &keep).await });
     Ok(())
+}
+
+/// Moves `upload`, whose compose committed, from `completing` to `completed`; when another request wrote the
+/// record meanwhile (a complete that composes again), reads it again after [`FINISH_PAUSE`], at most
+/// [`FINISH_TRIES`] times. Left `completing`, a retried complete or the sweep finishes it.
+///
+/// # Errors
+/// `NoSuchUpload` when it was aborted or is gone; `SlowDown` when it kept changing; a store error.
+async fn mark_completed(store: &BlobStore, bucket: &str, mut upload: Upload) -> S3Result<Upload> {
+    for _ in 0..FINISH_TRIES {
+        match upload.state {
+            State::Completed => return Ok(upload),
+            State::Completing => {}
+            _ => return Err(no_such_upload()),
+        }
+        if let Some(completed) = upload.set_state(store, bucket, State::Completed).await? {
+            return Ok(completed);
+        }
+        tokio::time::sleep(FINISH_PAUSE).await;
+        upload = Upload::read_any(store, bucket, &upload.id)
+            .await?
+            .ok_or_else(no_such_upload)?;
+    }
+    match upload.state {
+        State::Completed => Ok(upload),
+        _ => Err(kept_changing()),
+    }
 }
 
 /// `SlowDown`: the upload record kept changing while a complete ran.
