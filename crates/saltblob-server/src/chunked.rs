@@ -13,7 +13,7 @@
 //!   unsigned body (`400 InvalidRequest`).
 //!
 //! A failure is recorded in the request's [`Fault`], whose error then replaces whatever the operation answered
-//! (see `serve.rs`). The chunk headers that carry a `chunk-signature` are counted for the access log
+//! (see `handler.rs`). The chunk headers that carry a `chunk-signature` are counted for the access log
 //! (`chunk_signatures`), which so shows that a request's body came in signed chunks.
 
 use std::collections::VecDeque;

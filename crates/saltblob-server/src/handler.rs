@@ -20,11 +20,11 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use saltblob_core::{BlobStore, PriorityClass};
 use tokio::sync::Semaphore;
 
-use crate::ServerConfig;
 use crate::access_log::{LoggedBody, RequestLog, logged};
 use crate::auth::{Access, KeyAuth, RequestRecord};
 use crate::body::{Passed, Watched, Watcher};
 use crate::chunked::{BodyFailed, Fault, Reframe};
+use crate::config::ServerConfig;
 use crate::conn::{Activity, StallTimer};
 use crate::metrics::Metrics;
 use crate::refusal::{Refusal, xml_escape};

@@ -1,11 +1,10 @@
 //! [`run`]: the accept loop (plain or TLS) under the connection cap, each connection's HTTP/1.1 or HTTP/2
 //! driven under its deadlines (`conn.rs`) with the request handler (`handler.rs`), the background tasks beside
-//! it (`background.rs`: upkeep, the metrics listener), and graceful shutdown; [`load_tls`].
+//! it (`background.rs`: upkeep, the metrics listener), and graceful shutdown.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::ServerConfig;
 use crate::background::{Aborting, serve_metrics, upkeep};
+use crate::config::ServerConfig;
 use crate::conn::{Activity, Deadlines, TimedIo, drive};
 use crate::handler::Handler;
 use crate::metrics::Metrics;
@@ -212,36 +211,4 @@ where
     tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
-}
-
-/// Reads a TLS certificate chain and private key from PEM files.
-///
-/// # Errors
-/// `InvalidInput` naming the file when it cannot be read, holds no certificate or key, or they do not match.
-pub fn load_tls(cert: &Path, key: &Path) -> io::Result<Arc<rustls::ServerConfig>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let invalid = |path: &Path, what: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: {what}", path.display()),
-        )
-    };
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| invalid(cert, format!("cannot read a PEM certificate chain: {e}")))?;
-    if certs.is_empty() {
-        return Err(invalid(cert, "no certificate in the file".to_owned()));
-    }
-    let private = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| invalid(key, format!("cannot read a PEM private key: {e}")))?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(io::Error::other)?
-        .with_no_client_auth()
-        .with_single_cert(certs, private)
-        .map_err(|e| invalid(key, format!("the key does not suit the certificate: {e}")))?;
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(tls))
 }

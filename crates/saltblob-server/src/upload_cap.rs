@@ -10,6 +10,9 @@ use saltblob_core::BlobStore;
 use crate::error::from_store;
 use crate::keys::upload_index_prefix;
 
+/// The open uploads a bucket may hold by default ([`crate::ServerConfig::max_uploads_per_bucket`]).
+pub const DEFAULT_MAX_UPLOADS_PER_BUCKET: usize = 10_000;
+
 /// The cap on uploads in progress per bucket (`ServerConfig::max_uploads_per_bucket`), and this server's
 /// count of them per bucket: counted from the listing index (at most the cap's worth of entries) when the count
 /// is older than [`Self::RECOUNT_EVERY`] or at the cap, and in between raised by the uploads this server creates.

@@ -3,7 +3,7 @@
 //! *Manifest, format version 2*), and the sweep of finished and expired uploads.
 //!
 //! Each part is written with [`saltblob_core::BlobStore::put_segment`] under the object's own store key, as a
-//! segment claimable for [`PART_LEASE`], and recorded (`upload.rs`) before it is used; completing the upload
+//! segment claimable for [`PART_LEASE`], and recorded (`part.rs`) before it is used; completing the upload
 //! composes the listed parts into the object without copying a byte ([`saltblob_core::BlobStore::compose`]).
 //!
 //! The upload record is the one point of agreement between requests, which may run in several servers on one
@@ -71,8 +71,6 @@ pub const UPLOAD_IDLE_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long the record of a completed or aborted upload is kept: a repeated CompleteMultipartUpload answers as
 /// the first one did for this long. One day.
 pub const FINISHED_KEPT: Duration = Duration::from_secs(24 * 3600);
-/// The open uploads a bucket may hold by default ([`crate::ServerConfig::max_uploads_per_bucket`]).
-pub const DEFAULT_MAX_UPLOADS_PER_BUCKET: usize = 10_000;
 /// The largest part, as S3 allows: 5 GiB.
 const MAX_PART_SIZE: u64 = 5 << 30;
 /// The smallest part but the last, as S3 requires.
