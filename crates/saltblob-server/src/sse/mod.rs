@@ -361,3 +361,85 @@ impl SseConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    http::HeaderName::from_static(k),
+                    HeaderValue::from_static(v),
+                )
+            })
+            .collect()
+    }
+
+    fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+        h.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// A put's encryption is read from its headers (as s3s parsed them), seals the put and records the choice;
+    /// its response says it in its headers, and an SSE-C response says only the customer key's MD5.
+    #[test]
+    fn a_put_is_chosen_from_its_headers_and_its_response_says_it_in_headers() {
+        let config = SseConfig {
+            provider: true,
+            s3_key: Some("s3key".into()),
+            kms_key: Some("kmskey".into()),
+            ..SseConfig::default()
+        };
+        assert!(!config.asked(&HeaderMap::new()).expect("none").any());
+        let asked = config
+            .asked(&headers(&[
+                ("x-amz-server-side-encryption", "aws:kms"),
+                ("x-amz-server-side-encryption-aws-kms-key-id", "tenant"),
+                ("x-amz-server-side-encryption-bucket-key-enabled", "True"),
+            ]))
+            .expect("asked");
+        assert!(asked.any());
+        let choice = Choice::of(&asked.request, &config).expect("valid");
+        let sse = config.sse(choice, None);
+        let mut opts = PutOptions::new();
+        sse.seal(&mut opts);
+        assert_eq!(opts.encryption_key.as_deref(), Some("tenant"));
+        assert_eq!(
+            opts.metadata.get(rules::ALGORITHM_KEY).map(String::as_str),
+            Some("aws:kms")
+        );
+        let said = sse.echo.respond(()).headers;
+        assert_eq!(
+            header(&said, "x-amz-server-side-encryption"),
+            Some("aws:kms")
+        );
+        assert_eq!(
+            header(&said, "x-amz-server-side-encryption-aws-kms-key-id"),
+            Some("tenant")
+        );
+        assert_eq!(
+            header(&said, "x-amz-server-side-encryption-bucket-key-enabled"),
+            Some("true")
+        );
+        assert_eq!(said.len(), 3, "{said:?}");
+        let customer = Echo {
+            customer_md5: Some("bWQ1".into()),
+            ..Echo::default()
+        }
+        .respond(())
+        .headers;
+        assert_eq!(
+            header(&customer, "x-amz-server-side-encryption-customer-algorithm"),
+            Some("AES256")
+        );
+        assert_eq!(
+            header(&customer, "x-amz-server-side-encryption-customer-key-md5"),
+            Some("bWQ1")
+        );
+        assert_eq!(customer.len(), 2, "{customer:?}");
+    }
+}
