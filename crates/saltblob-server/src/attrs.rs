@@ -1,6 +1,7 @@
 //! How an object's S3 attributes sit in its manifest, the conditional headers checked against them (of reads,
 //! [`Conditions`]; of deletes, [`DeleteConditions`]), the `response-*` overrides of a read
-//! ([`ResponseOverrides`]), and the one version id objects have ([`NULL_VERSION`]).
+//! ([`ResponseOverrides`]), and the one version id objects have ([`NULL_VERSION`]), also a copy's source's
+//! ([`copy_source`]).
 //!
 //! Content-Type is the manifest's content type; user metadata `x-amz-meta-<name>` is stored under the key
 //! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue};
-use s3s::dto::{ETag, ETagCondition, Metadata, Timestamp, TimestampFormat};
+use s3s::dto::{CopySource, ETag, ETagCondition, Metadata, Timestamp, TimestampFormat};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use saltblob_core::Manifest;
 use saltblob_core::manifest::hex;
@@ -44,6 +45,27 @@ pub(crate) fn current_version(version_id: Option<&str>) -> S3Result<()> {
         None | Some(NULL_VERSION) => Ok(()),
         Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
     }
+}
+
+/// The bucket and key of a copy's source (`x-amz-copy-source`), whose version may only be `null`.
+///
+/// # Errors
+/// `NotImplemented` for a source that is not `bucket/key` (an access point); as [`current_version`] for its
+/// version.
+pub(crate) fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
+    let CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = source
+    else {
+        return Err(s3_error!(
+            NotImplemented,
+            "Only copy sources of the form bucket/key are supported"
+        ));
+    };
+    current_version(version_id.as_deref())?;
+    Ok((bucket, key))
 }
 
 /// The standard headers stored as `s3:<name>` metadata.
@@ -354,23 +376,6 @@ pub(crate) struct ResponseOverrides {
     pub headers: StoredHeaders,
     pub expires: Option<Timestamp>,
 }
-
-/// The [`ResponseOverrides`] of a GetObjectInput or HeadObjectInput `$input` (moves its `response_*` fields out).
-macro_rules! response_overrides {
-    ($input:ident) => {
-        $crate::attrs::ResponseOverrides {
-            content_type: $input.response_content_type,
-            headers: $crate::attrs::StoredHeaders {
-                cache_control: $input.response_cache_control,
-                content_disposition: $input.response_content_disposition,
-                content_encoding: $input.response_content_encoding,
-                content_language: $input.response_content_language,
-            },
-            expires: $input.response_expires,
-        }
-    };
-}
-pub(crate) use response_overrides;
 
 impl ResponseOverrides {
     /// Whether any override is asked for.

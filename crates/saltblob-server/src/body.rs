@@ -1,7 +1,9 @@
 //! Bodies. A put's body is read as an [`AsyncRead`] ([`VerifyingReader`]) that hashes it as it streams and,
 //! at its end, checks Content-MD5 and the `x-amz-checksum-*` values sent (in headers or in the `aws-chunked`
 //! trailer): on a mismatch it fails with an I/O error instead of ending, so the store drops the put before its
-//! commit and nothing is stored. A blob stream becomes a response body through [`BlobBody`].
+//! commit and nothing is stored. A blob stream becomes a response body through [`BlobBody`]. An HTTP body is
+//! watched as its frames pass (the request body's bytes and stalls, the response body's bytes and end) through
+//! [`Watched`].
 
 use std::io;
 use std::pin::Pin;
@@ -10,6 +12,7 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use futures::stream::{BoxStream, Stream, StreamExt};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use s3s::checksum::ChecksumHasher;
 use s3s::crypto::{Checksum as _, Crc32, Crc32c, Crc64Nvme, Md5, Sha1, Sha256};
 use s3s::stream::{ByteStream, RemainingLength};
@@ -372,6 +375,94 @@ impl ByteStream for BlobBody {
             Ok(n) => RemainingLength::new_exact(n),
             Err(_) => RemainingLength::unknown(),
         }
+    }
+}
+
+/// What passed through a [`Watched`] body at one poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Passed {
+    /// A frame, with this many bytes of data (0 for trailers).
+    Frame(u64),
+    /// The inner body failed.
+    Failed,
+    /// The inner body ended.
+    End,
+}
+
+/// What watches the frames of a [`Watched`] body.
+pub(crate) trait Watcher: Unpin {
+    /// The inner body has no frame yet: `Some(error)` fails the body with it; by default it waits.
+    fn waiting(&mut self, _cx: &mut Context<'_>) -> Option<StdError> {
+        None
+    }
+
+    /// `passed` came through; `end_stream`: the inner body says it has ended since.
+    fn passed(&mut self, passed: Passed, end_stream: bool);
+
+    /// The body is dropped; `end_stream`: the inner body had ended.
+    fn dropped(&mut self, _end_stream: bool) {}
+}
+
+/// An HTTP body passed on unchanged, each poll shown to its [`Watcher`].
+pub(crate) struct Watched<B: HttpBody, W: Watcher> {
+    inner: Pin<Box<B>>,
+    watcher: W,
+}
+
+impl<B: HttpBody, W: Watcher> Watched<B, W> {
+    pub(crate) fn new(inner: B, watcher: W) -> Self {
+        Self {
+            inner: Box::pin(inner),
+            watcher,
+        }
+    }
+}
+
+impl<B, W> HttpBody for Watched<B, W>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<StdError>,
+    W: Watcher,
+{
+    type Data = Bytes;
+    type Error = StdError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, StdError>>> {
+        let this = self.get_mut();
+        let frame = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => frame.map(|f| f.map_err(Into::into)),
+            Poll::Pending => {
+                return match this.watcher.waiting(cx) {
+                    Some(error) => Poll::Ready(Some(Err(error))),
+                    None => Poll::Pending,
+                };
+            }
+        };
+        let passed = match &frame {
+            Some(Ok(frame)) => Passed::Frame(frame.data_ref().map_or(0, |d| d.len() as u64)),
+            Some(Err(_)) => Passed::Failed,
+            None => Passed::End,
+        };
+        this.watcher.passed(passed, this.inner.is_end_stream());
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: HttpBody, W: Watcher> Drop for Watched<B, W> {
+    fn drop(&mut self) {
+        let end_stream = self.inner.is_end_stream();
+        self.watcher.dropped(end_stream);
     }
 }
 

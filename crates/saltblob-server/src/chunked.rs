@@ -13,7 +13,7 @@
 //!   unsigned body (`400 InvalidRequest`).
 //!
 //! A failure is recorded in the request's [`Fault`], whose error then replaces whatever the operation answered
-//! (see `serve.rs`). The chunk headers that carry a `chunk-signature` are counted for the access log
+//! (see `handler.rs`). The chunk headers that carry a `chunk-signature` are counted for the access log
 //! (`chunk_signatures`), which so shows that a request's body came in signed chunks.
 
 use std::collections::VecDeque;
@@ -26,7 +26,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
-use crate::guard::Refusal;
+use crate::refusal::Refusal;
 
 /// Largest signed chunk accepted, in bytes (16 MiB). SDKs sign chunks of 64 KiB to 1 MiB.
 pub const MAX_SIGNED_CHUNK: u64 = 16 << 20;

@@ -78,6 +78,31 @@ pub(crate) fn no_such_bucket(bucket: &str) -> S3Error {
     )
 }
 
+/// The S3 error of a put sealed under `key` (a key it named, or its bucket's default did) that failed with `e`:
+/// a key the provider cannot seal under is the client's `KMS.NotFoundException` (nothing was stored: the core
+/// refuses before it writes); else as [`from_store`].
+pub(crate) fn from_sealed_put(e: Error, key: &str) -> S3Error {
+    match &e {
+        Error::KeyUnavailable {
+            retryable: false, ..
+        } => {
+            tracing::debug!(error = %e, "a put names a key the provider cannot seal under");
+            key_not_found(key)
+        }
+        _ => from_store(e),
+    }
+}
+
+/// `KMS.NotFoundException` (400), AWS's answer to a put under a key id its KMS does not have.
+pub(crate) fn key_not_found(key: &str) -> S3Error {
+    let mut error = S3Error::with_message(
+        S3ErrorCode::Custom("KMS.NotFoundException".into()),
+        format!("Invalid keyId {key}"),
+    );
+    error.set_status_code(http::StatusCode::BAD_REQUEST);
+    error
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,8 @@
 
 use http::{HeaderMap, Method, StatusCode, Uri};
 
+use crate::refusal::Refusal;
+
 /// The longest a presigned URL may be valid, as on AWS: 7 days.
 pub(crate) const MAX_PRESIGNED_EXPIRES_SECS: u64 = 604_800;
 
@@ -56,31 +58,8 @@ const PRESIGNED_PARAMETERS: [&str; 6] = [
     "X-Amz-Expires",
 ];
 
-/// One refused request: the S3 error code, its HTTP status and message, and the header (or query parameter)
-/// that caused it, when one did (AWS names it in the `<Header>` element of a `NotImplemented` error).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    pub code: &'static str,
-    pub status: StatusCode,
-    pub message: String,
-    pub header: Option<String>,
-}
-
+/// The refusals of the rules above, as AWS answers each.
 impl Refusal {
-    pub(crate) fn new(code: &'static str, status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            status,
-            message: message.into(),
-            header: None,
-        }
-    }
-
-    fn naming(mut self, header: &str) -> Self {
-        self.header = Some(header.to_owned());
-        self
-    }
-
     fn query_auth(message: impl Into<String>) -> Self {
         // AWS documents 400 for this code; S3's conformance suite (ceph/s3-tests, `x_amz_expires_out_*`)
         // expects 403 for the expiry bounds, and every query-authentication refusal answers alike.
@@ -116,39 +95,6 @@ impl Refusal {
         )
         .naming(header)
     }
-
-    /// The error document, with `request_id` as its RequestId.
-    pub(crate) fn xml(&self, request_id: &str) -> String {
-        let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error>");
-        for (tag, value) in [
-            ("Code", Some(self.code)),
-            ("Message", Some(self.message.as_str())),
-            ("Header", self.header.as_deref()),
-            ("RequestId", Some(request_id)),
-        ] {
-            if let Some(value) = value {
-                out.push_str(&format!("<{tag}>{}</{tag}>", xml_escape(value)));
-            }
-        }
-        out.push_str("</Error>");
-        out
-    }
-}
-
-/// `text` with XML's special characters escaped.
-pub(crate) fn xml_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The first rule of the module's list that refuses a request with this method, URI and headers; `None`

@@ -52,6 +52,12 @@ pub(crate) fn uploads_prefix(bucket: &str) -> String {
     format!("{MULTIPART_PREFIX}{bucket}/")
 }
 
+/// The prefix of the listing index of `bucket`'s multipart uploads in progress (then the object key, NUL, the
+/// upload id's 16 bytes: `multipart/upload.rs`).
+pub(crate) fn upload_index_prefix(bucket: &str) -> String {
+    format!("{}k/", uploads_prefix(bucket))
+}
+
 /// The store key of object `key` of `bucket`.
 ///
 /// # Errors

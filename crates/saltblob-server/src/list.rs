@@ -257,57 +257,128 @@ async fn list(s3: &SaltS3, query: Query<'_>) -> S3Result<Listing> {
     Ok(listing)
 }
 
-/// One response of a listing resumed after a text marker (ListObjects' `marker`, ListObjectVersions'
-/// `key-marker`; see [`v1_marker_position`]).
-async fn list_after_marker(
-    s3: &SaltS3,
-    bucket: &str,
-    prefix: &str,
-    delimiter: Option<&str>,
-    marker: Option<&str>,
+/// One response of a listing, and what every listing response says besides its entries.
+struct Page {
+    listing: Listing,
+    names: Names,
+    /// The listing's prefix, as asked.
+    prefix: String,
     max_keys: usize,
-) -> S3Result<Listing> {
-    let delimiter = delimiter.filter(|d| !d.is_empty());
-    let after = marker
-        .filter(|m| !m.is_empty())
-        .map(|m| v1_marker_position(m, prefix, delimiter));
-    list(
-        s3,
-        Query {
+}
+
+impl Page {
+    /// One response's worth of the listing of `bucket` under `prefix` (with `delimiter`), at most `max_keys_asked`
+    /// (by default and at most [`MAX_KEYS`]) entries, its names shown as `encoding` asks; `after` gives, from the
+    /// prefix and delimiter, where it resumes and whether that must be a text position ([`Query`]).
+    async fn read(
+        s3: &SaltS3,
+        bucket: &str,
+        prefix: Option<&str>,
+        delimiter: Option<&str>,
+        max_keys_asked: Option<i32>,
+        encoding: Option<&EncodingType>,
+        after: impl FnOnce(&str, Option<&str>) -> (Option<Position>, bool),
+    ) -> S3Result<Self> {
+        let prefix = prefix.unwrap_or_default().to_owned();
+        let max_keys = max_keys(max_keys_asked)?;
+        let (after, text_positions) = after(&prefix, delimiter);
+        let listing = list(
+            s3,
+            Query {
+                bucket,
+                prefix: &prefix,
+                delimiter,
+                after,
+                max_keys,
+                text_positions,
+            },
+        )
+        .await?;
+        Ok(Self {
+            listing,
+            names: Names::new(encoding),
+            prefix,
+            max_keys,
+        })
+    }
+
+    /// [`Page::read`] resumed after a text marker (ListObjects' `marker`, ListObjectVersions' `key-marker`; see
+    /// [`v1_marker_position`]).
+    async fn after_marker(
+        s3: &SaltS3,
+        bucket: &str,
+        prefix: Option<&str>,
+        delimiter: Option<&str>,
+        marker: Option<&str>,
+        max_keys_asked: Option<i32>,
+        encoding: Option<&EncodingType>,
+    ) -> S3Result<Self> {
+        let delimiter = delimiter.filter(|d| !d.is_empty());
+        let after = |prefix: &str, delimiter: Option<&str>| {
+            let after = marker
+                .filter(|m| !m.is_empty())
+                .map(|m| v1_marker_position(m, prefix, delimiter));
+            (after, true)
+        };
+        Self::read(
+            s3,
             bucket,
             prefix,
             delimiter,
+            max_keys_asked,
+            encoding,
             after,
-            max_keys,
-            text_positions: true,
-        },
-    )
-    .await
-}
+        )
+        .await
+    }
 
-fn objects(listing: &mut Listing, names: &Names) -> Vec<Object> {
-    std::mem::take(&mut listing.objects)
-        .into_iter()
-        .map(|(key, m)| Object {
-            key: Some(names.show(key)),
-            size: i64::try_from(m.size).ok(),
-            e_tag: Some(etag_of(&m)),
-            last_modified: Some(last_modified_of(&m)),
-            storage_class: Some(ObjectStorageClass::from_static(
-                ObjectStorageClass::STANDARD,
-            )),
-            ..Object::default()
-        })
-        .collect()
-}
+    /// A name (or `None`) as the response shows it.
+    fn show(&self, s: Option<String>) -> Option<String> {
+        s.map(|s| self.names.show(s))
+    }
 
-fn prefixes(listing: &mut Listing, names: &Names) -> Vec<CommonPrefix> {
-    std::mem::take(&mut listing.prefixes)
-        .into_iter()
-        .map(|p| CommonPrefix {
-            prefix: Some(names.show(p)),
-        })
-        .collect()
+    fn prefix(&self) -> Option<String> {
+        self.show(Some(self.prefix.clone()))
+    }
+
+    fn max_keys(&self) -> Option<i32> {
+        i32::try_from(self.max_keys).ok()
+    }
+
+    fn truncated(&self) -> Option<bool> {
+        Some(self.listing.truncated)
+    }
+
+    /// Where the next response resumes, as a text marker (not shown yet).
+    fn next_marker(&self) -> Option<String> {
+        self.listing.next.as_ref().and_then(Position::marker)
+    }
+
+    /// The objects, as ListObjects and ListObjectsV2 show them (ListObjectVersions adds their version).
+    fn objects(&mut self) -> Vec<Object> {
+        std::mem::take(&mut self.listing.objects)
+            .into_iter()
+            .map(|(key, m)| Object {
+                key: Some(self.names.show(key)),
+                size: i64::try_from(m.size).ok(),
+                e_tag: Some(etag_of(&m)),
+                last_modified: Some(last_modified_of(&m)),
+                storage_class: Some(ObjectStorageClass::from_static(
+                    ObjectStorageClass::STANDARD,
+                )),
+                ..Object::default()
+            })
+            .collect()
+    }
+
+    fn prefixes(&mut self) -> Vec<CommonPrefix> {
+        std::mem::take(&mut self.listing.prefixes)
+            .into_iter()
+            .map(|p| CommonPrefix {
+                prefix: Some(self.names.show(p)),
+            })
+            .collect()
+    }
 }
 
 /// ListObjectsV2: resumes after its continuation token, else after StartAfter.
@@ -317,39 +388,34 @@ pub(crate) async fn handle_list_objects_v2(
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
-    let prefix = input.prefix.clone().unwrap_or_default();
     let after = match (&input.continuation_token, &input.start_after) {
         (Some(token), _) => Some(Position::Key(decode_token(token)?)),
         (None, Some(start)) => Some(Position::Key(start.as_bytes().to_vec())),
         (None, None) => None,
     };
-    let max_keys = max_keys(input.max_keys)?;
-    let mut listing = list(
+    let mut page = Page::read(
         s3,
-        Query {
-            bucket: &input.bucket,
-            prefix: &prefix,
-            delimiter: input.delimiter.as_deref(),
-            after,
-            max_keys,
-            text_positions: false,
-        },
+        &input.bucket,
+        input.prefix.as_deref(),
+        input.delimiter.as_deref(),
+        input.max_keys,
+        input.encoding_type.as_ref(),
+        |_, _| (after, false),
     )
     .await?;
-    let names = Names::new(input.encoding_type.as_ref());
-    let objects = objects(&mut listing, &names);
-    let prefixes = prefixes(&mut listing, &names);
+    let objects = page.objects();
+    let prefixes = page.prefixes();
     let key_count = objects.len() + prefixes.len();
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
-        prefix: Some(names.show(prefix)),
-        delimiter: input.delimiter.map(|d| names.show(d)),
-        max_keys: i32::try_from(max_keys).ok(),
+        prefix: page.prefix(),
+        delimiter: page.show(input.delimiter),
+        max_keys: page.max_keys(),
         key_count: i32::try_from(key_count).ok(),
-        is_truncated: Some(listing.truncated),
+        is_truncated: page.truncated(),
         continuation_token: input.continuation_token,
-        next_continuation_token: listing.next.map(|p| hex(&p.bytes())),
-        start_after: input.start_after.map(|s| names.show(s)),
+        next_continuation_token: page.listing.next.as_ref().map(|p| hex(&p.bytes())),
+        start_after: page.show(input.start_after),
         encoding_type: input.encoding_type,
         contents: Some(objects),
         common_prefixes: Some(prefixes),
@@ -365,36 +431,27 @@ pub(crate) async fn handle_list_objects(
 ) -> S3Result<S3Response<ListObjectsOutput>> {
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
-    let prefix = input.prefix.clone().unwrap_or_default();
-    let max_keys = max_keys(input.max_keys)?;
-    let mut listing = list_after_marker(
+    let mut page = Page::after_marker(
         s3,
         &input.bucket,
-        &prefix,
+        input.prefix.as_deref(),
         input.delimiter.as_deref(),
         input.marker.as_deref(),
-        max_keys,
+        input.max_keys,
+        input.encoding_type.as_ref(),
     )
     .await?;
-    let names = Names::new(input.encoding_type.as_ref());
-    let next_marker = listing
-        .next
-        .as_ref()
-        .and_then(Position::marker)
-        .map(|m| names.show(m));
-    let objects = objects(&mut listing, &names);
-    let prefixes = prefixes(&mut listing, &names);
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        prefix: Some(names.show(prefix)),
-        delimiter: input.delimiter.map(|d| names.show(d)),
-        marker: input.marker.map(|m| names.show(m)),
-        max_keys: i32::try_from(max_keys).ok(),
-        is_truncated: Some(listing.truncated),
-        next_marker,
+        prefix: page.prefix(),
+        delimiter: page.show(input.delimiter),
+        marker: page.show(input.marker),
+        max_keys: page.max_keys(),
+        is_truncated: page.truncated(),
+        next_marker: page.show(page.next_marker()),
         encoding_type: input.encoding_type,
-        contents: Some(objects),
-        common_prefixes: Some(prefixes),
+        contents: Some(page.objects()),
+        common_prefixes: Some(page.prefixes()),
         ..ListObjectsOutput::default()
     }))
 }
@@ -421,51 +478,49 @@ pub(crate) async fn handle_list_object_versions(
             return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
         }
     }
-    let prefix = input.prefix.clone().unwrap_or_default();
-    let max_keys = max_keys(input.max_keys)?;
-    let mut listing = list_after_marker(
+    let mut page = Page::after_marker(
         s3,
         &input.bucket,
-        &prefix,
+        input.prefix.as_deref(),
         input.delimiter.as_deref(),
         input.key_marker.as_deref(),
-        max_keys,
+        input.max_keys,
+        input.encoding_type.as_ref(),
     )
     .await?;
-    let names = Names::new(input.encoding_type.as_ref());
-    let next_key_marker = listing.next.as_ref().and_then(Position::marker);
-    let next_version_id_marker = matches!(listing.next, Some(Position::Key(_)))
+    let next_key_marker = page.next_marker();
+    let next_version_id_marker = matches!(page.listing.next, Some(Position::Key(_)))
         .then(|| NULL_VERSION.to_owned())
         .filter(|_| next_key_marker.is_some());
-    let versions = std::mem::take(&mut listing.objects)
+    let versions = page
+        .objects()
         .into_iter()
-        .map(|(key, m)| ObjectVersion {
-            key: Some(names.show(key)),
+        .map(|o| ObjectVersion {
+            key: o.key,
             version_id: Some(NULL_VERSION.to_owned()),
             is_latest: Some(true),
-            size: i64::try_from(m.size).ok(),
-            e_tag: Some(etag_of(&m)),
-            last_modified: Some(last_modified_of(&m)),
+            size: o.size,
+            e_tag: o.e_tag,
+            last_modified: o.last_modified,
             storage_class: Some(ObjectVersionStorageClass::from_static(
                 ObjectVersionStorageClass::STANDARD,
             )),
             ..ObjectVersion::default()
         })
         .collect();
-    let prefixes = prefixes(&mut listing, &names);
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
-        prefix: Some(names.show(prefix)),
-        delimiter: input.delimiter.map(|d| names.show(d)),
-        key_marker: input.key_marker.map(|m| names.show(m)),
+        prefix: page.prefix(),
+        delimiter: page.show(input.delimiter),
+        key_marker: page.show(input.key_marker),
         version_id_marker: input.version_id_marker,
-        max_keys: i32::try_from(max_keys).ok(),
-        is_truncated: Some(listing.truncated),
-        next_key_marker: next_key_marker.map(|m| names.show(m)),
+        max_keys: page.max_keys(),
+        is_truncated: page.truncated(),
+        next_key_marker: page.show(next_key_marker),
         next_version_id_marker,
         encoding_type: input.encoding_type,
         versions: Some(versions),
-        common_prefixes: Some(prefixes),
+        common_prefixes: Some(page.prefixes()),
         ..ListObjectVersionsOutput::default()
     }))
 }

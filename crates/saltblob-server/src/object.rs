@@ -1,146 +1,40 @@
-//! Object operations: PutObject (streamed, verified), GetObject and HeadObject (ranges, parts, conditionals,
-//! `response-*` overrides; `x-amz-expiration` under a bucket lifecycle rule, as PutObject), DeleteObject(s) (conditional deletes) and CopyObject (`copy.rs`: a streamed get →
-//! put, kept alive while it runs). How the attributes sit in the manifest is `attrs.rs`; how a put's body is
-//! verified is `put_body.rs`; which bytes a GET or HEAD selects is `select.rs`; the request and response
-//! adjustments made around s3s ([`call`]) are `around.rs`.
+//! Object operations: PutObject (streamed, verified; `x-amz-expiration` under a bucket lifecycle rule),
+//! DeleteObject(s) (conditional deletes), GetObject and HeadObject (`read.rs`: ranges, parts, conditionals,
+//! `response-*` overrides, `x-amz-expiration`) and CopyObject (`copy.rs`: a streamed get → put, kept alive
+//! while it runs). How the attributes sit in the manifest is `attrs.rs`; how a body is verified and stored is
+//! `put_body.rs`; which bytes a GET or HEAD selects is `select.rs`; the request and response adjustments made
+//! around s3s ([`call`]) are `around.rs`.
 //!
 //! Objects have one version each, `null` (buckets have no versioning): a `versionId` of `null` names the
 //! current object, any other is `InvalidArgument` ([`crate::attrs::current_version`]).
 
 mod around;
 mod copy;
+mod read;
 mod select;
 
 use s3s::dto::{
-    ChecksumMode, DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput,
-    DeletedObject, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput,
-    ObjectIdentifier, PutObjectInput, PutObjectOutput, StreamingBlob,
+    DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
+    ObjectIdentifier, PutObjectInput, PutObjectOutput,
 };
-use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::{Error, PutOptions};
 
-use self::around::PartialContent;
 pub(crate) use self::around::call;
 pub(crate) use self::copy::handle_copy_object;
-use self::select::{Selection, content_range, open};
+pub(crate) use self::read::{handle_get_object, handle_head_object};
 use crate::attrs::{
-    Attributes, Conditions, DeleteConditions, current_version, etag_of, object_metadata,
-    precondition_failed, response_overrides, stored_checksums, with_attributes, with_checksums,
+    DeleteConditions, current_version, etag_of, object_metadata, precondition_failed,
+    stored_checksums, with_checksums,
 };
-use crate::body::BlobBody;
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::lifecycle::expiration_of;
-use crate::put_body::{PutBody, put_body};
+use crate::put_body::put_body;
 use crate::service::SaltS3;
-use crate::sse;
-use crate::sse::customer::{self, customer_echo_into, customer_of};
-use crate::sse::rules::echo_into;
 
 /// Most keys one DeleteObjects request may name, as S3.
 const MAX_DELETE_OBJECTS: usize = 1000;
-
-fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
-    mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
-}
-
-/// GetObject: the object, a range of it or one of its parts, after its conditional headers; the `response-*`
-/// overrides replace the headers they name.
-pub(crate) async fn handle_get_object(
-    s3: &SaltS3,
-    req: S3Request<GetObjectInput>,
-) -> S3Result<S3Response<GetObjectOutput>> {
-    let input = req.input;
-    let overrides = response_overrides!(input);
-    overrides.check(req.credentials.is_some())?;
-    current_version(input.version_id.as_deref())?;
-    let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
-    let key = object_key(&input.bucket, &input.key)?;
-    let selection = Selection::of(input.range, input.part_number)?;
-    let conditions = Conditions {
-        if_match: input.if_match,
-        if_none_match: input.if_none_match,
-        if_modified_since: input.if_modified_since,
-        if_unmodified_since: input.if_unmodified_since,
-    };
-    let customer = customer_of!(&s3.sse, input)?;
-    let (stream, selected) = open(s3, &key, &selection, &conditions, customer.as_ref()).await?;
-    s3.record_class_of(&req.extensions, &stream.manifest);
-    let whole = matches!(selection, Selection::Whole);
-    let attrs = Attributes::of(
-        &stream.manifest,
-        whole && wants_checksums(input.checksum_mode.as_ref()),
-    )
-    .overridden(overrides);
-    let size = stream.manifest.size;
-    let range = stream.range.clone();
-    let echo = s3.sse_echo(&stream.manifest);
-    let mut output = with_attributes!(
-        GetObjectOutput {
-            expiration: expiration_of(lifecycle.as_deref(), &input.key, &stream.manifest),
-            accept_ranges: Some("bytes".to_owned()),
-            content_length: i64::try_from(range.end - range.start).ok(),
-            content_range: selected.partial.then(|| content_range(&range, size)),
-            parts_count: selected.parts_count,
-            body: Some(StreamingBlob::new(BlobBody::new(stream))),
-        },
-        attrs
-    );
-    echo_into!(output, echo);
-    customer_echo_into!(output, customer.as_ref());
-    Ok(S3Response::new(output))
-}
-
-/// HeadObject: the object's attributes (of a range or a part of it), after its conditional headers.
-pub(crate) async fn handle_head_object(
-    s3: &SaltS3,
-    req: S3Request<HeadObjectInput>,
-) -> S3Result<S3Response<HeadObjectOutput>> {
-    let input = req.input;
-    let overrides = response_overrides!(input);
-    overrides.check(req.credentials.is_some())?;
-    current_version(input.version_id.as_deref())?;
-    let (_, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
-    let key = object_key(&input.bucket, &input.key)?;
-    let selection = Selection::of(input.range, input.part_number)?;
-    let customer = customer_of!(&s3.sse, input)?;
-    let manifest = s3.store.head(&key).await.map_err(from_store)?;
-    customer::check_read(&manifest, customer.as_ref())?;
-    Conditions {
-        if_match: input.if_match,
-        if_none_match: input.if_none_match,
-        if_modified_since: input.if_modified_since,
-        if_unmodified_since: input.if_unmodified_since,
-    }
-    .check(&manifest, S3ErrorCode::NotModified)?;
-    let selected = selection.resolve(&manifest)?;
-    let whole = matches!(selection, Selection::Whole);
-    let attrs = Attributes::of(
-        &manifest,
-        whole && wants_checksums(input.checksum_mode.as_ref()),
-    )
-    .overridden(overrides);
-    let range = selected.range.clone().unwrap_or(0..manifest.size);
-    let mut output = with_attributes!(
-        HeadObjectOutput {
-            expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
-            accept_ranges: Some("bytes".to_owned()),
-            content_length: i64::try_from(range.end - range.start).ok(),
-            content_range: selected
-                .partial
-                .then(|| content_range(&range, manifest.size)),
-            parts_count: selected.parts_count,
-        },
-        attrs
-    );
-    echo_into!(output, s3.sse_echo(&manifest));
-    customer_echo_into!(output, customer.as_ref());
-    let mut response = S3Response::new(output);
-    if selected.partial {
-        response.extensions.insert(PartialContent);
-    }
-    Ok(response)
-}
 
 /// PutObject: streams the body into the store, verified on the way (`put_body.rs`, which also refuses a body
 /// over S3's 5 GiB); nothing is stored unless it verifies and the conditional headers hold.
@@ -151,37 +45,21 @@ pub(crate) async fn handle_put_object(
     let input = req.input;
     let (record, lifecycle) = s3.bucket_and_lifecycle(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
-    let customer = customer_of!(&s3.sse, input)?;
     let sse = s3
-        .put_choice(
-            &input.bucket,
-            &record,
-            &sse::rules::request_of!(input),
-            customer.as_ref(),
-        )
+        .sse
+        .put(&s3.store, &input.bucket, &record, &req.headers)
         .await?;
     let metadata = object_metadata!(input)?;
-    let PutBody {
-        reader,
-        outcome,
-        late,
-        size_hint,
-    } = put_body!(req, input)?;
-    let mut opts = PutOptions::new().with_late_metadata(late).with_condition(
+    let body = put_body!(req, input)?;
+    let mut opts = PutOptions::new().with_condition(
         s3.put_condition(&key, input.if_match.as_ref(), input.if_none_match.as_ref())
             .await?,
     );
     opts.metadata = metadata;
     opts.content_type = input.content_type;
-    opts.size_hint = size_hint;
-    sse::apply(sse.as_ref(), &mut opts);
-    if let Some(c) = &customer {
-        c.apply(&mut opts);
-    }
-    let result = s3.store.put_stream(&key, reader, &opts).await;
-    let manifest = sse::finish_sealed(result, &outcome, sse.as_ref())?;
+    let manifest = body.store_object(&s3.store, &key, opts, &sse).await?;
     s3.record_class_of(&req.extensions, &manifest);
-    let mut output = with_checksums!(
+    let output = with_checksums!(
         PutObjectOutput {
             expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
             e_tag: Some(etag_of(&manifest)),
@@ -189,9 +67,7 @@ pub(crate) async fn handle_put_object(
         },
         stored_checksums(&manifest)
     );
-    echo_into!(output, s3.sse_echo(&manifest));
-    customer_echo_into!(output, customer.as_ref());
-    Ok(S3Response::new(output))
+    Ok(sse.echo.respond(output))
 }
 
 /// Deletes object `key` if `conditions` hold for its current version: that version and no later one (the

@@ -1,20 +1,27 @@
-//! A put's body as the store reads it (PutObject, UploadPart, CopyObject): what an S3 input says the body must
-//! match ([`BodyChecks`]), the [`VerifyingReader`] that checks it and records the ETag and checksums as the
-//! object's attributes before the commit ([`PutBody`], made by [`put_body!`]), and the one outcome of a put
-//! whose failure may be the body's or the store's ([`finish_put`]).
+//! The one path a body takes into the store (PutObject, CopyObject, UploadPart, UploadPartCopy): what an S3
+//! input says the body must match ([`BodyChecks`]), the [`VerifyingReader`] that checks it and records the ETag
+//! and checksums before the commit ([`PutBody`], made by [`put_body!`] from a request or by [`PutBody::copied`]
+//! from a copy's source), its write sealed as the request's encryption says ([`PutBody::store_object`],
+//! [`PutBody::store_segment`]), and the one outcome of a write whose failure may be the body's, the key's or
+//! the store's.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderMap;
 use s3s::S3Result;
 use s3s::dto::StreamingBlob;
-use saltblob_core::LateMetadata;
 use saltblob_core::manifest::hex;
+use saltblob_core::{BlobStore, BlobStream, Error, LateMetadata, Manifest, PutOptions, Segment};
 
 use crate::attrs::{CHECKSUM_KEY, ETAG_KEY};
 use crate::body::{
     Algorithm, Expected, SharedOutcome, Verified, VerifyingReader, body_error, entity_too_large,
 };
-use crate::error::from_store;
+use crate::error::{from_sealed_put, from_store};
+use crate::sse::Sse;
 
 /// The largest object one request may put, as S3: 5 GiB (PutObject, and each part of a multipart upload).
 pub(crate) const MAX_PUT_BYTES: u64 = 5 << 30;
@@ -56,7 +63,7 @@ macro_rules! put_body {
 }
 pub(crate) use put_body;
 
-/// What a put's body (PutObject, UploadPart) must match: the checksum announced for its `aws-chunked` trailer
+/// What a request's body (PutObject, UploadPart) must match: the checksum announced for its `aws-chunked` trailer
 /// (with the handle s3s fills at the body's end), its checksum headers, the checksum to compute
 /// (`x-amz-checksum-algorithm`) and Content-MD5.
 pub(crate) struct BodyChecks {
@@ -66,17 +73,116 @@ pub(crate) struct BodyChecks {
     pub content_md5: Option<String>,
 }
 
-/// A put's request body made ready for the store.
+/// A put's body made ready for the store.
 pub(crate) struct PutBody {
     /// The body, verified as the store reads it.
-    pub reader: VerifyingReader,
-    /// Why the reader refused the body, once it has (see [`finish_put`]).
-    pub outcome: SharedOutcome,
+    reader: VerifyingReader,
+    /// Why the reader refused the body, once it has.
+    outcome: SharedOutcome,
     /// Where the reader records the ETag (`s3:etag`, hex MD5) and the checksums (`s3:checksum-<algorithm>`)
     /// when the body verified, before it reports the end (so before any commit).
-    pub late: LateMetadata,
+    late: LateMetadata,
     /// The length the request announced (Content-Length), as the store's size hint.
-    pub size_hint: Option<u64>,
+    size_hint: Option<u64>,
+}
+
+impl PutBody {
+    /// The bytes of a copy's source `stream` as a body, with fresh checksums of the `computed` algorithms (its
+    /// ETag, the MD5 of the bytes, is always computed).
+    pub(crate) fn copied(stream: BlobStream, computed: Vec<Algorithm>) -> Self {
+        let expected = Expected {
+            computed,
+            ..Expected::default()
+        };
+        Self::of(stream.map_err(from_store).boxed(), expected, None)
+    }
+
+    fn of(
+        stream: futures::stream::BoxStream<'static, S3Result<bytes::Bytes>>,
+        expected: Expected,
+        size_hint: Option<u64>,
+    ) -> Self {
+        let outcome = SharedOutcome::default();
+        let late = LateMetadata::new();
+        let reader = VerifyingReader::new(stream, expected, outcome.clone())
+            .on_verified(record_into(late.clone()));
+        Self {
+            reader,
+            outcome,
+            late,
+            size_hint,
+        }
+    }
+
+    /// Stores the body as the new version of object `key` with `opts`, sealed as `sse` says: the ETag and
+    /// checksums the body verified with are in the version's metadata when it commits.
+    ///
+    /// # Errors
+    /// As [`PutBody::store_segment`].
+    pub(crate) async fn store_object(
+        self,
+        store: &BlobStore,
+        key: &str,
+        opts: PutOptions,
+        sse: &Sse,
+    ) -> S3Result<Manifest> {
+        let opts = opts.with_late_metadata(self.late.clone());
+        self.store(opts, sse, |reader, opts| async move {
+            store.put_stream(key, reader, &opts).await
+        })
+        .await
+    }
+
+    /// Stores the body as a segment of object `key` (a part of a multipart upload), claimable for `lease`, sealed
+    /// as `sse` says; returns it with the ETag and checksums the body verified with.
+    ///
+    /// # Errors
+    /// The body's own failure when it was refused (a digest mismatch, a bad signature, too large);
+    /// `KMS.NotFoundException` for a server key the provider cannot seal under; else the store's.
+    pub(crate) async fn store_segment(
+        self,
+        store: &BlobStore,
+        key: &str,
+        opts: PutOptions,
+        sse: &Sse,
+        lease: Duration,
+    ) -> S3Result<(Segment, BTreeMap<String, String>)> {
+        let late = self.late.clone();
+        let segment = self
+            .store(opts, sse, |reader, opts| async move {
+                store.put_segment(key, reader, &opts, lease).await
+            })
+            .await?;
+        Ok((segment, late.entries()))
+    }
+
+    /// Runs `write` on the body with `opts` (their size hint, else the body's), sealed as `sse` says, and gives
+    /// its outcome as [`PutBody::store_segment`] says.
+    async fn store<T, F>(
+        self,
+        mut opts: PutOptions,
+        sse: &Sse,
+        write: impl FnOnce(VerifyingReader, PutOptions) -> F,
+    ) -> S3Result<T>
+    where
+        F: Future<Output = saltblob_core::Result<T>>,
+    {
+        opts.size_hint = opts.size_hint.or(self.size_hint);
+        sse.seal(&mut opts);
+        let result = match (write(self.reader, opts).await, sse.server_key()) {
+            // Refused before anything was written: the key's failure, not the body's.
+            (Err(e @ Error::KeyUnavailable { .. }), Some(key)) => {
+                return Err(from_sealed_put(e, key));
+            }
+            (result, _) => result,
+        };
+        let failure = self.outcome.lock().ok().and_then(|mut o| o.take());
+        match (result, failure) {
+            (Ok(stored), _) => Ok(stored),
+            (Err(_), Some(failure)) => Err(failure),
+            (Err(e), None) => Err(from_store(e)),
+        }
+    }
 }
 
 /// `body` as a [`PutBody`] whose reader verifies `checks` at its end and then records the ETag and checksums;
@@ -115,39 +221,16 @@ pub(crate) fn verified_body(
         Some(body) => body.map_err(body_error).boxed(),
         None => futures::stream::empty().boxed(),
     };
-    let outcome = SharedOutcome::default();
-    let late = LateMetadata::new();
-    let reader = VerifyingReader::new(body, expected, outcome.clone())
-        .on_verified(record_into(late.clone()));
-    Ok(PutBody {
-        reader,
-        outcome,
-        late,
-        size_hint,
-    })
+    Ok(PutBody::of(body, expected, size_hint))
 }
 
 /// What records a verified body's ETag (`s3:etag`, hex MD5) and checksums (`s3:checksum-<algorithm>`) into
 /// `late`, for [`VerifyingReader::on_verified`].
-pub(crate) fn record_into(late: LateMetadata) -> impl FnOnce(&Verified) + Send + 'static {
+fn record_into(late: LateMetadata) -> impl FnOnce(&Verified) + Send + 'static {
     move |v| {
         late.insert(ETAG_KEY, hex(&v.md5));
         for (algorithm, value) in &v.checksums {
             late.insert(format!("{CHECKSUM_KEY}{}", algorithm.name()), value.clone());
         }
-    }
-}
-
-/// The outcome of a put of a [`VerifyingReader`]'s body: the reader's own failure when it refused the body
-/// (a digest mismatch, a bad signature), else the store's.
-pub(crate) fn finish_put<T>(
-    result: saltblob_core::Result<T>,
-    outcome: &SharedOutcome,
-) -> S3Result<T> {
-    let failure = outcome.lock().ok().and_then(|mut o| o.take());
-    match (result, failure) {
-        (Ok(m), _) => Ok(m),
-        (Err(_), Some(failure)) => Err(failure),
-        (Err(e), None) => Err(from_store(e)),
     }
 }

@@ -1,7 +1,7 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
-//! operations in `bucket.rs`, object operations in `object.rs`, listings in `list.rs`, multipart upload in
-//! `multipart/`, bucket lifecycle rules in `lifecycle/`, bucket default encryption in `sse/`, the settings saltblob does not keep (ACLs, policy,
-//! CORS, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
+//! operations in `bucket/` (with the bucket's lifecycle rules and default encryption), object operations in
+//! `object/`, listings in `list.rs`, multipart upload in `multipart/`, the settings saltblob does not keep
+//! (ACLs, policy, CORS, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
@@ -30,8 +30,9 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
+use crate::bucket::{encryption, lifecycle};
 use crate::service::SaltS3;
-use crate::{bucket, lifecycle, list, multipart, object, settings, sse};
+use crate::{bucket, list, multipart, object, settings};
 
 #[async_trait::async_trait]
 impl S3 for SaltS3 {
@@ -301,21 +302,21 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketEncryptionInput>,
     ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
-        sse::handle_get(self, req).await
+        encryption::handle_get(self, req).await
     }
 
     async fn put_bucket_encryption(
         &self,
         req: S3Request<PutBucketEncryptionInput>,
     ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
-        sse::handle_put(self, req).await
+        encryption::handle_put(self, req).await
     }
 
     async fn delete_bucket_encryption(
         &self,
         req: S3Request<DeleteBucketEncryptionInput>,
     ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
-        sse::handle_delete(self, req).await
+        encryption::handle_delete(self, req).await
     }
 
     async fn get_object_lock_configuration(

@@ -1,6 +1,9 @@
-//! [`SaltS3`], the S3 service's state (the store and the region), and the store checks that handlers of more than
-//! one kind share: the bucket check, whether a prefix holds anything, a conditional put's store condition, and
-//! the priority class a request is labelled with.
+//! [`SaltS3`], the S3 service's state: the store, the region, and what the modules below keep for the
+//! handlers above (the upload cap, the lifecycle rules and the encryption settings read lately); and the store
+//! checks that handlers of more than one kind share: the bucket check (with its lifecycle rules), whether a
+//! prefix holds anything, a conditional put's store condition, and the priority class a request is labelled with.
+
+use std::sync::Arc;
 
 use futures::TryStreamExt;
 use s3s::dto::ETagCondition;
@@ -9,22 +12,42 @@ use saltblob_core::{BlobStore, Error, Manifest, PutCondition};
 
 use crate::attrs::{etag_of, precondition_failed};
 use crate::auth::record_class;
+use crate::cache::Cache;
 use crate::error::{from_store, no_such_bucket};
 use crate::keys::bucket_key;
+use crate::lifecycle::{self, Lifecycle};
+use crate::sse::rules::SseConfig;
+use crate::upload_cap::UploadCap;
 
 /// The S3 service on one store.
 pub(crate) struct SaltS3 {
     pub(crate) store: BlobStore,
     pub(crate) region: String,
     /// The cap on multipart uploads in progress per bucket.
-    pub(crate) uploads: crate::multipart::cap::UploadCap,
+    pub(crate) uploads: UploadCap,
     /// The buckets' lifecycle rules read lately, for the `x-amz-expiration` header.
-    pub(crate) lifecycles: crate::lifecycle::Cache,
+    pub(crate) lifecycles: Cache<Lifecycle>,
     /// Server-side encryption: the server's keys, the buckets' defaults read lately.
-    pub(crate) sse: crate::sse::rules::SseConfig,
+    pub(crate) sse: SseConfig,
 }
 
 impl SaltS3 {
+    /// The service on `store`, in `region`, with the upload cap and encryption settings given.
+    pub(crate) fn new(
+        store: BlobStore,
+        region: String,
+        uploads: UploadCap,
+        sse: SseConfig,
+    ) -> Self {
+        Self {
+            store,
+            region,
+            uploads,
+            lifecycles: Cache::default(),
+            sse,
+        }
+    }
+
     /// The record of `bucket`.
     ///
     /// # Errors
@@ -35,6 +58,22 @@ impl SaltS3 {
             Err(Error::NotFound { .. }) => Err(no_such_bucket(bucket)),
             Err(e) => Err(from_store(e)),
         }
+    }
+
+    /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
+    ///
+    /// # Errors
+    /// `NoSuchBucket` when the bucket does not exist; the store's errors.
+    pub(crate) async fn bucket_and_lifecycle(
+        &self,
+        bucket: &str,
+    ) -> S3Result<(Manifest, Option<Arc<Lifecycle>>)> {
+        let lifecycle = self
+            .lifecycles
+            .read(bucket, lifecycle::read_record(&self.store, bucket));
+        let (record, lifecycle) = futures::try_join!(self.require_bucket(bucket), lifecycle)?;
+        let lifecycle = lifecycle.filter(|l| l.bucket_version == record.version);
+        Ok((record, lifecycle))
     }
 
     /// Whether anything is stored under `prefix`.

@@ -33,7 +33,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 }
 
 /// `d` in microseconds, saturating.
-pub(crate) fn micros(d: Duration) -> u64 {
+pub fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 

@@ -1,7 +1,7 @@
 //! Bucket lifecycle (`docs/s3.md`, "Lifecycle"): expiration rules by key prefix and age.
 //!
-//! - Put/Get/DeleteBucketLifecycleConfiguration keep a bucket's rules in its lifecycle record (`keys.rs`), in
-//!   the format below. A rule is `Expiration` in `Days` with a `Filter` of a `Prefix` (or none: the whole
+//! - Put/Get/DeleteBucketLifecycleConfiguration (`bucket/lifecycle.rs`) keep a bucket's rules in its lifecycle
+//!   record (`keys.rs`, `record.rs`). A rule is `Expiration` in `Days` with a `Filter` of a `Prefix` (or none: the whole
 //!   bucket) and a `Status`; every other element (transitions, tags, sizes, noncurrent versions, a `Date`,
 //!   multipart aborts) is refused with `NotImplemented` naming it, never stored and ignored.
 //! - An object expires, as on AWS, at the first midnight UTC after its creation plus the rule's days; under
@@ -11,46 +11,31 @@
 //!   pass runs an expired object is still served, as AWS serves one until it removes it.
 //!
 //! The record names the bucket record's version it was written for: rules left behind by a deleted bucket are
-//! never applied to a new bucket of the same name.
-//!
-//! Record format (little-endian), version 1:
-//!
-//! ```text
-//! magic "SBLC" | format u8 = 1 | bucket record version u128 | rule count u16 (1..=1000)
-//! rule: status u8 (0 disabled, 1 enabled) | days u32 (>= 1) | id length u8 | id (UTF-8)
-//!       | prefix length u16 (<= 1024) | prefix (UTF-8)
-//! ```
-//!
-//! Nothing follows the last rule; a record that breaks any of this is reported as corrupt with what broke and
-//! where, and its bucket's objects are then never expired.
+//! never applied to a new bucket of the same name. Its format is `record.rs`'s.
 
-mod cache;
+mod record;
 mod rules;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use futures::TryStreamExt;
-use s3s::dto::{
-    DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput, GetBucketLifecycleConfigurationInput,
-    GetBucketLifecycleConfigurationOutput, PutBucketLifecycleConfigurationInput,
-    PutBucketLifecycleConfigurationOutput,
-};
-use s3s::{S3Request, S3Response, S3Result, s3_error};
+use s3s::S3Result;
 use saltblob_core::{BlobStore, Error, Manifest, PutOptions};
 
-pub(crate) use self::cache::Cache;
-use self::rules::{DAY_MICROS, Lifecycle, expiration_header};
+pub(crate) use self::rules::Lifecycle;
+use self::rules::{DAY_MICROS, expiration_header};
 use crate::error::from_store;
 use crate::keys::{BUCKET_PREFIX, lifecycle_key, objects_prefix};
-use crate::service::SaltS3;
 
 /// The content type of lifecycle records.
 const CONTENT_TYPE: &str = "application/x-saltblob-lifecycle";
 
 /// The lifecycle record of `bucket` as stored, whatever bucket record it was written for; `None` when there is
 /// none or it does not decode (logged: a damaged record expires nothing).
-async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<Lifecycle>> {
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<Lifecycle>> {
     let key = lifecycle_key(bucket);
     let bytes = match store.get(&key).await {
         Ok(bytes) => bytes,
@@ -72,7 +57,10 @@ async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<Lifecyc
 }
 
 /// The lifecycle of the bucket whose record is `bucket_record`, read from the store now.
-async fn current(
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn current(
     store: &BlobStore,
     bucket: &str,
     bucket_record: &Manifest,
@@ -82,27 +70,29 @@ async fn current(
         .filter(|l| l.bucket_version == bucket_record.version))
 }
 
-impl SaltS3 {
-    /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
-    ///
-    /// # Errors
-    /// `NoSuchBucket` when the bucket does not exist; the store's errors.
-    pub(crate) async fn bucket_and_lifecycle(
-        &self,
-        bucket: &str,
-    ) -> S3Result<(Manifest, Option<Arc<Lifecycle>>)> {
-        let lifecycle = async {
-            if let Some(cached) = self.lifecycles.fresh(bucket) {
-                return Ok(cached);
-            }
-            let read = read_record(&self.store, bucket).await?.map(Arc::new);
-            self.lifecycles.keep(bucket, read.clone());
-            Ok(read)
-        };
-        let (record, lifecycle) = futures::try_join!(self.require_bucket(bucket), lifecycle)?;
-        let lifecycle = lifecycle.filter(|l| l.bucket_version == record.version);
-        Ok((record, lifecycle))
-    }
+/// Writes `lifecycle` as `bucket`'s record.
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn put_record(
+    store: &BlobStore,
+    bucket: &str,
+    lifecycle: &Lifecycle,
+) -> saltblob_core::Result<()> {
+    let opts = PutOptions::new().with_content_type(CONTENT_TYPE);
+    store
+        .put(lifecycle_key(bucket), lifecycle.encode(), &opts)
+        .await?;
+    Ok(())
+}
+
+/// Deletes `bucket`'s record (whether or not it has one).
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn delete_record(store: &BlobStore, bucket: &str) -> saltblob_core::Result<()> {
+    store.delete(lifecycle_key(bucket)).await?;
+    Ok(())
 }
 
 /// The `x-amz-expiration` of object `key` of a bucket with `lifecycle`, stored as `manifest`.
@@ -113,73 +103,6 @@ pub(crate) fn expiration_of(
 ) -> Option<String> {
     let (rule, at) = lifecycle?.expiry(key, manifest.created_micros)?;
     Some(expiration_header(rule, at))
-}
-
-/// PutBucketLifecycleConfiguration: replaces the bucket's rules, once checked.
-pub(crate) async fn handle_put(
-    s3: &SaltS3,
-    req: S3Request<PutBucketLifecycleConfigurationInput>,
-) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
-    let input = req.input;
-    let record = s3.require_bucket(&input.bucket).await?;
-    let Some(config) = input.lifecycle_configuration else {
-        return Err(s3_error!(
-            MalformedXML,
-            "The request has no LifecycleConfiguration"
-        ));
-    };
-    let lifecycle = Lifecycle::from_config(config, record.version)?;
-    let opts = PutOptions::new().with_content_type(CONTENT_TYPE);
-    let stored = s3
-        .store
-        .put(lifecycle_key(&input.bucket), lifecycle.encode(), &opts)
-        .await;
-    s3.lifecycles.forget(&input.bucket);
-    stored.map_err(from_store)?;
-    Ok(S3Response::new(
-        PutBucketLifecycleConfigurationOutput::default(),
-    ))
-}
-
-/// GetBucketLifecycleConfiguration: the bucket's rules; `NoSuchLifecycleConfiguration` when it has none.
-pub(crate) async fn handle_get(
-    s3: &SaltS3,
-    req: S3Request<GetBucketLifecycleConfigurationInput>,
-) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
-    let bucket = req.input.bucket;
-    let record = s3.require_bucket(&bucket).await?;
-    match current(&s3.store, &bucket, &record).await? {
-        Some(lifecycle) => Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
-            rules: Some(lifecycle.to_config()),
-            ..GetBucketLifecycleConfigurationOutput::default()
-        })),
-        None => Err(s3_error!(
-            NoSuchLifecycleConfiguration,
-            "The lifecycle configuration does not exist"
-        )),
-    }
-}
-
-/// DeleteBucketLifecycle: removes the bucket's rules (204 whether or not it had any, as S3).
-pub(crate) async fn handle_delete(
-    s3: &SaltS3,
-    req: S3Request<DeleteBucketLifecycleInput>,
-) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
-    let bucket = req.input.bucket;
-    s3.require_bucket(&bucket).await?;
-    let deleted = s3.store.delete(lifecycle_key(&bucket)).await;
-    s3.lifecycles.forget(&bucket);
-    deleted.map_err(from_store)?;
-    Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
-}
-
-/// Removes `bucket`'s lifecycle record after the bucket itself was deleted. A failure is only logged: a record
-/// left behind names the deleted bucket record's version and is never applied to a new bucket.
-pub(crate) async fn forget_bucket(s3: &SaltS3, bucket: &str) {
-    if let Err(e) = s3.store.delete(lifecycle_key(bucket)).await {
-        tracing::warn!(bucket, error = %e, "the deleted bucket's lifecycle record stays (it is never applied)");
-    }
-    s3.lifecycles.forget(bucket);
 }
 
 /// What a lifecycle pass did.

@@ -1,5 +1,5 @@
-//! A bucket's lifecycle rules as stored (the record format of `super`'s documentation), as checked from an S3
-//! configuration, and when they expire an object.
+//! A bucket's lifecycle rules: as checked from an S3 configuration, as S3 shows them, and when they expire an
+//! object (their record is `record.rs`).
 
 use std::time::{Duration, SystemTime};
 
@@ -10,16 +10,12 @@ use s3s::dto::{
 use s3s::{S3Result, s3_error};
 use saltblob_core::VersionId;
 
-/// The first bytes of a lifecycle record.
-const MAGIC: &[u8; 4] = b"SBLC";
-/// The record format this code writes and reads.
-const FORMAT: u8 = 1;
 /// Most rules of one configuration, as S3.
-const MAX_RULES: usize = 1000;
+pub(super) const MAX_RULES: usize = 1000;
 /// Longest rule ID in bytes, as S3.
 const MAX_ID_LEN: usize = 255;
 /// Longest rule prefix in bytes: S3's longest key.
-const MAX_PREFIX_LEN: usize = 1024;
+pub(super) const MAX_PREFIX_LEN: usize = 1024;
 /// A day in microseconds.
 pub(crate) const DAY_MICROS: u64 = 86_400_000_000;
 
@@ -124,136 +120,6 @@ impl Lifecycle {
             .filter(|r| r.enabled && key.starts_with(&r.prefix))
             .map(|r| (r, expires_at(created_micros, r.days)))
             .min_by_key(|(_, at)| *at)
-    }
-
-    /// The record's bytes.
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(23 + self.rules.len() * 16);
-        out.extend_from_slice(MAGIC);
-        out.push(FORMAT);
-        out.extend_from_slice(&self.bucket_version.to_le_bytes());
-        // Both checked by `from_config` (and `decode`): at most 1000 rules, IDs of 255 and prefixes of 1024 bytes.
-        out.extend_from_slice(
-            &u16::try_from(self.rules.len())
-                .unwrap_or(u16::MAX)
-                .to_le_bytes(),
-        );
-        for r in &self.rules {
-            out.push(u8::from(r.enabled));
-            out.extend_from_slice(&r.days.to_le_bytes());
-            out.push(u8::try_from(r.id.len()).unwrap_or(u8::MAX));
-            out.extend_from_slice(r.id.as_bytes());
-            out.extend_from_slice(
-                &u16::try_from(r.prefix.len())
-                    .unwrap_or(u16::MAX)
-                    .to_le_bytes(),
-            );
-            out.extend_from_slice(r.prefix.as_bytes());
-        }
-        out
-    }
-
-    /// The configuration in record `bytes`.
-    ///
-    /// # Errors
-    /// What is wrong and at which byte offset, for anything that is not a record of format 1.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let mut r = Reader { bytes, at: 0 };
-        if r.take(4)? != MAGIC {
-            return Err("it does not start with \"SBLC\"".to_owned());
-        }
-        let format = r.u8()?;
-        if format != FORMAT {
-            return Err(format!(
-                "format {format}; this server reads format {FORMAT}"
-            ));
-        }
-        let bucket_version = VersionId(u128::from_le_bytes(r.array()?));
-        let count = usize::from(u16::from_le_bytes(r.array()?));
-        if !(1..=MAX_RULES).contains(&count) {
-            return Err(format!(
-                "{count} rules at offset 21; 1 to {MAX_RULES} are stored"
-            ));
-        }
-        let mut rules = Vec::with_capacity(count);
-        for _ in 0..count {
-            let status_at = r.at;
-            let enabled = match r.u8()? {
-                0 => false,
-                1 => true,
-                other => return Err(format!("status byte {other} at offset {status_at}")),
-            };
-            let days_at = r.at;
-            let days = u32::from_le_bytes(r.array()?);
-            if days == 0 {
-                return Err(format!("0 days at offset {days_at}"));
-            }
-            let id_len = usize::from(r.u8()?);
-            let id = r.text(id_len)?;
-            let prefix_len = usize::from(u16::from_le_bytes(r.array()?));
-            if prefix_len > MAX_PREFIX_LEN {
-                return Err(format!(
-                    "a prefix of {prefix_len} bytes at offset {}",
-                    r.at - 2
-                ));
-            }
-            let prefix = r.text(prefix_len)?;
-            rules.push(Rule {
-                id,
-                prefix,
-                days,
-                enabled,
-            });
-        }
-        if r.at != bytes.len() {
-            return Err(format!(
-                "{} bytes after the last rule (offset {})",
-                bytes.len() - r.at,
-                r.at
-            ));
-        }
-        Ok(Self {
-            bucket_version,
-            rules,
-        })
-    }
-}
-
-/// A cursor over a record being decoded.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
-        let Some(end) = end else {
-            return Err(format!(
-                "it ends at {} bytes, inside a field of {n} bytes at offset {}",
-                self.bytes.len(),
-                self.at
-            ));
-        };
-        let taken = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(taken)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn text(&mut self, n: usize) -> Result<String, String> {
-        let at = self.at;
-        String::from_utf8(self.take(n)?.to_vec())
-            .map_err(|_| format!("text that is not UTF-8 at offset {at}"))
     }
 }
 
@@ -428,10 +294,10 @@ impl Lifecycle {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rule(id: &str, prefix: &str, days: u32, enabled: bool) -> Rule {
+    pub(crate) fn rule(id: &str, prefix: &str, days: u32, enabled: bool) -> Rule {
         Rule {
             id: id.to_owned(),
             prefix: prefix.to_owned(),
@@ -514,53 +380,6 @@ mod tests {
         assert!(
             expiration_header(&rule("a \"b\"/é", "", 1, true), 0)
                 .ends_with("rule-id=\"a%20%22b%22%2F%C3%A9\"")
-        );
-    }
-
-    #[test]
-    fn records_round_trip_and_damage_is_named_with_its_offset() {
-        let l = Lifecycle {
-            bucket_version: VersionId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
-            rules: vec![
-                rule("a", "p/", 30, true),
-                rule(&"i".repeat(255), &"k".repeat(1024), 1, false),
-            ],
-        };
-        let bytes = l.encode();
-        assert_eq!(&bytes[..5], b"SBLC\x01");
-        assert_eq!(bytes[5], 0x10, "the version is little-endian");
-        assert_eq!(Lifecycle::decode(&bytes), Ok(l.clone()));
-        for cut in [0, 4, 20, 23, 30, bytes.len() - 1] {
-            let e = Lifecycle::decode(&bytes[..cut]).expect_err("truncated");
-            assert!(e.contains("offset"), "{cut}: {e}");
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert!(
-            Lifecycle::decode(&longer)
-                .expect_err("trailing")
-                .contains("after the last rule")
-        );
-        let mut other = bytes.clone();
-        other[4] = 2;
-        assert!(
-            Lifecycle::decode(&other)
-                .expect_err("format")
-                .contains("format 2")
-        );
-        let mut status = bytes.clone();
-        status[23] = 7;
-        assert!(
-            Lifecycle::decode(&status)
-                .expect_err("status")
-                .contains("status byte 7 at offset 23")
-        );
-        let mut days = bytes;
-        days[24..28].copy_from_slice(&0u32.to_le_bytes());
-        assert!(
-            Lifecycle::decode(&days)
-                .expect_err("days")
-                .contains("0 days at offset 24")
         );
     }
 

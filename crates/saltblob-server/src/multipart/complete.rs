@@ -15,33 +15,38 @@
 //! otherwise it composes the recorded segments again (if it lists the same parts), which is safe however many
 //! composes of them run.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
-use s3s::dto::{
-    ChecksumType, CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CompletedPart, ETag,
-};
+use s3s::dto::{ChecksumType, CompleteMultipartUploadInput, CompleteMultipartUploadOutput, ETag};
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions, Segment};
+use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions};
 
-use super::checksum::{self, UploadChecksum};
-use super::upload::{
-    self, ComposeRecord, State, StoredPart, Upload, check_upload_id, no_such_upload,
-};
-use super::{MIN_PART_SIZE, clean_up, micros, multipart_etag, now};
-use crate::attrs::{CHECKSUM_KEY, CHECKSUM_TYPE_KEY, ETAG_KEY, checksum_of};
+use saltblob_core::units::micros;
+
+use super::checksum::UploadChecksum;
+use super::choose::Listed;
+use super::cleanup::clean_up;
+use super::compose::ComposeRecord;
+use super::parts;
+use super::upload::{State, Upload, check_upload_id, no_such_upload};
+use super::{multipart_etag, now};
+use crate::attrs::{CHECKSUM_KEY, CHECKSUM_TYPE_KEY, ETAG_KEY};
 use crate::auth::record_class;
 use crate::body::Algorithm;
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::service::SaltS3;
-use crate::sse::rules::{Choice, Echo, echo_into};
 
 /// How long the request waits for the complete before it answers 200 at once and sends the result when it is
 /// there (S3 does the same: whitespace keeps the connection alive, and an error may then come with the 200).
 const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(5);
 /// How often a complete starts over when the upload record changed under it (parts still being uploaded).
 const MOVE_TRIES: usize = 8;
+/// How often a complete whose compose committed writes the upload record `completed` when another request
+/// wrote it meanwhile, and how long it waits before it reads it again.
+const FINISH_TRIES: usize = 8;
+const FINISH_PAUSE: Duration = Duration::from_millis(50);
 
 /// What a CompleteMultipartUpload asks for, owned by the task that runs it.
 struct Request {
@@ -50,14 +55,8 @@ struct Request {
     /// The object's store key.
     object: String,
     id: String,
-    listed: Vec<CompletedPart>,
+    listed: Listed,
     condition: PutCondition,
-    /// The object checksum sent (`x-amz-checksum-<algorithm>`), if any.
-    sent: Option<(Algorithm, String)>,
-    /// `x-amz-checksum-type`, if sent.
-    sent_type: Option<ChecksumType>,
-    /// `x-amz-mp-object-size`, if sent.
-    size: Option<i64>,
 }
 
 /// What a complete answers.
@@ -117,22 +116,23 @@ pub(crate) async fn handle_complete_multipart_upload(
         key: input.key,
         object,
         id: input.upload_id,
-        listed,
+        listed: Listed {
+            parts: listed,
+            sent: sent.into_iter().next(),
+            sent_type: input.checksum_type,
+            size: input.mpu_object_size,
+        },
         condition,
-        sent: sent.into_iter().next(),
-        sent_type: input.checksum_type,
-        size: input.mpu_object_size,
     };
     // What the object's encryption will be, as the upload chose it (known before the compose: the response's
     // headers may be sent while it runs).
-    let echo = match Upload::read_any(&s3.store, &request.bucket, &request.id).await {
-        // SSE-C: CompleteMultipartUpload's response has no SSE-C headers, and claims no other encryption.
-        Ok(Some(upload)) if crate::sse::customer::is_upload(&upload.manifest.metadata) => {
-            Echo::default()
-        }
-        Ok(Some(upload)) => s3.choice_echo(Choice::of_upload(&upload.manifest.metadata).as_ref()),
-        _ => Echo::default(),
-    };
+    let upload = Upload::read_any(&s3.store, &request.bucket, &request.id)
+        .await
+        .ok()
+        .flatten();
+    let echo = s3
+        .sse
+        .completed(upload.as_ref().map(|u| &u.manifest.metadata));
     let store = s3.store.clone();
     let extensions = req.extensions.clone();
     // Runs to its end even if this request is dropped (the client went away).
@@ -152,15 +152,14 @@ pub(crate) async fn handle_complete_multipart_upload(
             ))
         })
     };
-    let mut out = match tokio::time::timeout(KEEP_ALIVE_AFTER, &mut task).await {
+    let out = match tokio::time::timeout(KEEP_ALIVE_AFTER, &mut task).await {
         Ok(r) => joined(r)?,
         Err(_) => CompleteMultipartUploadOutput {
             future: Some(Box::pin(async move { joined(task.await) })),
             ..CompleteMultipartUploadOutput::default()
         },
     };
-    echo_into!(out, echo);
-    Ok(S3Response::new(out))
+    Ok(echo.respond(out))
 }
 
 /// The response to `req` for `done`.
@@ -206,9 +205,8 @@ async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Ma
             },
             State::Open => {}
         }
-        let parts = upload::all_parts(store, &req.bucket, &req.id).await?;
-        let chosen = choose_parts(&req.listed, &parts, upload.checksum)?;
-        let record = plan(req, &upload, &chosen)?;
+        let parts = parts::all_parts(store, &req.bucket, &req.id).await?;
+        let record = req.listed.plan(&upload, &parts)?;
         let nonce = record.write(store, &req.bucket, &req.id).await?;
         if let Some(completing) = upload.set_completing(store, &req.bucket, &nonce).await? {
             return compose(store, req, completing, &record, true).await;
@@ -270,6 +268,7 @@ async fn resolve(
         }
         let etag = multipart_etag(
             req.listed
+                .parts
                 .iter()
                 .filter_map(|p| p.e_tag.as_ref().map(ETag::value)),
         );
@@ -298,10 +297,7 @@ async fn resolve(
             }
         }
     }
-    Err(s3_error!(
-        SlowDown,
-        "The upload kept changing while it was being completed; please retry"
-    ))
+    Err(kept_changing())
 }
 
 /// The upload checksum a compose record's metadata was made with.
@@ -421,27 +417,10 @@ pub(super) async fn finish(
     store: &BlobStore,
     bucket: &str,
     object: &str,
-    mut upload: Upload,
+    upload: Upload,
     record: &ComposeRecord,
 ) -> S3Result<()> {
-    loop {
-        match upload.state {
-            State::Completed => break,
-            State::Completing => {}
-            _ => return Err(no_such_upload()),
-        }
-        match upload.set_state(store, bucket, State::Completed).await? {
-            Some(done) => {
-                upload = done;
-                break;
-            }
-            None => {
-                upload = Upload::read_any(store, bucket, &upload.id)
-                    .await?
-                    .ok_or_else(no_such_upload)?;
-            }
-        }
-    }
+    let upload = mark_completed(store, bucket, upload).await?;
     upload.delete_index(store, bucket).await;
     let keep: HashSet<_> = record.segments.iter().map(|s| s.version).collect();
     let (store, bucket, object, id) = (
@@ -454,136 +433,37 @@ pub(super) async fn finish(
     Ok(())
 }
 
-/// The compose record of `chosen` for `req`: the segments, the multipart ETag, and (for an upload with a
-/// checksum) the object's checksum, after the checks of the request's own checksum and size.
-fn plan(req: &Request, upload: &Upload, chosen: &[&StoredPart]) -> S3Result<ComposeRecord> {
-    let mut metadata = BTreeMap::new();
-    metadata.insert(
-        ETAG_KEY.to_owned(),
-        multipart_etag(chosen.iter().map(|p| p.md5_hex())),
-    );
-    match upload.checksum {
-        Some(c) => {
-            c.check_complete(req.sent_type.as_ref(), req.sent.as_ref().map(|(a, _)| *a))?;
-            let values: Vec<(String, u64)> = chosen
-                .iter()
-                .map(|p| {
-                    checksum_of(&p.manifest, c.algorithm)
-                        .map(|v| (v, p.segment.size))
-                        .ok_or_else(|| invalid_part(p.number))
-                })
-                .collect::<S3Result<_>>()?;
-            let value = c.of_parts(values.iter().map(|(v, size)| (v.as_str(), *size)))?;
-            if let Some((_, sent)) = &req.sent
-                && !c.matches(sent, &value)
-            {
-                return Err(s3_error!(
-                    BadDigest,
-                    "The {} you specified did not match the calculated checksum.",
-                    c.algorithm.name()
-                ));
-            }
-            checksum::object_metadata(c, &value, &mut metadata);
+/// Moves `upload`, whose compose committed, from `completing` to `completed`; when another request wrote the
+/// record meanwhile (a complete that composes again), reads it again after [`FINISH_PAUSE`], at most
+/// [`FINISH_TRIES`] times. Left `completing`, a retried complete or the sweep finishes it.
+///
+/// # Errors
+/// `NoSuchUpload` when it was aborted or is gone; `SlowDown` when it kept changing; a store error.
+async fn mark_completed(store: &BlobStore, bucket: &str, mut upload: Upload) -> S3Result<Upload> {
+    for _ in 0..FINISH_TRIES {
+        match upload.state {
+            State::Completed => return Ok(upload),
+            State::Completing => {}
+            _ => return Err(no_such_upload()),
         }
-        None if req.sent.is_some() || req.sent_type.is_some() => {
-            return Err(s3_error!(
-                InvalidRequest,
-                "The upload was created without a checksum algorithm: the complete request cannot name one"
-            ));
+        if let Some(completed) = upload.set_state(store, bucket, State::Completed).await? {
+            return Ok(completed);
         }
-        None => {}
+        tokio::time::sleep(FINISH_PAUSE).await;
+        upload = Upload::read_any(store, bucket, &upload.id)
+            .await?
+            .ok_or_else(no_such_upload)?;
     }
-    let total: u64 = chosen.iter().map(|p| p.segment.size).sum();
-    if let Some(size) = req.size
-        && u64::try_from(size).ok() != Some(total)
-    {
-        return Err(s3_error!(
-            InvalidRequest,
-            "The provided 'x-amz-mp-object-size' header value {size} does not match what was computed: {total}"
-        ));
+    match upload.state {
+        State::Completed => Ok(upload),
+        _ => Err(kept_changing()),
     }
-    Ok(ComposeRecord {
-        segments: chosen
-            .iter()
-            .map(|p| p.segment.clone())
-            .collect::<Vec<Segment>>(),
-        metadata,
-    })
 }
 
-fn invalid_part(number: i32) -> S3Error {
+/// `SlowDown`: the upload record kept changing while a complete ran.
+fn kept_changing() -> S3Error {
     s3_error!(
-        InvalidPart,
-        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag: part {number}"
+        SlowDown,
+        "The upload kept changing while it was being completed; please retry"
     )
-}
-
-/// The stored parts a CompleteMultipartUpload lists, checked as S3 does: part numbers ascending
-/// (`InvalidPartOrder`), each uploaded with the ETag given (`InvalidPart`), each checksum given equal to the
-/// part's (`InvalidPart`), each listed with the upload's checksum when it is composite (`InvalidRequest`),
-/// each but the last at least 5 MiB (`EntityTooSmall`).
-fn choose_parts<'a>(
-    listed: &[CompletedPart],
-    stored: &'a [StoredPart],
-    checksum: Option<UploadChecksum>,
-) -> S3Result<Vec<&'a StoredPart>> {
-    let mut chosen: Vec<&StoredPart> = Vec::with_capacity(listed.len());
-    for part in listed {
-        let number = part.part_number.unwrap_or(0);
-        if chosen.last().is_some_and(|p| p.number >= number) {
-            return Err(s3_error!(
-                InvalidPartOrder,
-                "The list of parts was not in ascending order. Parts must be ordered by part number."
-            ));
-        }
-        let found = stored
-            .iter()
-            .find(|p| p.number == number)
-            .ok_or_else(|| invalid_part(number))?;
-        if part
-            .e_tag
-            .as_ref()
-            .is_none_or(|etag| etag.value().trim_matches('"') != found.md5_hex())
-        {
-            return Err(invalid_part(number));
-        }
-        let sent = [
-            (Algorithm::Crc32, &part.checksum_crc32),
-            (Algorithm::Crc32c, &part.checksum_crc32c),
-            (Algorithm::Crc64Nvme, &part.checksum_crc64nvme),
-            (Algorithm::Sha1, &part.checksum_sha1),
-            (Algorithm::Sha256, &part.checksum_sha256),
-        ];
-        if let Some(c) = checksum
-            && c.kind == checksum::Kind::Composite
-            && sent.iter().all(|(a, v)| *a != c.algorithm || v.is_none())
-        {
-            return Err(c.missing_in_complete(number));
-        }
-        for (algorithm, value) in sent {
-            if let (Some(sent), Some(stored)) = (value, checksum_of(&found.manifest, algorithm))
-                && sent.trim() != stored
-            {
-                return Err(invalid_part(number));
-            }
-        }
-        chosen.push(found);
-    }
-    if let Some(small) = chosen
-        .iter()
-        .rev()
-        .skip(1)
-        .find(|p| p.segment.size < MIN_PART_SIZE)
-    {
-        let mut e = S3Error::with_message(
-            S3ErrorCode::EntityTooSmall,
-            format!(
-                "Your proposed upload is smaller than the minimum allowed object size: part {} holds {} bytes; every part but the last must hold at least {MIN_PART_SIZE}",
-                small.number, small.segment.size
-            ),
-        );
-        e.set_status_code(http::StatusCode::BAD_REQUEST);
-        return Err(e);
-    }
-    Ok(chosen)
 }

@@ -1,24 +1,21 @@
 //! UploadPartCopy: a part made of (a range of) an existing object, streamed from the source version into the
-//! part's segment in the store's bounded in-flight window, then recorded as UploadPart records its parts.
+//! part's segment in the store's bounded in-flight window, then recorded as UploadPart records its parts
+//! (`part.rs`).
 
-use s3s::dto::{
-    CopyPartResult, CopySource, ETag, StreamingBlob, UploadPartCopyInput, UploadPartCopyOutput,
-};
+use s3s::dto::{CopyPartResult, ETag, UploadPartCopyInput, UploadPartCopyOutput};
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{BlobStream, PriorityClass, PutOptions};
+use saltblob_core::BlobStream;
 
-use super::upload::{State, StoredPart, Upload, no_such_upload};
-use super::{MAX_PART_SIZE, PART_LEASE, check_part_number, record_part};
-use crate::attrs::{Conditions, last_modified_of, stored_checksums, with_checksums};
-use crate::auth::record_class;
-use crate::body::Algorithm;
+use super::part::{Target, store_part};
+use super::parts::StoredPart;
+use super::upload::{State, Upload, no_such_upload};
+use super::{MAX_PART_SIZE, check_part_number};
+use crate::attrs::{Conditions, copy_source, last_modified_of, stored_checksums, with_checksums};
 use crate::error::from_store;
 use crate::keys::object_key;
-use crate::put_body::{BodyChecks, PutBody, verified_body};
+use crate::put_body::PutBody;
 use crate::service::SaltS3;
-use crate::sse;
-use crate::sse::customer::{self, Customer, customer_echo_into, customer_of};
-use crate::sse::rules::{Choice, echo_into};
+use crate::sse::customer::{self, Customer};
 
 /// How often the copy reads the source again when it is replaced between its head and its read.
 const SOURCE_RETRIES: usize = 3;
@@ -58,23 +55,7 @@ pub(crate) async fn handle_upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
     check_part_number(input.part_number)?;
-    let CopySource::Bucket {
-        bucket: src_bucket,
-        key: src_key,
-        version_id,
-    } = &input.copy_source
-    else {
-        return Err(s3_error!(
-            NotImplemented,
-            "Only copy sources of the form bucket/key are supported"
-        ));
-    };
-    if version_id.as_deref().is_some_and(|v| v != "null") {
-        return Err(s3_error!(
-            InvalidArgument,
-            "Invalid version id specified: objects have no versions here"
-        ));
-    }
+    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
     s3.require_bucket(src_bucket).await?;
     s3.require_bucket(&input.bucket).await?;
     let upload = Upload::read(&s3.store, &input.bucket, &input.key, &input.upload_id).await?;
@@ -89,9 +70,8 @@ pub(crate) async fn handle_upload_part_copy(
         if_modified_since: input.copy_source_if_modified_since,
         if_unmodified_since: input.copy_source_if_unmodified_since,
     };
-    let customer = customer_of!(&s3.sse, input)?;
-    customer::check_part(&upload.manifest.metadata, customer.as_ref())?;
-    let source_customer = customer_of!(&s3.sse, input, copy_source)?;
+    let sse = s3.sse.part(&upload.manifest.metadata, &req.headers)?;
+    let source_customer = s3.sse.reader(&req.headers, true)?;
     let stream = open_source(
         s3,
         &src,
@@ -101,42 +81,15 @@ pub(crate) async fn handle_upload_part_copy(
     )
     .await?;
     let len = stream.range.end - stream.range.start;
-    let class = PriorityClass::bulk();
-    record_class(&req.extensions, class.clone());
-    let PutBody {
-        reader,
-        outcome,
-        late,
-        ..
-    } = verified_body(
-        Some(StreamingBlob::wrap(SyncStream(std::sync::Mutex::new(
-            stream,
-        )))),
-        BodyChecks {
-            trailer: None,
-            checksums: Algorithm::ALL.map(|a| (a, None)),
-            algorithm: upload.checksum.map(|c| c.algorithm_dto()),
-            content_md5: None,
-        },
-        None,
-    )?;
-    let mut opts = PutOptions::new().with_priority(class).with_size_hint(len);
-    // Sealed as the upload chose, whatever the source's encryption.
-    let sse = Choice::of_upload(&upload.manifest.metadata);
-    opts.encryption_key = sse.as_ref().map(|c| c.key.clone());
-    opts.customer_key = customer.as_ref().map(|c| c.key.clone());
-    let written = s3.store.put_segment(&key, reader, &opts, PART_LEASE).await;
-    let segment = sse::finish_sealed(written, &outcome, sse.as_ref())?;
-    let stored = record_part(
-        &s3.store,
-        &input.bucket,
+    let computed = upload.checksum.map(|c| c.algorithm).into_iter().collect();
+    let body = PutBody::copied(stream, computed);
+    let part = Target {
         upload,
-        input.part_number,
-        &key,
-        segment,
-        late.entries(),
-    )
-    .await?;
+        bucket: &input.bucket,
+        number: input.part_number,
+        key: &key,
+    };
+    let stored = store_part(s3, &req.extensions, part, body, &sse, Some(len)).await?;
     #[expect(
         clippy::needless_update,
         reason = "`with_checksums!` defaults the other fields, and a CopyPartResult has none"
@@ -148,32 +101,10 @@ pub(crate) async fn handle_upload_part_copy(
         },
         stored_checksums(&stored)
     );
-    let mut output = UploadPartCopyOutput {
+    Ok(sse.echo.respond(UploadPartCopyOutput {
         copy_part_result: Some(result),
         ..UploadPartCopyOutput::default()
-    };
-    match &customer {
-        Some(c) => customer_echo_into!(output, Some(c)),
-        None => echo_into!(output, s3.choice_echo(sse.as_ref())),
-    }
-    Ok(S3Response::new(output))
-}
-
-/// A stream that is `Sync` (as a request body must be) because it is only ever polled through `&mut`.
-struct SyncStream(std::sync::Mutex<BlobStream>);
-
-impl futures::Stream for SyncStream {
-    type Item = saltblob_core::Result<bytes::Bytes>;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        match self.get_mut().0.get_mut() {
-            Ok(stream) => std::pin::Pin::new(stream).poll_next(cx),
-            Err(poisoned) => std::pin::Pin::new(poisoned.into_inner()).poll_next(cx),
-        }
-    }
+    }))
 }
 
 /// Opens the bytes of source `src` to copy, with the copy source's SSE-C key `customer`: `range` of it

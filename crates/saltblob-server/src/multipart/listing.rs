@@ -1,3 +1,4 @@
+//! The listings of multipart uploads: ListParts (an upload's parts, from its part records), and
 //! ListMultipartUploads, as S3 defines it: the uploads in progress, by object key and then by initiation, after
 //! `key-marker` (and, for that key, after `upload-id-marker`), under `prefix`, with keys that share a prefix up
 //! to `delimiter` rolled up into CommonPrefixes, at most `max-uploads` (1000) entries of either kind. Read from
@@ -7,16 +8,18 @@
 use bytes::Bytes;
 use futures::TryStreamExt;
 use s3s::dto::{
-    CommonPrefix, ListMultipartUploadsInput, ListMultipartUploadsOutput, MultipartUpload,
-    StorageClass, Timestamp,
+    CommonPrefix, ListMultipartUploadsInput, ListMultipartUploadsOutput, ListPartsInput,
+    ListPartsOutput, MultipartUpload, StorageClass, Timestamp,
 };
 use s3s::{S3Request, S3Response, S3Result};
 use saltblob_core::{BlobStore, ListEntry};
 
 use super::checksum::UploadChecksum;
 use super::max_listed;
-use super::upload::{self, check_upload_id};
+use super::parts::{self, StoredPart};
+use super::upload::{self, Upload, check_upload_id, no_such_upload};
 use crate::error::from_store;
+use crate::keys::upload_index_prefix;
 use crate::list::url_encode;
 use crate::service::SaltS3;
 
@@ -72,7 +75,7 @@ pub(crate) async fn handle_list_multipart_uploads(
     let max = max_listed(input.max_uploads);
     let prefix = input.prefix.clone().unwrap_or_default();
     let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
-    let index = upload::index_prefix(&input.bucket).into_bytes();
+    let index = upload_index_prefix(&input.bucket).into_bytes();
     let scan = [&index[..], prefix.as_bytes()].concat();
     let key_marker = input.key_marker.clone().filter(|m| !m.is_empty());
     let after = key_marker.as_deref().map(|m| {
@@ -132,6 +135,39 @@ pub(crate) async fn handle_list_multipart_uploads(
         common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
         encoding_type: input.encoding_type,
         ..ListMultipartUploadsOutput::default()
+    }))
+}
+
+/// ListParts: the parts after the part number marker, at most MaxParts (and 1000), with the upload's checksum
+/// algorithm and type.
+pub(crate) async fn handle_list_parts(
+    s3: &SaltS3,
+    req: S3Request<ListPartsInput>,
+) -> S3Result<S3Response<ListPartsOutput>> {
+    let input = req.input;
+    s3.require_bucket(&input.bucket).await?;
+    let upload = Upload::read(&s3.store, &input.bucket, &input.key, &input.upload_id).await?;
+    if !upload.state.in_progress() {
+        return Err(no_such_upload());
+    }
+    let max = max_listed(input.max_parts);
+    let after = input.part_number_marker.filter(|m| *m > 0);
+    let mut parts =
+        parts::parts(&s3.store, &input.bucket, &input.upload_id, after, max + 1).await?;
+    let truncated = parts.len() > max;
+    parts.truncate(max);
+    Ok(S3Response::new(ListPartsOutput {
+        bucket: Some(input.bucket),
+        key: Some(input.key),
+        upload_id: Some(input.upload_id),
+        max_parts: i32::try_from(max).ok(),
+        part_number_marker: after,
+        next_part_number_marker: parts.last().map(|p| p.number).filter(|_| truncated),
+        is_truncated: Some(truncated),
+        parts: Some(parts.iter().map(StoredPart::to_part).collect()),
+        checksum_algorithm: upload.checksum.map(UploadChecksum::algorithm_dto),
+        checksum_type: upload.checksum.map(UploadChecksum::kind_dto),
+        ..ListPartsOutput::default()
     }))
 }
 

@@ -1,5 +1,6 @@
-//! The records of a multipart upload: their keys, the upload's [`State`] (encoded and decoded here only), and
-//! the reads and writes of the records. Small records under `s3/u/<bucket>/` ([`crate::keys::MULTIPART_PREFIX`]):
+//! The records of a multipart upload, and the upload's own: its keys, its [`State`] (encoded and decoded here
+//! only), its reads and writes. Small records under `s3/u/<bucket>/` ([`crate::keys::MULTIPART_PREFIX`]); the
+//! part and segment records are `parts.rs`'s, the compose records `compose.rs`'s:
 //!
 //! | store key | holds |
 //! |---|---|
@@ -15,18 +16,14 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
-use s3s::dto::{ETag, Part};
 use s3s::{S3Error, S3Result, s3_error};
 use saltblob_core::{
-    BlobStore, Error, ListEntry, MAX_KEY_LEN, Manifest, ManifestBody, PutCondition, PutOptions,
-    Segment, VersionId,
+    BlobStore, Error, MAX_KEY_LEN, Manifest, ManifestBody, PutCondition, PutOptions, VersionId,
 };
 
 use super::checksum::UploadChecksum;
-use crate::attrs::{ETAG_KEY, last_modified_of, stored_checksums, with_checksums};
 use crate::error::from_store;
-use crate::keys::uploads_prefix;
+use crate::keys::{upload_index_prefix, uploads_prefix};
 
 /// Metadata key of an upload record's state.
 const STATE_KEY: &str = "s3:upload-state";
@@ -35,7 +32,7 @@ const COMPOSE_KEY: &str = "s3:upload-compose";
 /// Prefix of the metadata keys that belong to the upload record, not to the object it composes.
 const UPLOAD_KEYS: &str = "s3:upload-";
 /// Content type of the records other than the upload's (which has the object's content type to be).
-const RECORD_TYPE: &str = "application/x-saltblob-upload";
+pub(super) const RECORD_TYPE: &str = "application/x-saltblob-upload";
 
 /// What an upload is doing, as its record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,48 +116,13 @@ pub(crate) fn parse_upload_key<'a>(bucket: &str, key: &'a [u8]) -> Option<&'a st
     check_upload_id(id).ok().map(|()| id)
 }
 
-/// The prefix of upload `id`'s part records in `bucket`.
-fn parts_prefix(bucket: &str, id: &str) -> String {
-    format!("{}p/{id}/", uploads_prefix(bucket))
-}
-
-/// The store key of part `number` of upload `id` in `bucket` (5 digits, so that parts list in order).
-fn part_key(bucket: &str, id: &str, number: i32) -> String {
-    format!("{}{number:05}", parts_prefix(bucket, id))
-}
-
-/// The prefix of upload `id`'s segment records in `bucket`.
-fn segments_prefix(bucket: &str, id: &str) -> String {
-    format!("{}s/{id}/", uploads_prefix(bucket))
-}
-
-/// The store key of the record of segment `version` of upload `id` in `bucket`.
-fn segment_key(bucket: &str, id: &str, version: VersionId) -> String {
-    format!("{}{:032x}", segments_prefix(bucket, id), version.0)
-}
-
-/// [`segment_key`], as the bytes a listing gives.
-pub(crate) fn segment_record_key(bucket: &str, id: &str, version: VersionId) -> Bytes {
-    Bytes::from(segment_key(bucket, id, version))
-}
-
-/// The prefix of upload `id`'s compose records in `bucket`.
-fn compose_prefix(bucket: &str, id: &str) -> String {
-    format!("{}c/{id}/", uploads_prefix(bucket))
-}
-
-/// The prefix of the listing index of `bucket` (then the object key, NUL, the upload id's 16 bytes).
-pub(crate) fn index_prefix(bucket: &str) -> String {
-    format!("{}k/", uploads_prefix(bucket))
-}
-
 /// How many bytes an index key adds to the object key (NUL, then the id's 16 bytes).
 const INDEX_SUFFIX: usize = 17;
 
 /// The store key of the index entry of upload `id` of object `key` in `bucket`.
 fn index_key(bucket: &str, key: &str, id: &str) -> S3Result<Vec<u8>> {
     let raw = u128::from_str_radix(id, 16).map_err(|_| no_such_upload())?;
-    let mut k = index_prefix(bucket).into_bytes();
+    let mut k = upload_index_prefix(bucket).into_bytes();
     k.extend_from_slice(key.as_bytes());
     k.push(0);
     k.extend_from_slice(&raw.to_be_bytes());
@@ -181,7 +143,7 @@ pub(crate) fn parse_index_key(rest: &[u8]) -> Option<(&str, String)> {
 
 /// The longest object key a multipart upload may have in `bucket`: its index key must fit the store.
 pub(crate) fn max_key_len(bucket: &str) -> usize {
-    MAX_KEY_LEN.saturating_sub(index_prefix(bucket).len() + INDEX_SUFFIX)
+    MAX_KEY_LEN.saturating_sub(upload_index_prefix(bucket).len() + INDEX_SUFFIX)
 }
 
 /// When upload `id` was created (Unix ms): an id is a version id drawn then.
@@ -212,7 +174,11 @@ pub(crate) fn no_such_upload() -> S3Error {
 
 /// The bytes of a small record from its listing: inline in its manifest (records are small), else (also when
 /// it is sealed) read.
-async fn record_bytes(store: &BlobStore, key: &[u8], manifest: &Manifest) -> S3Result<Bytes> {
+pub(super) async fn record_bytes(
+    store: &BlobStore,
+    key: &[u8],
+    manifest: &Manifest,
+) -> S3Result<Bytes> {
     match &manifest.body {
         ManifestBody::Inline(data) if manifest.sealing.is_none() => Ok(data.clone()),
         _ => store.get(key).await.map_err(from_store),
@@ -437,299 +403,6 @@ impl Upload {
     }
 }
 
-/// A part record as read.
-pub(crate) struct StoredPart {
-    pub number: i32,
-    pub segment: Segment,
-    pub manifest: Manifest,
-}
-
-impl StoredPart {
-    /// The part's ETag: the hex MD5 of its bytes.
-    pub(crate) fn md5_hex(&self) -> &str {
-        Self::md5_of(&self.manifest)
-    }
-
-    /// The ETag of the part whose record has `manifest`.
-    pub(crate) fn md5_of(manifest: &Manifest) -> &str {
-        manifest.metadata.get(ETAG_KEY).map_or("", String::as_str)
-    }
-
-    /// The part as ListParts returns it.
-    #[expect(
-        clippy::needless_update,
-        reason = "`with_checksums!` defaults the other fields, and a Part has none"
-    )]
-    pub(crate) fn to_part(&self) -> Part {
-        with_checksums!(
-            Part {
-                e_tag: Some(ETag::Strong(self.md5_hex().to_owned())),
-                last_modified: Some(last_modified_of(&self.manifest)),
-                part_number: Some(self.number),
-                size: i64::try_from(self.segment.size).ok(),
-            },
-            stored_checksums(&self.manifest)
-        )
-    }
-}
-
-/// Up to `limit` part records of upload `id` of `bucket`, in part order, after part `after` (from the first
-/// part without one).
-pub(crate) async fn parts(
-    store: &BlobStore,
-    bucket: &str,
-    id: &str,
-    after: Option<i32>,
-    limit: usize,
-) -> S3Result<Vec<StoredPart>> {
-    let prefix = parts_prefix(bucket, id);
-    let start = after.map(|n| Bytes::from(part_key(bucket, id, n)));
-    let mut records = store
-        .list_stream_after(prefix.as_bytes(), start)
-        .take(limit);
-    let mut parts = Vec::new();
-    while let Some(ListEntry { key, manifest }) = records.try_next().await.map_err(from_store)? {
-        let manifest = manifest.map_err(from_store)?;
-        let number = std::str::from_utf8(key.get(prefix.len()..).unwrap_or_default())
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| s3_error!(InternalError, "a part record key does not decode"))?;
-        let bytes = record_bytes(store, &key, &manifest).await?;
-        let segment = Segment::decode(&bytes).map_err(from_store)?;
-        parts.push(StoredPart {
-            number,
-            segment,
-            manifest,
-        });
-    }
-    Ok(parts)
-}
-
-/// Every part record of upload `id` of `bucket`, in part order.
-pub(crate) async fn all_parts(
-    store: &BlobStore,
-    bucket: &str,
-    id: &str,
-) -> S3Result<Vec<StoredPart>> {
-    parts(store, bucket, id, None, usize::MAX).await
-}
-
-/// Writes the record of `segment`, written for upload `id` of `bucket`, before it is used: a complete or an
-/// abort finds every such segment, also one whose part was replaced meanwhile.
-pub(crate) async fn put_segment_record(
-    store: &BlobStore,
-    bucket: &str,
-    id: &str,
-    segment: &Segment,
-) -> S3Result<()> {
-    let opts = PutOptions::new().with_content_type(RECORD_TYPE);
-    store
-        .put(
-            segment_key(bucket, id, segment.version),
-            segment.encode(),
-            &opts,
-        )
-        .await
-        .map_err(from_store)?;
-    Ok(())
-}
-
-/// Every segment recorded for upload `id` of `bucket` (see [`put_segment_record`]), with its record's key.
-pub(crate) async fn segment_records(
-    store: &BlobStore,
-    bucket: &str,
-    id: &str,
-) -> S3Result<Vec<(Bytes, Segment)>> {
-    let prefix = segments_prefix(bucket, id);
-    let mut records = store.list_stream(prefix.as_bytes());
-    let mut out = Vec::new();
-    while let Some(ListEntry { key, manifest }) = records.try_next().await.map_err(from_store)? {
-        let manifest = manifest.map_err(from_store)?;
-        let bytes = record_bytes(store, &key, &manifest).await?;
-        match Segment::decode(&bytes) {
-            Ok(segment) => out.push((key, segment)),
-            Err(e) => tracing::warn!(upload = id, error = %e, "a segment record does not decode"),
-        }
-    }
-    Ok(out)
-}
-
-/// Writes the record of part `number` of upload `id` of `bucket`: the encoded `segment`, with `metadata` (its
-/// ETag and checksums). Returns the record written, and the segment of the record it replaced (the same part
-/// uploaded again), if any.
-pub(crate) async fn put_part(
-    store: &BlobStore,
-    bucket: &str,
-    id: &str,
-    number: i32,
-    segment: &Segment,
-    metadata: BTreeMap<String, String>,
-) -> S3Result<(Manifest, Option<Segment>)> {
-    let record = part_key(bucket, id, number);
-    let replaced = match store.head(&record).await {
-        Ok(m) => Some(m),
-        Err(Error::NotFound { .. }) => None,
-        Err(e) => return Err(from_store(e)),
-    };
-    let replaced = match replaced {
-        Some(old) => {
-            let bytes = record_bytes(store, record.as_bytes(), &old).await?;
-            Segment::decode(&bytes).ok()
-        }
-        None => None,
-    };
-    let mut opts = PutOptions::new().with_content_type(RECORD_TYPE);
-    opts.metadata = metadata;
-    let stored = store
-        .put(&record, segment.encode(), &opts)
-        .await
-        .map_err(from_store)?;
-    Ok((stored, replaced))
-}
-
-/// What a complete composes: the segments in order, with the object's ETag and checksum metadata.
-pub(crate) struct ComposeRecord {
-    pub segments: Vec<Segment>,
-    /// `s3:etag` and, for an upload with a checksum, `s3:checksum-<algorithm>` and `s3:checksum-type`.
-    pub metadata: BTreeMap<String, String>,
-}
-
-impl ComposeRecord {
-    /// Writes it for upload `id` of `bucket` under a new nonce, which it returns; the complete then names the
-    /// nonce in the upload record as it moves it to `completing`.
-    pub(crate) async fn write(
-        &self,
-        store: &BlobStore,
-        bucket: &str,
-        id: &str,
-    ) -> S3Result<String> {
-        let nonce = format!("{:032x}", VersionId::generate().0);
-        let mut body = Vec::new();
-        body.extend_from_slice(
-            &u32::try_from(self.segments.len())
-                .unwrap_or(u32::MAX)
-                .to_le_bytes(),
-        );
-        for segment in &self.segments {
-            let encoded = segment.encode();
-            body.extend_from_slice(
-                &u32::try_from(encoded.len())
-                    .unwrap_or(u32::MAX)
-                    .to_le_bytes(),
-            );
-            body.extend_from_slice(&encoded);
-        }
-        let mut opts = PutOptions::new().with_content_type(RECORD_TYPE);
-        opts.metadata = self.metadata.clone();
-        store
-            .put(
-                format!("{}{nonce}", compose_prefix(bucket, id)),
-                body,
-                &opts,
-            )
-            .await
-            .map_err(from_store)?;
-        Ok(nonce)
-    }
-
-    /// The compose record `nonce` of upload `id` of `bucket`, if there is one.
-    ///
-    /// # Errors
-    /// `InternalError` when it does not decode; a store error.
-    pub(crate) async fn read(
-        store: &BlobStore,
-        bucket: &str,
-        id: &str,
-        nonce: &str,
-    ) -> S3Result<Option<Self>> {
-        let key = format!("{}{nonce}", compose_prefix(bucket, id));
-        let manifest = match store.head(&key).await {
-            Ok(m) => m,
-            Err(Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(from_store(e)),
-        };
-        let body = record_bytes(store, key.as_bytes(), &manifest).await?;
-        let corrupt = || s3_error!(InternalError, "a compose record does not decode");
-        let mut rest = &body[..];
-        let mut take = |n: usize| -> S3Result<&[u8]> {
-            if rest.len() < n {
-                return Err(corrupt());
-            }
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            Ok(head)
-        };
-        let u32_at = |b: &[u8]| -> S3Result<usize> {
-            let raw = <[u8; 4]>::try_from(b).map_err(|_| corrupt())?;
-            usize::try_from(u32::from_le_bytes(raw)).map_err(|_| corrupt())
-        };
-        let count = u32_at(take(4)?)?;
-        let mut segments = Vec::with_capacity(count.min(saltblob_core::manifest::MAX_SEGMENTS));
-        for _ in 0..count {
-            let len = u32_at(take(4)?)?;
-            let encoded = Bytes::copy_from_slice(take(len)?);
-            segments.push(Segment::decode(&encoded).map_err(|_| corrupt())?);
-        }
-        if !rest.is_empty() {
-            return Err(corrupt());
-        }
-        Ok(Some(Self {
-            segments,
-            metadata: manifest.metadata,
-        }))
-    }
-
-    /// Deletes every compose record of upload `id` of `bucket` (also those of completes that lost the move).
-    ///
-    /// # Errors
-    /// A store error.
-    pub(crate) async fn delete_all(store: &BlobStore, bucket: &str, id: &str) -> S3Result<()> {
-        let prefix = compose_prefix(bucket, id);
-        let keys: Vec<Bytes> = store
-            .list_stream(prefix.as_bytes())
-            .map_ok(|e| e.key)
-            .try_collect()
-            .await
-            .map_err(from_store)?;
-        for key in keys {
-            store.delete(&key).await.map_err(from_store)?;
-        }
-        Ok(())
-    }
-
-    /// Whether `manifest` (the object's current one) is the compose of exactly these segments.
-    pub(crate) fn composed(&self, manifest: &Manifest) -> bool {
-        matches!(&manifest.body, ManifestBody::Segmented(s)
-            if s.iter().map(|s| s.version).eq(self.segments.iter().map(|s| s.version)))
-    }
-}
-
-/// Deletes the records of upload `id` of `bucket` that a finished upload no longer needs: the segment records
-/// `segments` (already given up, or owned by the object) and the part records of part `numbers`, at most
-/// `concurrency` at once. Failures are logged; the sweep deletes what is left.
-pub(crate) async fn delete_records(
-    store: &BlobStore,
-    bucket: &str,
-    id: &str,
-    segments: Vec<Bytes>,
-    numbers: &[i32],
-    concurrency: usize,
-) {
-    let parts = numbers
-        .iter()
-        .map(|n| Bytes::from(part_key(bucket, id, *n)));
-    let keys: Vec<Bytes> = segments.into_iter().chain(parts).collect();
-    futures::stream::iter(keys)
-        .map(|key| async move {
-            if let Err(e) = store.delete(&key).await {
-                tracing::warn!(upload = id, error = %e, "could not delete an upload's record");
-            }
-        })
-        .buffer_unordered(concurrency)
-        .collect::<Vec<()>>()
-        .await;
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -758,7 +431,7 @@ mod tests {
         assert!(k("a", &b) < k("a/b", &a), "a key before its extensions");
         assert!(k("a", &a) < k("a", &b), "then by creation");
         assert!(k("a", &b) < k("ab", &a));
-        let prefix = index_prefix("bkt").len();
+        let prefix = upload_index_prefix("bkt").len();
         let key = k("dir/obj", &b);
         assert_eq!(
             parse_index_key(&key[prefix..]),

@@ -13,29 +13,26 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::FutureExt;
 use http::HeaderMap;
 use http_body::{Body as HttpBody, Frame};
 use s3s::dto::{
-    CopyObjectInput, CopyObjectOutput, CopyObjectResult, CopySource, ETagCondition,
-    MetadataDirective,
+    CopyObjectInput, CopyObjectOutput, CopyObjectResult, ETagCondition, MetadataDirective,
 };
 use s3s::{HttpResponse, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{LateMetadata, PutOptions};
+use saltblob_core::PutOptions;
 use tokio::task::JoinHandle;
 
 use crate::attrs::{
-    CHECKSUM_KEY, Conditions, ETAG_KEY, current_version, etag_of, last_modified_of,
-    object_metadata, stored_checksums, with_checksums,
+    CHECKSUM_KEY, Conditions, ETAG_KEY, copy_source, etag_of, last_modified_of, object_metadata,
+    stored_checksums, with_checksums,
 };
-use crate::body::{Algorithm, Expected, SharedOutcome, VerifyingReader};
-use crate::error::from_store;
+use crate::body::Algorithm;
 use crate::keys::object_key;
-use crate::put_body::{MAX_PUT_BYTES, record_into};
+use crate::put_body::{MAX_PUT_BYTES, PutBody};
 use crate::service::SaltS3;
-use crate::sse;
-use crate::sse::customer::{self, customer_echo_into, customer_of};
-use crate::sse::rules::{echo_into, is_sse_key};
+use crate::sse::customer;
+use crate::sse::rules::is_sse_key;
 
 /// How long a copy may run before its response starts and is kept alive.
 const HEAD_AFTER: Duration = Duration::from_secs(1);
@@ -81,18 +78,7 @@ pub(crate) async fn handle_copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
-    let CopySource::Bucket {
-        bucket: src_bucket,
-        key: src_key,
-        version_id,
-    } = &input.copy_source
-    else {
-        return Err(s3_error!(
-            NotImplemented,
-            "Only copy sources of the form bucket/key are supported"
-        ));
-    };
-    current_version(version_id.as_deref())?;
+    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
     let (if_match, if_none_match) = destination_conditions(&req.headers)?;
     s3.require_bucket(src_bucket).await?;
     let record = s3.require_bucket(&input.bucket).await?;
@@ -102,10 +88,9 @@ pub(crate) async fn handle_copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    let asked = sse::rules::request_of!(input);
-    let customer = customer_of!(&s3.sse, input)?;
-    let source_customer = customer_of!(&s3.sse, input, copy_source)?;
-    if src == dst && !replace && asked.algorithm.is_none() && customer.is_none() {
+    let asked = s3.sse.asked(&req.headers)?;
+    let source_customer = s3.sse.reader(&req.headers, true)?;
+    if src == dst && !replace && !asked.any() {
         return Err(s3_error!(
             InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
@@ -139,7 +124,8 @@ pub(crate) async fn handle_copy_object(
     // The destination's encryption is the request's (SSE-C, else SSE-S3 or SSE-KMS) or its bucket's default,
     // not the source's (as AWS).
     let sse = s3
-        .put_choice(&input.bucket, &record, &asked, customer.as_ref())
+        .sse
+        .choose(&s3.store, &input.bucket, &record, asked)
         .await?;
     let is_own = |k: &String| k == ETAG_KEY || k.starts_with(CHECKSUM_KEY) || is_sse_key(k);
     let mut computed: Vec<Algorithm> = source
@@ -153,11 +139,9 @@ pub(crate) async fn handle_copy_object(
             .as_ref()
             .and_then(|a| Algorithm::parse(a.as_str())),
     );
-    let late = LateMetadata::new();
     let mut opts = PutOptions::new()
         .with_size_hint(source.size)
-        .with_condition(condition)
-        .with_late_metadata(late.clone());
+        .with_condition(condition);
     if replace {
         opts.metadata = object_metadata!(input)?;
         opts.content_type = input.content_type;
@@ -170,26 +154,11 @@ pub(crate) async fn handle_copy_object(
             .collect();
         opts.content_type = source.content_type.clone();
     }
-    sse::apply(sse.as_ref(), &mut opts);
-    if let Some(c) = &customer {
-        c.apply(&mut opts);
-    }
-    let expected = Expected {
-        computed,
-        ..Expected::default()
-    };
-    let outcome = SharedOutcome::default();
-    let reader = VerifyingReader::new(
-        stream.map_err(from_store).boxed(),
-        expected,
-        outcome.clone(),
-    )
-    .on_verified(record_into(late));
+    let body = PutBody::copied(stream, computed);
     let store = s3.store.clone();
-    let choice = sse.clone();
+    let put = sse.clone();
     let mut task: CopyTask = tokio::spawn(async move {
-        let result = store.put_stream(&dst, reader, &opts).await;
-        let manifest = sse::finish_sealed(result, &outcome, choice.as_ref())?;
+        let manifest = body.store_object(&store, &dst, opts, &put).await?;
         Ok(with_checksums!(
             CopyObjectResult {
                 e_tag: Some(etag_of(&manifest)),
@@ -199,18 +168,13 @@ pub(crate) async fn handle_copy_object(
         ))
     });
     // Known before the copy ends: its headers may be sent while it runs.
-    let mut output = CopyObjectOutput::default();
-    match &customer {
-        Some(c) => customer_echo_into!(output, Some(c)),
-        None => echo_into!(output, s3.choice_echo(sse.as_ref())),
-    }
     if let Ok(joined) = tokio::time::timeout(HEAD_AFTER, &mut task).await {
-        return Ok(S3Response::new(CopyObjectOutput {
+        return Ok(sse.echo.respond(CopyObjectOutput {
             copy_object_result: Some(joined.map_err(task_failed)??),
-            ..output
+            ..CopyObjectOutput::default()
         }));
     }
-    let mut response = S3Response::new(output);
+    let mut response = sse.echo.respond(CopyObjectOutput::default());
     response
         .extensions
         .insert(RunningCopy(Arc::new(Mutex::new(Some(task)))));

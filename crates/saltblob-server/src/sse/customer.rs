@@ -9,11 +9,19 @@
 
 use std::collections::BTreeMap;
 
+use http::HeaderMap;
+use s3s::header::{
+    X_AMZ_COPY_SOURCE_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM,
+    X_AMZ_COPY_SOURCE_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY,
+    X_AMZ_COPY_SOURCE_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY_MD5,
+    X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM, X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY,
+    X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY_MD5,
+};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use saltblob_core::encryption::{CUSTOMER, CUSTOMER_KEY_NOT_APPLICABLE, CustomerKey};
-use saltblob_core::{Error, GetOptions, Manifest, PutOptions};
+use saltblob_core::{Error, GetOptions, Manifest};
 
-use super::rules::SseConfig;
+use super::rules::{CUSTOMER_ALGORITHM, SseConfig, header};
 use crate::error::from_store;
 
 /// Metadata key, on a multipart upload's record (an `s3:upload-` key: stripped from the object's metadata), of
@@ -26,42 +34,6 @@ pub(crate) struct Customer {
     pub key: CustomerKey,
     pub md5: String,
 }
-
-/// The SSE-C fields of an s3s input: `$input.sse_customer_*` (`copy_source`: the copy source's), checked on a
-/// server with `SseConfig` `$config`.
-macro_rules! customer_of {
-    ($config:expr, $input:ident) => {
-        $crate::sse::customer::Customer::of(
-            $config,
-            $input.sse_customer_algorithm.as_deref(),
-            $input.sse_customer_key.as_deref(),
-            $input.sse_customer_key_md5.as_deref(),
-        )
-    };
-    ($config:expr, $input:ident, copy_source) => {
-        $crate::sse::customer::Customer::of(
-            $config,
-            $input.copy_source_sse_customer_algorithm.as_deref(),
-            $input.copy_source_sse_customer_key.as_deref(),
-            $input.copy_source_sse_customer_key_md5.as_deref(),
-        )
-    };
-}
-pub(crate) use customer_of;
-
-/// Sets `$output.sse_customer_algorithm` and `.sse_customer_key_md5` from `Option<&Customer>` `$customer`.
-macro_rules! customer_echo_into {
-    ($output:expr, $customer:expr) => {{
-        if let Some(c) = $customer {
-            $output.sse_customer_algorithm = Some($crate::sse::customer::ALGORITHM.to_owned());
-            $output.sse_customer_key_md5 = Some(c.md5.clone());
-        }
-    }};
-}
-pub(crate) use customer_echo_into;
-
-/// The one algorithm SSE-C takes.
-pub(crate) const ALGORITHM: &str = "AES256";
 
 impl Customer {
     /// The customer key of headers `algorithm`, `key` (base64) and `md5` (base64 of the key's MD5); `None` when
@@ -90,7 +62,7 @@ impl Customer {
                 "Requests specifying Server Side Encryption with Customer provided keys must provide a valid encryption algorithm."
             ));
         };
-        if algorithm != ALGORITHM {
+        if algorithm != CUSTOMER_ALGORITHM {
             let mut e = S3Error::with_message(
                 S3ErrorCode::Custom("InvalidEncryptionAlgorithmError".into()),
                 "The encryption request you specified is not valid. The valid value is AES256.",
@@ -133,10 +105,33 @@ impl Customer {
         Ok(Some(Self { key, md5: expected }))
     }
 
-    /// A put sealed under this key.
-    pub(crate) fn apply(&self, opts: &mut PutOptions) {
-        opts.metadata.retain(|k, _| !super::rules::is_sse_key(k));
-        opts.customer_key = Some(self.key.clone());
+    /// The customer key of a request's `headers` (`x-amz-server-side-encryption-customer-*`; for `source`, a
+    /// copy's source: `x-amz-copy-source-server-side-encryption-customer-*`), as [`Customer::of`] checks it.
+    /// s3s has parsed these headers before: an empty one is absent, and the handler never sees one that is not
+    /// text.
+    ///
+    /// # Errors
+    /// Those of [`Customer::of`].
+    pub(crate) fn of_headers(
+        config: &SseConfig,
+        headers: &HeaderMap,
+        source: bool,
+    ) -> S3Result<Option<Self>> {
+        let names = if source {
+            [
+                &X_AMZ_COPY_SOURCE_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM,
+                &X_AMZ_COPY_SOURCE_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY,
+                &X_AMZ_COPY_SOURCE_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY_MD5,
+            ]
+        } else {
+            [
+                &X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM,
+                &X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY,
+                &X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY_MD5,
+            ]
+        };
+        let [algorithm, key, md5] = names.map(|name| header(headers, name));
+        Self::of(config, algorithm, key, md5)
     }
 }
 

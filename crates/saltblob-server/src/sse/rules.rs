@@ -3,12 +3,20 @@
 
 use std::collections::BTreeMap;
 
+use http::{HeaderMap, HeaderName, HeaderValue};
 use s3s::dto::{
     ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
     ServerSideEncryptionRule,
 };
-use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+use s3s::header::{
+    X_AMZ_SERVER_SIDE_ENCRYPTION, X_AMZ_SERVER_SIDE_ENCRYPTION_AWS_KMS_KEY_ID,
+    X_AMZ_SERVER_SIDE_ENCRYPTION_BUCKET_KEY_ENABLED,
+    X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM, X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY_MD5,
+};
+use s3s::{S3Response, S3Result, s3_error};
 use saltblob_core::{Manifest, VersionId};
+
+use crate::cache::Cache;
 
 /// Metadata key of the algorithm a client asked for (`AES256` or `aws:kms`), on an object sealed for it.
 pub(crate) const ALGORITHM_KEY: &str = "s3:sse";
@@ -17,6 +25,8 @@ pub(crate) const BUCKET_KEY_KEY: &str = "s3:sse-bucket-key-enabled";
 /// Metadata key, on a multipart upload's record (stripped from the object's metadata with the other
 /// `s3:upload-` keys), of the key its parts are sealed under.
 pub(crate) const UPLOAD_KEY_KEY: &str = "s3:upload-sse-key";
+/// The one algorithm SSE-C (`customer.rs`) takes.
+pub(crate) const CUSTOMER_ALGORITHM: &str = "AES256";
 /// Longest key id a request or a bucket default may name (an AWS KMS key ARN is under 2048).
 const MAX_KEY_ID: usize = 2048;
 
@@ -31,8 +41,10 @@ pub(crate) struct SseConfig {
     pub kms_key: Option<String>,
     /// Whether SSE-C keys may be sent to this server: it has TLS, or `--sse-c-over-http`.
     pub customer_keys: bool,
+    /// The store's own key (a put that names none is sealed under it), if it has one.
+    pub store_key: Option<String>,
     /// The buckets' default encryption read lately.
-    pub defaults: crate::lifecycle::Cache<BucketDefault>,
+    pub defaults: Cache<BucketDefault>,
 }
 
 /// The S3 name of an encryption.
@@ -84,21 +96,28 @@ pub(crate) struct Request {
     pub bucket_key: Option<bool>,
 }
 
-/// The [`Request`] of an s3s input with SSE fields (PutObjectInput, CopyObjectInput,
-/// CreateMultipartUploadInput).
-macro_rules! request_of {
-    ($input:ident) => {
-        $crate::sse::rules::Request {
-            algorithm: $input
-                .server_side_encryption
-                .as_ref()
-                .map(|a| a.as_str().to_owned()),
-            kms_key_id: $input.ssekms_key_id.clone(),
-            bucket_key: $input.bucket_key_enabled,
+impl Request {
+    /// What a request's `headers` ask for (`x-amz-server-side-encryption`, `-aws-kms-key-id`,
+    /// `-bucket-key-enabled`). s3s has parsed these headers before: an empty one is absent, and the handler
+    /// never sees one that is not text, nor a bucket key flag other than `true`, `True`, `false`, `False`.
+    pub(crate) fn of_headers(headers: &HeaderMap) -> Self {
+        Self {
+            algorithm: header(headers, &X_AMZ_SERVER_SIDE_ENCRYPTION).map(str::to_owned),
+            kms_key_id: header(headers, &X_AMZ_SERVER_SIDE_ENCRYPTION_AWS_KMS_KEY_ID)
+                .map(str::to_owned),
+            bucket_key: header(headers, &X_AMZ_SERVER_SIDE_ENCRYPTION_BUCKET_KEY_ENABLED)
+                .map(|v| v.eq_ignore_ascii_case("true")),
         }
-    };
+    }
 }
-pub(crate) use request_of;
+
+/// The text of header `name` of `headers`; `None` when it is absent, empty or not text.
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
+    headers
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| v.to_str().ok())
+}
 
 /// The encryption of one put: the algorithm asked for and the key-encryption key it seals under.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,6 +224,7 @@ impl Choice {
             algorithm: Some(self.algorithm.dto()),
             kms_key_id: (self.algorithm == Algorithm::Kms).then(|| self.key.clone()),
             bucket_key: self.bucket_key.then_some(true),
+            customer_md5: None,
         }
     }
 }
@@ -214,12 +234,15 @@ pub(crate) fn is_sse_key(k: &str) -> bool {
     k == ALGORITHM_KEY || k == BUCKET_KEY_KEY
 }
 
-/// The `x-amz-server-side-encryption`, `-aws-kms-key-id` and `-bucket-key-enabled` of a response.
+/// What a response says about its object's encryption: `x-amz-server-side-encryption`, `-aws-kms-key-id` and
+/// `-bucket-key-enabled`, or for SSE-C `-customer-algorithm` and `-customer-key-MD5`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Echo {
     pub algorithm: Option<ServerSideEncryption>,
     pub kms_key_id: Option<String>,
     pub bucket_key: Option<bool>,
+    /// The MD5 of the SSE-C key given (the algorithm is SSE-C's one, [`CUSTOMER_ALGORITHM`]).
+    pub customer_md5: Option<String>,
 }
 
 impl Echo {
@@ -250,21 +273,42 @@ impl Echo {
                 .get(BUCKET_KEY_KEY)
                 .is_some_and(|v| v == "true")
                 .then_some(true),
+            customer_md5: None,
         }
     }
-}
 
-/// Sets the `server_side_encryption`, `ssekms_key_id` and `bucket_key_enabled` of `$output` (any s3s output
-/// that has them) from [`Echo`] `$echo`.
-macro_rules! echo_into {
-    ($output:expr, $echo:expr) => {{
-        let echo: $crate::sse::rules::Echo = $echo;
-        $output.server_side_encryption = echo.algorithm;
-        $output.ssekms_key_id = echo.kms_key_id;
-        $output.bucket_key_enabled = echo.bucket_key;
-    }};
+    /// `output` as a response whose headers say this (s3s sends a response's own headers with those of its
+    /// output, whose encryption fields are left unset).
+    pub(crate) fn respond<T>(&self, output: T) -> S3Response<T> {
+        let mut response = S3Response::new(output);
+        let headers = &mut response.headers;
+        let customer = self.customer_md5.as_ref().map(|_| CUSTOMER_ALGORITHM);
+        for (name, value) in [
+            (
+                &X_AMZ_SERVER_SIDE_ENCRYPTION,
+                self.algorithm.as_ref().map(ServerSideEncryption::as_str),
+            ),
+            (
+                &X_AMZ_SERVER_SIDE_ENCRYPTION_AWS_KMS_KEY_ID,
+                self.kms_key_id.as_deref(),
+            ),
+            (
+                &X_AMZ_SERVER_SIDE_ENCRYPTION_BUCKET_KEY_ENABLED,
+                self.bucket_key.map(|b| if b { "true" } else { "false" }),
+            ),
+            (&X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM, customer),
+            (
+                &X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_KEY_MD5,
+                self.customer_md5.as_deref(),
+            ),
+        ] {
+            if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                headers.insert(name.clone(), value);
+            }
+        }
+        response
+    }
 }
-pub(crate) use echo_into;
 
 /// A bucket's default encryption (PutBucketEncryption), applied to puts that name none.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -408,18 +452,10 @@ impl BucketDefault {
     }
 }
 
-/// `KMS.NotFoundException` (400), AWS's answer to a put under a key id its KMS does not have.
-pub(crate) fn key_not_found(key: &str) -> S3Error {
-    let mut error = S3Error::with_message(
-        S3ErrorCode::Custom("KMS.NotFoundException".into()),
-        format!("Invalid keyId {key}"),
-    );
-    error.set_status_code(http::StatusCode::BAD_REQUEST);
-    error
-}
-
 #[cfg(test)]
 mod tests {
+    use s3s::S3ErrorCode;
+
     use super::*;
 
     fn config() -> SseConfig {

@@ -136,7 +136,7 @@ async fn a_put_whose_body_does_not_end_never_commits() {
 
 /// An empty PUT that expects `100 Continue` (botocore sends one for every empty object) is answered with
 /// `Connection: close`, so that botocore does not reuse the connection it would misread next (see
-/// `empty_body_expects_continue` in serve.rs); a PUT with a body keeps its connection.
+/// `empty_body_expects_continue` in handler.rs); a PUT with a body keeps its connection.
 #[tokio::test]
 async fn an_empty_put_expecting_continue_closes_its_connection() {
     let s = TestServer::with_bucket("bkt").await;

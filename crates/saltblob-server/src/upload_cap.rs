@@ -1,4 +1,5 @@
-//! The cap on multipart uploads in progress per bucket, and each server's cached count of them.
+//! The cap on multipart uploads in progress per bucket, and each server's cached count of them, read from the
+//! uploads' listing index (`multipart/upload.rs`).
 
 use std::time::Duration;
 
@@ -6,10 +7,13 @@ use futures::{StreamExt, TryStreamExt};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 use saltblob_core::BlobStore;
 
-use super::upload;
 use crate::error::from_store;
+use crate::keys::upload_index_prefix;
 
-/// The cap on uploads in progress per bucket ([`crate::ServerConfig::max_uploads_per_bucket`]), and this server's
+/// The open uploads a bucket may hold by default ([`crate::ServerConfig::max_uploads_per_bucket`]).
+pub const DEFAULT_MAX_UPLOADS_PER_BUCKET: usize = 10_000;
+
+/// The cap on uploads in progress per bucket (`ServerConfig::max_uploads_per_bucket`), and this server's
 /// count of them per bucket: counted from the listing index (at most the cap's worth of entries) when the count
 /// is older than [`Self::RECOUNT_EVERY`] or at the cap, and in between raised by the uploads this server creates.
 /// Uploads that other servers create or that complete meanwhile show at the next count: the cap is soft, by the
@@ -51,7 +55,7 @@ impl UploadCap {
         let (open, counted) = match self.cached(bucket).filter(|(n, _)| *n < max) {
             Some(cached) => cached,
             None => {
-                let index = upload::index_prefix(bucket);
+                let index = upload_index_prefix(bucket);
                 let n = store
                     .list_stream(index.as_bytes())
                     .take(max)

@@ -1,6 +1,12 @@
 //! Bucket operations: ListBuckets, CreateBucket, HeadBucket, DeleteBucket, and the bucket sub-resources tools
 //! read before they work (GetBucketLocation, GetBucketVersioning). A bucket is a small record (`keys.rs`); its
 //! version's creation time is the bucket's.
+//!
+//! The bucket settings saltblob keeps have their operations beside: `lifecycle.rs` (lifecycle rules) and
+//! `encryption.rs` (default encryption); those it does not keep are `settings.rs`'s.
+
+pub(crate) mod encryption;
+pub(crate) mod lifecycle;
 
 use futures::TryStreamExt;
 use s3s::dto::{
@@ -95,14 +101,7 @@ pub fn check_bucket_name(name: &str) -> saltblob_core::Result<()> {
 /// --create-bucket`). Returns whether it was created (`false`: it existed). A name S3 does not allow is
 /// `Error::InvalidArgument`.
 pub async fn create_bucket(store: &BlobStore, name: &str) -> saltblob_core::Result<bool> {
-    if !s3s::path::check_bucket_name(name) {
-        return Err(Error::invalid(
-            "bucket",
-            format!(
-                "{name:?} is not a bucket name S3 allows (3-63 lowercase letters, digits, '.' and '-')"
-            ),
-        ));
-    }
+    check_bucket_name(name)?;
     match put_bucket_record(store, name).await {
         Ok(()) => Ok(true),
         Err(Error::AlreadyExists { .. }) => Ok(false),
@@ -165,7 +164,7 @@ pub(crate) async fn handle_delete_bucket(
         .delete(bucket_key(&bucket))
         .await
         .map_err(from_store)?;
-    crate::lifecycle::forget_bucket(s3, &bucket).await;
-    crate::sse::forget_bucket(s3, &bucket).await;
+    lifecycle::forget_bucket(s3, &bucket).await;
+    encryption::forget_bucket(s3, &bucket).await;
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }

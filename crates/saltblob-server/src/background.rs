@@ -1,0 +1,141 @@
+//! The tasks a server runs beside its accept loop, each aborted with the server ([`Aborting`]): the periodic
+//! upkeep of the store ([`upkeep`]: the multipart upload sweep, the lifecycle pass, gc) and the metrics listener
+//! ([`serve_metrics`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use saltblob_core::{BlobStore, GcOptions};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::conn::TimedIo;
+use crate::lifecycle::Expirer;
+use crate::metrics::Metrics;
+use crate::multipart::sweep_expired_uploads;
+
+/// Connections the metrics listener serves at once (more are closed at once).
+const METRICS_MAX_CONNECTIONS: usize = 16;
+
+/// A background task, aborted when dropped.
+pub(crate) struct Aborting(pub JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
+/// whose parts' lease has passed (`multipart/`) and the objects their bucket's lifecycle expired
+/// (`lifecycle/`).
+pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut expirer = Expirer::new();
+    loop {
+        tick.tick().await;
+        match sweep_expired_uploads(&store).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(uploads = n, "removed expired multipart uploads"),
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping expired multipart uploads failed (will retry)")
+            }
+        }
+        match expirer.pass(&store).await {
+            Ok(expired) => {
+                if expired.objects > 0 {
+                    tracing::info!(
+                        objects = expired.objects,
+                        bytes = expired.bytes,
+                        "deleted objects expired by their bucket's lifecycle"
+                    );
+                }
+                metrics.lifecycle_expired(expired.objects);
+            }
+            Err(e) => tracing::warn!(error = %e, "the lifecycle pass failed (will retry)"),
+        }
+        match store.gc(&GcOptions::new()).await {
+            Ok(report) => {
+                tracing::info!(
+                    reclaimed_versions = report.reclaim.versions,
+                    reclaimed_chunks = report.reclaim.chunks,
+                    reclaimed_bytes = report.reclaim.bytes,
+                    abandoned_puts = report.abandoned_puts,
+                    puts_in_flight = report.puts_in_flight,
+                    "gc pass"
+                );
+                metrics.gc_ran(Some(&report));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "gc pass failed (will retry)");
+                metrics.gc_ran(None);
+            }
+        }
+    }
+}
+
+/// Serves `GET /metrics` on `listener` (HTTP/1.1) until aborted: at most [`METRICS_MAX_CONNECTIONS`] at once,
+/// each with `header_timeout` to send a request head (and to stay idle between requests) and `io_timeout` for
+/// a stalled write.
+pub(crate) async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    store: BlobStore,
+    header_timeout: Duration,
+    io_timeout: Duration,
+) {
+    let slots = Arc::new(Semaphore::new(METRICS_MAX_CONNECTIONS));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a metrics connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let metrics_for_service = Arc::clone(&metrics);
+        let store = store.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let response = if req.method() == Method::GET && req.uri().path() == "/metrics" {
+                let text = metrics_for_service.render(&store.scheduler_stats(), store.read_ahead());
+                Response::builder()
+                    .header(
+                        http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )
+                    .body(Full::new(Bytes::from(text)))
+            } else {
+                Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Full::new(Bytes::from_static(
+                        b"only /metrics is served here\n",
+                    )))
+            };
+            async move { response }
+        });
+        let io = TimedIo::new(stream, io_timeout, Arc::clone(&metrics));
+        let conn = builder.serve_connection(TokioIo::new(io), service);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "metrics connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+}
