@@ -360,7 +360,7 @@ SELF_TEST = {
     },
     "quote_char": {
         "lib.rs": "pub mod a;\npub mod b;\n",
-        "a.rs": "pub fn q() -> char { '\"' }\npub fn f() { crate::b::g(); }\n",
+        "a.rs": "pub fn q() -> char { '\"' }\npub fn f() { crate::b::g(); }\npub const S: &str = \"s\";\n",
         "b.rs": "pub fn g() { let _ = '\\''; crate::a::q(); }\n",
     },
     "cyclic": {
