@@ -23,19 +23,20 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use saltblob_core::backend::{ChunkSink, SinkPlan, without_commit_groups};
 use saltblob_core::{
-    BackendInfo, BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest,
-    Namespace, Precondition, Previous, RecordWrite, Result,
+    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace,
+    Precondition, Previous, RecordWrite, Result,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The inner store's info, with commits made one record write at a time (no atomic groups): they go through
-/// the manifest writes each wrapper breaks.
-fn one_record_at_a_time(inner: &dyn ChunkStore) -> BackendInfo {
-    inner.info().with_atomic_record_groups(false)
+/// The inner store's sink for `plan`, with commits made one record write at a time (no atomic groups): they go
+/// through the manifest writes each wrapper breaks.
+fn one_record_at_a_time(inner: &dyn ChunkStore, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+    without_commit_groups(inner.chunk_sink(plan))
 }
 
 /// A seeded coin, shared by the tasks using one wrapper; it counts the heads it threw.
@@ -138,8 +139,8 @@ impl ChunkStoreLayer for ManifestFirst {
         self.inner.as_ref()
     }
 
-    fn info(&self) -> BackendInfo {
-        one_record_at_a_time(self.inner.as_ref())
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        one_record_at_a_time(self.inner.as_ref(), plan)
     }
 
     async fn put_record(
@@ -278,8 +279,8 @@ impl ChunkStoreLayer for StaleReads {
         self.inner.as_ref()
     }
 
-    fn info(&self) -> BackendInfo {
-        one_record_at_a_time(self.inner.as_ref())
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        one_record_at_a_time(self.inner.as_ref(), plan)
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -351,8 +352,8 @@ impl ChunkStoreLayer for LostAck {
         self.inner.as_ref()
     }
 
-    fn info(&self) -> BackendInfo {
-        one_record_at_a_time(self.inner.as_ref())
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        one_record_at_a_time(self.inner.as_ref(), plan)
     }
 
     async fn put_record(
@@ -398,8 +399,8 @@ impl ChunkStoreLayer for RefusedButApplied {
         self.inner.as_ref()
     }
 
-    fn info(&self) -> BackendInfo {
-        one_record_at_a_time(self.inner.as_ref())
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        one_record_at_a_time(self.inner.as_ref(), plan)
     }
 
     async fn put_record(

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkStore, ChunkWrite, Namespace, Precondition,
-    Previous, RecordWrite,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkSink, ChunkStore, ChunkWrite, Namespace,
+    PlainSink, Precondition, Previous, RecordWrite, SinkPlan,
 };
 use saltblob_core::version::VersionId;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -228,6 +228,12 @@ impl ChunkStore for CqlStore {
             return Ok(Vec::new());
         }
         scan::scan(&self.cluster, ns, prefix, start_after, limit).await
+    }
+
+    /// Chunks are rows, written as they come, each batch cut into per-partition requests: the plain sink. A commit
+    /// is one manifest write (a Paxos round only when it is conditional).
+    fn chunk_sink(&self, _plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        Box::new(PlainSink)
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {

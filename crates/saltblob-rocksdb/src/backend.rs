@@ -7,8 +7,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
+    GroupChunks, GroupWrite, Namespace, Precondition, RECORD_CALLS_IN_FLIGHT, ReadShape,
+    RecordChange, RecordWrite, RecordsPlan, RecordsSink, SinkPlan, SinkShape, SpaceReport,
+    UnloggedSink, grouped,
 };
 use saltblob_core::schedule::current_class;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -159,14 +161,43 @@ impl RocksStore {
 impl ChunkStore for RocksStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true)
-            .with_unlogged_chunks(self.core.config().unlogged_min_bytes)
-            .with_chunk_records(self.core.config().extent_min_bytes)
-            .with_chunk_records_batch(self.core.config().extent_io_bytes)
-            .with_chunk_records_reads(
-                self.core.config().extent_read_bytes,
-                self.core.config().extent_read_depth,
-            )
-            .with_atomic_record_groups(true)
+    }
+
+    /// A put of at least `extent_min_bytes` goes to an extent file of its version's own, in calls of
+    /// `extent_io_bytes`, two at a time; one of at least `unlogged_min_bytes` to the blob files, out of the
+    /// write-ahead log, flushed before the commit; a smaller one whose chunks fit one call goes into its commit's
+    /// write batch, any other is written plainly. Every put commits with one atomic write batch.
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        let config = self.core.config();
+        let at_least = |min: Option<u64>| min.is_some_and(|min| plan.at_least >= min);
+        let other: Option<Box<dyn ChunkSink>> = if at_least(config.extent_min_bytes) {
+            let shape = SinkShape::plain()
+                .with_batch_bytes(Some(config.extent_io_bytes))
+                .with_calls_in_flight(Some(RECORD_CALLS_IN_FLIGHT));
+            Some(Box::new(RecordsSink {
+                shape,
+                plan: plan.records_plan(),
+            }))
+        } else if at_least(config.unlogged_min_bytes) {
+            Some(Box::new(UnloggedSink {
+                shape: SinkShape::plain(),
+            }))
+        } else {
+            None
+        };
+        grouped(plan, other)
+    }
+
+    /// A version in an extent file is read `extent_read_bytes` a call, `extent_read_depth` calls in flight: the
+    /// device's best request size and depth (`saltblob probe`).
+    fn read_shape(&self, size: u64) -> ReadShape {
+        let config = self.core.config();
+        match config.extent_min_bytes {
+            Some(min) if size >= min => {
+                ReadShape::new(config.extent_read_bytes, config.extent_read_depth)
+            }
+            _ => ReadShape::default(),
+        }
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {

@@ -15,8 +15,9 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
+    GroupChunks, GroupWrite, Namespace, Precondition, ReadShape, RecordChange, RecordWrite,
+    RecordsPlan, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -26,8 +27,8 @@ use crate::base::error::Result;
 /// - Each method's default calls the same method of [`ChunkStoreLayer::inner`] with the same arguments and
 ///   returns what it returns. An override is what the wrapper's [`ChunkStore`] method does.
 /// - A layer that intercepts record writes (`put_record`, `delete_record`) or chunk writes (`put_chunks`)
-///   intercepts `write_records` too, which carries both, or clears [`BackendInfo::atomic_record_groups`] in its
-///   `info`, so that no commit passes it by.
+///   intercepts `write_records` too, which carries both, or hands out its inner store's sinks without commit
+///   groups ([`crate::backend::without_commit_groups`] in its `chunk_sink`), so that no commit passes it by.
 /// - A method is overridden alone: a layer that changes chunk writes overrides both `put_chunks` and
 ///   `put_chunks_unlogged`, and `sync_unlogged_chunks` too if it holds or defers writes.
 /// - A layer whose contract covers every request (the scheduler admits each one or says why not) puts
@@ -90,6 +91,16 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
         self.inner()
             .scan_records(ns, prefix, start_after, limit)
             .await
+    }
+
+    /// [`ChunkStore::chunk_sink`].
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        self.inner().chunk_sink(plan)
+    }
+
+    /// [`ChunkStore::read_shape`].
+    fn read_shape(&self, size: u64) -> ReadShape {
+        self.inner().read_shape(size)
     }
 
     /// [`ChunkStore::put_chunks`].
@@ -202,6 +213,14 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>> {
         ChunkStoreLayer::scan_records(self, ns, prefix, start_after, limit).await
+    }
+
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        ChunkStoreLayer::chunk_sink(self, plan)
+    }
+
+    fn read_shape(&self, size: u64) -> ReadShape {
+        ChunkStoreLayer::read_shape(self, size)
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {

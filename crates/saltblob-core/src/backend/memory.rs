@@ -9,8 +9,10 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
+    GroupChunks, GroupWrite, Namespace, PlainSink, Precondition, Previous, RECORD_CALLS_IN_FLIGHT,
+    RecordChange, RecordWrite, RecordsPlan, RecordsSink, SinkPlan, SinkShape, UnloggedSink,
+    grouped,
 };
 use crate::base::error::{Error, Result};
 use crate::base::version::VersionId;
@@ -28,7 +30,7 @@ pub const MEMORY_RECORDS_MIN_BYTES: u64 = 8 << 20;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
-    /// Whether it declares [`BackendInfo::atomic_record_groups`] (see [`MemoryStore::with_atomic_record_groups`]).
+    /// Whether its sinks ask for commit groups (see [`MemoryStore::with_atomic_record_groups`]).
     atomic_record_groups: bool,
 }
 
@@ -122,9 +124,30 @@ impl MemoryStore {
 impl ChunkStore for MemoryStore {
     fn info(&self) -> BackendInfo {
         BackendInfo::new("memory", 64 << 20, 8 << 20, true)
-            .with_unlogged_chunks(Some(MEMORY_UNLOGGED_MIN_BYTES))
-            .with_chunk_records(Some(MEMORY_RECORDS_MIN_BYTES))
-            .with_atomic_record_groups(self.atomic_record_groups)
+    }
+
+    /// As the embedded backend chooses: records of the version from [`MEMORY_RECORDS_MIN_BYTES`], unlogged chunks
+    /// from [`MEMORY_UNLOGGED_MIN_BYTES`], plain chunks below; with commit groups when made with
+    /// [`MemoryStore::with_atomic_record_groups`].
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        let other: Option<Box<dyn ChunkSink>> = if plan.at_least >= MEMORY_RECORDS_MIN_BYTES {
+            let shape = SinkShape::plain().with_calls_in_flight(Some(RECORD_CALLS_IN_FLIGHT));
+            Some(Box::new(RecordsSink {
+                shape,
+                plan: plan.records_plan(),
+            }))
+        } else if plan.at_least >= MEMORY_UNLOGGED_MIN_BYTES {
+            Some(Box::new(UnloggedSink {
+                shape: SinkShape::plain(),
+            }))
+        } else {
+            None
+        };
+        match other {
+            _ if self.atomic_record_groups => grouped(plan, other),
+            Some(sink) => sink,
+            None => Box::new(PlainSink),
+        }
     }
 
     async fn get_record(&self, ns: Namespace, key: &[u8]) -> Result<Option<Bytes>> {

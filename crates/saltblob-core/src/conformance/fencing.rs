@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use super::faults::{Faulty, Point};
 use super::gc::chunks_by_version;
 use super::{assert_holds, data, prefix, repair_now, small_config, store};
-use crate::backend::{ChunkStore, Namespace};
+use crate::backend::{ChunkStore, Namespace, SinkForm, SinkPlan};
 use crate::base::clock::OffsetClock;
 use crate::base::error::Error;
 use crate::base::units::KIB;
@@ -73,7 +73,7 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
                 "the put failed ({e}) and committed nothing"
             );
             assert!(
-                backend.info().atomic_record_groups,
+                super::writes_commit_groups(&*backend),
                 "a claimed put lost its commit: {e}"
             );
         }
@@ -163,11 +163,11 @@ pub async fn failed_put_leaves_no_chunks_behind(backend: Arc<dyn ChunkStore>) {
     assert!(left.is_empty(), "chunks left behind: {left:?}");
 }
 
-/// A put whose chunks fit one backend call (`StoreConfig::batch_bytes`), where the backend
-/// writes atomic groups, stores them in its commit's group and takes no intent: with every intent write failing
-/// it still commits, and with its manifest write failing it stores nothing at all (no chunk, no intent). Where
-/// the backend writes no groups, or stores a put of that size otherwise (unlogged, or as records in a file of its
-/// own), it takes its intent first, and cannot put without one.
+/// A put whose chunks fit one backend call (`StoreConfig::batch_bytes`), where the backend's sink leaves them to
+/// the commit's atomic group ([`SinkForm::Commit`]), stores them in that group and takes no intent: with every
+/// intent write failing it still commits, and with its manifest write failing it stores nothing at all (no
+/// chunk, no intent). Where the sink stores them otherwise (plainly, unlogged, or as records in a file of their
+/// own), the put takes its intent first, and cannot put without one.
 pub async fn small_chunked_puts_store_nothing_before_their_commit(backend: Arc<dyn ChunkStore>) {
     let p = prefix("in-commit");
     let key = format!("{p}blob");
@@ -193,9 +193,10 @@ pub async fn small_chunked_puts_store_nothing_before_their_commit(backend: Arc<d
     faulty.fail(Point::RecordWrite(Namespace::Intent), true);
     let without_intents = writer.put(&key, value.clone(), &PutOptions::new()).await;
     faulty.fail(Point::RecordWrite(Namespace::Intent), false);
-    let info = backend.info();
     let size = value.len() as u64;
-    if !info.atomic_record_groups || info.records_put(size) || info.unlogged_put(size) {
+    // Three chunks of 4 KiB, four to a call: what the put asks the backend's sink for.
+    let plan = SinkPlan::new(4 * KIB as u32, Some(size), size, 4, true);
+    if backend.chunk_sink(&plan).shape().form != SinkForm::Commit {
         assert!(
             without_intents.is_err(),
             "a chunked put that does not write its chunks in its commit needs its intent"

@@ -2,7 +2,7 @@
 //!
 //! A backend crate runs it with [`crate::conformance_suite!`], giving an expression that builds a fresh
 //! [`Fixture`]. Cases use their own random key prefix, so a fixture may share one database between cases.
-//! Cases panic with a message on failure (they are tests).
+//! Cases panic with a message on failure (they are tests). It stands above every other folder.
 //!
 //! # Layout
 //! - [`roundtrip`]: what is put reads back, in every layout, codec and policy.
@@ -195,6 +195,13 @@ pub async fn sealed<F: std::future::Future<Output = ()>>(case: F) {
         stores.load(std::sync::atomic::Ordering::Relaxed) > 0,
         "the case made no store through conformance::store: it ran unsealed"
     );
+}
+
+/// Whether `backend`'s puts commit with atomic groups ([`crate::backend::SinkShape::commit_group`] of the sink it
+/// hands a small put): such a backend must write groups of records atomically.
+pub fn writes_commit_groups(backend: &dyn ChunkStore) -> bool {
+    let plan = crate::backend::SinkPlan::new(64 * 1024, Some(1), 1, 1, true);
+    backend.chunk_sink(&plan).shape().commit_group
 }
 
 /// The small policy the cases use, so that every layout shows up with small blobs: inline up to 1000 bytes,

@@ -257,7 +257,7 @@ pub async fn record_groups_are_all_or_nothing(backend: Arc<dyn ChunkStore>) {
             RecordChange::delete(Namespace::Intent, i.clone(), intent),
         ]
     };
-    if !backend.info().atomic_record_groups {
+    if !super::writes_commit_groups(&*backend) {
         let refused = backend
             .write_records(commit("m1", Precondition::None, Precondition::None), None)
             .await;
@@ -403,7 +403,7 @@ pub async fn record_groups_carry_chunks(backend: Arc<dyn ChunkStore>) {
         let backend = Arc::clone(&backend);
         async move { backend.write_records(changes, Some(chunks)).await }
     };
-    if !backend.info().atomic_record_groups {
+    if !super::writes_commit_groups(&*backend) {
         let refused = with_chunks("m1", Precondition::None).await;
         assert!(refused.is_err(), "a group without the support: {refused:?}");
         assert_eq!(stored().await, vec![None, None, None]);

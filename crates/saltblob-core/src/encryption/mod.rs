@@ -5,7 +5,10 @@
 //! `aws-kms` provider is crate `saltblob-kms`, which has the HTTP client this crate does not), the
 //! wrapped-key format, the data-key cache ([`CachedProvider`]), the sealing of a version's chunks
 //! ([`seal::VersionKeys`]) and what a sealed manifest records ([`Sealing`]). A store seals the versions it writes
-//! when its [`crate::state::config::StoreConfig::encryption`] (or a put's [`crate::state::config::PutOptions::encryption_key`]) names a key.
+//! when its [`crate::state::config::StoreConfig::encryption`] (or a put's
+//! [`crate::state::config::PutOptions::encryption_key`]) names a key.
+//!
+//! Uses only `base/`: the chunk and manifest formats (`format/`) record what it seals, not the other way round.
 
 mod customer;
 mod keyring;

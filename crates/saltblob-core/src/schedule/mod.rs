@@ -11,6 +11,8 @@
 //!
 //! A backend may read the class of the request it is serving ([`current_class`]) to use its engine's own
 //! levers (low-priority writes, separate in-flight budgets).
+//!
+//! Uses `base/`, `format/` (a class by layout) and [`crate::backend`] (the store it schedules), nothing above.
 
 mod class;
 pub(crate) mod cpu;

@@ -11,8 +11,9 @@ use futures::stream::BoxStream;
 use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::backend::layer::ChunkStoreLayer;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, Namespace, Precondition, RecordChange, RecordWrite, RecordsPlan, SpaceReport,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
+    GroupChunks, GroupWrite, Namespace, Precondition, ReadShape, RecordChange, RecordWrite,
+    RecordsPlan, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -26,7 +27,8 @@ const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 /// Record reads and writes, and the deletion of a version's chunks, move no data of their own: in a background
 /// class they are admitted beside its data units, not queued behind them ([`Scheduler::admit_record`]).
 ///
-/// Not scheduled: [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams
+/// Not scheduled: [`ChunkStore::chunk_sink`] and [`ChunkStore::read_shape`] (the backend's choices, no I/O; a
+/// sink's writes come back through this store), [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams
 /// paced by their consumer), [`ChunkStore::sync_unlogged_chunks`] and [`ChunkStore::sync_chunk_records`]
 /// (a flush or an fsync, which move no bytes of their own), [`ChunkStore::begin_chunk_records`] (creating and
 /// sizing a file) and [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that
@@ -160,6 +162,15 @@ impl ChunkStoreLayer for ScheduledStore {
             page.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
         })
         .await
+    }
+
+    /// Not admitted: the backend's choice, no I/O. The sink's writes go through this store, which admits them.
+    fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
+        self.backend.chunk_sink(plan)
+    }
+
+    fn read_shape(&self, size: u64) -> ReadShape {
+        self.backend.read_shape(size)
     }
 
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {

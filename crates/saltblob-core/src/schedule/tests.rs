@@ -475,8 +475,8 @@ async fn small_operations_overtake_a_queued_bulk_put() {
 /// (gc's) would queue behind them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_of_chunk_records_keeps_few_calls_in_flight() {
+    use crate::backend::RECORD_CALLS_IN_FLIGHT;
     use crate::backend::memory::MEMORY_RECORDS_MIN_BYTES;
-    use crate::store::chunk_writer::RECORD_CALLS_IN_FLIGHT;
 
     let (backend, store) = slow_store(64);
     let size = usize::try_from(MEMORY_RECORDS_MIN_BYTES).expect("fits") + (4 << 20);

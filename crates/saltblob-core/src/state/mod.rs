@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition};
+use crate::backend::{BackendInfo, ChunkStore, Namespace, Precondition, ReadShape};
 use crate::base::error::{Error, KeyDisplay, Result};
 use crate::base::retry::Backoff;
 use crate::encryption::StoreKeys;
@@ -211,59 +211,35 @@ impl Inner {
         self.chunks_in(raw_budget, chunk_size)
     }
 
-    /// Whether a put of `size` bytes in chunks of `chunk_size`, in `class`, writes its chunks in its commit's
-    /// atomic group ([`crate::backend::GroupChunks`]) and takes no intent: where the backend writes atomic groups
-    /// ([`BackendInfo::atomic_record_groups`]), for a put whose chunks it would write plainly (neither as records
-    /// nor unlogged) and in one backend call. The put then stores nothing before the write that commits it,
-    /// so there is nothing for an intent to let gc find; a small chunked put is one engine write, as an inline
-    /// one is.
-    pub(crate) fn commits_chunks_in_group(
-        &self,
-        size: u64,
-        chunk_size: u32,
-        class: Option<&ClassTag>,
-    ) -> bool {
-        self.info.atomic_record_groups
-            && !self.info.records_put(size)
-            && !self.info.unlogged_put(size)
-            && size.div_ceil(u64::from(chunk_size.max(1)))
-                <= self.chunks_per_batch(chunk_size, class)
-    }
-
-    /// Chunks per backend call of a version of `size` bytes: when a version that large stores its chunks as
-    /// records and the backend asks for a batch size of its own for them
-    /// ([`BackendInfo::chunk_records_batch_bytes`]: a call then costs it a copy or one aligned read of the
-    /// device's best size), that batch; otherwise [`Inner::chunks_per_batch`].
-    pub(crate) fn chunks_per_batch_of(
+    /// Chunks of `chunk_size` raw bytes per backend call of a put whose sink asks for batches of `batch_bytes`
+    /// raw bytes ([`crate::backend::SinkShape::batch_bytes`]; `None`: [`Inner::chunks_per_batch`] in `class`).
+    pub(crate) fn chunks_per_sink_batch(
         &self,
         chunk_size: u32,
         class: Option<&ClassTag>,
-        size: u64,
+        batch_bytes: Option<usize>,
     ) -> u64 {
-        match self.info.chunk_records_batch_bytes {
-            Some(batch) if self.info.records_put(size) => self.chunks_in(batch, chunk_size),
-            _ => self.chunks_per_batch(chunk_size, class),
+        match batch_bytes {
+            Some(bytes) => self.chunks_in(bytes, chunk_size),
+            None => self.chunks_per_batch(chunk_size, class),
         }
     }
 
-    /// Chunks per backend call of a read of a version of `size` bytes, and calls in flight: for a version stored
-    /// as chunk records, the backend's read size and depth where it declares them
-    /// ([`BackendInfo::chunk_records_read_bytes`], [`BackendInfo::chunk_records_read_depth`]); otherwise
-    /// [`Inner::chunks_per_batch_of`], as many as the store's in-flight window holds.
+    /// Chunks per backend call of a read of a version of `size` bytes, and calls in flight: the backend's read
+    /// shape for a version that large ([`ChunkStore::read_shape`]), the rest from [`Inner::chunks_per_batch`] and
+    /// as many calls as the store's in-flight window holds.
     pub(crate) fn read_batches_of(
         &self,
         chunk_size: u32,
         class: Option<&ClassTag>,
         size: u64,
     ) -> (u64, usize) {
-        let per_batch = match self.info.chunk_records_read_bytes {
-            Some(bytes) if self.info.records_put(size) => self.chunks_in(bytes, chunk_size),
-            _ => self.chunks_per_batch_of(chunk_size, class, size),
-        };
+        let shape = self.backend.read_shape(size);
+        let per_batch = self.chunks_per_sink_batch(chunk_size, class, shape.batch_bytes);
         let batch_bytes = usize::try_from(per_batch)
             .unwrap_or(usize::MAX)
             .saturating_mul(chunk_size as usize);
-        let depth = read_depth(&self.info, self.config.inflight_bytes, batch_bytes, size);
+        let depth = read_depth(shape, self.config.inflight_bytes, batch_bytes);
         (per_batch, depth)
     }
 
@@ -276,14 +252,11 @@ impl Inner {
     }
 }
 
-/// Reads in flight ([`Inner::read_batches_of`]) for a backend described by `info`, an in-flight window of
-/// `inflight_bytes` and batches of `batch_bytes`.
-fn read_depth(info: &BackendInfo, inflight_bytes: usize, batch_bytes: usize, size: u64) -> usize {
+/// Reads in flight ([`Inner::read_batches_of`]) for a backend's read shape `shape`, an in-flight window of
+/// `inflight_bytes` and batches of `batch_bytes`: the window's batches, at most the shape's depth, at least one.
+fn read_depth(shape: ReadShape, inflight_bytes: usize, batch_bytes: usize) -> usize {
     let window = (inflight_bytes / batch_bytes.max(1)).max(1);
-    match info.chunk_records_read_depth {
-        Some(depth) if info.records_put(size) => window.min(depth),
-        _ => window,
-    }
+    shape.depth.map_or(window, |depth| window.min(depth))
 }
 
 /// A scan of one namespace, [`PAGE`] records at a time, in key order: the one loop over
@@ -321,29 +294,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_of_chunk_records_keep_the_backends_depth_in_flight_and_others_the_window() {
-        let info = BackendInfo::new("t", 1 << 20, 8 << 20, true).with_chunk_records(Some(8 << 20));
-        let deep = |info: &BackendInfo, size| read_depth(info, 16 << 20, 1 << 20, size);
+    fn reads_keep_the_backends_depth_in_flight_and_otherwise_the_window() {
+        let deep = |shape, inflight| read_depth(shape, inflight, 1 << 20);
         assert_eq!(
-            deep(&info, 60 << 20),
+            deep(ReadShape::default(), 16 << 20),
             16,
-            "no read depth declared: the window"
+            "no depth asked for: the window"
         );
-        let info = info.with_chunk_records_reads(512 << 10, 2);
-        assert_eq!(deep(&info, 60 << 20), 2, "records: the backend's depth");
-        assert_eq!(deep(&info, 4 << 20), 16, "not records: the window");
+        let shape = ReadShape::new(512 << 10, 2);
+        assert_eq!(deep(shape, 16 << 20), 2, "the backend's depth");
+        assert_eq!(deep(shape, 1 << 20), 1, "the window is smaller");
+        assert_eq!(deep(shape, 0), 1, "at least one");
+        let at_least_one = ReadShape::new(0, 0);
         assert_eq!(
-            read_depth(&info, 1 << 20, 1 << 20, 60 << 20),
-            1,
-            "the window is smaller"
-        );
-        assert_eq!(read_depth(&info, 0, 1 << 20, 60 << 20), 1, "at least one");
-        let at_least_one = info.with_chunk_records_reads(0, 0);
-        assert_eq!(
-            (
-                at_least_one.chunk_records_read_bytes,
-                at_least_one.chunk_records_read_depth
-            ),
+            (at_least_one.batch_bytes, at_least_one.depth),
             (Some(1), Some(1))
         );
     }

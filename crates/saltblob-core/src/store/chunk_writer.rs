@@ -2,12 +2,12 @@
 //! blob's digest: each chunk hashed in the task that encodes it, or in order on the put's task when the chunk
 //! size is no BLAKE3 subtree (see `digest.rs`).
 //!
-//! A put stores its chunks one of four ways ([`Path`]), chosen by its size and what the backend asks for: as
-//! records of their version (large puts on a backend that keeps a version in a file of its own: the header and
-//! the payload are handed over apart, so the backend copies each byte once, into its I/O buffer), unlogged
-//! (large puts on a backend whose log would write them twice), in the commit's group (puts whose chunks fit
-//! one backend call, on a backend that writes atomic groups: the writer encodes them and the commit writes
-//! them), or plainly.
+//! How the chunks are stored is the backend's choice: the put asked it for a sink
+//! ([`crate::backend::ChunkStore::chunk_sink`]), and the writer encodes each batch in the form the sink's shape
+//! asks for (whole chunks, or header and payload apart so that the backend copies each byte once, into its I/O
+//! buffer), in its batch size and with at most its calls in flight, hands it to the sink, and has the sink make
+//! them durable before the commit. A sink of the [`SinkForm::Commit`] form takes nothing: the writer keeps the
+//! encoded chunks and the commit writes them in its atomic group.
 //!
 //! A sealed version's chunks are sealed in the same tasks, after compression (`codec.rs`, `encode_sealed`). The
 //! last chunk's nonce differs from the others', so the writer holds each chunk back until the next one (or the
@@ -19,7 +19,10 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::backend::{BlobRef, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks, RecordsPlan};
+use crate::backend::{
+    BlobRef, ChunkBatch, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite, GroupChunks, SinkForm,
+    SinkShape,
+};
 use crate::base::error::{Error, Result};
 use crate::base::retry::Backoff;
 use crate::encryption::seal::VersionKeys;
@@ -29,28 +32,6 @@ use crate::ledger::intent::Progress;
 use crate::schedule::{ClassTag, cpu, current_class, in_class};
 use crate::state::Inner;
 use crate::store::digest::{BlobDigest, ChunkHash, ChunkHasher};
-
-/// Backend calls of one put's chunk records issued at once (waiting for admission or running). A version's
-/// records go into one file whose writer takes one call at a time and waits for its device writes inside the
-/// call, so more calls would only hold scheduler slots while they queue there: with the whole window in calls,
-/// every request of their class (gc's record reads and deletes among them, which the reclaim pass issues one
-/// after another) waited behind the window's bytes of disk writes, per request. Two calls keep one call's
-/// pointer write overlapped with the next one's copy.
-pub(crate) const RECORD_CALLS_IN_FLIGHT: usize = 2;
-
-/// How a put stores its chunks, and what it must do before its commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Path {
-    /// [`ChunkStore::put_chunks`]; nothing to do before the commit.
-    Logged,
-    /// [`ChunkStore::put_chunks_unlogged`], then [`ChunkStore::sync_unlogged_chunks`].
-    Unlogged,
-    /// [`ChunkStore::begin_chunk_records`], [`ChunkStore::put_chunk_records`], then
-    /// [`ChunkStore::sync_chunk_records`] of the version.
-    Records,
-    /// Encoded only, and kept for the commit to write in its group ([`ChunkStore::write_records`]).
-    InCommit,
-}
 
 /// Writes the chunks of one version: groups them into batches of up to the batch size and keeps at most the
 /// in-flight window of raw bytes in backend calls at once.
@@ -65,9 +46,12 @@ pub(crate) struct ChunkWriter {
     backoff: Backoff,
     window: Arc<Semaphore>,
     window_bytes: usize,
-    /// At most [`RECORD_CALLS_IN_FLIGHT`] calls of [`ChunkStore::put_chunk_records`] at once (records only;
-    /// the encoding of the window's other batches goes on meanwhile).
-    record_calls: Arc<Semaphore>,
+    /// The sink the backend chose for the version, and its shape.
+    sink: Arc<dyn ChunkSink>,
+    shape: SinkShape,
+    /// At most [`SinkShape::calls_in_flight`] calls of the sink at once, when it says (the encoding of the
+    /// window's other batches goes on meanwhile).
+    calls: Option<Arc<Semaphore>>,
     /// Each task's stored bytes and the subtrees of its chunks (none for a sequential digest).
     tasks: JoinSet<TaskResult>,
     /// Chunks to write next: index, raw bytes, whether it is the last.
@@ -81,24 +65,18 @@ pub(crate) struct ChunkWriter {
     progress: Arc<Progress>,
     /// The put's class, which the writes of its spawned tasks run in.
     class: Option<ClassTag>,
-    /// How the chunks are stored: as records or unlogged (both synced in [`ChunkWriter::finish`]) for a large
-    /// put on a backend that asks for it ([`crate::backend::BackendInfo::chunk_records_min_bytes`],
-    /// [`crate::backend::BackendInfo::unlogged_chunks_min_bytes`]), else plainly.
-    path: Path,
-    /// What [`ChunkStore::begin_chunk_records`] is told; `Some` until it was called (records only).
-    plan: Option<RecordsPlan>,
-    /// Whether [`ChunkStore::begin_chunk_records`] was called: the version has storage to delete on abort.
+    /// Whether [`ChunkSink::begin`] was called for a sink of records: the version has storage of its own to
+    /// delete on abort.
     begun: bool,
-    /// The encoded chunks kept for the commit's group ([`Path::InCommit`] only).
+    /// The encoded chunks kept for the commit's group ([`SinkForm::Commit`] only).
     kept: Vec<ChunkWrite>,
     /// The blob's digest: fed the subtrees the tasks hash, or the raw chunks in order as they are pushed.
     digest: BlobDigest,
 }
 
 impl ChunkWriter {
-    /// A writer of the chunks of `blob`, spread over `salt_count` salts, in the caller's class, sealed with `keys`
-    /// when given; `size` is the blob's size when known, `at_least` its size or, for a stream of unknown length, a
-    /// lower bound of it.
+    /// A writer of the chunks of `blob`, spread over `salt_count` salts, through `sink`, in the caller's class,
+    /// sealed with `keys` when given.
     #[expect(clippy::too_many_arguments, reason = "the put's plan, passed once")]
     pub(crate) fn new(
         inner: &Inner,
@@ -106,20 +84,14 @@ impl ChunkWriter {
         salt_count: u32,
         codec: Codec,
         chunk_size: u32,
-        size: Option<u64>,
-        at_least: u64,
+        sink: Box<dyn ChunkSink>,
         progress: Arc<Progress>,
         keys: Option<Arc<VersionKeys>>,
     ) -> Self {
         let window_bytes = inner.config.inflight_bytes;
         let class = current_class();
-        let path = if inner.info.records_put(at_least) {
-            Path::Records
-        } else if inner.info.unlogged_put(at_least) {
-            Path::Unlogged
-        } else {
-            Path::Logged
-        };
+        let shape = sink.shape();
+        let per_batch = inner.chunks_per_sink_batch(chunk_size, class.as_ref(), shape.batch_bytes);
         Self {
             backend: Arc::clone(&inner.backend),
             blob,
@@ -129,16 +101,13 @@ impl ChunkWriter {
                 salt_count,
             },
             codec,
-            per_batch: usize::try_from(inner.chunks_per_batch_of(
-                chunk_size,
-                class.as_ref(),
-                at_least,
-            ))
-            .unwrap_or(1),
+            per_batch: usize::try_from(per_batch).unwrap_or(1),
             backoff: inner.chunk_backoff(),
             window: Arc::new(Semaphore::new(window_bytes)),
             window_bytes,
-            record_calls: Arc::new(Semaphore::new(RECORD_CALLS_IN_FLIGHT)),
+            sink: Arc::from(sink),
+            shape,
+            calls: shape.calls_in_flight.map(|n| Arc::new(Semaphore::new(n))),
             tasks: JoinSet::new(),
             batch: Vec::new(),
             keys,
@@ -147,35 +116,32 @@ impl ChunkWriter {
             progress,
             digest: BlobDigest::new(chunk_size, class.clone()),
             class,
-            plan: (path == Path::Records).then(|| RecordsPlan::new(chunk_size, size)),
-            path,
             begun: false,
             kept: Vec::new(),
         }
     }
 
-    /// Keeps the chunks for the commit to write in its group ([`ChunkWriter::take_for_commit`]) in place of
-    /// writing them, for a put whose chunks [`Inner::commits_chunks_in_group`] (which only a put that would
-    /// write them plainly does). Called before the first chunk.
-    pub(crate) fn in_commit(mut self) -> Self {
-        self.path = Path::InCommit;
-        self.plan = None;
-        self
+    /// Prepares the version's storage ([`ChunkSink::begin`]: for a sink of records, a file of its own, created
+    /// and pre-sized). Called once, before the first chunk, after the put's intent is written.
+    pub(crate) async fn begin(&mut self) -> Result<()> {
+        if self.shape.form == SinkForm::Commit {
+            return Ok(());
+        }
+        // Counted as begun before the call: a failure may leave what it created, for abort to delete.
+        self.begun = self.shape.form == SinkForm::Records;
+        let (sink, backend, blob) = (&self.sink, &*self.backend, &self.blob);
+        self.backoff.run(|| sink.begin(backend, blob)).await
     }
 
-    /// Prepares the backend's storage of the version when its chunks are stored as records (a file of their
-    /// own, created and pre-sized); does nothing otherwise. Called before the first chunk.
-    pub(crate) async fn begin(&mut self) -> Result<()> {
-        if let Some(plan) = self.plan.take() {
-            // Counted as begun before the call: a failure may leave what it created, for abort to delete.
-            self.begun = true;
-            let backend = &self.backend;
-            let blob = &self.blob;
-            self.backoff
-                .run(|| backend.begin_chunk_records(blob, plan))
-                .await?;
-        }
-        Ok(())
+    /// Whether the chunks go into the commit's atomic group ([`SinkForm::Commit`]): the put then takes no
+    /// intent, since nothing is stored before its commit.
+    pub(crate) fn in_commit(&self) -> bool {
+        self.shape.form == SinkForm::Commit
+    }
+
+    /// Whether the put commits with one atomic group ([`SinkShape::commit_group`]).
+    pub(crate) fn commit_group(&self) -> bool {
+        self.shape.commit_group
     }
 
     fn add_stored(
@@ -238,16 +204,17 @@ impl ChunkWriter {
         // Every chunk enqueued so far is in this batch or an earlier one.
         self.progress.writing(self.layout.chunk_count);
         let progress = Arc::clone(&self.progress);
-        let record_calls = Arc::clone(&self.record_calls);
+        let calls = self.calls.clone();
         let keys = self.keys.clone();
-        let (backend, blob, layout, codec, backoff, class, path, hasher) = (
+        let (backend, sink, blob, layout, codec, backoff, class, form, hasher) = (
             Arc::clone(&self.backend),
+            Arc::clone(&self.sink),
             self.blob.clone(),
             self.layout,
             self.codec,
             self.backoff,
             self.class.clone(),
-            self.path,
+            self.shape.form,
             self.digest.chunk_hasher(),
         );
         self.tasks.spawn(in_class(self.class.clone(), async move {
@@ -261,44 +228,34 @@ impl ChunkWriter {
                     hasher,
                     keys.as_deref(),
                     &batch,
-                    path,
+                    form,
                 )
             })
             .await??;
             let stored = encoded.stored_bytes();
-            match encoded {
-                Encoded::Writes(writes) if path == Path::InCommit => {
-                    return Ok((stored, hashes, writes));
-                }
-                Encoded::Writes(writes) => {
-                    backoff
-                        .run(|| {
-                            if path == Path::Unlogged {
-                                backend.put_chunks_unlogged(&blob, writes.clone())
-                            } else {
-                                backend.put_chunks(&blob, writes.clone())
-                            }
-                        })
-                        .await?
-                }
-                Encoded::Records(records) => {
-                    let _call = record_calls
+            if form == SinkForm::Commit {
+                return Ok((stored, hashes, encoded.into_chunks()));
+            }
+            let _call = match calls {
+                Some(calls) => Some(
+                    calls
                         .acquire_owned()
                         .await
-                        .map_err(|e| Error::internal("record call gate closed", e))?;
-                    backoff
-                        .run(|| backend.put_chunk_records(&blob, records.clone()))
-                        .await?
-                }
-            }
+                        .map_err(|e| Error::internal("sink call gate closed", e))?,
+                ),
+                None => None,
+            };
+            backoff
+                .run(|| sink.put(&*backend, &blob, encoded.clone()))
+                .await?;
             progress.stored(stored);
             Ok((stored, hashes, Vec::new()))
         }));
         Ok(())
     }
 
-    /// Waits for every chunk and, for unlogged chunks and records, for the backend to make them durable; returns
-    /// the stored bytes and the BLAKE3 digest of the raw bytes pushed. Only then may the put commit.
+    /// Waits for every chunk and for the sink to make them durable ([`ChunkSink::finish`]); returns the stored bytes
+    /// and the BLAKE3 digest of the raw bytes pushed. Only then may the put commit.
     pub(crate) async fn finish(&mut self) -> Result<(u64, blake3::Hash)> {
         if let Some(last) = self.held.take() {
             self.enqueue(last, true).await?;
@@ -307,24 +264,17 @@ impl ChunkWriter {
         while let Some(done) = self.tasks.join_next().await {
             self.add_stored(done)?;
         }
-        let backend = &self.backend;
-        match self.path {
-            Path::Logged | Path::InCommit => {}
-            Path::Unlogged => self.backoff.run(|| backend.sync_unlogged_chunks()).await?,
-            Path::Records => {
-                let blob = &self.blob;
-                self.backoff
-                    .run(|| backend.sync_chunk_records(blob))
-                    .await?
-            }
+        if self.shape.form != SinkForm::Commit {
+            let (sink, backend, blob) = (&self.sink, &*self.backend, &self.blob);
+            self.backoff.run(|| sink.finish(backend, blob)).await?;
         }
         Ok((self.stored, self.digest.finalize().await?))
     }
 
     /// The chunks kept for the commit's group ([`ChunkWriter::in_commit`]), once [`ChunkWriter::finish`]
-    /// returned; `None` for chunks the writer wrote itself.
+    /// returned; `None` for chunks the sink stored.
     pub(crate) fn take_for_commit(&mut self) -> Option<GroupChunks> {
-        (self.path == Path::InCommit).then(|| GroupChunks {
+        self.in_commit().then(|| GroupChunks {
             blob: self.blob.clone(),
             chunks: std::mem::take(&mut self.kept),
         })
@@ -354,7 +304,7 @@ impl ChunkWriter {
     pub(crate) async fn abort(mut self) -> bool {
         while self.tasks.join_next().await.is_some() {}
         // Chunks kept for the commit were never written.
-        if self.path == Path::InCommit {
+        if self.in_commit() {
             return true;
         }
         if (self.layout.chunk_count > 0 || self.begun)
@@ -373,24 +323,6 @@ impl ChunkWriter {
     }
 }
 
-/// A batch of chunks encoded for the way the put stores them.
-enum Encoded {
-    /// Whole chunks, for [`ChunkStore::put_chunks`] and [`ChunkStore::put_chunks_unlogged`].
-    Writes(Vec<ChunkWrite>),
-    /// Header and payload apart, for [`ChunkStore::put_chunk_records`].
-    Records(Vec<ChunkRecord>),
-}
-
-impl Encoded {
-    /// Stored bytes of the batch.
-    fn stored_bytes(&self) -> u64 {
-        match self {
-            Encoded::Writes(writes) => ChunkWrite::stored_bytes(writes),
-            Encoded::Records(records) => records.iter().map(|r| r.len() as u64).sum(),
-        }
-    }
-}
-
 /// The encoded chunks of a batch of `blob`, sealed with `keys` when given, and their subtrees when `hasher` is
 /// given (each chunk hashed right before it is encoded, while it is in the cache; its checksum follows at once).
 fn encode_batch(
@@ -400,8 +332,8 @@ fn encode_batch(
     hasher: Option<ChunkHasher>,
     keys: Option<&VersionKeys>,
     batch: &[(u64, Bytes, bool)],
-    path: Path,
-) -> Result<(Encoded, Vec<ChunkHash>)> {
+    form: SinkForm,
+) -> Result<(ChunkBatch, Vec<ChunkHash>)> {
     let mut hashes = Vec::new();
     let mut hash = |index: u64, raw: &Bytes| {
         if let Some(hasher) = hasher {
@@ -413,8 +345,8 @@ fn encode_batch(
         version: blob.version,
         index,
     };
-    let encoded = match (path, keys) {
-        (Path::Records, _) => Encoded::Records(
+    let encoded = match (form, keys) {
+        (SinkForm::Records, _) => ChunkBatch::Records(
             batch
                 .iter()
                 .map(|(index, raw, last)| {
@@ -432,7 +364,7 @@ fn encode_batch(
                 })
                 .collect::<Result<_>>()?,
         ),
-        (_, Some(keys)) => Encoded::Writes(
+        (_, Some(keys)) => ChunkBatch::Chunks(
             batch
                 .iter()
                 .map(|(index, raw, last)| {
@@ -448,7 +380,7 @@ fn encode_batch(
                 })
                 .collect::<Result<_>>()?,
         ),
-        (_, None) => Encoded::Writes(
+        (_, None) => ChunkBatch::Chunks(
             batch
                 .iter()
                 .map(|(index, raw, _)| {
@@ -466,7 +398,7 @@ fn encode_batch(
 }
 
 /// What a chunk-write task returns: its stored bytes, the subtrees of its chunks, and the chunks it encoded
-/// for the commit to write ([`Path::InCommit`]; none otherwise).
+/// for the commit to write ([`SinkForm::Commit`]; none otherwise).
 type TaskResult = Result<(u64, Vec<ChunkHash>, Vec<ChunkWrite>)>;
 
 #[cfg(test)]
@@ -498,8 +430,7 @@ mod tests {
             1,
             Codec::None,
             chunk_size,
-            None,
-            0,
+            Box::new(crate::backend::PlainSink),
             Arc::clone(&progress),
             None,
         );

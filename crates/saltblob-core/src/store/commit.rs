@@ -10,8 +10,9 @@
 //! if the write never lands, the reclaim pass finds those versions still current and drops the entries (after the
 //! commit window). After the write, whatever the backend says was replaced is queued too when it is not what was
 //! queued before (another writer committed in between) or when the write landed so late that the reclaim pass
-//! may already have dropped the first entry ([`crate::ledger::reclaim::queue_replaced`]). Where the backend writes
-//! atomic groups, the entries and the write are one group instead, and nothing is queued before.
+//! may already have dropped the first entry ([`crate::ledger::reclaim::queue_replaced`]). Where the put's sink
+//! asks for a commit group ([`crate::backend::SinkShape::commit_group`]), the entries and the write are one atomic
+//! group instead, and nothing is queued before.
 //!
 //! On a backend whose conditional writes are cheap (those that report the replaced record), a change that
 //! expects nothing ([`Expect::Any`]) is written as a compare-and-set on the record it read and queued, and reads,
@@ -281,10 +282,10 @@ async fn write(
         CommitChunks::Leased(lease) => Some(lease),
         CommitChunks::None | CommitChunks::InGroup(_) => None,
     };
-    // Where the backend writes atomic groups, a put's reclaim entries, manifest and intent removal (or chunks, for
+    // Where the put's sink asks for a commit group, a put's reclaim entries, manifest and intent removal (or chunks, for
     // a put without an intent) are one write.
     let group = match (&fences.chunks, new) {
-        (CommitChunks::Leased(lease), Some(_)) if inner.info.atomic_record_groups => {
+        (CommitChunks::Leased(lease), Some(_)) if lease.commits_in_group() => {
             Some(Group::IntentRemoval(lease))
         }
         (CommitChunks::InGroup(chunks), Some(_)) => Some(Group::Chunks(chunks)),

@@ -5,19 +5,21 @@
 //! longer take over) and commits its manifest through [`commit::change_manifest`], which queues the version it
 //! replaces for reclaim first. Where the backend writes atomic groups of records there is no claim: the reclaim
 //! entries, the manifest and the intent's conditional removal are one write; and a put whose chunks fit one
-//! backend call takes no intent at all: its chunks go into that write too
-//! ([`crate::state::Inner::commits_chunks_in_group`]), so a small chunked put is one engine write.
+//! backend call takes no intent at all: its chunks go into that write too (as its sink says:
+//! [`crate::backend::SinkForm::Commit`]), so a small chunked put is one engine write.
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::backend::BlobRef;
+use std::sync::Arc;
+
+use crate::backend::{BlobRef, SinkPlan};
 use crate::base::error::{Error, Result};
 use crate::base::version::VersionId;
 use crate::format::codec::Codec;
 use crate::format::layout::{Layout, LayoutPolicy};
 use crate::format::manifest::{Manifest, ManifestBody};
-use crate::ledger::intent::IntentLease;
+use crate::ledger::intent::{IntentLease, Progress};
 use crate::schedule::{self, ClassTag, PriorityClass};
 use crate::state::Inner;
 use crate::state::config::{PutCondition, PutOptions};
@@ -249,35 +251,33 @@ where
     // Held until the put returns, then freed off its path (see `FreedOffPath`).
     let _payload = FreedOffPath::of(&head, eof);
     let chunk_size = policy.chunk_size_for(known_size);
-    // A put whose chunks its commit writes (in one atomic group with the manifest) stores nothing before it, and
-    // takes no intent. Any other takes its intent first: a writer that dies from here on leaves a record that
-    // lets gc find its chunks.
-    let in_commit = matches!(finish, Finish::Commit)
-        && known_size.is_some_and(|size| {
-            inner.commits_chunks_in_group(size, chunk_size, schedule::current_class().as_ref())
-        });
-    let lease = if in_commit {
-        None
-    } else {
-        Some(IntentLease::acquire(inner, &blob, planned_salt).await?)
-    };
-    let writer = ChunkWriter::new(
+    // The backend chooses how the chunks are stored, and whether the commit is one atomic group.
+    let plan = SinkPlan::new(
+        chunk_size,
+        known_size,
+        known_size.unwrap_or(head_len),
+        inner.chunks_per_batch(chunk_size, schedule::current_class().as_ref()),
+        matches!(finish, Finish::Commit),
+    );
+    let progress = Arc::new(Progress::default());
+    let mut writer = ChunkWriter::new(
         inner,
         blob.clone(),
         planned_salt,
         codec,
         chunk_size,
-        known_size,
-        known_size.unwrap_or(head_len),
-        lease
-            .as_ref()
-            .map_or_else(Default::default, IntentLease::progress),
-        sealed.as_ref().map(|s| std::sync::Arc::clone(&s.keys)),
+        inner.backend.chunk_sink(&plan),
+        Arc::clone(&progress),
+        sealed.as_ref().map(|s| Arc::clone(&s.keys)),
     );
-    let mut writer = if in_commit {
-        writer.in_commit()
+    // A put whose chunks its commit writes (in one atomic group with the manifest) stores nothing before it, and
+    // takes no intent. Any other takes its intent first: a writer that dies from here on leaves a record that
+    // lets gc find its chunks.
+    let lease = if writer.in_commit() {
+        None
     } else {
-        writer
+        let group = writer.commit_group();
+        Some(IntentLease::acquire(inner, &blob, planned_salt, group, progress).await?)
     };
     let written = match writer.begin().await {
         Ok(()) => {

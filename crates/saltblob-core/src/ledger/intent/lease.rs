@@ -85,11 +85,21 @@ pub(crate) struct IntentLease {
     writing: Arc<tokio::sync::Mutex<()>>,
     progress: Arc<Progress>,
     renewer: Option<tokio::task::JoinHandle<()>>,
+    /// Whether the put commits with one atomic group that removes the intent ([`IntentLease::commit_group`]), as
+    /// its sink said ([`crate::backend::SinkShape::commit_group`]).
+    commit_group: bool,
 }
 
 impl IntentLease {
-    /// Writes the intent of `blob` and starts renewing it.
-    pub(crate) async fn acquire(inner: &Inner, blob: &BlobRef, salt_count: u32) -> Result<Self> {
+    /// Writes the intent of `blob` and starts renewing it, recording the put's `progress` at each renewal;
+    /// `commit_group`: whether the put commits with one atomic group ([`IntentLease::commits_in_group`]).
+    pub(crate) async fn acquire(
+        inner: &Inner,
+        blob: &BlobRef,
+        salt_count: u32,
+        commit_group: bool,
+        progress: Arc<Progress>,
+    ) -> Result<Self> {
         let lease = inner.config.intent_lease;
         let now = inner.now_micros();
         let intent = Intent {
@@ -118,7 +128,6 @@ impl IntentLease {
             removed: false,
         }));
         let writing = Arc::new(tokio::sync::Mutex::new(()));
-        let progress = Arc::new(Progress::default());
         let renewer = tokio::spawn(renew(
             Arc::clone(&inner.backend),
             Arc::clone(&inner.config.clock),
@@ -139,11 +148,13 @@ impl IntentLease {
             writing,
             progress,
             renewer: Some(renewer),
+            commit_group,
         })
     }
 
-    pub(crate) fn progress(&self) -> Arc<Progress> {
-        Arc::clone(&self.progress)
+    /// Whether the put commits with one atomic group that removes the intent ([`IntentLease::commit_group`]).
+    pub(crate) fn commits_in_group(&self) -> bool {
+        self.commit_group
     }
 
     fn lost_error(&self, detail: String) -> Error {
@@ -160,10 +171,10 @@ impl IntentLease {
     /// outcome is unknown is tried again: finding its own claim in place means it landed.
     ///
     /// Where writes may land late ([`takeover_hold`]) there is no claim: this only checks the lease. Nor is there
-    /// one where the commit is an atomic group ([`crate::backend::BackendInfo::atomic_record_groups`]): the group removes
-    /// the intent under the condition a claim would check ([`IntentLease::commit_group`]).
+    /// one where the commit is an atomic group ([`IntentLease::commits_in_group`]): the group removes the intent
+    /// under the condition a claim would check ([`IntentLease::commit_group`]).
     pub(crate) async fn claim(&self, inner: &Inner) -> Result<()> {
-        if inner.info.late_writes || inner.info.atomic_record_groups {
+        if inner.info.late_writes || self.commit_group {
             return self.check_claim();
         }
         let hold = commit_hold(inner.config.intent_lease);

@@ -7,8 +7,8 @@
 //! extends the expiry by the commit hold ([`crate::base::timing::commit_hold`]), from the value it last wrote. gc's
 //! takeover is a compare-and-set on the value gc read, so of a claim and a takeover exactly one wins: a put whose intent was taken over fails instead of committing,
 //! and a claimed intent is not taken over before its manifest write has landed. Renewals go on through the
-//! commit. On a backend that writes atomic groups of records ([`crate::backend::BackendInfo::atomic_record_groups`],
-//! RocksDB) there is no claim either: the put commits with one group that removes its intent under a
+//! commit. Where the put's sink asks for a commit group ([`crate::backend::SinkShape::commit_group`], RocksDB)
+//! there is no claim either: the put commits with one group that removes its intent under a
 //! compare-and-set on the value it last wrote, with its manifest and reclaim entries, and of that group and
 //! gc's takeover exactly one wins ([`IntentLease::commit_group`]). On a backend whose writes may land late ([`crate::backend::BackendInfo::late_writes`], a cluster) there is no
 //! claim: a cluster that lost a node may time compare-and-sets out for a minute, which must not fail puts.
