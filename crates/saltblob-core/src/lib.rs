@@ -106,6 +106,7 @@ pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
 pub use relayout::Relaid;
+pub use retry::{Backoff, Jitter, Retry};
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use shown::{escape_key, redact_url, unescape_key};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed};
