@@ -110,5 +110,5 @@ pub use retry::{Backoff, Jitter, Retry};
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use shown::{escape_key, redact_url, unescape_key};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed};
-pub use units::{KIB, MIB, parse_size};
+pub use units::{KIB, MIB, parse_duration, parse_size};
 pub use version::{ParseVersionError, VersionId};
