@@ -1,8 +1,8 @@
-//! Parsing and printing keys, sizes, ranges and layouts for people.
+//! Parsing and printing keys, sizes, durations, ranges and layouts for people.
 
 use saltblob::{ByteRange, ChunkLayout, Description, Layout, LayoutClass, Manifest, ManifestBody};
 
-pub use saltblob::{escape_key, parse_size};
+pub use saltblob::{escape_key, parse_duration, parse_size};
 
 /// A key named on the command line: %-escaped as `saltblob ls` prints it ([`saltblob::escape_key`]), so that
 /// any key (bytes, not only UTF-8) can be named: `%XX` is one byte, `%25` a `%`, other characters themselves.
@@ -295,5 +295,47 @@ mod tests {
             "253402300800000000 µs after 1970 (past year 9999)"
         );
         assert!(time(u64::MAX).ends_with("(past year 9999)"));
+    }
+
+    /// The flags' durations were read by humantime: whatever it reads, [`parse_duration`] reads the same (spans
+    /// of whole or fractional numbers with each of its units, with and without spaces, drawn from a fixed seed).
+    #[test]
+    fn durations_read_as_humantime_read_them() {
+        use rand::{Rng, SeedableRng};
+        const UNITS: [&str; 43] = [
+            "nanos", "nsec", "ns", "usec", "us", "µs", "millis", "msec", "ms", "seconds", "second",
+            "secs", "sec", "s", "minutes", "minute", "min", "mins", "m", "hours", "hour", "hr",
+            "hrs", "h", "days", "day", "d", "weeks", "week", "wk", "wks", "w", "months", "month",
+            "M", "years", "year", "yr", "yrs", "y", "x", "", "S",
+        ];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(56);
+        let mut same = 0;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for span in 0..rng.random_range(1..=3) {
+                if span > 0 && rng.random_bool(0.5) {
+                    text.push(' ');
+                }
+                text.push_str(&rng.random_range(0..100_000u32).to_string());
+                if rng.random_bool(0.3) {
+                    text.push_str(&format!(".{}", rng.random_range(0..1000u32)));
+                }
+                if rng.random_bool(0.2) {
+                    text.push(' ');
+                }
+                text.push_str(UNITS[rng.random_range(0..UNITS.len())]);
+            }
+            if let Ok(want) = humantime::parse_duration(&text) {
+                assert_eq!(parse_duration(&text), Ok(want), "{text:?}");
+                same += 1;
+            }
+        }
+        assert!(same > 10_000, "{same}");
+        for default in ["0", "10s", "30s", "60s", "10m"] {
+            assert_eq!(
+                parse_duration(default).ok(),
+                humantime::parse_duration(default).ok()
+            );
+        }
     }
 }

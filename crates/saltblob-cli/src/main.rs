@@ -44,7 +44,7 @@ struct Cli {
     /// How long a put's intent stays valid without renewal (renewed every third of it while the put runs); gc
     /// reclaims the chunks of a put whose writer died once it expires. Defaults to 60s.
     #[arg(long, global = true, env = "SALTBLOB_INTENT_LEASE", value_name = "DURATION",
-          value_parser = humantime::parse_duration)]
+          value_parser = crate::human::parse_duration)]
     intent_lease: Option<std::time::Duration>,
     #[command(subcommand)]
     command: Commands,

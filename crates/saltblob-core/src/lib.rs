@@ -27,9 +27,9 @@
 //! The crate is laid out by layer, one folder a layer; each uses only those listed before it
 //! (`scripts/module-cycles.py`, run by the test command, fails on an import cycle between files, and between
 //! folders counted as one module each, and on a list here out of that order). From the bottom up:
-//! - `base/`: what every layer uses: the error type ([`Error`]), units ([`KIB`], [`parse_size`]), version ids
-//!   ([`VersionId`]), the clock ([`Clock`]), the timing assumptions of the protocols, the retry policy, how keys
-//!   are shown, reusable buffers.
+//! - `base/`: what every layer uses: the error type ([`Error`]), units ([`KIB`], [`parse_size`],
+//!   [`parse_duration`]), version ids ([`VersionId`]), the clock ([`Clock`]), the timing assumptions of the
+//!   protocols, how a failed step is tried again in every crate ([`Backoff`]), how keys are shown, reusable buffers.
 //! - [`encryption`]: encryption at rest: key providers, the keyring, data keys and their cache, the AEAD.
 //! - `format/`: the bytes saltblob stores: the record decoder, the chunk format ([`codec`]), the layout policy
 //!   and chunk arithmetic ([`layout`]), the manifest ([`manifest`]); `docs/format.md` is its specification.
@@ -90,7 +90,8 @@ pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
 pub use relayout::Relaid;
+pub use base::retry::{Backoff, Jitter, Retry};
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed};
-pub use units::{KIB, MIB, parse_size};
+pub use units::{KIB, MIB, parse_duration, parse_size};
 pub use version::{ParseVersionError, VersionId};

@@ -290,11 +290,11 @@ impl CqlConfig {
                 }
                 "connect_timeout" => {
                     config.connect_timeout =
-                        parse_duration(v).map_err(|r| bad(format!("{k}={v}: {r}")))?
+                        parse_timeout(v).map_err(|r| bad(format!("{k}={v}: {r}")))?
                 }
                 "request_timeout" => {
                     config.request_timeout =
-                        parse_duration(v).map_err(|r| bad(format!("{k}={v}: {r}")))?
+                        parse_timeout(v).map_err(|r| bad(format!("{k}={v}: {r}")))?
                 }
                 "connections" => {
                     config.connections = v
@@ -497,24 +497,16 @@ pub fn parse_consistency(s: &str) -> std::result::Result<Consistency, String> {
     })
 }
 
-fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| "use a duration like 500ms, 5s or 2m".to_owned())?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" | "min" => n * 60.0,
-        _ => return Err(format!("unknown unit \"{unit}\"; use ms, s or m")),
-    };
-    if !(0.001..=3600.0).contains(&secs) {
-        return Err("use a duration from 1ms to 1h".into());
+/// Parses a timeout ([`saltblob_core::parse_duration`]: `500ms`, `5s`, `2m`, a number alone is seconds) from 1 ms
+/// to 1 h.
+fn parse_timeout(s: &str) -> std::result::Result<Duration, String> {
+    let d = saltblob_core::parse_duration(s)?;
+    if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&d) {
+        return Err(
+            "out of range; use a duration from 1ms to 1h, a number with a unit such as 500ms, 5s or 2m".into(),
+        );
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// Parses a per-host in-flight budget: a size of at least [`MIN_INFLIGHT_PER_HOST`].

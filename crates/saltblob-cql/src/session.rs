@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use saltblob_core::backend::Namespace;
-use saltblob_core::{Error, KeyDisplay, Result};
+use saltblob_core::{Backoff, Error, Jitter, KeyDisplay, Result};
 use scylla::client::PoolSize;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
@@ -22,6 +22,14 @@ use crate::error::{self, Context, NAME};
 use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT};
 use crate::statements::{Statements, V, key_values};
 use crate::tls;
+
+/// How a request that failed with a transient error is tried again (idempotent ones only): waits of up to 50 ms
+/// before the second attempt, twice as long before each later one, at most 2 s, each drawn at random from zero to
+/// that (full jitter); the attempts are the configuration's ([`CqlConfig::attempts`], default 5).
+pub(crate) const REQUEST_RETRY: Backoff = Backoff::new(5, Duration::from_millis(50))
+    .growing(2)
+    .capped(Duration::from_secs(2))
+    .with_jitter(Jitter::Full);
 
 /// A session to the cluster, bootstrapped: the data center chosen, the schema created and checked, the
 /// statements prepared.
@@ -247,32 +255,29 @@ impl Cluster {
         }
     }
 
-    /// Runs a request, retrying transient failures of idempotent ones with exponential backoff (50 ms, doubling,
-    /// with jitter) up to [`CqlConfig::attempts`] attempts.
+    /// Runs a request, retrying transient failures of idempotent ones under [`REQUEST_RETRY`] with
+    /// [`CqlConfig::attempts`] attempts.
     pub(crate) async fn run<T, W, F, Fut>(&self, what: W, idempotent: bool, mut op: F) -> Result<T>
     where
         W: Fn() -> String,
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, ExecutionError>>,
     {
-        let mut delay = Duration::from_millis(50);
-        let mut attempt = 1;
-        loop {
-            match op().await {
-                Ok(v) => return Ok(v),
-                Err(e) => {
-                    let mapped = error::execution(&what(), e, &self.context());
-                    if !(idempotent && mapped.is_retryable() && attempt < self.config.attempts) {
-                        return Err(mapped);
+        let what = &what;
+        REQUEST_RETRY
+            .with_attempts(self.config.attempts)
+            .retry(
+                |e: &Error| idempotent && e.is_retryable(),
+                || {
+                    let attempt = op();
+                    async move {
+                        attempt
+                            .await
+                            .map_err(|e| error::execution(&what(), e, &self.context()))
                     }
-                    tracing::debug!("attempt {attempt} failed, retrying in {delay:?}: {mapped}");
-                    let jitter = Duration::from_micros(rand::random::<u64>() % 20_000);
-                    tokio::time::sleep(delay + jitter).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                    attempt += 1;
-                }
-            }
-        }
+                },
+            )
+            .await
     }
 
     /// The value of record `key` of namespace `ns`, if any.
@@ -298,4 +303,20 @@ pub(crate) fn first_value(result: QueryResult, what: &str) -> Result<Option<Byte
         .maybe_first_row::<(Option<Bytes>,)>()
         .map_err(|e| error::shape(what, e))?;
     Ok(row.and_then(|(v,)| v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_wait_longer_each_time_up_to_two_seconds() {
+        let waits: Vec<_> = REQUEST_RETRY.with_attempts(8).nominal_waits().collect();
+        let ms = Duration::from_millis;
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1600, 2000].map(ms));
+        assert_eq!(
+            REQUEST_RETRY.attempts(),
+            CqlConfig::new(["h"], "ks").attempts
+        );
+    }
 }

@@ -1,15 +1,17 @@
-//! The prepared statements of a store (one set per connection, prepared once at connect with the configured
-//! consistencies and idempotence) and the values they bind.
+//! The prepared statements of a store (one set per connection, prepared once at connect from one table of
+//! statements and what each does, which sets its consistency and idempotence), the one preparing function of
+//! the crate ([`prepare`]) and the values statements bind.
 
 use bytes::Bytes;
-use saltblob_core::Result;
 use saltblob_core::backend::Namespace;
+use saltblob_core::{Error, Result};
 use scylla::client::session::Session;
 use scylla::frame::response::result::ColumnType;
 use scylla::serialize::SerializationError;
 use scylla::serialize::value::SerializeValue;
 use scylla::serialize::writers::{CellWriter, WrittenCellProof};
 use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::{Consistency, SerialConsistency};
 
 use crate::config::CqlConfig;
 use crate::error;
@@ -76,25 +78,140 @@ pub(crate) fn key_values(ns: Namespace, key: &[u8]) -> Vec<V> {
     }
 }
 
-/// Prepares `cql`, marked idempotent (so that it is retried) or not.
-async fn prepare(session: &Session, cql: String, idempotent: bool) -> Result<PreparedStatement> {
+/// What a statement does, which sets how it is prepared ([`Access::how`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// A read, at the read consistency.
+    Read,
+    /// A read of a whole table, at the read consistency, [`SCAN_PAGE`] rows a page.
+    Scan,
+    /// A plain write, at the write consistency.
+    Write,
+    /// A conditional write (a lightweight transaction), at the write and the serial consistency.
+    Conditional,
+}
+
+impl Access {
+    /// How a statement of this kind is prepared under `config`.
+    fn how(self, config: &CqlConfig) -> Prepare {
+        let (read, write) = (config.read_consistency, config.write_consistency);
+        let (consistency, serial, page_size) = match self {
+            Access::Read => (read, None, None),
+            Access::Scan => (read, None, Some(SCAN_PAGE)),
+            Access::Write => (write, None, None),
+            Access::Conditional => (write, Some(config.serial_consistency), None),
+        };
+        Prepare {
+            consistency,
+            serial,
+            page_size,
+        }
+    }
+}
+
+/// Every statement of a store, with what it does. The first [`RECORD_STATEMENTS`] are prepared for each record
+/// table, one per field of [`RecordStatements`] in its order: `{t}` is the table, `{cols}` its key columns,
+/// `{marks}` their bind markers and `{cond}` the condition `column = ?` on each. The others are prepared once,
+/// one per field of [`Statements`] in its order (the four record scans apart): `{manifests}`, `{records}` and
+/// `{chunks}` are the tables.
+#[rustfmt::skip]
+const TABLE: [(&str, Access); 17] = [
+    // For each record table.
+    ("SELECT value FROM {t} WHERE {cond}", Access::Read),
+    ("SELECT value, WRITETIME(value) FROM {t} WHERE {cond}", Access::Read),
+    ("INSERT INTO {t} ({cols}, value) VALUES ({marks}, ?) USING TIMESTAMP ?", Access::Write),
+    ("INSERT INTO {t} ({cols}, value) VALUES ({marks}, ?) IF NOT EXISTS", Access::Conditional),
+    ("UPDATE {t} SET value = ? WHERE {cond} IF value = ?", Access::Conditional),
+    ("DELETE FROM {t} USING TIMESTAMP ? WHERE {cond}", Access::Write),
+    ("DELETE FROM {t} WHERE {cond} IF value = ?", Access::Conditional),
+    // Once.
+    ("SELECT key FROM {manifests}", Access::Scan),
+    ("SELECT key, value FROM {records} WHERE ns = ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {records} WHERE ns = ? AND key >= ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {records} WHERE ns = ? AND key < ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {records} WHERE ns = ? AND key >= ? AND key < ? LIMIT ?", Access::Read),
+    ("INSERT INTO {chunks} (key, version, salt, idx, data) VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?", Access::Write),
+    ("SELECT idx, data FROM {chunks} WHERE key = ? AND version = ? AND salt = ? AND idx IN ?", Access::Read),
+    ("SELECT idx, data FROM {chunks} WHERE key = ? AND version = ? AND salt = ? AND idx >= ? AND idx <= ?", Access::Read),
+    ("DELETE FROM {chunks} USING TIMESTAMP ? WHERE key = ? AND version = ? AND salt = ?", Access::Write),
+    ("SELECT key, version, salt, idx FROM {chunks}", Access::Scan),
+];
+
+/// How many statements of [`TABLE`], from its first, are prepared for each record table.
+const RECORD_STATEMENTS: usize = 7;
+
+/// How a statement is prepared.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Prepare {
+    /// The consistency it runs at.
+    pub(crate) consistency: Consistency,
+    /// The serial consistency of a conditional write. A statement with one is not idempotent (run twice, it
+    /// may apply twice); every other is, so that the driver and [`crate::session::Cluster::run`] retry it.
+    pub(crate) serial: Option<SerialConsistency>,
+    /// Rows per page, for a statement read a page at a time.
+    pub(crate) page_size: Option<i32>,
+}
+
+/// Prepares `cql` as `how` says: the one place a statement of this crate is prepared.
+pub(crate) async fn prepare(
+    session: &Session,
+    cql: &str,
+    how: Prepare,
+) -> Result<PreparedStatement> {
     let mut st = session
-        .prepare(cql.as_str())
+        .prepare(cql)
         .await
-        .map_err(|e| error::prepare(&cql, e))?;
-    st.set_is_idempotent(idempotent);
+        .map_err(|e| error::prepare(cql, e))?;
+    st.set_consistency(how.consistency);
+    if let Some(serial) = how.serial {
+        st.set_serial_consistency(Some(serial));
+    }
+    st.set_is_idempotent(how.serial.is_none());
+    if let Some(rows) = how.page_size {
+        st.set_page_size(rows);
+    }
     Ok(st)
 }
 
+/// `template` with each `{name}` replaced by its value in `names`.
+fn fill(template: &str, names: &[(&str, &str)]) -> String {
+    names
+        .iter()
+        .fold(template.to_owned(), |cql, (name, value)| {
+            cql.replace(&format!("{{{name}}}"), value)
+        })
+}
+
+/// Prepares the `N` statements of `table` in order, each with `{name}` replaced by its value in `names`.
+async fn prepare_table<const N: usize>(
+    session: &Session,
+    config: &CqlConfig,
+    table: &[(&str, Access)],
+    names: &[(&str, &str)],
+) -> Result<[PreparedStatement; N]> {
+    let mut prepared = Vec::with_capacity(N);
+    for (template, access) in table {
+        let cql = fill(template, names);
+        prepared.push(prepare(session, &cql, access.how(config)).await?);
+    }
+    <[PreparedStatement; N]>::try_from(prepared).map_err(|_| {
+        Error::internal(
+            "preparing statements",
+            "a part of the table of another length",
+        )
+    })
+}
+
 impl RecordStatements {
-    /// Prepares the statements of record table `table`, whose primary key columns are `key_cols`.
+    /// Prepares the statements of record table `table` (the first [`RECORD_STATEMENTS`] of [`TABLE`]), whose
+    /// primary key columns are
+    /// `key_cols`.
     async fn prepare(
         session: &Session,
         config: &CqlConfig,
         table: &str,
         key_cols: &[&str],
     ) -> Result<Self> {
-        let ks = &config.keyspace;
         let cols = key_cols.join(", ");
         let marks = vec!["?"; key_cols.len()].join(", ");
         let cond = key_cols
@@ -102,59 +219,22 @@ impl RecordStatements {
             .map(|c| format!("{c} = ?"))
             .collect::<Vec<_>>()
             .join(" AND ");
-        let t = format!("{ks}.{table}");
-        let (read, write, serial) = (
-            config.read_consistency,
-            config.write_consistency,
-            config.serial_consistency,
-        );
-        let mut get = prepare(session, format!("SELECT value FROM {t} WHERE {cond}"), true).await?;
-        let mut get_with_writetime = prepare(
-            session,
-            format!("SELECT value, WRITETIME(value) FROM {t} WHERE {cond}"),
-            true,
-        )
-        .await?;
-        let mut put = prepare(
-            session,
-            format!("INSERT INTO {t} ({cols}, value) VALUES ({marks}, ?) USING TIMESTAMP ?"),
-            true,
-        )
-        .await?;
-        let mut put_if_absent = prepare(
-            session,
-            format!("INSERT INTO {t} ({cols}, value) VALUES ({marks}, ?) IF NOT EXISTS"),
-            false,
-        )
-        .await?;
-        let mut put_if_equal = prepare(
-            session,
-            format!("UPDATE {t} SET value = ? WHERE {cond} IF value = ?"),
-            false,
-        )
-        .await?;
-        let mut delete = prepare(
-            session,
-            format!("DELETE FROM {t} USING TIMESTAMP ? WHERE {cond}"),
-            true,
-        )
-        .await?;
-        let mut delete_if_equal = prepare(
-            session,
-            format!("DELETE FROM {t} WHERE {cond} IF value = ?"),
-            false,
-        )
-        .await?;
-        for st in [&mut get, &mut get_with_writetime] {
-            st.set_consistency(read);
-        }
-        for st in [&mut put, &mut delete] {
-            st.set_consistency(write);
-        }
-        for st in [&mut put_if_absent, &mut put_if_equal, &mut delete_if_equal] {
-            st.set_consistency(write);
-            st.set_serial_consistency(Some(serial));
-        }
+        let t = format!("{}.{table}", config.keyspace);
+        let names = [
+            ("t", t.as_str()),
+            ("cols", &cols),
+            ("marks", &marks),
+            ("cond", &cond),
+        ];
+        let [
+            get,
+            get_with_writetime,
+            put,
+            put_if_absent,
+            put_if_equal,
+            delete,
+            delete_if_equal,
+        ] = prepare_table(session, config, &TABLE[..RECORD_STATEMENTS], &names).await?;
         Ok(Self {
             get,
             get_with_writetime,
@@ -168,66 +248,28 @@ impl RecordStatements {
 }
 
 impl Statements {
+    /// Prepares every statement of [`TABLE`].
     pub(crate) async fn prepare(session: &Session, config: &CqlConfig) -> Result<Self> {
         let ks = &config.keyspace;
-        let (read, write) = (config.read_consistency, config.write_consistency);
         let manifests = RecordStatements::prepare(session, config, MANIFESTS, &["key"]).await?;
         let records = RecordStatements::prepare(session, config, RECORDS, &["ns", "key"]).await?;
-        let mut scan_manifest_keys =
-            prepare(session, format!("SELECT key FROM {ks}.{MANIFESTS}"), true).await?;
-        scan_manifest_keys.set_consistency(read);
-        scan_manifest_keys.set_page_size(SCAN_PAGE);
-        let base = format!("SELECT key, value FROM {ks}.{RECORDS} WHERE ns = ?");
-        let mut scan_records = [
-            prepare(session, format!("{base} LIMIT ?"), true).await?,
-            prepare(session, format!("{base} AND key >= ? LIMIT ?"), true).await?,
-            prepare(session, format!("{base} AND key < ? LIMIT ?"), true).await?,
-            prepare(
-                session,
-                format!("{base} AND key >= ? AND key < ? LIMIT ?"),
-                true,
-            )
-            .await?,
+        let [manifest_table, record_table, chunk_table] =
+            [MANIFESTS, RECORDS, CHUNKS].map(|t| format!("{ks}.{t}"));
+        let names = [
+            ("manifests", manifest_table.as_str()),
+            ("records", &record_table),
+            ("chunks", &chunk_table),
         ];
-        for st in &mut scan_records {
-            st.set_consistency(read);
-        }
-        let mut put_chunk = prepare(
-            session,
-            format!("INSERT INTO {ks}.{CHUNKS} (key, version, salt, idx, data) VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"),
-            true,
-        )
-        .await?;
-        put_chunk.set_consistency(write);
-        let mut get_chunks = prepare(
-            session,
-            format!("SELECT idx, data FROM {ks}.{CHUNKS} WHERE key = ? AND version = ? AND salt = ? AND idx IN ?"),
-            true,
-        )
-        .await?;
-        get_chunks.set_consistency(read);
-        let mut get_chunk_range = prepare(
-            session,
-            format!("SELECT idx, data FROM {ks}.{CHUNKS} WHERE key = ? AND version = ? AND salt = ? AND idx >= ? AND idx <= ?"),
-            true,
-        )
-        .await?;
-        get_chunk_range.set_consistency(read);
-        let mut delete_chunks = prepare(
-            session,
-            format!("DELETE FROM {ks}.{CHUNKS} USING TIMESTAMP ? WHERE key = ? AND version = ? AND salt = ?"),
-            true,
-        )
-        .await?;
-        delete_chunks.set_consistency(write);
-        let mut scan_chunks = prepare(
-            session,
-            format!("SELECT key, version, salt, idx FROM {ks}.{CHUNKS}"),
-            true,
-        )
-        .await?;
-        scan_chunks.set_consistency(read);
-        scan_chunks.set_page_size(SCAN_PAGE);
+        // The four scans of `records`, by bound: none, lower, upper, both.
+        let [
+            scan_manifest_keys,
+            scan_records @ ..,
+            put_chunk,
+            get_chunks,
+            get_chunk_range,
+            delete_chunks,
+            scan_chunks,
+        ] = prepare_table::<10>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
         Ok(Self {
             manifests,
             records,
@@ -292,6 +334,51 @@ impl Statements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tables fill in to complete statements, and exactly the conditional ones are lightweight
+    /// transactions (`IF`), which are prepared as not idempotent.
+    #[test]
+    fn the_tables_fill_in_to_the_statements() {
+        let record = [
+            ("t", "ks.records"),
+            ("cols", "ns, key"),
+            ("marks", "?, ?"),
+            ("cond", "ns = ? AND key = ?"),
+        ];
+        let store = [
+            ("manifests", "ks.manifests"),
+            ("records", "ks.records"),
+            ("chunks", "ks.chunks"),
+        ];
+        let (per_record_table, per_store) = TABLE.split_at(RECORD_STATEMENTS);
+        let filled: Vec<_> = (per_record_table.iter().map(|(t, a)| (fill(t, &record), *a)))
+            .chain(per_store.iter().map(|(t, a)| (fill(t, &store), *a)))
+            .collect();
+        for (cql, access) in &filled {
+            assert!(!cql.contains(['{', '}']), "{cql}");
+            assert_eq!(
+                *access == Access::Conditional,
+                cql.contains(" IF "),
+                "{cql}"
+            );
+        }
+        assert_eq!(
+            filled[0].0,
+            "SELECT value FROM ks.records WHERE ns = ? AND key = ?"
+        );
+        assert_eq!(
+            filled[3].0,
+            "INSERT INTO ks.records (ns, key, value) VALUES (?, ?, ?) IF NOT EXISTS"
+        );
+        assert_eq!(filled[7].0, "SELECT key FROM ks.manifests");
+        let config = CqlConfig::new(["h"], "ks");
+        let how = Access::Conditional.how(&config);
+        assert_eq!(
+            (how.consistency, how.serial),
+            (config.write_consistency, Some(config.serial_consistency))
+        );
+        assert_eq!(Access::Scan.how(&config).page_size, Some(SCAN_PAGE));
+    }
 
     #[test]
     fn record_keys_bind_namespace_tags() {

@@ -13,7 +13,7 @@ use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 use saltblob_core::encryption::AwsKmsParams;
-use saltblob_core::{Error, Result};
+use saltblob_core::{Backoff, Error, Jitter, Result};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -23,8 +23,11 @@ use crate::sigv4::{self, Credentials};
 
 /// How long one attempt of a call may take, connection included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts of a call whose failure is retryable (no answer, throttling, a KMS-side failure).
-const ATTEMPTS: u32 = 3;
+/// How a call whose failure is retryable (no answer, throttling, a KMS-side failure) is tried again: 3 attempts,
+/// after waits of up to 100 and 400 ms, each drawn at random from zero to that (full jitter).
+const CALL_RETRY: Backoff = Backoff::new(3, Duration::from_millis(100))
+    .growing(4)
+    .with_jitter(Jitter::Full);
 /// The CA bundles tried, in order, for an `https://` endpoint without `kms_ca=`.
 const SYSTEM_BUNDLES: [&str; 3] = [
     "/etc/ssl/certs/ca-certificates.crt",
@@ -154,7 +157,7 @@ impl KmsClient {
     }
 
     /// Calls KMS action `action` (`GenerateDataKey`, `Decrypt`, …) with `request`, and returns its answer;
-    /// retries a retryable failure twice, after 100 ms and 400 ms.
+    /// retries a retryable failure twice, after waits of up to 100 ms and 400 ms (`CALL_RETRY`).
     ///
     /// # Errors
     /// The last attempt's [`CallError`].
@@ -164,8 +167,7 @@ impl KmsClient {
         request: &Value,
     ) -> std::result::Result<Value, CallError> {
         let body = request.to_string().into_bytes();
-        let mut attempt = 1;
-        loop {
+        let attempt = || async {
             let result = tokio::time::timeout(CALL_TIMEOUT, self.attempt(action, &body))
                 .await
                 .unwrap_or_else(|_| {
@@ -174,15 +176,12 @@ impl KmsClient {
                         CALL_TIMEOUT.as_secs()
                     )))
                 });
-            match result {
-                Err(e) if e.is_retryable() && attempt < ATTEMPTS => {
-                    tracing::debug!("KMS {action} at {}: {e}; retrying", self.endpoint.url);
-                    tokio::time::sleep(Duration::from_millis(100 << (2 * (attempt - 1)))).await;
-                    attempt += 1;
-                }
-                other => return other,
+            if let Err(e) = &result {
+                tracing::debug!("KMS {action} at {}: {e}", self.endpoint.url);
             }
-        }
+            result
+        };
+        CALL_RETRY.retry(CallError::is_retryable, attempt).await
     }
 
     async fn attempt(&self, action: &str, body: &[u8]) -> std::result::Result<Value, CallError> {
@@ -441,6 +440,12 @@ mod tests {
             }
             Err(e) => assert!(e.to_string().contains("kms_ca"), "{e}"),
         }
+    }
+
+    #[test]
+    fn calls_are_tried_three_times() {
+        let waits: Vec<_> = CALL_RETRY.nominal_waits().collect();
+        assert_eq!(waits, [100, 400].map(Duration::from_millis));
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ pub struct Fsck {
     #[arg(long)]
     repair: bool,
     /// With --repair, leave orphans younger than this (by version time). Defaults to the store's grace period.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::human::parse_duration)]
     min_age: Option<Duration>,
     /// Only check keys starting with PREFIX.
     #[arg(long, value_name = "PREFIX")]

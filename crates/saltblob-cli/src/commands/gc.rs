@@ -19,13 +19,13 @@ pub struct Gc {
     dry_run: bool,
     /// Reclaim replaced and deleted versions older than this (e.g. 0s, 90s, 10m). Defaults to the store's grace
     /// period (5 minutes); 0s reclaims them at once, failing readers still streaming them.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::human::parse_duration)]
     grace: Option<Duration>,
     /// Only collect keys starting with PREFIX.
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<String>,
     /// Keep running, one pass every DURATION (e.g. 1m), until interrupted.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::human::parse_duration)]
     every: Option<Duration>,
     /// Print JSON (one object per pass).
     #[arg(long)]

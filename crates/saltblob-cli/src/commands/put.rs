@@ -45,7 +45,7 @@ pub struct Put {
     priority: Option<PriorityClass>,
     /// Expire the blob this long after the put (e.g. 90s, 12h, 30d): it then reads as not found and gc
     /// reclaims it; `head` shows when. Defaults to never.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::human::parse_duration)]
     ttl: Option<std::time::Duration>,
     /// Seal the blob under this key of the store's key provider, over the store's `encryption_key=`: a keyring
     /// name (`encryption=local&keyring=FILE`) or a KMS key id, ARN or alias (`encryption=aws-kms`); the store URL

@@ -45,13 +45,13 @@ pub struct Serve {
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
     max_requests: u32,
     /// How long a new connection may take to send its first request's head (HTTP version detection included).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::human::parse_duration)]
     first_request_timeout: Duration,
     /// How long a connection may stay open with no request in flight (HTTP/1.1 keep-alive and HTTP/2).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::human::parse_duration)]
     idle_timeout: Duration,
     /// How long a request may make no progress: a response the client stops reading, a body that stops arriving.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::human::parse_duration)]
     io_timeout: Duration,
     /// Bytes all GETs together may fetch ahead of their clients (the store's read-ahead budget).
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
@@ -60,10 +60,10 @@ pub struct Serve {
     #[arg(long, default_value = "us-east-1")]
     region: String,
     /// Run a gc pass, after deleting the objects bucket lifecycle rules expired, every DURATION (e.g. 10m); 0 never.
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::human::parse_duration)]
     gc_every: Duration,
     /// How long a shutdown (SIGINT, SIGTERM) waits for requests in flight; unfinished puts never commit.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::human::parse_duration)]
     shutdown_timeout: Duration,
     /// The most multipart uploads in progress a bucket may hold; CreateMultipartUpload beyond it is refused
     /// (InvalidRequest). 0: no cap.

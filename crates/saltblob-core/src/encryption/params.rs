@@ -150,31 +150,9 @@ impl EncryptionParams {
     }
 }
 
-/// A duration as `NUMBER[UNIT]`, the unit `ms`, `s` (the default), `m` or `h`.
+/// The duration of URL parameter `what` ([`crate::base::units::parse_duration`]; a number alone is seconds).
 fn parse_duration(what: &'static str, value: &str) -> Result<Duration> {
-    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = &value[digits.len()..];
-    let n: u64 = digits.parse().map_err(|_| {
-        Error::invalid(
-            what,
-            format!("{value:?}; a duration such as 600s, 10m or 1h"),
-        )
-    })?;
-    let millis = match unit {
-        "ms" => Some(n),
-        "" | "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        other => {
-            return Err(Error::invalid(
-                what,
-                format!("unknown unit {other:?} in {value:?}; ms, s, m or h"),
-            ));
-        }
-    };
-    millis
-        .map(Duration::from_millis)
-        .ok_or_else(|| Error::invalid(what, format!("{value:?} is too long")))
+    crate::base::units::parse_duration(value).map_err(|reason| Error::invalid(what, reason))
 }
 
 #[cfg(test)]
@@ -211,8 +189,8 @@ mod tests {
         );
         assert!(err(&[("encryption", "aws-kms")]).contains("no aws-kms in this test"));
         assert!(err(&[("encryption", "")]).contains("encryption: empty"));
-        assert!(err(&[("key_cache", "10 minutes")]).contains("key_cache"));
-        assert!(err(&[("key_cache", "10d")]).contains("unknown unit"));
+        assert!(err(&[("key_cache", "10 parsecs")]).contains("key_cache"));
+        assert!(err(&[("key_cache", "10x")]).contains("unknown unit"));
         assert!(err(&[("encrypt_compress", "maybe")]).contains("true or false"));
         assert!(
             err(&[

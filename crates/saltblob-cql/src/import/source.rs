@@ -18,6 +18,7 @@ use super::report::Outcome;
 use super::values::{as_i64, int_value};
 use crate::config::validate_keyspace;
 use crate::error;
+use crate::statements::{self, Prepare};
 
 /// Chunk reads in flight while importing one blob.
 const FETCH_DEPTH: usize = 16;
@@ -95,16 +96,12 @@ impl<'a> Source<'a> {
         int_value(&salt_type, 0)?;
         int_value(&chunk_id_type, 0)?;
         let name = format!("{ks}.{tb}");
-        let prepare = |cql: String| async move {
-            let mut st = session
-                .prepare(cql.as_str())
-                .await
-                .map_err(|e| error::prepare(&cql, e))?;
-            st.set_consistency(consistency);
-            st.set_is_idempotent(true);
-            st.set_page_size(PAGE_ROWS);
-            Ok::<_, Error>(st)
+        let how = Prepare {
+            consistency,
+            serial: None,
+            page_size: Some(PAGE_ROWS),
         };
+        let prepare = |cql: String| async move { statements::prepare(session, &cql, how).await };
         Ok(Self {
             session,
             salt_type,
