@@ -1,6 +1,6 @@
-//! What every layer of the crate uses, and that uses nothing of the crate above it: the error type
-//! ([`error`]), units ([`units`]), version ids ([`version`]), the store's clock ([`clock`]), every timing
-//! assumption of the protocols (`timing.rs`), how a failed step is tried again, in every crate ([`retry`]), how keys and URLs are
+//! What every layer of the crate uses, and that uses nothing of the crate above it: the error type ([`error`]),
+//! units ([`units`]), version ids ([`version`]), the store's clock ([`clock`]), every timing assumption of the
+//! protocols (`timing.rs`), how a failed step is tried again, in every crate ([`retry`]), how keys and URLs are
 //! shown (`shown.rs`), buffers lent out and reused ([`buffers`]) and the buffer a whole value is read into
 //! (`collect.rs`).
 
