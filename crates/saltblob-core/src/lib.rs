@@ -73,6 +73,7 @@ pub use backend::{
     GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
     SpaceReport,
 };
+pub use base::retry::{Backoff, Jitter, Retry};
 pub use base::shown::{escape_key, redact_url, unescape_key};
 pub use census::{Census, LayoutClass, SizeHistogram, Tally};
 #[cfg(feature = "conformance")]
@@ -90,7 +91,6 @@ pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
 pub use relayout::Relaid;
-pub use base::retry::{Backoff, Jitter, Retry};
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed};
 pub use units::{KIB, MIB, parse_duration, parse_size};

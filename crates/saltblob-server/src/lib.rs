@@ -18,7 +18,7 @@
 //!
 //! # Layout
 //! Each module uses only those listed before it (a request's path runs up this list from `serve.rs`).
-//! - `keys.rs`: buckets and object keys in the store's key space.
+//! - `keys.rs`: buckets and object keys in the store's key space; `rereads.rs`: the policies of the re-read loops.
 //! - `error.rs`: saltblob's errors as S3 errors.
 //! - `refusal.rs`: a request refused before s3s sees it, and its error document.
 //! - `guard.rs`: the requests saltblob refuses (SigV2, presigned bounds, features it does not have, …), checked
@@ -83,6 +83,7 @@ mod multipart;
 mod object;
 mod put_body;
 mod refusal;
+mod rereads;
 mod s3;
 mod serve;
 mod service;

@@ -5,13 +5,14 @@
 use std::collections::HashSet;
 
 use s3s::dto::{AbortMultipartUploadInput, AbortMultipartUploadOutput};
-use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::BlobStore;
 
 use super::cleanup::clean_up;
 use super::upload::{State, Upload, no_such_upload};
 use super::{complete, completing_window, now};
 use crate::keys::object_key;
+use crate::rereads::UPLOAD_RECORD;
 use crate::service::SaltS3;
 
 /// AbortMultipartUpload: see [`abort`].
@@ -57,12 +58,14 @@ fn complete_in_progress(wait: u64) -> S3Error {
 }
 
 /// Moves `upload` (of object key `key` in `bucket`) from `open` or `completing` to `aborting` and takes it out
-/// of the listing, reading it again whenever another request changed it. A `completing` upload is aborted only once its compose can no
-/// longer commit ([`completing_window`]); if the compose did commit, the upload is completed instead and the
-/// abort is `NoSuchUpload`. Returns the `aborting` record, whose parts [`finish_abort`] gives up.
+/// of the listing, reading it again whenever another request changed it ([`UPLOAD_RECORD`]). A `completing`
+/// upload is aborted only once its compose can no longer commit ([`completing_window`]); if the compose did
+/// commit, the upload is completed instead and the abort is `NoSuchUpload`. Returns the `aborting` record, whose
+/// parts [`finish_abort`] gives up.
 ///
 /// # Errors
-/// `NoSuchUpload` (completed, aborted, gone), `OperationAborted` (a complete may still commit), a store error.
+/// `NoSuchUpload` (completed, aborted, gone), `OperationAborted` (a complete may still commit), `SlowDown` (the
+/// record kept changing), a store error.
 pub(super) async fn abort(
     store: &BlobStore,
     bucket: &str,
@@ -70,7 +73,8 @@ pub(super) async fn abort(
     mut upload: Upload,
 ) -> S3Result<Upload> {
     let id = upload.id.clone();
-    loop {
+    let mut tries = UPLOAD_RECORD.start();
+    while tries.next_attempt().await {
         let moved = match upload.state {
             State::Completed | State::Aborted | State::Aborting => return Err(no_such_upload()),
             State::Open => upload.set_state(store, bucket, State::Aborting).await?,
@@ -104,6 +108,10 @@ pub(super) async fn abort(
             }
         }
     }
+    Err(s3_error!(
+        SlowDown,
+        "The upload kept changing while it was being aborted; please retry"
+    ))
 }
 
 /// Gives up every part of an `aborting` upload and marks it `aborted` (the record stays until the sweep).

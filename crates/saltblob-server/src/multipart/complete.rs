@@ -36,17 +36,12 @@ use crate::auth::record_class;
 use crate::body::Algorithm;
 use crate::error::from_store;
 use crate::keys::object_key;
+use crate::rereads::{MARK_COMPLETED, UPLOAD_RECORD};
 use crate::service::SaltS3;
 
 /// How long the request waits for the complete before it answers 200 at once and sends the result when it is
 /// there (S3 does the same: whitespace keeps the connection alive, and an error may then come with the 200).
 const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(5);
-/// How often a complete starts over when the upload record changed under it (parts still being uploaded).
-const MOVE_TRIES: usize = 8;
-/// How often a complete whose compose committed writes the upload record `completed` when another request
-/// wrote it meanwhile, and how long it waits before it reads it again.
-const FINISH_TRIES: usize = 8;
-const FINISH_PAUSE: Duration = Duration::from_millis(50);
 
 /// What a CompleteMultipartUpload asks for, owned by the task that runs it.
 struct Request {
@@ -188,7 +183,9 @@ fn output(req: &Request, done: Done) -> CompleteMultipartUploadOutput {
 /// Runs the complete; returns what to answer, and the manifest it committed (`None` when an earlier complete
 /// had).
 async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Manifest>)> {
-    for _ in 0..MOVE_TRIES {
+    // The upload record may change under it (parts still being uploaded): start over.
+    let mut tries = UPLOAD_RECORD.start();
+    while tries.next_attempt().await {
         let upload = Upload::read(store, &req.bucket, &req.key, &req.id).await?;
         match upload.state {
             State::Completed => {
@@ -261,7 +258,8 @@ async fn resolve(
     let record = compose_record(store, &req.bucket, &upload)
         .await?
         .ok_or_else(|| s3_error!(InternalError, "a completing upload has no compose record"))?;
-    for _ in 0..MOVE_TRIES {
+    let mut tries = UPLOAD_RECORD.start();
+    while tries.next_attempt().await {
         if committed(store, &req.object, &record).await? {
             finish(store, &req.bucket, &req.object, upload, &record).await?;
             return Ok(Some((done_of(upload_checksum(&record), &record), None)));
@@ -434,13 +432,14 @@ pub(super) async fn finish(
 }
 
 /// Moves `upload`, whose compose committed, from `completing` to `completed`; when another request wrote the
-/// record meanwhile (a complete that composes again), reads it again after [`FINISH_PAUSE`], at most
-/// [`FINISH_TRIES`] times. Left `completing`, a retried complete or the sweep finishes it.
+/// record meanwhile (a complete that composes again), reads it again and tries after a pause, as
+/// [`MARK_COMPLETED`] says. Left `completing`, a retried complete or the sweep finishes it.
 ///
 /// # Errors
 /// `NoSuchUpload` when it was aborted or is gone; `SlowDown` when it kept changing; a store error.
 async fn mark_completed(store: &BlobStore, bucket: &str, mut upload: Upload) -> S3Result<Upload> {
-    for _ in 0..FINISH_TRIES {
+    let mut tries = MARK_COMPLETED.start();
+    while tries.next_attempt().await {
         match upload.state {
             State::Completed => return Ok(upload),
             State::Completing => {}
@@ -449,7 +448,6 @@ async fn mark_completed(store: &BlobStore, bucket: &str, mut upload: Upload) -> 
         if let Some(completed) = upload.set_state(store, bucket, State::Completed).await? {
             return Ok(completed);
         }
-        tokio::time::sleep(FINISH_PAUSE).await;
         upload = Upload::read_any(store, bucket, &upload.id)
             .await?
             .ok_or_else(no_such_upload)?;

@@ -14,11 +14,9 @@ use crate::attrs::{Conditions, copy_source, last_modified_of, stored_checksums, 
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::put_body::PutBody;
+use crate::rereads::REPLACED;
 use crate::service::SaltS3;
 use crate::sse::customer::{self, Customer};
-
-/// How often the copy reads the source again when it is replaced between its head and its read.
-const SOURCE_RETRIES: usize = 3;
 
 /// The bytes `x-amz-copy-source-range` names (`bytes=first-last`, both offsets included) in a source of `size`
 /// bytes.
@@ -116,7 +114,8 @@ async fn open_source(
     conditions: &Conditions,
     customer: Option<&Customer>,
 ) -> S3Result<BlobStream> {
-    for _ in 0..SOURCE_RETRIES {
+    let mut tries = REPLACED.start();
+    while tries.next_attempt().await {
         let manifest = s3.store.head(src).await.map_err(from_store)?;
         customer::check_read(&manifest, customer)?;
         conditions.check(&manifest, S3ErrorCode::PreconditionFailed)?;

@@ -83,8 +83,6 @@ const MAX_LISTED: usize = 1000;
 const CLOCK_MARGIN: Duration = Duration::from_secs(60);
 /// Records written, deleted or segments given up at once by a cleanup.
 const CLEANUP_CONCURRENCY: usize = 16;
-/// How often an UploadPart tries to touch the upload record while other parts' touches win.
-const TOUCH_TRIES: usize = 8;
 
 /// Now, on the store's clock (Unix µs).
 fn now(store: &BlobStore) -> u64 {

@@ -11,12 +11,13 @@ use saltblob_core::{BlobStore, Manifest, PriorityClass, PutOptions, Segment};
 use super::cleanup::give_up;
 use super::parts::{self, StoredPart};
 use super::upload::{State, Upload, no_such_upload};
-use super::{MAX_PART_SIZE, PART_LEASE, TOUCH_TRIES, check_part_number, part_too_large};
+use super::{MAX_PART_SIZE, PART_LEASE, check_part_number, part_too_large};
 use crate::attrs::{stored_checksums, with_checksums};
 use crate::auth::record_class;
 use crate::body::Algorithm;
 use crate::keys::object_key;
 use crate::put_body::{PutBody, announced_trailer, put_body};
+use crate::rereads::UPLOAD_RECORD;
 use crate::service::SaltS3;
 use crate::sse::Sse;
 
@@ -153,7 +154,9 @@ async fn record_part(
     let (stored, replaced) =
         parts::put_part(store, bucket, &upload.id, number, &segment, metadata).await?;
     let mut current = upload;
-    for _ in 0..TOUCH_TRIES {
+    // Other parts' touches may keep winning.
+    let mut tries = UPLOAD_RECORD.start();
+    while tries.next_attempt().await {
         match current.set_state(store, bucket, State::Open).await? {
             Some(_) => {
                 if let Some(old) = replaced.filter(|old| old.version != segment.version) {

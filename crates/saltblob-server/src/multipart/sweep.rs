@@ -16,6 +16,7 @@ use super::upload::{self, State, Upload};
 use super::{FINISHED_KEPT, UPLOAD_IDLE_EXPIRY, complete, completing_window, now};
 use crate::error::from_store;
 use crate::keys::{MULTIPART_PREFIX, object_key, uploads_prefix};
+use crate::rereads::SWEEP;
 
 /// What the sweep or a bucket deletion does with one upload record.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -87,7 +88,8 @@ async fn sweep_bucket(store: &BlobStore, bucket: &str, mode: Sweep) -> S3Result<
             Err(e) => Err(e),
         };
         // Another request moved the upload on meanwhile (an abort, a complete): handle it as it is now.
-        for _ in 0..3 {
+        let mut rereads = SWEEP.start();
+        while rereads.next_attempt().await {
             match outcome {
                 Err(e) if e.code() == &S3ErrorCode::NoSuchUpload => {
                     outcome = match Upload::read_any(store, bucket, id).await {

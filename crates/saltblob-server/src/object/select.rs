@@ -10,11 +10,10 @@ use saltblob_core::{BlobStream, Manifest, ManifestBody};
 
 use crate::attrs::Conditions;
 use crate::error::from_store;
+use crate::rereads::REPLACED;
 use crate::service::SaltS3;
 use crate::sse::customer::{self, Customer};
 
-/// How many times a partial read retries when the object is replaced between its head and its read.
-const RANGE_RETRIES: usize = 3;
 /// The largest part number, as S3 allows.
 const MAX_PART_NUMBER: i32 = 10_000;
 
@@ -163,7 +162,8 @@ pub(super) async fn open(
         let selected = selection.resolve(&stream.manifest)?;
         return Ok((stream, selected));
     }
-    for _ in 0..RANGE_RETRIES {
+    let mut tries = REPLACED.start();
+    while tries.next_attempt().await {
         let manifest = s3.store.head(key).await.map_err(from_store)?;
         customer::check_read(&manifest, customer)?;
         conditions.check(&manifest, S3ErrorCode::NotModified)?;
