@@ -110,32 +110,12 @@ impl ChunkSink for CommitSink {
 /// one group.
 pub fn grouped(plan: &SinkPlan, other: Option<Box<dyn ChunkSink>>) -> Box<dyn ChunkSink> {
     match other {
-        Some(sink) => Box::new(Grouped(sink)),
+        Some(sink) => Box::new(Regrouped { sink, group: true }),
         None if plan.commits && plan.fits_one_call() => Box::new(CommitSink),
-        None => Box::new(Grouped(Box::new(PlainSink))),
-    }
-}
-
-/// A sink whose put commits with one atomic group ([`SinkShape::commit_group`]).
-#[derive(Debug)]
-struct Grouped(Box<dyn ChunkSink>);
-
-#[async_trait]
-impl ChunkSink for Grouped {
-    fn shape(&self) -> SinkShape {
-        self.0.shape().with_commit_group(true)
-    }
-
-    async fn begin(&self, store: &dyn ChunkStore, blob: &BlobRef) -> Result<()> {
-        self.0.begin(store, blob).await
-    }
-
-    async fn put(&self, store: &dyn ChunkStore, blob: &BlobRef, batch: ChunkBatch) -> Result<()> {
-        self.0.put(store, blob, batch).await
-    }
-
-    async fn finish(&self, store: &dyn ChunkStore, blob: &BlobRef) -> Result<()> {
-        self.0.finish(store, blob).await
+        None => Box::new(Regrouped {
+            sink: Box::new(PlainSink),
+            group: true,
+        }),
     }
 }
 
@@ -146,29 +126,32 @@ pub fn without_commit_groups(sink: Box<dyn ChunkSink>) -> Box<dyn ChunkSink> {
     if sink.shape().form == SinkForm::Commit {
         return Box::new(PlainSink);
     }
-    Box::new(Ungrouped(sink))
+    Box::new(Regrouped { sink, group: false })
 }
 
-/// A sink whose put commits with separate writes.
+/// `sink`, with its put committing with one atomic group or not, as `group` says ([`SinkShape::commit_group`]).
 #[derive(Debug)]
-struct Ungrouped(Box<dyn ChunkSink>);
+struct Regrouped {
+    sink: Box<dyn ChunkSink>,
+    group: bool,
+}
 
 #[async_trait]
-impl ChunkSink for Ungrouped {
+impl ChunkSink for Regrouped {
     fn shape(&self) -> SinkShape {
-        self.0.shape().with_commit_group(false)
+        self.sink.shape().with_commit_group(self.group)
     }
 
     async fn begin(&self, store: &dyn ChunkStore, blob: &BlobRef) -> Result<()> {
-        self.0.begin(store, blob).await
+        self.sink.begin(store, blob).await
     }
 
     async fn put(&self, store: &dyn ChunkStore, blob: &BlobRef, batch: ChunkBatch) -> Result<()> {
-        self.0.put(store, blob, batch).await
+        self.sink.put(store, blob, batch).await
     }
 
     async fn finish(&self, store: &dyn ChunkStore, blob: &BlobRef) -> Result<()> {
-        self.0.finish(store, blob).await
+        self.sink.finish(store, blob).await
     }
 }
 
