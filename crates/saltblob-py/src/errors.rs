@@ -1,6 +1,7 @@
 //! saltblob's errors as Python exceptions. The classes live in `saltblob/exceptions.py` (Python, because some
-//! inherit from two built-in classes: `NotFound` is also a `KeyError`, `InvalidArgument` also a `ValueError`); this
-//! module picks the class for each [`saltblob::Error`] and keeps the Rust message.
+//! inherit from built-in classes too: `NotFound` is also a `FileNotFoundError` and a `KeyError`, `InvalidArgument`
+//! a `ValueError`, `Unavailable` an `OSError`, `TimedOut` a `TimeoutError`); this module picks the class for each
+//! [`saltblob::Error`] and keeps the Rust message.
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -11,11 +12,11 @@ use pyo3::types::PyType;
 pub(crate) enum Kind {
     /// `SaltblobError`, the base of all.
     Base,
-    /// `NotFound` (also a `KeyError`).
+    /// `NotFound` (also a `FileNotFoundError` and a `KeyError`).
     NotFound,
     /// `PreconditionFailed`.
     PreconditionFailed,
-    /// `AlreadyExists` (a `PreconditionFailed`).
+    /// `AlreadyExists` (a `PreconditionFailed`, also a `FileExistsError`).
     AlreadyExists,
     /// `Corrupt`.
     Corrupt,
@@ -25,8 +26,11 @@ pub(crate) enum Kind {
     InvalidArgument,
     /// `RangeNotSatisfiable` (an `InvalidArgument`).
     RangeNotSatisfiable,
-    /// `Unavailable`: the backend failed or a read raced a reclaim; `.retryable` says whether to try again.
+    /// `Unavailable` (also an `OSError`): the backend failed or a read raced a reclaim; `.retryable` says whether
+    /// to try again.
     Unavailable,
+    /// `TimedOut` (an `Unavailable`, also a `TimeoutError`): the backend did not answer in time.
+    TimedOut,
     /// `KeyUnavailable` (an `Unavailable`): the key a sealed blob needs cannot be used.
     KeyUnavailable,
 }
@@ -43,6 +47,7 @@ impl Kind {
             Kind::InvalidArgument => "InvalidArgument",
             Kind::RangeNotSatisfiable => "RangeNotSatisfiable",
             Kind::Unavailable => "Unavailable",
+            Kind::TimedOut => "TimedOut",
             Kind::KeyUnavailable => "KeyUnavailable",
         }
     }
@@ -60,6 +65,7 @@ impl Kind {
             | E::InvalidUrl { .. }
             | E::TooLarge { .. }
             | E::SizeMismatch { .. } => Kind::InvalidArgument,
+            E::Backend { .. } if timed_out(err) => Kind::TimedOut,
             E::Backend { .. }
             | E::VersionReclaimed { .. }
             | E::IntentLost { .. }
@@ -69,6 +75,36 @@ impl Kind {
             _ => Kind::Base,
         }
     }
+}
+
+/// Whether backend error `err` is a timeout: an I/O error of kind `TimedOut` somewhere in its chain, or an error
+/// there whose message or variant says so (the drivers' request timeouts, a node's read and write timeouts).
+fn timed_out(err: &saltblob::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        let message = e.to_string().to_ascii_lowercase();
+        if ["timeout", "timed out", "deadline has elapsed"]
+            .iter()
+            .any(|w| message.contains(w))
+        {
+            return true;
+        }
+        // The drivers' variants (a node's `ReadTimeout`/`WriteTimeout`, whose messages say "in time").
+        let variant = format!("{e:?}");
+        if ["RequestTimeout", "ReadTimeout", "WriteTimeout", "TimedOut"]
+            .iter()
+            .any(|w| variant.contains(w))
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// An exception of class `kind` with `message`; its `retryable` attribute is `retryable`. While the interpreter
