@@ -10,6 +10,7 @@
 //! - `completions`: an event loop's queue of ended `_async` calls, which the loop drains itself.
 //! - `runtime`: the runtime; `wait` (sync calls), `awaitable` (async calls), `with_gil` (I/O threads into Python).
 //! - `errors`: saltblob's errors as the Python exceptions of `saltblob.exceptions`.
+//! - `fork`: handles that refuse use (and are never dropped) in a process forked from theirs.
 //! - `args`: keys, sizes, durations and keyword options, checked before any I/O.
 //! - `owned`: a Python `bytes` object shared with Rust without a copy, and new ones written in place (the crate's
 //!   only unsafe code).
@@ -17,15 +18,18 @@
 //! - `objects`: `Manifest`, `Description`, `ListEntry` and the gc/fsck report dicts.
 //! - `writing`: streamed puts and the file-like writers.
 //! - `reading`: `GetResult`, `ByteStream` and the reader's `ReadCursor`.
-//! - `listing`: the lazy listing iterator.
+//! - `listing`: the lazy listing iterator, and pages with a delimiter and page tokens.
+//! - `ops`: copy and rename, batch deletes, several ranges in one read.
 //! - `store`: `Store`, `open` and `open_async`.
 
 mod args;
 mod completions;
 mod data;
 mod errors;
+mod fork;
 mod listing;
 mod objects;
+mod ops;
 mod owned;
 mod reading;
 mod runtime;
@@ -40,6 +44,9 @@ fn _saltblob(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store::open, m)?)?;
     m.add_function(wrap_pyfunction!(store::open_async, m)?)?;
     m.add_function(wrap_pyfunction!(store::customer_key_id, m)?)?;
+    m.add_function(wrap_pyfunction!(store::escape_key, m)?)?;
+    m.add_function(wrap_pyfunction!(store::unescape_key, m)?)?;
+    m.add_function(wrap_pyfunction!(store::redact_url, m)?)?;
     m.add_function(wrap_pyfunction!(store::_drop_cql_keyspace, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_at_exit, m)?)?;
     m.add_class::<runtime::Canceller>()?;
@@ -54,6 +61,7 @@ fn _saltblob(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writing::BlobWriter>()?;
     m.add_class::<writing::AsyncBlobWriter>()?;
     m.add_class::<listing::ListIterator>()?;
+    m.add_class::<listing::ListPage>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -18,6 +18,7 @@ use pyo3::types::{PyBytes, PyList};
 use saltblob::{BlobStore, BlobStream};
 
 use crate::errors::{Kind, invalid, new_err, py_err};
+use crate::fork::Local;
 use crate::objects::Manifest;
 use crate::owned::{Unfilled, new_bytes};
 use crate::runtime::{awaitable, ready, wait};
@@ -52,7 +53,7 @@ impl<'py> IntoPyObject<'py> for Filled {
 }
 
 /// Pieces handed to Python as a list of `bytes` objects.
-pub(crate) struct ListOut(Vec<Bytes>);
+pub(crate) struct ListOut(pub(crate) Vec<Bytes>);
 
 impl<'py> IntoPyObject<'py> for ListOut {
     type Target = PyList;
@@ -97,7 +98,7 @@ impl Body {
 pub(crate) struct GetResult {
     manifest: Manifest,
     range: (u64, u64),
-    body: Mutex<Option<Body>>,
+    body: Local<Mutex<Option<Body>>>,
 }
 
 impl GetResult {
@@ -106,7 +107,7 @@ impl GetResult {
         Self {
             manifest: Manifest::from(&stream.manifest),
             range: (stream.range.start, stream.range.end),
-            body: Mutex::new(Some(Body::Stream(Box::new(stream)))),
+            body: Local::new(Mutex::new(Some(Body::Stream(Box::new(stream))))),
         }
     }
 
@@ -135,12 +136,13 @@ impl GetResult {
         Self {
             manifest,
             range,
-            body: Mutex::new(Some(body)),
+            body: Local::new(Mutex::new(Some(body))),
         }
     }
 
     fn take(&self) -> PyResult<Body> {
         self.body
+            .get()?
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
@@ -319,7 +321,9 @@ impl GetResult {
             _ => 0,
         };
         Ok(ByteStream {
-            stream: Arc::new(tokio::sync::Mutex::new(Some(self.take()?.into_stream()))),
+            stream: Local::new(Arc::new(tokio::sync::Mutex::new(Some(
+                self.take()?.into_stream(),
+            )))),
             min,
         })
     }
@@ -336,7 +340,7 @@ impl GetResult {
 /// The bytes of a read as they come: `for piece in stream` or `async for piece in stream`.
 #[pyclass(module = "saltblob")]
 pub(crate) struct ByteStream {
-    stream: Arc<tokio::sync::Mutex<Option<Pieces>>>,
+    stream: Local<Arc<tokio::sync::Mutex<Option<Pieces>>>>,
     min: usize,
 }
 
@@ -378,7 +382,7 @@ impl ByteStream {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let piece = wait(py, next_piece(Arc::clone(&self.stream), self.min))??;
+        let piece = wait(py, next_piece(Arc::clone(self.stream.get()?), self.min))??;
         Ok(piece.map(|b| PyBytes::new(py, &b)))
     }
 
@@ -387,7 +391,7 @@ impl ByteStream {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let (stream, min) = (Arc::clone(&self.stream), self.min);
+        let (stream, min) = (Arc::clone(self.stream.get()?), self.min);
         awaitable(py, async move {
             match next_piece(stream, min).await? {
                 Some(b) => Ok(BytesOut(b)),
@@ -430,7 +434,7 @@ struct Cursor {
 /// sequentially reads further ahead each time. Shared by `saltblob._io.BlobReader` and `AsyncBlobReader`.
 #[pyclass(module = "saltblob")]
 pub(crate) struct ReadCursor {
-    cursor: Arc<tokio::sync::Mutex<Cursor>>,
+    cursor: Local<Arc<tokio::sync::Mutex<Cursor>>>,
     pos: Arc<AtomicU64>,
     manifest: Manifest,
     size: u64,
@@ -445,14 +449,14 @@ impl ReadCursor {
         manifest: &saltblob::Manifest,
     ) -> Self {
         Self {
-            cursor: Arc::new(tokio::sync::Mutex::new(Cursor {
+            cursor: Local::new(Arc::new(tokio::sync::Mutex::new(Cursor {
                 store,
                 key,
                 opts,
                 version: manifest.version,
                 size: manifest.size,
                 open: None,
-            })),
+            }))),
             pos: Arc::default(),
             manifest: Manifest::from(manifest),
             size: manifest.size,
@@ -563,7 +567,7 @@ impl ReadCursor {
         let b = wait(
             py,
             read_at(
-                Arc::clone(&self.cursor),
+                Arc::clone(self.cursor.get()?),
                 Arc::clone(&self.pos),
                 wanted(size),
             ),
@@ -575,7 +579,7 @@ impl ReadCursor {
     #[pyo3(signature = (size = None))]
     fn read_async<'py>(&self, py: Python<'py>, size: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
         let (cursor, pos, want) = (
-            Arc::clone(&self.cursor),
+            Arc::clone(self.cursor.get()?),
             Arc::clone(&self.pos),
             wanted(size),
         );

@@ -1,13 +1,13 @@
-//! The module's one Tokio runtime, and the two ways Python waits for a Rust future on it: [`wait`], for a
-//! synchronous call (the calling thread drives the future with the GIL released, and looks for a pending signal
-//! such as Ctrl-C every [`SIGNAL_CHECK`]), and [`awaitable`], for an `_async` call (an asyncio future resolved
-//! when the Rust task ends, through the loop's [`Completions`]; cancelling it drops the Rust future), or [`ready`]
-//! when nothing is left to wait for; and [`with_gil`], the one way saltblob's own threads enter Python, closed by
-//! [`_at_exit`] before the interpreter finalizes.
+//! The module's Tokio runtime (one per process: a forked child starts its own), and the two ways Python waits for
+//! a Rust future on it: [`wait`], for a synchronous call (the calling thread drives the future with the GIL
+//! released, and looks for a pending signal such as Ctrl-C every [`SIGNAL_CHECK`]), and [`awaitable`], for an
+//! `_async` call (an asyncio future resolved when the Rust task ends, through the loop's [`Completions`];
+//! cancelling it drops the Rust future), or [`ready`] when nothing is left to wait for; and [`with_gil`], the one
+//! way saltblob's own threads enter Python, closed by [`_at_exit`] before the interpreter finalizes.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -23,11 +23,20 @@ use crate::completions::Completions;
 /// How often a synchronous call that waits for I/O runs Python's signal handlers, so that Ctrl-C interrupts it.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+/// The runtime of this process, and the id of the process that started it.
+static RUNTIME: Mutex<Option<(u32, &'static Runtime)>> = Mutex::new(None);
 
-/// The runtime, started on first use: one worker thread per core, shared by every store of the process.
+/// The runtime, started on first use: one worker thread per core, shared by every store of the process. In a
+/// process forked from one that had started it, a new one: the parent's threads did not follow the fork, so its
+/// runtime is left as it is (never dropped, which would wait for them) and the child's stores run on their own.
 pub(crate) fn runtime() -> PyResult<&'static Runtime> {
-    if let Some(rt) = RUNTIME.get() {
+    let pid = std::process::id();
+    let mut slot = RUNTIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((owner, rt)) = *slot
+        && owner == pid
+    {
         return Ok(rt);
     }
     let built = tokio::runtime::Builder::new_multi_thread()
@@ -37,7 +46,9 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
         .map_err(|e| {
             PyRuntimeError::new_err(format!("saltblob cannot start its I/O threads: {e}"))
         })?;
-    Ok(RUNTIME.get_or_init(|| built))
+    let rt: &'static Runtime = Box::leak(Box::new(built));
+    *slot = Some((pid, rt));
+    Ok(rt)
 }
 
 /// Runs `fut` to completion on the calling thread with the GIL released; a signal handler that raises (Ctrl-C's

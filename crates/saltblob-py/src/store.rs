@@ -1,10 +1,12 @@
 //! [`Store`]: a saltblob store opened from a URL ([`open`], [`open_async`]), with every operation of the Rust API as
-//! a synchronous method and an `_async` twin. Arguments are checked before any I/O.
+//! a synchronous method and an `_async` twin. Arguments are checked before any I/O. A store pickles as its URL and
+//! options (`saltblob._handles.reopen` opens it again), and belongs to the process that opened it
+//! ([`crate::fork::Local`]).
 
 use std::sync::{Arc, RwLock};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
 use saltblob::{
     BlobStore, BlobStream, ByteRange, FsckOptions, GcOptions, GetOptions, MemoryStore, StoreConfig,
 };
@@ -12,18 +14,23 @@ use saltblob::{
 use crate::args;
 use crate::data::{Data, Source};
 use crate::errors::{Kind, invalid, new_err, py_err, wrong_type};
-use crate::listing::ListIterator;
+use crate::fork::Local;
+use crate::listing::{ListIterator, ListPage, PageOut, all_pages, page, page_args};
 use crate::objects::{Description, Manifest, fsck_report, gc_report};
-use crate::reading::{GetResult, ReadCursor};
+use crate::ops;
+use crate::reading::{GetResult, ListOut, ReadCursor};
 use crate::runtime::{awaitable, try_with_gil, wait};
 use crate::writing::{AsyncBlobWriter, BlobWriter, put_source, put_source_async};
 
 /// A saltblob store. Open one with `saltblob.open(url)`; use it as a context manager, or `close()` it, to release
 /// it (an embedded store can be open only once at a time). Safe to share between threads and tasks.
-#[pyclass(module = "saltblob")]
+#[pyclass(module = "saltblob", weakref)]
 pub(crate) struct Store {
-    inner: RwLock<Option<BlobStore>>,
+    inner: RwLock<Option<Local<BlobStore>>>,
+    /// The URL, its password hidden.
     url: String,
+    /// The URL as given, and the keyword options: what a pickled store is opened again with.
+    opened_with: (String, Option<Py<PyDict>>),
 }
 
 /// The URL, its store options and the configuration, checked without any I/O: returns the URL the backend opens and
@@ -54,14 +61,15 @@ async fn open_store(backend_url: String, config: StoreConfig) -> saltblob::Resul
 /// options). Keyword options set the store configuration beyond the URL (see `StoreOptions`).
 #[pyfunction]
 #[pyo3(signature = (url, **options))]
-pub(crate) fn open(
-    py: Python<'_>,
-    url: &Bound<'_, PyAny>,
-    options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Store> {
+pub(crate) fn open<'py>(
+    py: Python<'py>,
+    url: &Bound<'py, PyAny>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, Store>> {
     let (url, backend_url, config) = checked(url, options)?;
+    let options = options.map(|d| d.copy()).transpose()?.map(Bound::unbind);
     let store = wait(py, open_store(backend_url, config))?.map_err(py_err)?;
-    Ok(Store::new(store, &url))
+    Opened(Store::new(store, url, options)).into_pyobject(py)
 }
 
 /// `open()` for asyncio.
@@ -73,10 +81,32 @@ pub(crate) fn open_async<'py>(
     options: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (url, backend_url, config) = checked(url, options)?;
+    let options = options.map(|d| d.copy()).transpose()?.map(Bound::unbind);
     awaitable(py, async move {
         let store = open_store(backend_url, config).await.map_err(py_err)?;
-        Ok(Store::new(store, &url))
+        Ok(Opened(Store::new(store, url, options)))
     })
+}
+
+/// What a pickled store is: the function that opens it again, and its arguments (the URL and the options).
+type Reduced<'py> = (Bound<'py, PyAny>, (String, Bound<'py, PyDict>));
+
+/// A store just opened, handed to Python registered with `saltblob._handles` (what unpickling and the fsspec
+/// filesystem look up before opening a URL again).
+struct Opened(Store);
+
+impl<'py> IntoPyObject<'py> for Opened {
+    type Target = Store;
+    type Output = Bound<'py, Store>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        let store = Bound::new(py, self.0)?;
+        py.import("saltblob._handles")?
+            .getattr("register")?
+            .call1((&store,))?;
+        Ok(store)
+    }
 }
 
 /// Drops keyspace of the `cql://` URL `url` (what `saltblob.compat.SaltedBlobStore.drop_schema` does when it was
@@ -109,11 +139,33 @@ pub(crate) fn customer_key_id(key: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(args::customer_key(key)?.id().to_owned())
 }
 
+/// The escaped form of key `key` (bytes) that the CLI shows and takes: valid UTF-8 stands for itself except `%`,
+/// white space, control and invisible characters; every other byte is `%XX`. `unescape_key` reads it back.
+#[pyfunction]
+pub(crate) fn escape_key(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(saltblob::escape_key(&args::key(key, "key")?))
+}
+
+/// The key (bytes) that `escape_key` wrote as `text`: `%XX` is one byte, any other character its UTF-8 bytes.
+/// `InvalidArgument` for a `%` not followed by two hex digits.
+#[pyfunction]
+pub(crate) fn unescape_key<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyBytes>> {
+    let key = saltblob::unescape_key(text).map_err(|e| invalid("escaped key", e))?;
+    Ok(PyBytes::new(py, &key))
+}
+
+/// Store URL `url` with its password hidden, as `Store.url` shows it.
+#[pyfunction]
+pub(crate) fn redact_url(url: &str) -> String {
+    saltblob::redact_url(url)
+}
+
 impl Store {
-    fn new(store: BlobStore, url: &str) -> Self {
+    fn new(store: BlobStore, url: String, options: Option<Py<PyDict>>) -> Self {
         Self {
-            inner: RwLock::new(Some(store)),
-            url: saltblob::redact_url(url),
+            inner: RwLock::new(Some(Local::new(store))),
+            url: saltblob::redact_url(&url),
+            opened_with: (url, options),
         }
     }
 
@@ -130,19 +182,21 @@ impl Store {
         Ok((key, opts, self.store()?))
     }
 
-    /// The open store, or `InvalidArgument` when it was closed.
+    /// The open store, or `InvalidArgument` when it was closed (or was opened by the process this one was forked
+    /// from).
     fn store(&self) -> PyResult<BlobStore> {
-        self.inner
+        match &*self
+            .inner
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .ok_or_else(|| {
-                new_err(
-                    Kind::InvalidArgument,
-                    format!("the store {} is closed", self.url),
-                    false,
-                )
-            })
+        {
+            Some(store) => Ok(store.get()?.clone()),
+            None => Err(new_err(
+                Kind::InvalidArgument,
+                format!("the store {} is closed", self.url),
+                false,
+            )),
+        }
     }
 }
 
@@ -160,6 +214,15 @@ fn read_whole<'py>(py: Python<'py>, stream: BlobStream) -> PyResult<Bound<'py, P
         .call_method0("bytes")?
         .cast_into::<PyBytes>()
         .map_err(Into::into)
+}
+
+/// Whether `key` holds a blob: a head, `NotFound` as false.
+async fn exists(store: &BlobStore, key: bytes::Bytes) -> PyResult<bool> {
+    match store.head(key).await {
+        Ok(_) => Ok(true),
+        Err(saltblob::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(py_err(e)),
+    }
 }
 
 /// The range of `get_range`'s arguments.
@@ -242,6 +305,71 @@ fn fsck_options(
         opts = opts.with_min_age(a);
     }
     Ok(opts)
+}
+
+/// The ranges of `get_ranges`: `starts` with `ends` (exclusive) or `lengths`, checked.
+fn ranges_of(
+    starts: Vec<u64>,
+    ends: Option<Vec<u64>>,
+    lengths: Option<Vec<u64>>,
+) -> PyResult<Vec<(u64, u64)>> {
+    let ends = match (ends, lengths) {
+        (Some(_), Some(_)) => return Err(invalid("ends/lengths", "give one of them, not both")),
+        (None, None) => return Err(invalid("ends/lengths", "give one of them")),
+        (Some(ends), None) => ends,
+        (None, Some(lengths)) => starts
+            .iter()
+            .zip(&lengths)
+            .map(|(s, l)| {
+                s.checked_add(*l)
+                    .ok_or_else(|| invalid("lengths", "start + length overflows"))
+            })
+            .chain((lengths.len() != starts.len()).then(|| Ok(u64::MAX)))
+            .collect::<PyResult<_>>()?,
+    };
+    if ends.len() != starts.len() {
+        return Err(invalid(
+            "ends/lengths",
+            format!("{} of them for {} starts", ends.len(), starts.len()),
+        ));
+    }
+    starts
+        .into_iter()
+        .zip(ends)
+        .map(|(s, e)| {
+            if s > e {
+                Err(invalid(
+                    "ends",
+                    format!("range {s}..{e} ends before it starts"),
+                ))
+            } else {
+                Ok((s, e))
+            }
+        })
+        .collect()
+}
+
+/// The keys of `delete_many`: an iterable of keys.
+fn keys_of(keys: &Bound<'_, PyAny>) -> PyResult<Vec<bytes::Bytes>> {
+    if keys.is_instance_of::<PyString>() || keys.is_instance_of::<PyBytes>() {
+        return Err(wrong_type(
+            "keys",
+            "an iterable of keys (not one key)",
+            keys,
+        ));
+    }
+    keys.try_iter()
+        .map_err(|_| wrong_type("keys", "an iterable of keys", keys))?
+        .map(|k| args::key(&k?, "keys[i]"))
+        .collect()
+}
+
+/// The versions `delete_many` returns.
+fn versions(deleted: Vec<Option<saltblob::VersionId>>) -> Vec<Option<String>> {
+    deleted
+        .into_iter()
+        .map(|v| v.map(|v| v.to_string()))
+        .collect()
 }
 
 /// The Python reader class `saltblob._io.NAME` around `cursor`.
@@ -584,17 +712,25 @@ impl Store {
         })
     }
 
-    /// A file-like writer of a new version of `key`: `write()` pieces, `close()` commits them. As a context
-    /// manager, commits on a clean exit and nothing when the block raises. Options: see `PutOptions`.
+    /// A file-like writer (`saltblob.BlobWriter`, an `io.BufferedIOBase`) of a new version of `key`: `write()`
+    /// pieces, `close()` commits them. As a context manager, commits on a clean exit and nothing when the block
+    /// raises. Options: see `PutOptions`.
     #[pyo3(signature = (key, **options))]
     fn open_writer(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         options: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<BlobWriter> {
+    ) -> PyResult<Py<PyAny>> {
         let key = args::key(key, "key")?;
         let opts = args::put_options("open_writer", options)?;
-        BlobWriter::new(self.store()?, key, opts)
+        let name = saltblob::escape_key(&key);
+        let raw = Bound::new(py, BlobWriter::new(self.store()?, key, opts)?)?;
+        Ok(py
+            .import("saltblob._io")?
+            .getattr("BlobWriter")?
+            .call1((raw, name))?
+            .unbind())
     }
 
     /// `open_writer()` for asyncio: an `AsyncBlobWriter` (`await write()`, `await close()`, `async with`).
@@ -607,6 +743,288 @@ impl Store {
         let key = args::key(key, "key")?;
         let opts = args::put_options("open_writer_async", options)?;
         AsyncBlobWriter::new(self.store()?, key, opts)
+    }
+
+    /// Whether `key` holds a blob.
+    fn exists(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        wait(py, async move { exists(&store, key).await })?
+    }
+
+    /// `exists()` for asyncio.
+    fn exists_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let store = self.store()?;
+        awaitable(py, async move { exists(&store, key).await })
+    }
+
+    /// Copies the current version of `src` to `dst` (a new version of `dst`, with the source's content type and
+    /// metadata), streamed by the store: no bytes pass through Python. With `overwrite=False`, only if `dst` holds
+    /// no blob (else `AlreadyExists`). `customer_key` reads a source sealed under it and seals the copy under it.
+    /// Returns the copy's manifest.
+    #[pyo3(signature = (src, dst, *, overwrite = true, customer_key = None))]
+    fn copy(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        overwrite: bool,
+        customer_key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Manifest> {
+        let (src, dst) = (args::key(src, "src")?, args::key(dst, "dst")?);
+        let key = optional(customer_key, args::customer_key)?;
+        let store = self.store()?;
+        let c = wait(py, async move {
+            ops::copy(&store, src, dst, overwrite, key).await
+        })?
+        .map_err(py_err)?;
+        Ok(Manifest::from(&c.manifest))
+    }
+
+    /// `copy()` for asyncio.
+    #[pyo3(signature = (src, dst, *, overwrite = true, customer_key = None))]
+    fn copy_async<'py>(
+        &self,
+        py: Python<'py>,
+        src: &Bound<'py, PyAny>,
+        dst: &Bound<'py, PyAny>,
+        overwrite: bool,
+        customer_key: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (src, dst) = (args::key(src, "src")?, args::key(dst, "dst")?);
+        let key = optional(customer_key, args::customer_key)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let c = ops::copy(&store, src, dst, overwrite, key)
+                .await
+                .map_err(py_err)?;
+            Ok(Manifest::from(&c.manifest))
+        })
+    }
+
+    /// Moves `src` to `dst`: `copy`, then a delete of the version copied (a source replaced meanwhile keeps its new
+    /// version). Options as `copy`'s. Returns the manifest of `dst`'s new version.
+    #[pyo3(signature = (src, dst, *, overwrite = true, customer_key = None))]
+    fn rename(
+        &self,
+        py: Python<'_>,
+        src: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        overwrite: bool,
+        customer_key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Manifest> {
+        let (src, dst) = (args::key(src, "src")?, args::key(dst, "dst")?);
+        let key = optional(customer_key, args::customer_key)?;
+        let store = self.store()?;
+        let m = wait(py, async move {
+            ops::rename(&store, src, dst, overwrite, key).await
+        })?
+        .map_err(py_err)?;
+        Ok(Manifest::from(&m))
+    }
+
+    /// `rename()` for asyncio.
+    #[pyo3(signature = (src, dst, *, overwrite = true, customer_key = None))]
+    fn rename_async<'py>(
+        &self,
+        py: Python<'py>,
+        src: &Bound<'py, PyAny>,
+        dst: &Bound<'py, PyAny>,
+        overwrite: bool,
+        customer_key: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (src, dst) = (args::key(src, "src")?, args::key(dst, "dst")?);
+        let key = optional(customer_key, args::customer_key)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let m = ops::rename(&store, src, dst, overwrite, key)
+                .await
+                .map_err(py_err)?;
+            Ok(Manifest::from(&m))
+        })
+    }
+
+    /// Deletes every key of `keys` (several in flight at once); returns the version each held (`None` for none),
+    /// in order. Every delete is tried; the first error is raised after all of them ended.
+    fn delete_many(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<Option<String>>> {
+        let keys = keys_of(keys)?;
+        let store = self.store()?;
+        let deleted =
+            wait(py, async move { ops::delete_many(&store, keys).await })?.map_err(py_err)?;
+        Ok(versions(deleted))
+    }
+
+    /// `delete_many()` for asyncio.
+    fn delete_many_async<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let keys = keys_of(keys)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let deleted = ops::delete_many(&store, keys).await.map_err(py_err)?;
+            Ok(versions(deleted))
+        })
+    }
+
+    /// Reads several ranges of one version of `key`: `starts[i]` to `ends[i]` (exclusive), or `lengths[i]` bytes
+    /// from `starts[i]`; returns their bytes, in order. Nearby ranges are read as one, the others at once. Each
+    /// range must lie within the blob (else `RangeNotSatisfiable`). With `if_version`, reads that version only
+    /// (else `PreconditionFailed`); `priority` and `customer_key` as `get`'s.
+    #[pyo3(signature = (key, starts, ends = None, *, lengths = None, if_version = None, priority = None, customer_key = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        starts: Vec<u64>,
+        ends: Option<Vec<u64>>,
+        lengths: Option<Vec<u64>>,
+        if_version: Option<&Bound<'py, PyAny>>,
+        priority: Option<&Bound<'py, PyAny>>,
+        customer_key: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let key = args::key(key, "key")?;
+        let ranges = ranges_of(starts, ends, lengths)?;
+        let version = optional(if_version, |v| args::version(v, "if_version"))?;
+        let opts = get_options(priority, customer_key)?;
+        let store = self.store()?;
+        let read = wait(py, async move {
+            ops::get_ranges(&store, key, ranges, opts, version).await
+        })?
+        .map_err(py_err)?;
+        ListOut(read).into_pyobject(py)
+    }
+
+    /// `get_ranges()` for asyncio.
+    #[pyo3(signature = (key, starts, ends = None, *, lengths = None, if_version = None, priority = None, customer_key = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_ranges_async<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        starts: Vec<u64>,
+        ends: Option<Vec<u64>>,
+        lengths: Option<Vec<u64>>,
+        if_version: Option<&Bound<'py, PyAny>>,
+        priority: Option<&Bound<'py, PyAny>>,
+        customer_key: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = args::key(key, "key")?;
+        let ranges = ranges_of(starts, ends, lengths)?;
+        let version = optional(if_version, |v| args::version(v, "if_version"))?;
+        let opts = get_options(priority, customer_key)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let read = ops::get_ranges(&store, key, ranges, opts, version)
+                .await
+                .map_err(py_err)?;
+            Ok(ListOut(read))
+        })
+    }
+
+    /// One page of the blobs whose key starts with `prefix`, in key order: at most `limit` items, and the token of
+    /// the next page (`next_token`; give it to `page_token=`). With a `delimiter` (such as `"/"`), keys that hold it
+    /// after the prefix are not listed but stand for their common prefix, listed once (`common_prefixes`; an item
+    /// of the page as a blob is).
+    #[pyo3(signature = (prefix = None, *, delimiter = None, page_token = None, limit = 1000))]
+    fn list_page(
+        &self,
+        py: Python<'_>,
+        prefix: Option<&Bound<'_, PyAny>>,
+        delimiter: Option<&Bound<'_, PyAny>>,
+        page_token: Option<&str>,
+        limit: usize,
+    ) -> PyResult<ListPage> {
+        let (prefix, delimiter, after) = page_args(prefix, delimiter, page_token)?;
+        let store = self.store()?;
+        let p = wait(py, async move {
+            page(&store, prefix, delimiter, after, limit).await
+        })?
+        .map_err(py_err)?;
+        ListPage::new(py, p)
+    }
+
+    /// `list_page()` for asyncio.
+    #[pyo3(signature = (prefix = None, *, delimiter = None, page_token = None, limit = 1000))]
+    fn list_page_async<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: Option<&Bound<'py, PyAny>>,
+        delimiter: Option<&Bound<'py, PyAny>>,
+        page_token: Option<&str>,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (prefix, delimiter, after) = page_args(prefix, delimiter, page_token)?;
+        let store = self.store()?;
+        awaitable(py, async move {
+            let p = page(&store, prefix, delimiter, after, limit)
+                .await
+                .map_err(py_err)?;
+            Ok(PageOut(p))
+        })
+    }
+
+    /// Every page of `list_page(prefix, delimiter=delimiter)` in one `ListPage` (whose `next_token` is `None`):
+    /// the "files" and "directories" right under `prefix`.
+    #[pyo3(signature = (prefix = None, delimiter = "/"))]
+    fn list_with_delimiter(
+        &self,
+        py: Python<'_>,
+        prefix: Option<&Bound<'_, PyAny>>,
+        delimiter: &str,
+    ) -> PyResult<ListPage> {
+        let delimiter = PyString::new(py, delimiter).into_any();
+        let (prefix, delimiter, _) = page_args(prefix, Some(&delimiter), None)?;
+        let delimiter = delimiter.unwrap_or_default();
+        let store = self.store()?;
+        let p = wait(
+            py,
+            async move { all_pages(&store, prefix, delimiter).await },
+        )?
+        .map_err(py_err)?;
+        ListPage::new(py, p)
+    }
+
+    /// `list_with_delimiter()` for asyncio.
+    #[pyo3(signature = (prefix = None, delimiter = "/"))]
+    fn list_with_delimiter_async<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: Option<&Bound<'py, PyAny>>,
+        delimiter: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let delimiter = PyString::new(py, delimiter).into_any();
+        let (prefix, delimiter, _) = page_args(prefix, Some(&delimiter), None)?;
+        let delimiter = delimiter.unwrap_or_default();
+        let store = self.store()?;
+        awaitable(py, async move {
+            let p = all_pages(&store, prefix, delimiter).await.map_err(py_err)?;
+            Ok(PageOut(p))
+        })
+    }
+
+    /// Pickles the store as its URL and keyword options: unpickled, it is the store of that URL this process has
+    /// open already, else the store opened again (`saltblob._handles.reopen`). The pickle holds the URL as given,
+    /// password included.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
+        let reopen = py.import("saltblob._handles")?.getattr("reopen")?;
+        let (url, options) = &self.opened_with;
+        let options = match options {
+            Some(o) => o.bind(py).copy()?,
+            None => PyDict::new(py),
+        };
+        Ok((reopen, (url.clone(), options)))
     }
 
     /// Releases the store (readers, streams and writers still open keep it until they end). Idempotent.

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::data::{Source, piece};
 use crate::errors::{Kind, new_err, py_err};
+use crate::fork::Local;
 use crate::objects::Manifest;
 use crate::runtime::{awaitable, runtime, try_with_gil, wait};
 
@@ -163,32 +164,38 @@ fn lock(upload: &Arc<Mutex<Upload>>) -> std::sync::MutexGuard<'_, Upload> {
 /// The writer's state shared by its sync and async forms.
 #[derive(Clone)]
 struct WriterCore {
-    upload: Arc<Mutex<Upload>>,
+    upload: Local<Arc<Mutex<Upload>>>,
     result: Arc<Mutex<Option<Manifest>>>,
 }
 
 impl WriterCore {
     fn new(store: BlobStore, key: Bytes, opts: PutOptions) -> PyResult<Self> {
         Ok(Self {
-            upload: Arc::new(Mutex::new(Upload::start(store, key, opts)?)),
+            upload: Local::new(Arc::new(Mutex::new(Upload::start(store, key, opts)?))),
             result: Arc::default(),
         })
     }
 
+    /// The put in progress (refused in a process forked from the writer's).
+    fn upload(&self) -> PyResult<&Arc<Mutex<Upload>>> {
+        self.upload.get()
+    }
+
     /// The sender, or the error of a closed writer.
     fn sender(&self) -> PyResult<mpsc::Sender<Msg>> {
-        lock(&self.upload).tx.clone().ok_or_else(closed_err)
+        lock(self.upload()?).tx.clone().ok_or_else(closed_err)
     }
 
     /// Takes the channel and the task for closing; `None` when already closed.
-    fn take(&self) -> Option<(Option<mpsc::Sender<Msg>>, PutTask)> {
-        let mut up = lock(&self.upload);
+    fn take(&self) -> PyResult<Option<(Option<mpsc::Sender<Msg>>, PutTask)>> {
+        let mut up = lock(self.upload()?);
         let tx = up.tx.take();
-        up.task.take().map(|task| (tx, task))
+        Ok(up.task.take().map(|task| (tx, task)))
     }
 
+    /// Whether the writer was closed or aborted (or belongs to another process).
     fn closed(&self) -> bool {
-        lock(&self.upload).tx.is_none()
+        self.upload().map_or(true, |u| lock(u).tx.is_none())
     }
 
     fn manifest(&self) -> Option<Manifest> {
@@ -211,10 +218,10 @@ impl WriterCore {
     }
 }
 
-/// A file-like writer of one blob (`Store.open_writer`): `write` pieces, then `close` commits them as the new
-/// version. As a context manager it commits on a clean exit and commits nothing when the block raises; a writer
-/// dropped without `close` commits nothing either.
-#[pyclass(module = "saltblob")]
+/// The writer of one blob under `saltblob.BlobWriter` (`Store.open_writer`, an `io.BufferedIOBase`): `write`
+/// pieces, then `close` commits them as the new version. As a context manager it commits on a clean exit and
+/// commits nothing when the block raises; a writer dropped without `close` commits nothing either.
+#[pyclass(module = "saltblob", name = "RawBlobWriter")]
 pub(crate) struct BlobWriter(WriterCore);
 
 impl BlobWriter {
@@ -230,14 +237,14 @@ impl BlobWriter {
         let bytes = piece(data, "write()")?;
         let n = bytes.len();
         let tx = self.0.sender()?;
-        let upload = Arc::clone(&self.0.upload);
+        let upload = Arc::clone(self.0.upload()?);
         wait(py, send(tx, upload, bytes))??;
         Ok(n)
     }
 
     /// Commits what was written as the new version and returns its manifest (again on a second call).
     fn close(&self, py: Python<'_>) -> PyResult<Manifest> {
-        let Some((tx, task)) = self.0.take() else {
+        let Some((tx, task)) = self.0.take()? else {
             return self.0.closed_again();
         };
         let m = wait(py, finish(tx, task))??;
@@ -247,7 +254,7 @@ impl BlobWriter {
 
     /// Ends the writer without committing anything; the previous version stays current.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some((tx, task)) = self.0.take() {
+        if let Some((tx, task)) = self.0.take()? {
             drop(tx);
             wait(py, abort(task))?;
         }
@@ -313,7 +320,7 @@ impl AsyncBlobWriter {
         let bytes = piece(data, "write()")?;
         let n = bytes.len();
         let tx = self.0.sender()?;
-        let upload = Arc::clone(&self.0.upload);
+        let upload = Arc::clone(self.0.upload()?);
         awaitable(py, async move {
             send(tx, upload, bytes).await?;
             Ok(n)
@@ -324,7 +331,7 @@ impl AsyncBlobWriter {
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let core = self.0.clone();
         awaitable(py, async move {
-            let Some((tx, task)) = core.take() else {
+            let Some((tx, task)) = core.take()? else {
                 return core.closed_again();
             };
             let m = finish(tx, task).await?;
@@ -335,7 +342,7 @@ impl AsyncBlobWriter {
 
     /// Ends the writer without committing anything.
     fn abort<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let taken = self.0.take();
+        let taken = self.0.take()?;
         awaitable(py, async move {
             if let Some((tx, task)) = taken {
                 drop(tx);
@@ -372,7 +379,7 @@ impl AsyncBlobWriter {
         let core = self.0.clone();
         let failed = exc_type.is_some();
         awaitable(py, async move {
-            let Some((tx, task)) = core.take() else {
+            let Some((tx, task)) = core.take()? else {
                 return Ok(false);
             };
             if failed {
@@ -400,11 +407,11 @@ pub(crate) fn put_source(
     let fed = (|| -> PyResult<()> {
         while let Some(bytes) = source.next_blocking(py)? {
             let tx = core.sender()?;
-            wait(py, send(tx, Arc::clone(&core.upload), bytes))??;
+            wait(py, send(tx, Arc::clone(core.upload()?), bytes))??;
         }
         Ok(())
     })();
-    match (fed, core.take()) {
+    match (fed, core.take()?) {
         (Ok(()), Some((tx, task))) => wait(py, finish(tx, task))?,
         (Ok(()), None) => Err(closed_err()),
         (Err(e), Some((tx, task))) => {
@@ -433,11 +440,11 @@ pub(crate) async fn put_source_async(
             let Some(bytes) = try_with_gil(|py| source.next_blocking(py))? else {
                 return Ok(());
             };
-            send(core.sender()?, Arc::clone(&core.upload), bytes).await?;
+            send(core.sender()?, Arc::clone(core.upload()?), bytes).await?;
         }
     }
     .await;
-    match (fed, core.take()) {
+    match (fed, core.take()?) {
         (Ok(()), Some((tx, task))) => finish(tx, task).await,
         (Ok(()), None) => Err(closed_err()),
         (Err(e), Some((tx, task))) => {

@@ -10,8 +10,12 @@ The Rust store, from Python::
         head = store.get_range("videos/cat.mp4", 0, 1024)       # fetches only the chunks it needs
 
 Every I/O call has an ``_async`` twin for asyncio (``await store.put_async(...)``); both release the GIL while
-the store works. Errors are ``saltblob.SaltblobError`` and its subclasses (``saltblob.exceptions``).
-``saltblob.compat.SaltedBlobStore`` is a drop-in for the salting article's Python class.
+the store works. Errors are ``saltblob.SaltblobError`` and its subclasses (``saltblob.exceptions``), which are also
+the standard library's where one fits (``NotFound`` a ``FileNotFoundError``, ``Unavailable`` an ``OSError``).
+A ``Store`` pickles as its URL and options. ``saltblob.fsspec`` is the ``saltblob://`` filesystem of fsspec
+(pandas, pyarrow, dask); ``saltblob.compat.SaltedBlobStore`` is a drop-in for the salting article's Python class.
+
+``from saltblob import *`` does not bring ``open`` (it would hide the built-in): call ``saltblob.open``.
 """
 
 from __future__ import annotations
@@ -19,22 +23,25 @@ from __future__ import annotations
 import atexit as _atexit
 
 from . import exceptions
-from ._io import AsyncBlobReader, BlobReader
+from ._io import AsyncBlobReader, BlobReader, BlobWriter
 from ._saltblob import (
     AsyncBlobWriter,
-    BlobWriter,
     ByteStream,
     Description,
     GetResult,
     ListEntry,
     ListIterator,
+    ListPage,
     Manifest,
     ReadCursor,
     Store,
     __version__,
     customer_key_id,
+    escape_key,
     open,
     open_async,
+    redact_url,
+    unescape_key,
 )
 from ._types import FsckReport, GcReport, PutOptions, StoreOptions
 from ._saltblob import _at_exit
@@ -48,6 +55,7 @@ from .exceptions import (
     PreconditionFailed,
     RangeNotSatisfiable,
     SaltblobError,
+    TimedOut,
     Unavailable,
 )
 
@@ -71,6 +79,7 @@ __all__ = [
     "KeyUnavailable",
     "ListEntry",
     "ListIterator",
+    "ListPage",
     "Manifest",
     "NotFound",
     "PreconditionFailed",
@@ -80,10 +89,13 @@ __all__ = [
     "SaltblobError",
     "Store",
     "StoreOptions",
+    "TimedOut",
     "Unavailable",
     "__version__",
     "customer_key_id",
+    "escape_key",
     "exceptions",
-    "open",
     "open_async",
+    "redact_url",
+    "unescape_key",
 ]

@@ -1,7 +1,9 @@
 """File-like readers of one blob version: ``BlobReader`` (an ``io.RawIOBase``, so ``io.BufferedReader``,
 ``readline``, iteration and every consumer of binary files work with it) and ``AsyncBlobReader``. Both sit on a
 ``ReadCursor`` of the native module, which fetches the ranges asked for, reading further ahead while reads go on
-sequentially, and raises ``PreconditionFailed`` if the key is overwritten meanwhile.
+sequentially, and raises ``PreconditionFailed`` if the key is overwritten meanwhile. And the writer of a new
+version, ``BlobWriter`` (an ``io.BufferedIOBase``, so ``io.TextIOWrapper``, ``csv`` and every producer of binary
+files write to it), on the native module's ``RawBlobWriter``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterable, Awaitable, Optional, Type
 if TYPE_CHECKING:
     import asyncio
 
-    from _typeshed import WriteableBuffer
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
-    from ._saltblob import AsyncBlobWriter, GetResult, Manifest, ReadCursor
+    from ._saltblob import AsyncBlobWriter, GetResult, Manifest, RawBlobWriter, ReadCursor
 
 
 def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -107,26 +109,95 @@ class BlobReader(_OnCursor, io.RawIOBase):
 
     def read(self, size: Optional[int] = -1) -> bytes:
         """Reads up to ``size`` bytes (all that is left by default); ``b""`` at the end."""
-        self._checkClosed()  # type: ignore[attr-defined]
+        self._checkClosed()
         return self._cursor.read(size)
 
     def readall(self) -> bytes:
         return self.read(-1)
 
     def readinto(self, buffer: WriteableBuffer) -> int:
-        self._checkClosed()  # type: ignore[attr-defined]
+        self._checkClosed()
         view = memoryview(buffer).cast("B")
         data = self._cursor.read(len(view))
         view[: len(data)] = data
         return len(data)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._checkClosed()  # type: ignore[attr-defined]
+        self._checkClosed()
         return self._cursor.seek(offset, whence)
 
     def tell(self) -> int:
-        self._checkClosed()  # type: ignore[attr-defined]
+        self._checkClosed()
         return self._cursor.tell()
+
+
+class BlobWriter(io.BufferedIOBase):
+    """A write-only binary file that makes a new version of one blob (``Store.open_writer``): ``write`` streams
+    the bytes to the store (waiting, without the GIL, while the put is a window ahead), ``close`` commits them and
+    returns nothing (``manifest`` then holds the version). As a context manager it commits on a clean exit and
+    commits nothing when the block raises; ``abort()`` ends it without committing, and so does dropping it unclosed.
+
+    A wrapper's ``close`` closes the writer, so ``io.TextIOWrapper(writer)`` commits when it is closed, exception
+    or not: with a wrapper, call ``abort()`` on the writer before the wrapper closes to commit nothing.
+    """
+
+    def __init__(self, raw: RawBlobWriter, name: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._written = 0
+        self.name = name
+        """The key, escaped as ``saltblob.escape_key`` writes it."""
+        self.mode = "wb"
+
+    @property
+    def manifest(self) -> Optional[Manifest]:
+        """The manifest of the committed version, once ``close`` returned."""
+        return self._raw.manifest
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer) -> int:
+        """Writes a bytes-like object; returns its length. ``InvalidArgument`` (a ``ValueError``) once closed."""
+        n = self._raw.write(data)
+        self._written += n
+        return n
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+        self._checkClosed()
+        return self._written
+
+    def close(self) -> None:
+        """Commits what was written as the new version (once; a second call does nothing)."""
+        if self.closed:
+            return
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+    def abort(self) -> None:
+        """Ends the writer without committing anything; the previous version stays current."""
+        try:
+            self._raw.abort()
+        finally:
+            super().close()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        elif not self.closed:
+            self.abort()
+
+    def __del__(self) -> None:
+        # Unlike a file, an unclosed writer commits nothing: the native writer, dropped, ends its put uncommitted.
+        pass
 
 
 class AsyncBlobReader(_OnCursor):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import sys
 from types import TracebackType
 from typing import (
@@ -15,23 +16,21 @@ from typing import (
     Iterator,
     List,
     Optional,
+    Sequence,
     Tuple,
     Type,
     Union,
 )
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
-    from typing_extensions import Unpack
+from typing_extensions import Unpack, final
 
-from ._io import AsyncBlobReader, BlobReader
+from ._io import AsyncBlobReader, BlobReader, BlobWriter
 from ._types import FsckReport, GcReport, PutOptions, Seconds, Size, StoreOptions
 
 if sys.version_info >= (3, 12):
     from collections.abc import Buffer
 else:
-    Buffer = Union[bytes, bytearray, memoryview]
+    from typing_extensions import Buffer
 
 Key = Union[bytes, bytearray, str]
 """A key: bytes, or a str standing for its UTF-8 bytes (1 to 1024 bytes)."""
@@ -41,6 +40,31 @@ CustomerKey = Union[bytes, bytearray]
 
 Data = Union[Buffer, IO[bytes], Iterable[Buffer]]
 """What ``put`` stores: a bytes-like object, a binary file object or an iterator of bytes-like pieces."""
+
+__all__ = [
+    "open",
+    "open_async",
+    "customer_key_id",
+    "escape_key",
+    "unescape_key",
+    "redact_url",
+    "_drop_cql_keyspace",
+    "_at_exit",
+    "Canceller",
+    "Completions",
+    "Store",
+    "Manifest",
+    "Description",
+    "ListEntry",
+    "GetResult",
+    "ByteStream",
+    "ReadCursor",
+    "RawBlobWriter",
+    "AsyncBlobWriter",
+    "ListIterator",
+    "ListPage",
+    "__version__",
+]
 
 __version__: str
 
@@ -54,9 +78,20 @@ def open_async(url: str, **options: Unpack[StoreOptions]) -> Awaitable[Store]:
 def customer_key_id(key: CustomerKey) -> str:
     """The fingerprint of a 32-byte customer key: the ``Manifest.encryption_key`` of the versions it seals."""
 
+def escape_key(key: Key) -> str:
+    """The key as the CLI shows and takes it: ``%``, white space, control characters and bytes that are not UTF-8
+    as ``%XX``, every other character as itself. ``unescape_key`` reads it back."""
+
+def unescape_key(text: str) -> bytes:
+    """The key ``escape_key`` wrote as ``text``; ``InvalidArgument`` for a ``%`` without two hex digits."""
+
+def redact_url(url: str) -> str:
+    """The store URL with its password hidden, as ``Store.url`` shows it."""
+
 def _drop_cql_keyspace(url: str) -> None: ...
 def _at_exit() -> None: ...
 
+@final
 class Manifest:
     """One committed version of a blob (``put``, ``head``)."""
 
@@ -78,6 +113,7 @@ class Manifest:
     encryption_provider: Optional[str]
     """``"local"``, ``"aws-kms"`` or ``"customer"`` (the reader gives the key); ``None`` for plaintext."""
 
+@final
 class Description:
     """How one key is laid out (``describe``)."""
 
@@ -86,6 +122,7 @@ class Description:
     layout: str
     bytes_per_salt: List[int]
 
+@final
 class ListEntry:
     """One blob of a listing; ``manifest`` is ``None`` and ``error`` a ``Corrupt`` when its manifest is damaged."""
 
@@ -93,6 +130,7 @@ class ListEntry:
     manifest: Optional[Manifest]
     error: Optional[BaseException]
 
+@final
 class ByteStream(Iterator[bytes], AsyncIterator[bytes]):
     """The bytes of a read as they come (``GetResult.stream``)."""
 
@@ -101,6 +139,7 @@ class ByteStream(Iterator[bytes], AsyncIterator[bytes]):
     def __aiter__(self) -> ByteStream: ...
     def __anext__(self) -> Awaitable[bytes]: ...
 
+@final
 class GetResult:
     """What ``get`` returns: the manifest, and the bytes, which can be taken once."""
 
@@ -108,12 +147,13 @@ class GetResult:
     def manifest(self) -> Manifest: ...
     @property
     def range(self) -> Tuple[int, int]: ...
-    def bytes(self) -> bytes: ...
-    def bytes_async(self) -> Awaitable[bytes]: ...
-    def chunks(self) -> List[bytes]: ...
-    def chunks_async(self) -> Awaitable[List[bytes]]: ...
+    def bytes(self) -> builtins.bytes: ...
+    def bytes_async(self) -> Awaitable[builtins.bytes]: ...
+    def chunks(self) -> List[builtins.bytes]: ...
+    def chunks_async(self) -> Awaitable[List[builtins.bytes]]: ...
     def stream(self, chunk_size: Optional[Size] = None) -> ByteStream: ...
 
+@final
 class ReadCursor:
     """The position of a file-like reader (used by ``BlobReader`` and ``AsyncBlobReader``)."""
 
@@ -126,8 +166,10 @@ class ReadCursor:
     def seek(self, offset: int, whence: int = 0) -> int: ...
     def tell(self) -> int: ...
 
-class BlobWriter:
-    """A file-like writer of one blob (``Store.open_writer``): commits on ``close``; nothing on an exception."""
+@final
+class RawBlobWriter:
+    """The native writer under ``saltblob.BlobWriter`` (``Store.open_writer``): commits on ``close``; nothing on an
+    exception."""
 
     @property
     def closed(self) -> bool: ...
@@ -138,7 +180,7 @@ class BlobWriter:
     def abort(self) -> None: ...
     def writable(self) -> bool: ...
     def flush(self) -> None: ...
-    def __enter__(self) -> BlobWriter: ...
+    def __enter__(self) -> RawBlobWriter: ...
     def __exit__(
         self,
         exc_type: Optional[Type[BaseException]],
@@ -146,6 +188,7 @@ class BlobWriter:
         tb: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class AsyncBlobWriter:
     """The asyncio form of ``BlobWriter`` (``Store.open_writer_async``)."""
 
@@ -164,6 +207,7 @@ class AsyncBlobWriter:
         tb: Optional[TracebackType],
     ) -> Awaitable[bool]: ...
 
+@final
 class ListIterator(Iterator[ListEntry], AsyncIterator[ListEntry]):
     """The blobs under a prefix, in key order, read a page at a time."""
 
@@ -172,16 +216,32 @@ class ListIterator(Iterator[ListEntry], AsyncIterator[ListEntry]):
     def __aiter__(self) -> ListIterator: ...
     def __anext__(self) -> Awaitable[ListEntry]: ...
 
+@final
+class ListPage:
+    """One page of a listing (``Store.list_page``, ``Store.list_with_delimiter``)."""
+
+    @property
+    def entries(self) -> List[ListEntry]: ...
+    @property
+    def common_prefixes(self) -> List[bytes]:
+        """With a delimiter: each key's part up to and including the delimiter after the prefix, once."""
+    @property
+    def next_token(self) -> Optional[str]:
+        """The ``page_token`` of the next page; ``None`` on the last one."""
+
+@final
 class Canceller:
     def __call__(self, future: Any) -> None: ...
 
+@final
 class Completions:
     """An event loop's queue of ended ``_async`` calls (internal: ``saltblob._io._completions``)."""
 
-    def __init__(self, resolve: Any) -> None: ...
+    def __new__(cls, resolve: Any) -> Completions: ...
     def fileno(self) -> int: ...
     def drain(self) -> None: ...
 
+@final
 class Store:
     """A saltblob store (``saltblob.open``); a context manager (sync and async) that closes it."""
 
@@ -247,6 +307,72 @@ class Store:
     ) -> Awaitable[AsyncBlobReader]: ...
     def open_writer(self, key: Key, **options: Unpack[PutOptions]) -> BlobWriter: ...
     def open_writer_async(self, key: Key, **options: Unpack[PutOptions]) -> AsyncBlobWriter: ...
+    def exists(self, key: Key) -> bool: ...
+    def exists_async(self, key: Key) -> Awaitable[bool]: ...
+    def copy(
+        self, src: Key, dst: Key, *, overwrite: bool = True, customer_key: Optional[CustomerKey] = None
+    ) -> Manifest:
+        """Copies ``src``'s current version to ``dst`` inside the store (``overwrite=False``: ``AlreadyExists``
+        if ``dst`` holds a blob)."""
+    def copy_async(
+        self, src: Key, dst: Key, *, overwrite: bool = True, customer_key: Optional[CustomerKey] = None
+    ) -> Awaitable[Manifest]: ...
+    def rename(
+        self, src: Key, dst: Key, *, overwrite: bool = True, customer_key: Optional[CustomerKey] = None
+    ) -> Manifest:
+        """``copy``, then a delete of the source version copied."""
+    def rename_async(
+        self, src: Key, dst: Key, *, overwrite: bool = True, customer_key: Optional[CustomerKey] = None
+    ) -> Awaitable[Manifest]: ...
+    def delete_many(self, keys: Iterable[Key]) -> List[Optional[str]]:
+        """Deletes every key (several at once); the version each held, in order."""
+    def delete_many_async(self, keys: Iterable[Key]) -> Awaitable[List[Optional[str]]]: ...
+    def get_ranges(
+        self,
+        key: Key,
+        starts: Sequence[int],
+        ends: Optional[Sequence[int]] = None,
+        *,
+        lengths: Optional[Sequence[int]] = None,
+        if_version: Optional[str] = None,
+        priority: Optional[str] = None,
+        customer_key: Optional[CustomerKey] = None,
+    ) -> List[bytes]:
+        """Several ranges of one version of ``key``, in order; nearby ones are read as one."""
+    def get_ranges_async(
+        self,
+        key: Key,
+        starts: Sequence[int],
+        ends: Optional[Sequence[int]] = None,
+        *,
+        lengths: Optional[Sequence[int]] = None,
+        if_version: Optional[str] = None,
+        priority: Optional[str] = None,
+        customer_key: Optional[CustomerKey] = None,
+    ) -> Awaitable[List[bytes]]: ...
+    def list_page(
+        self,
+        prefix: Optional[Key] = None,
+        *,
+        delimiter: Optional[Key] = None,
+        page_token: Optional[str] = None,
+        limit: int = 1000,
+    ) -> ListPage:
+        """One page of the listing of ``prefix``; with a delimiter, keys past it grouped as common prefixes."""
+    def list_page_async(
+        self,
+        prefix: Optional[Key] = None,
+        *,
+        delimiter: Optional[Key] = None,
+        page_token: Optional[str] = None,
+        limit: int = 1000,
+    ) -> Awaitable[ListPage]: ...
+    def list_with_delimiter(self, prefix: Optional[Key] = None, delimiter: str = "/") -> ListPage:
+        """Every page of ``list_page(prefix, delimiter=delimiter)`` in one."""
+    def list_with_delimiter_async(
+        self, prefix: Optional[Key] = None, delimiter: str = "/"
+    ) -> Awaitable[ListPage]: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[str, Dict[str, Any]]]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Store: ...
     def __exit__(

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from . import _saltblob
+from ._types import StoreOptions
 from .exceptions import InvalidArgument, NotFound, SaltblobError
 
 DEFAULT_CHUNK_SIZE = 4096
@@ -44,7 +45,7 @@ DEFAULT_MAX_CONCURRENCY = 0
 
 # The article's policy, salts from the first chunk on, and no inline values: every non-empty blob is chunks spread
 # over min(chunks, max_salt) partitions, as its class lays them out.
-_STORE_OPTIONS = {"fanout_threshold": 0, "inline_limit": 0}
+_STORE_OPTIONS: StoreOptions = {"fanout_threshold": 0, "inline_limit": 0}
 
 
 @dataclass
@@ -124,7 +125,7 @@ class SaltedBlobStore:
             return self._store
 
     # ------------------------------------------------------------------ schema
-    def create_schema(self, replication: Optional[dict] = None) -> None:
+    def create_schema(self, replication: Optional[Dict[str, Any]] = None) -> None:
         """Creates the keyspace and saltblob's tables in it (if missing), replicated ``replication_factor``
         times (default 1)."""
         rf = (replication or {}).get("replication_factor", 1)
