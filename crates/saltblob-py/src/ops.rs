@@ -199,10 +199,25 @@ pub(crate) async fn get_ranges(
                 )
             })
             .collect();
-        let read: Vec<(VersionId, Bytes)> = futures::stream::iter(reads)
+        let read: Vec<(VersionId, Bytes)> = match futures::stream::iter(reads)
             .buffered(IN_FLIGHT)
             .try_collect()
-            .await?;
+            .await
+        {
+            Ok(read) => read,
+            // A range beyond the current version: when that is not the version asked for, say so.
+            Err(e @ Error::RangeNotSatisfiable { .. }) => {
+                return Err(match (if_version, store.head(key.clone()).await) {
+                    (Some(expected), Ok(m)) if m.version != expected => Error::PreconditionFailed {
+                        key: key.as_ref().into(),
+                        expected,
+                        actual: Some(m.version),
+                    },
+                    _ => e,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let expected = if_version.or_else(|| read.first().map(|(v, _)| *v));
         if let Some(expected) = expected
             && let Some(other) = read.iter().map(|(v, _)| *v).find(|v| *v != expected)
