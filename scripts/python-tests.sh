@@ -36,7 +36,8 @@ fi
 venv=${SALTBLOB_CACHE:-$HOME/.cache/saltblob}/venv-py
 requirements=tests/python/requirements.txt
 
-saltblob_venv python-tests "$venv" "$requirements" "python -c 'import hypothesis, pytest, pytest_asyncio' && command -v maturin"
+saltblob_venv python-tests "$venv" "$requirements" \
+  "python -c 'import hypothesis, pytest, pytest_asyncio, fsspec, pandas, pyarrow, dask.dataframe, mypy, s3fs' && command -v maturin"
 
 # The package, built by the environment's maturin (no build isolation: nothing fetched per run) in the release
 # profile (pyproject.toml) in $CARGO_TARGET_DIR; only the crate itself is compiled when the workspace was built.
