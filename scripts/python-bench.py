@@ -24,7 +24,10 @@ With --reference FILE (the article's salted_blob_store.py) and a cql:// store: C
 64 KiB chunks, 100 salts, written then read one at a time by the article's class and by the compat class, each in
 a keyspace of its own, once per round (the order alternating too); a class that fails a round (the article's class
 can be refused by the driver as "overloaded") has that round's error recorded, and the ratios are of the medians of
-the rounds that ended; "compat" in the JSON. The article's class is imported from FILE, never part of saltblob.
+the rounds that ended; "compat" in the JSON. Each round also records the CPU seconds per blob of the client (this
+process) and of the node (every Cassandra or ScyllaDB process of this machine, found by its command line), and the
+two classes are printed side by side: throughput, P99, CPU seconds per blob. The article's class is imported from
+FILE, never part of saltblob.
 """
 
 from __future__ import annotations
@@ -51,6 +54,34 @@ import saltblob
 T = TypeVar("T")
 
 MIB = 1 << 20
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def node_pids() -> List[int]:
+    """The Cassandra and ScyllaDB processes of this machine (by their command lines)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"CassandraDaemon" in cmdline or cmdline.split(b"\0", 1)[0].endswith(b"scylla"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def cpu_seconds(pids: List[int]) -> float:
+    """User + system CPU seconds of processes PIDS so far (/proc/PID/stat), those still running."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return total
 
 
 def parse_args() -> argparse.Namespace:
@@ -283,7 +314,29 @@ def bench_compat(args: argparse.Namespace, cql: str) -> Dict[str, Any]:
                  for name, _ in classes}
         results[f"{what}_compat_over_reference"] = (median(ended["compat"]) / median(ended["reference"])
                                                     if all(ended.values()) else None)
+    results["side_by_side"] = side_by_side(results)
     return results
+
+
+def side_by_side(results: Dict[str, Any]) -> Dict[str, Any]:
+    """Per phase and class, the medians over the rounds that ended: MiB/s, P99 ms, client and node CPU seconds per
+    blob; printed as a table."""
+    table: Dict[str, Any] = {}
+    print(f"{'phase':<6} {'class':<10} {'MiB/s':>7} {'P99 ms':>8} {'client CPU s/blob':>18} {'node CPU s/blob':>16}"
+          f"  (medians of the rounds that ended)")
+    for what in ("write", "read"):
+        for name in ("reference", "compat"):
+            ended = [r[what] for r in results[name] if "error" not in r]
+            if not ended:
+                print(f"{what:<6} {name:<10} failed every round")
+                continue
+            row = {k: median([e[k] for e in ended]) for k in ("throughput_mib_s", "client_cpu_s_per_blob",
+                                                               "node_cpu_s_per_blob")}
+            row["p99_ms"] = median([e["latency_ms"]["p99"] for e in ended])
+            table[f"{what}/{name}"] = row
+            print(f"{what:<6} {name:<10} {row['throughput_mib_s']:7.1f} {row['p99_ms']:8.1f} "
+                  f"{row['client_cpu_s_per_blob']:18.3f} {row['node_cpu_s_per_blob']:16.3f}")
+    return table
 
 
 def compat_round(args: argparse.Namespace, session: Any, name: str, cls: Any, blob: bytes) -> Dict[str, Any]:
@@ -292,17 +345,26 @@ def compat_round(args: argparse.Namespace, session: Any, name: str, cls: Any, bl
     ks = f"pybench_{name}_{int(time.time() * 1000)}"
     store = cls(session, keyspace=ks)
     store.create_schema(replication={"class": "SimpleStrategy", "replication_factor": 1})
+    nodes = node_pids()
+
+    def with_cpu(phase_: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+        client0, node0 = time.process_time(), cpu_seconds(nodes)
+        out = phase_()
+        out["client_cpu_s_per_blob"] = (time.process_time() - client0) / args.compat_count
+        out["node_cpu_s_per_blob"] = (cpu_seconds(nodes) - node0) / args.compat_count
+        return out
+
     try:
-        w = one_at_a_time("write", args.compat_count, size, lambda i: store.write(
+        w = with_cpu(lambda: one_at_a_time("write", args.compat_count, size, lambda i: store.write(
             f"blob-{i}".encode(), blob, max_salt=100, chunk_size=65536,
-            max_concurrency=args.store_concurrency))
+            max_concurrency=args.store_concurrency)))
 
         def read(i: int) -> None:
             chunks = store.read(f"blob-{i}".encode(), max_concurrency=args.store_concurrency)
             if chunks is None or sum(len(c) for c in chunks) != size:
                 raise SystemExit(f"{name}: blob-{i} read back wrong")
 
-        r = one_at_a_time("read", args.compat_count, size, read)
+        r = with_cpu(lambda: one_at_a_time("read", args.compat_count, size, read))
     except Exception as e:  # any failure of a class (the driver's own errors too) is that round's result
         print(f"== {name}: failed: {e}", flush=True)
         return {"error": str(e)}
