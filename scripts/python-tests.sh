@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The Python package's tests: builds and installs ./crates/saltblob-py (maturin, release profile, in the
 # workspace's build directory, so that RocksDB is not compiled again) into a virtual environment of pinned
-# packages (tests/python/requirements.txt: pytest, pytest-asyncio, hypothesis, maturin), then runs pytest on
+# packages (tests/python/requirements.txt: pytest, pytest-asyncio, hypothesis, maturin; fsspec, pandas, pyarrow and
+# dask for the saltblob:// filesystem's consumers, s3fs for its bench, mypy for the stubs), then runs pytest on
 # tests/python: every test on a temporary RocksDB store, and on a Cassandra/ScyllaDB node too when TEST_CQL names
 # one (HOST:PORT; each run makes its own keyspaces and drops them).
 #
 #   scripts/python-tests.sh [-- PYTEST_ARGS...]
 #   scripts/python-tests.sh --bench [-- PYTHON_BENCH_ARGS...]
+#   scripts/python-tests.sh --fsspec-bench [-- PYTHON_FSSPEC_BENCH_ARGS...]
 #   scripts/python-tests.sh --reference-scripts DIR [-- PYTHON_REFERENCE_ARGS...]
 #
 # --bench runs scripts/python-bench.py (the package against `saltblob bench` on the same store; with --reference,
 # the compat class against the salting article's class) with --saltblob $CARGO_TARGET_DIR/release/saltblob.
+# --fsspec-bench runs scripts/python-fsspec-bench.py (a parquet dataset read through saltblob://, from the local file
+# system, and through `saltblob serve` with s3fs) with --saltblob $CARGO_TARGET_DIR/release/saltblob.
 # --reference-scripts runs scripts/python-reference.py: the article's own demo.py and benchmark.py, fetched into DIR,
 # as they are and with their one import changed to saltblob.compat, on a Cassandra node.
 #
@@ -25,6 +29,9 @@ source scripts/env.sh
 mode=tests
 if [ "${1:-}" = --bench ]; then
   mode=bench
+  shift
+elif [ "${1:-}" = --fsspec-bench ]; then
+  mode=fsspec-bench
   shift
 elif [ "${1:-}" = --reference-scripts ]; then
   mode=reference
@@ -49,6 +56,9 @@ echo "== python-tests: installed in $((SECONDS - t0)) s"
 
 if [ "$mode" = bench ]; then
   exec "$venv/bin/python" scripts/python-bench.py --saltblob "$CARGO_TARGET_DIR/release/saltblob" "$@"
+fi
+if [ "$mode" = fsspec-bench ]; then
+  exec "$venv/bin/python" scripts/python-fsspec-bench.py --saltblob "$CARGO_TARGET_DIR/release/saltblob" "$@"
 fi
 if [ "$mode" = reference ]; then
   exec "$venv/bin/python" scripts/python-reference.py --dir "$reference_dir" "$@"
