@@ -80,7 +80,7 @@ def cpu_seconds(pid: int) -> float:
 def write_dataset(root: Path, size_mib: int, files: int, row_group: int) -> int:
     """FILES parquet files of about SIZE_MIB in all under ROOT, row groups of ROW_GROUP rows; returns the rows."""
     root.mkdir(parents=True)
-    rows_per_file = max(row_group, int(size_mib * MIB / 21 / files))  # ~21 bytes per row as stored
+    rows_per_file = max(row_group, int(size_mib * MIB / 18 / files))  # ~18 bytes per row as stored
     rng = np.random.default_rng(62)
     categories = pa.array([f"category-{i:03d}" for i in range(200)])
     for f in range(files):
@@ -241,6 +241,7 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
     size = sum(p.stat().st_size for p in local.iterdir())
     print(f"== dataset: {args.files} files, {rows} rows, {size / MIB:.0f} MiB, written in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
+    load_start = os.getloadavg()
     readers = Readers(args, local, store_url, scratch)
     eviction = "drop_caches" if readers.drop_caches else "posix_fadvise"
     print(f"== cold reads: the page cache emptied by {eviction}", flush=True)
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         readers.close_store()
     summary = summarize(results, size)
     out = {"store": saltblob.redact_url(store_url), "files": args.files, "rows": rows, "bytes": size,
-           "rounds": args.rounds, "cold_eviction": eviction, "runs": results, "summary": summary}
+           "rounds": args.rounds, "cold_eviction": eviction, "cpus": os.cpu_count(),
+           "loadavg_1_5_15": {"start": load_start, "end": os.getloadavg()}, "runs": results, "summary": summary}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
