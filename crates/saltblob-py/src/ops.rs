@@ -174,6 +174,45 @@ async fn read_span(
     Ok((version, stream.collect_bytes().await?))
 }
 
+/// The stream of one range (`start < end`) of the current version of `key` (or, with `if_version`, of that version
+/// only: another is [`Error::PreconditionFailed`]): [`get_ranges`] of a single range, whose bytes the caller copies
+/// once, as they come, into the object it returns, not first into a buffer of their own.
+pub(crate) async fn get_range_stream(
+    store: &BlobStore,
+    key: Bytes,
+    (start, end): (u64, u64),
+    opts: GetOptions,
+    if_version: Option<VersionId>,
+) -> saltblob::Result<BlobStream> {
+    match store
+        .get_stream_with(key.clone(), &opts.with_range(start..end))
+        .await
+    {
+        Ok(stream) => match if_version {
+            Some(expected) if stream.manifest.version != expected => {
+                Err(Error::PreconditionFailed {
+                    key: key.as_ref().into(),
+                    expected,
+                    actual: Some(stream.manifest.version),
+                })
+            }
+            _ => Ok(stream),
+        },
+        // A range beyond the current version: when that is not the version asked for, say so (as `get_ranges`).
+        Err(e @ Error::RangeNotSatisfiable { .. }) => {
+            Err(match (if_version, store.head(key.clone()).await) {
+                (Some(expected), Ok(m)) if m.version != expected => Error::PreconditionFailed {
+                    key: key.as_ref().into(),
+                    expected,
+                    actual: Some(m.version),
+                },
+                _ => e,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The bytes of `ranges` (`(start, end)`, end exclusive, each within the blob) of the current version of `key`
 /// (or, with `if_version`, of that version only: another is [`Error::PreconditionFailed`]), in the order given.
 /// Nearby ranges are read as one, the spans [`IN_FLIGHT`] at a time; all come from one version (read again when
