@@ -164,6 +164,11 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         self.inner().reclaim_space().await
     }
+
+    /// [`ChunkStore::maintain`].
+    async fn maintain(&self) -> Result<()> {
+        self.inner().maintain().await
+    }
 }
 
 /// Every layer is a [`ChunkStore`]: each method is the layer's own (its override, else the forward).
@@ -269,6 +274,10 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         ChunkStoreLayer::reclaim_space(self).await
+    }
+
+    async fn maintain(&self) -> Result<()> {
+        ChunkStoreLayer::maintain(self).await
     }
 }
 

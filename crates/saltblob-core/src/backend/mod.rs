@@ -280,6 +280,13 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         Ok(None)
     }
+
+    /// The engine's own upkeep, which every gc pass runs after its reclaim pass (on CQL: the listing index's
+    /// splits). Must not wait for long: what needs time is begun by one call and finished by a later one. The
+    /// default does nothing.
+    async fn maintain(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The sink of one version's chunks, from [`ChunkStore::chunk_sink`].

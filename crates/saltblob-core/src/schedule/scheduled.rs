@@ -27,12 +27,13 @@ const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 /// Record reads and writes, and the deletion of a version's chunks, move no data of their own: in a background
 /// class they are admitted beside its data units, not queued behind them ([`Scheduler::admit_record`]).
 ///
-/// Not scheduled: [`ChunkStore::chunk_sink`] and [`ChunkStore::read_shape`] (the backend's choices, no I/O; a
-/// sink's writes come back through this store), [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams
-/// paced by their consumer), [`ChunkStore::sync_unlogged_chunks`] and [`ChunkStore::sync_chunk_records`]
-/// (a flush or an fsync, which move no bytes of their own), [`ChunkStore::begin_chunk_records`] (creating and
-/// sizing a file) and [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that
-/// a new one cannot bypass admission by default.
+/// Not scheduled: [`ChunkStore::chunk_sink`] and [`ChunkStore::read_shape`] (the backend's choices, no I/O; a sink's
+/// writes come back through this store), [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's
+/// listings, streams paced by their consumer), [`ChunkStore::maintain`] (the engine's upkeep),
+/// [`ChunkStore::sync_unlogged_chunks`] and [`ChunkStore::sync_chunk_records`] (a flush or an fsync, which move no
+/// bytes of their own), [`ChunkStore::begin_chunk_records`] (creating and sizing a file) and
+/// [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that a
+/// new one cannot bypass admission by default.
 #[derive(Debug)]
 pub(crate) struct ScheduledStore {
     backend: Arc<dyn ChunkStore>,
@@ -240,5 +241,10 @@ impl ChunkStoreLayer for ScheduledStore {
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         self.backend.reclaim_space().await
+    }
+
+    /// Not admitted, like [`ChunkStore::reclaim_space`]: engine upkeep.
+    async fn maintain(&self) -> Result<()> {
+        self.backend.maintain().await
     }
 }

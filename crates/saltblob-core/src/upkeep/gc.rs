@@ -6,7 +6,8 @@
 //! - a writer dies (or is cancelled) between its first chunk and its commit: its intent (see `intent/`)
 //!   expires. gc takes such an intent over and queues the put's chunks for reclaim.
 //!
-//! A gc pass handles the intents, then runs one reclaim pass and asks the backend to return the freed space.
+//! A gc pass handles the intents, then runs one reclaim pass, asks the backend to return the freed space and, for
+//! the whole store, runs the backend's own upkeep ([`crate::backend::ChunkStore::maintain`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,6 +139,9 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
     report.reclaim = reclaim::run(inner, cutoff, opts.dry_run, &opts.prefix).await?;
     if !opts.dry_run && report.reclaim.versions > 0 {
         report.space = inner.backend.reclaim_space().await?;
+    }
+    if !opts.dry_run && opts.prefix.is_empty() {
+        inner.backend.maintain().await?;
     }
     Ok(report)
 }
