@@ -21,7 +21,7 @@ use scylla::client::session::Session;
 use crate::clock::next_timestamp;
 use crate::config::CqlConfig;
 use crate::error::{self, NAME};
-use crate::listing::{self, BuildReport, Directory, SplitReport};
+use crate::listing::{self, BuildReport, BuildSteps, Directory, SplitReport};
 use crate::schema::SCHEMA_FORMAT;
 use crate::session::{Cluster, Formats};
 use crate::statements::{V, key_values};
@@ -137,17 +137,27 @@ impl CqlStore {
     /// # Errors
     /// Those of connecting, and store errors (the build resumes where it stopped).
     pub async fn upgrade(config: CqlConfig, reconcile: bool) -> Result<Upgraded> {
+        Self::upgrade_in_steps(config, reconcile, BuildSteps::default()).await
+    }
+
+    /// [`CqlStore::upgrade`], stopping after the pages `steps` allows as an interrupted upgrade would (the
+    /// format stays as it was until a run goes through every manifest): for tests of resumption.
+    #[doc(hidden)]
+    pub async fn upgrade_in_steps(
+        config: CqlConfig,
+        reconcile: bool,
+        steps: BuildSteps,
+    ) -> Result<Upgraded> {
         let (cluster, from) = Cluster::connect_to(config, Formats::Upgradable).await?;
         let first = from != SCHEMA_FORMAT;
-        let report = listing::build(&cluster, first, reconcile || !first).await?;
-        if from != SCHEMA_FORMAT {
+        let report = listing::build(&cluster, first, reconcile || !first, steps).await?;
+        let to = if report.complete && first {
             cluster.write_format(SCHEMA_FORMAT).await?;
-        }
-        Ok(Upgraded {
-            from,
-            to: SCHEMA_FORMAT,
-            report,
-        })
+            SCHEMA_FORMAT
+        } else {
+            from
+        };
+        Ok(Upgraded { from, to, report })
     }
 
     /// Runs one maintenance of the listing index now (what gc runs after each pass).

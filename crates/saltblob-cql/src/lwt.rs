@@ -122,7 +122,7 @@ pub(crate) async fn settle(
 }
 
 /// Whether a conditional write applied and, if not, the current `value` (absent row: `None`).
-fn outcome(result: QueryResult, what: &str) -> Result<(bool, Option<Bytes>)> {
+pub(crate) fn outcome(result: QueryResult, what: &str) -> Result<(bool, Option<Bytes>)> {
     let rows = result
         .into_rows_result()
         .map_err(|e| error::shape(what, e))?;

@@ -47,6 +47,19 @@ pub struct BuildReport {
     pub resumed: bool,
     /// Index rows removed because their manifest was absent (reconcile only).
     pub stale_removed: u64,
+    /// Whether the build went through every manifest (false: it stopped after the pages it was allowed, and
+    /// resumes from there).
+    pub complete: bool,
+}
+
+/// How far one run of a build goes: all of it, or (to show that an interrupted build resumes) at most `pages`
+/// pages of `rows` manifests each.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BuildSteps {
+    /// At most this many pages, then stop as an interrupted build would.
+    pub pages: Option<usize>,
+    /// Manifests per page; `None`: the scan's own.
+    pub rows: Option<i32>,
 }
 
 /// Builds the listing index from the manifests, first planning its directory when `plan_first` (a keyspace that
@@ -58,6 +71,7 @@ pub(crate) async fn build(
     cluster: &Cluster,
     plan_first: bool,
     reconcile: bool,
+    steps: BuildSteps,
 ) -> Result<BuildReport> {
     let mut report = BuildReport::default();
     let mut dir = cluster.read_directory().await?;
@@ -67,20 +81,28 @@ pub(crate) async fn build(
         report.planned = true;
         dir = plan(cluster).await?;
     }
+    report.ranges = dir.entries.len();
     cluster.directory.invalidate().await;
     report.resumed = progress.is_some();
     let mut paging = progress.map_or_else(PagingState::start, |raw| {
         PagingState::new_from_raw_bytes(raw.as_ref())
     });
+    let mut scan = cluster.st.listing.manifest_times.clone();
+    if let Some(rows) = steps.rows {
+        scan.set_page_size(rows);
+    }
+    let mut pages = 0usize;
     loop {
+        if steps.pages.is_some_and(|max| pages >= max) {
+            return Ok(report);
+        }
+        pages += 1;
         let what = || "reading the manifests' keys and write times".to_owned();
         let (result, next) = cluster
             .run(what, true, || {
-                cluster.session.execute_single_page(
-                    &cluster.st.listing.manifest_times,
-                    (),
-                    paging.clone(),
-                )
+                cluster
+                    .session
+                    .execute_single_page(&scan, (), paging.clone())
             })
             .await?;
         let rows: Vec<(Bytes, Option<i64>)> = result
@@ -113,6 +135,7 @@ pub(crate) async fn build(
     cluster.delete_meta(PROGRESS_KEY).await?;
     cluster.flush_counts(true).await;
     report.ranges = cluster.read_directory().await?.entries.len();
+    report.complete = true;
     Ok(report)
 }
 

@@ -41,14 +41,16 @@ use saltblob_core::Result;
 
 use saltblob_core::backend::Namespace;
 
+use scylla::statement::batch::{Batch, BatchType};
+
 use crate::clock::next_timestamp;
 pub use crate::directory::{Directory, ROOT_RANGE, RangeEntry, RangeState};
 use crate::session::Cluster;
 use crate::statements::{LimitRow, V, key_values};
 use crate::{error, lwt};
 
-pub use self::build::BuildReport;
 pub(crate) use self::build::build;
+pub use self::build::{BuildReport, BuildSteps};
 pub use self::split::SplitReport;
 pub(crate) use self::split::maintain;
 
@@ -123,16 +125,29 @@ impl Cluster {
 
     /// Writes a directory row unless one starts there already; returns whether it did.
     pub(crate) async fn add_range(&self, entry: &RangeEntry) -> Result<bool> {
-        let values = vec![
-            V::Tiny(SCOPE),
-            V::Blob(entry.start.clone()),
-            V::Blob(entry.id.clone()),
-            V::Tiny(entry.state.tag()),
-            V::OptBlob(entry.source.clone()),
-        ];
+        let values = range_values(entry);
         let what = "adding a range to the listing directory";
         let (applied, _) = lwt::execute(self, what, &self.st.listing.add_range, values).await?;
         Ok(applied)
+    }
+
+    /// Writes the directory rows of `entries` in one conditional batch (all or none: a writer never sees some of a
+    /// split's new ranges without the others), unless one of them starts where a range does already; returns
+    /// whether they were written.
+    pub(crate) async fn add_ranges(&self, entries: &[RangeEntry]) -> Result<bool> {
+        let mut batch = Batch::new(BatchType::Logged);
+        for _ in entries {
+            batch.append_statement(self.st.listing.add_range.clone());
+        }
+        batch.set_consistency(self.config.write_consistency);
+        batch.set_serial_consistency(Some(self.config.serial_consistency));
+        batch.set_is_idempotent(false);
+        let values: Vec<Vec<V>> = entries.iter().map(range_values).collect();
+        let what = || "adding ranges to the listing directory".to_owned();
+        let result = self
+            .run(what, false, || self.session.batch(&batch, &values))
+            .await?;
+        Ok(lwt::outcome(result, "adding ranges to the listing directory")?.0)
     }
 
     /// Writes record `key` of the meta namespace, plainly.
@@ -241,7 +256,7 @@ impl Cluster {
         if delta == 0 {
             return Ok(());
         }
-        let values = (delta, range.clone());
+        let values = (scylla::value::Counter(delta), range.clone());
         let what = || "update of a listing range's counter".to_owned();
         self.run(what, false, || {
             self.session
@@ -260,9 +275,9 @@ impl Cluster {
             .await
             .map_err(|e| error::driver(format!("{what}: {e}"), true, e))?;
         pager
-            .rows_stream::<(Bytes, Option<i64>)>()
+            .rows_stream::<(Bytes, Option<scylla::value::Counter>)>()
             .map_err(|e| error::shape(what, e))?
-            .map_ok(|(range, rows)| (range, rows.unwrap_or(0)))
+            .map_ok(|(range, rows)| (range, rows.map_or(0, |c| c.0)))
             .try_collect()
             .await
             .map_err(|e| error::driver(format!("{what}: {e}"), true, e))
@@ -295,8 +310,8 @@ impl Cluster {
                 (Some(end), None) => Some(&end[..]),
                 (None, u) => u,
             };
-            let left = want - out.len();
-            let cut = |rows: &Vec<(Bytes, i64)>| rows.len() >= left.max(READ_AT_LEAST);
+            let left = (want - out.len()).max(READ_AT_LEAST);
+            let cut = |rows: &Vec<(Bytes, i64)>| rows.len() >= left;
             let rows = self.read_range(&entry.id, &lower, upper, left).await?;
             let (rows, more) = match &entry.source {
                 Some(source) if entry.state == RangeState::Moving => {
@@ -320,8 +335,7 @@ impl Cluster {
         Ok(out)
     }
 
-    /// Rows of range partition `range` from `lower` (inclusive) below `upper`, at most `limit` (at least
-    /// [`READ_AT_LEAST`]).
+    /// Rows of range partition `range` from `lower` (inclusive) below `upper`, at most `limit` (at least 1).
     pub(crate) async fn read_range(
         &self,
         range: &Bytes,
@@ -329,7 +343,7 @@ impl Cluster {
         upper: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Bytes, i64)>> {
-        let limit = i32::try_from(limit.max(READ_AT_LEAST)).unwrap_or(i32::MAX);
+        let limit = i32::try_from(limit.max(1)).unwrap_or(i32::MAX);
         let mut values = vec![
             V::Blob(range.clone()),
             V::Blob(Bytes::copy_from_slice(lower)),
@@ -363,10 +377,20 @@ impl Cluster {
     }
 }
 
+/// The values of `entry`'s directory row, as the statement that adds it binds them.
+fn range_values(entry: &RangeEntry) -> Vec<V> {
+    vec![
+        V::Tiny(SCOPE),
+        V::Blob(entry.start.clone()),
+        V::Blob(entry.id.clone()),
+        V::Tiny(entry.state.tag()),
+        V::OptBlob(entry.source.clone()),
+    ]
+}
+
 /// Two key-ordered lists of index rows merged in order, a key in both once (its later write time), and no key past
 /// the last of a list that was cut (read with `limit` and full: a key beyond its last could be missing from it).
 fn merge(a: Vec<(Bytes, i64)>, b: Vec<(Bytes, i64)>, limit: usize) -> Vec<(Bytes, i64)> {
-    let limit = limit.max(READ_AT_LEAST);
     let bound = [&a, &b]
         .into_iter()
         .filter(|rows| rows.len() >= limit)
@@ -435,7 +459,7 @@ mod tests {
             .map(|i| (Bytes::from(format!("k{i:03}")), 1))
             .collect();
         let last = full.last().map(|(k, _)| k.clone()).unwrap();
-        let merged = merge(full, rows(&[("k999", 1)]), 1);
+        let merged = merge(full, rows(&[("k999", 1)]), READ_AT_LEAST);
         assert_eq!(merged.last().map(|(k, _)| k.clone()), Some(last));
     }
 }

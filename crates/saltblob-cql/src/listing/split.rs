@@ -115,18 +115,24 @@ async fn run(cluster: &Cluster) -> Result<SplitReport> {
         }
         let points = split_points(&boundaries, rows, config.max_rows / 2);
         let per_piece = rows_i / i64::try_from(points.len() + 1).unwrap_or(1);
-        for start in points {
-            let new = RangeEntry {
+        let new: Vec<RangeEntry> = points
+            .into_iter()
+            .map(|start| RangeEntry {
                 start,
                 id: Bytes::copy_from_slice(&VersionId::generate().to_be_bytes()),
                 state: RangeState::Moving,
                 source: Some(entry.id.clone()),
                 since: 0,
-            };
-            if cluster.add_range(&new).await? {
-                report.new_ranges += 1;
-                cluster.add_count(&new.id, per_piece).await?;
-            }
+            })
+            .collect();
+        // All of a split's new ranges at once: a writer that saw only some would put a key of a later one in an
+        // earlier one, where its reads never look.
+        if new.is_empty() || !cluster.add_ranges(&new).await? {
+            continue;
+        }
+        report.new_ranges += new.len();
+        for piece in &new {
+            cluster.add_count(&piece.id, per_piece).await?;
         }
         cluster.add_count(&entry.id, per_piece - counted).await?;
     }
@@ -144,23 +150,27 @@ fn busy(dir: &Directory, i: usize) -> bool {
             .any(|e| e.state == RangeState::Moving && e.source.as_ref() == Some(id))
 }
 
-/// The rows of range `i`, and the first key of every [`PAGE`]th row with the rows before it.
+/// The rows of range `i`, and the first key of each page of them with the rows before it: pages of an eighth of
+/// the bound (at most [`PAGE`]), so that a split can cut the range within an eighth of a piece.
 async fn count(cluster: &Cluster, dir: &Directory, i: usize) -> Result<(u64, Vec<(u64, Bytes)>)> {
     let entry = &dir.entries[i];
     let end = dir.end_of(i).cloned();
+    let per_page = usize::try_from(cluster.config.listing.max_rows / 8)
+        .unwrap_or(PAGE)
+        .clamp(1, PAGE);
     let mut lower = entry.start.clone();
     let mut rows = 0u64;
     let mut boundaries = Vec::new();
     loop {
         let page = cluster
-            .read_range(&entry.id, &lower, end.as_deref(), PAGE)
+            .read_range(&entry.id, &lower, end.as_deref(), per_page)
             .await?;
         if let Some((first, _)) = page.first() {
             boundaries.push((rows, first.clone()));
         }
         rows += page.len() as u64;
         match page.last() {
-            Some((last, _)) if page.len() >= PAGE => lower = successor(last),
+            Some((last, _)) if page.len() >= per_page => lower = successor(last),
             _ => return Ok((rows, boundaries)),
         }
     }

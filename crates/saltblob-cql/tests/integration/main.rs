@@ -21,6 +21,7 @@ mod errors;
 mod history;
 mod import;
 mod limits;
+mod listing;
 mod records;
 mod ring;
 mod rows;
