@@ -182,6 +182,12 @@ impl CqlStore {
         self.cluster.index_reads.load(Ordering::Relaxed)
     }
 
+    /// The manifests listings have read so far (for diagnostics, tests and the bench): one per key a page shows,
+    /// and a spare per four.
+    pub fn listed_records(&self) -> u64 {
+        self.cluster.listed_records.load(Ordering::Relaxed)
+    }
+
     /// Before a conditional manifest write: the key's index row, with a timestamp of this process's clock;
     /// returns it (`None` for other namespaces).
     async fn index_before_conditional(&self, ns: Namespace, key: &[u8]) -> Result<Option<i64>> {

@@ -45,9 +45,10 @@ async fn scan_manifests(
     let stale_before =
         next_timestamp().saturating_sub(i64::try_from(STALE_AFTER.as_micros()).unwrap_or(i64::MAX));
     while out.len() < limit {
-        // A few spare keys per read: a key deleted since its index row was read is skipped, not counted.
+        // A spare key per four (and one): a key deleted since its index row was read is skipped, not counted. A
+        // one-key page (S3's walk after a common prefix) reads two manifests.
         let left = limit - out.len();
-        let want = left.saturating_add(left / 4 + 16);
+        let want = left.saturating_add(left / 4 + 1);
         let keys = cluster.index_keys(&from, until.as_deref(), want).await?;
         let Some((last, _)) = keys.last() else {
             break;
@@ -56,7 +57,12 @@ async fn scan_manifests(
         let exhausted = keys.len() < want;
         let wanted: Vec<Bytes> = keys.iter().map(|(k, _)| k.clone()).collect();
         let values: Vec<Option<Bytes>> = stream::iter(wanted)
-            .map(|k| async move { cluster.get_record(Namespace::Manifest, &k).await })
+            .map(|k| async move {
+                cluster
+                    .listed_records
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cluster.get_record(Namespace::Manifest, &k).await
+            })
             .buffered(32)
             .try_collect()
             .await?;

@@ -49,6 +49,8 @@ pub(crate) struct Cluster {
     pub(crate) counts: std::sync::Mutex<PendingCounts>,
     /// Reads of the listing index's range partitions so far.
     pub(crate) index_reads: std::sync::atomic::AtomicU64,
+    /// Manifests read by listings so far (one per key an index read named).
+    pub(crate) listed_records: std::sync::atomic::AtomicU64,
 }
 
 /// What the session's bootstrap accepts of the keyspace's schema format.
@@ -103,6 +105,7 @@ impl Cluster {
             directory: DirectoryCache::new(),
             counts: std::sync::Mutex::new(PendingCounts::new()),
             index_reads: std::sync::atomic::AtomicU64::new(0),
+            listed_records: std::sync::atomic::AtomicU64::new(0),
         };
         let format = cluster.check_format(formats).await?;
         Ok((cluster, format))
@@ -246,7 +249,7 @@ impl Cluster {
                 "keyspace",
                 format!(
                     "keyspace {ks} was written by an earlier saltblob (schema format {SCHEMA_FORMAT_1}, without the \
-                     listing index); this build reads format {SCHEMA_FORMAT}: run `saltblob upgrade <URL>` once, with \
+                     listing index); this build reads format {SCHEMA_FORMAT}: run `saltblob --store <URL> upgrade` once, with \
                      the store's writers stopped, to build its index (nothing else changes)"
                 ),
             )),

@@ -284,7 +284,8 @@ impl Cluster {
     }
 
     /// The keys of the index from `from` (inclusive), below `until` (exclusive) when given, in order, at least
-    /// `want` of them when there are (a few more may come), each with its write time. A range still `Moving` is
+    /// `want` of them when there are and no more, each with its write time (a range partition is read at least
+    /// [`READ_AT_LEAST`] rows at a time; those past `want` are dropped). A range still `Moving` is
     /// read together with the range before it.
     pub(crate) async fn index_keys(
         &self,
@@ -332,6 +333,7 @@ impl Cluster {
                 i += 1;
             }
         }
+        out.truncate(want);
         Ok(out)
     }
 
