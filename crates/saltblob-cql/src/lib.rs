@@ -34,6 +34,8 @@
 //! - **TLS**: `tls=true&ca=FILE` (and `cert=FILE&key=FILE` for a client certificate) connect through rustls,
 //!   trusting only that CA; each node's certificate must name its IP address ([`tls`]).
 //! - **Listing** scans the whole manifest table (see `docs/format.md`); internal namespaces are range scans.
+//! - **Passes** over every blob (census, fsck, gc's expiry, relayout) read the manifest table by token ranges,
+//!   several at once, each from one of its replicas (module `ranges`).
 //!
 //! # Layout
 //! Each module uses only those listed before it (no import circles):
@@ -47,6 +49,7 @@
 //!   requests with retries.
 //! - `lwt`: lightweight transactions and their settling against the client clock.
 //! - `scan`: record scans (the whole manifest table; range reads of the other namespaces).
+//! - `ranges`: the token ranges of the manifest table for passes over every blob, and their reads.
 //! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
 //! - `reader`: chunk reads, cut into per-partition requests (a slice of consecutive indexes or an `IN` list).
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
@@ -60,6 +63,7 @@ pub mod config;
 pub mod error;
 pub mod import;
 mod lwt;
+mod ranges;
 mod reader;
 mod ring;
 mod scan;

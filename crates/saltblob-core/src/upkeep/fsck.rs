@@ -609,8 +609,8 @@ impl BlobStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{ChunkStore, ChunkWrite};
     use crate::backend::memory::MemoryStore;
+    use crate::backend::{ChunkStore, ChunkWrite};
     use crate::format::layout::LayoutPolicy;
     use crate::state::config::{PutOptions, StoreConfig};
 
