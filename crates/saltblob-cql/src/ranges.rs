@@ -102,7 +102,8 @@ pub(crate) fn token_of(key: &[u8]) -> i64 {
 }
 
 /// The ranges of a ring of `tokens` (sorted or not): one per token, the one that wraps around cut in two at the
-/// ends of the token space, each cut into as many equal parts as it takes for about `target` in all.
+/// ends of the token space, each cut into parts of about 2⁶⁴ / `target` tokens: about `target` ranges (at most
+/// `target` + one per token), none wider than that.
 pub(crate) fn split(tokens: &[i64], target: usize) -> Vec<TokenRange> {
     let mut sorted = tokens.to_vec();
     sorted.sort_unstable();
@@ -121,8 +122,16 @@ pub(crate) fn split(tokens: &[i64], target: usize) -> Vec<TokenRange> {
             end: i64::MAX,
         });
     }
-    let parts = target.div_ceil(ring.len()).max(1);
-    ring.into_iter().flat_map(|r| cut(r, parts)).collect()
+    // Each range in parts of about 2⁶⁴ / target tokens, so that parts are of one width whatever the ring's.
+    let target = i128::try_from(target.max(1)).unwrap_or(i128::MAX);
+    ring.into_iter()
+        .flat_map(|r| {
+            let width = i128::from(r.end) - i128::from(r.start);
+            // Rounded up (`div_ceil` of i128 is not stable): both are positive.
+            let parts = (width.saturating_mul(target) + (1i128 << 64) - 1) >> 64;
+            cut(r, usize::try_from(parts).unwrap_or(usize::MAX))
+        })
+        .collect()
 }
 
 /// `range` cut into `parts` ranges of (nearly) equal width; fewer when it holds fewer tokens.
@@ -343,15 +352,27 @@ mod tests {
 
     #[test]
     fn the_ring_is_cut_at_its_tokens_and_then_into_equal_parts() {
-        // One node, 16 tokens: 17 ranges (the wrapping one in two), more than 3 wanted.
+        // One node, 16 tokens in [-2⁶², -2⁵⁸]: 17 ranges (the wrapping one in two), more than 3 wanted, the one
+        // after the last token (over half the ring) cut once more.
         let tokens: Vec<i64> = (0..16).map(|i| i64::MIN / 2 + i * (1 << 58)).collect();
         let ranges = split(&tokens, 3);
-        assert_eq!(ranges.len(), 17);
+        assert_eq!(ranges.len(), 18);
         covers_every_token_once(&ranges);
-        // Three nodes of 8 shards, one token each: 4 ranges cut into 18 parts each, 72 in all.
-        let ranges = split(&[-5, 0, 7], 3 * 8 * 3);
-        assert_eq!(ranges.len(), 72);
+        // Three nodes of 8 shards, one token each, two of them close: the wide ranges are cut into parts of
+        // 2⁶⁴ / 72 tokens, the narrow ones left whole.
+        let target = 3 * 8 * 3;
+        let ranges = split(&[-5, 0, 7], target);
+        assert_eq!(ranges.len(), 74);
         covers_every_token_once(&ranges);
+        let widest = (1i128 << 64) / 72 + 1;
+        assert!(
+            ranges
+                .iter()
+                .all(|r| i128::from(r.end) - i128::from(r.start) <= widest)
+        );
+        // Tokens spread evenly: as many ranges as asked, one token's range each cut alike.
+        let even: Vec<i64> = (-1..=1).map(|i| i * (1 << 62)).collect();
+        assert_eq!(split(&even, 72).len(), 72);
         // Tokens at the ends of the space, duplicates, and a range of one token that cannot be cut.
         for tokens in [vec![i64::MIN, i64::MAX], vec![3, 3, 4], vec![i64::MAX]] {
             let ranges = split(&tokens, 50);
