@@ -21,6 +21,7 @@ mod errors;
 mod history;
 mod import;
 mod limits;
+mod passes;
 mod records;
 mod ring;
 mod rows;
