@@ -12,7 +12,7 @@
 //! all (no point read per key), paged by the driver, from a replica of the range in the store's data center: the
 //! request's plan is the range's replicas, the first chosen by the range so that ranges spread over replicas,
 //! the others taken in turn when one does not answer (a node down), then [`crate::session::Cluster::run`]'s
-//! retries. In a range, rows come in token order, and rows of one token in key byte order (both Cassandra and
+//! retries (the session's own plan while the driver knows no replica of the range). In a range, rows come in token order, and rows of one token in key byte order (both Cassandra and
 //! ScyllaDB order partitions so), which makes "after this key" a place in the range: a read after a key starts
 //! at that key's token and drops the rows of that token up to the key (two keys may share a token).
 
@@ -281,14 +281,18 @@ pub(crate) async fn read(
     };
     let mut st = cluster.st.scan_manifest_range.clone();
     st.set_page_size(i32::try_from(limit.max(1)).unwrap_or(i32::MAX));
-    let profile = cluster
-        .session
-        .get_default_execution_profile_handle()
-        .pointee_to_builder()
-        .load_balancing_policy(Arc::new(RangeReplicas(replicas(cluster, tokens))))
-        .build()
-        .into_handle();
-    st.set_execution_profile_handle(Some(profile));
+    // No replica known (the driver has not read the keyspace's replication yet): the session's own plan.
+    let replicas = replicas(cluster, tokens);
+    if !replicas.is_empty() {
+        let profile = cluster
+            .session
+            .get_default_execution_profile_handle()
+            .pointee_to_builder()
+            .load_balancing_policy(Arc::new(RangeReplicas(replicas)))
+            .build()
+            .into_handle();
+        st.set_execution_profile_handle(Some(profile));
+    }
     let values = (lower, tokens.end);
     let mut records: Vec<(Bytes, Bytes)> = Vec::new();
     let mut paging = PagingState::start();
