@@ -1,8 +1,8 @@
 //! [`CqlStore`]: the [`ChunkStore`] implementation on ScyllaDB or Apache Cassandra.
 //!
 //! The store is a `Cluster` (session, bootstrap, retries: module `session`) plus the per-host, per-class
-//! `Throttle` of chunk writes (module `writer`). Record scans are in module `scan`, conditional writes in
-//! `lwt`, write timestamps in [`crate::clock`].
+//! `Throttle` of chunk writes (module `writer`). Record scans are in module `scan`, the token ranges of passes
+//! over every manifest in `ranges`, conditional writes in `lwt`, write timestamps in [`crate::clock`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkSink, ChunkStore, ChunkWrite, Namespace,
-    PlainSink, Precondition, Previous, RecordWrite, SinkPlan,
+    PlainSink, Precondition, Previous, RangePage, RecordWrite, ScanPlan, ScanRange, SinkPlan,
 };
 use saltblob_core::version::VersionId;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -26,7 +26,7 @@ use crate::schema::SCHEMA_FORMAT;
 use crate::session::{Cluster, Formats};
 use crate::statements::{V, key_values};
 use crate::writer::{self, Lane, Throttle, WriteBudget};
-use crate::{lwt, reader, scan};
+use crate::{lwt, ranges, reader, scan};
 
 /// Largest encoded chunk accepted: 8 MiB, half of Cassandra's largest mutation (16 MiB with the default 32 MiB
 /// commit log segment) and of its largest request frame (`native_transport_max_frame_size`, 16 MiB).
@@ -350,6 +350,21 @@ impl ChunkStore for CqlStore {
             return Ok(Vec::new());
         }
         scan::scan(&self.cluster, ns, prefix, start_after, limit).await
+    }
+
+    /// The ring from the driver's token map, cut into about nodes × shards × 3 token ranges (module `ranges`).
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        ranges::plan(&self.cluster)
+    }
+
+    /// `token(key) > ? AND token(key) <= ?`, paged, from a replica of the range (module `ranges`).
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        ranges::read(&self.cluster, range, after, limit).await
     }
 
     /// Chunks are rows, written as they come, each batch cut into per-partition requests: the plain sink. A commit

@@ -37,6 +37,8 @@
 //!   with each manifest write by its timestamp, so that a page reads a bounded number of rows whatever the number
 //!   of keys (see `docs/format.md`, "Listing index"); internal namespaces are range scans. A keyspace written by
 //!   an earlier build gets its index from `saltblob upgrade` ([`CqlStore::upgrade`]).
+//! - **Passes** over every blob (census, fsck, gc's expiry, relayout) read the manifest table by token ranges,
+//!   several at once, each from one of its replicas (module `ranges`).
 //!
 //! # Layout
 //! Each module uses only those listed before it (no import circles):
@@ -53,6 +55,7 @@
 //! - [`listing`]: the listing index: its reads and writes, splits (`listing/split.rs`), and its build from the
 //!   manifests and repair (`listing/build.rs`).
 //! - `scan`: record scans (the manifests in key order through the index; range reads of the other namespaces).
+//! - `ranges`: the token ranges of the manifest table for passes over every blob, and their reads.
 //! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
 //! - `reader`: chunk reads, cut into per-partition requests (a slice of consecutive indexes or an `IN` list).
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
@@ -68,6 +71,7 @@ pub mod error;
 pub mod import;
 pub mod listing;
 mod lwt;
+mod ranges;
 mod reader;
 mod ring;
 mod scan;

@@ -17,7 +17,7 @@ use crate::config::CqlConfig;
 use crate::error;
 use crate::schema::{CHUNKS, LISTING, LISTING_COUNTS, LISTING_RANGES, MANIFESTS, RECORDS};
 
-/// Rows per page of the manifest scan.
+/// Rows per page of a scan (of the whole manifest table, of a token range of it, of the chunk table).
 const SCAN_PAGE: i32 = 1000;
 
 /// Prepared statements of one record table.
@@ -46,6 +46,8 @@ pub(crate) struct Statements {
     pub(crate) delete_chunks: PreparedStatement,
     /// Every chunk's address (the primary key alone: no chunk data is read).
     pub(crate) scan_chunks: PreparedStatement,
+    /// The manifests of one token range, `(lower, upper]`, with their values ([`crate::ranges`]).
+    pub(crate) scan_manifest_range: PreparedStatement,
     /// The listing index's ([`crate::listing`]).
     pub(crate) listing: ListingStatements,
 }
@@ -115,7 +117,7 @@ pub(crate) fn key_values(ns: Namespace, key: &[u8]) -> Vec<V> {
 enum Access {
     /// A read, at the read consistency.
     Read,
-    /// A read of a whole table, at the read consistency, [`SCAN_PAGE`] rows a page.
+    /// A read of a whole table or of a token range of it, at the read consistency, [`SCAN_PAGE`] rows a page.
     Scan,
     /// A plain write, at the write consistency.
     Write,
@@ -147,7 +149,7 @@ impl Access {
 /// one per field of [`Statements`] in its order (the four record scans apart): `{manifests}`, `{records}` and
 /// `{chunks}` are the tables.
 #[rustfmt::skip]
-const TABLE: [(&str, Access); 17] = [
+const TABLE: [(&str, Access); 18] = [
     // For each record table.
     ("SELECT value FROM {t} WHERE {cond}", Access::Read),
     ("SELECT value, WRITETIME(value) FROM {t} WHERE {cond}", Access::Read),
@@ -167,6 +169,7 @@ const TABLE: [(&str, Access); 17] = [
     ("SELECT idx, data FROM {chunks} WHERE key = ? AND version = ? AND salt = ? AND idx >= ? AND idx <= ?", Access::Read),
     ("DELETE FROM {chunks} USING TIMESTAMP ? WHERE key = ? AND version = ? AND salt = ?", Access::Write),
     ("SELECT key, version, salt, idx FROM {chunks}", Access::Scan),
+    ("SELECT key, value FROM {manifests} WHERE token(key) > ? AND token(key) <= ?", Access::Scan),
 ];
 
 /// The statements of the listing index ([`crate::listing`]), one per field of [`ListingStatements`] in its order:
@@ -321,7 +324,8 @@ impl Statements {
             get_chunk_range,
             delete_chunks,
             scan_chunks,
-        ] = prepare_table::<10>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
+            scan_manifest_range,
+        ] = prepare_table::<11>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
         let [listing_table, ranges_table, counts_table] =
             [LISTING, LISTING_RANGES, LISTING_COUNTS].map(|t| format!("{ks}.{t}"));
         let names = [
@@ -356,6 +360,7 @@ impl Statements {
             get_chunk_range,
             delete_chunks,
             scan_chunks,
+            scan_manifest_range,
             listing: ListingStatements {
                 directory,
                 add_range,
@@ -462,6 +467,10 @@ mod tests {
             "INSERT INTO ks.records (ns, key, value) VALUES (?, ?, ?) IF NOT EXISTS"
         );
         assert_eq!(filled[7].0, "SELECT key FROM ks.manifests");
+        assert_eq!(
+            filled[17].0,
+            "SELECT key, value FROM ks.manifests WHERE token(key) > ? AND token(key) <= ?"
+        );
         let listing = [
             ("listing", "ks.listing"),
             ("ranges", "ks.listing_ranges"),

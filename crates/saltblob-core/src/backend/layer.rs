@@ -16,8 +16,8 @@ use futures::stream::BoxStream;
 
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, Namespace, Precondition, ReadShape, RecordChange, RecordWrite,
-    RecordsPlan, SinkPlan, SpaceReport,
+    GroupChunks, GroupWrite, Namespace, Precondition, RangePage, ReadShape, RecordChange,
+    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -91,6 +91,21 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
         self.inner()
             .scan_records(ns, prefix, start_after, limit)
             .await
+    }
+
+    /// [`ChunkStore::manifest_ranges`].
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        self.inner().manifest_ranges().await
+    }
+
+    /// [`ChunkStore::scan_manifest_range`].
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        self.inner().scan_manifest_range(range, after, limit).await
     }
 
     /// [`ChunkStore::chunk_sink`].
@@ -218,6 +233,19 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>> {
         ChunkStoreLayer::scan_records(self, ns, prefix, start_after, limit).await
+    }
+
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        ChunkStoreLayer::manifest_ranges(self).await
+    }
+
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        ChunkStoreLayer::scan_manifest_range(self, range, after, limit).await
     }
 
     fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {

@@ -22,6 +22,7 @@ mod history;
 mod import;
 mod limits;
 mod listing;
+mod passes;
 mod records;
 mod ring;
 mod rows;
