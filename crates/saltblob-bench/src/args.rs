@@ -17,7 +17,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub listing: bool,
     /// The numbers of blobs --listing measures at, ascending (the store is filled up to each in turn).
-    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000", value_name = "N,N,...")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10000,100000,1000000",
+        value_name = "N,N,..."
+    )]
     pub listing_sizes: Vec<u64>,
     /// Number of large blobs, written one at a time.
     #[arg(long, default_value_t = 5, value_name = "N")]

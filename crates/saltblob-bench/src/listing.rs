@@ -166,7 +166,12 @@ async fn fill(store: &BlobStore, from: u64, to: u64) -> Result<()> {
     stream::iter(from..to)
         .map(|i| {
             let value = value.clone();
-            async move { store.put(key_of(i), value, &PutOptions::new()).await.map(drop) }
+            async move {
+                store
+                    .put(key_of(i), value, &PutOptions::new())
+                    .await
+                    .map(drop)
+            }
         })
         .buffer_unordered(FILL_IN_FLIGHT)
         .try_collect::<()>()
@@ -198,7 +203,12 @@ async fn pass(store: &BlobStore, in_flight: Option<usize>) -> Result<(u64, f64, 
             }
         }
     }
-    Ok((rows, t.elapsed().as_secs_f64(), progress.range_count(), in_flight))
+    Ok((
+        rows,
+        t.elapsed().as_secs_f64(),
+        progress.range_count(),
+        in_flight,
+    ))
 }
 
 /// `saltblob bench --listing` on the store at `url` (see the module doc).
@@ -244,16 +254,20 @@ pub async fn listing_bench(url: &str, args: &BenchArgs) -> Result<Vec<ListingRun
         // The first key of prefix p20: the middle of the key order.
         let middle = Bytes::from(key_of(PREFIXES / 2));
         let (ms, mid) = timed(&subject, || async {
-            store.list_page(b"", Some(middle.clone()), PAGE).await.map(drop)
+            store
+                .list_page(b"", Some(middle.clone()), PAGE)
+                .await
+                .map(drop)
         })
         .await?;
         run.ls_middle_page_ms = ms;
-        run.driver_pages_per_page = first
-            .zip(mid)
-            .map(|((a, _), (b, _))| (a + b) as f64 / 2.0);
+        run.driver_pages_per_page = first.zip(mid).map(|((a, _), (b, _))| (a + b) as f64 / 2.0);
         let prefix = format!("s3/o/{BUCKET}/p17/");
         let (ms, _) = timed(&subject, || async {
-            store.list_page(prefix.as_bytes(), None, PAGE).await.map(drop)
+            store
+                .list_page(prefix.as_bytes(), None, PAGE)
+                .await
+                .map(drop)
         })
         .await?;
         run.prefix_page_ms = ms;
@@ -274,7 +288,10 @@ pub async fn listing_bench(url: &str, args: &BenchArgs) -> Result<Vec<ListingRun
         run.pass_ranges = ranges.max(ranges_p);
         run.pass_in_flight = in_flight;
         let t = Instant::now();
-        let listed = store.list_stream(b"").try_fold(0u64, |c, _| async move { Ok(c + 1) }).await?;
+        let listed = store
+            .list_stream(b"")
+            .try_fold(0u64, |c, _| async move { Ok(c + 1) })
+            .await?;
         check_rows("listing", listed, before + n)?;
         run.list_rows_per_s = listed as f64 / t.elapsed().as_secs_f64();
         println!("{}", run_line(&run));
@@ -294,7 +311,10 @@ pub async fn listing_bench(url: &str, args: &BenchArgs) -> Result<Vec<ListingRun
             "store": saltblob::redact_url(url),
             "listing": {"runs": runs, "page": PAGE, "prefixes": PREFIXES, "repeats": REPEATS},
         });
-        write_output(path, &serde_json::to_string_pretty(&doc).unwrap_or_default())?;
+        write_output(
+            path,
+            &serde_json::to_string_pretty(&doc).unwrap_or_default(),
+        )?;
     }
     Ok(runs)
 }
@@ -350,8 +370,12 @@ impl Served {
         const AKID: &str = "bench-listing";
         const SECRET: &str = "bench-listing-secret";
         saltblob_server::create_bucket(&store, BUCKET).await?;
-        let io = |e: std::io::Error| saltblob::Error::backend("bench", format!("loopback listener: {e}"), false);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(io)?;
+        let io = |e: std::io::Error| {
+            saltblob::Error::backend("bench", format!("loopback listener: {e}"), false)
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(io)?;
         let addr = listener.local_addr().map_err(io)?;
         let config = ServerConfig::new(vec![AccessKey::new(AKID, SECRET)]);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -35,7 +35,9 @@ impl Upgrade {
     async fn upgrade(&self, context: &Context) -> Result<(), Failure> {
         let (url, _) = saltblob::split_store_params(&context.url, context.config.clone())?;
         if !url.starts_with(&format!("{}://", saltblob::cql::SCHEME)) {
-            eprintln!("saltblob: {url}: only cql:// keyspaces have a schema to upgrade; this store is current");
+            eprintln!(
+                "saltblob: {url}: only cql:// keyspaces have a schema to upgrade; this store is current"
+            );
             return Ok(());
         }
         let upgraded = CqlStore::upgrade(CqlConfig::from_url(&url)?, self.reconcile).await?;

@@ -215,10 +215,17 @@ fn upgrade_builds_the_listing_index_of_a_format_1_keyspace() {
     let refused = cql(&url).args(["ls"]).output().expect("run");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "ls of a format-1 keyspace");
-    assert!(stderr.contains("saltblob --store <URL> upgrade"), "{stderr}");
+    assert!(
+        stderr.contains("saltblob --store <URL> upgrade"),
+        "{stderr}"
+    );
 
     let up = json(&ok(cql(&url).args(["upgrade", "--json"])));
-    assert_eq!((up["from_format"].as_u64(), up["to_format"].as_u64()), (Some(1), Some(2)), "{up}");
+    assert_eq!(
+        (up["from_format"].as_u64(), up["to_format"].as_u64()),
+        (Some(1), Some(2)),
+        "{up}"
+    );
     assert_eq!(up["complete"].as_bool(), Some(true), "{up}");
     assert!(up["manifests"].as_u64() >= Some(26), "{up}");
     assert!(up["ranges"].as_u64() > Some(1), "split at 8 rows: {up}");
@@ -232,7 +239,14 @@ fn upgrade_builds_the_listing_index_of_a_format_1_keyspace() {
     assert_eq!(one, want, "a chunked blob of format 1 reads back");
 
     let again = json(&ok(cql(&url).args(["upgrade", "--json", "--reconcile"])));
-    assert_eq!((again["from_format"].as_u64(), again["to_format"].as_u64()), (Some(2), Some(2)), "{again}");
+    assert_eq!(
+        (again["from_format"].as_u64(), again["to_format"].as_u64()),
+        (Some(2), Some(2)),
+        "{again}"
+    );
     assert_eq!(again["stale_removed"].as_u64(), Some(0), "{again}");
-    assert!(again["manifests"].as_u64() >= Some(26), "reconcile reads every manifest: {again}");
+    assert!(
+        again["manifests"].as_u64() >= Some(26),
+        "reconcile reads every manifest: {again}"
+    );
 }

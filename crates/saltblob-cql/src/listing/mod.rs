@@ -68,6 +68,9 @@ pub(crate) fn root() -> RangeEntry {
 /// The directory's partition (one per keyspace).
 pub(crate) const SCOPE: i8 = 0;
 
+/// A directory row as read: start, range id, state, source, and the write time of the state.
+type DirectoryRow = (Bytes, Bytes, i8, Option<Bytes>, Option<i64>);
+
 /// How long an index row without a manifest may be a put in flight (its manifest write still to land): the
 /// commit window of the core's protocols (`docs/guarantees.md`). An older one is stale, and a listing removes it.
 pub const STALE_AFTER: Duration = Duration::from_secs(600);
@@ -98,8 +101,8 @@ impl Cluster {
             .execute_iter(self.st.listing.directory.clone(), (SCOPE,))
             .await
             .map_err(|e| error::driver(format!("{what}: {e}"), true, e))?;
-        let rows: Vec<(Bytes, Bytes, i8, Option<Bytes>, Option<i64>)> = pager
-            .rows_stream::<(Bytes, Bytes, i8, Option<Bytes>, Option<i64>)>()
+        let rows: Vec<DirectoryRow> = pager
+            .rows_stream::<DirectoryRow>()
             .map_err(|e| error::shape(what, e))?
             .try_collect()
             .await

@@ -297,7 +297,9 @@ async fn a_format_1_keyspace_is_refused_then_upgraded_with_nothing_lost() {
     let config = || CqlConfig::from_url(&url_of(&ks, options)).unwrap();
     let refused = CqlStore::connect(config()).await.expect_err("format 1");
     assert!(
-        refused.to_string().contains("saltblob --store <URL> upgrade"),
+        refused
+            .to_string()
+            .contains("saltblob --store <URL> upgrade"),
         "{refused}"
     );
 
