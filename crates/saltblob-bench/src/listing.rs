@@ -273,7 +273,7 @@ pub async fn listing_bench(url: &str, args: &BenchArgs) -> Result<Vec<ListingRun
         run.prefix_page_ms = ms;
         #[cfg(feature = "s3")]
         {
-            let (ms, _) = timed(&subject, || server.first_page(PAGE)).await?;
+            let (ms, _) = timed(&subject, || server.first_page(PAGE.min(n as usize))).await?;
             run.s3_page_ms = Some(ms);
             let (ms, delta) = timed(&subject, || server.delimiter_page(PREFIXES as usize)).await?;
             run.s3_delimiter_page_ms = Some(ms);
