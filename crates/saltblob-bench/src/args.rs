@@ -11,6 +11,19 @@ use saltblob::{Error, Result};
 /// Options of `saltblob bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Measure listings and passes instead, at each size of --listing-sizes: fill that many 64-byte blobs, then
+    /// time ls pages (first, middle, under a prefix), S3 ListObjectsV2 pages with and without delimiter through an
+    /// in-process `saltblob serve`, and a pass over every manifest, serial and parallel (docs/scaling.md).
+    #[arg(long)]
+    pub listing: bool,
+    /// The numbers of blobs --listing measures at, ascending (the store is filled up to each in turn).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10000,100000,1000000",
+        value_name = "N,N,..."
+    )]
+    pub listing_sizes: Vec<u64>,
     /// Number of large blobs, written one at a time.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub count: u64,

@@ -39,6 +39,9 @@
 //! as a cassandra-stress-like block, then a side-by-side table and the ratios of `BENCHMARKS.md`; `--json` and
 //! `--plot` write the same data. The bench deletes its keys at the end unless `--keep`.
 //!
+//! **Listing** (`saltblob bench --listing`): listings and passes, measured at each of `--listing-sizes` blob
+//! counts instead of the phases above ([`listing`]).
+//!
 //! **Probe** (`saltblob probe`): for an embedded store, the block device behind its directory (sector sizes from
 //! sysfs) and O_DIRECT sequential bandwidth at 128 KiB and 1 MiB requests and queue depths 1–16, with the depth
 //! where bandwidth stops growing; for any other store, single-row (single-chunk) writes and reads through the
@@ -76,6 +79,7 @@
 //!   `load`: load drivers (count-bound, time-bound, background); `paced`: the open-loop driver; `mixed`: the
 //!   isolation phases; `phases`: the phase runners and the clean-up; `stream`: the streaming put in a child
 //!   process; `ratios`: the figures of `BENCHMARKS.md`.
+//! - [`listing`]: `--listing`, the cost of listings and passes as the store grows.
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
 //! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
 
@@ -85,6 +89,7 @@ pub mod cpu;
 pub mod device;
 mod direct;
 mod isolation;
+pub mod listing;
 mod load;
 mod mixed;
 mod output;
@@ -110,5 +115,6 @@ mod wakeup;
 
 pub use args::{BenchArgs, ProbeArgs, ProbeOptions};
 pub use bench::{BenchReport, bench};
+pub use listing::{ListingRun, listing_bench};
 pub use probe::{ProbeReport, probe};
 pub use stats::{Latency, PhaseReport};

@@ -127,6 +127,11 @@ impl S3Target {
         })
     }
 
+    /// The S3 client.
+    pub(crate) fn client(&self) -> &AmazonS3 {
+        &self.client
+    }
+
     /// A second client of the same endpoint and settings, with a connection pool of its own: a second program
     /// using the bucket.
     pub(crate) fn second_client(&self) -> Result<Self> {

@@ -70,8 +70,8 @@ pub use upkeep::{fsck, gc};
 
 pub use backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite, RecordsPlan,
-    SpaceReport,
+    GroupWrite, Namespace, Precondition, Previous, RangePage, RecordChange, RecordWrite,
+    RecordsPlan, ScanPlan, ScanRange, SpaceReport,
 };
 pub use base::retry::{Backoff, Jitter, Retry};
 pub use base::shown::{escape_key, redact_url, unescape_key};
@@ -92,6 +92,7 @@ pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;
 pub use relayout::Relaid;
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
+pub use store::pass::{PassEntry, PassEvent, PassOptions, PassPage, PassProgress, RangeState};
 pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed};
 pub use units::{KIB, MIB, parse_duration, parse_size};
 pub use version::{ParseVersionError, VersionId};

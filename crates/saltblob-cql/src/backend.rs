@@ -1,8 +1,8 @@
 //! [`CqlStore`]: the [`ChunkStore`] implementation on ScyllaDB or Apache Cassandra.
 //!
 //! The store is a `Cluster` (session, bootstrap, retries: module `session`) plus the per-host, per-class
-//! `Throttle` of chunk writes (module `writer`). Record scans are in module `scan`, conditional writes in
-//! `lwt`, write timestamps in [`crate::clock`].
+//! `Throttle` of chunk writes (module `writer`). Record scans are in module `scan`, the token ranges of passes
+//! over every manifest in `ranges`, conditional writes in `lwt`, write timestamps in [`crate::clock`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkSink, ChunkStore, ChunkWrite, Namespace,
-    PlainSink, Precondition, Previous, RecordWrite, SinkPlan,
+    PlainSink, Precondition, Previous, RangePage, RecordWrite, ScanPlan, ScanRange, SinkPlan,
 };
 use saltblob_core::version::VersionId;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -21,10 +21,12 @@ use scylla::client::session::Session;
 use crate::clock::next_timestamp;
 use crate::config::CqlConfig;
 use crate::error::{self, NAME};
-use crate::session::Cluster;
+use crate::listing::{self, BuildReport, BuildSteps, Directory, SplitReport};
+use crate::schema::SCHEMA_FORMAT;
+use crate::session::{Cluster, Formats};
 use crate::statements::{V, key_values};
 use crate::writer::{self, Lane, Throttle, WriteBudget};
-use crate::{lwt, reader, scan};
+use crate::{lwt, ranges, reader, scan};
 
 /// Largest encoded chunk accepted: 8 MiB, half of Cassandra's largest mutation (16 MiB with the default 32 MiB
 /// commit log segment) and of its largest request frame (`native_transport_max_frame_size`, 16 MiB).
@@ -51,6 +53,17 @@ pub struct CqlStore {
     throttle: Throttle,
     /// Chunk read requests sent (not counting retries).
     chunk_reads: AtomicU64,
+}
+
+/// What [`CqlStore::upgrade`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgraded {
+    /// The keyspace's schema format before.
+    pub from: u8,
+    /// Its format now.
+    pub to: u8,
+    /// What the build of the listing index did.
+    pub report: BuildReport,
 }
 
 impl std::fmt::Debug for CqlStore {
@@ -116,6 +129,91 @@ impl CqlStore {
         &self.cluster.session
     }
 
+    /// Builds the listing index of the keyspace of `config` from its manifests, written by an earlier build (schema
+    /// format 1), and moves it to format 2; on a keyspace of format 2 already, with `reconcile`, repairs the index
+    /// instead (rows added for every manifest, stale rows removed). Resumable: run again after an interruption.
+    /// Stop the store's writers of format 1 first: their writes do not reach the index.
+    ///
+    /// # Errors
+    /// Those of connecting, and store errors (the build resumes where it stopped).
+    pub async fn upgrade(config: CqlConfig, reconcile: bool) -> Result<Upgraded> {
+        Self::upgrade_in_steps(config, reconcile, BuildSteps::default()).await
+    }
+
+    /// [`CqlStore::upgrade`], stopping after the pages `steps` allows as an interrupted upgrade would (the
+    /// format stays as it was until a run goes through every manifest): for tests of resumption.
+    #[doc(hidden)]
+    pub async fn upgrade_in_steps(
+        config: CqlConfig,
+        reconcile: bool,
+        steps: BuildSteps,
+    ) -> Result<Upgraded> {
+        let (cluster, from) = Cluster::connect_to(config, Formats::Upgradable).await?;
+        let first = from != SCHEMA_FORMAT;
+        let report = listing::build(&cluster, first, reconcile || !first, steps).await?;
+        let to = if report.complete && first {
+            cluster.write_format(SCHEMA_FORMAT).await?;
+            SCHEMA_FORMAT
+        } else {
+            from
+        };
+        Ok(Upgraded { from, to, report })
+    }
+
+    /// Runs one maintenance of the listing index now (what gc runs after each pass).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn maintain_listing(&self) -> Result<SplitReport> {
+        listing::maintain(&self.cluster).await
+    }
+
+    /// The listing index's directory, read now.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn listing_directory(&self) -> Result<Directory> {
+        self.cluster.read_directory().await
+    }
+
+    /// The reads of the listing index's range partitions so far (for diagnostics, tests and the bench): a listing
+    /// page reads one or two per range it covers.
+    pub fn listing_reads(&self) -> u64 {
+        self.cluster.index_reads.load(Ordering::Relaxed)
+    }
+
+    /// The manifests listings have read so far (for diagnostics, tests and the bench): one per key a page shows,
+    /// and a spare per four.
+    pub fn listed_records(&self) -> u64 {
+        self.cluster.listed_records.load(Ordering::Relaxed)
+    }
+
+    /// Before a conditional manifest write: the key's index row, with a timestamp of this process's clock;
+    /// returns it (`None` for other namespaces).
+    async fn index_before_conditional(&self, ns: Namespace, key: &[u8]) -> Result<Option<i64>> {
+        if ns != Namespace::Manifest {
+            return Ok(None);
+        }
+        let ts = next_timestamp();
+        self.cluster.index_insert(key, ts).await?;
+        Ok(Some(ts))
+    }
+
+    /// After a conditional manifest write applied, whose write time the cluster chose and the read-back found to
+    /// be `written`: the index row again at that time when it is later than the one written before (`indexed`), so
+    /// that a delete between the two times removes neither.
+    async fn index_after_conditional(
+        &self,
+        key: &[u8],
+        indexed: Option<i64>,
+        written: Option<i64>,
+    ) -> Result<()> {
+        match (indexed, written) {
+            (Some(before), Some(at)) if at > before => self.cluster.index_insert(key, at).await,
+            _ => Ok(()),
+        }
+    }
+
     /// A plain driver session to the cluster of `config`, without touching any keyspace (for tools such as
     /// [`crate::import`]). Fails with a clear error when no host answers within the connect timeout.
     pub async fn open_session(config: &CqlConfig) -> Result<Session> {
@@ -144,8 +242,13 @@ impl ChunkStore for CqlStore {
         let shown = KeyDisplay::from(key);
         match cond {
             Precondition::None => {
+                let ts = next_timestamp();
+                // The key's index row first, with the manifest's timestamp (see `listing`).
+                if ns == Namespace::Manifest {
+                    self.cluster.index_insert(key, ts).await?;
+                }
                 let mut row = key_values(ns, key);
-                row.extend([V::Blob(value), V::Big(next_timestamp())]);
+                row.extend([V::Blob(value), V::Big(ts)]);
                 let what = || format!("write of {ns:?} record \"{shown}\"");
                 self.cluster
                     .run(what, true, || {
@@ -155,25 +258,30 @@ impl ChunkStore for CqlStore {
                 Ok(RecordWrite::Done(Previous::Unknown))
             }
             Precondition::Absent => {
+                let indexed = self.index_before_conditional(ns, key).await?;
                 let mut row = key_values(ns, key);
                 row.push(V::Blob(value.clone()));
                 let what = format!("conditional (if absent) write of {ns:?} record \"{shown}\"");
                 match lwt::execute(&self.cluster, &what, &st.put_if_absent, row).await? {
                     (true, _) => {
-                        lwt::settle(&self.cluster, ns, key, Some(&value), None).await;
+                        let ts = lwt::settle(&self.cluster, ns, key, Some(&value), None).await;
+                        self.index_after_conditional(key, indexed, ts).await?;
                         Ok(RecordWrite::Done(Previous::Absent))
                     }
                     (false, current) => Ok(RecordWrite::ConditionFailed(current)),
                 }
             }
             Precondition::Equals(expected) => {
+                let indexed = self.index_before_conditional(ns, key).await?;
                 let mut row = vec![V::Blob(value.clone())];
                 row.extend(key_values(ns, key));
                 row.push(V::Blob(expected.clone()));
                 let what = format!("conditional (if equal) write of {ns:?} record \"{shown}\"");
                 match lwt::execute(&self.cluster, &what, &st.put_if_equal, row).await? {
                     (true, _) => {
-                        lwt::settle(&self.cluster, ns, key, Some(&value), Some(expected)).await;
+                        let ts =
+                            lwt::settle(&self.cluster, ns, key, Some(&value), Some(expected)).await;
+                        self.index_after_conditional(key, indexed, ts).await?;
                         Ok(RecordWrite::Done(Previous::Value(expected.clone())))
                     }
                     (false, current) => Ok(RecordWrite::ConditionFailed(current)),
@@ -192,7 +300,8 @@ impl ChunkStore for CqlStore {
         let shown = KeyDisplay::from(key);
         match cond.for_delete() {
             Precondition::None | Precondition::Absent => {
-                let mut row = vec![V::Big(next_timestamp())];
+                let ts = next_timestamp();
+                let mut row = vec![V::Big(ts)];
                 row.extend(key_values(ns, key));
                 let what = || format!("delete of {ns:?} record \"{shown}\"");
                 self.cluster
@@ -200,15 +309,28 @@ impl ChunkStore for CqlStore {
                         self.cluster.session.execute_unpaged(&st.delete, &row)
                     })
                     .await?;
+                // The index row after the manifest, with the delete's timestamp (see `listing`).
+                if ns == Namespace::Manifest {
+                    self.cluster.index_remove(key, ts).await?;
+                }
                 Ok(RecordWrite::Done(Previous::Unknown))
             }
             Precondition::Equals(expected) => {
+                // The write time of the manifest deleted: its index row goes at that time (the cluster chooses the
+                // delete's own), so that a later write of the key, whatever its timestamp, keeps its row.
+                let written = match ns {
+                    Namespace::Manifest => self.cluster.write_time(ns, key).await?,
+                    _ => None,
+                };
                 let mut row = key_values(ns, key);
                 row.push(V::Blob(expected.clone()));
                 let what = format!("conditional delete of {ns:?} record \"{shown}\"");
                 match lwt::execute(&self.cluster, &what, &st.delete_if_equal, row).await? {
                     (true, _) => {
                         lwt::settle(&self.cluster, ns, key, None, Some(expected)).await;
+                        if let Some(ts) = written {
+                            self.cluster.index_remove(key, ts).await?;
+                        }
                         Ok(RecordWrite::Done(Previous::Value(expected.clone())))
                     }
                     (false, current) => Ok(RecordWrite::ConditionFailed(current)),
@@ -228,6 +350,21 @@ impl ChunkStore for CqlStore {
             return Ok(Vec::new());
         }
         scan::scan(&self.cluster, ns, prefix, start_after, limit).await
+    }
+
+    /// The ring from the driver's token map, cut into about nodes × shards × 3 token ranges (module `ranges`).
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        ranges::plan(&self.cluster)
+    }
+
+    /// `token(key) > ? AND token(key) <= ?`, paged, from a replica of the range (module `ranges`).
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        ranges::read(&self.cluster, range, after, limit).await
     }
 
     /// Chunks are rows, written as they come, each batch cut into per-partition requests: the plain sink. A commit
@@ -304,6 +441,21 @@ impl ChunkStore for CqlStore {
             .buffer_unordered(DELETE_CONCURRENCY)
             .try_collect::<Vec<()>>()
             .await?;
+        Ok(())
+    }
+
+    /// The listing index's maintenance (`listing::maintain`: splits of ranges past their bound, begun and finished
+    /// by successive passes, under a lease).
+    async fn maintain(&self) -> Result<()> {
+        let report = listing::maintain(&self.cluster).await?;
+        if report.new_ranges + report.moves_finished > 0 {
+            tracing::info!(
+                "listing index: {} new range(s) begun, {} move(s) finished ({} rows copied)",
+                report.new_ranges,
+                report.moves_finished,
+                report.rows_copied
+            );
+        }
         Ok(())
     }
 

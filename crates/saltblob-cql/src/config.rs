@@ -97,6 +97,33 @@ pub struct CqlConfig {
     pub credentials: Option<Credentials>,
     /// TLS to the nodes (see [`crate::tls`]). Defaults to none: plain TCP.
     pub tls: Option<TlsOptions>,
+    /// The listing index's settings ([`crate::listing`]).
+    pub listing: ListingConfig,
+}
+
+/// Settings of the listing index ([`crate::listing`]); URL parameters `listing_refresh`, `listing_max_rows` and
+/// `listing_split_wait`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListingConfig {
+    /// How long a process uses the directory it read before reading it again. Defaults to 10 s.
+    pub refresh: Duration,
+    /// Rows a range may hold before the maintenance splits it; the planned size of a range is half of it. At least
+    /// 2. Defaults to 200 000 (a partition of about 20 to 50 MB with keys of 100 to 250 bytes).
+    pub max_rows: u64,
+    /// How long a split waits between writing its new ranges and moving rows into them: every process has read
+    /// the directory again by then, and a write issued before has landed. At least [`ListingConfig::refresh`].
+    /// Defaults to 11 minutes: the refresh and the commit window of `docs/guarantees.md`.
+    pub split_wait: Duration,
+}
+
+impl Default for ListingConfig {
+    fn default() -> Self {
+        Self {
+            refresh: Duration::from_secs(10),
+            max_rows: 200_000,
+            split_wait: Duration::from_secs(660),
+        }
+    }
 }
 
 impl CqlConfig {
@@ -122,6 +149,7 @@ impl CqlConfig {
             attempts: 5,
             credentials: None,
             tls: None,
+            listing: ListingConfig::default(),
         }
     }
 
@@ -332,6 +360,21 @@ impl CqlConfig {
                             bad(format!("attempts={v}: use a whole number from 1 to 20"))
                         })?;
                 }
+                "listing_refresh" => {
+                    config.listing.refresh =
+                        parse_timeout(v).map_err(|r| bad(format!("{k}={v}: {r}")))?
+                }
+                "listing_split_wait" => {
+                    config.listing.split_wait = saltblob_core::parse_duration(v)
+                        .map_err(|r| bad(format!("{k}={v}: {r}")))?
+                }
+                "listing_max_rows" => {
+                    config.listing.max_rows = v
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| *n >= 2)
+                        .ok_or_else(|| bad(format!("{k}={v}: a whole number, at least 2")))?
+                }
                 "tls" => tls = Some(v),
                 "ca" | "cert" | "key" => {
                     let path =
@@ -346,7 +389,8 @@ impl CqlConfig {
                     return Err(bad(format!(
                         "unknown option \"{k}\"; accepted: rf, consistency, read_consistency, write_consistency, \
                          serial_consistency, dc, connect_timeout, request_timeout, connections, inflight_per_host, \
-                         bulk_inflight_per_host, batch_bytes, attempts, tls, ca, cert, key"
+                         bulk_inflight_per_host, batch_bytes, attempts, listing_refresh, listing_max_rows, \
+                         listing_split_wait, tls, ca, cert, key"
                     )));
                 }
             }
@@ -382,6 +426,19 @@ impl CqlConfig {
                     "below 8 MiB; it must hold the largest chunk",
                 ));
             }
+        }
+        if self.listing.max_rows < 2 {
+            return Err(Error::invalid("listing_max_rows", "below 2"));
+        }
+        if self.listing.split_wait < self.listing.refresh {
+            return Err(Error::invalid(
+                "listing_split_wait",
+                format!(
+                    "{:?} is shorter than listing_refresh ({:?}): a split must wait until every process read the \
+                     directory again",
+                    self.listing.split_wait, self.listing.refresh
+                ),
+            ));
         }
         if self.batch_bytes == 0 || self.batch_bytes > MAX_BATCH_BUDGET {
             return Err(Error::invalid(

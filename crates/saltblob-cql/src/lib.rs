@@ -33,7 +33,12 @@
 //!   two commits the later wins. Conditional puts are lightweight transactions (slower: four round trips).
 //! - **TLS**: `tls=true&ca=FILE` (and `cert=FILE&key=FILE` for a client certificate) connect through rustls,
 //!   trusting only that CA; each node's certificate must name its IP address ([`tls`]).
-//! - **Listing** scans the whole manifest table (see `docs/format.md`); internal namespaces are range scans.
+//! - **Listing** reads the listing index ([`listing`]): keys in range partitions that split as they grow, kept
+//!   with each manifest write by its timestamp, so that a page reads a bounded number of rows whatever the number
+//!   of keys (see `docs/format.md`, "Listing index"); internal namespaces are range scans. A keyspace written by
+//!   an earlier build gets its index from `saltblob upgrade` ([`CqlStore::upgrade`]).
+//! - **Passes** over every blob (census, fsck, gc's expiry, relayout) read the manifest table by token ranges,
+//!   several at once, each from one of its replicas (module `ranges`).
 //!
 //! # Layout
 //! Each module uses only those listed before it (no import circles):
@@ -43,10 +48,14 @@
 //! - [`config`]: [`CqlConfig`] and its `cql://` URL.
 //! - [`schema`]: the keyspace and tables, and their creation.
 //! - `statements`: the prepared statements and the values they bind.
+//! - `directory`: the listing index's directory as a process holds it, and the tallies of its ranges' rows.
 //! - `session`: the session and its bootstrap (data center, schema, statements, format marker); running
 //!   requests with retries.
 //! - `lwt`: lightweight transactions and their settling against the client clock.
-//! - `scan`: record scans (the whole manifest table; range reads of the other namespaces).
+//! - [`listing`]: the listing index: its reads and writes, splits (`listing/split.rs`), and its build from the
+//!   manifests and repair (`listing/build.rs`).
+//! - `scan`: record scans (the manifests in key order through the index; range reads of the other namespaces).
+//! - `ranges`: the token ranges of the manifest table for passes over every blob, and their reads.
 //! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
 //! - `reader`: chunk reads, cut into per-partition requests (a slice of consecutive indexes or an `IN` list).
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
@@ -57,9 +66,12 @@
 pub mod backend;
 pub mod clock;
 pub mod config;
+mod directory;
 pub mod error;
 pub mod import;
+pub mod listing;
 mod lwt;
+mod ranges;
 mod reader;
 mod ring;
 mod scan;
@@ -69,8 +81,8 @@ mod statements;
 pub mod tls;
 mod writer;
 
-pub use backend::CqlStore;
-pub use config::{CqlConfig, Credentials, SCHEME};
+pub use backend::{CqlStore, Upgraded};
+pub use config::{CqlConfig, Credentials, ListingConfig, SCHEME};
 pub use scylla::statement::{Consistency, SerialConsistency};
 pub use tls::{ClientCertificate, TlsOptions};
 pub use writer::WriteBudget;

@@ -36,14 +36,15 @@ pub(crate) async fn execute(
 /// the condition saw) can carry a later timestamp and shadow the conditional one when the clocks differ by
 /// more than the gap. The read-back detects that and writes the same outcome again, plainly, with a
 /// timestamp after the shadowing one. It also moves the process clock past the conditional write's time,
-/// so that later plain writes of this process order after it.
+/// so that later plain writes of this process order after it. Returns the write time the written value holds
+/// once settled, when it was read (a write: `None` when the read-back failed or found another value).
 pub(crate) async fn settle(
     cluster: &Cluster,
     ns: Namespace,
     key: &[u8],
     written: Option<&Bytes>,
     before: Option<&Bytes>,
-) {
+) -> Option<i64> {
     let values = key_values(ns, key);
     let what = || "reading back a conditional write".to_owned();
     let st = cluster.st.records(ns);
@@ -65,21 +66,21 @@ pub(crate) async fn settle(
         Ok(None) => (None, None),
         Err(e) => {
             tracing::debug!("could not read back a conditional write: {e}");
-            return;
+            return None;
         }
     };
     if found.as_ref() == written {
         if let Some(ts) = ts {
             observe_timestamp(ts);
         }
-        return;
+        return ts;
     }
     let shown = KeyDisplay::from(key);
     if found.as_ref() != before {
         tracing::warn!(
             "conditional write of key \"{shown}\" was replaced right away by a concurrent write"
         );
-        return;
+        return None;
     }
     // Shadowed by the write the condition saw: write the outcome again, after it.
     let at = ts.map_or_else(next_timestamp, |t| {
@@ -111,13 +112,17 @@ pub(crate) async fn settle(
                 .await
         }
     };
-    if let Err(e) = again {
-        tracing::warn!("could not re-assert the conditional write of \"{shown}\": {e}");
+    match again {
+        Ok(_) => written.map(|_| at),
+        Err(e) => {
+            tracing::warn!("could not re-assert the conditional write of \"{shown}\": {e}");
+            None
+        }
     }
 }
 
 /// Whether a conditional write applied and, if not, the current `value` (absent row: `None`).
-fn outcome(result: QueryResult, what: &str) -> Result<(bool, Option<Bytes>)> {
+pub(crate) fn outcome(result: QueryResult, what: &str) -> Result<(bool, Option<Bytes>)> {
     let rows = result
         .into_rows_result()
         .map_err(|e| error::shape(what, e))?;

@@ -1,15 +1,14 @@
-//! Record scans: the manifest table is scanned whole (its partitions are blob keys, in token order) and its
-//! matching keys read back in order; every other namespace is one partition of `records`, scanned as a range.
-
-use std::collections::BinaryHeap;
+//! Record scans: the manifests in key order through the listing index ([`crate::listing`]), their values read
+//! back; every other namespace is one partition of `records`, scanned as a range.
 
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use saltblob_core::Result;
 use saltblob_core::backend::Namespace;
-use scylla::response::PagingState;
 
+use crate::clock::next_timestamp;
 use crate::error;
+use crate::listing::{STALE_AFTER, successor};
 use crate::session::Cluster;
 use crate::statements::{LimitRow, V};
 
@@ -28,59 +27,9 @@ pub(crate) async fn scan(
     }
 }
 
-/// Keys of the manifest table that start with `prefix` and sort after `after`, the smallest `keep` of them,
-/// in order; and whether more matched than were kept. One full scan of the table.
-async fn scan_manifest_keys(
-    cluster: &Cluster,
-    prefix: &[u8],
-    after: Option<&[u8]>,
-    keep: usize,
-) -> Result<(Vec<Bytes>, bool)> {
-    let mut heap: BinaryHeap<Bytes> = BinaryHeap::new();
-    let mut more = false;
-    let mut paging = PagingState::start();
-    loop {
-        let what = || {
-            format!(
-                "scan of the manifest table of keyspace {}",
-                cluster.config.keyspace
-            )
-        };
-        let (result, next) = cluster
-            .run(what, true, || {
-                cluster.session.execute_single_page(
-                    &cluster.st.scan_manifest_keys,
-                    (),
-                    paging.clone(),
-                )
-            })
-            .await?;
-        let rows = result
-            .into_rows_result()
-            .map_err(|e| error::shape("manifest scan", e))?;
-        for row in rows
-            .rows::<(Bytes,)>()
-            .map_err(|e| error::shape("manifest scan", e))?
-        {
-            let (key,) = row.map_err(|e| error::shape("manifest scan", e))?;
-            if !key.starts_with(prefix) || after.is_some_and(|a| key.as_ref() <= a) {
-                continue;
-            }
-            heap.push(key);
-            if heap.len() > keep {
-                heap.pop();
-                more = true;
-            }
-        }
-        match next.into_paging_control_flow() {
-            std::ops::ControlFlow::Break(()) => break,
-            std::ops::ControlFlow::Continue(state) => paging = state,
-        }
-    }
-    Ok((heap.into_sorted_vec(), more))
-}
-
-/// Manifests whose keys start with `prefix` and sort after `start_after`, at most `limit`, in key order.
+/// Manifests whose keys start with `prefix` and sort after `start_after`, at most `limit`, in key order: keys
+/// from the listing index ([`crate::listing`]), each manifest read back (a key whose manifest is absent is a put
+/// in flight or a stale row: left out, and a stale one removed).
 async fn scan_manifests(
     cluster: &Cluster,
     prefix: &[u8],
@@ -88,30 +37,50 @@ async fn scan_manifests(
     limit: usize,
 ) -> Result<Vec<(Bytes, Bytes)>> {
     let mut out = Vec::with_capacity(limit.min(4096));
-    let mut after: Option<Bytes> = start_after.map(Bytes::copy_from_slice);
-    // A few spare keys per pass: a key deleted between the scan and its read is skipped, not counted.
-    let keep = limit.saturating_add(limit / 4 + 16);
+    let mut from = match start_after {
+        Some(after) if after >= prefix => successor(after),
+        _ => Bytes::copy_from_slice(prefix),
+    };
+    let until = prefix_successor(prefix);
+    let stale_before =
+        next_timestamp().saturating_sub(i64::try_from(STALE_AFTER.as_micros()).unwrap_or(i64::MAX));
     while out.len() < limit {
-        let (keys, more) = scan_manifest_keys(cluster, prefix, after.as_deref(), keep).await?;
-        let Some(last) = keys.last().cloned() else {
+        // A spare key per four (and one): a key deleted since its index row was read is skipped, not counted. A
+        // one-key page (S3's walk after a common prefix) reads two manifests.
+        let left = limit - out.len();
+        let want = left.saturating_add(left / 4 + 1);
+        let keys = cluster.index_keys(&from, until.as_deref(), want).await?;
+        let Some((last, _)) = keys.last() else {
             break;
         };
-        let values: Vec<Option<Bytes>> = stream::iter(keys.clone())
-            .map(|k| async move { cluster.get_record(Namespace::Manifest, &k).await })
+        from = successor(last);
+        let exhausted = keys.len() < want;
+        let wanted: Vec<Bytes> = keys.iter().map(|(k, _)| k.clone()).collect();
+        let values: Vec<Option<Bytes>> = stream::iter(wanted)
+            .map(|k| async move {
+                cluster
+                    .listed_records
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cluster.get_record(Namespace::Manifest, &k).await
+            })
             .buffered(32)
             .try_collect()
             .await?;
-        for (k, v) in keys.into_iter().zip(values) {
-            if let Some(v) = v
-                && out.len() < limit
-            {
-                out.push((k, v));
+        for ((key, ts), value) in keys.into_iter().zip(values) {
+            match value {
+                Some(value) if out.len() < limit => out.push((key, value)),
+                Some(_) => {}
+                None if ts < stale_before => {
+                    if let Err(e) = cluster.index_remove(&key, ts).await {
+                        tracing::debug!("could not remove a stale listing index row: {e}");
+                    }
+                }
+                None => {}
             }
         }
-        if !more {
+        if exhausted {
             break;
         }
-        after = Some(last);
     }
     Ok(out)
 }

@@ -17,9 +17,19 @@ pub const MANIFESTS: &str = "manifests";
 pub const CHUNKS: &str = "chunks";
 /// Table of internal records of the other namespaces (and the format marker), one partition per namespace.
 pub const RECORDS: &str = "records";
+/// The listing index: one partition per key range, its keys in order ([`crate::listing`]).
+pub const LISTING: &str = "listing";
+/// The listing index's directory: one partition, a row per range.
+pub const LISTING_RANGES: &str = "listing_ranges";
+/// The listing index's range counters (hints of each range's rows).
+pub const LISTING_COUNTS: &str = "listing_counts";
 
-/// Format of the schema; stored in `records` under [`MARKER_NS`] / [`MARKER_KEY`] and checked at connect.
-pub const SCHEMA_FORMAT: u8 = 1;
+/// Format of the schema; stored in `records` under [`MARKER_NS`] / [`MARKER_KEY`] and checked at connect. Format 2
+/// added the listing index ([`LISTING`], [`LISTING_RANGES`]); a keyspace of format 1 is upgraded by
+/// `saltblob upgrade` ([`crate::CqlStore::upgrade`]), and a build of format 1 refuses one of format 2.
+pub const SCHEMA_FORMAT: u8 = 2;
+/// The format before the listing index.
+pub const SCHEMA_FORMAT_1: u8 = 1;
 /// Namespace of the format marker (tag 0xff, never a real namespace).
 pub const MARKER_NS: i8 = -1;
 /// Key of the format marker.
@@ -32,7 +42,7 @@ pub const MARKER_KEY: &[u8] = b"saltblob-format";
 pub const GC_GRACE_SECONDS: u32 = 3 * 3600;
 
 /// The `CREATE TABLE` statements, in creation order.
-pub fn table_ddl(ks: &str) -> [(&'static str, String); 3] {
+pub fn table_ddl(ks: &str) -> [(&'static str, String); 6] {
     [
         (
             MANIFESTS,
@@ -59,6 +69,31 @@ pub fn table_ddl(ks: &str) -> [(&'static str, String); 3] {
                  AND compression = {{'class': 'LZ4Compressor', 'chunk_length_in_kb': 4}} \
                  AND gc_grace_seconds = {GC_GRACE_SECONDS} \
                  AND comment = 'saltblob internal records, schema format {SCHEMA_FORMAT}'"
+            ),
+        ),
+        (
+            LISTING,
+            format!(
+                "CREATE TABLE IF NOT EXISTS {ks}.{LISTING} (range blob, key blob, present boolean, \
+                 PRIMARY KEY ((range), key)) WITH CLUSTERING ORDER BY (key ASC) \
+                 AND compression = {{'class': 'LZ4Compressor', 'chunk_length_in_kb': 4}} \
+                 AND gc_grace_seconds = {GC_GRACE_SECONDS} \
+                 AND comment = 'saltblob listing index, schema format {SCHEMA_FORMAT}'"
+            ),
+        ),
+        (
+            LISTING_RANGES,
+            format!(
+                "CREATE TABLE IF NOT EXISTS {ks}.{LISTING_RANGES} (scope tinyint, start blob, range blob, \
+                 state tinyint, source blob, PRIMARY KEY ((scope), start)) WITH CLUSTERING ORDER BY (start ASC) \
+                 AND comment = 'saltblob listing directory, schema format {SCHEMA_FORMAT}'"
+            ),
+        ),
+        (
+            LISTING_COUNTS,
+            format!(
+                "CREATE TABLE IF NOT EXISTS {ks}.{LISTING_COUNTS} (range blob PRIMARY KEY, rows counter) \
+                 WITH comment = 'saltblob listing range counters, schema format {SCHEMA_FORMAT}'"
             ),
         ),
     ]
@@ -197,7 +232,10 @@ mod tests {
 
     #[test]
     fn ddl_names_keyspace_and_options() {
-        let [m, c, r] = table_ddl("ks");
+        let [m, c, r, l, d, n] = table_ddl("ks");
+        assert!(n.1.contains("rows counter"));
+        assert!(l.1.contains("PRIMARY KEY ((range), key)") && l.1.contains("present boolean"));
+        assert!(d.1.contains("PRIMARY KEY ((scope), start)") && d.1.contains("source blob"));
         assert!(m.1.contains("ks.manifests (key blob PRIMARY KEY"));
         assert!(
             c.1.contains("PRIMARY KEY ((key, version, salt), idx)")

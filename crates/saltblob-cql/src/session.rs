@@ -18,8 +18,9 @@ use scylla::response::query_result::QueryResult;
 use scylla::statement::Consistency;
 
 use crate::config::{CqlConfig, validate_keyspace};
+use crate::directory::{DirectoryCache, PendingCounts};
 use crate::error::{self, Context, NAME};
-use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT};
+use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT, SCHEMA_FORMAT_1};
 use crate::statements::{Statements, V, key_values};
 use crate::tls;
 
@@ -42,12 +43,36 @@ pub(crate) struct Cluster {
     pub(crate) datacenter: String,
     /// The prepared statements.
     pub(crate) st: Statements,
+    /// The listing index's directory as last read ([`crate::listing`]).
+    pub(crate) directory: DirectoryCache,
+    /// Index rows this process wrote and deleted per range, not yet added to the ranges' counters.
+    pub(crate) counts: std::sync::Mutex<PendingCounts>,
+    /// Reads of the listing index's range partitions so far.
+    pub(crate) index_reads: std::sync::atomic::AtomicU64,
+    /// Manifests read by listings so far (one per key an index read named).
+    pub(crate) listed_records: std::sync::atomic::AtomicU64,
+}
+
+/// What the session's bootstrap accepts of the keyspace's schema format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Formats {
+    /// This build's format only (a store).
+    Current,
+    /// This build's, or format 1 to upgrade ([`crate::CqlStore::upgrade`]).
+    Upgradable,
 }
 
 impl Cluster {
     /// Connects to the cluster, creates the keyspace and tables if missing (waiting for schema agreement),
     /// prepares the statements and checks the schema format (see [`crate::CqlStore::connect`]).
     pub(crate) async fn connect(config: CqlConfig) -> Result<Self> {
+        Self::connect_to(config, Formats::Current)
+            .await
+            .map(|(c, _)| c)
+    }
+
+    /// [`Cluster::connect`], accepting the schema formats `formats` says; returns the format found.
+    pub(crate) async fn connect_to(config: CqlConfig, formats: Formats) -> Result<(Self, u8)> {
         let mut config = config;
         config.validate()?;
         config.keyspace =
@@ -77,9 +102,13 @@ impl Cluster {
             config,
             datacenter,
             st,
+            directory: DirectoryCache::new(),
+            counts: std::sync::Mutex::new(PendingCounts::new()),
+            index_reads: std::sync::atomic::AtomicU64::new(0),
+            listed_records: std::sync::atomic::AtomicU64::new(0),
         };
-        cluster.check_format().await?;
-        Ok(cluster)
+        let format = cluster.check_format(formats).await?;
+        Ok((cluster, format))
     }
 
     /// A plain driver session to the cluster of `config`, without touching any keyspace (for tools such as
@@ -193,8 +222,9 @@ impl Cluster {
             .count()
     }
 
-    /// Reads the schema format marker, writing it on first use; refuses a keyspace of another format.
-    async fn check_format(&self) -> Result<()> {
+    /// Reads the schema format marker; on a new keyspace writes it.
+    /// Refuses a keyspace of another format than `formats` accepts; returns the one found.
+    async fn check_format(&self, formats: Formats) -> Result<u8> {
         let key = vec![V::Tiny(MARKER_NS), V::Blob(Bytes::from_static(MARKER_KEY))];
         let what = || {
             format!(
@@ -207,29 +237,48 @@ impl Cluster {
                 self.session.execute_unpaged(&self.st.records.get, &key)
             })
             .await?;
-        match first_value(result, "the schema format marker")? {
+        let ks = &self.config.keyspace;
+        match first_value(result, "the schema format marker")?.as_deref() {
             None => {
-                let mut row = key.clone();
-                // A fixed timestamp: every first connection writes the same marker.
-                row.extend([V::Blob(Bytes::from_static(&[SCHEMA_FORMAT])), V::Big(1)]);
-                // At ONE: the marker is the same wherever it is written, and a reader that misses it writes it
-                // again. A keyspace whose replicas cannot meet the configured consistency fails on its first
-                // real write, with an explanation, rather than here.
-                let mut put = self.st.records.put.clone();
-                put.set_consistency(Consistency::One);
-                let what = || "writing the schema format marker".to_owned();
-                self.run(what, true, || self.session.execute_unpaged(&put, &row))
-                    .await?;
-                Ok(())
+                self.write_format(SCHEMA_FORMAT).await?;
+                Ok(SCHEMA_FORMAT)
             }
-            Some(v) if v.as_ref() == [SCHEMA_FORMAT] => Ok(()),
+            Some([SCHEMA_FORMAT]) => Ok(SCHEMA_FORMAT),
+            Some([SCHEMA_FORMAT_1]) if formats == Formats::Upgradable => Ok(SCHEMA_FORMAT_1),
+            Some([SCHEMA_FORMAT_1]) => Err(Error::invalid(
+                "keyspace",
+                format!(
+                    "keyspace {ks} was written by an earlier saltblob (schema format {SCHEMA_FORMAT_1}, without the \
+                     listing index); this build reads format {SCHEMA_FORMAT}: run `saltblob --store <URL> upgrade` once, with \
+                     the store's writers stopped, to build its index (nothing else changes)"
+                ),
+            )),
             Some(v) => Err(Error::corrupt(
-                format!("keyspace {}", self.config.keyspace),
+                format!("keyspace {ks}"),
                 format!(
                     "schema format marker is {v:?}; this build reads format [{SCHEMA_FORMAT}] (is it from a newer saltblob?)"
                 ),
             )),
         }
+    }
+
+    /// Writes the schema format marker: `format`, with a timestamp of `format` (a format's marker replaces an older
+    /// one's, whatever the clocks).
+    pub(crate) async fn write_format(&self, format: u8) -> Result<()> {
+        let mut row = vec![V::Tiny(MARKER_NS), V::Blob(Bytes::from_static(MARKER_KEY))];
+        row.extend([
+            V::Blob(Bytes::copy_from_slice(&[format])),
+            V::Big(i64::from(format)),
+        ]);
+        // At ONE: the marker is the same wherever it is written, and a reader that misses it writes it again. A
+        // keyspace whose replicas cannot meet the configured consistency fails on its first real write, with an
+        // explanation, rather than here.
+        let mut put = self.st.records.put.clone();
+        put.set_consistency(Consistency::One);
+        let what = || "writing the schema format marker".to_owned();
+        self.run(what, true, || self.session.execute_unpaged(&put, &row))
+            .await
+            .map(drop)
     }
 
     /// What error messages need to explain unavailable replicas.
@@ -291,6 +340,24 @@ impl Cluster {
             })
             .await?;
         first_value(result, "record read")
+    }
+
+    /// The write time of record `key` of `ns` (Unix µs), `None` when it is absent.
+    pub(crate) async fn write_time(&self, ns: Namespace, key: &[u8]) -> Result<Option<i64>> {
+        let values = key_values(ns, key);
+        let what = || format!("read of {ns:?} record \"{}\"", KeyDisplay::from(key));
+        let result = self
+            .run(what, true, || {
+                self.session
+                    .execute_unpaged(&self.st.records(ns).get_with_writetime, &values)
+            })
+            .await?;
+        let row = result
+            .into_rows_result()
+            .map_err(|e| error::shape("record read", e))?
+            .maybe_first_row::<(Option<Bytes>, Option<i64>)>()
+            .map_err(|e| error::shape("record read", e))?;
+        Ok(row.and_then(|(_, ts)| ts))
     }
 }
 

@@ -15,9 +15,9 @@ use scylla::statement::{Consistency, SerialConsistency};
 
 use crate::config::CqlConfig;
 use crate::error;
-use crate::schema::{CHUNKS, MANIFESTS, RECORDS};
+use crate::schema::{CHUNKS, LISTING, LISTING_COUNTS, LISTING_RANGES, MANIFESTS, RECORDS};
 
-/// Rows per page of the manifest scan.
+/// Rows per page of a scan (of the whole manifest table, of a token range of it, of the chunk table).
 const SCAN_PAGE: i32 = 1000;
 
 /// Prepared statements of one record table.
@@ -46,13 +46,45 @@ pub(crate) struct Statements {
     pub(crate) delete_chunks: PreparedStatement,
     /// Every chunk's address (the primary key alone: no chunk data is read).
     pub(crate) scan_chunks: PreparedStatement,
+    /// The manifests of one token range, `(lower, upper]`, with their values ([`crate::ranges`]).
+    pub(crate) scan_manifest_range: PreparedStatement,
+    /// The listing index's ([`crate::listing`]).
+    pub(crate) listing: ListingStatements,
+}
+
+/// Prepared statements of the listing index and its directory ([`LISTING_TABLE`], in its order).
+pub(crate) struct ListingStatements {
+    pub(crate) directory: PreparedStatement,
+    pub(crate) add_range: PreparedStatement,
+    pub(crate) finish_range: PreparedStatement,
+    pub(crate) insert: PreparedStatement,
+    pub(crate) delete: PreparedStatement,
+    /// Rows of a range from a key (inclusive), with their write times.
+    pub(crate) read_from: PreparedStatement,
+    /// Rows of a range from a key (inclusive) below another, with their write times.
+    pub(crate) read_below: PreparedStatement,
+    /// Deletes the rows of a range from a key (a range tombstone).
+    pub(crate) clear_from: PreparedStatement,
+    /// Deletes the rows of a range from a key below another.
+    pub(crate) clear_below: PreparedStatement,
+    /// Every manifest's key and write time.
+    pub(crate) manifest_times: PreparedStatement,
+    /// Takes a lease row of the meta namespace, with a TTL.
+    pub(crate) take_lease: PreparedStatement,
+    /// Adds to a range's counter.
+    pub(crate) add_count: PreparedStatement,
+    /// Every range's counter.
+    pub(crate) counts: PreparedStatement,
 }
 
 /// A bound value: the few CQL types saltblob uses, without copying blobs.
 #[derive(Clone, Debug)]
 pub(crate) enum V {
     Blob(Bytes),
+    /// A blob or null.
+    OptBlob(Option<Bytes>),
     Tiny(i8),
+    Int(i32),
     Big(i64),
 }
 impl SerializeValue for V {
@@ -63,7 +95,9 @@ impl SerializeValue for V {
     ) -> std::result::Result<WrittenCellProof<'b>, SerializationError> {
         match self {
             V::Blob(b) => b.serialize(typ, writer),
+            V::OptBlob(b) => b.serialize(typ, writer),
             V::Tiny(n) => n.serialize(typ, writer),
+            V::Int(n) => n.serialize(typ, writer),
             V::Big(n) => n.serialize(typ, writer),
         }
     }
@@ -83,7 +117,7 @@ pub(crate) fn key_values(ns: Namespace, key: &[u8]) -> Vec<V> {
 enum Access {
     /// A read, at the read consistency.
     Read,
-    /// A read of a whole table, at the read consistency, [`SCAN_PAGE`] rows a page.
+    /// A read of a whole table or of a token range of it, at the read consistency, [`SCAN_PAGE`] rows a page.
     Scan,
     /// A plain write, at the write consistency.
     Write,
@@ -115,7 +149,7 @@ impl Access {
 /// one per field of [`Statements`] in its order (the four record scans apart): `{manifests}`, `{records}` and
 /// `{chunks}` are the tables.
 #[rustfmt::skip]
-const TABLE: [(&str, Access); 17] = [
+const TABLE: [(&str, Access); 18] = [
     // For each record table.
     ("SELECT value FROM {t} WHERE {cond}", Access::Read),
     ("SELECT value, WRITETIME(value) FROM {t} WHERE {cond}", Access::Read),
@@ -135,6 +169,27 @@ const TABLE: [(&str, Access); 17] = [
     ("SELECT idx, data FROM {chunks} WHERE key = ? AND version = ? AND salt = ? AND idx >= ? AND idx <= ?", Access::Read),
     ("DELETE FROM {chunks} USING TIMESTAMP ? WHERE key = ? AND version = ? AND salt = ?", Access::Write),
     ("SELECT key, version, salt, idx FROM {chunks}", Access::Scan),
+    ("SELECT key, value FROM {manifests} WHERE token(key) > ? AND token(key) <= ?", Access::Scan),
+];
+
+/// The statements of the listing index ([`crate::listing`]), one per field of [`ListingStatements`] in its order:
+/// `{listing}`, `{ranges}` (its directory), `{counts}` (its counters), `{manifests}` and `{records}` are the
+/// tables. A counter update is not idempotent: it is retried all the same (a counter is a hint).
+#[rustfmt::skip]
+const LISTING_TABLE: [(&str, Access); 13] = [
+    ("SELECT start, range, state, source, WRITETIME(state) FROM {ranges} WHERE scope = ?", Access::Scan),
+    ("INSERT INTO {ranges} (scope, start, range, state, source) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS", Access::Conditional),
+    ("UPDATE {ranges} SET state = 0, source = null WHERE scope = ? AND start = ? IF range = ?", Access::Conditional),
+    ("INSERT INTO {listing} (range, key, present) VALUES (?, ?, true) USING TIMESTAMP ?", Access::Write),
+    ("DELETE FROM {listing} USING TIMESTAMP ? WHERE range = ? AND key = ?", Access::Write),
+    ("SELECT key, WRITETIME(present) FROM {listing} WHERE range = ? AND key >= ? LIMIT ?", Access::Read),
+    ("SELECT key, WRITETIME(present) FROM {listing} WHERE range = ? AND key >= ? AND key < ? LIMIT ?", Access::Read),
+    ("DELETE FROM {listing} USING TIMESTAMP ? WHERE range = ? AND key >= ?", Access::Write),
+    ("DELETE FROM {listing} USING TIMESTAMP ? WHERE range = ? AND key >= ? AND key < ?", Access::Write),
+    ("SELECT key, WRITETIME(value) FROM {manifests}", Access::Scan),
+    ("INSERT INTO {records} (ns, key, value) VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?", Access::Conditional),
+    ("UPDATE {counts} SET rows = rows + ? WHERE range = ?", Access::Write),
+    ("SELECT range, rows FROM {counts}", Access::Scan),
 ];
 
 /// How many statements of [`TABLE`], from its first, are prepared for each record table.
@@ -269,7 +324,32 @@ impl Statements {
             get_chunk_range,
             delete_chunks,
             scan_chunks,
-        ] = prepare_table::<10>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
+            scan_manifest_range,
+        ] = prepare_table::<11>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
+        let [listing_table, ranges_table, counts_table] =
+            [LISTING, LISTING_RANGES, LISTING_COUNTS].map(|t| format!("{ks}.{t}"));
+        let names = [
+            ("listing", listing_table.as_str()),
+            ("ranges", &ranges_table),
+            ("counts", &counts_table),
+            ("manifests", &manifest_table),
+            ("records", &record_table),
+        ];
+        let [
+            directory,
+            add_range,
+            finish_range,
+            insert,
+            delete,
+            read_from,
+            read_below,
+            clear_from,
+            clear_below,
+            manifest_times,
+            take_lease,
+            add_count,
+            counts,
+        ] = prepare_table(session, config, &LISTING_TABLE, &names).await?;
         Ok(Self {
             manifests,
             records,
@@ -280,6 +360,22 @@ impl Statements {
             get_chunk_range,
             delete_chunks,
             scan_chunks,
+            scan_manifest_range,
+            listing: ListingStatements {
+                directory,
+                add_range,
+                finish_range,
+                insert,
+                delete,
+                read_from,
+                read_below,
+                clear_from,
+                clear_below,
+                manifest_times,
+                take_lease,
+                add_count,
+                counts,
+            },
         })
     }
 }
@@ -371,6 +467,22 @@ mod tests {
             "INSERT INTO ks.records (ns, key, value) VALUES (?, ?, ?) IF NOT EXISTS"
         );
         assert_eq!(filled[7].0, "SELECT key FROM ks.manifests");
+        assert_eq!(
+            filled[17].0,
+            "SELECT key, value FROM ks.manifests WHERE token(key) > ? AND token(key) <= ?"
+        );
+        let listing = [
+            ("listing", "ks.listing"),
+            ("ranges", "ks.listing_ranges"),
+            ("counts", "ks.listing_counts"),
+            ("manifests", "ks.manifests"),
+            ("records", "ks.records"),
+        ];
+        for (template, access) in LISTING_TABLE {
+            let cql = fill(template, &listing);
+            assert!(!cql.contains(['{', '}']), "{cql}");
+            assert_eq!(access == Access::Conditional, cql.contains(" IF "), "{cql}");
+        }
         let config = CqlConfig::new(["h"], "ks");
         let how = Access::Conditional.how(&config);
         assert_eq!(

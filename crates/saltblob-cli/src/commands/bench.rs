@@ -20,7 +20,11 @@ impl Command for Bench {
 
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
-            saltblob_bench::bench(&context.url, &self.args, context.quiet).await?;
+            if self.args.listing {
+                saltblob_bench::listing_bench(&context.url, &self.args).await?;
+            } else {
+                saltblob_bench::bench(&context.url, &self.args, context.quiet).await?;
+            }
             Ok(())
         })
     }

@@ -21,6 +21,7 @@ mod relayout;
 mod reseal;
 mod rm;
 mod serve;
+mod upgrade;
 mod walk;
 
 pub use self::command::{Command, Context};
@@ -76,6 +77,9 @@ pub enum Commands {
     /// Re-wrap the data keys of sealed blobs under the current version of their key (manifests only, no chunk
     /// rewritten), so that older key versions can be retired; resumable with --after.
     Rekey(reseal::Rekey),
+    /// Bring a cql:// keyspace written by an earlier saltblob to this build's schema (build its listing index),
+    /// resumable; --reconcile repairs the listing index of a current one. Run it with the store's writers stopped.
+    Upgrade(upgrade::Upgrade),
     /// Serve the store over S3 (awscli, boto3, any S3 SDK); see docs/s3.md. Stops on SIGINT or SIGTERM, letting
     /// requests in flight finish.
     Serve(serve::Serve),
@@ -103,6 +107,7 @@ impl Commands {
             Commands::Keyring(c) => c,
             Commands::Encrypt(c) => c,
             Commands::Rekey(c) => c,
+            Commands::Upgrade(c) => c,
             Commands::Serve(c) => c,
         }
     }

@@ -2,7 +2,7 @@
 //! a put conditional on the version it read, in the `bulk` class, with a progress spinner and a report of what
 //! moved: counts, and each moved key with its layout before and after.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -12,7 +12,7 @@ use serde_json::json;
 use super::command::{Command, Context, nothing_to_do};
 use super::plan::parse_policy;
 use super::put::parse_priority;
-use super::walk::{Walked, conclude, walk};
+use super::walk::{Route, Walked, conclude, walk};
 use crate::failure::Failure;
 use crate::human::{self, KeyArg, layout_json, layout_text, parse_key, short};
 
@@ -30,9 +30,14 @@ pub struct Relayout {
     /// store's backend (its largest chunk: 64 MiB embedded, 8 MiB on a cluster).
     #[arg(long, value_name = "SPEC")]
     policy: Option<String>,
-    /// Resume after KEY: the last key a previous run reported (blobs that already fit are skipped anyway).
-    #[arg(long, value_parser = parse_key)]
+    /// Walk in key order after KEY: the last key a previous run reported (blobs that already fit are skipped
+    /// anyway).
+    #[arg(long, value_parser = parse_key, conflicts_with = "resume")]
     after: Option<KeyArg>,
+    /// Keep where the walk stands in FILE, and start from there when it exists: a rerun with the same FILE goes
+    /// on where the last one stopped. Removed once every blob was read.
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
     /// Count what would move; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -160,7 +165,11 @@ impl Relayout {
         let (walked, outcome) = walk(
             store,
             "relayout",
-            (self.prefix.as_ref(), self.after.as_ref()),
+            Route {
+                prefix: self.prefix.as_ref(),
+                after: self.after.as_ref(),
+                resume: self.resume.as_deref(),
+            },
             quiet,
             visit,
             |_, outcome| match outcome {

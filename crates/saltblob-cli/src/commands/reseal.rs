@@ -1,10 +1,11 @@
-//! `saltblob encrypt` and `saltblob rekey` (encryption at rest, `docs/format.md`): each walks the keys under a
-//! prefix in order, with a progress spinner, acting on one blob at a time (a rewrite conditional on the version
-//! read, or a compare-and-set of the manifest), and reports what it did by outcome; a run that stops says the
-//! last key, to resume after with `--after`.
+//! `saltblob encrypt` and `saltblob rekey` (encryption at rest, `docs/format.md`): each walks the blobs (a pass
+//! over the store's ranges, or the keys under a prefix in order: module `walk`), with a progress spinner, acting
+//! on one blob at a time (a rewrite conditional on the version read, or a compare-and-set of the manifest), and
+//! reports what it did by outcome; a run that stops says how to resume (`--resume FILE`, or `--after` the last
+//! key of a walk in key order).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -13,19 +14,23 @@ use serde_json::json;
 
 use super::command::{Command, Context, nothing_to_do};
 use super::put::parse_priority;
-use super::walk::{Walked, conclude, walk};
+use super::walk::{Route, Walked, conclude, walk};
 use crate::failure::Failure;
 use crate::human::{self, KeyArg, parse_key};
 
-/// Where a walk goes: the keys under `--prefix`, after `--after`.
+/// Where a walk goes: the blobs under `--prefix` (all without it), after `--after`, or from `--resume FILE`.
 #[derive(clap::Args, Debug)]
 struct WalkArgs {
     /// Only keys starting with PREFIX (%-escaped as keys are printed).
     #[arg(long, value_parser = parse_key)]
     prefix: Option<KeyArg>,
-    /// Resume after KEY: the last key a previous run reported (blobs already done are skipped anyway).
-    #[arg(long, value_parser = parse_key)]
+    /// Walk in key order after KEY: the last key a previous run reported (blobs already done are skipped anyway).
+    #[arg(long, value_parser = parse_key, conflicts_with = "resume")]
     after: Option<KeyArg>,
+    /// Keep where the walk stands in FILE, and start from there when it exists: a rerun with the same FILE goes
+    /// on where the last one stopped. Removed once every blob was read.
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
     /// Print the report as JSON: {"scanned", "outcomes": {OUTCOME: N}, "damaged", "last_key"}.
     #[arg(long)]
     json: bool,
@@ -143,7 +148,11 @@ impl WalkArgs {
         let (walked, outcome) = walk(
             store,
             what,
-            (self.prefix.as_ref(), self.after.as_ref()),
+            Route {
+                prefix: self.prefix.as_ref(),
+                after: self.after.as_ref(),
+                resume: self.resume.as_deref(),
+            },
             quiet,
             act,
             |_, outcome| *outcomes.0.entry(outcome).or_default() += 1,

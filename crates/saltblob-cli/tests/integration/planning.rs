@@ -357,6 +357,29 @@ fn relayout_applies_a_new_policy_once_and_refuses_one_the_backend_cannot_store()
     let resumed = run(&["--policy", "fanout=64KiB", "--after", "k/3"]);
     assert_eq!(resumed["scanned"], 7, "k/4 to k/9 and k/large: {resumed}");
     assert_eq!(resumed["last_key"], "k/large", "{resumed}");
+    // Resumed from where a pass stood (here after k/3, as a run stopped there saves it): the file is read, only
+    // what follows is scanned, and the file is removed once the pass is complete.
+    let resume = dir.path().join("relayout.pass");
+    let stood = "saltblob-pass 1\nprefix \nin_flight 1\nrange ordered after k/3\n";
+    std::fs::write(&resume, stood).expect("progress file");
+    let path = resume.to_str().expect("a UTF-8 path");
+    let resumed = run(&["--policy", "fanout=64KiB", "--resume", path]);
+    assert_eq!(resumed["scanned"], 7, "k/4 to k/9 and k/large: {resumed}");
+    assert!(!resume.exists(), "removed once the pass is complete");
+    let whole = run(&["--policy", "fanout=64KiB", "--resume", path]);
+    assert_eq!(whole["scanned"], 26, "no file: the whole store: {whole}");
+    assert!(!resume.exists());
+    std::fs::write(&resume, stood.replace("prefix ", "prefix k/1")).expect("progress file");
+    fails(
+        saltblob(&store).args(["relayout", "--resume", path]),
+        2,
+        "a pass under prefix \"k/1\", not \"\"",
+    );
+    fails(
+        saltblob(&store).args(["relayout", "--resume", path, "--after", "k/3"]),
+        2,
+        "cannot be used with",
+    );
 
     fails(
         saltblob(&store).args(["relayout", "--policy", "chunk_size=128MiB"]),

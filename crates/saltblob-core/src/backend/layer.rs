@@ -16,8 +16,8 @@ use futures::stream::BoxStream;
 
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, Namespace, Precondition, ReadShape, RecordChange, RecordWrite,
-    RecordsPlan, SinkPlan, SpaceReport,
+    GroupChunks, GroupWrite, Namespace, Precondition, RangePage, ReadShape, RecordChange,
+    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -93,6 +93,21 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
             .await
     }
 
+    /// [`ChunkStore::manifest_ranges`].
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        self.inner().manifest_ranges().await
+    }
+
+    /// [`ChunkStore::scan_manifest_range`].
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        self.inner().scan_manifest_range(range, after, limit).await
+    }
+
     /// [`ChunkStore::chunk_sink`].
     fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
         self.inner().chunk_sink(plan)
@@ -164,6 +179,11 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         self.inner().reclaim_space().await
     }
+
+    /// [`ChunkStore::maintain`].
+    async fn maintain(&self) -> Result<()> {
+        self.inner().maintain().await
+    }
 }
 
 /// Every layer is a [`ChunkStore`]: each method is the layer's own (its override, else the forward).
@@ -213,6 +233,19 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>> {
         ChunkStoreLayer::scan_records(self, ns, prefix, start_after, limit).await
+    }
+
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        ChunkStoreLayer::manifest_ranges(self).await
+    }
+
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        ChunkStoreLayer::scan_manifest_range(self, range, after, limit).await
     }
 
     fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
@@ -269,6 +302,10 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         ChunkStoreLayer::reclaim_space(self).await
+    }
+
+    async fn maintain(&self) -> Result<()> {
+        ChunkStoreLayer::maintain(self).await
     }
 }
 

@@ -7,13 +7,15 @@
 //! chooses for it ([`ChunkStore::chunk_sink`], [`ChunkSink`]; the usual sinks in [`sink`]). Everything else
 //! (layout, codecs, checksums, versioning, streaming, reclaim) lives in [`crate::store::BlobStore`] on top of this
 //! trait, so every backend gets the same semantics. [`layer`] is the forwarding base of every wrapper of a
-//! backend; [`memory`] the in-memory reference backend.
+//! backend; [`memory`] the in-memory reference backend. A pass over every manifest reads them by the ranges the
+//! backend splits them into ([`ranges`]), in no key order.
 //!
 //! Uses `base/` and `format/`, nothing else.
 
 pub mod chunks;
 pub mod layer;
 pub mod memory;
+pub mod ranges;
 pub mod records;
 pub mod sink;
 
@@ -29,6 +31,7 @@ pub use self::chunks::{
     BlobRef, ChunkAddress, ChunkBatch, ChunkId, ChunkRecord, ChunkWrite, GroupChunks,
     RECORD_CALLS_IN_FLIGHT, ReadShape, RecordsPlan, SinkForm, SinkPlan, SinkShape, SpaceReport,
 };
+pub use self::ranges::{RangePage, ScanPlan, ScanRange};
 pub use self::records::{GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite};
 pub use self::sink::{
     CommitSink, PlainSink, RecordsSink, UnloggedSink, grouped, without_commit_groups,
@@ -188,6 +191,37 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>>;
 
+    /// How a pass over every manifest splits them: disjoint ranges that hold every manifest between them, read
+    /// each on its own ([`ChunkStore::scan_manifest_range`]), several at once, in no key order, and how many at
+    /// once the backend serves well. A range descriptor names a part of the keys, not a server: it stays valid
+    /// (for a pass resumed later) when the cluster changes. The default is [`ScanPlan::ordered`]: the whole
+    /// namespace in key order, which the core reads with [`ChunkStore::scan_records`].
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        Ok(ScanPlan::ordered())
+    }
+
+    /// Up to `limit` (at least 1) manifest records of `range`, one of this backend's ranges other than
+    /// [`ScanRange::ordered`], in the range's own order: from its start, or right after `after`, a key of the
+    /// range read from it before. That order is fixed, so that a pass resumed after a key reads every record
+    /// that followed it and none that came before. A record written or deleted during the pass may be read or
+    /// not, as in a listing. The page says whether the range is over ([`RangePage::done`]); a page that is not
+    /// the last may be short. The default fails, non-retryable: a backend that splits reads its ranges itself.
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        let _ = (range, after, limit);
+        Err(crate::base::error::Error::internal(
+            "scan_manifest_range",
+            format!(
+                "backend {} reads its manifests in key order only",
+                self.info().name
+            ),
+        ))
+    }
+
     /// The sink of the chunks of a version a put is about to write, planned as `plan`: how the backend wants
     /// them: which of the chunk writes below, in which form and batches, whether the commit is one atomic group
     /// ([`sink`] has the usual choices; [`PlainSink`] is [`ChunkStore::put_chunks`] in the core's batches). The
@@ -279,6 +313,13 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     /// after the tombstone grace period).
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         Ok(None)
+    }
+
+    /// The engine's own upkeep, which every gc pass runs after its reclaim pass (on CQL: the listing index's
+    /// splits). Must not wait for long: what needs time is begun by one call and finished by a later one. The
+    /// default does nothing.
+    async fn maintain(&self) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -80,18 +80,18 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
     };
 }
 
-/// A version committed after `fsck --repair` read the manifests, and replaced before it removes orphans, is
-/// queued for reclaim by its replacement: the repair leaves it to the reclaimer and its readers' grace period.
+/// A version committed after `fsck --repair` read the manifests, and replaced while fsck compares its chunks
+/// with the manifests, is queued for reclaim by its replacement: the repair leaves it to the reclaimer and its
+/// readers' grace period.
 pub async fn fsck_repair_spares_versions_replaced_while_it_runs(backend: Arc<dyn ChunkStore>) {
     let p = prefix("fsck-race");
     let key = format!("{p}blob");
     let faulty = Faulty::new(Arc::clone(&backend));
-    let store = store(
-        &(faulty.clone() as Arc<dyn ChunkStore>),
-        small_config().with_grace(Duration::from_secs(300)),
-    );
+    let config = small_config().with_grace(Duration::from_secs(300));
+    let store = store(&(faulty.clone() as Arc<dyn ChunkStore>), config.clone());
+    // Another process, whose requests pass no hold.
+    let other = super::store(&backend, config);
     let listing = faulty.hold(Point::ChunkScan);
-    let removal = faulty.hold(Point::RecordRead(Namespace::Intent));
     let fsck = tokio::spawn({
         let (store, p) = (store.clone(), p.clone());
         async move { store.fsck(&repair_now(&p)).await }
@@ -102,15 +102,16 @@ pub async fn fsck_repair_spares_versions_replaced_while_it_runs(backend: Arc<dyn
         .put(&key, data(50 * KIB as usize, 1), &PutOptions::new())
         .await
         .expect("put");
+    // fsck lists the first version's chunks, then reads the manifest of their key.
+    let lookup = faulty.hold(Point::RecordRead(Namespace::Manifest));
     listing.release();
-    // fsck found the first version's chunks referred to by nothing it read, and re-checks before removing.
-    removal.reached().await;
+    lookup.reached().await;
     let second = data(50 * KIB as usize, 2);
-    store
+    other
         .put(&key, second.clone(), &PutOptions::new())
         .await
         .expect("replace");
-    removal.release();
+    lookup.release();
     let report = fsck.await.expect("fsck task").expect("fsck");
     assert!(
         report.orphans.iter().all(|o| !o.removed),

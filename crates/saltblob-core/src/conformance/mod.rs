@@ -16,6 +16,7 @@
 //! - [`encryption`]: sealed blobs read back, store no plaintext, and refuse missing keys and moved data
 //!   ([`keyring`]: the keyrings of its cases, and of the sealed run of the whole suite).
 //! - [`records`]: the record level of [`ChunkStore`] itself (preconditions, namespaces, ordered scans).
+//! - [`passes`]: passes over the whole store by the backend's ranges, resumed, with a range that fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod conditional;
@@ -25,6 +26,7 @@ pub mod faults;
 pub mod fencing;
 pub mod gc;
 pub mod keyring;
+pub mod passes;
 pub mod reads;
 pub mod records;
 pub mod roundtrip;
@@ -68,6 +70,10 @@ pub use gc::{
     expired_blobs_read_as_not_found_and_gc_reclaims_them,
     fsck_reports_damage_and_repairs_only_orphans, gc_reclaims_abandoned_puts,
     gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
+};
+pub use passes::{
+    a_pass_reads_every_manifest_once_and_resumes,
+    a_range_that_cannot_be_read_is_reported_and_read_on_resume,
 };
 pub use reads::{list_by_prefix, range_reads};
 pub use records::{
@@ -156,6 +162,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $attrs $crate::conformance::plain; $make;
             record_writes_check_preconditions, record_groups_are_all_or_nothing,
             record_groups_carry_chunks, records_are_separate_per_namespace, record_scans_page_in_key_order, record_scan_from_before_the_prefix,
+            a_pass_reads_every_manifest_once_and_resumes,
+            a_range_that_cannot_be_read_is_reported_and_read_on_resume,
             sealed_blobs_round_trip_and_store_no_plaintext,
             keys_are_chosen_per_put_and_missing_keys_are_typed_errors,
             moved_and_replayed_sealed_data_is_refused, sealed_segments_compose_and_read_back,

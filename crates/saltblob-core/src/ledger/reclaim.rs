@@ -154,15 +154,22 @@ pub(crate) async fn withdraw(inner: &Inner, entry_key: &[u8]) -> Result<()> {
         .map(|_| ())
 }
 
-/// Every version in the queue, due or not.
-pub(crate) async fn queued_versions(inner: &Inner) -> Result<HashSet<(Bytes, VersionId)>> {
+/// The versions in the queue, due or not, of those `among` holds: the queue is read a page at a time, so memory
+/// is bounded by `among`, not by the queue.
+pub(crate) async fn queued_versions(
+    inner: &Inner,
+    among: &HashSet<(Bytes, VersionId)>,
+) -> Result<HashSet<(Bytes, VersionId)>> {
     let mut out = HashSet::new();
     let mut pages = inner.scan(Namespace::Reclaim, b"", None);
     while let Some(page) = pages.next_page().await? {
         for (k, v) in &page {
             match ReclaimEntry::decode(k, v) {
                 Ok(e) => {
-                    out.insert((e.key, e.version));
+                    let version = (e.key, e.version);
+                    if among.contains(&version) {
+                        out.insert(version);
+                    }
                 }
                 Err(e) => tracing::warn!("{e}: left out of the queued versions"),
             }

@@ -12,6 +12,7 @@ use crate::base::error::{Error, Result};
 use crate::format::layout::Layout;
 use crate::format::manifest::{Manifest, ManifestBody};
 use crate::store::BlobStore;
+use crate::store::pass::{PassEvent, PassOptions, unread_error};
 
 /// Buckets per power of two of [`SizeHistogram`].
 pub const BUCKETS_PER_OCTAVE: u32 = 8;
@@ -277,11 +278,15 @@ impl BlobStore {
     /// Counts the blobs whose key starts with `prefix` ([`Census`]): every one, or the first `sample` in key
     /// order when given (the listing is in key order on every backend, so a sample is not random: it leans
     /// toward the first prefixes). `progress` is called with the census so far every 1000 blobs. Memory
-    /// stays bounded: the listing is read a page at a time and only counts are kept. A damaged manifest is
-    /// counted in [`Census::damaged`] and the scan goes on.
+    /// stays bounded: manifests are read a page at a time and only counts are kept. A damaged manifest is
+    /// counted in [`Census::damaged`] and the count goes on.
+    ///
+    /// The whole store (no prefix, no sample) is counted by a pass over the backend's ranges, several at once
+    /// ([`BlobStore::pass`]); a prefix or a sample by a listing, in key order.
     ///
     /// # Errors
-    /// What listing the store returns; [`Error::InvalidArgument`] naming `sample` when it is 0.
+    /// What listing the store returns; for a pass, an error naming the ranges left unread after retries (the
+    /// census is then incomplete and not returned); [`Error::InvalidArgument`] naming `sample` when it is 0.
     pub async fn census(
         &self,
         prefix: &[u8],
@@ -296,20 +301,45 @@ impl BlobStore {
         }
         let mut census = Census::default();
         let mut counted = 0u64;
-        let mut entries = self.list_stream(prefix);
-        while let Some(entry) = entries.next().await {
-            if sample.is_some_and(|n| counted >= n) {
-                census.sampled = true;
-                break;
-            }
-            match &entry?.manifest {
+        let mut count = |census: &mut Census, manifest: &Result<Manifest>| {
+            match manifest {
                 Ok(manifest) => census.add(manifest),
                 Err(_) => census.damaged += 1,
             }
             counted += 1;
             if counted.is_multiple_of(1000) {
-                progress(&census);
+                progress(census);
             }
+            counted
+        };
+        if prefix.is_empty() && sample.is_none() {
+            let plan = self.plan_pass(b"").await?;
+            let mut unread = Vec::new();
+            let mut events = self.pass(&plan, &PassOptions::new());
+            while let Some(event) = events.next().await {
+                match event {
+                    PassEvent::Page(page) => {
+                        for entry in &page.entries {
+                            count(&mut census, &entry.manifest);
+                        }
+                    }
+                    PassEvent::Unread { range, error } => unread.push((range, error)),
+                }
+            }
+            if !unread.is_empty() {
+                let ranges = plan.range_count();
+                return Err(unread_error(self.inner.info.name, "census", unread, ranges));
+            }
+            return Ok(census);
+        }
+        let mut so_far = 0;
+        let mut entries = self.list_stream(prefix);
+        while let Some(entry) = entries.next().await {
+            if sample.is_some_and(|n| so_far >= n) {
+                census.sampled = true;
+                break;
+            }
+            so_far = count(&mut census, &entry?.manifest);
         }
         Ok(census)
     }

@@ -12,8 +12,8 @@ use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::backend::layer::ChunkStoreLayer;
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, Namespace, Precondition, ReadShape, RecordChange, RecordWrite,
-    RecordsPlan, SinkPlan, SpaceReport,
+    GroupChunks, GroupWrite, Namespace, Precondition, RangePage, ReadShape, RecordChange,
+    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -27,12 +27,14 @@ const SCAN_ESTIMATE_BYTES: u64 = 64 << 10;
 /// Record reads and writes, and the deletion of a version's chunks, move no data of their own: in a background
 /// class they are admitted beside its data units, not queued behind them ([`Scheduler::admit_record`]).
 ///
-/// Not scheduled: [`ChunkStore::chunk_sink`] and [`ChunkStore::read_shape`] (the backend's choices, no I/O; a
-/// sink's writes come back through this store), [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams
-/// paced by their consumer), [`ChunkStore::sync_unlogged_chunks`] and [`ChunkStore::sync_chunk_records`]
-/// (a flush or an fsync, which move no bytes of their own), [`ChunkStore::begin_chunk_records`] (creating and
-/// sizing a file) and [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that
-/// a new one cannot bypass admission by default.
+/// Not scheduled: [`ChunkStore::chunk_sink`], [`ChunkStore::read_shape`] and [`ChunkStore::manifest_ranges`]
+/// (the backend's choices, no data moved; a sink's writes come back through this store),
+/// [`ChunkStore::scan_chunks`] and [`ChunkStore::scan_version_files`] (fsck's listings, streams paced by their
+/// consumer), [`ChunkStore::maintain`] (the engine's upkeep), [`ChunkStore::sync_unlogged_chunks`] and
+/// [`ChunkStore::sync_chunk_records`] (a flush or an fsync, which move no bytes of their own),
+/// [`ChunkStore::begin_chunk_records`] (creating and sizing a file) and
+/// [`ChunkStore::reclaim_space`] (engine maintenance after gc). Its layer impl writes out every method, so that a
+/// new one cannot bypass admission by default.
 #[derive(Debug)]
 pub(crate) struct ScheduledStore {
     backend: Arc<dyn ChunkStore>,
@@ -164,6 +166,28 @@ impl ChunkStoreLayer for ScheduledStore {
         .await
     }
 
+    /// Not admitted: the backend's choice (from what it knows of its cluster), no data moved.
+    async fn manifest_ranges(&self) -> Result<ScanPlan> {
+        self.backend.manifest_ranges().await
+    }
+
+    /// Admitted as a page of [`ChunkStore::scan_records`] is.
+    async fn scan_manifest_range(
+        &self,
+        range: &ScanRange,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<RangePage> {
+        let call = self.backend.scan_manifest_range(range, after, limit);
+        self.run(SCAN_ESTIMATE_BYTES, call, |page| {
+            page.records
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum()
+        })
+        .await
+    }
+
     /// Not admitted: the backend's choice, no I/O. The sink's writes go through this store, which admits them.
     fn chunk_sink(&self, plan: &SinkPlan) -> Box<dyn ChunkSink> {
         self.backend.chunk_sink(plan)
@@ -240,5 +264,10 @@ impl ChunkStoreLayer for ScheduledStore {
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         self.backend.reclaim_space().await
+    }
+
+    /// Not admitted, like [`ChunkStore::reclaim_space`]: engine upkeep.
+    async fn maintain(&self) -> Result<()> {
+        self.backend.maintain().await
     }
 }

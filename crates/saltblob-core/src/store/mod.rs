@@ -10,8 +10,9 @@
 //! - `put.rs`: a put: its plan ([`put::PutPlan`]), then intent, chunks and commit;
 //! - `delete.rs`: a delete, a conditional delete, the delete of an expired blob;
 //! - `read.rs`: a read: its preamble, then streaming ([`BlobStream`]);
-//! - this file, the API; then `segments.rs` (segments and their composition: multipart uploads) and
-//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys), which add methods to [`BlobStore`].
+//! - this file, the API; then `segments.rs` (segments and their composition: multipart uploads),
+//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys) and [`pass`] (passes over every
+//!   manifest, by the backend's ranges, resumable), which add methods to [`BlobStore`].
 //!
 //! The store stands on `ledger/` (intents, the reclaim queue) and `state/`; gc and fsck (`upkeep/`) stand on the
 //! store, and add their methods to [`BlobStore`] themselves.
@@ -21,6 +22,7 @@ pub(crate) mod commit;
 pub(crate) mod delete;
 mod digest;
 mod key;
+pub mod pass;
 mod pieces;
 pub(crate) mod put;
 pub(crate) mod read;

@@ -4,15 +4,23 @@
 //! chunk, and every file the backend keeps for a version of its own (an extent), and compares them: chunks and
 //! files of no committed version, no put in flight and no queued reclaim are **orphans**, which `--repair`
 //! removes (and nothing else).
+//!
+//! Both sides stream, so that memory does not grow with the store. The blobs are read by a pass over the
+//! manifests ([`crate::store::BlobStore::pass`]: the backend's ranges for the whole store, several at once; key
+//! order under a prefix), a few verified at once. The chunk listing is read in batches of [`CHUNK_BATCH`]
+//! addresses; the manifest of each key in a batch is read (a point read, [`LOOKUPS_IN_FLIGHT`] at once, the
+//! last [`CACHED_MANIFESTS`] kept), and each address compared with its key's current manifest. What is kept is
+//! what is reported (damage, orphans) and the versions that have chunks but no manifest (puts in flight,
+//! versions awaiting reclaim, orphans), with the intents of the puts in flight: not the committed blobs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use crate::backend::{BlobRef, Namespace};
+use crate::backend::{BlobRef, ChunkAddress, Namespace};
 use crate::base::error::{Error, Result};
 use crate::base::units::micros;
 use crate::base::version::VersionId;
@@ -24,10 +32,18 @@ use crate::ledger::reclaim;
 use crate::schedule;
 use crate::state::Inner;
 use crate::store::BlobStore;
+use crate::store::pass::{PassEvent, PassOptions, unread_error};
 use crate::store::read;
 
 /// Blobs verified concurrently by `fsck`.
 const FSCK_CONCURRENCY: usize = 4;
+/// Chunk addresses (and version files) compared with their manifests together (a few in unit tests, so that
+/// versions and keys span batches).
+const CHUNK_BATCH: usize = if cfg!(test) { 5 } else { 16_384 };
+/// Manifests of a batch read at once.
+const LOOKUPS_IN_FLIGHT: usize = 32;
+/// Manifests kept from one batch to the next (for keys whose chunks come again), at most.
+const CACHED_MANIFESTS: usize = if cfg!(test) { 2 } else { 4096 };
 
 /// Options of [`crate::store::BlobStore::fsck`].
 #[derive(Clone, Debug, Default)]
@@ -147,16 +163,13 @@ impl FsckReport {
     }
 }
 
-/// What `fsck` learns about one stored version from the chunk listing.
+/// What `fsck` learns about one stored version that no manifest refers to, from the chunk listing.
 #[derive(Debug, Default)]
 struct Stored {
     chunks: u64,
     files: u64,
     max_salt: u32,
     max_index: u64,
-    /// Chunks outside the committed layout, with the first one as evidence.
-    stray: u64,
-    first_stray: Option<(u32, u64)>,
 }
 
 impl Stored {
@@ -170,33 +183,138 @@ impl Stored {
     }
 }
 
-/// One check; see [`crate::store::BlobStore::fsck`].
-pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckReport> {
-    let mut report = FsckReport::default();
-    let committed = check_manifests(inner, &opts.prefix, &mut report).await?;
+/// Chunks of a committed version stored outside its layout: how many, and the first one listed (salt, index).
+type Strays = (u64, (u32, u64));
 
-    let mut stored: HashMap<(Bytes, VersionId), Stored> = HashMap::new();
+/// The committed versions of one key, as its current manifest has them: each version its chunks lie under, with
+/// its layout (`None`: inline). Empty when the key has no manifest, or one that does not decode.
+type Committed = Arc<HashMap<VersionId, Option<ChunkLayout>>>;
+
+/// One thing the chunk listing found: a chunk (salt, index) of a version, or (`None`) a file of the version's own.
+struct Listed {
+    key: Bytes,
+    version: VersionId,
+    chunk: Option<(u32, u64)>,
+}
+
+/// The chunk side of a check: the listing compared with the manifests, batch by batch.
+#[derive(Default)]
+struct ChunkSide {
+    /// Versions with chunks or files and no manifest.
+    uncommitted: HashMap<(Bytes, VersionId), Stored>,
+    /// Committed versions with chunks outside their layout.
+    strays: BTreeMap<(Bytes, VersionId), Strays>,
+    /// Manifests read, by key, at most [`CACHED_MANIFESTS`] kept between batches.
+    cache: HashMap<Bytes, Committed>,
+}
+
+impl ChunkSide {
+    /// Compares `batch` with the current manifests of its keys.
+    async fn check(&mut self, inner: &Inner, batch: Vec<Listed>) -> Result<()> {
+        if self.cache.len() > CACHED_MANIFESTS {
+            self.cache.clear();
+        }
+        let mut wanted: Vec<Bytes> = batch
+            .iter()
+            .filter(|l| !self.cache.contains_key(&l.key))
+            .map(|l| l.key.clone())
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let read: Vec<(Bytes, Committed)> = stream::iter(wanted)
+            .map(|key| async move {
+                let committed = committed_versions(inner, &key).await?;
+                Ok::<_, Error>((key, committed))
+            })
+            .buffer_unordered(LOOKUPS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        self.cache.extend(read);
+        for listed in batch {
+            let committed = self
+                .cache
+                .get(&listed.key)
+                .and_then(|c| c.get(&listed.version).copied());
+            match (committed, listed.chunk) {
+                // A file of a committed version is its own.
+                (Some(_), None) => {}
+                (Some(layout), Some((salt, index))) => {
+                    // An inline version has no chunks.
+                    let in_place =
+                        layout.is_some_and(|l| index < l.chunk_count && l.salt_of(index) == salt);
+                    if !in_place {
+                        let (count, _) = self
+                            .strays
+                            .entry((listed.key, listed.version))
+                            .or_insert((0, (salt, index)));
+                        *count += 1;
+                    }
+                }
+                (None, chunk) => {
+                    let entry = self
+                        .uncommitted
+                        .entry((listed.key, listed.version))
+                        .or_default();
+                    match chunk {
+                        Some((salt, index)) => {
+                            entry.chunks += 1;
+                            entry.max_salt = entry.max_salt.max(salt);
+                            entry.max_index = entry.max_index.max(index);
+                        }
+                        None => entry.files += 1,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The committed versions of `key` ([`Committed`]), from its manifest as stored now (expired or not).
+async fn committed_versions(inner: &Inner, key: &Bytes) -> Result<Committed> {
+    let mut committed = HashMap::new();
+    let record = inner.backend.get_record(Namespace::Manifest, key).await?;
+    // A manifest that does not decode refers to nothing (the manifest pass reports it).
+    if let Some(m) = record.and_then(|r| inner.decode_manifest(key, &r).ok()) {
+        // A segmented version's chunks lie under its segments' versions.
+        for segment in m.segments() {
+            let layout = match segment.body {
+                ManifestBody::Chunked { layout, .. } => Some(layout),
+                _ => None,
+            };
+            committed.insert(segment.version, layout);
+        }
+    }
+    Ok(Arc::new(committed))
+}
+
+/// One check; see [`crate::store::BlobStore::fsck`].
+pub(crate) async fn run(store: &BlobStore, opts: &FsckOptions) -> Result<FsckReport> {
+    let inner = &store.inner;
+    let mut report = FsckReport::default();
+    check_manifests(store, &opts.prefix, &mut report).await?;
+
+    let mut side = ChunkSide::default();
+    let mut batch = Vec::with_capacity(CHUNK_BATCH);
     let mut chunks = inner.backend.scan_chunks();
     while let Some(addr) = chunks.try_next().await? {
-        if !addr.key.starts_with(&opts.prefix) {
+        let ChunkAddress {
+            key,
+            version,
+            salt,
+            index,
+        } = addr;
+        if !key.starts_with(&opts.prefix) {
             continue;
         }
         report.chunks += 1;
-        let entry = stored.entry((addr.key.clone(), addr.version)).or_default();
-        entry.chunks += 1;
-        entry.max_salt = entry.max_salt.max(addr.salt);
-        entry.max_index = entry.max_index.max(addr.index);
-        let in_place = match committed.get(&(addr.key, addr.version)) {
-            Some(Some(layout)) => {
-                addr.index < layout.chunk_count && layout.salt_of(addr.index) == addr.salt
-            }
-            // An inline version has no chunks.
-            Some(None) => false,
-            None => true,
-        };
-        if !in_place {
-            entry.stray += 1;
-            entry.first_stray.get_or_insert((addr.salt, addr.index));
+        batch.push(Listed {
+            key,
+            version,
+            chunk: Some((salt, index)),
+        });
+        if batch.len() >= CHUNK_BATCH {
+            side.check(inner, std::mem::take(&mut batch)).await?;
         }
     }
     drop(chunks);
@@ -206,32 +324,39 @@ pub(crate) async fn run(inner: &Arc<Inner>, opts: &FsckOptions) -> Result<FsckRe
             continue;
         }
         report.version_files += 1;
-        stored.entry((blob.key, blob.version)).or_default().files += 1;
+        batch.push(Listed {
+            key: blob.key,
+            version: blob.version,
+            chunk: None,
+        });
+        if batch.len() >= CHUNK_BATCH {
+            side.check(inner, std::mem::take(&mut batch)).await?;
+        }
     }
     drop(files);
+    side.check(inner, batch).await?;
+    for ((key, version), (count, (salt, index))) in std::mem::take(&mut side.strays) {
+        report.damaged.push(Damage {
+            key,
+            version: Some(version),
+            problem: format!(
+                "{count} chunk(s) stored outside the layout, e.g. chunk {index} under salt {salt}"
+            ),
+        });
+    }
 
-    // Read after the listing, so that a put that wrote chunks before it shows here as in flight or done.
+    // Read after the listing and the manifests, so that a put that wrote chunks before it shows here as in
+    // flight or done.
     let intents = intent::all(inner).await?;
-    let queued = reclaim::queued_versions(inner).await?;
+    let candidates: HashSet<(Bytes, VersionId)> = side.uncommitted.keys().cloned().collect();
+    let queued = reclaim::queued_versions(inner, &candidates).await?;
+    drop(candidates);
     let now = inner.now_micros();
     let min_age = micros(opts.min_age.unwrap_or(inner.config.grace));
     let mut candidates = Vec::new();
-    let mut versions: Vec<_> = stored.into_iter().collect();
+    let mut versions: Vec<_> = side.uncommitted.into_iter().collect();
     versions.sort_by(|a, b| a.0.cmp(&b.0));
     for ((key, version), s) in versions {
-        if committed.contains_key(&(key.clone(), version)) {
-            if let Some((salt, index)) = s.first_stray {
-                report.damaged.push(Damage {
-                    key,
-                    version: Some(version),
-                    problem: format!(
-                        "{} chunk(s) stored outside the layout, e.g. chunk {index} under salt {salt}",
-                        s.stray
-                    ),
-                });
-            }
-            continue;
-        }
         let intent = intents.get(&(key.clone(), version));
         if liveness::in_flight(inner, version, intent, now) {
             report.puts_in_flight += 1;
@@ -310,7 +435,11 @@ async fn repair(inner: &Inner, orphans: &mut [Orphan], candidates: Vec<Candidate
     if still.is_empty() {
         return Ok(());
     }
-    let queued = reclaim::queued_versions(inner).await?;
+    let versions = still
+        .iter()
+        .map(|(_, blob, _)| (blob.key.clone(), blob.version))
+        .collect();
+    let queued = reclaim::queued_versions(inner, &versions).await?;
     for (c, blob, intent_now) in still {
         if queued.contains(&(blob.key.clone(), blob.version)) {
             continue;
@@ -333,69 +462,84 @@ async fn repair(inner: &Inner, orphans: &mut [Orphan], candidates: Vec<Candidate
     Ok(())
 }
 
-/// Reads and verifies every committed blob; returns the committed versions' chunk layouts (`None`: inline).
-async fn check_manifests(
-    inner: &Arc<Inner>,
-    prefix: &[u8],
-    report: &mut FsckReport,
-) -> Result<HashMap<(Bytes, VersionId), Option<ChunkLayout>>> {
-    let mut committed = HashMap::new();
-    let mut pages = inner.scan(Namespace::Manifest, prefix, None);
-    while let Some(page) = pages.next_page().await? {
-        let mut manifests = Vec::with_capacity(page.len());
-        for (key, bytes) in page {
-            match inner.decode_manifest(&key, &bytes) {
-                Ok(m) => manifests.push((key, m)),
-                Err(e) => report.damaged.push(Damage {
-                    key,
+/// What the manifest pass of a check yields: an unread range, a manifest that does not decode, or a blob read.
+enum Checked {
+    Unread(usize, Error),
+    Undecodable(Damage),
+    Read(Bytes, VersionId, Result<u64>),
+}
+
+/// Reads and verifies every committed blob under `prefix` (by a pass over the manifests, expired ones included),
+/// [`FSCK_CONCURRENCY`] at once; its damage is reported in key order.
+async fn check_manifests(store: &BlobStore, prefix: &[u8], report: &mut FsckReport) -> Result<()> {
+    let inner = &store.inner;
+    let plan = store.plan_pass(prefix).await?;
+    let mut checked = store
+        .pass(&plan, &PassOptions::new().with_expired(true))
+        .flat_map(|event| match event {
+            PassEvent::Page(page) => stream::iter(page.entries).map(Ok).left_stream(),
+            PassEvent::Unread { range, error } => {
+                stream::iter([Err((range, error))]).right_stream()
+            }
+        })
+        .map(|entry| async move {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err((range, error)) => return Checked::Unread(range, error),
+            };
+            match entry.manifest {
+                Ok(m) => {
+                    let version = m.version;
+                    let read = verify_version(inner, entry.key.clone(), m).await;
+                    Checked::Read(entry.key, version, read)
+                }
+                Err(e) => Checked::Undecodable(Damage {
+                    key: entry.key,
                     version: None,
                     problem: e.to_string(),
                 }),
             }
-        }
-        let checked: Vec<(Bytes, Manifest, Result<u64>)> = stream::iter(manifests)
-            .map(|(key, m)| async move {
-                let read = verify_version(inner, key.clone(), m.clone()).await;
-                (key, m, read)
-            })
-            .buffer_unordered(FSCK_CONCURRENCY)
-            .collect()
-            .await;
-        for (key, m, read) in checked {
-            match read {
-                Ok(bytes) => {
-                    report.blobs += 1;
-                    report.bytes += bytes;
-                }
-                // Replaced (and reclaimed) while being checked: not damage.
-                Err(Error::VersionReclaimed { .. }) => {}
-                // Sealed, and its key is not at hand: its layout still tells its chunks from orphans.
-                Err(e @ Error::KeyUnavailable { .. }) => report.unverified.push(Unverified {
-                    key: key.clone(),
-                    version: m.version,
+        })
+        .buffer_unordered(FSCK_CONCURRENCY);
+    let mut unread = Vec::new();
+    let mut damaged = Vec::new();
+    while let Some(outcome) = checked.next().await {
+        match outcome {
+            Checked::Unread(range, error) => unread.push((range, error)),
+            Checked::Undecodable(damage) => damaged.push(damage),
+            Checked::Read(_, _, Ok(bytes)) => {
+                report.blobs += 1;
+                report.bytes += bytes;
+            }
+            // Replaced (and reclaimed) while being checked: not damage.
+            Checked::Read(_, _, Err(Error::VersionReclaimed { .. })) => {}
+            // Sealed, and its key is not at hand: its layout still tells its chunks from orphans.
+            Checked::Read(key, version, Err(e @ Error::KeyUnavailable { .. })) => {
+                report.unverified.push(Unverified {
+                    key,
+                    version,
                     reason: e.to_string(),
-                }),
-                Err(e) if e.is_corruption() => {
-                    report.blobs += 1;
-                    report.damaged.push(Damage {
-                        key: key.clone(),
-                        version: Some(m.version),
-                        problem: e.to_string(),
-                    });
-                }
-                Err(e) => return Err(e),
+                });
             }
-            // A segmented version's chunks lie under its segments' versions.
-            for segment in m.segments() {
-                let layout = match segment.body {
-                    ManifestBody::Chunked { layout, .. } => Some(layout),
-                    _ => None,
-                };
-                committed.insert((key.clone(), segment.version), layout);
+            Checked::Read(key, version, Err(e)) if e.is_corruption() => {
+                report.blobs += 1;
+                damaged.push(Damage {
+                    key,
+                    version: Some(version),
+                    problem: e.to_string(),
+                });
             }
+            Checked::Read(_, _, Err(e)) => return Err(e),
         }
     }
-    Ok(committed)
+    if !unread.is_empty() {
+        let ranges = plan.range_count();
+        return Err(unread_error(inner.info.name, "fsck", unread, ranges));
+    }
+    damaged.sort_by(|a, b| a.key.cmp(&b.key));
+    report.damaged.extend(damaged);
+    report.unverified.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(())
 }
 
 /// Reads one version in full, verifying chunk checksums, lengths and the digest; returns its size.
@@ -438,6 +582,7 @@ async fn still_orphan(
     let not_owned = liveness::ownership(inner, blob).await? == Ownership::NotOwned;
     Ok((unchanged && not_owned).then_some(intent_now))
 }
+
 impl BlobStore {
     /// Checks every blob: its manifest decodes, every chunk is present once and in its place, checksums and the
     /// blob digest match; lists the chunks that nothing refers to (orphans) and, with
@@ -447,7 +592,101 @@ impl BlobStore {
     /// current manifest and intent just before removal, and versions replaced during the check are skipped. A
     /// sealed blob whose key is unavailable (a store opened without its key provider) is not read but listed in
     /// [`FsckReport::unverified`]; its chunks are still told from orphans by its layout.
+    ///
+    /// Memory does not grow with the number of blobs (see the [module documentation](crate::fsck)): it holds a
+    /// page of manifests per range read at once, the blobs being verified (their read-ahead), a batch of chunk
+    /// addresses and a cache of their manifests, and what it reports, with the versions that have chunks but
+    /// no manifest (puts in flight, versions awaiting reclaim, orphans).
+    ///
+    /// # Errors
+    /// What the backend returns; an error naming the ranges of the manifests left unread after retries (a
+    /// node down on a cluster whose other replicas cannot serve them): fsck does not report a partial check.
     pub async fn fsck(&self, opts: &FsckOptions) -> Result<FsckReport> {
-        schedule::in_class(self.maintenance_class(), run(&self.inner, opts)).await
+        schedule::in_class(self.maintenance_class(), run(self, opts)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory::MemoryStore;
+    use crate::backend::{ChunkStore, ChunkWrite};
+    use crate::format::layout::LayoutPolicy;
+    use crate::state::config::{PutOptions, StoreConfig};
+
+    /// The chunk side in small batches (versions and keys span them, the manifest cache is cleared between
+    /// them): chunks of committed blobs are theirs, a chunk outside a layout is damage, and the chunks of a
+    /// version no manifest refers to make one orphan, however many batches they came in.
+    #[tokio::test]
+    async fn the_chunk_side_streams_in_batches() {
+        let backend = Arc::new(MemoryStore::new());
+        let policy = LayoutPolicy::default()
+            .with_inline_limit(100)
+            .with_single_chunk_size(4096)
+            .with_fanout_threshold(16 << 10)
+            .with_max_salt(3);
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default()
+                .with_policy(policy)
+                .with_grace(Duration::ZERO),
+        )
+        .unwrap();
+        for (key, size) in [("a", 40_000), ("b", 10), ("c", 9000), ("d", 30_000)] {
+            store
+                .put(key, vec![1u8; size], &PutOptions::new())
+                .await
+                .unwrap();
+        }
+        let c = store.head("c").await.unwrap();
+        let chunk = |index: u64| ChunkWrite {
+            salt: 0,
+            index,
+            data: Bytes::from_static(b"not a chunk"),
+        };
+        // A chunk past the end of "c"'s layout, and an unreferenced version of "b" with 7 chunks.
+        let c_ref = BlobRef {
+            key: Bytes::from_static(b"c"),
+            version: c.version,
+        };
+        backend.put_chunks(&c_ref, vec![chunk(99)]).await.unwrap();
+        let lost = BlobRef {
+            key: Bytes::from_static(b"b"),
+            version: VersionId(1 << 80),
+        };
+        backend
+            .put_chunks(&lost, (0..7).map(chunk).collect())
+            .await
+            .unwrap();
+
+        let report = store.fsck(&FsckOptions::new()).await.unwrap();
+        assert_eq!(report.blobs, 4, "{report:?}");
+        assert_eq!(report.chunks as usize, backend.chunk_count().unwrap());
+        let damaged: Vec<_> = report
+            .damaged
+            .iter()
+            .map(|d| (&d.key[..], &d.problem))
+            .collect();
+        assert_eq!(damaged.len(), 1, "{report:?}");
+        assert_eq!(damaged[0].0, b"c");
+        assert!(damaged[0].1.contains("chunk 99 under salt 0"), "{report:?}");
+        let orphans: Vec<_> = report
+            .orphans
+            .iter()
+            .map(|o| (&o.key[..], o.version, o.chunks))
+            .collect();
+        assert_eq!(orphans, [(&b"b"[..], lost.version, 7)]);
+
+        let repaired = store
+            .fsck(
+                &FsckOptions::new()
+                    .with_repair(true)
+                    .with_min_age(Duration::ZERO),
+            )
+            .await
+            .unwrap();
+        assert!(repaired.orphans[0].removed, "{repaired:?}");
+        let after = store.fsck(&FsckOptions::new()).await.unwrap();
+        assert!(after.orphans.is_empty(), "{after:?}");
     }
 }

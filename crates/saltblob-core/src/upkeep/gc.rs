@@ -6,12 +6,13 @@
 //! - a writer dies (or is cancelled) between its first chunk and its commit: its intent (see `intent/`)
 //!   expires. gc takes such an intent over and queues the put's chunks for reclaim.
 //!
-//! A gc pass handles the intents, then runs one reclaim pass and asks the backend to return the freed space.
+//! A gc pass handles the intents, then runs one reclaim pass, asks the backend to return the freed space and, for
+//! the whole store, runs the backend's own upkeep ([`crate::backend::ChunkStore::maintain`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 
 use crate::backend::{Namespace, SpaceReport};
 use crate::base::error::{KeyDisplay, Result};
@@ -23,6 +24,7 @@ use crate::ledger::reclaim::{self, ChunkSet, ReclaimReport};
 use crate::schedule;
 use crate::state::Inner;
 use crate::store::BlobStore;
+use crate::store::pass::{PassEvent, PassOptions, unread_error};
 
 /// Key of the intent scan's low-water mark in [`Namespace::Meta`]: a version id (u128 LE) below which every
 /// intent has been processed, so that gc passes do not read the deletion markers (tombstones on Cassandra) of
@@ -101,7 +103,8 @@ impl Drop for GcHandle {
 }
 
 /// One garbage collection pass; see [`crate::store::BlobStore::gc`].
-pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
+pub(crate) async fn run(store: &BlobStore, opts: &GcOptions) -> Result<GcReport> {
+    let inner = &*store.inner;
     let now = inner.now_micros();
     let mut report = GcReport {
         dry_run: opts.dry_run,
@@ -128,7 +131,7 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
             .write_mark(INTENT_WATERMARK, &oldest_live.to_le_bytes())
             .await;
     }
-    expire(inner, &opts.prefix, now, opts.dry_run, &mut report).await?;
+    expire(store, &opts.prefix, now, opts.dry_run, &mut report).await?;
     let config_grace = micros(inner.config.grace);
     let cutoff = match opts.grace.map(micros) {
         Some(0) => u64::MAX,
@@ -139,38 +142,66 @@ pub(crate) async fn run(inner: &Inner, opts: &GcOptions) -> Result<GcReport> {
     if !opts.dry_run && report.reclaim.versions > 0 {
         report.space = inner.backend.reclaim_space().await?;
     }
+    if !opts.dry_run && opts.prefix.is_empty() {
+        inner.backend.maintain().await?;
+    }
     Ok(report)
 }
 
-/// Deletes the blobs under `prefix` whose expiry is past (a scan of every manifest under it), counting them.
+/// Deletes the blobs under `prefix` whose expiry is past, counting them: a pass over every manifest under it
+/// (by the backend's ranges for the whole store, in key order under a prefix; see [`BlobStore::pass`]). A
+/// range left unread after retries fails the pass once the others are done.
 async fn expire(
-    inner: &Inner,
+    store: &BlobStore,
     prefix: &[u8],
     now: u64,
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<()> {
-    let mut pages = inner.scan(Namespace::Manifest, prefix, None);
-    while let Some(page) = pages.next_page().await? {
-        for (key, raw) in page {
-            let Ok(manifest) = inner.decode_manifest(&key, &raw) else {
-                continue; // Damaged: fsck's to report, `rm`'s to remove.
+    let inner = &store.inner;
+    let plan = store.plan_pass(prefix).await?;
+    let mut unread = Vec::new();
+    let mut events = store.pass(&plan, &PassOptions::new().with_expired(true));
+    while let Some(event) = events.next().await {
+        let page = match event {
+            PassEvent::Page(page) => page,
+            PassEvent::Unread { range, error } => {
+                unread.push((range, error));
+                continue;
+            }
+        };
+        for entry in page.entries {
+            // Damaged: fsck's to report, `rm`'s to remove.
+            let Ok(manifest) = entry.manifest else {
+                continue;
             };
             if !manifest.is_expired(now) {
                 continue;
             }
-            if dry_run || crate::store::delete::delete_expired(inner, &key, raw).await? {
+            if dry_run
+                || crate::store::delete::delete_expired(inner, &entry.key, entry.record).await?
+            {
                 report.expired += 1;
             }
         }
     }
-    Ok(())
+    if unread.is_empty() {
+        Ok(())
+    } else {
+        let ranges = plan.range_count();
+        Err(unread_error(
+            inner.info.name,
+            "gc's expiry pass",
+            unread,
+            ranges,
+        ))
+    }
 }
 
 /// Runs [`run`] every `every` in a background task until the handle is dropped; see
 /// [`crate::store::BlobStore::spawn_gc`].
 pub(crate) fn spawn(
-    inner: Arc<Inner>,
+    store: BlobStore,
     every: Duration,
     opts: GcOptions,
     class: Option<crate::schedule::ClassTag>,
@@ -180,7 +211,7 @@ pub(crate) fn spawn(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            match run(&inner, &opts).await {
+            match run(&store, &opts).await {
                 Ok(r) => tracing::debug!("background gc: {r:?}"),
                 Err(e) => tracing::warn!("background gc failed (will retry): {e}"),
             }
@@ -271,23 +302,20 @@ impl BlobStore {
     /// committed) and queues their chunks, removes intents left by committed puts, reclaims every queued version
     /// that is due under `opts.grace`, and asks the backend to return the freed space to the file system.
     pub async fn gc(&self, opts: &GcOptions) -> Result<GcReport> {
-        schedule::in_class(self.maintenance_class(), run(&self.inner, opts)).await
+        schedule::in_class(self.maintenance_class(), run(self, opts)).await
     }
 
     /// Runs [`BlobStore::gc`] every `every` in a background task until the handle is dropped; failures are
     /// logged and retried at the next tick. Needs a Tokio runtime.
     pub fn spawn_gc(&self, every: Duration, opts: GcOptions) -> GcHandle {
-        spawn(
-            Arc::clone(&self.inner),
-            every,
-            opts,
-            self.maintenance_class(),
-        )
+        spawn(self.clone(), every, opts, self.maintenance_class())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::backend::ChunkStore;
     use crate::backend::memory::MemoryStore;

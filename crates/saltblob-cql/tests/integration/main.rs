@@ -21,6 +21,8 @@ mod errors;
 mod history;
 mod import;
 mod limits;
+mod listing;
+mod passes;
 mod records;
 mod ring;
 mod rows;
