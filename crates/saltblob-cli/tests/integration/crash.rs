@@ -60,7 +60,11 @@ fn a_killed_overwrite_leaves_the_old_or_the_new_version_whole() {
             full.mul_f64(0.1)
         };
         std::thread::sleep(at);
-        let finished = child.try_wait().expect("poll").is_some();
+        // Finished and acknowledged: a put that exited with an error (a full disk) committed nothing either.
+        let finished = child
+            .try_wait()
+            .expect("poll")
+            .is_some_and(|status| status.success());
         child.kill().ok(); // SIGKILL
         child.wait().expect("reap");
 
@@ -82,7 +86,7 @@ fn a_killed_overwrite_leaves_the_old_or_the_new_version_whole() {
             );
             assert!(
                 !finished,
-                "cycle {cycle}: a put that finished must be visible"
+                "cycle {cycle}: a put that finished successfully must be visible"
             );
             kept_old += 1;
         }
