@@ -70,8 +70,8 @@ pub use upkeep::{fsck, gc};
 
 pub use backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, Namespace, Precondition, Previous, RangePage, RecordChange, RecordWrite,
-    RecordsPlan, ScanPlan, ScanRange, SpaceReport,
+    GroupWrite, IndexCheck, Namespace, Precondition, Previous, RangePage, RecordChange,
+    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SpaceReport,
 };
 pub use base::retry::{Backoff, Jitter, Retry};
 pub use base::shown::{escape_key, redact_url, unescape_key};

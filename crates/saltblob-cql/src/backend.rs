@@ -11,8 +11,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkSink, ChunkStore, ChunkWrite, Namespace,
-    PlainSink, Precondition, Previous, RangePage, RecordWrite, ScanPlan, ScanRange, SinkPlan,
+    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkSink, ChunkStore, ChunkWrite, IndexCheck,
+    Namespace, PlainSink, Precondition, Previous, RangePage, RecordWrite, ScanPlan, ScanRange,
+    SinkPlan,
 };
 use saltblob_core::version::VersionId;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -446,6 +447,13 @@ impl ChunkStore for CqlStore {
 
     /// The listing index's maintenance (`listing::maintain`: splits of ranges past their bound, begun and finished
     /// by successive passes, under a lease).
+    /// The listing index against the manifests (module `listing::check`).
+    async fn check_index(&self, prefix: &[u8], repair: bool) -> Result<Option<IndexCheck>> {
+        listing::check(&self.cluster, prefix, repair)
+            .await
+            .map(Some)
+    }
+
     async fn maintain(&self) -> Result<()> {
         let report = listing::maintain(&self.cluster).await?;
         if report.new_ranges + report.moves_finished > 0 {

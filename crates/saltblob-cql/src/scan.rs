@@ -148,7 +148,7 @@ async fn scan_namespace(
 }
 
 /// The smallest key greater than every key starting with `prefix`, or `None` if there is none.
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < u8::MAX {

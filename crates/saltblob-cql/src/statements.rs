@@ -75,6 +75,8 @@ pub(crate) struct ListingStatements {
     pub(crate) add_count: PreparedStatement,
     /// Every range's counter.
     pub(crate) counts: PreparedStatement,
+    /// Which of a list of keys a range holds.
+    pub(crate) has_keys: PreparedStatement,
 }
 
 /// A bound value: the few CQL types saltblob uses, without copying blobs.
@@ -176,7 +178,7 @@ const TABLE: [(&str, Access); 18] = [
 /// `{listing}`, `{ranges}` (its directory), `{counts}` (its counters), `{manifests}` and `{records}` are the
 /// tables. A counter update is not idempotent: it is retried all the same (a counter is a hint).
 #[rustfmt::skip]
-const LISTING_TABLE: [(&str, Access); 13] = [
+const LISTING_TABLE: [(&str, Access); 14] = [
     ("SELECT start, range, state, source, WRITETIME(state) FROM {ranges} WHERE scope = ?", Access::Scan),
     ("INSERT INTO {ranges} (scope, start, range, state, source) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS", Access::Conditional),
     ("UPDATE {ranges} SET state = 0, source = null WHERE scope = ? AND start = ? IF range = ?", Access::Conditional),
@@ -190,6 +192,7 @@ const LISTING_TABLE: [(&str, Access); 13] = [
     ("INSERT INTO {records} (ns, key, value) VALUES (?, ?, ?) IF NOT EXISTS USING TTL ?", Access::Conditional),
     ("UPDATE {counts} SET rows = rows + ? WHERE range = ?", Access::Write),
     ("SELECT range, rows FROM {counts}", Access::Scan),
+    ("SELECT key FROM {listing} WHERE range = ? AND key IN ?", Access::Read),
 ];
 
 /// How many statements of [`TABLE`], from its first, are prepared for each record table.
@@ -349,6 +352,7 @@ impl Statements {
             take_lease,
             add_count,
             counts,
+            has_keys,
         ] = prepare_table(session, config, &LISTING_TABLE, &names).await?;
         Ok(Self {
             manifests,
@@ -375,6 +379,7 @@ impl Statements {
                 take_lease,
                 add_count,
                 counts,
+                has_keys,
             },
         })
     }

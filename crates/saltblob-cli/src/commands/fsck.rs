@@ -57,16 +57,24 @@ impl Fsck {
             print_fsck(&r, self.repair);
         }
         if r.damaged.is_empty() {
-            Ok(())
-        } else {
-            Err(Failure::new(
-                Failure::DAMAGED,
-                format!(
-                    "{} damaged blob(s) (listed above); fsck --repair does not touch them",
-                    r.damaged.len()
-                ),
-            ))
+            return Ok(());
         }
+        let unindexed = r
+            .index
+            .as_ref()
+            .map_or(0, |i| if i.restored == 0 { i.missing.len() } else { 0 });
+        let message = if unindexed == r.damaged.len() {
+            format!(
+                "{unindexed} blob(s) missing from the listing index (listed above); fsck --repair writes them back"
+            )
+        } else {
+            format!(
+                "{} damaged blob(s) (listed above); fsck --repair does not touch them, only the {unindexed} \
+                 missing from the listing index",
+                r.damaged.len()
+            )
+        };
+        Err(Failure::new(Failure::DAMAGED, message))
     }
 }
 
@@ -108,6 +116,11 @@ fn fsck_json(r: &FsckReport) -> serde_json::Value {
         "unverified": r.unverified.iter().map(|u| json!({
             "key": human::escape_key(&u.key), "version": u.version.to_string(), "reason": u.reason,
         })).collect::<Vec<_>>(),
+        "index": r.index.as_ref().map(|i| json!({
+            "name": i.name, "manifests": i.manifests, "entries": i.entries,
+            "missing": i.missing.iter().map(|k| human::escape_key(k)).collect::<Vec<_>>(),
+            "restored": i.restored, "stale": i.stale, "stale_removed": i.stale_removed,
+        })),
     })
 }
 
@@ -150,6 +163,18 @@ fn print_fsck(r: &FsckReport, repair: bool) {
         r.puts_in_flight,
         r.awaiting_reclaim
     );
+    if let Some(i) = &r.index {
+        println!(
+            "fsck: {}: {} manifest(s) looked up, {} entr(ies) read; missing {} (restored {}), stale {} (removed {})",
+            i.name,
+            i.manifests,
+            i.entries,
+            i.missing.len(),
+            i.restored,
+            i.stale,
+            i.stale_removed
+        );
+    }
     if let Some(first) = r.unverified.first() {
         println!(
             "fsck: {} sealed blob(s) not verified, their key unavailable (first: {} version {}: {}); open the \

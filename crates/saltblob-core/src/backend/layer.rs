@@ -16,8 +16,8 @@ use futures::stream::BoxStream;
 
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, Namespace, Precondition, RangePage, ReadShape, RecordChange,
-    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
+    GroupChunks, GroupWrite, IndexCheck, Namespace, Precondition, RangePage, ReadShape,
+    RecordChange, RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -180,6 +180,11 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
         self.inner().reclaim_space().await
     }
 
+    /// [`ChunkStore::check_index`].
+    async fn check_index(&self, prefix: &[u8], repair: bool) -> Result<Option<IndexCheck>> {
+        self.inner().check_index(prefix, repair).await
+    }
+
     /// [`ChunkStore::maintain`].
     async fn maintain(&self) -> Result<()> {
         self.inner().maintain().await
@@ -302,6 +307,10 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         ChunkStoreLayer::reclaim_space(self).await
+    }
+
+    async fn check_index(&self, prefix: &[u8], repair: bool) -> Result<Option<IndexCheck>> {
+        ChunkStoreLayer::check_index(self, prefix, repair).await
     }
 
     async fn maintain(&self) -> Result<()> {

@@ -31,7 +31,7 @@ pub use self::chunks::{
     BlobRef, ChunkAddress, ChunkBatch, ChunkId, ChunkRecord, ChunkWrite, GroupChunks,
     RECORD_CALLS_IN_FLIGHT, ReadShape, RecordsPlan, SinkForm, SinkPlan, SinkShape, SpaceReport,
 };
-pub use self::ranges::{RangePage, ScanPlan, ScanRange};
+pub use self::ranges::{IndexCheck, RangePage, ScanPlan, ScanRange};
 pub use self::records::{GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite};
 pub use self::sink::{
     CommitSink, PlainSink, RecordsSink, UnloggedSink, grouped, without_commit_groups,
@@ -312,6 +312,18 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     /// deleted some. The default does nothing (engines that reclaim space on their own, e.g. by compaction
     /// after the tombstone grace period).
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
+        Ok(None)
+    }
+
+    /// Compares the backend's own index of the manifests' keys, if it keeps one apart from the manifests (the
+    /// CQL backend's listing index), with the manifests whose key starts with `prefix`: keys the index lacks and
+    /// entries of keys that have no manifest. With `repair`, writes the missing keys back and removes the stale
+    /// entries, each at a write time that cannot undo a newer write or delete. Safe while the store is in use: a
+    /// key is reported missing only when the same manifest was read before and after the index. Memory stays
+    /// bounded (what it reports aside). The default, for backends whose manifests are their own index (an
+    /// ordered engine), is `None`: nothing to check.
+    async fn check_index(&self, prefix: &[u8], repair: bool) -> Result<Option<IndexCheck>> {
+        let _ = (prefix, repair);
         Ok(None)
     }
 

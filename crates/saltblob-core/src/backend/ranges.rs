@@ -1,7 +1,8 @@
 //! Scan ranges: how a backend splits its manifests for a pass over the whole store, in no key order
 //! ([`crate::backend::ChunkStore::manifest_ranges`], [`crate::backend::ChunkStore::scan_manifest_range`]): opaque range descriptors
 //! ([`ScanRange`]) that a caller can keep and resume from, how many to read at once ([`ScanPlan`]), and one page
-//! of a range ([`RangePage`]).
+//! of a range ([`RangePage`]); and what a check of a backend's own index of the manifests' keys found
+//! ([`IndexCheck`], [`crate::backend::ChunkStore::check_index`]).
 
 use bytes::Bytes;
 
@@ -61,4 +62,26 @@ pub struct RangePage {
     /// Whether the range is over: no record of it follows the last one here. A page that is not the last may be
     /// short, even empty.
     pub done: bool,
+}
+
+/// What [`crate::backend::ChunkStore::check_index`] found: a backend's own index of the manifests' keys (the CQL
+/// backend's listing index) compared with the manifests, both ways.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IndexCheck {
+    /// The index's name, for reports (e.g. `listing index`).
+    pub name: String,
+    /// Manifests whose key was looked up in the index.
+    pub manifests: u64,
+    /// Index entries read.
+    pub entries: u64,
+    /// Keys whose manifest is present (the same one before and after the index was read) and which the index
+    /// lacks: a listing does not show them. In key order.
+    pub missing: Vec<Bytes>,
+    /// How many of [`IndexCheck::missing`] a repairing check wrote back into the index.
+    pub restored: u64,
+    /// Index entries whose manifest is absent, older than the commit window: listings skip them (and remove them
+    /// as they come across them), so they cost reads, not correctness.
+    pub stale: u64,
+    /// How many of [`IndexCheck::stale`] a repairing check removed.
+    pub stale_removed: u64,
 }

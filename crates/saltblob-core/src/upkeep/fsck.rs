@@ -12,6 +12,10 @@
 //! last [`CACHED_MANIFESTS`] kept), and each address compared with its key's current manifest. What is kept is
 //! what is reported (damage, orphans) and the versions that have chunks but no manifest (puts in flight,
 //! versions awaiting reclaim, orphans), with the intents of the puts in flight: not the committed blobs.
+//!
+//! Last, a backend that keeps an index of the manifests' keys apart from them (the CQL listing index) compares
+//! the two ([`crate::backend::ChunkStore::check_index`]): a key the index lacks is damage (listings miss it),
+//! which `--repair` restores; an entry without a manifest is stale, which `--repair` removes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use crate::backend::{BlobRef, ChunkAddress, Namespace};
+use crate::backend::{BlobRef, ChunkAddress, IndexCheck, Namespace};
 use crate::base::error::{Error, Result};
 use crate::base::units::micros;
 use crate::base::version::VersionId;
@@ -154,6 +158,10 @@ pub struct FsckReport {
     pub puts_in_flight: u64,
     /// Replaced or deleted versions waiting in the reclaim queue: not orphans.
     pub awaiting_reclaim: u64,
+    /// The backend's own index of the manifests' keys compared with them (the CQL listing index); `None` when the
+    /// backend keeps none (its manifests are their own index). A key the index lacks is also in
+    /// [`FsckReport::damaged`], unless the repair restored it.
+    pub index: Option<IndexCheck>,
 }
 
 impl FsckReport {
@@ -398,6 +406,22 @@ pub(crate) async fn run(store: &BlobStore, opts: &FsckOptions) -> Result<FsckRep
     repair(inner, &mut report.orphans, candidates).await?;
     if report.orphans.iter().any(|o| o.removed) {
         inner.backend.reclaim_space().await?;
+    }
+    report.index = inner.backend.check_index(&opts.prefix, opts.repair).await?;
+    if let Some(index) = &report.index
+        && index.restored < index.missing.len() as u64
+    {
+        for key in &index.missing {
+            report.damaged.push(Damage {
+                key: key.clone(),
+                version: None,
+                problem: format!(
+                    "committed, but absent from the {}: listings do not show it (fsck --repair writes it back)",
+                    index.name
+                ),
+            });
+        }
+        report.damaged.sort_by(|a, b| a.key.cmp(&b.key));
     }
     Ok(report)
 }

@@ -8,7 +8,7 @@
 //! time (a later write or delete of the key, made meanwhile, wins in both tables). That pass records the driver's
 //! paging state after each page in the meta namespace, and an interrupted build resumes from it. Reconciling adds
 //! the rows the second pass writes to an existing index, then removes rows whose manifest is absent and that are
-//! older than [`super::STALE_AFTER`], each at its own write time.
+//! older than [`super::STALE_AFTER`], each at its own write time (`check.rs`, which `fsck` shares).
 
 use std::collections::BinaryHeap;
 use std::hash::{Hash, Hasher};
@@ -20,8 +20,7 @@ use saltblob_core::backend::Namespace;
 use saltblob_core::version::VersionId;
 use scylla::response::PagingState;
 
-use super::{Directory, RangeEntry, RangeState, STALE_AFTER, successor};
-use crate::clock::next_timestamp;
+use super::{Directory, RangeEntry, RangeState};
 use crate::error;
 use crate::session::Cluster;
 
@@ -29,8 +28,6 @@ use crate::session::Cluster;
 const SAMPLE: usize = 20_000;
 /// Index rows written at once.
 const WRITE_CONCURRENCY: usize = 64;
-/// Index rows checked at once when reconciling.
-const CHECK_CONCURRENCY: usize = 32;
 /// Key of the build's progress (the paging state of its pass over the manifests) in the meta namespace.
 const PROGRESS_KEY: &[u8] = b"listing-build-progress";
 
@@ -130,7 +127,9 @@ pub(crate) async fn build(
         }
     }
     if reconcile {
-        report.stale_removed = remove_stale(cluster, &dir).await?;
+        report.stale_removed = super::check::sweep_stale(cluster, &dir, b"", true)
+            .await?
+            .removed;
     }
     cluster.delete_meta(PROGRESS_KEY).await?;
     cluster.flush_counts(true).await;
@@ -203,46 +202,6 @@ fn boundaries(mut sample: Vec<Bytes>, count: u64, per_range: u64) -> Vec<Bytes> 
         .collect();
     out.dedup();
     out
-}
-
-/// Removes the index rows whose manifest is absent and that are older than [`STALE_AFTER`]; returns how many.
-async fn remove_stale(cluster: &Cluster, dir: &Directory) -> Result<u64> {
-    let horizon =
-        next_timestamp().saturating_sub(i64::try_from(STALE_AFTER.as_micros()).unwrap_or(i64::MAX));
-    let mut removed = 0u64;
-    for (i, entry) in dir.entries.iter().enumerate() {
-        let end = dir.end_of(i).cloned();
-        let mut lower = entry.start.clone();
-        loop {
-            let page = cluster
-                .read_range(&entry.id, &lower, end.as_deref(), 1000)
-                .await?;
-            let full = page.len() >= 1000;
-            let last = page.last().map(|(k, _)| k.clone());
-            let gone: Vec<u64> = stream::iter(page)
-                .map(|(key, ts)| async move {
-                    if ts > horizon
-                        || cluster
-                            .get_record(Namespace::Manifest, &key)
-                            .await?
-                            .is_some()
-                    {
-                        return Ok::<_, saltblob_core::Error>(0);
-                    }
-                    cluster.index_remove_in(&entry.id, &key, ts).await?;
-                    Ok(1)
-                })
-                .buffer_unordered(CHECK_CONCURRENCY)
-                .try_collect()
-                .await?;
-            removed += gone.iter().sum::<u64>();
-            match last {
-                Some(last) if full => lower = successor(&last),
-                _ => break,
-            }
-        }
-    }
-    Ok(removed)
 }
 
 #[cfg(test)]

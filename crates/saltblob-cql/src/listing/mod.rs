@@ -27,9 +27,11 @@
 //! `Moving` range together with its source. Once [`crate::config::ListingConfig::split_wait`] has passed, a later
 //! maintenance copies the source's rows of the span (each with its own write time, so that no newer write or
 //! delete is undone), marks the range `Done` and clears the copied rows from the source. `build.rs` builds the
-//! index of a keyspace written by a format-1 build (`saltblob upgrade`) and reconciles it with the manifests.
+//! index of a keyspace written by a format-1 build (`saltblob upgrade`) and reconciles it with the manifests;
+//! `check.rs` compares the two for `fsck` (and repairs the index with `fsck --repair`).
 
 mod build;
+mod check;
 mod split;
 
 use std::sync::Arc;
@@ -51,6 +53,7 @@ use crate::{error, lwt};
 
 pub(crate) use self::build::build;
 pub use self::build::{BuildReport, BuildSteps};
+pub(crate) use self::check::check;
 pub use self::split::SplitReport;
 pub(crate) use self::split::maintain;
 

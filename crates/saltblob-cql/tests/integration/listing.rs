@@ -358,3 +358,112 @@ async fn a_format_1_keyspace_is_refused_then_upgraded_with_nothing_lost() {
         (2, 2, 0)
     );
 }
+
+/// The rows of `key` deleted from every range partition, at the manifest's own write time (a deletion that
+/// shadows the manifest's index row, as a row lost by hand would be).
+async fn drop_index_row(backend: &CqlStore, ks: &str, key: &str) {
+    let session = backend.session();
+    let ts: (Option<i64>,) = session
+        .query_unpaged(
+            format!("SELECT WRITETIME(value) FROM {ks}.manifests WHERE key = ?"),
+            (Bytes::from(key.to_owned()),),
+        )
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap()
+        .single_row()
+        .unwrap();
+    for entry in backend.listing_directory().await.unwrap().entries() {
+        session
+            .query_unpaged(
+                format!("DELETE FROM {ks}.listing USING TIMESTAMP ? WHERE range = ? AND key = ?"),
+                (ts.0.unwrap(), entry.id.clone(), Bytes::from(key.to_owned())),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// fsck compares the index with the manifests over several ranges: keys the index lacks are damage (listings
+/// miss them) and stale rows are counted; `--repair` writes the keys back (past a deletion that shadows them) and
+/// removes the stale rows, and a second check is clean. A prefix limits both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster: set TEST_CQL=host:port and pass --include-ignored"]
+async fn fsck_finds_what_the_index_lacks_and_its_stale_rows_and_repair_fixes_both() {
+    use saltblob_core::FsckOptions;
+    let ks = format!("{}_fsck_index", keyspace());
+    let backend = Arc::new(connect_to(&ks, SMALL).await);
+    let store = store_of(&backend);
+    let keys: Vec<String> = (0..120).map(|i| format!("f/{i:03}")).collect();
+    for k in keys.iter().map(String::as_str).chain(["g/1", "g/2", "g/3"]) {
+        store.put(k, &b"v"[..], &PutOptions::new()).await.unwrap();
+    }
+    settle(&backend, 40).await;
+    assert!(backend.listing_directory().await.unwrap().entries().len() > 2);
+
+    let clean = store.fsck(&FsckOptions::new()).await.unwrap();
+    let index = clean
+        .index
+        .clone()
+        .expect("the CQL backend checks its index");
+    assert_eq!((index.manifests, index.entries), (123, 123));
+    assert!(index.missing.is_empty() && index.stale == 0, "{index:?}");
+    assert!(clean.damaged.is_empty(), "{:?}", clean.damaged);
+
+    for key in ["f/007", "f/100"] {
+        drop_index_row(&backend, &ks, key).await;
+    }
+    let root = backend.listing_directory().await.unwrap().entries()[0]
+        .id
+        .clone();
+    let hour = 3_600_000_000i64;
+    backend
+        .session()
+        .query_unpaged(
+            format!("INSERT INTO {ks}.listing (range, key, present) VALUES (?, ?, true) USING TIMESTAMP ?"),
+            (root, Bytes::from("a/gone"), saltblob_cql::clock::next_timestamp() - hour),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed(&store, "f/").await.len(), 118, "listings miss them");
+
+    let found = store.fsck(&FsckOptions::new()).await.unwrap();
+    let index = found.index.clone().unwrap();
+    assert_eq!(index.missing, [Bytes::from("f/007"), Bytes::from("f/100")]);
+    assert_eq!(
+        (index.restored, index.stale, index.stale_removed),
+        (0, 1, 0)
+    );
+    assert_eq!(index.entries, 122, "121 rows and the stale one");
+    let damaged: Vec<&[u8]> = found.damaged.iter().map(|d| &d.key[..]).collect();
+    assert_eq!(damaged, [&b"f/007"[..], b"f/100"]);
+    assert!(found.damaged[0].problem.contains("listing index"));
+
+    let under_g = store
+        .fsck(&FsckOptions::new().with_prefix("g/"))
+        .await
+        .unwrap()
+        .index
+        .unwrap();
+    assert_eq!((under_g.manifests, under_g.entries), (3, 3));
+    assert!(under_g.missing.is_empty() && under_g.stale == 0);
+
+    let repaired = store
+        .fsck(&FsckOptions::new().with_repair(true))
+        .await
+        .unwrap();
+    let index = repaired.index.unwrap();
+    assert_eq!((index.restored, index.stale_removed), (2, 1));
+    assert!(repaired.damaged.is_empty(), "{:?}", repaired.damaged);
+    assert_eq!(listed(&store, "f/").await.len(), 120);
+
+    let again = store
+        .fsck(&FsckOptions::new())
+        .await
+        .unwrap()
+        .index
+        .unwrap();
+    assert!(again.missing.is_empty() && again.stale == 0, "{again:?}");
+    assert_eq!(again.entries, 123);
+}
