@@ -1,6 +1,7 @@
 //! A client of the AWS KMS JSON API: one SigV4-signed `POST /` per call over HTTP/1.1, plain or TLS (rustls), on a
-//! new connection each time (calls are rare: one per key and cache expiry), bounded by a timeout and retried when
-//! the failure says a retry may help.
+//! kept-alive connection when one is idle (a few are kept), else a new one; each call, its retries included, is
+//! bounded by a deadline (`kms_timeout=`, [`CALL_DEADLINE`] by default), so that a KMS that does not answer costs a
+//! request a short wait and a retryable error, and retried within it when the failure says a retry may help.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,8 +22,12 @@ use tokio_rustls::TlsConnector;
 
 use crate::sigv4::{self, Credentials};
 
-/// How long one attempt of a call may take, connection included.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one call may take by default, connection and retries included (`kms_timeout=`): 800 ms, ample for a
+/// KMS in the same region (tens of ms a call), short enough that a KMS that does not answer fails a sealed request
+/// within a second.
+pub const CALL_DEADLINE: Duration = Duration::from_millis(800);
+/// Idle connections kept for the next calls.
+const IDLE_CONNECTIONS: usize = 4;
 /// How a call whose failure is retryable (no answer, throttling, a KMS-side failure) is tried again: 3 attempts,
 /// after waits of up to 100 and 400 ms, each drawn at random from zero to that (full jitter).
 const CALL_RETRY: Backoff = Backoff::new(3, Duration::from_millis(100))
@@ -102,13 +107,18 @@ struct Endpoint {
     tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
-/// A KMS client: endpoint, region and credentials.
+/// A KMS client: endpoint, region, credentials, deadline, and its idle connections (shared by its clones).
 #[derive(Clone)]
 pub struct KmsClient {
     endpoint: Endpoint,
     region: String,
     credentials: Credentials,
+    deadline: Duration,
+    idle: Arc<std::sync::Mutex<Vec<Sender>>>,
 }
+
+/// The sending half of an HTTP/1.1 connection to the KMS (its other half runs in a task of its own).
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 impl std::fmt::Debug for KmsClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -148,6 +158,8 @@ impl KmsClient {
             endpoint: parse_endpoint(&url, params.ca.as_deref())?,
             region,
             credentials,
+            deadline: params.timeout.unwrap_or(CALL_DEADLINE),
+            idle: Arc::default(),
         })
     }
 
@@ -157,10 +169,11 @@ impl KmsClient {
     }
 
     /// Calls KMS action `action` (`GenerateDataKey`, `Decrypt`, …) with `request`, and returns its answer;
-    /// retries a retryable failure twice, after waits of up to 100 ms and 400 ms (`CALL_RETRY`).
+    /// retries a retryable failure twice, after waits of up to 100 ms and 400 ms (`CALL_RETRY`), all within the
+    /// client's deadline.
     ///
     /// # Errors
-    /// The last attempt's [`CallError`].
+    /// The last attempt's [`CallError`]; [`CallError::Unreachable`] when the deadline passed first.
     pub async fn call(
         &self,
         action: &str,
@@ -168,20 +181,24 @@ impl KmsClient {
     ) -> std::result::Result<Value, CallError> {
         let body = request.to_string().into_bytes();
         let attempt = || async {
-            let result = tokio::time::timeout(CALL_TIMEOUT, self.attempt(action, &body))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(CallError::Unreachable(format!(
-                        "no answer within {} s",
-                        CALL_TIMEOUT.as_secs()
-                    )))
-                });
+            let result = self.attempt(action, &body).await;
             if let Err(e) = &result {
                 tracing::debug!("KMS {action} at {}: {e}", self.endpoint.url);
             }
             result
         };
-        CALL_RETRY.retry(CallError::is_retryable, attempt).await
+        tokio::time::timeout(
+            self.deadline,
+            CALL_RETRY.retry(CallError::is_retryable, attempt),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(CallError::Unreachable(format!(
+                "{} did not answer {action} within {} ms (kms_timeout=)",
+                self.endpoint.url,
+                self.deadline.as_millis()
+            )))
+        })
     }
 
     async fn attempt(&self, action: &str, body: &[u8]) -> std::result::Result<Value, CallError> {
@@ -194,31 +211,25 @@ impl KmsClient {
             body,
             &sigv4::amz_date(SystemTime::now()),
         );
-        let mut request = http::Request::builder().method("POST").uri("/");
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
-        let request = request
-            .body(Full::new(Bytes::copy_from_slice(body)))
-            .map_err(|e| CallError::Unreachable(format!("request: {e}")))?;
-        let unreachable = |e: std::io::Error| {
-            CallError::Unreachable(format!("cannot connect to {}: {e}", self.endpoint.url))
-        };
-        let tcp = TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
-            .await
-            .map_err(unreachable)?;
-        let _ = tcp.set_nodelay(true);
-        let (status, answer) = match &self.endpoint.tls {
-            None => exchange(tcp, request).await?,
-            Some((connector, name)) => {
-                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| {
-                    CallError::Unreachable(format!(
-                        "TLS handshake with {} failed: {e} (kms_ca=FILE names the CA to trust)",
-                        self.endpoint.url
-                    ))
-                })?;
-                exchange(tls, request).await?
+        let request = || {
+            let mut request = http::Request::builder().method("POST").uri("/");
+            for (name, value) in &headers {
+                request = request.header(*name, value.as_str());
             }
+            request
+                .body(Full::new(Bytes::copy_from_slice(body)))
+                .map_err(|e| CallError::Unreachable(format!("request: {e}")))
+        };
+        let (status, answer) = match self.idle_connection() {
+            // A kept connection the KMS closed meanwhile fails at once: the call goes on a new one.
+            Some(sender) => match exchange(sender, request()?).await {
+                Ok((sender, answer)) => {
+                    self.keep_idle(sender);
+                    answer
+                }
+                Err(_) => self.exchange_new(request()?).await?,
+            },
+            None => self.exchange_new(request()?).await?,
         };
         let json: Option<Value> = serde_json::from_slice(&answer).ok();
         if status == 200 {
@@ -249,28 +260,94 @@ impl KmsClient {
     }
 }
 
-/// Sends `request` on `io` (HTTP/1.1) and returns the status and whole body.
-async fn exchange<T>(
-    io: T,
-    request: http::Request<Full<Bytes>>,
-) -> std::result::Result<(u16, Bytes), CallError>
+impl KmsClient {
+    /// An idle connection that is still open, if one is kept.
+    fn idle_connection(&self) -> Option<Sender> {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    /// Keeps `sender` for a later call, if it is open and fewer than [`IDLE_CONNECTIONS`] are kept.
+    fn keep_idle(&self, sender: Sender) {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < IDLE_CONNECTIONS && !sender.is_closed() {
+            idle.push(sender);
+        }
+    }
+
+    /// Sends `request` on a new connection, which is kept afterwards.
+    async fn exchange_new(
+        &self,
+        request: http::Request<Full<Bytes>>,
+    ) -> std::result::Result<(u16, Bytes), CallError> {
+        let (sender, answer) = exchange(self.connect().await?, request).await?;
+        self.keep_idle(sender);
+        Ok(answer)
+    }
+
+    /// A new connection to the endpoint, TLS when it is `https://`; its other half runs in a task of its own
+    /// until the connection closes.
+    async fn connect(&self) -> std::result::Result<Sender, CallError> {
+        let unreachable = |e: std::io::Error| {
+            CallError::Unreachable(format!("cannot connect to {}: {e}", self.endpoint.url))
+        };
+        let tcp = TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
+            .await
+            .map_err(unreachable)?;
+        let _ = tcp.set_nodelay(true);
+        match &self.endpoint.tls {
+            None => handshake(tcp).await,
+            Some((connector, name)) => {
+                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| {
+                    CallError::Unreachable(format!(
+                        "TLS handshake with {} failed: {e} (kms_ca=FILE names the CA to trust)",
+                        self.endpoint.url
+                    ))
+                })?;
+                handshake(tls).await
+            }
+        }
+    }
+}
+
+/// HTTP/1.1 over `io`: the sending half; the connection runs in a task of its own until it closes.
+async fn handshake<T>(io: T) -> std::result::Result<Sender, CallError>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let failed = |e: hyper::Error| CallError::Unreachable(format!("HTTP: {e}"));
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
-        .map_err(failed)?;
-    let connection = tokio::spawn(connection);
-    let answer = async {
-        let response = sender.send_request(request).await.map_err(failed)?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await.map_err(failed)?;
-        Ok((status, body.to_bytes()))
-    }
-    .await;
-    connection.abort();
-    answer
+        .map_err(|e| CallError::Unreachable(format!("HTTP: {e}")))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("KMS connection closed: {e}");
+        }
+    });
+    Ok(sender)
+}
+
+/// Sends `request` on `sender` and returns the sender, the status and the whole body.
+async fn exchange(
+    mut sender: Sender,
+    request: http::Request<Full<Bytes>>,
+) -> std::result::Result<(Sender, (u16, Bytes)), CallError> {
+    let failed = |e: hyper::Error| CallError::Unreachable(format!("HTTP: {e}"));
+    sender.ready().await.map_err(failed)?;
+    let response = sender.send_request(request).await.map_err(failed)?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.map_err(failed)?;
+    Ok((sender, (status, body.to_bytes())))
 }
 
 /// The endpoint of `url` (`http://host[:port]` or `https://host[:port]`), with TLS trusting `ca` (default: the
@@ -382,6 +459,7 @@ mod tests {
             endpoint: endpoint.map(str::to_owned),
             region: region.map(str::to_owned),
             ca: ca.map(PathBuf::from),
+            timeout: None,
         };
         KmsClient::new(&params, credentials())
     }
@@ -464,5 +542,86 @@ mod tests {
                 .contains("cannot connect to http://127.0.0.1:"),
             "{e}"
         );
+    }
+
+    /// A KMS-shaped HTTP/1.1 server on loopback that keeps connections alive: answers `{}` to every request
+    /// (reading each by its content length), or, while `mute`, reads and never answers. Returns its URL and its
+    /// count of connections accepted.
+    async fn keep_alive_server(
+        mute: Arc<std::sync::atomic::AtomicBool>,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, SeqCst);
+                let mute = Arc::clone(&mute);
+                tokio::spawn(async move {
+                    let mut stream = BufReader::new(stream);
+                    loop {
+                        let mut length = 0usize;
+                        loop {
+                            let mut line = String::new();
+                            if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if stream.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        if mute.load(SeqCst) {
+                            continue;
+                        }
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.1\r\n\
+                                      content-length: 2\r\n\r\n{}";
+                        if stream.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// Calls go on one kept-alive connection; a KMS that stops answering fails a call at the deadline, retryably,
+    /// and the next call (on a new connection) succeeds once it answers again.
+    #[tokio::test]
+    async fn calls_share_a_kept_alive_connection_and_fail_at_the_deadline() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mute = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (url, accepted) = keep_alive_server(Arc::clone(&mute)).await;
+        let c = client(Some(&url), None, None).unwrap();
+        for _ in 0..20 {
+            let answer = c.call("Decrypt", &serde_json::json!({})).await.unwrap();
+            assert_eq!(answer, serde_json::json!({}));
+        }
+        assert_eq!(accepted.load(SeqCst), 1, "20 calls, one connection");
+
+        mute.store(true, SeqCst);
+        let t = std::time::Instant::now();
+        let e = c.call("Decrypt", &serde_json::json!({})).await.unwrap_err();
+        let took = t.elapsed();
+        assert!(e.is_retryable(), "{e}");
+        assert!(e.to_string().contains("within 800 ms"), "{e}");
+        assert!(
+            (CALL_DEADLINE..CALL_DEADLINE + Duration::from_millis(300)).contains(&took),
+            "failed after {took:?}"
+        );
+        mute.store(false, SeqCst);
+        c.call("Decrypt", &serde_json::json!({})).await.unwrap();
     }
 }

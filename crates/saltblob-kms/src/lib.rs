@@ -12,6 +12,6 @@ mod client;
 mod provider;
 mod sigv4;
 
-pub use client::{CALL_TIMEOUT, CallError, KmsClient};
+pub use client::{CALL_DEADLINE, CallError, KmsClient};
 pub use provider::AwsKmsProvider;
 pub use sigv4::Credentials;

@@ -10,19 +10,20 @@
 //!
 //! Uses only `base/`: the chunk and manifest formats (`format/`) record what it seals, not the other way round.
 
+mod cache;
 mod customer;
 mod keyring;
 mod params;
 pub mod seal;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
+pub use self::cache::{CachedProvider, DEFAULT_FAILURE_CACHE, DEFAULT_KEY_CACHE};
 pub use self::customer::{CUSTOMER_ID_LEN, CustomerKey};
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
 pub use self::params::{AwsKmsParams, EncryptionParams};
@@ -147,6 +148,11 @@ pub struct EncryptionConfig {
     /// How long data keys made or opened are kept ([`CachedProvider`]): a key disabled at its provider stops
     /// reads and writes within this. Defaults to [`DEFAULT_KEY_CACHE`] (10 minutes).
     pub key_cache: Duration,
+    /// How long a failure of the provider that may pass (no answer, throttling) is served again to the requests
+    /// the cache cannot serve, without asking the provider ([`CachedProvider`]): during a KMS outage a sealed
+    /// request fails at once, retryably, instead of waiting. Defaults to [`DEFAULT_FAILURE_CACHE`] (2 s); zero
+    /// asks every time.
+    pub failure_cache: Duration,
     /// Whether sealed chunks are compressed (with the put's codec) before they are sealed. Compression leaks
     /// how compressible each chunk is through its stored size, so it defaults to false: sealed chunks are
     /// stored uncompressed.
@@ -160,6 +166,7 @@ impl EncryptionConfig {
             provider,
             key: None,
             key_cache: DEFAULT_KEY_CACHE,
+            failure_cache: DEFAULT_FAILURE_CACHE,
             compress: false,
         }
     }
@@ -173,6 +180,12 @@ impl EncryptionConfig {
     /// Sets [`EncryptionConfig::key_cache`].
     pub fn with_key_cache(mut self, keep_for: Duration) -> Self {
         self.key_cache = keep_for;
+        self
+    }
+
+    /// Sets [`EncryptionConfig::failure_cache`].
+    pub fn with_failure_cache(mut self, remember_for: Duration) -> Self {
+        self.failure_cache = remember_for;
         self
     }
 
@@ -197,7 +210,12 @@ impl StoreKeys {
     /// The run-time state of `config`, its cache on `clock`.
     pub(crate) fn new(config: &EncryptionConfig, clock: Arc<dyn Clock>) -> Self {
         Self {
-            cache: CachedProvider::new(Arc::clone(&config.provider), config.key_cache, clock),
+            cache: CachedProvider::new(
+                Arc::clone(&config.provider),
+                config.key_cache,
+                config.failure_cache,
+                clock,
+            ),
             config: config.clone(),
         }
     }
@@ -419,116 +437,6 @@ pub fn recordable(key: DataKey) -> Result<DataKey> {
     }
 }
 
-/// How long [`CachedProvider`] keeps a data key by default: 10 minutes, as ScyllaDB's key cache.
-pub const DEFAULT_KEY_CACHE: Duration = Duration::from_secs(600);
-/// Most data keys a [`CachedProvider`] keeps; when full it forgets the expired ones, then all.
-const MAX_CACHED_KEYS: usize = 10_000;
-
-/// A key provider in front of another that keeps what it asked for, for a time: the data keys it opened, and,
-/// per key-encryption key, the data key it made last, which new versions share (each version's secrets are
-/// derived from the data key *and* the version, `seal.rs`). So a KMS is asked once per key and expiry, not per
-/// put or read; and a key disabled at the provider stops reads and writes once the entries expire. Failures are
-/// never kept.
-#[derive(Debug)]
-pub struct CachedProvider {
-    inner: Arc<dyn KeyProvider>,
-    keep_for_micros: u64,
-    clock: Arc<dyn Clock>,
-    made: Mutex<HashMap<String, Kept<Arc<DataKey>>>>,
-    opened: Mutex<HashMap<WrappedKey, Kept<Secret>>>,
-}
-
-/// A cache entry: until when (Unix microseconds on the cache's clock), and what.
-type Kept<T> = (u64, T);
-/// A wrapped data key and the key that wrapped it.
-type WrappedKey = (KekRef, Vec<u8>);
-
-impl CachedProvider {
-    /// `inner` behind a cache whose entries last `keep_for` on `clock` (zero: nothing is kept).
-    pub fn new(inner: Arc<dyn KeyProvider>, keep_for: Duration, clock: Arc<dyn Clock>) -> Self {
-        Self {
-            inner,
-            keep_for_micros: u64::try_from(keep_for.as_micros()).unwrap_or(u64::MAX),
-            clock,
-            made: Mutex::new(HashMap::new()),
-            opened: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The data key to wrap new versions with under `kek`: the one made last while it has not expired, else a
-    /// new one from the provider.
-    ///
-    /// # Errors
-    /// As [`KeyProvider::new_data_key`].
-    pub async fn data_key(&self, kek: &str) -> Result<Arc<DataKey>> {
-        let now = self.clock.now_micros();
-        if let Some(kept) = self.made.lock().ok().and_then(|m| {
-            m.get(kek)
-                .filter(|(until, _)| now < *until)
-                .map(|(_, k)| Arc::clone(k))
-        }) {
-            return Ok(kept);
-        }
-        let made = Arc::new(recordable(self.inner.new_data_key(kek).await?)?);
-        if self.keep_for_micros > 0
-            && let Ok(mut m) = self.made.lock()
-        {
-            keep(
-                &mut m,
-                kek.to_owned(),
-                (now.saturating_add(self.keep_for_micros), Arc::clone(&made)),
-                now,
-            );
-        }
-        Ok(made)
-    }
-
-    /// The data key `wrapped` by `kek`, from the cache while it has not expired, else from the provider.
-    ///
-    /// # Errors
-    /// As [`KeyProvider::open_data_key`].
-    pub async fn open(&self, kek: &KekRef, wrapped: &[u8]) -> Result<Secret> {
-        let now = self.clock.now_micros();
-        let id = (kek.clone(), wrapped.to_vec());
-        if let Some(kept) = self.opened.lock().ok().and_then(|m| {
-            m.get(&id)
-                .filter(|(until, _)| now < *until)
-                .map(|(_, k)| k.clone())
-        }) {
-            return Ok(kept);
-        }
-        let key = self.inner.open_data_key(kek, wrapped).await?;
-        if self.keep_for_micros > 0
-            && let Ok(mut m) = self.opened.lock()
-        {
-            keep(
-                &mut m,
-                id,
-                (now.saturating_add(self.keep_for_micros), key.clone()),
-                now,
-            );
-        }
-        Ok(key)
-    }
-}
-
-/// Inserts `entry` (expiring at its first field) under `id`, first forgetting the expired entries when the map
-/// is full, and everything when they were not enough.
-fn keep<K: std::hash::Hash + Eq, V>(
-    map: &mut HashMap<K, (u64, V)>,
-    id: K,
-    entry: (u64, V),
-    now: u64,
-) {
-    if map.len() >= MAX_CACHED_KEYS {
-        map.retain(|_, (until, _)| now < *until);
-        if map.len() >= MAX_CACHED_KEYS {
-            map.clear();
-        }
-    }
-    map.insert(id, entry);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -626,41 +534,6 @@ mod tests {
         assert!(!format!("{newer:?}").contains("key:"), "Debug shows no key");
     }
 
-    /// A provider that counts its calls and fails while disabled, as a KMS key that was disabled.
-    #[derive(Debug)]
-    struct Counting {
-        inner: LocalProvider,
-        calls: std::sync::atomic::AtomicUsize,
-        disabled: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl KeyProvider for Counting {
-        fn name(&self) -> &'static str {
-            "counting"
-        }
-
-        async fn new_data_key(&self, kek: &str) -> Result<DataKey> {
-            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if self.disabled.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(self.inner.unavailable(kek, "disabled"));
-            }
-            self.inner.new_data_key(kek).await
-        }
-
-        async fn wrap_data_key(&self, kek: &str, key: &Secret) -> Result<DataKey> {
-            self.inner.wrap_data_key(kek, key).await
-        }
-
-        async fn open_data_key(&self, kek: &KekRef, wrapped: &[u8]) -> Result<Secret> {
-            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if self.disabled.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(self.inner.unavailable(kek, "disabled"));
-            }
-            self.inner.open_data_key(kek, wrapped).await
-        }
-    }
-
     #[test]
     fn data_keys_a_manifest_cannot_record_are_refused_not_cut() {
         let key = |name_len: usize, wrapped_len: usize| DataKey {
@@ -680,63 +553,5 @@ mod tests {
                 "{e}"
             );
         }
-    }
-
-    #[tokio::test]
-    async fn the_cache_asks_once_per_expiry_and_a_disabled_key_stops_everything_after_it() {
-        use std::sync::atomic::Ordering::SeqCst;
-        let dir = tempfile::tempdir().unwrap();
-        let (local, _) = provider(&dir);
-        let counting = Arc::new(Counting {
-            inner: local,
-            calls: Default::default(),
-            disabled: Default::default(),
-        });
-        let clock = crate::base::clock::OffsetClock::new();
-        let cache = CachedProvider::new(counting.clone(), Duration::from_secs(60), clock.clone());
-        let first = cache.data_key("a").await.unwrap();
-        let again = cache.data_key("a").await.unwrap();
-        assert!(
-            Arc::ptr_eq(&first, &again),
-            "new versions share the data key while it is kept"
-        );
-        assert_eq!(
-            cache.open(&first.kek, &first.wrapped).await.unwrap(),
-            first.key
-        );
-        assert_eq!(
-            cache.open(&first.kek, &first.wrapped).await.unwrap(),
-            first.key
-        );
-        assert_eq!(counting.calls.load(SeqCst), 2, "one make, one open");
-
-        // Disabled at the provider: served from the cache until the entries expire, then refused.
-        counting.disabled.store(true, SeqCst);
-        assert!(cache.open(&first.kek, &first.wrapped).await.is_ok());
-        clock.advance(Duration::from_secs(61));
-        let e = cache.open(&first.kek, &first.wrapped).await.unwrap_err();
-        assert!(matches!(e, Error::KeyUnavailable { .. }), "{e}");
-        assert!(cache.data_key("a").await.is_err());
-        // Enabled again: everything opens, nothing was lost.
-        counting.disabled.store(false, SeqCst);
-        assert_eq!(
-            cache.open(&first.kek, &first.wrapped).await.unwrap(),
-            first.key
-        );
-        let newer = cache.data_key("a").await.unwrap();
-        assert!(
-            !Arc::ptr_eq(&first, &newer),
-            "a new data key after the expiry"
-        );
-
-        let uncached = CachedProvider::new(counting.clone(), Duration::ZERO, clock);
-        let before = counting.calls.load(SeqCst);
-        uncached.open(&first.kek, &first.wrapped).await.unwrap();
-        uncached.open(&first.kek, &first.wrapped).await.unwrap();
-        assert_eq!(
-            counting.calls.load(SeqCst),
-            before + 2,
-            "a zero expiry keeps nothing"
-        );
     }
 }

@@ -11,15 +11,17 @@ use crate::base::error::{Error, Result};
 
 /// Encryption parameters of a store URL: `encryption=local` (the provider), `keyring=FILE` (the local provider's
 /// keyring), `encryption_key=NAME` (the key new versions are sealed under; without it puts stay plaintext unless
-/// they name one; not `key=`, which a `cql://` URL gives to TLS), `key_cache=DURATION` (`600s`, `10m`, `1h`; default 10 minutes; `0` keeps nothing) and
+/// they name one; not `key=`, which a `cql://` URL gives to TLS), `key_cache=DURATION` (`600s`, `10m`, `1h`; default 10 minutes; `0` keeps nothing),
+/// `key_failure_cache=DURATION` (how long a provider that did not answer is not asked again; default 2 s) and
 /// `encrypt_compress=true|false` (default false); for `encryption=aws-kms`, [`AwsKmsParams`]' `kms_endpoint=URL`,
-/// `kms_region=REGION` and `kms_ca=FILE`.
+/// `kms_region=REGION`, `kms_ca=FILE` and `kms_timeout=DURATION`.
 #[derive(Debug, Default)]
 pub struct EncryptionParams {
     provider: Option<String>,
     keyring: Option<PathBuf>,
     key: Option<String>,
     key_cache: Option<Duration>,
+    failure_cache: Option<Duration>,
     compress: Option<bool>,
     kms: AwsKmsParams,
 }
@@ -35,6 +37,9 @@ pub struct AwsKmsParams {
     pub region: Option<String>,
     /// `kms_ca=FILE`: PEM certificates trusted for an `https://` endpoint. Default: the system's bundle.
     pub ca: Option<PathBuf>,
+    /// `kms_timeout=DURATION`: how long one KMS call may take, its retries included, before it fails (retryably).
+    /// Default: the client's (800 ms, ample for a KMS in the same region; raise it for a distant one).
+    pub timeout: Option<Duration>,
 }
 
 impl EncryptionParams {
@@ -58,6 +63,10 @@ impl EncryptionParams {
             "kms_region" => self.kms.region = Some(nonempty("kms_region")?),
             "kms_ca" => self.kms.ca = Some(PathBuf::from(nonempty("kms_ca")?)),
             "key_cache" => self.key_cache = Some(parse_duration("key_cache", value)?),
+            "key_failure_cache" => {
+                self.failure_cache = Some(parse_duration("key_failure_cache", value)?);
+            }
+            "kms_timeout" => self.kms.timeout = Some(parse_duration("kms_timeout", value)?),
             "encrypt_compress" => {
                 self.compress = Some(match value {
                     "true" | "on" | "1" => true,
@@ -91,6 +100,8 @@ impl EncryptionParams {
                 self.keyring.as_ref().map(|_| "keyring"),
                 self.key.as_ref().map(|_| "encryption_key"),
                 self.key_cache.as_ref().map(|_| "key_cache"),
+                self.failure_cache.as_ref().map(|_| "key_failure_cache"),
+                self.kms.timeout.as_ref().map(|_| "kms_timeout"),
                 self.compress.as_ref().map(|_| "encrypt_compress"),
                 self.kms.endpoint.as_ref().map(|_| "kms_endpoint"),
                 self.kms.region.as_ref().map(|_| "kms_region"),
@@ -113,7 +124,7 @@ impl EncryptionParams {
                 if self.kms != AwsKmsParams::default() {
                     return Err(Error::invalid(
                         "encryption",
-                        "kms_endpoint, kms_region and kms_ca are for encryption=aws-kms, not local",
+                        "kms_endpoint, kms_region, kms_ca and kms_timeout are for encryption=aws-kms, not local",
                     ));
                 }
                 let keyring = self.keyring.ok_or_else(|| {
@@ -144,6 +155,9 @@ impl EncryptionParams {
         config.key = self.key;
         if let Some(keep_for) = self.key_cache {
             config.key_cache = keep_for;
+        }
+        if let Some(remember_for) = self.failure_cache {
+            config.failure_cache = remember_for;
         }
         config.compress = self.compress.unwrap_or(false);
         Ok(Some(config))
@@ -219,6 +233,8 @@ mod tests {
             ("kms_endpoint", "http://127.0.0.1:4566"),
             ("kms_region", "eu-west-1"),
             ("kms_ca", "/etc/kms-ca.pem"),
+            ("kms_timeout", "3s"),
+            ("key_failure_cache", "500ms"),
         ] {
             assert!(p.apply_url_param(name, value).unwrap(), "{name}");
         }
@@ -234,12 +250,14 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(config.key.as_deref(), Some("alias/tenant"));
+        assert_eq!(config.failure_cache, Duration::from_millis(500));
         assert_eq!(
             given,
             Some(AwsKmsParams {
                 endpoint: Some("http://127.0.0.1:4566".into()),
                 region: Some("eu-west-1".into()),
                 ca: Some("/etc/kms-ca.pem".into()),
+                timeout: Some(Duration::from_secs(3)),
             })
         );
     }
@@ -272,6 +290,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.key.as_deref(), Some("tenant"));
         assert_eq!(config.key_cache, Duration::from_secs(60));
+        assert_eq!(config.failure_cache, super::super::DEFAULT_FAILURE_CACHE);
         assert!(config.compress);
         assert_eq!(config.provider.name(), LOCAL);
     }

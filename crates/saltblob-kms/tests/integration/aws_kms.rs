@@ -409,3 +409,156 @@ async fn a_kms_over_https_is_trusted_through_the_ca_given_and_refused_without_it
         }
     }
 }
+
+/// A TCP proxy in front of the KMS that can stop answering: while it does not, it accepts connections and
+/// swallows what clients send on them, new and kept-alive ones alike (a KMS brownout: no refusal, no answer).
+struct Brownout {
+    url: String,
+    answering: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Brownout {
+    async fn start(upstream: &str) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answering = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let on = Arc::clone(&answering);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let on = Arc::clone(&on);
+                tokio::spawn(async move {
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let up = async {
+                        let mut buf = vec![0u8; 16 << 10];
+                        while let Ok(n @ 1..) = client_rx.read(&mut buf).await {
+                            if on.load(SeqCst) && server_tx.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    let down = tokio::io::copy(&mut server_rx, &mut client_tx);
+                    tokio::select! { () = up => {}, _ = down => {} }
+                });
+            }
+        });
+        Self {
+            url,
+            answering,
+            task,
+        }
+    }
+
+    fn answer(&self, on: bool) {
+        self.answering
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Brownout {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The KMS stops answering (issue 59's fault matrix): sealed requests fail with a retryable key error within the
+/// call deadline (800 ms) — 16 at once make one call — and at once after that (the failure cache), plaintext
+/// requests of the same store run to completion while sealed ones still wait, and once the KMS answers again,
+/// sealed requests work after the failure cache's time. (The emulator closes every connection after its answer,
+/// so connection reuse is shown by the client's unit test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a KMS: run scripts/kms-tests.sh (moto on loopback)"]
+async fn a_kms_that_stops_answering_fails_sealed_requests_fast_and_plaintext_never_waits() {
+    use std::time::Instant;
+    let kms = client();
+    let key = new_key(&kms, "brownout").await;
+    let proxy = Brownout::start(&endpoint()).await;
+    let url = format!(
+        "memory://?encryption=aws-kms&kms_endpoint={}&key_cache=0&key_failure_cache=1s",
+        proxy.url
+    );
+    let store = Arc::new(saltblob::open(&url, small_config()).await.unwrap());
+    let sealed = PutOptions::new().with_encryption_key(key.clone());
+    let (s, p) = (prefix("brownout-sealed"), prefix("brownout-plain"));
+    for i in 0..10 {
+        store
+            .put(format!("{s}{i}"), data(20_000, i), &sealed)
+            .await
+            .expect("sealed put while the KMS answers");
+    }
+    store
+        .put(format!("{p}0"), data(20_000, 99), &PutOptions::new())
+        .await
+        .unwrap();
+
+    proxy.answer(false);
+    let t = Instant::now();
+    let mut gets = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (store, k) = (Arc::clone(&store), format!("{s}3"));
+        gets.spawn(async move { (store.get(&k).await, t.elapsed()) });
+    }
+    // Plaintext requests of the same store meanwhile: all done while the sealed ones still wait for the KMS.
+    for i in 0..50u64 {
+        let k = format!("{p}{}", i % 5);
+        store
+            .put(&k, data(20_000, i), &PutOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(store.get(&k).await.unwrap(), data(20_000, i));
+    }
+    assert_eq!(
+        gets.len(),
+        16,
+        "no sealed request finished before the plaintext ones"
+    );
+    let plain_done = t.elapsed();
+    let mut slowest = Duration::ZERO;
+    while let Some(done) = gets.join_next().await {
+        let (result, took) = done.unwrap();
+        let e = result.expect_err("sealed get with the KMS not answering");
+        let (_, reason, retryable) = unavailable(&e).unwrap_or_else(|| panic!("{e:?}"));
+        assert!(retryable, "{e}");
+        assert!(
+            reason.contains("within 800 ms") || reason.contains("served again"),
+            "{e}"
+        );
+        slowest = slowest.max(took);
+    }
+    assert!(
+        slowest < Duration::from_secs(1),
+        "sealed gets failed after {slowest:?} (plaintext done after {plain_done:?})"
+    );
+    let t = Instant::now();
+    let e = store
+        .put(format!("{s}new"), data(20_000, 7), &sealed)
+        .await
+        .expect_err("a sealed put within the failure cache");
+    assert!(e.to_string().contains("served again"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+
+    proxy.answer(true);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        store
+            .get(format!("{s}3"))
+            .await
+            .expect("the KMS answers again"),
+        data(20_000, 3)
+    );
+    store
+        .put(format!("{s}new"), data(20_000, 7), &sealed)
+        .await
+        .expect("a sealed put once the KMS answers again");
+}
