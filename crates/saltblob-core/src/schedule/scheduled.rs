@@ -12,8 +12,8 @@ use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::backend::layer::ChunkStoreLayer;
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, Namespace, Precondition, RangePage, ReadShape, RecordChange,
-    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
+    GroupChunks, GroupWrite, IndexCheck, Namespace, Precondition, RangePage, ReadShape,
+    RecordChange, RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -264,6 +264,12 @@ impl ChunkStoreLayer for ScheduledStore {
 
     async fn reclaim_space(&self) -> Result<Option<SpaceReport>> {
         self.backend.reclaim_space().await
+    }
+
+    /// Not admitted as a whole (one call of many reads, which the backend bounds itself, a few dozen at once;
+    /// `fsck` runs it last, in its maintenance class).
+    async fn check_index(&self, prefix: &[u8], repair: bool) -> Result<Option<IndexCheck>> {
+        self.backend.check_index(prefix, repair).await
     }
 
     /// Not admitted, like [`ChunkStore::reclaim_space`]: engine upkeep.

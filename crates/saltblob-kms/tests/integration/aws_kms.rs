@@ -423,8 +423,10 @@ impl Brownout {
         use std::sync::atomic::Ordering::SeqCst;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let upstream = upstream.trim_start_matches("http://").to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
         let answering = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let on = Arc::clone(&answering);
         let task = tokio::spawn(async move {
