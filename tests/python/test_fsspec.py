@@ -6,9 +6,11 @@ after its store closed)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
 import pickle
+import weakref
 from pathlib import Path
 from typing import Iterator
 
@@ -83,6 +85,31 @@ def test_info_carries_the_version(fs: SaltblobFileSystem, ns: str) -> None:
     fs.cp(ns + "v", ns + "w")
     assert fs.checksum(ns + "v") == fs.checksum(ns + "w") and fs.ukey(ns + "v") != fs.ukey(ns + "w")
     assert fs.modified(ns + "v").timestamp() == pytest.approx(m.created_micros / 1e6)
+
+
+def test_a_failed_call_leaves_no_reference_cycle(fs: SaltblobFileSystem, ns: str) -> None:
+    """A blocking call that raises (pyarrow asks ``info`` for a dataset's ``_metadata`` in every read) must not
+    keep its caller's frame, and so what the caller holds (pandas: the table read), alive until a garbage
+    collection: its exception leaves no reference cycle."""
+
+    class Held:
+        pass
+
+    def caller(call: str) -> weakref.ref[Held]:
+        held = Held()
+        try:
+            getattr(fs, call)(ns + "missing")
+        except FileNotFoundError:
+            pass
+        return weakref.ref(held)
+
+    gc.collect()
+    gc.disable()
+    try:
+        for call in ("info", "cat_file", "size"):
+            assert caller(call)() is None, call
+    finally:
+        gc.enable()
 
 
 def test_ranged_reads_of_one_version(fs: SaltblobFileSystem, ns: str) -> None:
