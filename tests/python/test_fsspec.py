@@ -154,6 +154,12 @@ def test_reads_fetch_what_they_need_and_more_while_sequential(
     # A fetch of the least size for each far read; the last was within the one before.
     assert fetches == [(2_500_000, 2_565_536), (100, 65_636), (1_000_000, 1_065_536)]
     fetches.clear()
+    with fs.open(ns + "seq", "rb") as f:
+        got = b"".join(iter(lambda: f.read(1 << 20), b""))
+    assert got == data
+    # Large reads (pyarrow's pre-buffered ones) fetch what they ask, no more: nothing is sliced off and copied.
+    assert fetches == [(0, 1 << 20), (1 << 20, 2 << 20), (2 << 20, 3_000_000)]
+    fetches.clear()
     with fs.open(ns + "seq", "rb", cache_type="readahead", block_size=1 << 20) as f:
         f.seek(10)
         f.read(10)

@@ -513,7 +513,9 @@ class SaltblobFile(AbstractBufferedFile):  # type: ignore[misc]
     By default (``cache_type="adaptive"``) it reads as a parquet or CSV reader wants: a read fetches what it asks
     for, and at least ``block_size`` bytes (64 KiB by default, what a parquet reader reads of a footer first); reads that
     go on where the last fetch ended fetch twice as much each time, up to 64 MiB, and smaller reads are served from
-    the last fetch. Any of fsspec's cache types may be named instead (``cache_type="readahead"``, ...).
+    the last fetch. A read that goes on where the last fetch ended and asks for at least half as much as it fetched
+    fetches only what it asks (no slice of a larger fetch to copy). Any of fsspec's cache types may be named instead
+    (``cache_type="readahead"``, ...).
     """
 
     MAX_SPAN = 64 << 20
@@ -559,6 +561,10 @@ class SaltblobFile(AbstractBufferedFile):  # type: ignore[misc]
             head, start = held[start - held_start:], held_end
         sequential = start == held_end and self._span > 0
         span = min(self.MAX_SPAN, self._span * 2) if sequential else self.blocksize
+        if sequential and 2 * (end - start) >= self._span:
+            # A reader already reading in large pieces (pyarrow's pre-buffered column chunks) gets what it asks:
+            # a fetch ahead would be sliced off (copied) now and sliced again (copied) by the next read.
+            span = 0
         fetch_end = min(self.size, start + max(end - start, span))
         data = self._read(start, fetch_end)
         self._held_start, self._held, self._span = start, data, fetch_end - start
