@@ -18,7 +18,8 @@ Run from the Python tests' virtual environment, best through `scripts/python-tes
 
 Per reader, API and temperature: the median seconds over the rounds, throughput (dataset MiB / s), the client's CPU
 seconds (this process) and the server's; then the ratios saltblob ÷ local and saltblob ÷ serve+s3fs (of
-throughputs: above 1 is faster), with their goals (≥ 0.8 and ≥ 2).
+throughputs: above 1 is faster), with their goals (≥ 0.8 and ≥ 2). ``--combine A.json B.json ...`` reads nothing and
+prints the median and range of each ratio, and of each read's client CPU seconds, over several runs' JSON files.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ GOALS = {"local": 0.8, "s3fs": 2.0}
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--saltblob", required=True, help="the saltblob binary (for `saltblob serve`)")
+    p.add_argument("--saltblob", help="the saltblob binary (for `saltblob serve`); needed unless --combine")
     p.add_argument("--store", help="store URL; default: a fresh embedded store in a temporary directory")
     p.add_argument("--size-mib", type=int, default=1024, help="dataset size on disk, about (default 1024)")
     p.add_argument("--files", type=int, default=8, help="parquet files (default 8)")
@@ -68,7 +69,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-drop-caches", action="store_true",
                    help="cold reads evict with posix_fadvise even when the whole page cache could be emptied")
     p.add_argument("--json", help="write the results as JSON to FILE")
-    return p.parse_args()
+    p.add_argument("--combine", nargs="+", metavar="JSON",
+                   help="read nothing: the median and range over these runs' JSON files of each ratio and each "
+                        "read's client CPU seconds")
+    args = p.parse_args()
+    if not args.combine and not args.saltblob:
+        p.error("--saltblob is needed unless --combine")
+    return args
 
 
 def cpu_seconds(pid: int) -> float:
@@ -219,8 +226,34 @@ def median(xs: List[float]) -> float:
     return statistics.median(xs)
 
 
+def combine(paths: List[str]) -> None:
+    """Prints, over the runs whose JSON files are PATHS, the median and range of each saltblob ratio and of each
+    read's client CPU seconds, and each run's load average at its start."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    print(f"{len(runs)} runs; load average (1, 5, 15 min) at each start: "
+          + "; ".join(" ".join(f"{x:.1f}" for x in r["loadavg_1_5_15"]["start"]) for r in runs))
+
+    def spread(xs: List[float], digits: int = 2) -> str:
+        return f"{median(xs):.{digits}f} ({min(xs):.{digits}f}–{max(xs):.{digits}f})"
+
+    print(f"\n{'read':<24} {'MiB/s, median (range)':>28} {'client CPU s, median (range)':>30}")
+    for name in runs[0]["summary"]["medians"]:
+        of = [r["summary"]["medians"][name] for r in runs]
+        print(f"{name:<24} {spread([m['mib_s'] for m in of], 0):>28} {spread([m['client_cpu_s'] for m in of]):>30}")
+    print(f"\n{'saltblob ÷':<24} {'ratio, median (range)':>28}  goal")
+    for name, goal_of in ((n, n.split("/")[0]) for n in runs[0]["summary"]["saltblob_over"]):
+        xs = [r["summary"]["saltblob_over"][name] for r in runs]
+        goal = runs[0]["summary"]["goals"][goal_of]
+        mark = "met" if median(xs) >= goal else "not met"
+        print(f"{'÷ ' + name:<24} {spread(xs):>28}  ≥ {goal} ({mark} by the median; {sum(x >= goal for x in xs)} of "
+              f"{len(xs)} runs)")
+
+
 def main() -> None:
     args = parse_args()
+    if args.combine:
+        combine(args.combine)
+        return
     scratch = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="saltblob-fsspec-bench."))
     scratch.mkdir(parents=True, exist_ok=True)
     try:

@@ -168,6 +168,32 @@ def test_get_ranges(store: saltblob.Store, ns: str) -> None:
         store.get_ranges(ns + "r", [0, 1], [1])
 
 
+def test_get_ranges_async(store: saltblob.Store, ns: str) -> None:
+    import asyncio
+
+    data = body(3_000_000, 4)
+    m = store.put(ns + "ra", data, chunk_size=65536)
+
+    async def run() -> None:
+        got = await store.get_ranges_async(ns + "ra", [0, 10, 2_000_000], [10, 20, 3_000_000])
+        assert got == [data[:10], data[10:20], data[2_000_000:]]
+        # One range, small (read with its manifest) and large (copied on the I/O threads): a list of one.
+        assert await store.get_ranges_async(ns + "ra", [7], lengths=[100]) == [data[7:107]]
+        assert await store.get_ranges_async(ns + "ra", [1], [2_999_999], if_version=m.version) == [data[1:2_999_999]]
+        assert await store.get_ranges_async(ns + "ra", [5], [5]) == [b""]
+        with pytest.raises(saltblob.RangeNotSatisfiable):
+            await store.get_ranges_async(ns + "ra", [0], [3_000_001])
+        with pytest.raises(saltblob.NotFound):
+            await store.get_ranges_async(ns + "missing", [0], [1])
+        store.put(ns + "ra", b"new")
+        with pytest.raises(saltblob.PreconditionFailed):
+            await store.get_ranges_async(ns + "ra", [0], [2_000_000], if_version=m.version)
+        with pytest.raises(saltblob.PreconditionFailed):
+            await store.get_ranges_async(ns + "ra", [0], [2], if_version=m.version)
+
+    asyncio.run(run())
+
+
 def test_writer_is_a_buffered_io_base(store: saltblob.Store, ns: str) -> None:
     w = store.open_writer(ns + "csv", content_type="text/csv")
     assert isinstance(w, io.BufferedIOBase) and w.writable() and not w.readable() and not w.seekable()

@@ -6,9 +6,11 @@ after its store closed)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
 import pickle
+import weakref
 from pathlib import Path
 from typing import Iterator
 
@@ -85,6 +87,31 @@ def test_info_carries_the_version(fs: SaltblobFileSystem, ns: str) -> None:
     assert fs.modified(ns + "v").timestamp() == pytest.approx(m.created_micros / 1e6)
 
 
+def test_a_failed_call_leaves_no_reference_cycle(fs: SaltblobFileSystem, ns: str) -> None:
+    """A blocking call that raises (pyarrow asks ``info`` for a dataset's ``_metadata`` in every read) must not
+    keep its caller's frame, and so what the caller holds (pandas: the table read), alive until a garbage
+    collection: its exception leaves no reference cycle."""
+
+    class Held:
+        pass
+
+    def caller(call: str) -> weakref.ref[Held]:
+        held = Held()
+        try:
+            getattr(fs, call)(ns + "missing")
+        except FileNotFoundError:
+            pass
+        return weakref.ref(held)
+
+    gc.collect()
+    gc.disable()
+    try:
+        for call in ("info", "cat_file", "size"):
+            assert caller(call)() is None, call
+    finally:
+        gc.enable()
+
+
 def test_ranged_reads_of_one_version(fs: SaltblobFileSystem, ns: str) -> None:
     data = body(3_000_000, 4)
     fs.pipe(ns + "big", data)
@@ -126,6 +153,12 @@ def test_reads_fetch_what_they_need_and_more_while_sequential(
             assert f.read(100) == data[at:at + 100]
     # A fetch of the least size for each far read; the last was within the one before.
     assert fetches == [(2_500_000, 2_565_536), (100, 65_636), (1_000_000, 1_065_536)]
+    fetches.clear()
+    with fs.open(ns + "seq", "rb") as f:
+        got = b"".join(iter(lambda: f.read(1 << 20), b""))
+    assert got == data
+    # Large reads (pyarrow's pre-buffered ones) fetch what they ask, no more: nothing is sliced off and copied.
+    assert fetches == [(0, 1 << 20), (1 << 20, 2 << 20), (2 << 20, 3_000_000)]
     fetches.clear()
     with fs.open(ns + "seq", "rb", cache_type="readahead", block_size=1 << 20) as f:
         f.seek(10)

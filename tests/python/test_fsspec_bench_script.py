@@ -1,6 +1,7 @@
 """scripts/python-fsspec-bench.py, the saltblob:// ÷ local files ÷ serve+s3fs comparison, run tiny on a temporary
 RocksDB store: every reader reads every row, warm and cold, each round; the summary's medians and ratios are those of
-the runs. Needs the saltblob binary (``SALTBLOB_BIN``, set by scripts/python-tests.sh) for ``saltblob serve``."""
+the runs, and --combine gives each ratio's median and range over several runs. Needs the saltblob binary
+(``SALTBLOB_BIN``, set by scripts/python-tests.sh) for ``saltblob serve``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def test_every_reader_reads_every_row_and_the_ratios_are_of_the_medians(tmp_path
         other, api, temp = key.split("/")
         ours, theirs = medians[f"saltblob/{api}/{temp}"], medians[f"{other}/{api}/{temp}"]
         assert ratio == pytest.approx(ours["mib_s"] / theirs["mib_s"])
+    # --combine over runs: each ratio's median and range (here twice the same run: the range is one value).
+    combined = subprocess.run([sys.executable, str(SCRIPT), "--combine", str(out), str(out)], check=True,
+                              capture_output=True, text=True, timeout=120).stdout
+    for key, ratio in result["summary"]["saltblob_over"].items():
+        line = next(li for li in combined.splitlines() if li.startswith(f"÷ {key} "))
+        assert f"{ratio:.2f} ({ratio:.2f}–{ratio:.2f})" in line and "of 2 runs" in line, line
 
 
 def test_bad_sizes_are_refused() -> None:

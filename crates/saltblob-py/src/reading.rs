@@ -212,6 +212,19 @@ pub(crate) fn bytes_when_read<'py>(
     crate::runtime::cached(py, &BYTES_WHEN_READ, "saltblob._io", "_bytes_when_read")?.call1((read,))
 }
 
+/// `get_ranges_async`'s awaitable for one range: as [`bytes_when_read`], the bytes in a list of one
+/// (`saltblob._io._list_when_read`).
+///
+/// # Errors
+/// `ImportError` if the package's Python half is missing.
+pub(crate) fn list_when_read<'py>(
+    py: Python<'py>,
+    read: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static LIST_WHEN_READ: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    crate::runtime::cached(py, &LIST_WHEN_READ, "saltblob._io", "_list_when_read")?.call1((read,))
+}
+
 /// Copies `pieces` into `buf`, which must be exactly as long.
 async fn fill(
     mut pieces: impl Stream<Item = saltblob::Result<Bytes>> + Unpin,

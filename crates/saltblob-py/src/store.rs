@@ -935,6 +935,19 @@ impl Store {
         let version = optional(if_version, |v| args::version(v, "if_version"))?;
         let opts = get_options(priority, customer_key)?;
         let store = self.store()?;
+        if let [(start, end)] = ranges[..]
+            && start < end
+        {
+            // One range (what a saltblob:// file's read asks for): as `get_range_async`, its chunks copied once,
+            // on the I/O threads, into the one `bytes` object (a small range's with its read).
+            let read = awaitable(py, async move {
+                let stream = ops::get_range_stream(&store, key, (start, end), opts, version)
+                    .await
+                    .map_err(py_err)?;
+                Ok(GetResult::read(stream).await)
+            })?;
+            return crate::reading::list_when_read(py, read);
+        }
         awaitable(py, async move {
             let read = ops::get_ranges(&store, key, ranges, opts, version)
                 .await

@@ -40,6 +40,11 @@ async def _bytes_when_read(read: Awaitable[GetResult]) -> bytes:
     return await (await read).bytes_async()
 
 
+async def _list_when_read(read: Awaitable[GetResult]) -> list[bytes]:
+    """What ``Store.get_ranges_async`` returns for one range: ``_bytes_when_read``'s bytes in a list of one."""
+    return [await (await read).bytes_async()]
+
+
 # Each event loop's completion queue (native ``Completions``), or None for a loop that cannot watch a file
 # descriptor. Weak keys: a loop's queue goes with the loop.
 _loop_completions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()

@@ -40,13 +40,14 @@ methods (``cat``, ``cat_ranges``, ``put``, ``get``, ``rm``, ``copy``) keep sever
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import os
 import tempfile
 import urllib.parse
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks  # type: ignore[import-untyped]
+from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks, mirror_sync_methods  # type: ignore[import-untyped]
 from fsspec.spec import AbstractBufferedFile  # type: ignore[import-untyped]
 
 from . import _handles
@@ -154,6 +155,12 @@ class SaltblobFileSystem(AsyncFileSystem):  # type: ignore[misc]
         self.cache_type = cache_type or self.default_cache_type
         self._store: Optional[Store] = None
         self.store  # opened now: a store that cannot open fails here, with its URL
+        # The blocking twins of the _async methods, made now (fsspec would make them after __init__, and then skips
+        # the ones made), each raising without the reference cycle fsspec's own leave (_raising_without_cycles).
+        mirror_sync_methods(self)
+        for name, method in list(vars(self).items()):
+            if callable(method) and getattr(method, "__wrapped__", None) == getattr(self, "_" + name, None):
+                setattr(self, name, _raising_without_cycles(method))
 
     @property
     def store(self) -> Store:
@@ -456,6 +463,36 @@ class SaltblobFileSystem(AsyncFileSystem):  # type: ignore[misc]
         return self.store.open_writer(key, **options)
 
 
+def _raising_without_cycles(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, a blocking twin fsspec made of an ``_async`` method, whose exceptions leave no reference cycle.
+
+    fsspec's ``sync`` hands the coroutine's exception from its loop's thread in a list that the frames of ``sync``
+    and of its runner hold, and that the exception's traceback holds in turn: a cycle, alive until the cyclic
+    garbage collector runs, and with it every frame of the caller's stack at the time of the call. pyarrow's
+    ``FSSpecHandler`` asks ``info`` for ``_common_metadata`` and ``_metadata`` in every ``pd.read_parquet`` of a
+    directory, which raises ``FileNotFoundError``; the cycle then kept pandas' frame and the table it read (the
+    whole dataset) alive after the read, and the next read paid for fresh memory: twice the CPU of a read of the
+    same files from the local file system. The locals of fsspec's finished frames in the traceback are cleared
+    (their names and lines stay)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except BaseException as e:
+            tb = e.__traceback__
+            while tb is not None:
+                if tb.tb_frame.f_globals.get("__name__") == "fsspec.asyn":
+                    try:
+                        tb.tb_frame.clear()
+                    except RuntimeError:
+                        pass  # still running (a generator's frame): left as it is
+                tb = tb.tb_next
+            raise
+
+    return wrapper
+
+
 def _naming_url(e: Exception, url: str) -> Exception:
     """``e`` (failing to open the store of ``url``) as the same class of exception whose message names the URL,
     its password hidden."""
@@ -476,7 +513,9 @@ class SaltblobFile(AbstractBufferedFile):  # type: ignore[misc]
     By default (``cache_type="adaptive"``) it reads as a parquet or CSV reader wants: a read fetches what it asks
     for, and at least ``block_size`` bytes (64 KiB by default, what a parquet reader reads of a footer first); reads that
     go on where the last fetch ended fetch twice as much each time, up to 64 MiB, and smaller reads are served from
-    the last fetch. Any of fsspec's cache types may be named instead (``cache_type="readahead"``, ...).
+    the last fetch. A read that goes on where the last fetch ended and asks for at least half as much as it fetched
+    fetches only what it asks (no slice of a larger fetch to copy). Any of fsspec's cache types may be named instead
+    (``cache_type="readahead"``, ...).
     """
 
     MAX_SPAN = 64 << 20
@@ -522,6 +561,10 @@ class SaltblobFile(AbstractBufferedFile):  # type: ignore[misc]
             head, start = held[start - held_start:], held_end
         sequential = start == held_end and self._span > 0
         span = min(self.MAX_SPAN, self._span * 2) if sequential else self.blocksize
+        if sequential and 2 * (end - start) >= self._span:
+            # A reader already reading in large pieces (pyarrow's pre-buffered column chunks) gets what it asks:
+            # a fetch ahead would be sliced off (copied) now and sliced again (copied) by the next read.
+            span = 0
         fetch_end = min(self.size, start + max(end - start, span))
         data = self._read(start, fetch_end)
         self._held_start, self._held, self._span = start, data, fetch_end - start
