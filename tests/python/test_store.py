@@ -124,6 +124,12 @@ def test_gc_and_fsck_reports(store: saltblob.Store, ns: str) -> None:
     assert report["dry_run"] is True and report["reclaimed_versions"] == 0
     f = store.fsck(prefix=ns)
     assert f["blobs"] == 1 and f["bytes"] == 100_000 and f["damaged"] == []
+    index = f["index"]
+    if store.url.startswith("cql://"):
+        assert index is not None and index["name"] == "listing index"
+        assert (index["manifests"], index["entries"], index["missing"], index["stale"]) == (1, 1, [], 0)
+    else:
+        assert index is None, "RocksDB's manifests are their own index"
 
 
 def test_a_blob_with_a_ttl_expires_and_gc_deletes_it(store: saltblob.Store, ns: str) -> None:

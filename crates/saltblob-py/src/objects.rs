@@ -257,5 +257,24 @@ pub(crate) fn fsck_report(py: Python<'_>, r: &FsckReport) -> PyResult<Py<PyDict>
         unverified.append(item)?;
     }
     d.set_item("unverified", unverified)?;
+    let index = match &r.index {
+        None => None,
+        Some(i) => {
+            let item = PyDict::new(py);
+            item.set_item("name", &i.name)?;
+            item.set_item("manifests", i.manifests)?;
+            item.set_item("entries", i.entries)?;
+            let missing = PyList::empty(py);
+            for k in &i.missing {
+                missing.append(PyBytes::new(py, k))?;
+            }
+            item.set_item("missing", missing)?;
+            item.set_item("restored", i.restored)?;
+            item.set_item("stale", i.stale)?;
+            item.set_item("stale_removed", i.stale_removed)?;
+            Some(item)
+        }
+    };
+    d.set_item("index", index)?;
     Ok(d.unbind())
 }

@@ -117,8 +117,23 @@ class Unverified(TypedDict):
     reason: str
 
 
+class IndexCheck(TypedDict):
+    """The backend's own index of the keys (the Cassandra/ScyllaDB listing index) compared with the manifests by
+    ``Store.fsck``: keys it lacks (damage: listings miss them; ``repair=True`` writes them back) and stale entries
+    (``repair=True`` removes them)."""
+
+    name: str
+    manifests: int
+    entries: int
+    missing: List[bytes]
+    restored: int
+    stale: int
+    stale_removed: int
+
+
 class FsckReport(TypedDict):
-    """What ``Store.fsck`` checked and found."""
+    """What ``Store.fsck`` checked and found. ``index`` is None on a backend whose manifests are their own index
+    (RocksDB, memory)."""
 
     blobs: int
     bytes: int
@@ -128,3 +143,4 @@ class FsckReport(TypedDict):
     puts_in_flight: int
     awaiting_reclaim: int
     unverified: List[Unverified]
+    index: Optional[IndexCheck]
