@@ -162,7 +162,7 @@ pub struct RocksConfig {
     pub unlogged_min_bytes: Option<u64>,
     /// Puts of at least this many bytes (a stream: once it is known to be that long) store their chunks in an
     /// extent file of their version's own under `<path>/extents/`, written once with aligned direct I/O into a
-    /// file pre-sized to the blob, with RocksDB holding a 13-byte pointer per chunk (`docs/format.md`, *Extent
+    /// file that grows with the bytes received, with RocksDB holding a 13-byte pointer per chunk (`docs/format.md`, *Extent
     /// files*); smaller puts keep RocksDB's blob files. `None` (URL value `off`): never. Defaults to 8 MiB
     /// (measured: BENCHMARKS.md, *Extent files*).
     pub extent_min_bytes: Option<u64>,

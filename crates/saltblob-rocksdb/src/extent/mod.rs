@@ -1,7 +1,7 @@
 //! Extent files: the chunk records of a large version (a put of at least `extent_min_bytes`) in a file of the
 //! version's own under `<store>/extents/`, written once with aligned direct I/O into a file that grows with the
-//! records received; RocksDB keeps a pointer per chunk (offset and length in the file) under the chunk's key, so that
-//! listing, ranges and deletion of a version's chunks work as for chunks in RocksDB's blob files.
+//! records received; RocksDB keeps a pointer per chunk (offset and length in the file) under the chunk's key, so
+//! that listing, ranges and deletion of a version's chunks work as for chunks in RocksDB's blob files.
 //!
 //! [`Extents`] is the store-wide side: the directory, the writers of puts in progress (one [`ExtentWriter`] per
 //! version), the alignment and I/O mode of the file system, reads, deletion and listing. The format is in
@@ -9,8 +9,8 @@
 //!
 //! - **Create** ([`Extents::begin`]): the file is created under a temporary name (`.new-<name>`), its header is
 //!   written and a first step allocated (`fallocate`; never more than the version's largest size when its
-//!   length is known: a declared size caps the file but reserves nothing up front); it then gets its name (a hard link, which never replaces an existing file) and the directory's
-//!   `fsync` starts. A file with an extent's name therefore always has its header. Temporary files are left
+//!   length is known: a declared size caps the file but reserves nothing up front); it then gets its name (a
+//!   hard link, which never replaces an existing file) and the directory's `fsync` starts. A file with an extent's name therefore always has its header. Temporary files are left
 //!   only by a process that died creating one; the next open removes them.
 //! - **Write** ([`Extents::append`]) and **sync** ([`Extents::sync`]): see [`writer`].
 //! - **Read** ([`Extents::read`]): the records asked for are read in runs, with aligned reads (direct I/O) into

@@ -2,9 +2,9 @@
 //! aligned I/O buffers of the configured size (the device's knee), and each full buffer is written at its place
 //! in the file while the next one fills, up to `depth` writes in flight. The file grows with the records
 //! received, a bounded step ahead of them (see [`ExtentWriter::reserve`]): a declared size caps it but reserves
-//! nothing up front, so a client that declares much and sends little holds little of the disk. `sync` writes the last,
-//! padded buffer, waits for every write, trims what was allocated beyond the data, then `fdatasync`s the file and
-//! waits for the `fsync` of the directory that was started when the file got its name.
+//! nothing up front, so a client that declares much and sends little holds little of the disk. `sync` writes the
+//! last, padded buffer, waits for every write, trims what was allocated beyond the data, then `fdatasync`s the
+//! file and waits for the `fsync` of the directory that was started when the file got its name.
 //!
 //! Any failure (a write, the allocation, the sync) poisons the writer: every later call fails with it, so a
 //! version whose bytes may not have reached the disk is never reported durable, and the put fails and deletes
