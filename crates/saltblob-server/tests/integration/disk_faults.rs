@@ -65,6 +65,15 @@ async fn server_on(dir: &Path) -> TestServer {
     server
 }
 
+/// Sends `sent` bytes of a body on `tx`, in 64 KiB pieces.
+async fn feed(tx: &mpsc::Sender<Bytes>, sent: usize) {
+    for _ in 0..sent.div_ceil(64 << 10) {
+        tx.send(Bytes::from(vec![7u8; 64 << 10]))
+            .await
+            .expect("the body is read");
+    }
+}
+
 /// A PUT of `path` that declares `declared` bytes, sends `sent` and stalls: its task (aborting it closes the
 /// connection) and the sender of the rest of its body.
 async fn stalled_put(
@@ -77,37 +86,95 @@ async fn stalled_put(
     let request = client.call("PUT", path).stream(rx, declared).into_request();
     let addr = client.addr;
     let task = tokio::spawn(async move { try_send_raw(addr, request).await });
-    for _ in 0..sent.div_ceil(64 << 10) {
-        tx.send(Bytes::from(vec![7u8; 64 << 10]))
-            .await
-            .expect("the body is read");
-    }
+    feed(&tx, sent).await;
     (task, tx)
 }
 
-/// A put whose client declares 1 GiB, sends 1 MiB and then drops the connection releases its writer, its
-/// extent file and the file's descriptor within 3 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_put_whose_client_goes_away_releases_its_extent_file_at_once() {
-    let dir = tempfile::tempdir().expect("dir");
-    let server = server_on(dir.path()).await;
-    let (task, tx) = stalled_put(&server.client, "/bkt/gone", 1 << 30, MIB as usize).await;
-    let made = within(Duration::from_secs(10), || extent_files(dir.path()) == 1).await;
+/// Aborts the task of a client connection when dropped (with the task that holds it).
+struct Connection(JoinHandle<Result<(), hyper::Error>>);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// [`stalled_put`] over HTTP/2 (prior knowledge), where the server drops a stream's request (its handler's
+/// future) when the connection goes: the put must not be dropped with it.
+async fn stalled_put_h2(
+    client: &Client,
+    path: &str,
+    declared: u64,
+    sent: usize,
+) -> (JoinHandle<Result<u16, String>>, mpsc::Sender<Bytes>) {
+    let (tx, rx) = mpsc::channel(4);
+    let request = client.call("PUT", path).stream(rx, declared).into_request();
+    let (mut parts, body) = request.into_parts();
+    parts.version = http::Version::HTTP_2;
+    parts.uri = format!("http://{}{path}", client.addr)
+        .parse()
+        .expect("uri");
+    parts.headers.remove("host");
+    let addr = client.addr;
+    let task = tokio::spawn(async move {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let _conn = Connection(tokio::spawn(conn));
+        let response = sender
+            .send_request(http::Request::from_parts(parts, body))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(response.status().as_u16())
+    });
+    feed(&tx, sent).await;
+    (task, tx)
+}
+
+/// Waits for `store`'s one extent file, then lets `go_away` close the client's connection: the extent file
+/// and its descriptor must be gone within 3 s.
+async fn released_at_once(store: &Path, go_away: impl FnOnce()) {
+    let made = within(Duration::from_secs(10), || extent_files(store) == 1).await;
     assert!(made.is_some(), "the put made its extent file");
-    assert_eq!(extent_fds(dir.path()), 1, "the writer holds its file open");
-    task.abort();
-    drop(tx);
+    assert_eq!(extent_fds(store), 1, "the writer holds its file open");
+    go_away();
     let gone = within(Duration::from_secs(3), || {
-        extent_files(dir.path()) == 0 && extent_fds(dir.path()) == 0
+        extent_files(store) == 0 && extent_fds(store) == 0
     })
     .await;
     assert!(
         gone.is_some(),
         "the extent file and fd of a put whose client went away are released within 3 s: {} files, {} fds",
-        extent_files(dir.path()),
-        extent_fds(dir.path())
+        extent_files(store),
+        extent_fds(store)
     );
     println!("released in {:?}", gone.unwrap_or_default());
+}
+
+/// A put whose client declares 1 GiB, sends 1 MiB and then drops the connection releases its writer, its
+/// extent file and the file's descriptor within 3 s, over HTTP/1.1 and over HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_whose_client_goes_away_releases_its_extent_file_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let server = server_on(dir.path()).await;
+    let (task, tx) = stalled_put(&server.client, "/bkt/gone", 1 << 30, MIB as usize).await;
+    released_at_once(dir.path(), || {
+        task.abort();
+        drop(tx);
+    })
+    .await;
+    let (task, tx) = stalled_put_h2(&server.client, "/bkt/gone", 1 << 30, MIB as usize).await;
+    released_at_once(dir.path(), || {
+        task.abort();
+        drop(tx);
+    })
+    .await;
     // The store goes on: a put of the same key succeeds.
     let reply = server.client.put("/bkt/gone", vec![1u8; 9 << 20]).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
