@@ -284,7 +284,8 @@ impl Drop for LoopFs {
 
 /// On a 4 GiB ext4 file system: 8 clients that declare 1 GiB, send 1 MiB and stall hold no more of the disk
 /// than they sent plus one allocation step each (64 MiB, the first step of an extent file); a 1 KiB and a
-/// 100 MiB put beside them succeed; once they disconnect, use is back to what it was within 3 s.
+/// 100 MiB put beside them succeed; once they disconnect, use is back to what it was within 3 s. A put that
+/// declares more than the free-space floor leaves room for is refused with 503 SlowDown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_clients_that_declare_much_hold_only_what_they_sent() {
     let fs = match LoopFs::make(4 << 30) {
@@ -352,5 +353,22 @@ async fn stalled_clients_that_declare_much_hold_only_what_they_sent() {
         fs.used().saturating_sub(baseline) / MIB,
         extent_files(&store)
     );
+
+    // A put that declares more than the file system can give while keeping its free-space floor is refused at
+    // once, with 503 SlowDown, and leaves nothing.
+    let (task, tx) = stalled_put(&server.client, "/bkt/huge", 4 << 30, MIB as usize).await;
+    let reply = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("answered at once")
+        .expect("client task");
+    drop(tx);
+    let reply = reply.expect("an answer");
+    assert_eq!(
+        (reply.status, reply.code()),
+        (503, "SlowDown".to_owned()),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(extent_files(&store), 2, "the refused put left nothing");
     drop(server);
 }
