@@ -36,7 +36,7 @@ const MAX_BATCH_BYTES: usize = 16 << 20;
 /// live in `<path>/extents/` (`crate::extent`).
 ///
 /// Large puts ([`RocksConfig::extent_min_bytes`]) write their chunk records once, with aligned direct I/O, into
-/// an extent file pre-sized to the blob, and a pointer per chunk through the write-ahead log (unsynced); before
+/// an extent file that grows with them, and a pointer per chunk through the write-ahead log (unsynced); before
 /// the commit the file is `fdatasync`ed and its directory `fsync`ed ([`ChunkStore::sync_chunk_records`]), and
 /// the synced commit that follows makes the pointers durable with it (one ordered log).
 ///

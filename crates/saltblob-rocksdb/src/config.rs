@@ -162,7 +162,7 @@ pub struct RocksConfig {
     pub unlogged_min_bytes: Option<u64>,
     /// Puts of at least this many bytes (a stream: once it is known to be that long) store their chunks in an
     /// extent file of their version's own under `<path>/extents/`, written once with aligned direct I/O into a
-    /// file pre-sized to the blob, with RocksDB holding a 13-byte pointer per chunk (`docs/format.md`, *Extent
+    /// file that grows with the bytes received, with RocksDB holding a 13-byte pointer per chunk (`docs/format.md`, *Extent
     /// files*); smaller puts keep RocksDB's blob files. `None` (URL value `off`): never. Defaults to 8 MiB
     /// (measured: BENCHMARKS.md, *Extent files*).
     pub extent_min_bytes: Option<u64>,
@@ -187,6 +187,13 @@ pub struct RocksConfig {
     /// refuses it (ramfs, some network and FUSE file systems) they fall back to buffered I/O, and the reason is
     /// logged once. Defaults to `true`.
     pub extent_direct_io: bool,
+    /// Bytes the file system must keep free after a new large put (an extent file) takes its whole size: below
+    /// it the put is refused at once with a "No space left on device" error saying how much is free (the S3
+    /// server answers 503 SlowDown); a put in progress fails when its file would grow into half of it. Small
+    /// puts (in RocksDB) are not refused by it: the room below the floor is theirs and RocksDB's. `Some(0)`
+    /// (URL `extent_free_floor=0`): no floor. `None` (the default): 1 GiB, or 5% of the file system when that
+    /// is less.
+    pub extent_free_floor: Option<u64>,
     /// The longest each extent read or write waits, before it is issued, while a synced commit is pending (so
     /// that a small put's log write does not queue in the device behind huge reads and writes); zero (URL
     /// `extent_yield_ms=0`): extent I/O never waits. At most 1 s. Defaults to 15 ms: alone it shortened the small
@@ -231,6 +238,7 @@ impl RocksConfig {
             extent_read_bytes: DEFAULT_EXTENT_READ_BYTES,
             extent_read_depth: DEFAULT_EXTENT_READ_DEPTH,
             extent_direct_io: true,
+            extent_free_floor: None,
             extent_yield: DEFAULT_EXTENT_YIELD,
             bulk_idle_io: true,
         }
@@ -247,8 +255,8 @@ impl RocksConfig {
     /// `blob_gc_force_threshold`, `write_buffer_size`, `space_reclaim_threshold`, `max_write_buffer_number`,
     /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`,
     /// `unlogged_min_bytes` (bytes, or `off`), `extent_min_bytes` (bytes, or `off`), `extent_io_bytes`,
-    /// `extent_io_depth`, `extent_read_bytes`, `extent_read_depth`, `extent_direct_io`, `extent_yield_ms`,
-    /// `bulk_idle_io`.
+    /// `extent_io_depth`, `extent_read_bytes`, `extent_read_depth`, `extent_direct_io`, `extent_free_floor`
+    /// (bytes), `extent_yield_ms`, `bulk_idle_io`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -375,6 +383,7 @@ impl RocksConfig {
                     }
                 }
                 "extent_direct_io" => config.extent_direct_io = flag(k)?,
+                "extent_free_floor" => config.extent_free_floor = Some(num(k)?),
                 "bulk_idle_io" => config.bulk_idle_io = flag(k)?,
                 "extent_yield_ms" => {
                     let ms = v
@@ -395,7 +404,7 @@ impl RocksConfig {
                          space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
                          background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes, \
                          extent_min_bytes, extent_io_bytes, extent_io_depth, extent_read_bytes, extent_read_depth, \
-                         extent_direct_io, extent_yield_ms, bulk_idle_io"
+                         extent_direct_io, extent_free_floor, extent_yield_ms, bulk_idle_io"
                     )));
                 }
             }

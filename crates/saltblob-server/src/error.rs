@@ -48,6 +48,13 @@ pub(crate) fn from_store(e: Error) -> S3Error {
             tracing::warn!(error = %e, "a sealed object's key is not available");
             return error;
         }
+        e if disk_full(e) => {
+            tracing::warn!(error = %e, "a put refused: the store's disk is (nearly) full");
+            (
+                S3ErrorCode::SlowDown,
+                "The store is low on disk space; please retry later.",
+            )
+        }
         e if e.is_retryable() => {
             tracing::warn!(error = %e, "store operation failed (retryable)");
             (
@@ -63,10 +70,34 @@ pub(crate) fn from_store(e: Error) -> S3Error {
             )
         }
     };
-    if code != S3ErrorCode::ServiceUnavailable && code != S3ErrorCode::InternalError {
+    if ![
+        S3ErrorCode::ServiceUnavailable,
+        S3ErrorCode::InternalError,
+        S3ErrorCode::SlowDown,
+    ]
+    .contains(&code)
+    {
         tracing::debug!(error = %e, code = code.as_str(), "store refused a request");
     }
     S3Error::with_message(code, message)
+}
+
+/// Whether `e` was caused by a full disk: an I/O error `ENOSPC` or `EDQUOT`, or a free-space floor's refusal
+/// (`StorageFull`), anywhere in its chain of sources.
+fn disk_full(e: &Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// `NoSuchBucket` (the bucket is named by the request; the message is S3's).
@@ -146,6 +177,25 @@ mod tests {
             (
                 Error::backend("cql", "password=hunter2 rejected", false),
                 S3ErrorCode::InternalError,
+            ),
+            (
+                Error::backend_caused(
+                    "rocksdb",
+                    "extent file /hunter2: cannot allocate 9 MiB for it",
+                    false,
+                    std::io::Error::new(std::io::ErrorKind::StorageFull, "floor"),
+                ),
+                S3ErrorCode::SlowDown,
+            ),
+            (
+                Error::backend_caused(
+                    "rocksdb",
+                    "hunter2",
+                    false,
+                    // ENOSPC
+                    std::io::Error::from_raw_os_error(28),
+                ),
+                S3ErrorCode::SlowDown,
             ),
             (
                 Error::KeyUnavailable {

@@ -15,6 +15,7 @@ use s3s::S3Result;
 use s3s::dto::StreamingBlob;
 use saltblob_core::manifest::hex;
 use saltblob_core::{BlobStore, BlobStream, Error, LateMetadata, Manifest, PutOptions, Segment};
+use tracing::Instrument;
 
 use crate::attrs::{CHECKSUM_KEY, ETAG_KEY};
 use crate::body::{
@@ -127,8 +128,9 @@ impl PutBody {
         sse: &Sse,
     ) -> S3Result<Manifest> {
         let opts = opts.with_late_metadata(self.late.clone());
+        let (store, key) = (store.clone(), key.to_owned());
         self.store(opts, sse, |reader, opts| async move {
-            store.put_stream(key, reader, &opts).await
+            store.put_stream(&key, reader, &opts).await
         })
         .await
     }
@@ -148,9 +150,10 @@ impl PutBody {
         lease: Duration,
     ) -> S3Result<(Segment, BTreeMap<String, String>)> {
         let late = self.late.clone();
+        let (store, key) = (store.clone(), key.to_owned());
         let segment = self
             .store(opts, sse, |reader, opts| async move {
-                store.put_segment(key, reader, &opts, lease).await
+                store.put_segment(&key, reader, &opts, lease).await
             })
             .await?;
         Ok((segment, late.entries()))
@@ -158,6 +161,10 @@ impl PutBody {
 
     /// Runs `write` on the body with `opts` (their size hint, else the body's), sealed as `sse` says, and gives
     /// its outcome as [`PutBody::store_segment`] says.
+    ///
+    /// The write runs in a task of its own, so that a request dropped midway (its client gone, the connection
+    /// closed) does not drop the put between two awaits: the body then ends in an error, and the put fails and
+    /// cleans up as any failed put does (its writer stopped, its extent file and fd released at once).
     async fn store<T, F>(
         self,
         mut opts: PutOptions,
@@ -165,11 +172,19 @@ impl PutBody {
         write: impl FnOnce(VerifyingReader, PutOptions) -> F,
     ) -> S3Result<T>
     where
-        F: Future<Output = saltblob_core::Result<T>>,
+        F: Future<Output = saltblob_core::Result<T>> + Send + 'static,
+        T: Send + 'static,
     {
         opts.size_hint = opts.size_hint.or(self.size_hint);
         sse.seal(&mut opts);
-        let result = match (write(self.reader, opts).await, sse.server_key()) {
+        let task = tokio::spawn(write(self.reader, opts).instrument(tracing::Span::current()));
+        let written = task.await.unwrap_or_else(|e| {
+            Err(Error::internal(
+                "put",
+                format!("the put's task failed: {e}"),
+            ))
+        });
+        let result = match (written, sse.server_key()) {
             // Refused before anything was written: the key's failure, not the body's.
             (Err(e @ Error::KeyUnavailable { .. }), Some(key)) => {
                 return Err(from_sealed_put(e, key));

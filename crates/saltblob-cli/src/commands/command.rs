@@ -68,6 +68,16 @@ impl Context {
         Ok(saltblob::open(&self.url, self.config.clone()).await?)
     }
 
+    /// Opens the store and runs `body` on it, and nothing else: the read-only commands (`get`, `ls`, `head`,
+    /// `describe`) write nothing, not even a reclaim pass (deleting is for the commands that write and `gc`).
+    pub async fn reading_store(
+        &self,
+        body: impl AsyncFnOnce(&BlobStore) -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
+        let store = self.open().await?;
+        body(&store).await
+    }
+
     /// Opens the store, runs `body` on it and, when it succeeds, reclaims the replaced versions whose grace
     /// period has passed; a failure to reclaim is a warning, not a failure of the command.
     pub async fn with_store(

@@ -41,7 +41,7 @@ impl Command for Get {
     }
 
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
-        Box::pin(context.with_store(async |store| self.get(store, context.quiet).await))
+        Box::pin(context.reading_store(async |store| self.get(store, context.quiet).await))
     }
 }
 

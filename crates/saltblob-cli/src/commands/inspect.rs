@@ -24,7 +24,7 @@ impl Command for Head {
     }
 
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
-        Box::pin(context.with_store(async |store| self.head(store).await))
+        Box::pin(context.reading_store(async |store| self.head(store).await))
     }
 }
 
@@ -58,7 +58,7 @@ impl Command for Describe {
     }
 
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
-        Box::pin(context.with_store(async |store| self.describe(store).await))
+        Box::pin(context.reading_store(async |store| self.describe(store).await))
     }
 }
 

@@ -23,7 +23,7 @@ pub struct Ls {
 
 impl Command for Ls {
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
-        Box::pin(context.with_store(async |store| self.ls(store).await))
+        Box::pin(context.reading_store(async |store| self.ls(store).await))
     }
 }
 

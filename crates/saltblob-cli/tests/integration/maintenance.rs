@@ -168,3 +168,45 @@ fn a_put_with_a_ttl_shows_its_expiry_then_reads_as_not_found_and_gc_deletes_it()
     let listed = String::from_utf8(ok(saltblob(&store).args(["ls"])).stdout).expect("utf-8");
     assert_eq!(listed, "long\n");
 }
+
+/// The read-only commands (`get`, `ls`, `head`, `describe`) write nothing: on a store whose reclaim queue has a
+/// version due (replaced by a store with no grace period), each leaves the queue as it was; `gc` then reclaims
+/// it.
+#[test]
+fn read_only_commands_reclaim_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let config = saltblob::StoreConfig::default().with_grace(std::time::Duration::ZERO);
+        let s = saltblob::open(&store_url(&store), config)
+            .await
+            .expect("open");
+        for fill in [1u8, 2] {
+            let value = bytes::Bytes::from(vec![fill; 200 << 10]);
+            s.put("k", value, &saltblob::PutOptions::new())
+                .await
+                .expect("put");
+        }
+    });
+    drop(runtime);
+    let awaiting =
+        || json(&ok(saltblob(&store).args(["fsck", "--json"])))["awaiting_reclaim"].clone();
+    assert_eq!(awaiting(), 1, "the replaced version is queued, due now");
+    for args in [
+        &["get", "k", "-o"][..],
+        &["ls"],
+        &["head", "k"],
+        &["describe", "k"],
+    ] {
+        let mut cmd = saltblob(&store);
+        cmd.args(args);
+        if args[0] == "get" {
+            cmd.arg(dir.path().join("out"));
+        }
+        ok(&mut cmd);
+        assert_eq!(awaiting(), 1, "`saltblob {}` deleted nothing", args[0]);
+    }
+    let gc = json(&ok(saltblob(&store).args(["gc", "--json"])));
+    assert_eq!(gc["reclaimed_versions"], 1, "{gc}");
+}

@@ -1,22 +1,24 @@
 //! Extent files: the chunk records of a large version (a put of at least `extent_min_bytes`) in a file of the
-//! version's own under `<store>/extents/`, written once with aligned direct I/O into a file pre-sized to the
-//! version; RocksDB keeps a pointer per chunk (offset and length in the file) under the chunk's key, so that
-//! listing, ranges and deletion of a version's chunks work as for chunks in RocksDB's blob files.
+//! version's own under `<store>/extents/`, written once with aligned direct I/O into a file that grows with the
+//! records received; RocksDB keeps a pointer per chunk (offset and length in the file) under the chunk's key, so
+//! that listing, ranges and deletion of a version's chunks work as for chunks in RocksDB's blob files.
 //!
 //! [`Extents`] is the store-wide side: the directory, the writers of puts in progress (one [`ExtentWriter`] per
 //! version), the alignment and I/O mode of the file system, reads, deletion and listing. The format is in
 //! [`format`]; `docs/format.md` (*Extent files*) describes it and `docs/guarantees.md` argues its durability.
 //!
 //! - **Create** ([`Extents::begin`]): the file is created under a temporary name (`.new-<name>`), its header is
-//!   written and its size allocated (`fallocate`: the exact size when the put's length is known, else a first
-//!   step); it then gets its name (a hard link, which never replaces an existing file) and the directory's
-//!   `fsync` starts. A file with an extent's name therefore always has its header. Temporary files are left
+//!   written and a first step allocated (`fallocate`; never more than the version's largest size when its
+//!   length is known: a declared size caps the file but reserves nothing up front); it then gets its name (a
+//!   hard link, which never replaces an existing file) and the directory's `fsync` starts. A file with an extent's name therefore always has its header. Temporary files are left
 //!   only by a process that died creating one; the next open removes them.
 //! - **Write** ([`Extents::append`]) and **sync** ([`Extents::sync`]): see [`writer`].
 //! - **Read** ([`Extents::read`]): the records asked for are read in runs, with aligned reads (direct I/O) into
 //!   one buffer per run that the chunks handed back share; a record past the end of the file (a truncated
 //!   extent) is `Corrupt`, naming the file.
 //! - **Delete** ([`Extents::remove`]): a put in progress stops writing, then the file is unlinked.
+//! - **Space** ([`space`]): a new extent file is refused while the file system's free space, less the put's
+//!   whole size, is below the floor ([`RocksConfig::extent_free_floor`]); a file stops growing at half of it.
 //! - **Priority** ([`priority`]): the reads and writes of background classes run in the kernel's idle I/O class,
 //!   so that small puts' commits pass them in the device queue.
 //!
@@ -26,6 +28,7 @@
 pub(crate) mod format;
 mod io;
 mod priority;
+mod space;
 mod writer;
 
 use std::collections::HashMap;
@@ -40,6 +43,7 @@ use saltblob_core::{BlobRef, ChunkRecord, Error, KeyDisplay, RecordsPlan, Result
 use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name};
 use self::io::{AlignedBuf, BufferPool, IoMode, ReadBuffers};
 pub(crate) use self::priority::IoPriority;
+use self::space::{Floor, is_full};
 pub(crate) use self::writer::Placed;
 use self::writer::{ExtentWriter, FIRST_GROW_STEP, Opened};
 use crate::commit_gate::CommitGate;
@@ -76,6 +80,8 @@ pub(crate) struct Extents {
     dir: PathBuf,
     /// Whether to use `O_DIRECT` where the file system takes it.
     direct: bool,
+    /// What new files and each growth must leave free on the file system.
+    floor: Floor,
     io_bytes: usize,
     depth: usize,
     writers: Mutex<HashMap<BlobRef, Arc<ExtentWriter>>>,
@@ -123,9 +129,11 @@ impl Extents {
                 }
             }
         }
+        let floor = Floor::of(&config.path, config.extent_free_floor);
         Ok(Self {
             dir,
             direct: config.extent_direct_io,
+            floor,
             io_bytes: config.extent_io_bytes,
             depth: config.extent_io_depth,
             writers: Mutex::new(HashMap::new()),
@@ -209,7 +217,10 @@ impl Extents {
             mode,
             data_start,
             allocated,
-            sized: plan.size.is_some(),
+            cap: plan
+                .max_stored_bytes()
+                .map(|max| mode.round_up(data_start + max)),
+            floor: self.floor,
             dir_sync,
         };
         let priority = IoPriority::of(current_class().as_ref(), self.bulk_idle_io);
@@ -232,6 +243,14 @@ impl Extents {
         let path = self.dir.join(&name);
         let temp = self.dir.join(temp_name(&name));
         let fail = |what: &str, e: std::io::Error| dir_error(&path, what, e);
+        // Refused before anything is made when the put's whole size would take the disk below the floor.
+        let need = plan.max_stored_bytes().unwrap_or(FIRST_GROW_STEP);
+        self.floor.check_admission(&self.dir, need).map_err(|e| {
+            fail(
+                &format!("cannot allocate {} MiB for it", need.div_ceil(1 << 20)),
+                e,
+            )
+        })?;
         let (file, direct, why_not) =
             io::create(&temp, self.direct).map_err(|e| fail("cannot create it", e))?;
         let made = (|| -> Result<(IoMode, u64, u64, std::fs::File)> {
@@ -243,8 +262,9 @@ impl Extents {
                 data_start,
             }
             .encode();
+            // The first step only: the file grows with the records received (see `writer`).
             let allocated = match plan.max_stored_bytes() {
-                Some(max) => mode.round_up(data_start + max),
+                Some(max) => mode.round_up(data_start + max.min(FIRST_GROW_STEP)),
                 None => data_start + FIRST_GROW_STEP,
             };
             io::preallocate(&file, 0, allocated).map_err(|e| {
@@ -517,7 +537,7 @@ pub(crate) fn read_header(path: &Path) -> Result<Header> {
 /// An I/O error on `path`, with what was being done, as a non-retryable backend error.
 fn dir_error(path: &Path, what: &str, e: std::io::Error) -> Error {
     let hint = match e.raw_os_error() {
-        Some(libc::ENOSPC) => " (the device is full: free space on it, then retry)",
+        _ if is_full(&e) => " (the device is full: free space on it, then retry)",
         Some(libc::EACCES | libc::EPERM) => {
             " (check the permissions of the store's extents directory)"
         }
