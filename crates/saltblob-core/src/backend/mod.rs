@@ -254,7 +254,7 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
 
     /// Prepares the storage of one version whose chunks a put is about to store as records (through a
     /// [`RecordsSink`] the backend handed out): an engine that keeps such a version in a file of its own
-    /// creates it here, pre-sized when `plan` gives the size. Called once per version, before its first
+    /// creates it here (the size `plan` gives caps it; what to allocate ahead is the engine's choice). Called once per version, before its first
     /// [`ChunkStore::put_chunk_records`]. Whatever it creates is removed by
     /// [`ChunkStore::delete_chunks`] of the version, whether or not any record was stored. The default does
     /// nothing.

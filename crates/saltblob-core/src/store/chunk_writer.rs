@@ -122,7 +122,7 @@ impl ChunkWriter {
     }
 
     /// Prepares the version's storage ([`ChunkSink::begin`]: for a sink of records, a file of its own, created
-    /// and pre-sized). Called once, before the first chunk, after the put's intent is written.
+    /// with a first allocation that grows with the records received). Called once, before the first chunk, after the put's intent is written.
     pub(crate) async fn begin(&mut self) -> Result<()> {
         if self.shape.form == SinkForm::Commit {
             return Ok(());
