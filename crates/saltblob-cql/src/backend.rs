@@ -445,15 +445,15 @@ impl ChunkStore for CqlStore {
         Ok(())
     }
 
-    /// The listing index's maintenance (`listing::maintain`: splits of ranges past their bound, begun and finished
-    /// by successive passes, under a lease).
-    /// The listing index against the manifests (module `listing::check`).
+    /// The listing index against the manifests (module `index_check`).
     async fn check_index(&self, prefix: &[u8], repair: bool) -> Result<Option<IndexCheck>> {
-        listing::check(&self.cluster, prefix, repair)
+        crate::index_check::check(&self.cluster, prefix, repair)
             .await
             .map(Some)
     }
 
+    /// The listing index's maintenance (`listing::maintain`: splits of ranges past their bound, begun and finished
+    /// by successive passes, under a lease).
     async fn maintain(&self) -> Result<()> {
         let report = listing::maintain(&self.cluster).await?;
         if report.new_ranges + report.moves_finished > 0 {

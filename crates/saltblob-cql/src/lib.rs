@@ -53,9 +53,10 @@
 //!   requests with retries.
 //! - `lwt`: lightweight transactions and their settling against the client clock.
 //! - [`listing`]: the listing index: its reads and writes, splits (`listing/split.rs`), and its build from the
-//!   manifests and repair (`listing/build.rs`).
+//!   manifests and repair (`listing/build.rs`), its stale rows (`listing/stale.rs`).
 //! - `scan`: record scans (the manifests in key order through the index; range reads of the other namespaces).
 //! - `ranges`: the token ranges of the manifest table for passes over every blob, and their reads.
+//! - `index_check`: the listing index compared with the manifests, both ways, for `fsck` (and its repair).
 //! - `writer`: chunk writes, cut into per-partition requests under per-host, per-class backpressure.
 //! - `reader`: chunk reads, cut into per-partition requests (a slice of consecutive indexes or an `IN` list).
 //! - [`backend`]: [`CqlStore`], the [`saltblob_core::ChunkStore`] implementation.
@@ -69,6 +70,7 @@ pub mod config;
 mod directory;
 pub mod error;
 pub mod import;
+mod index_check;
 pub mod listing;
 mod lwt;
 mod ranges;

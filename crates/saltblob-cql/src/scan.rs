@@ -8,7 +8,7 @@ use saltblob_core::backend::Namespace;
 
 use crate::clock::next_timestamp;
 use crate::error;
-use crate::listing::{STALE_AFTER, successor};
+use crate::listing::{STALE_AFTER, prefix_successor, successor};
 use crate::session::Cluster;
 use crate::statements::{LimitRow, V};
 
@@ -145,18 +145,6 @@ async fn scan_namespace(
         }
     }
     Ok(out)
-}
-
-/// The smallest key greater than every key starting with `prefix`, or `None` if there is none.
-pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

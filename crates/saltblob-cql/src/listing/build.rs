@@ -8,7 +8,7 @@
 //! time (a later write or delete of the key, made meanwhile, wins in both tables). That pass records the driver's
 //! paging state after each page in the meta namespace, and an interrupted build resumes from it. Reconciling adds
 //! the rows the second pass writes to an existing index, then removes rows whose manifest is absent and that are
-//! older than [`super::STALE_AFTER`], each at its own write time (`check.rs`, which `fsck` shares).
+//! older than [`super::STALE_AFTER`], each at its own write time (`stale.rs`, which `fsck` shares).
 
 use std::collections::BinaryHeap;
 use std::hash::{Hash, Hasher};
@@ -127,9 +127,7 @@ pub(crate) async fn build(
         }
     }
     if reconcile {
-        report.stale_removed = super::check::sweep_stale(cluster, &dir, b"", true)
-            .await?
-            .removed;
+        report.stale_removed = super::sweep_stale(cluster, &dir, b"", true).await?.removed;
     }
     cluster.delete_meta(PROGRESS_KEY).await?;
     cluster.flush_counts(true).await;

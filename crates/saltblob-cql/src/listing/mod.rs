@@ -28,11 +28,11 @@
 //! maintenance copies the source's rows of the span (each with its own write time, so that no newer write or
 //! delete is undone), marks the range `Done` and clears the copied rows from the source. `build.rs` builds the
 //! index of a keyspace written by a format-1 build (`saltblob upgrade`) and reconciles it with the manifests;
-//! `check.rs` compares the two for `fsck` (and repairs the index with `fsck --repair`).
+//! `stale.rs` finds (and deletes) rows without a manifest; `crate::index_check` compares index and manifests for `fsck`.
 
 mod build;
-mod check;
 mod split;
+mod stale;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,9 +53,9 @@ use crate::{error, lwt};
 
 pub(crate) use self::build::build;
 pub use self::build::{BuildReport, BuildSteps};
-pub(crate) use self::check::check;
 pub use self::split::SplitReport;
 pub(crate) use self::split::maintain;
+pub(crate) use self::stale::sweep_stale;
 
 /// The first range, implicit in every directory: it starts at the empty key.
 pub(crate) fn root() -> RangeEntry {
@@ -343,6 +343,30 @@ impl Cluster {
         Ok(out)
     }
 
+    /// Those of `keys` that range partition `range` holds.
+    pub(crate) async fn index_has(&self, range: &Bytes, keys: Vec<Bytes>) -> Result<Vec<Bytes>> {
+        self.index_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let values = (range.clone(), keys);
+        let what = || "read of the listing index".to_owned();
+        let result = self
+            .run(what, true, || {
+                self.session
+                    .execute_unpaged(&self.st.listing.has_keys, &values)
+            })
+            .await?;
+        let rows = result
+            .into_rows_result()
+            .map_err(|e| error::shape("listing index lookup", e))?;
+        rows.rows::<(Bytes,)>()
+            .map_err(|e| error::shape("listing index lookup", e))?
+            .map(|row| {
+                row.map(|(k,)| k)
+                    .map_err(|e| error::shape("listing index lookup", e))
+            })
+            .collect()
+    }
+
     /// Rows of range partition `range` from `lower` (inclusive) below `upper`, at most `limit` (at least 1).
     pub(crate) async fn read_range(
         &self,
@@ -411,6 +435,18 @@ fn merge(a: Vec<(Bytes, i64)>, b: Vec<(Bytes, i64)>, limit: usize) -> Vec<(Bytes
         all.retain(|(k, _)| *k <= bound);
     }
     all
+}
+
+/// The smallest key greater than every key starting with `prefix`, or `None` if there is none.
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
 }
 
 /// The smallest key after `key`.

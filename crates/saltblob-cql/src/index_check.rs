@@ -1,7 +1,7 @@
-//! The listing index checked against the manifests (`fsck`, through
+//! The listing index ([`crate::listing`]) checked against the manifests (`fsck`, through
 //! [`saltblob_core::ChunkStore::check_index`]), both ways, in bounded memory:
 //!
-//! - **Every manifest has its row.** A pass over the manifests' token ranges (module `ranges`, several at once)
+//! - **Every manifest has its row.** A pass over the manifests' token ranges (module `crate::ranges`, several at once)
 //!   reads their keys; the keys of a page that fall under the prefix are looked up in the index, one `key IN ?`
 //!   read per range partition they fall in (a `Moving` range's source too). A key found in neither is checked
 //!   again on its own before it is reported: the manifest's write time, then the index, then the write time once
@@ -13,41 +13,26 @@
 //!   delete still wins; if a delete of the row at or after that time shadows it (a row deleted by hand), it
 //!   writes the row again with the current time, which at worst (the key deleted meanwhile) leaves a stale row.
 //! - **Every row has its manifest.** The range partitions under the prefix are read in pages and each row's
-//!   manifest looked up; a row without one, older than [`super::STALE_AFTER`] (a put in flight writes its row
+//!   manifest looked up; a row without one, older than [`crate::listing::STALE_AFTER`] (a put in flight writes its row
 //!   first), is stale. (The rows a `Moving` range's source still holds of its span are swept once the move is
 //!   done.) Listings skip such rows; the repair deletes them at their own write time
-//!   ([`sweep_stale`], which `saltblob upgrade --reconcile` shares).
+//!   ([`crate::listing::sweep_stale`], which `saltblob upgrade --reconcile` shares).
 
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use saltblob_core::Result;
 use saltblob_core::backend::{IndexCheck, Namespace, ScanRange};
 
-use super::{Directory, RangeState, STALE_AFTER, successor};
 use crate::clock::next_timestamp;
-use crate::error;
-use crate::scan::prefix_successor;
+use crate::listing::{RangeState, successor, sweep_stale};
 use crate::session::Cluster;
 
 /// Manifests per page of the pass.
 const PAGE: usize = 1000;
 /// Keys per `IN` read of one range partition.
 const IN_KEYS: usize = 256;
-/// Index rows read per page, and manifests looked up at once, of the sweep.
-const SWEEP_PAGE: usize = 1000;
-/// Manifests (or keys) looked up at once.
+/// Index reads (of keys) at once.
 const LOOKUPS_IN_FLIGHT: usize = 32;
-
-/// What [`sweep_stale`] found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Sweep {
-    /// Index rows read.
-    pub(crate) entries: u64,
-    /// Rows without a manifest, older than [`STALE_AFTER`].
-    pub(crate) stale: u64,
-    /// Stale rows deleted.
-    pub(crate) removed: u64,
-}
 
 /// Checks the index against the manifests under `prefix` (see the module documentation).
 pub(crate) async fn check(cluster: &Cluster, prefix: &[u8], repair: bool) -> Result<IndexCheck> {
@@ -171,89 +156,4 @@ async fn restore(cluster: &Cluster, key: &[u8], ts: i64) -> Result<()> {
         cluster.index_insert(key, next_timestamp()).await?;
     }
     Ok(())
-}
-
-/// Reads every index row under `prefix`, range partition by range partition, and looks up each row's manifest:
-/// counts the rows without one that are older than [`STALE_AFTER`] and, with `remove`, deletes them at their own
-/// write time (which cannot remove a newer write).
-pub(crate) async fn sweep_stale(
-    cluster: &Cluster,
-    dir: &Directory,
-    prefix: &[u8],
-    remove: bool,
-) -> Result<Sweep> {
-    let horizon =
-        next_timestamp().saturating_sub(i64::try_from(STALE_AFTER.as_micros()).unwrap_or(i64::MAX));
-    let until = prefix_successor(prefix);
-    let mut sweep = Sweep::default();
-    for (i, entry) in dir.entries.iter().enumerate() {
-        let end = match (dir.end_of(i), &until) {
-            (Some(end), Some(u)) => Some(end.as_ref().min(u.as_slice())),
-            (Some(end), None) => Some(end.as_ref()),
-            (None, u) => u.as_deref(),
-        };
-        let mut lower = entry.start.clone().max(Bytes::copy_from_slice(prefix));
-        if end.is_some_and(|e| lower.as_ref() >= e) {
-            continue;
-        }
-        loop {
-            let page = cluster
-                .read_range(&entry.id, &lower, end, SWEEP_PAGE)
-                .await?;
-            let full = page.len() >= SWEEP_PAGE;
-            let last = page.last().map(|(k, _)| k.clone());
-            sweep.entries += page.len() as u64;
-            let stale: Vec<(bool, bool)> = stream::iter(page)
-                .map(|(key, ts)| async move {
-                    if ts > horizon
-                        || cluster
-                            .get_record(Namespace::Manifest, &key)
-                            .await?
-                            .is_some()
-                    {
-                        return Ok::<_, saltblob_core::Error>((false, false));
-                    }
-                    if remove {
-                        cluster.index_remove_in(&entry.id, &key, ts).await?;
-                    }
-                    Ok((true, remove))
-                })
-                .buffer_unordered(LOOKUPS_IN_FLIGHT)
-                .try_collect()
-                .await?;
-            sweep.stale += stale.iter().filter(|(s, _)| *s).count() as u64;
-            sweep.removed += stale.iter().filter(|(_, r)| *r).count() as u64;
-            match last {
-                Some(last) if full => lower = successor(&last),
-                _ => break,
-            }
-        }
-    }
-    Ok(sweep)
-}
-
-impl Cluster {
-    /// Those of `keys` that range partition `range` holds.
-    pub(crate) async fn index_has(&self, range: &Bytes, keys: Vec<Bytes>) -> Result<Vec<Bytes>> {
-        self.index_reads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let values = (range.clone(), keys);
-        let what = || "read of the listing index".to_owned();
-        let result = self
-            .run(what, true, || {
-                self.session
-                    .execute_unpaged(&self.st.listing.has_keys, &values)
-            })
-            .await?;
-        let rows = result
-            .into_rows_result()
-            .map_err(|e| error::shape("listing index lookup", e))?;
-        rows.rows::<(Bytes,)>()
-            .map_err(|e| error::shape("listing index lookup", e))?
-            .map(|row| {
-                row.map(|(k,)| k)
-                    .map_err(|e| error::shape("listing index lookup", e))
-            })
-            .collect()
-    }
 }
