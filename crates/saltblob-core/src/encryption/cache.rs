@@ -250,19 +250,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::Ordering::SeqCst;
 
     use super::*;
-    use crate::encryption::{Keyring, LocalProvider};
-
-    fn provider(dir: &tempfile::TempDir) -> (LocalProvider, PathBuf) {
-        let path = dir.path().join("keys");
-        let mut ring = Keyring::create(&path).unwrap();
-        ring.add("a", 1).unwrap();
-        (LocalProvider::new(ring), path)
-    }
+    use crate::encryption::LocalProvider;
+    use crate::encryption::tests::provider;
 
     /// How [`Counting`] answers.
     #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -441,7 +441,8 @@ pub fn recordable(key: DataKey) -> Result<DataKey> {
 mod tests {
     use super::*;
 
-    fn provider(dir: &tempfile::TempDir) -> (LocalProvider, PathBuf) {
+    /// A local provider over a new keyring of keys `a` and `b` (version 1 each), and the keyring's path.
+    pub(super) fn provider(dir: &tempfile::TempDir) -> (LocalProvider, PathBuf) {
         let path = dir.path().join("keys");
         let mut ring = Keyring::create(&path).unwrap();
         ring.add("a", 1).unwrap();
