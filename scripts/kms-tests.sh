@@ -109,4 +109,4 @@ cmp "$work/in" "$work/out"
 echo "== kms: the CLI sealed, showed, read back and rekeyed a 3 MB blob under $key"
 
 # The S3 server's SSE-KMS on such a store, with boto3 (tests/kms/test_s3_sse_kms.py).
-env SALTBLOB_BIN="$(realpath "$bin")" "$venv/bin/python" -m pytest tests/kms -v -p no:cacheprovider --basetemp "$work/pytest"
+env SALTBLOB_BIN="$(realpath "$bin")" "$venv/bin/python" -m pytest tests/kms -v -rP -p no:cacheprovider --basetemp "$work/pytest"

@@ -126,15 +126,17 @@ def ignore_aws_configuration():
     os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
-def make_client(endpoint, access_key, secret_key):
-    """A boto3 S3 client for ENDPOINT: path-style addressing, SigV4, no retries (a failure shows as it is)."""
+def make_client(endpoint, access_key, secret_key, session=None):
+    """A boto3 S3 client for ENDPOINT: path-style addressing, SigV4, no retries (a failure shows as it is). Clients
+    made from one SESSION share its loaded service models (made one by one: a session is not thread-safe), which
+    makes many clients fast to make; by default each client gets a session of its own."""
     config = botocore.config.Config(
         signature_version="s3v4",
         s3={"addressing_style": "path"},
         retries={"total_max_attempts": 1},
         max_pool_connections=32,
     )
-    return boto3.session.Session().client(
+    return (session or boto3.session.Session()).client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id=access_key,
