@@ -1,5 +1,6 @@
 //! Multipart races, driven deterministically through a store layer ([`HeldCommit`]) that holds the object's
-//! manifest write (the compose's commit) until the test releases it, or makes it fail before or after it
+//! manifest write (the compose's commit, as issued to the engine: past its deadline check) until the test
+//! releases it, or makes it fail before or after it
 //! lands, or land only later (as a write that timed out on a cluster may): a client that goes away during
 //! Complete, Abort while a Complete is held or after one whose outcome is unknown, a part uploaded again
 //! during Complete, two Completes racing, a commit that lands after the window the server waits out.
@@ -142,6 +143,9 @@ impl ChunkStoreLayer for HeldCommit {
         if ns != Namespace::Manifest || key != self.key {
             return self.inner.put_record(ns, key, value, cond).await;
         }
+        // The hold stands for the way from the engine to the store (a cluster's replicas): the write was issued
+        // when it got here, so its deadline is checked now, and once let through it lands, deadline or not.
+        saltblob_core::backend::deadline::check_current()?;
         let mut open = self.open.subscribe();
         self.arrived.send_modify(|n| *n += 1);
         let _ = open.wait_for(|o| *o).await;
@@ -159,7 +163,13 @@ impl ChunkStoreLayer for HeldCommit {
                     false,
                 ))
             }
-            _ => self.inner.put_record(ns, key, value, cond).await,
+            // On a task of its own, which the deadline (a task-local of the commit's task) does not reach.
+            _ => {
+                let (inner, key, cond) = (Arc::clone(&self.inner), key.to_vec(), cond.clone());
+                tokio::spawn(async move { inner.put_record(ns, &key, value, &cond).await })
+                    .await
+                    .map_err(|e| Error::internal("held commit", e))?
+            }
         }
     }
 }
