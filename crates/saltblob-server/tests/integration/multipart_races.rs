@@ -12,14 +12,14 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use saltblob::{
-    BlobStore, ChunkStore, ChunkStoreLayer, Error, FsckOptions, GcOptions, MemoryStore, Namespace,
-    OffsetClock, Precondition, RecordWrite, Result, StoreConfig,
+    BlobStore, ChunkStore, ChunkStoreLayer, Error, FsckOptions, GcOptions, Manifest, MemoryStore,
+    Namespace, OffsetClock, Precondition, RecordWrite, Result, StoreConfig, VersionId,
 };
 use tokio::sync::watch;
 
@@ -40,8 +40,9 @@ enum After {
     LandLate = 2,
 }
 
-/// A layer that holds the manifest writes of one store key (the object's) while closed, and counts the reads
-/// of another (an upload record's).
+/// A layer that holds the manifest writes of one store key (the object's) while closed, counts the reads of
+/// another (an upload record's), and can make every compare-and-set of a third (an upload record) lose to a
+/// competing write.
 #[derive(Debug)]
 struct HeldCommit {
     inner: Arc<dyn ChunkStore>,
@@ -52,6 +53,8 @@ struct HeldCommit {
     late: Mutex<Vec<(Bytes, Precondition)>>,
     watched: Mutex<Vec<u8>>,
     reads: watch::Sender<u64>,
+    contended: Mutex<Option<Vec<u8>>>,
+    lost: AtomicU64,
 }
 
 impl HeldCommit {
@@ -65,7 +68,33 @@ impl HeldCommit {
             late: Mutex::new(Vec::new()),
             watched: Mutex::new(Vec::new()),
             reads: watch::Sender::new(0),
+            contended: Mutex::new(None),
+            lost: AtomicU64::new(0),
         })
+    }
+
+    /// From now on (`Some`), every compare-and-set of record `key` loses: right before it, the record is written
+    /// again with a new version (as a part's upload touches it), so its condition no longer holds; `None` stops.
+    fn contend(&self, key: Option<&str>) {
+        *self.contended.lock().expect("lock") = key.map(|k| k.as_bytes().to_vec());
+    }
+
+    /// How many compare-and-sets of the contended record lost so far.
+    fn lost(&self) -> u64 {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The competing write of a contended record: the current one again, under a new version.
+    async fn overtake(&self, key: &[u8]) -> Result<()> {
+        if let Some(raw) = self.inner.get_record(Namespace::Manifest, key).await? {
+            let mut m = Manifest::decode(&raw, &|| "an upload record".to_owned())?;
+            m.version = VersionId::generate();
+            self.inner
+                .put_record(Namespace::Manifest, key, m.encode(), &Precondition::None)
+                .await?;
+            self.lost.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     /// Counts the reads of record `key` from now on; returns the count so far.
@@ -140,6 +169,10 @@ impl ChunkStoreLayer for HeldCommit {
         value: Bytes,
         cond: &Precondition,
     ) -> Result<RecordWrite> {
+        let contended = self.contended.lock().expect("lock").as_deref() == Some(key);
+        if ns == Namespace::Manifest && contended && matches!(cond, Precondition::Equals(_)) {
+            self.overtake(key).await?;
+        }
         if ns != Namespace::Manifest || key != self.key {
             return self.inner.put_record(ns, key, value, cond).await;
         }
@@ -577,6 +610,36 @@ async fn a_commit_landing_after_the_window_still_owns_its_parts() {
     r.held.release();
     let done = completing.await.expect("complete task");
     assert_eq!(done.code(), "NoSuchUpload", "{}", done.text());
+    r.check_after_gc(Some(&whole)).await;
+}
+
+/// A Complete whose upload record keeps changing under it (every compare-and-set of the record loses to a
+/// competing write, as under parts uploaded again and again) stops after the bounded attempts of its re-read
+/// policy (`UPLOAD_RECORD`: 8, at most 113 ms of waits): 503 SlowDown, within a bound, nothing committed, the
+/// upload left `open`; once the record holds still, the same Complete completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_whose_upload_keeps_changing_slows_down_and_a_retry_completes() {
+    let r = Rig::new().await;
+    let (id, parts, whole) = r.upload_two_parts().await;
+    r.held.contend(Some(&format!("s3/u/bkt/u/{id}")));
+    let started = Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(10), r.complete(&id, &parts))
+        .await
+        .expect("the complete answers within 10 s");
+    let took = started.elapsed();
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.code(), "SlowDown", "{}", reply.text());
+    assert!(took < Duration::from_secs(3), "answered in {took:?}");
+    assert_eq!(r.held.lost(), 8, "one lost compare-and-set per attempt");
+    assert_eq!(r.state(&id).await, "open");
+    assert!(matches!(
+        r.store().head(KEY).await,
+        Err(Error::NotFound { .. })
+    ));
+    r.held.contend(None);
+    let done = r.complete(&id, &parts).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(reply_etag(&done), etag_of(&parts));
     r.check_after_gc(Some(&whole)).await;
 }
 
