@@ -13,7 +13,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use saltblob_core::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkSink, ChunkStore, ChunkWrite, IndexCheck,
     Namespace, PlainSink, Precondition, Previous, RangePage, RecordWrite, ScanPlan, ScanRange,
-    SinkPlan,
+    SinkPlan, deadline,
 };
 use saltblob_core::version::VersionId;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -241,6 +241,9 @@ impl ChunkStore for CqlStore {
     ) -> Result<RecordWrite> {
         let st = self.cluster.st.records(ns);
         let shown = KeyDisplay::from(key);
+        // A write with a deadline ([`deadline`]): refused before anything is written (the index row included),
+        // and checked again right before the record's statement is sent.
+        deadline::check_current()?;
         match cond {
             Precondition::None => {
                 let ts = next_timestamp();
@@ -252,7 +255,7 @@ impl ChunkStore for CqlStore {
                 row.extend([V::Blob(value), V::Big(ts)]);
                 let what = || format!("write of {ns:?} record \"{shown}\"");
                 self.cluster
-                    .run(what, true, || {
+                    .run_by_deadline(what, true, || {
                         self.cluster.session.execute_unpaged(&st.put, &row)
                     })
                     .await?;
@@ -263,6 +266,7 @@ impl ChunkStore for CqlStore {
                 let mut row = key_values(ns, key);
                 row.push(V::Blob(value.clone()));
                 let what = format!("conditional (if absent) write of {ns:?} record \"{shown}\"");
+                deadline::check_current()?;
                 match lwt::execute(&self.cluster, &what, &st.put_if_absent, row).await? {
                     (true, _) => {
                         let ts = lwt::settle(&self.cluster, ns, key, Some(&value), None).await;
@@ -278,6 +282,7 @@ impl ChunkStore for CqlStore {
                 row.extend(key_values(ns, key));
                 row.push(V::Blob(expected.clone()));
                 let what = format!("conditional (if equal) write of {ns:?} record \"{shown}\"");
+                deadline::check_current()?;
                 match lwt::execute(&self.cluster, &what, &st.put_if_equal, row).await? {
                     (true, _) => {
                         let ts =
@@ -306,7 +311,7 @@ impl ChunkStore for CqlStore {
                 row.extend(key_values(ns, key));
                 let what = || format!("delete of {ns:?} record \"{shown}\"");
                 self.cluster
-                    .run(what, true, || {
+                    .run_by_deadline(what, true, || {
                         self.cluster.session.execute_unpaged(&st.delete, &row)
                     })
                     .await?;
@@ -326,6 +331,7 @@ impl ChunkStore for CqlStore {
                 let mut row = key_values(ns, key);
                 row.push(V::Blob(expected.clone()));
                 let what = format!("conditional delete of {ns:?} record \"{shown}\"");
+                deadline::check_current()?;
                 match lwt::execute(&self.cluster, &what, &st.delete_if_equal, row).await? {
                     (true, _) => {
                         lwt::settle(&self.cluster, ns, key, None, Some(expected)).await;

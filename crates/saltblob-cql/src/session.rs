@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
-use saltblob_core::backend::Namespace;
+use saltblob_core::backend::{Namespace, deadline};
 use saltblob_core::{Backoff, Error, Jitter, KeyDisplay, Result};
 use scylla::client::PoolSize;
 use scylla::client::execution_profile::ExecutionProfile;
@@ -327,6 +327,45 @@ impl Cluster {
                 },
             )
             .await
+    }
+
+    /// [`Cluster::run`] for a write the calling task gives a deadline ([`deadline::current`]): each attempt is
+    /// sent only while it holds. Past it, a first attempt fails with the check's `IntentLost` (nothing was sent);
+    /// a retry is not sent, and the call fails with the error of the attempt before it (whose outcome is
+    /// unknown). What the check cannot cover: a statement sent in time may reach replicas later, up to the
+    /// commit window (`docs/guarantees.md`).
+    pub(crate) async fn run_by_deadline<T, W, F, Fut>(
+        &self,
+        what: W,
+        idempotent: bool,
+        mut op: F,
+    ) -> Result<T>
+    where
+        W: Fn() -> String,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, ExecutionError>>,
+    {
+        let Some(by) = deadline::current() else {
+            return self.run(what, idempotent, op).await;
+        };
+        let mut tries = REQUEST_RETRY.with_attempts(self.config.attempts).start();
+        let mut last = None;
+        while tries.next_attempt().await {
+            if let Err(late) = by.check() {
+                return Err(last.unwrap_or(late));
+            }
+            match op().await {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    let e = error::execution(&what(), e, &self.context());
+                    if !(idempotent && e.is_retryable()) {
+                        return Err(e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::internal("cql", format!("{}: no attempt made", what()))))
     }
 
     /// The value of record `key` of namespace `ns`, if any.

@@ -15,6 +15,7 @@ use rocksdb::{
     CompactOptions, DB, DBCompressionType, DBRecoveryMode, Direction, Env, IteratorMode, Options,
     WriteBatch, WriteOptions,
 };
+use saltblob_core::backend::deadline;
 use saltblob_core::backend::{GroupWrite, Precondition, Previous, RecordWrite, SpaceReport};
 use saltblob_core::schedule::{ClassTag, current_class};
 use saltblob_core::{Error, Result};
@@ -419,7 +420,8 @@ impl RocksCore {
     /// engine write batch (synced when `sync`) if every condition holds on its key's value, else nothing (naming
     /// the first that failed); each key read and the batch written under the keys' lock stripes, taken in
     /// ascending order (two groups cannot deadlock), so that conditional writes of one key are serialized. At
-    /// most one write per key.
+    /// most one write per key. Past the calling task's write deadline ([`deadline`]), checked right before the
+    /// engine write, nothing is written and the check's `IntentLost` is returned.
     pub(crate) async fn conditional_group(
         self: &Arc<Self>,
         writes: Vec<Conditional>,
@@ -432,6 +434,8 @@ impl RocksCore {
             .collect();
         stripes.sort_unstable();
         stripes.dedup();
+        // Read here, in the calling task: the write runs on the blocking pool, which the task-local does not reach.
+        let issue_by = deadline::current();
         self.blocking(move |core| {
             let _guards = stripes
                 .iter()
@@ -466,6 +470,10 @@ impl RocksCore {
                 for (key, data) in &chunks {
                     batch.put_cf(handle, key, data);
                 }
+            }
+            // After the locks and the reads, right before the engine write: past the deadline, nothing is written.
+            if let Some(by) = &issue_by {
+                by.check()?;
             }
             let mut wo = WriteOptions::default();
             wo.set_sync(sync);

@@ -33,6 +33,9 @@ use crate::base::error::Result;
 ///   `put_chunks_unlogged`, and `sync_unlogged_chunks` too if it holds or defers writes.
 /// - A layer whose contract covers every request (the scheduler admits each one or says why not) puts
 ///   `#[deny(clippy::missing_trait_methods)]` on its impl, so that a new method cannot pass it by default.
+/// - A layer that moves a record write to another task carries the write's deadline there
+///   (reads [`crate::backend::deadline::current`] before, and checks it there right before the write); forwarding
+///   in the calling task, as the defaults do, carries it by itself.
 /// - With this trait and [`ChunkStore`] both in scope, a call on the wrapper's own type is ambiguous: call it
 ///   through `dyn ChunkStore` or as `ChunkStore::method(&wrapper, ..)`.
 #[async_trait]

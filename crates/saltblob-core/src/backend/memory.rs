@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use futures::stream::{self, BoxStream, StreamExt};
 
+use crate::backend::deadline;
 use crate::backend::{
     BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
     GroupChunks, GroupWrite, Namespace, PlainSink, Precondition, Previous, RECORD_CALLS_IN_FLIGHT,
@@ -110,12 +111,15 @@ impl MemoryStore {
             .map_err(|_| Error::backend("memory", "state lock poisoned by a panic", false))
     }
 
-    /// The state, for a record write in `ns`: an injected failure if writes there are set to fail.
+    /// The state, for a record write in `ns`: an injected failure if writes there are set to fail, `IntentLost`
+    /// past the write's deadline ([`deadline`]).
     fn lock_for_record_write(&self, ns: Namespace) -> Result<std::sync::MutexGuard<'_, State>> {
         let state = self.lock()?;
         if state.failing_records.contains(&ns) {
             return Err(injected(&format!("write of a {ns:?} record")));
         }
+        // Under the lock, right before the write: past the write's deadline nothing is written.
+        deadline::check_current()?;
         Ok(state)
     }
 }
@@ -213,6 +217,7 @@ impl ChunkStore for MemoryStore {
         {
             return Err(injected(&format!("write of a {:?} record", change.ns)));
         }
+        deadline::check_current()?;
         for (index, change) in changes.iter().enumerate() {
             let current = state.records.get(&(change.ns, change.key.clone()));
             if !change.condition().holds(current) {

@@ -8,11 +8,13 @@
 //! (layout, codecs, checksums, versioning, streaming, reclaim) lives in [`crate::store::BlobStore`] on top of this
 //! trait, so every backend gets the same semantics. [`layer`] is the forwarding base of every wrapper of a
 //! backend; [`memory`] the in-memory reference backend. A pass over every manifest reads them by the ranges the
-//! backend splits them into ([`ranges`]), in no key order.
+//! backend splits them into ([`ranges`]), in no key order. A commit's record write may carry a deadline by which
+//! the engine write must be issued ([`deadline`]).
 //!
 //! Uses `base/` and `format/`, nothing else.
 
 pub mod chunks;
+pub mod deadline;
 pub mod layer;
 pub mod memory;
 pub mod ranges;
@@ -129,6 +131,12 @@ impl BackendInfo {
 /// - Missing things are not errors: a missing record is `None`, a missing chunk is `None` in its slot, deleting
 ///   what does not exist succeeds.
 /// - Errors say whether a retry may help ([`crate::base::error::Error::is_retryable`]).
+/// - **Deadlines**: a record write (`put_record`, `delete_record`, `write_records`) may be called with a deadline
+///   ([`deadline::current`], a task-local of the calling task). The backend checks it ([`deadline::IssueBy::check`])
+///   after every wait of its own (locks, a pool, a queue) and right before it issues the engine write, on
+///   whatever thread issues it; past it, it writes nothing and returns that check's `IntentLost`, which the
+///   commit reports as not written. An attempt issued again (a retry) after the deadline is not made: the call
+///   fails with the earlier attempt's error instead (its outcome is unknown), never with `IntentLost`.
 ///
 /// # Wrappers
 /// A wrapper of another `ChunkStore` (a scheduler, a fault injector) implements

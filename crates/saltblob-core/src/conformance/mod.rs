@@ -87,6 +87,7 @@ pub use roundtrip::{
 };
 pub use segments::{
     a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
+    a_compose_stalled_before_its_engine_write_commits_nothing,
     a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
     abandoned_and_discarded_segments_are_reclaimed,
     composed_blobs_read_back_and_own_their_segments,
@@ -151,6 +152,7 @@ macro_rules! conformance_suite {
             conditional_deletes_remove_only_the_named_version,
             a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
             a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
+            a_compose_stalled_before_its_engine_write_commits_nothing,
             expired_blobs_read_as_not_found_and_gc_reclaims_them);
     };
     (@sealed $attrs:tt $make:expr) => {

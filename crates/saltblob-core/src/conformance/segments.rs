@@ -453,6 +453,45 @@ pub async fn a_segment_discarded_during_its_compose_stays_with_the_composed_blob
     assert!(quick.get(&late_key).await.expect("get") == whole);
 }
 
+/// A compose stalled between its deadline check and the engine write (its manifest write held in a layer above
+/// the backend, as a scheduler's queue or a starved runtime would hold it, until the store's clock is past three
+/// quarters of the intent lease after its call) commits nothing: the backend refuses the write at its own check
+/// (`IntentLost`, not an unknown outcome), the key keeps the version it had, and a compose retried then commits.
+/// (Checked only before the call, the held write landed late.)
+pub async fn a_compose_stalled_before_its_engine_write_commits_nothing(
+    backend: Arc<dyn ChunkStore>,
+) {
+    let p = prefix("segments-stalled-commit");
+    let key = format!("{p}blob");
+    let c = TwoClients::new(&backend, &key, 13).await;
+    let kept = data(10, 14);
+    let before = c
+        .other
+        .put(&key, kept.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let (commit, compose) = c.held_compose(&key).await;
+    c.clock.advance(c.intent_lease);
+    commit.release();
+    match compose.await.expect("compose task") {
+        Err(Error::IntentLost { .. }) => {}
+        other => panic!("a compose whose write reached the engine past its deadline: {other:?}"),
+    }
+    assert_eq!(
+        c.other.head(&key).await.expect("head").version,
+        before.version,
+        "the key keeps the version it had"
+    );
+    assert!(c.other.get(&key).await.expect("get") == kept);
+    let m = c
+        .composer
+        .compose(&key, &c.segments, &PutOptions::new())
+        .await
+        .expect("retried, the compose commits");
+    assert_eq!(c.other.head(&key).await.expect("head").version, m.version);
+    assert!(c.other.get(&key).await.expect("get") == c.whole);
+}
+
 /// Two composes of the same segments (a client retrying a complete): the first is held before its commit, the
 /// second commits, is replaced by a put, and gc with grace 0 runs; the second's segments are queued but kept,
 /// because their intents live on (the compose ended their leases instead of removing them). Then the first

@@ -25,10 +25,15 @@
 //! the commit ends (committed, deleted, or queued for reclaim when the outcome is unknown) and the lease ended;
 //! chunks the commit writes itself go in its atomic group, so a failure leaves nothing to clean. A manifest write
 //! is issued only while the lease's claim holds with a margin and, for a compose, not after its `issue_by`
-//! deadline ([`Fences`]).
+//! deadline ([`Fences`]); the backend checks the deadline again right before its engine write
+//! ([`crate::backend::deadline`]), so that a write stalled after the check (in the scheduler's queue, say) is
+//! refused, not landed late.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::backend::deadline::{self, IssueBy};
 use crate::backend::{
     BlobRef, GroupChunks, GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite,
 };
@@ -254,7 +259,7 @@ async fn write(
     expect: Expect,
     fences: &Fences,
 ) -> std::result::Result<Changed, Failure> {
-    use Failure::{NotWritten, Unknown};
+    use Failure::NotWritten;
     let expect = match pin(inner, key, expect).await.map_err(NotWritten)? {
         Ok(pinned) => pinned,
         Err(current) => return Ok(Changed::Refused { current }),
@@ -314,20 +319,26 @@ async fn write(
         } else {
             condition.clone()
         };
+        // The fences just checked hold until this deadline, which the backend checks again right before its
+        // engine write: a write stalled on the way (the scheduler's queue, the runtime, a pool) is refused.
+        let by = issue_deadline(inner, key, written_version, fences.issue_by);
         let outcome = match (new, group) {
             (Some(m), Some(group)) => {
-                write_group(inner, group, key, m, before.as_ref(), queued_at, &attempt).await?
+                let call = write_group(inner, group, key, m, before.as_ref(), queued_at, &attempt);
+                unchecked(inner, deadline::within(by, call).await)?
             }
-            (Some(m), None) => inner
-                .backend
-                .put_record(Namespace::Manifest, key, m.encode(), &attempt)
-                .await
-                .map_err(Unknown)?,
-            (None, _) => inner
-                .backend
-                .delete_record(Namespace::Manifest, key, &attempt)
-                .await
-                .map_err(Unknown)?,
+            (Some(m), None) => {
+                let call = inner
+                    .backend
+                    .put_record(Namespace::Manifest, key, m.encode(), &attempt);
+                unchecked(inner, deadline::within(by, call).await).map_err(not_issued)?
+            }
+            (None, _) => {
+                let call = inner
+                    .backend
+                    .delete_record(Namespace::Manifest, key, &attempt);
+                unchecked(inner, deadline::within(by, call).await).map_err(not_issued)?
+            }
         };
         let replaced = match outcome {
             RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(key, &bytes).ok(),
@@ -381,6 +392,50 @@ fn check_fences(
         }
     }
     Ok(())
+}
+
+/// The deadline of a change's write ([`deadline`]): a compose's `issue_by`. A put needs none: where its commit is
+/// an atomic group, the group's compare-and-set on its intent fences it; with a claim (memory), the claim's hold
+/// outlasts the margin [`check_fences`] asks for; where writes land late (Cassandra), gc waits the commit window
+/// past the lease.
+fn issue_deadline(
+    inner: &Inner,
+    key: &Bytes,
+    version: Option<VersionId>,
+    issue_by: Option<u64>,
+) -> Option<IssueBy> {
+    Some(IssueBy::new(
+        issue_by?,
+        Arc::clone(&inner.config.clock),
+        key.clone(),
+        version.unwrap_or(VersionId(0)),
+        "the claims of the compose's segments may no longer hold",
+    ))
+}
+
+/// A write's outcome, logging one that completed without the backend checking its deadline (a layer that moved
+/// it to another task without carrying the deadline, or a backend that ignores it): the fence then rested on
+/// the check before the call alone.
+fn unchecked<T, E>(
+    inner: &Inner,
+    within: deadline::Within<std::result::Result<T, E>>,
+) -> std::result::Result<T, E> {
+    if !within.checked && within.output.is_ok() {
+        tracing::warn!(
+            "backend {} completed a commit's write without checking its deadline",
+            inner.info.name
+        );
+    }
+    within.output
+}
+
+/// A single record write's error: `IntentLost` is the backend's deadline check, before anything was written;
+/// any other leaves the outcome unknown.
+fn not_issued(e: Error) -> Failure {
+    match e {
+        e @ Error::IntentLost { .. } => Failure::NotWritten(e),
+        e => Failure::Unknown(e),
+    }
 }
 
 /// The manifest write of [`write`] as one atomic group with the reclaim entries of what `replaces` names and

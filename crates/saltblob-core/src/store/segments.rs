@@ -97,8 +97,9 @@ impl BlobStore {
     /// A segment may be discarded ([`BlobStore::discard_segment`]) while a compose of it runs, by this process
     /// or another: the compose then either fails with [`Error::SegmentGone`] (the discard came first) or
     /// commits, and the composed blob owns the segment whole (see the module's fence). The commit is issued
-    /// within three quarters of the intent lease of this call, or not at all ([`Error::IntentLost`]): so it has
-    /// landed, or never will, [`BlobStore::compose_settles_within`] after the call.
+    /// within three quarters of the intent lease of this call, or not at all ([`Error::IntentLost`]), checked
+    /// before the call and again by the backend right before its engine write: so it has landed, or never will,
+    /// [`BlobStore::compose_settles_within`] after the call.
     ///
     /// # Errors
     /// [`Error::InvalidKey`], [`Error::InvalidArgument`] (no segments, too many, the same one twice, a

@@ -1,5 +1,6 @@
 //! Multipart races, driven deterministically through a store layer ([`HeldCommit`]) that holds the object's
-//! manifest write (the compose's commit) until the test releases it, or makes it fail before or after it
+//! manifest write (the compose's commit, as issued to the engine: past its deadline check) until the test
+//! releases it, or makes it fail before or after it
 //! lands, or land only later (as a write that timed out on a cluster may): a client that goes away during
 //! Complete, Abort while a Complete is held or after one whose outcome is unknown, a part uploaded again
 //! during Complete, two Completes racing, a commit that lands after the window the server waits out.
@@ -11,14 +12,14 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use saltblob::{
-    BlobStore, ChunkStore, ChunkStoreLayer, Error, FsckOptions, GcOptions, MemoryStore, Namespace,
-    OffsetClock, Precondition, RecordWrite, Result, StoreConfig,
+    BlobStore, ChunkStore, ChunkStoreLayer, Error, FsckOptions, GcOptions, Manifest, MemoryStore,
+    Namespace, OffsetClock, Precondition, RecordWrite, Result, StoreConfig, VersionId,
 };
 use tokio::sync::watch;
 
@@ -39,8 +40,9 @@ enum After {
     LandLate = 2,
 }
 
-/// A layer that holds the manifest writes of one store key (the object's) while closed, and counts the reads
-/// of another (an upload record's).
+/// A layer that holds the manifest writes of one store key (the object's) while closed, counts the reads of
+/// another (an upload record's), and can make every compare-and-set of a third (an upload record) lose to a
+/// competing write.
 #[derive(Debug)]
 struct HeldCommit {
     inner: Arc<dyn ChunkStore>,
@@ -51,6 +53,8 @@ struct HeldCommit {
     late: Mutex<Vec<(Bytes, Precondition)>>,
     watched: Mutex<Vec<u8>>,
     reads: watch::Sender<u64>,
+    contended: Mutex<Option<Vec<u8>>>,
+    lost: AtomicU64,
 }
 
 impl HeldCommit {
@@ -64,7 +68,33 @@ impl HeldCommit {
             late: Mutex::new(Vec::new()),
             watched: Mutex::new(Vec::new()),
             reads: watch::Sender::new(0),
+            contended: Mutex::new(None),
+            lost: AtomicU64::new(0),
         })
+    }
+
+    /// From now on (`Some`), every compare-and-set of record `key` loses: right before it, the record is written
+    /// again with a new version (as a part's upload touches it), so its condition no longer holds; `None` stops.
+    fn contend(&self, key: Option<&str>) {
+        *self.contended.lock().expect("lock") = key.map(|k| k.as_bytes().to_vec());
+    }
+
+    /// How many compare-and-sets of the contended record lost so far.
+    fn lost(&self) -> u64 {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The competing write of a contended record: the current one again, under a new version.
+    async fn overtake(&self, key: &[u8]) -> Result<()> {
+        if let Some(raw) = self.inner.get_record(Namespace::Manifest, key).await? {
+            let mut m = Manifest::decode(&raw, &|| "an upload record".to_owned())?;
+            m.version = VersionId::generate();
+            self.inner
+                .put_record(Namespace::Manifest, key, m.encode(), &Precondition::None)
+                .await?;
+            self.lost.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     /// Counts the reads of record `key` from now on; returns the count so far.
@@ -139,9 +169,16 @@ impl ChunkStoreLayer for HeldCommit {
         value: Bytes,
         cond: &Precondition,
     ) -> Result<RecordWrite> {
+        let contended = self.contended.lock().expect("lock").as_deref() == Some(key);
+        if ns == Namespace::Manifest && contended && matches!(cond, Precondition::Equals(_)) {
+            self.overtake(key).await?;
+        }
         if ns != Namespace::Manifest || key != self.key {
             return self.inner.put_record(ns, key, value, cond).await;
         }
+        // The hold stands for the way from the engine to the store (a cluster's replicas): the write was issued
+        // when it got here, so its deadline is checked now, and once let through it lands, deadline or not.
+        saltblob_core::backend::deadline::check_current()?;
         let mut open = self.open.subscribe();
         self.arrived.send_modify(|n| *n += 1);
         let _ = open.wait_for(|o| *o).await;
@@ -159,7 +196,13 @@ impl ChunkStoreLayer for HeldCommit {
                     false,
                 ))
             }
-            _ => self.inner.put_record(ns, key, value, cond).await,
+            // On a task of its own, which the deadline (a task-local of the commit's task) does not reach.
+            _ => {
+                let (inner, key, cond) = (Arc::clone(&self.inner), key.to_vec(), cond.clone());
+                tokio::spawn(async move { inner.put_record(ns, &key, value, &cond).await })
+                    .await
+                    .map_err(|e| Error::internal("held commit", e))?
+            }
         }
     }
 }
@@ -567,6 +610,36 @@ async fn a_commit_landing_after_the_window_still_owns_its_parts() {
     r.held.release();
     let done = completing.await.expect("complete task");
     assert_eq!(done.code(), "NoSuchUpload", "{}", done.text());
+    r.check_after_gc(Some(&whole)).await;
+}
+
+/// A Complete whose upload record keeps changing under it (every compare-and-set of the record loses to a
+/// competing write, as under parts uploaded again and again) stops after the bounded attempts of its re-read
+/// policy (`UPLOAD_RECORD`: 8, at most 113 ms of waits): 503 SlowDown, within a bound, nothing committed, the
+/// upload left `open`; once the record holds still, the same Complete completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_whose_upload_keeps_changing_slows_down_and_a_retry_completes() {
+    let r = Rig::new().await;
+    let (id, parts, whole) = r.upload_two_parts().await;
+    r.held.contend(Some(&format!("s3/u/bkt/u/{id}")));
+    let started = Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(10), r.complete(&id, &parts))
+        .await
+        .expect("the complete answers within 10 s");
+    let took = started.elapsed();
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.code(), "SlowDown", "{}", reply.text());
+    assert!(took < Duration::from_secs(3), "answered in {took:?}");
+    assert_eq!(r.held.lost(), 8, "one lost compare-and-set per attempt");
+    assert_eq!(r.state(&id).await, "open");
+    assert!(matches!(
+        r.store().head(KEY).await,
+        Err(Error::NotFound { .. })
+    ));
+    r.held.contend(None);
+    let done = r.complete(&id, &parts).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(reply_etag(&done), etag_of(&parts));
     r.check_after_gc(Some(&whole)).await;
 }
 
