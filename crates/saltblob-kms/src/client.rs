@@ -179,7 +179,8 @@ impl KmsClient {
         action: &str,
         request: &Value,
     ) -> std::result::Result<Value, CallError> {
-        let body = request.to_string().into_bytes();
+        // An `Encrypt` request carries a plaintext data key: zeroed once sent.
+        let body = zeroize::Zeroizing::new(request.to_string().into_bytes());
         let attempt = || async {
             let result = self.attempt(action, &body).await;
             if let Err(e) = &result {
@@ -232,6 +233,7 @@ impl KmsClient {
             None => self.exchange_new(request()?).await?,
         };
         let json: Option<Value> = serde_json::from_slice(&answer).ok();
+        wipe(answer);
         if status == 200 {
             return json.ok_or_else(|| {
                 CallError::Unreachable(format!(
@@ -257,6 +259,13 @@ impl KmsClient {
                 self.endpoint.url
             ))),
         }
+    }
+}
+
+/// Zeroes `answer` (a data key's plaintext may be in it) when this is its only holder, as it is once read whole.
+fn wipe(answer: Bytes) {
+    if let Ok(mut bytes) = answer.try_into_mut() {
+        zeroize::Zeroize::zeroize(&mut bytes[..]);
     }
 }
 

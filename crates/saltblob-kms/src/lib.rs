@@ -13,5 +13,5 @@ mod provider;
 mod sigv4;
 
 pub use client::{CALL_DEADLINE, CallError, KmsClient};
-pub use provider::AwsKmsProvider;
+pub use provider::{AwsKmsProvider, CONTEXT_V2};
 pub use sigv4::Credentials;

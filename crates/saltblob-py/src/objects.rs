@@ -69,7 +69,14 @@ impl From<&saltblob::Manifest> for Manifest {
             stored_bytes: m.stored_bytes(),
             content_type: m.content_type.clone(),
             metadata: m.metadata.clone(),
-            encryption_key: m.sealed_by().map(|s| s.kek.to_string().replace('"', "")),
+            // A customer or KMS key's version names the form of its fingerprint or encryption context, not a
+            // version of the key: the name alone.
+            encryption_key: m.sealed_by().map(|s| match s.kek.provider {
+                saltblob::encryption::CUSTOMER | saltblob::encryption::AWS_KMS => {
+                    s.kek.name.clone()
+                }
+                _ => s.kek.to_string().replace('"', ""),
+            }),
             encryption_provider: m.sealed_by().map(|s| s.kek.provider),
         }
     }

@@ -132,8 +132,9 @@ pub(crate) fn _drop_cql_keyspace(py: Python<'_>, url: &str) -> PyResult<()> {
     })?
 }
 
-/// The fingerprint of customer key `key` (32 bytes): the `encryption_key` the manifests it seals record, so a
-/// caller can tell which of its keys a version needs. It reveals nothing usable about the key.
+/// The fingerprint of customer key `key` (32 bytes) that is the same in every store: the `encryption_key` of the
+/// versions it sealed before fingerprints were per store (`Store.customer_key_id` gives the one new versions
+/// record). It reveals nothing usable about the key.
 #[pyfunction]
 pub(crate) fn customer_key_id(key: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(args::customer_key(key)?.id().to_owned())
@@ -518,6 +519,15 @@ impl Store {
         let store = self.store()?;
         let m = wait(py, async move { store.head(key).await })?.map_err(py_err)?;
         Ok(Manifest::from(&m))
+    }
+
+    /// The fingerprint of customer key `key` (32 bytes) in this store: the `encryption_key` of the versions it
+    /// seals here, so a caller can tell which of its keys a version needs. Another in every store; it reveals
+    /// nothing usable about the key.
+    fn customer_key_id(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
+        let key = args::customer_key(key)?;
+        let store = self.store()?;
+        wait(py, async move { store.customer_fingerprint(&key).await })?.map_err(py_err)
     }
 
     /// `head()` for asyncio.

@@ -7,7 +7,9 @@
 //! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
 //! `s3:etag` (hex MD5), `s3:checksum-<algorithm>` (base64, as sent or computed), `s3:cache-control`,
 //! `s3:content-disposition`, `s3:content-encoding`, `s3:content-language`. Multipart upload records keep the
-//! object's attributes to be in the same keys (`multipart/upload.rs`).
+//! object's attributes to be in the same keys (`multipart/upload.rs`). A sealed version keeps its MD5 and
+//! checksums sealed (`saltblob:sealed`, [`saltblob_core::manifest::SEALED_METADATA_KEY`]), opened only for a
+//! request that may read it ([`with_opened`]); its ETag is opaque ([`sealed_etag`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -15,8 +17,8 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderValue};
 use s3s::dto::{CopySource, ETag, ETagCondition, Metadata, Timestamp, TimestampFormat};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
-use saltblob_core::Manifest;
-use saltblob_core::manifest::hex;
+use saltblob_core::manifest::{SEALED_METADATA_KEY, hex};
+use saltblob_core::{Manifest, ManifestBody};
 
 use crate::body::Algorithm;
 
@@ -162,13 +164,46 @@ fn user_metadata_of(m: &Manifest) -> Option<Metadata> {
     (!user.is_empty()).then_some(user)
 }
 
-/// The ETag of `m`: the MD5 of its body when it was stored through S3; otherwise (a blob written by another
-/// client of the store) derived from its BLAKE3 digest, marked `-b3` so that no client takes it for an MD5.
+/// The ETag of `m`: for a sealed version (SSE-C, SSE-KMS), [`sealed_etag`] of its digest, which says nothing
+/// of the plaintext; else the MD5 of its body when it was stored through S3; otherwise (a blob written by
+/// another client of the store) derived from its BLAKE3 digest, marked `-b3` so that no client takes it for an
+/// MD5.
 pub(crate) fn etag_of(m: &Manifest) -> ETag {
+    if m.sealed_by().is_some() {
+        let parts = match &m.body {
+            ManifestBody::Segmented(segments) => Some(segments.len()),
+            _ => None,
+        };
+        return ETag::Strong(sealed_etag(&m.digest, parts));
+    }
     match m.metadata.get(ETAG_KEY) {
         Some(etag) => ETag::Strong(etag.clone()),
         None => ETag::Strong(format!("{}-b3", hex(m.digest.get(..16).unwrap_or(&[])))),
     }
+}
+
+/// The ETag of a sealed version (or part) whose manifest digest is `digest`, composed of `parts` parts if it is
+/// a multipart object: the hex of the digest's first 16 bytes (with `-<parts>` after, as S3's multipart
+/// ETags). A sealed version's digest is keyed with a secret of its own (`docs/format.md`, "Derived keys"), so
+/// this ETag is opaque: another for every version, and nothing anyone without the key can compare a guess of the
+/// contents with.
+pub(crate) fn sealed_etag(digest: &[u8; 32], parts: Option<usize>) -> String {
+    let head = hex(digest.get(..16).unwrap_or(&[]));
+    match parts {
+        Some(n) => format!("{head}-{n}"),
+        None => head,
+    }
+}
+
+/// `m` with its sealed metadata (`sealed`, from [`saltblob_core::BlobStore::sealed_metadata`]: the checksums of a
+/// sealed version) in its metadata, for a request that may see them. Its `s3:etag` stays: a sealed version's MD5
+/// is never shown, its ETag is opaque.
+pub(crate) fn with_opened(m: &Manifest, sealed: BTreeMap<String, String>) -> Manifest {
+    let mut m = m.clone();
+    m.metadata.remove(SEALED_METADATA_KEY);
+    m.metadata
+        .extend(sealed.into_iter().filter(|(k, _)| k != ETAG_KEY));
+    m
 }
 
 /// The Last-Modified time of `m`: its version's creation, to the second (HTTP dates have seconds).

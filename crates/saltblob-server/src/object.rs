@@ -25,7 +25,7 @@ pub(crate) use self::copy::handle_copy_object;
 pub(crate) use self::read::{handle_get_object, handle_head_object};
 use crate::attrs::{
     DeleteConditions, current_version, etag_of, object_metadata, precondition_failed,
-    stored_checksums, with_checksums,
+    stored_checksums, with_checksums, with_opened,
 };
 use crate::error::from_store;
 use crate::keys::object_key;
@@ -57,7 +57,7 @@ pub(crate) async fn handle_put_object(
     );
     opts.metadata = metadata;
     opts.content_type = input.content_type;
-    let manifest = body.store_object(&s3.store, &key, opts, &sse).await?;
+    let (manifest, verified) = body.store_object(&s3.store, &key, opts, &sse).await?;
     s3.record_class_of(&req.extensions, &manifest);
     let output = with_checksums!(
         PutObjectOutput {
@@ -65,7 +65,7 @@ pub(crate) async fn handle_put_object(
             e_tag: Some(etag_of(&manifest)),
             size: i64::try_from(manifest.size).ok(),
         },
-        stored_checksums(&manifest)
+        stored_checksums(&with_opened(&manifest, verified))
     );
     Ok(sse.echo.respond(output))
 }

@@ -116,7 +116,8 @@ impl PutBody {
     }
 
     /// Stores the body as the new version of object `key` with `opts`, sealed as `sse` says: the ETag and
-    /// checksums the body verified with are in the version's metadata when it commits.
+    /// checksums the body verified with are in the version's metadata when it commits (sealed, for a sealed
+    /// version); returns the version with them, for the response.
     ///
     /// # Errors
     /// As [`PutBody::store_segment`].
@@ -126,13 +127,16 @@ impl PutBody {
         key: &str,
         opts: PutOptions,
         sse: &Sse,
-    ) -> S3Result<Manifest> {
+    ) -> S3Result<(Manifest, BTreeMap<String, String>)> {
+        let late = self.late.clone();
         let opts = opts.with_late_metadata(self.late.clone());
         let (store, key) = (store.clone(), key.to_owned());
-        self.store(opts, sse, |reader, opts| async move {
-            store.put_stream(&key, reader, &opts).await
-        })
-        .await
+        let manifest = self
+            .store(opts, sse, |reader, opts| async move {
+                store.put_stream(&key, reader, &opts).await
+            })
+            .await?;
+        Ok((manifest, late.entries()))
     }
 
     /// Stores the body as a segment of object `key` (a part of a multipart upload), claimable for `lease`, sealed

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::base::clock::Clock;
 use crate::base::error::{Error, Result};
 
-use super::{DataKey, KekRef, KeyProvider, Secret, recordable};
+use super::{DataKey, KekRef, KeyProvider, STORE_ID_LEN, Secret, recordable};
 
 /// How long [`CachedProvider`] keeps a data key by default: 10 minutes, as ScyllaDB's key cache.
 pub const DEFAULT_KEY_CACHE: Duration = Duration::from_secs(600);
@@ -118,30 +118,39 @@ impl CachedProvider {
         }
     }
 
-    /// The data key to wrap new versions with under `kek`: the one made last while it has not expired, else a
-    /// new one from the provider.
+    /// The data key to wrap new versions of the store `store_id` with under `kek`: the one made last while it has
+    /// not expired, else a new one from the provider ([`KeyProvider::new_store_data_key`]). A cache serves one
+    /// store.
     ///
     /// # Errors
     /// As [`KeyProvider::new_data_key`]; a retryable failure of the provider within the failure cache's time.
-    pub async fn data_key(&self, kek: &str) -> Result<Arc<DataKey>> {
+    pub async fn data_key(&self, kek: &str, store_id: &[u8; STORE_ID_LEN]) -> Result<Arc<DataKey>> {
         let kept = || cached(&self.made, kek, self.clock.now_micros());
         if let Some(key) = kept() {
             return Ok(key);
         }
         let made = self
             .single_flight(&self.making, kek.to_owned(), kept, async {
-                Ok(Arc::new(recordable(self.inner.new_data_key(kek).await?)?))
+                Ok(Arc::new(recordable(
+                    self.inner.new_store_data_key(kek, store_id).await?,
+                )?))
             })
             .await?;
         self.keep(&self.made, kek.to_owned(), &made);
         Ok(made)
     }
 
-    /// The data key `wrapped` by `kek`, from the cache while it has not expired, else from the provider.
+    /// The data key `wrapped` by `kek` for the store `store_id`, from the cache while it has not expired, else
+    /// from the provider ([`KeyProvider::open_store_data_key`]).
     ///
     /// # Errors
     /// As [`KeyProvider::open_data_key`]; a retryable failure of the provider within the failure cache's time.
-    pub async fn open(&self, kek: &KekRef, wrapped: &[u8]) -> Result<Secret> {
+    pub async fn open(
+        &self,
+        kek: &KekRef,
+        wrapped: &[u8],
+        store_id: &[u8; STORE_ID_LEN],
+    ) -> Result<Secret> {
         let id = (kek.clone(), wrapped.to_vec());
         let kept = || cached(&self.opened, &id, self.clock.now_micros());
         if let Some(key) = kept() {
@@ -149,7 +158,7 @@ impl CachedProvider {
         }
         let key = self
             .single_flight(&self.opening, id.clone(), kept, async {
-                self.inner.open_data_key(kek, wrapped).await
+                self.inner.open_store_data_key(kek, wrapped, store_id).await
             })
             .await?;
         self.keep(&self.opened, id, &key);
@@ -257,6 +266,8 @@ mod tests {
     use crate::encryption::LocalProvider;
     use crate::encryption::tests::provider;
 
+    const STORE: [u8; STORE_ID_LEN] = [3; STORE_ID_LEN];
+
     /// How [`Counting`] answers.
     #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
     enum Mode {
@@ -340,36 +351,48 @@ mod tests {
             DEFAULT_FAILURE_CACHE,
             clock.clone(),
         );
-        let first = cache.data_key("a").await.unwrap();
-        let again = cache.data_key("a").await.unwrap();
+        let first = cache.data_key("a", &STORE).await.unwrap();
+        let again = cache.data_key("a", &STORE).await.unwrap();
         assert!(
             Arc::ptr_eq(&first, &again),
             "new versions share the data key while it is kept"
         );
         assert_eq!(
-            cache.open(&first.kek, &first.wrapped).await.unwrap(),
+            cache
+                .open(&first.kek, &first.wrapped, &STORE)
+                .await
+                .unwrap(),
             first.key
         );
         assert_eq!(
-            cache.open(&first.kek, &first.wrapped).await.unwrap(),
+            cache
+                .open(&first.kek, &first.wrapped, &STORE)
+                .await
+                .unwrap(),
             first.key
         );
         assert_eq!(counting.calls.load(SeqCst), 2, "one make, one open");
 
         // Disabled at the provider: served from the cache until the entries expire, then refused.
         counting.set(Mode::Disabled);
-        assert!(cache.open(&first.kek, &first.wrapped).await.is_ok());
+        assert!(cache.open(&first.kek, &first.wrapped, &STORE).await.is_ok());
         clock.advance(Duration::from_secs(61));
-        let e = cache.open(&first.kek, &first.wrapped).await.unwrap_err();
+        let e = cache
+            .open(&first.kek, &first.wrapped, &STORE)
+            .await
+            .unwrap_err();
         assert!(matches!(e, Error::KeyUnavailable { .. }), "{e}");
-        assert!(cache.data_key("a").await.is_err());
+        assert!(cache.data_key("a", &STORE).await.is_err());
         // Enabled again: everything opens at once (a refusal is not kept), nothing was lost.
         counting.set(Mode::Up);
         assert_eq!(
-            cache.open(&first.kek, &first.wrapped).await.unwrap(),
+            cache
+                .open(&first.kek, &first.wrapped, &STORE)
+                .await
+                .unwrap(),
             first.key
         );
-        let newer = cache.data_key("a").await.unwrap();
+        let newer = cache.data_key("a", &STORE).await.unwrap();
         assert!(
             !Arc::ptr_eq(&first, &newer),
             "a new data key after the expiry"
@@ -382,8 +405,14 @@ mod tests {
             clock,
         );
         let before = counting.calls.load(SeqCst);
-        uncached.open(&first.kek, &first.wrapped).await.unwrap();
-        uncached.open(&first.kek, &first.wrapped).await.unwrap();
+        uncached
+            .open(&first.kek, &first.wrapped, &STORE)
+            .await
+            .unwrap();
+        uncached
+            .open(&first.kek, &first.wrapped, &STORE)
+            .await
+            .unwrap();
         assert_eq!(
             counting.calls.load(SeqCst),
             before + 2,
@@ -415,7 +444,7 @@ mod tests {
         let opens = (0..16).map(|_| {
             let cache = Arc::clone(&cache);
             let (kek, wrapped) = (made[0].kek.clone(), made[0].wrapped.clone());
-            tokio::spawn(async move { cache.open(&kek, &wrapped).await })
+            tokio::spawn(async move { cache.open(&kek, &wrapped, &STORE).await })
         });
         for open in futures::future::join_all(opens).await {
             assert_eq!(open.unwrap().unwrap(), made[0].key);
@@ -427,7 +456,7 @@ mod tests {
         let opens = (0..16).map(|_| {
             let cache = Arc::clone(&cache);
             let (kek, wrapped) = (made[1].kek.clone(), made[1].wrapped.clone());
-            tokio::spawn(async move { cache.open(&kek, &wrapped).await })
+            tokio::spawn(async move { cache.open(&kek, &wrapped, &STORE).await })
         });
         for open in futures::future::join_all(opens).await {
             let e = open.unwrap().unwrap_err();
@@ -436,22 +465,33 @@ mod tests {
         assert_eq!(counting.calls.load(SeqCst), before + 1, "one call failed");
         // Another key, a new data key: failed at once, the provider not asked.
         let t = std::time::Instant::now();
-        let e = cache.data_key("a").await.unwrap_err();
+        let e = cache.data_key("a", &STORE).await.unwrap_err();
         assert!(e.to_string().contains("served again"), "{e}");
         assert!(t.elapsed() < Duration::from_millis(40), "{:?}", t.elapsed());
         assert_eq!(counting.calls.load(SeqCst), before + 1);
         // Kept keys still open while it is down.
         assert_eq!(
-            cache.open(&made[0].kek, &made[0].wrapped).await.unwrap(),
+            cache
+                .open(&made[0].kek, &made[0].wrapped, &STORE)
+                .await
+                .unwrap(),
             made[0].key
         );
 
         // Back up: asked again once the failure is older than the failure cache.
         counting.set(Mode::Up);
-        assert!(cache.open(&made[1].kek, &made[1].wrapped).await.is_err());
+        assert!(
+            cache
+                .open(&made[1].kek, &made[1].wrapped, &STORE)
+                .await
+                .is_err()
+        );
         clock.advance(Duration::from_secs(2));
         assert_eq!(
-            cache.open(&made[1].kek, &made[1].wrapped).await.unwrap(),
+            cache
+                .open(&made[1].kek, &made[1].wrapped, &STORE)
+                .await
+                .unwrap(),
             made[1].key
         );
         assert!(lock(&cache.opening).is_empty(), "no call left behind");

@@ -24,7 +24,7 @@ use std::time::Duration;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 
 pub use self::cache::{CachedProvider, DEFAULT_FAILURE_CACHE, DEFAULT_KEY_CACHE};
-pub use self::customer::{CUSTOMER_ID_LEN, CustomerKey};
+pub use self::customer::{CUSTOMER_ID_LEN, CustomerKey, FINGERPRINT_PER_STORE};
 pub use self::keyring::{Kek, KekState, Keyring, MAX_KEKS, MAX_NAME_LEN};
 pub use self::params::{AwsKmsParams, EncryptionParams};
 use crate::base::clock::Clock;
@@ -265,6 +265,51 @@ pub trait KeyProvider: fmt::Debug + Send + Sync {
     /// [`Error::KeyUnavailable`] when the key is unknown, retired or disabled, or `wrapped` does not open under
     /// it (it was wrapped by another key, or changed).
     async fn open_data_key(&self, kek: &KekRef, wrapped: &[u8]) -> Result<Secret>;
+
+    /// [`KeyProvider::new_data_key`] for the store of id `store_id`, which a provider may bind the data key to
+    /// (the `aws-kms` provider names it in the key's encryption context); what stores call. Defaults to
+    /// `new_data_key`.
+    ///
+    /// # Errors
+    /// As [`KeyProvider::new_data_key`].
+    async fn new_store_data_key(
+        &self,
+        kek: &str,
+        store_id: &[u8; STORE_ID_LEN],
+    ) -> Result<DataKey> {
+        let _ = store_id;
+        self.new_data_key(kek).await
+    }
+
+    /// [`KeyProvider::wrap_data_key`] for the store of id `store_id`, as [`KeyProvider::new_store_data_key`].
+    ///
+    /// # Errors
+    /// As [`KeyProvider::new_data_key`].
+    async fn wrap_store_data_key(
+        &self,
+        kek: &str,
+        key: &Secret,
+        store_id: &[u8; STORE_ID_LEN],
+    ) -> Result<DataKey> {
+        let _ = store_id;
+        self.wrap_data_key(kek, key).await
+    }
+
+    /// [`KeyProvider::open_data_key`] for the store of id `store_id`: opens what
+    /// [`KeyProvider::new_store_data_key`] and [`KeyProvider::wrap_store_data_key`] made for it (and what
+    /// `new_data_key` made). Defaults to `open_data_key`.
+    ///
+    /// # Errors
+    /// As [`KeyProvider::open_data_key`].
+    async fn open_store_data_key(
+        &self,
+        kek: &KekRef,
+        wrapped: &[u8],
+        store_id: &[u8; STORE_ID_LEN],
+    ) -> Result<Secret> {
+        let _ = store_id;
+        self.open_data_key(kek, wrapped).await
+    }
 }
 
 /// The `local` provider: key-encryption keys from a keyring file, read when the provider is made.

@@ -23,6 +23,10 @@ const NONCE: &[u8] = b"saltblob/nonce/1";
 const COMMIT: &[u8] = b"saltblob/commit/1";
 const DIGEST: &[u8] = b"saltblob/digest/1";
 const CHUNK_AAD: &[u8] = b"saltblob/chunk/1";
+const NOTE_KEY: &[u8] = b"saltblob/note-key/1";
+const NOTE_AAD: &[u8] = b"saltblob/note/1";
+/// Format byte of a sealed note ([`VersionKeys::seal_note`]).
+const NOTE_FORMAT_V1: u8 = 1;
 
 /// An HKDF output length.
 struct Len(usize);
@@ -33,9 +37,10 @@ impl KeyType for Len {
     }
 }
 
-/// The secrets of one sealed version: its chunk key, base nonce, key commitment and digest key.
+/// The secrets of one sealed version: its chunk key, base nonce, key commitment, digest key and note key.
 pub struct VersionKeys {
     chunk: LessSafeKey,
+    note: LessSafeKey,
     base_nonce: [u8; NONCE_LEN],
     commitment: [u8; 32],
     digest_key: Secret,
@@ -81,8 +86,13 @@ impl VersionKeys {
         expand(DIGEST, &mut digest_key[..])?;
         let chunk = UnboundKey::new(&AES_256_GCM, &chunk_key[..])
             .map_err(|_| crypto_failed("AES-256-GCM key set-up"))?;
+        let mut note_key = Secret::new([0; KEY_LEN]);
+        expand(NOTE_KEY, &mut note_key[..])?;
+        let note = UnboundKey::new(&AES_256_GCM, &note_key[..])
+            .map_err(|_| crypto_failed("AES-256-GCM key set-up"))?;
         Ok(Self {
             chunk: LessSafeKey::new(chunk),
+            note: LessSafeKey::new(note),
             base_nonce,
             commitment,
             digest_key,
@@ -167,6 +177,57 @@ impl VersionKeys {
 }
 
 impl VersionKeys {
+    /// `plain` sealed under the version's note key (`docs/format.md`, "Sealed metadata"): format byte 1, a random
+    /// 12-byte nonce, the AES-256-GCM ciphertext and its tag. What a version records about its plaintext beside
+    /// the chunks (its checksums) is kept so; only a holder of the data key opens it ([`VersionKeys::open_note`]).
+    ///
+    /// # Errors
+    /// When the system's random number generator or AES-GCM fails.
+    pub fn seal_note(&self, plain: &[u8]) -> Result<Vec<u8>> {
+        let mut nonce = [0u8; NONCE_LEN];
+        super::fill_random(&mut nonce)?;
+        let mut sealed = plain.to_vec();
+        self.note
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(NOTE_AAD),
+                &mut sealed,
+            )
+            .map_err(|_| crypto_failed("AES-256-GCM sealing a note"))?;
+        let mut out = Vec::with_capacity(1 + NONCE_LEN + sealed.len());
+        out.push(NOTE_FORMAT_V1);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        Ok(out)
+    }
+
+    /// What [`VersionKeys::seal_note`] sealed in `sealed`.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when it does not open under this version's keys (changed, or another version's).
+    pub fn open_note(&self, sealed: &[u8]) -> Result<Vec<u8>> {
+        let corrupt = |detail: &str| Error::corrupt("sealed note", detail.to_owned());
+        let (format, rest) = sealed.split_first().ok_or_else(|| corrupt("empty"))?;
+        if *format != NOTE_FORMAT_V1 {
+            return Err(corrupt("unknown note format (this build reads 1)"));
+        }
+        if rest.len() < NONCE_LEN + TAG_LEN {
+            return Err(corrupt("shorter than its nonce and tag"));
+        }
+        let (nonce, ciphertext) = rest.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| corrupt("no nonce"))?;
+        let mut buf = ciphertext.to_vec();
+        let plain = self
+            .note
+            .open_in_place(nonce, Aad::from(NOTE_AAD), &mut buf)
+            .map_err(|_| {
+                corrupt("does not open under this version's keys (changed, or another version's)")
+            })?
+            .len();
+        buf.truncate(plain);
+        Ok(buf)
+    }
+
     /// Seals the value of an inline version: as its only chunk (index 0, the last), codec none.
     ///
     /// # Errors
@@ -304,6 +365,29 @@ mod tests {
         assert_ne!(&keyed, plain.as_bytes(), "the digest is keyed");
         assert_ne!(keyed, others[0].seal_digest(&plain));
         assert_eq!(keyed, keys(1, b"k", 5).seal_digest(&plain), "deterministic");
+    }
+
+    #[test]
+    fn notes_open_only_under_their_version() {
+        let k = keys(1, b"k", 5);
+        let sealed = k.seal_note(b"checksums").unwrap();
+        assert_eq!(k.open_note(&sealed).unwrap(), b"checksums");
+        assert_ne!(
+            sealed,
+            k.seal_note(b"checksums").unwrap(),
+            "a fresh nonce each time"
+        );
+        assert!(!sealed.windows(9).any(|w| w == b"checksums"));
+        for other in [keys(2, b"k", 5), keys(1, b"k2", 5), keys(1, b"k", 6)] {
+            assert!(other.open_note(&sealed).is_err());
+        }
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 1;
+            assert!(k.open_note(&bad).is_err(), "byte {i}");
+        }
+        assert!(k.open_note(&sealed[..sealed.len() - 1]).is_err());
+        assert!(k.open_note(&[]).is_err());
     }
 
     proptest! {

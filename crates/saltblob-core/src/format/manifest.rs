@@ -42,6 +42,12 @@ pub const MAX_CONTENT_TYPE_LEN: usize = 255;
 /// Largest total size of user metadata (keys plus values), in bytes.
 pub const MAX_METADATA_BYTES: usize = 8 * 1024;
 
+/// The metadata key of a sealed version's sealed metadata (`docs/format.md`, "Sealed metadata"): the hex form of
+/// a note sealed under the version's keys ([`crate::encryption::seal::VersionKeys::seal_note`]) whose plaintext
+/// is entries encoded as [`encode_entries`] does. A put of a sealed version keeps there what it learnt from the
+/// body ([`crate::state::config::PutOptions::late_metadata`]); [`crate::store::BlobStore::sealed_metadata`] opens it.
+pub const SEALED_METADATA_KEY: &str = "saltblob:sealed";
+
 const TAG_INLINE: u8 = 0;
 const TAG_CHUNKED: u8 = 1;
 const TAG_SEGMENTED: u8 = 2;
@@ -219,6 +225,17 @@ impl Manifest {
         match &self.body {
             ManifestBody::Segmented(segments) => segments.iter().find_map(|s| s.sealing.as_ref()),
             _ => self.sealing.as_ref(),
+        }
+    }
+
+    /// The version whose keys seal this version's sealed metadata ([`SEALED_METADATA_KEY`]), with its encryption
+    /// block: the version itself, or its first sealed segment; `None` when nothing of it is sealed.
+    pub fn sealed_part(&self) -> Option<(VersionId, &Sealing)> {
+        match &self.body {
+            ManifestBody::Segmented(segments) => segments
+                .iter()
+                .find_map(|s| Some((s.version, s.sealing.as_ref()?))),
+            _ => Some((self.version, self.sealing.as_ref()?)),
         }
     }
 
@@ -487,6 +504,35 @@ fn put_sealing(b: &mut BytesMut, sealing: &Sealing) {
     b.put_u16_le(u16::try_from(wrapped.len()).unwrap_or(u16::MAX));
     b.put_slice(wrapped);
     b.put_slice(&sealing.commitment);
+}
+
+/// Metadata entries as the plaintext of a sealed note: a count (u16 LE), then each key and value as a string
+/// (u16 LE length, UTF-8 bytes).
+pub fn encode_entries(entries: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    b.put_u16_le(u16::try_from(entries.len()).unwrap_or(u16::MAX));
+    for (k, v) in entries.iter().take(usize::from(u16::MAX)) {
+        put_str(&mut b, k);
+        put_str(&mut b, v);
+    }
+    b.to_vec()
+}
+
+/// The entries [`encode_entries`] wrote.
+///
+/// # Errors
+/// [`Error::Corrupt`] when they do not decode.
+pub fn decode_entries(bytes: &[u8]) -> Result<BTreeMap<String, String>> {
+    let corrupt = |detail: String| Error::corrupt("sealed metadata", detail);
+    let bytes = Bytes::copy_from_slice(bytes);
+    let mut r = Reader::new(bytes, &corrupt);
+    let mut entries = BTreeMap::new();
+    for _ in 0..r.u16()? {
+        let k = r.str()?;
+        entries.insert(k, r.str()?);
+    }
+    r.end()?;
+    Ok(entries)
 }
 
 fn put_str(b: &mut BytesMut, s: &str) {

@@ -11,9 +11,9 @@ use futures::StreamExt;
 use crate::base::error::{Error, Result};
 use crate::encryption::CUSTOMER;
 use crate::format::layout::Layout;
-use crate::format::manifest::{Manifest, ManifestBody};
+use crate::format::manifest::{Manifest, ManifestBody, SEALED_METADATA_KEY};
 use crate::schedule::PriorityClass;
-use crate::state::config::{GetOptions, PutCondition, PutOptions};
+use crate::state::config::{GetOptions, LateMetadata, PutCondition, PutOptions};
 use crate::store::BlobStore;
 use crate::store::{BlobStream, StreamReader};
 
@@ -155,6 +155,15 @@ impl BlobStore {
             .with_priority(class.unwrap_or_else(PriorityClass::bulk));
         opts.content_type = read.content_type.clone();
         opts.metadata = read.metadata.clone();
+        // Sealed metadata is sealed under the version read's keys: opened, it is the new version's late metadata,
+        // sealed again under its keys (or in the clear, for a plaintext one).
+        if opts.metadata.remove(SEALED_METADATA_KEY).is_some() {
+            let late = LateMetadata::new();
+            for (k, v) in self.sealed_metadata(key.as_ref(), &read, None).await? {
+                late.insert(k, v);
+            }
+            opts.late_metadata = Some(late);
+        }
         opts.encryption_key = seal_under;
         if let Some(expires) = read.expires_micros {
             let now = self.config().clock.now_micros();
@@ -353,6 +362,23 @@ mod tests {
         assert!(
             keyed.head("plain2").await.unwrap().sealing.is_none(),
             "nothing changed"
+        );
+
+        // A sealed version rewritten keeps its sealed metadata, sealed again under the new version's keys.
+        let late = crate::state::config::LateMetadata::new();
+        late.insert("s3:checksum-crc32", "AAAAAA==");
+        let opts = PutOptions::new()
+            .with_encryption_key("t")
+            .with_late_metadata(late.clone());
+        let sealed = keyed.put("sealed", body(5000, 4), &opts).await.unwrap();
+        let stream = keyed.get_stream("sealed").await.unwrap();
+        let rewritten = keyed.rewrite("sealed", stream, None, Some("t".into()));
+        assert!(matches!(rewritten.await.unwrap(), Relaid::Moved { .. }));
+        let m = keyed.head("sealed").await.unwrap();
+        assert_ne!(m.version, sealed.version);
+        assert_eq!(
+            keyed.sealed_metadata("sealed", &m, None).await.unwrap(),
+            late.entries()
         );
     }
 

@@ -11,7 +11,8 @@
 //! - `delete.rs`: a delete, a conditional delete, the delete of an expired blob;
 //! - `read.rs`: a read: its preamble, then streaming ([`BlobStream`]);
 //! - this file, the API; then `segments.rs` (segments and their composition: multipart uploads),
-//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys) and [`pass`] (passes over every
+//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys), `sealed_metadata.rs` (what a
+//!   sealed version keeps sealed beside its chunks, customer key fingerprints) and [`pass`] (passes over every
 //!   manifest, by the backend's ranges, resumable), which add methods to [`BlobStore`].
 //!
 //! The store stands on `ledger/` (intents, the reclaim queue) and `state/`; gc and fsck (`upkeep/`) stand on the
@@ -27,6 +28,7 @@ mod pieces;
 pub(crate) mod put;
 pub(crate) mod read;
 mod reseal;
+mod sealed_metadata;
 pub(crate) mod sealing;
 mod segments;
 

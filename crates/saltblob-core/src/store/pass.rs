@@ -18,7 +18,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use crate::backend::{Namespace, ScanRange};
 use crate::base::error::{Error, Result};
 use crate::base::retry::Backoff;
-use crate::base::shown::{escape_key, hex, unescape_key};
+use crate::base::shown::{escape_key, hex, unescape_key, unhex};
 use crate::format::manifest::Manifest;
 use crate::schedule;
 use crate::store::BlobStore;
@@ -227,17 +227,6 @@ impl PassProgress {
             in_flight,
         })
     }
-}
-
-/// The bytes of lowercase or uppercase hex `text`; `None` if it is not hex.
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Options of [`BlobStore::pass`].

@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use crate::backend::{BlobRef, SinkPlan};
 use crate::base::error::{Error, Result};
+use crate::base::shown::hex;
 use crate::base::version::VersionId;
 use crate::format::codec::Codec;
 use crate::format::layout::{Layout, LayoutPolicy};
-use crate::format::manifest::{Manifest, ManifestBody};
+use crate::format::manifest::{Manifest, ManifestBody, SEALED_METADATA_KEY, encode_entries};
 use crate::ledger::intent::{IntentLease, Progress};
 use crate::schedule::{self, ClassTag, PriorityClass};
 use crate::state::Inner;
@@ -216,7 +217,7 @@ where
 
     let layout = known_size.map(|s| policy.layout_for(s));
     if layout == Some(Layout::Inline) {
-        add_late_metadata(&mut manifest, opts)?;
+        add_late_metadata(&mut manifest, opts, sealed.as_ref())?;
         manifest.size = head_len;
         let digest = blake3::hash(&head);
         (manifest.digest, manifest.body) = match &sealed {
@@ -302,7 +303,8 @@ where
         }),
         _ => Ok(written),
     });
-    let written = written.and_then(|w| add_late_metadata(&mut manifest, opts).map(|()| w));
+    let written =
+        written.and_then(|w| add_late_metadata(&mut manifest, opts, sealed.as_ref()).map(|()| w));
     // A put whose intent was taken over must not commit: gc may already be deleting its chunks. The claim
     // settles that race for good (see `intent/`).
     let written = match (written, finish, &lease) {
@@ -380,13 +382,29 @@ impl Drop for FreedOffPath {
     }
 }
 
-/// Stores what the body told [`PutOptions::late_metadata`] in `manifest`, once the body has ended.
-fn add_late_metadata(manifest: &mut Manifest, opts: &PutOptions) -> Result<()> {
-    if let Some(late) = &opts.late_metadata {
-        manifest.metadata.extend(late.entries());
-        manifest.validate_attributes()?;
+/// Stores what the body told [`PutOptions::late_metadata`] in `manifest`, once the body has ended: in the clear,
+/// or, for a version `sealed`, sealed under its keys as one entry ([`SEALED_METADATA_KEY`]), since what is learnt
+/// from the body (its checksums) tells of the plaintext.
+fn add_late_metadata(
+    manifest: &mut Manifest,
+    opts: &PutOptions,
+    sealed: Option<&PutSealing>,
+) -> Result<()> {
+    let Some(late) = &opts.late_metadata else {
+        return Ok(());
+    };
+    let entries = late.entries();
+    match sealed {
+        None => manifest.metadata.extend(entries),
+        Some(_) if entries.is_empty() => {}
+        Some(s) => {
+            let note = s.keys.seal_note(&encode_entries(&entries))?;
+            manifest
+                .metadata
+                .insert(SEALED_METADATA_KEY.to_owned(), hex(&note));
+        }
     }
-    Ok(())
+    manifest.validate_attributes()
 }
 
 /// What [`write_chunks`] wrote.

@@ -105,11 +105,12 @@ impl BlobStore {
                 let Some(keys) = &inner.keys else {
                     return Ok(Rekeyed::Skipped("no key provider"));
                 };
-                let dek = keys.cache.open(&old.kek, &old.wrapped).await?;
+                let store_id = sealing::store_id(inner, false).await?;
+                let dek = keys.cache.open(&old.kek, &old.wrapped, &store_id).await?;
                 let wrapped = crate::encryption::recordable(
                     keys.config
                         .provider
-                        .wrap_data_key(&old.kek.name, &dek)
+                        .wrap_store_data_key(&old.kek.name, &dek, &store_id)
                         .await?,
                 )?;
                 if wrapped.kek != old.kek {

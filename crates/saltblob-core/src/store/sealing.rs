@@ -53,9 +53,16 @@ pub(crate) async fn for_put(
             ));
         }
         let compress = inner.keys.as_ref().is_some_and(|k| k.config.compress);
-        return sealed(inner, key, version, &customer.new_data_key()?, compress)
-            .await
-            .map(Some);
+        let store_id = store_id(inner, true).await?;
+        return sealed(
+            inner,
+            key,
+            version,
+            &customer.new_data_key(&store_id)?,
+            compress,
+        )
+        .await
+        .map(Some);
     }
     let store_key = inner.keys.as_ref().and_then(|k| k.config.key.as_ref());
     let Some(name) = opts.encryption_key.as_ref().or(store_key) else {
@@ -75,7 +82,10 @@ pub(crate) async fn for_put(
             ),
         ));
     }
-    let dek = keys.cache.data_key(name).await?;
+    let dek = keys
+        .cache
+        .data_key(name, &store_id(inner, true).await?)
+        .await?;
     sealed(inner, key, version, &dek, keys.config.compress)
         .await
         .map(Some)
@@ -120,7 +130,8 @@ fn no_provider(name: &str) -> Error {
 /// As [`for_put`].
 pub(crate) async fn check_key(inner: &Inner, name: &str) -> Result<()> {
     let keys = inner.keys.as_ref().ok_or_else(|| no_provider(name))?;
-    keys.cache.data_key(name).await.map(|_| ())
+    let store_id = store_id(inner, true).await?;
+    keys.cache.data_key(name, &store_id).await.map(|_| ())
 }
 
 /// The secrets that open version `manifest` of `key`, given `customer` (the read's customer key, if any);
@@ -216,7 +227,7 @@ async fn open_data_key(
     };
     if sealing.kek.provider == CUSTOMER {
         return match customer {
-            Some(given) => given.open_data_key(sealing),
+            Some(given) => given.open_data_key(&store_id(inner, false).await?, sealing),
             None => Err(unavailable(format!(
                 "version {} of key \"{}\" is sealed under a customer key, which the read did not give \
                  (Rust: GetOptions::customer_key; Python: customer_key=; S3: the \
@@ -244,11 +255,14 @@ async fn open_data_key(
             keys.config.provider.name()
         )));
     }
-    keys.cache.open(&sealing.kek, &sealing.wrapped).await
+    let store_id = store_id(inner, false).await?;
+    keys.cache
+        .open(&sealing.kek, &sealing.wrapped, &store_id)
+        .await
 }
 
 /// The store id: read once, or made (with a conditional put, so that concurrent first puts agree) when `create`.
-async fn store_id(inner: &Inner, create: bool) -> Result<[u8; STORE_ID_LEN]> {
+pub(crate) async fn store_id(inner: &Inner, create: bool) -> Result<[u8; STORE_ID_LEN]> {
     let corrupt = |detail: String| Error::corrupt("store id record", detail);
     inner
         .store_id
@@ -329,6 +343,92 @@ mod tests {
         ) -> crate::base::error::Result<Secret> {
             self.0.open_data_key(kek, wrapped).await
         }
+    }
+
+    /// What a sealed put learns from its body (late metadata: the S3 server's MD5 and checksums) is sealed in
+    /// the manifest, and opens only with the version's key; the same customer key has another fingerprint in
+    /// each store; manifests without sealed metadata (written before it existed, their entries in the clear) read
+    /// as before and have none to open.
+    #[tokio::test]
+    async fn late_metadata_of_sealed_versions_is_sealed() {
+        use crate::encryption::{CustomerKey, FINGERPRINT_PER_STORE};
+        use crate::format::manifest::SEALED_METADATA_KEY;
+        use crate::state::config::{GetOptions, LateMetadata};
+
+        let key = CustomerKey::new([7; 32]);
+        let other = CustomerKey::new([8; 32]);
+        let mut names = Vec::new();
+        for value in [b"small value".to_vec(), vec![3u8; 200_000]] {
+            let store =
+                BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).unwrap();
+            let late = LateMetadata::new();
+            late.insert("s3:checksum-crc32", "Y2hlY2tzdW0=");
+            let opts = PutOptions::new()
+                .with_customer_key(key.clone())
+                .with_late_metadata(late.clone())
+                .with_metadata("plain", "kept");
+            let m = store.put("k", value.clone(), &opts).await.unwrap();
+            let shown = format!("{:?}", m.metadata);
+            assert!(!shown.contains("Y2hlY2tzdW0="), "{shown}");
+            assert_eq!(m.metadata.get("plain").map(String::as_str), Some("kept"));
+            assert!(m.metadata.contains_key(SEALED_METADATA_KEY));
+            let m = store.head("k").await.unwrap();
+            assert_eq!(
+                store.sealed_metadata("k", &m, Some(&key)).await.unwrap(),
+                late.entries()
+            );
+            assert!(matches!(
+                store.sealed_metadata("k", &m, None).await,
+                Err(Error::KeyUnavailable { .. })
+            ));
+            assert!(store.sealed_metadata("k", &m, Some(&other)).await.is_err());
+            let sealing = m.sealed_by_customer().unwrap();
+            assert_eq!(sealing.kek.version, FINGERPRINT_PER_STORE);
+            assert!(store.customer_key_names(&key, &sealing.kek).await.unwrap());
+            assert!(
+                !store
+                    .customer_key_names(&other, &sealing.kek)
+                    .await
+                    .unwrap()
+            );
+            names.push(sealing.kek.name.clone());
+            let read = GetOptions {
+                customer_key: Some(key.clone()),
+                ..GetOptions::new()
+            };
+            assert_eq!(&store.get_with("k", &read).await.unwrap()[..], &value[..]);
+
+            // As a manifest written before: the entries in the clear, nothing sealed to open.
+            let mut old = m.clone();
+            old.metadata.remove(SEALED_METADATA_KEY);
+            old.metadata.extend(late.entries());
+            let decoded =
+                crate::format::manifest::Manifest::decode(&old.encode(), &|| "old".into()).unwrap();
+            assert_eq!(decoded, old);
+            assert!(
+                store
+                    .sealed_metadata("k", &old, Some(&key))
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+
+            // A plaintext put keeps its late metadata in the clear.
+            let plain = store
+                .put(
+                    "p",
+                    value,
+                    &PutOptions::new().with_late_metadata(late.clone()),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                plain.metadata.get("s3:checksum-crc32").map(String::as_str),
+                Some("Y2hlY2tzdW0=")
+            );
+        }
+        assert_ne!(names[0], names[1], "one key, two stores, two fingerprints");
+        assert!(!names.contains(&key.id().to_owned()));
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use saltblob_core::conformance::encryption::{marked_with, shows};
 use saltblob_core::conformance::{data, prefix, small_config};
-use saltblob_core::encryption::{AWS_KMS, AwsKmsParams, EncryptionConfig, KeyProvider};
+use saltblob_core::encryption::{AWS_KMS, AwsKmsParams, EncryptionConfig, KekRef, KeyProvider};
 use saltblob_core::{BlobStore, ChunkStore, Error, MemoryStore, PutOptions, Rekeyed};
 use saltblob_kms::{AwsKmsProvider, CallError, Credentials, KmsClient};
 use serde_json::json;
@@ -307,6 +307,53 @@ async fn wrapped_keys_open_only_under_their_own_kms_key_and_unchanged() {
             .unwrap(),
         *made.key
     );
+    // A store's data keys are bound to the store by their encryption context (key version 1): they open for that
+    // store only; keys made before (version 0, the constant context) open for any.
+    let (here, there) = ([1u8; 16], [2u8; 16]);
+    let bound = provider
+        .new_store_data_key(&a, &here)
+        .await
+        .expect("GenerateDataKey with the store's context");
+    assert_eq!(bound.kek.version, saltblob_kms::CONTEXT_V2);
+    assert_eq!(
+        *provider
+            .open_store_data_key(&bound.kek, &bound.wrapped, &here)
+            .await
+            .expect("Decrypt"),
+        *bound.key
+    );
+    assert!(
+        provider
+            .open_store_data_key(&bound.kek, &bound.wrapped, &there)
+            .await
+            .is_err(),
+        "another store's context"
+    );
+    assert!(
+        provider
+            .open_data_key(
+                &KekRef {
+                    version: 0,
+                    ..bound.kek.clone()
+                },
+                &bound.wrapped
+            )
+            .await
+            .is_err(),
+        "the old constant context"
+    );
+    assert_eq!(
+        *provider
+            .open_store_data_key(&made.kek, &made.wrapped, &there)
+            .await
+            .expect("an old key opens"),
+        *made.key
+    );
+    let rewrapped = provider
+        .wrap_store_data_key(&a, &made.key, &here)
+        .await
+        .expect("Encrypt");
+    assert_eq!(rewrapped.kek.version, saltblob_kms::CONTEXT_V2);
     // The raw error of a KMS call is typed.
     let e = kms
         .call("DescribeKey", &json!({ "KeyId": "alias/saltblob-none" }))

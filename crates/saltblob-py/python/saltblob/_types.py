@@ -69,7 +69,7 @@ class PutOptions(TypedDict, total=False):
     customer_key: Optional[bytes]
     """Seal the blob under this key of the caller's, 32 bytes (S3's SSE-C): it is never stored, and every read must
     give it again (``get(..., customer_key=)``), else ``KeyUnavailable``. No key provider is needed.
-    ``Manifest.encryption_key`` is then its fingerprint (``saltblob.customer_key_id``) and
+    ``Manifest.encryption_key`` is then its fingerprint in the store (``Store.customer_key_id``) and
     ``Manifest.encryption_provider`` is ``"customer"``. Not with ``encryption_key``."""
 
 

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use s3s::dto::{ChecksumType, CompletedPart};
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use saltblob_core::Segment;
+use saltblob_core::manifest::segments_digest;
 
 use super::checksum::{self, UploadChecksum};
-use super::compose::ComposeRecord;
+use super::compose::{ComposeRecord, PARTS_ETAG_KEY};
 use super::parts::StoredPart;
 use super::upload::Upload;
 use super::{MIN_PART_SIZE, multipart_etag};
-use crate::attrs::{ETAG_KEY, checksum_of};
+use crate::attrs::{ETAG_KEY, checksum_of, sealed_etag};
 use crate::body::Algorithm;
 
 /// What a CompleteMultipartUpload lists: the parts, and what it says of the object.
@@ -41,10 +42,19 @@ impl Listed {
 /// checksum) the object's checksum, after the checks of the request's own checksum and size.
 fn plan(req: &Listed, upload: &Upload, chosen: &[&StoredPart]) -> S3Result<ComposeRecord> {
     let mut metadata = BTreeMap::new();
-    metadata.insert(
-        ETAG_KEY.to_owned(),
-        multipart_etag(chosen.iter().map(|p| p.md5_hex())),
-    );
+    let parts_etag = multipart_etag(chosen.iter().map(|p| p.md5_hex()));
+    if chosen.iter().any(|p| p.segment.sealing.is_some()) {
+        // A sealed object's ETag is opaque: that of the object's digest (`attrs.rs`, `etag_of`), known before
+        // the compose. The parts' multipart ETag tells a repeated complete whether it lists the same parts.
+        let segments: Vec<Segment> = chosen.iter().map(|p| p.segment.clone()).collect();
+        metadata.insert(
+            ETAG_KEY.to_owned(),
+            sealed_etag(&segments_digest(&segments), Some(segments.len())),
+        );
+        metadata.insert(PARTS_ETAG_KEY.to_owned(), parts_etag);
+    } else {
+        metadata.insert(ETAG_KEY.to_owned(), parts_etag);
+    }
     match upload.checksum {
         Some(c) => {
             c.check_complete(req.sent_type.as_ref(), req.sent.as_ref().map(|(a, _)| *a))?;
@@ -91,6 +101,7 @@ fn plan(req: &Listed, upload: &Upload, chosen: &[&StoredPart]) -> S3Result<Compo
             .map(|p| p.segment.clone())
             .collect::<Vec<Segment>>(),
         metadata,
+        opened: BTreeMap::new(),
     })
 }
 

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use s3s::dto::{ChecksumType, CompleteMultipartUploadInput, CompleteMultipartUploadOutput, ETag};
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use saltblob_core::encryption::{CUSTOMER, CustomerKey};
+use saltblob_core::manifest::SEALED_METADATA_KEY;
 use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions};
 
 use saltblob_core::units::micros;
@@ -27,11 +29,11 @@ use saltblob_core::units::micros;
 use super::checksum::UploadChecksum;
 use super::choose::Listed;
 use super::cleanup::clean_up;
-use super::compose::ComposeRecord;
-use super::parts;
+use super::compose::{ComposeRecord, PARTS_ETAG_KEY};
+use super::parts::{self, StoredPart};
 use super::upload::{State, Upload, check_upload_id, no_such_upload};
 use super::{multipart_etag, now};
-use crate::attrs::{CHECKSUM_KEY, CHECKSUM_TYPE_KEY, ETAG_KEY};
+use crate::attrs::{CHECKSUM_KEY, CHECKSUM_TYPE_KEY, ETAG_KEY, with_opened};
 use crate::auth::record_class;
 use crate::body::Algorithm;
 use crate::error::from_store;
@@ -52,6 +54,9 @@ struct Request {
     id: String,
     listed: Listed,
     condition: PutCondition,
+    /// The SSE-C key the request gives: an SSE-C upload with a checksum needs it, to open its parts' checksums
+    /// and seal the object's (as AWS asks for it then).
+    customer: Option<CustomerKey>,
 }
 
 /// What a complete answers.
@@ -106,7 +111,9 @@ pub(crate) async fn handle_complete_multipart_upload(
             input.if_none_match.as_ref(),
         )
         .await?;
+    let customer = s3.sse.reader(&req.headers, false)?.map(|c| c.key);
     let request = Request {
+        customer,
         bucket: input.bucket,
         key: input.key,
         object,
@@ -203,7 +210,9 @@ async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Ma
             State::Open => {}
         }
         let parts = parts::all_parts(store, &req.bucket, &req.id).await?;
+        let parts = open_parts(store, req, &upload, parts).await?;
         let record = req.listed.plan(&upload, &parts)?;
+        let record = seal_checksum(store, req, record).await?;
         let nonce = record.write(store, &req.bucket, &req.id).await?;
         if let Some(completing) = upload.set_completing(store, &req.bucket, &nonce).await? {
             return compose(store, req, completing, &record, true).await;
@@ -214,6 +223,113 @@ async fn complete(store: &BlobStore, req: &Request) -> S3Result<(Done, Option<Ma
         SlowDown,
         "The upload kept changing while it was being completed (parts still being uploaded?); please retry"
     ))
+}
+
+/// `parts` with the checksums of the sealed ones opened (their records keep them sealed), when the complete
+/// needs them: the upload has a checksum, or the request lists part checksums to check.
+///
+/// # Errors
+/// As a read of the part without its key (an SSE-C upload's complete that gives no key, or another).
+async fn open_parts(
+    store: &BlobStore,
+    req: &Request,
+    upload: &Upload,
+    mut parts: Vec<StoredPart>,
+) -> S3Result<Vec<StoredPart>> {
+    let listed_sums = req.listed.parts.iter().any(|p| {
+        p.checksum_crc32.is_some()
+            || p.checksum_crc32c.is_some()
+            || p.checksum_crc64nvme.is_some()
+            || p.checksum_sha1.is_some()
+            || p.checksum_sha256.is_some()
+    });
+    if upload.checksum.is_none() && !listed_sums {
+        return Ok(parts);
+    }
+    for part in &mut parts {
+        let (Some(sealing), Some(value)) = (
+            &part.segment.sealing,
+            part.manifest.metadata.get(SEALED_METADATA_KEY),
+        ) else {
+            continue;
+        };
+        let opened = store
+            .open_metadata(
+                &req.object,
+                part.segment.version,
+                sealing,
+                req.customer.as_ref(),
+                value,
+            )
+            .await
+            .map_err(|e| sealed_failed(e, req))?;
+        part.manifest = with_opened(&part.manifest, opened);
+    }
+    Ok(parts)
+}
+
+/// `record` with the object's checksum sealed, for a sealed upload: under the keys of its first sealed segment,
+/// as the object's sealed metadata ([`saltblob_core::Manifest::sealed_part`]); kept opened in the record for the
+/// response.
+///
+/// # Errors
+/// As [`open_parts`].
+async fn seal_checksum(
+    store: &BlobStore,
+    req: &Request,
+    mut record: ComposeRecord,
+) -> S3Result<ComposeRecord> {
+    let Some((version, sealing)) = record
+        .segments
+        .iter()
+        .find_map(|s| Some((s.version, s.sealing.clone()?)))
+    else {
+        return Ok(record);
+    };
+    let sums: Vec<String> = record
+        .metadata
+        .keys()
+        .filter(|k| k.starts_with(CHECKSUM_KEY) && *k != CHECKSUM_TYPE_KEY)
+        .cloned()
+        .collect();
+    if sums.is_empty() {
+        return Ok(record);
+    }
+    for k in sums {
+        if let Some(v) = record.metadata.remove(&k) {
+            record.opened.insert(k, v);
+        }
+    }
+    let sealed = store
+        .seal_metadata(
+            &req.object,
+            version,
+            &sealing,
+            req.customer.as_ref(),
+            &record.opened,
+        )
+        .await
+        .map_err(|e| sealed_failed(e, req))?;
+    record
+        .metadata
+        .insert(SEALED_METADATA_KEY.to_owned(), sealed);
+    Ok(record)
+}
+
+/// The S3 error of a complete whose sealed parts' keys did not open: a customer key missing or another is the
+/// client's (as a read's).
+fn sealed_failed(e: Error, req: &Request) -> S3Error {
+    match (&e, &req.customer) {
+        (Error::KeyUnavailable { provider, .. }, None) if *provider == CUSTOMER => s3_error!(
+            InvalidRequest,
+            "The multipart upload initiate requested encryption with a checksum. The complete request must include the appropriate encryption parameters."
+        ),
+        (Error::KeyUnavailable { provider, .. }, Some(_)) if *provider == CUSTOMER => s3_error!(
+            AccessDenied,
+            "The SSE-C key provided does not match the key the upload was started with."
+        ),
+        _ => from_store(e),
+    }
 }
 
 /// The compose record a `completing` or `completed` upload names.
@@ -270,7 +386,11 @@ async fn resolve(
                 .iter()
                 .filter_map(|p| p.e_tag.as_ref().map(ETag::value)),
         );
-        if Some(&etag) != record.metadata.get(ETAG_KEY) {
+        let recorded = record
+            .metadata
+            .get(PARTS_ETAG_KEY)
+            .or_else(|| record.metadata.get(ETAG_KEY));
+        if Some(&etag) != recorded {
             let mut e = S3Error::with_message(
                 S3ErrorCode::OperationAborted,
                 "A CompleteMultipartUpload of this upload with other parts is in progress: retry it with the same parts",
@@ -320,9 +440,11 @@ fn upload_checksum(record: &ComposeRecord) -> Option<UploadChecksum> {
 /// What a complete of the upload whose compose record is `record` answers.
 fn done_of(checksum: Option<UploadChecksum>, record: &ComposeRecord) -> Done {
     let checksum = checksum.or_else(|| upload_checksum(record)).and_then(|c| {
+        let name = format!("{CHECKSUM_KEY}{}", c.algorithm.name());
         let value = record
             .metadata
-            .get(&format!("{CHECKSUM_KEY}{}", c.algorithm.name()))?;
+            .get(&name)
+            .or_else(|| record.opened.get(&name))?;
         Some((c, value.clone()))
     });
     Done {

@@ -17,11 +17,18 @@ fn compose_prefix(bucket: &str, id: &str) -> String {
     format!("{}c/{id}/", uploads_prefix(bucket))
 }
 
+/// The metadata key of a sealed upload's compose record (and object) that keeps the multipart ETag of the parts
+/// listed (the object's own ETag is opaque): a repeated complete compares its parts with it.
+pub(crate) const PARTS_ETAG_KEY: &str = "s3:parts-etag";
+
 /// What a complete composes: the segments in order, with the object's ETag and checksum metadata.
 pub(crate) struct ComposeRecord {
     pub segments: Vec<Segment>,
-    /// `s3:etag` and, for an upload with a checksum, `s3:checksum-<algorithm>` and `s3:checksum-type`.
+    /// `s3:etag` and, for an upload with a checksum, `s3:checksum-<algorithm>` and `s3:checksum-type`; for a
+    /// sealed upload also [`PARTS_ETAG_KEY`], and its checksum sealed (`saltblob:sealed`) instead of in the clear.
     pub metadata: BTreeMap<String, String>,
+    /// The sealed entries of `metadata`, opened, while the complete that sealed them runs (empty once read back).
+    pub opened: BTreeMap<String, String>,
 }
 
 impl ComposeRecord {
@@ -106,6 +113,7 @@ impl ComposeRecord {
         Ok(Some(Self {
             segments,
             metadata: manifest.metadata,
+            opened: BTreeMap::new(),
         }))
     }
 

@@ -10,7 +10,9 @@ use super::part::{Target, store_part};
 use super::parts::StoredPart;
 use super::upload::{State, Upload, no_such_upload};
 use super::{MAX_PART_SIZE, check_part_number};
-use crate::attrs::{Conditions, copy_source, last_modified_of, stored_checksums, with_checksums};
+use crate::attrs::{
+    Conditions, copy_source, last_modified_of, stored_checksums, with_checksums, with_opened,
+};
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::put_body::PutBody;
@@ -68,7 +70,10 @@ pub(crate) async fn handle_upload_part_copy(
         if_modified_since: input.copy_source_if_modified_since,
         if_unmodified_since: input.copy_source_if_unmodified_since,
     };
-    let sse = s3.sse.part(&upload.manifest.metadata, &req.headers)?;
+    let sse = s3
+        .sse
+        .part(&s3.store, &upload.manifest.metadata, &req.headers)
+        .await?;
     let source_customer = s3.sse.reader(&req.headers, true)?;
     let stream = open_source(
         s3,
@@ -87,7 +92,7 @@ pub(crate) async fn handle_upload_part_copy(
         number: input.part_number,
         key: &key,
     };
-    let stored = store_part(s3, &req.extensions, part, body, &sse, Some(len)).await?;
+    let (stored, verified) = store_part(s3, &req.extensions, part, body, &sse, Some(len)).await?;
     #[expect(
         clippy::needless_update,
         reason = "`with_checksums!` defaults the other fields, and a CopyPartResult has none"
@@ -97,7 +102,7 @@ pub(crate) async fn handle_upload_part_copy(
             e_tag: Some(ETag::Strong(StoredPart::md5_of(&stored).to_owned())),
             last_modified: Some(last_modified_of(&stored)),
         },
-        stored_checksums(&stored)
+        stored_checksums(&with_opened(&stored, verified))
     );
     Ok(sse.echo.respond(UploadPartCopyOutput {
         copy_part_result: Some(result),
@@ -117,7 +122,7 @@ async fn open_source(
     let mut tries = REPLACED.start();
     while tries.next_attempt().await {
         let manifest = s3.store.head(src).await.map_err(from_store)?;
-        customer::check_read(&manifest, customer)?;
+        customer::check_read(&s3.store, &manifest, customer).await?;
         conditions.check(&manifest, S3ErrorCode::PreconditionFailed)?;
         let bytes = match range {
             Some(r) => copy_range(r, manifest.size)?,

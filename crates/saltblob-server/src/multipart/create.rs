@@ -38,7 +38,7 @@ pub(crate) async fn handle_create_multipart_upload(
         .await?;
     s3.uploads.admit(&s3.store, &input.bucket).await?;
     let mut metadata = object_metadata!(input)?;
-    sse.record_in_upload(&mut metadata);
+    sse.record_in_upload(&s3.store, &mut metadata).await?;
     let id = upload::create(
         &s3.store,
         &input.bucket,

@@ -6,15 +6,17 @@ use std::collections::BTreeMap;
 
 use s3s::dto::{ETag, UploadPartInput, UploadPartOutput};
 use s3s::{S3Request, S3Response, S3Result};
+use saltblob_core::manifest::SEALED_METADATA_KEY;
 use saltblob_core::{BlobStore, Manifest, PriorityClass, PutOptions, Segment};
 
 use super::cleanup::give_up;
 use super::parts::{self, StoredPart};
 use super::upload::{State, Upload, no_such_upload};
 use super::{MAX_PART_SIZE, PART_LEASE, check_part_number, part_too_large};
-use crate::attrs::{stored_checksums, with_checksums};
+use crate::attrs::{ETAG_KEY, sealed_etag, stored_checksums, with_checksums, with_opened};
 use crate::auth::record_class;
 use crate::body::Algorithm;
+use crate::error::from_store;
 use crate::keys::object_key;
 use crate::put_body::{PutBody, announced_trailer, put_body};
 use crate::rereads::UPLOAD_RECORD;
@@ -67,7 +69,10 @@ pub(crate) async fn handle_upload_part(
         return Err(no_such_upload());
     }
     let key = object_key(&input.bucket, &input.key)?;
-    let sse = s3.sse.part(&upload.manifest.metadata, &req.headers)?;
+    let sse = s3
+        .sse
+        .part(&s3.store, &upload.manifest.metadata, &req.headers)
+        .await?;
     if input
         .content_length
         .is_some_and(|l| u64::try_from(l).is_ok_and(|l| l > MAX_PART_SIZE))
@@ -88,19 +93,23 @@ pub(crate) async fn handle_upload_part(
         number: input.part_number,
         key: &key,
     };
-    let stored = store_part(s3, &req.extensions, part, body, &sse, None).await?;
+    let (stored, verified) = store_part(s3, &req.extensions, part, body, &sse, None).await?;
     let output = with_checksums!(
         UploadPartOutput {
             e_tag: Some(ETag::Strong(StoredPart::md5_of(&stored).to_owned())),
         },
-        stored_checksums(&stored)
+        stored_checksums(&with_opened(&stored, verified))
     );
     Ok(sse.echo.respond(output))
 }
 
 /// Stores `body` as `part`, sealed as `sse` (the upload's choice) says: a segment of the object in the bulk
 /// class (the request is labelled with it), of `size_hint` bytes if known, then recorded ([`record_part`]).
-/// Returns the part record.
+/// Returns the part record, and the ETag and checksums the body verified with (for the response).
+///
+/// A sealed part's record keeps no value derived from its bytes in the clear: its ETag is opaque
+/// ([`sealed_etag`] of its segment's keyed digest) and its MD5 and checksums are sealed under the segment's keys
+/// ([`saltblob_core::BlobStore::seal_metadata`]), so that ListParts shows none of them.
 ///
 /// # Errors
 /// Those of [`PutBody::store_segment`] and [`record_part`].
@@ -111,17 +120,38 @@ pub(super) async fn store_part(
     body: PutBody,
     sse: &Sse,
     size_hint: Option<u64>,
-) -> S3Result<Manifest> {
+) -> S3Result<(Manifest, BTreeMap<String, String>)> {
     // Parts are a large object's: they run in the bulk class, whatever their own size (a class the put names
     // is the one it runs in, before the store's default and the layout's).
     let class = PriorityClass::bulk();
     record_class(extensions, class.clone());
     let mut opts = PutOptions::new().with_priority(class);
     opts.size_hint = size_hint;
-    let (segment, metadata) = body
+    let (segment, verified) = body
         .store_segment(&s3.store, part.key, opts, sse, PART_LEASE)
         .await?;
-    record_part(&s3.store, part, segment, metadata).await
+    let metadata = match &segment.sealing {
+        None => verified.clone(),
+        Some(sealing) => {
+            let sealed = s3
+                .store
+                .seal_metadata(
+                    part.key,
+                    segment.version,
+                    sealing,
+                    sse.customer_key(),
+                    &verified,
+                )
+                .await
+                .map_err(from_store)?;
+            BTreeMap::from([
+                (ETAG_KEY.to_owned(), sealed_etag(&segment.digest, None)),
+                (SEALED_METADATA_KEY.to_owned(), sealed),
+            ])
+        }
+    };
+    let stored = record_part(&s3.store, part, segment, metadata).await?;
+    Ok((stored, verified))
 }
 
 /// Records `segment`, written for `part`, with `metadata` (its ETag and checksums); returns the part record.

@@ -47,17 +47,18 @@ pub(crate) struct StoredPart {
 }
 
 impl StoredPart {
-    /// The part's ETag: the hex MD5 of its bytes.
+    /// The part's ETag: the hex MD5 of its bytes; of a sealed part, an opaque one (`part.rs`, `store_part`).
     pub(crate) fn md5_hex(&self) -> &str {
         Self::md5_of(&self.manifest)
     }
 
-    /// The ETag of the part whose record has `manifest`.
+    /// The ETag of the part whose record has `manifest` (as [`StoredPart::md5_hex`]).
     pub(crate) fn md5_of(manifest: &Manifest) -> &str {
         manifest.metadata.get(ETAG_KEY).map_or("", String::as_str)
     }
 
-    /// The part as ListParts returns it.
+    /// The part as ListParts returns it: a sealed part without checksums (sealed with it, or, in records written
+    /// before they were, kept in the clear but not shown).
     #[expect(
         clippy::needless_update,
         reason = "`with_checksums!` defaults the other fields, and a Part has none"
@@ -70,7 +71,11 @@ impl StoredPart {
                 part_number: Some(self.number),
                 size: i64::try_from(self.segment.size).ok(),
             },
-            stored_checksums(&self.manifest)
+            if self.segment.sealing.is_some() {
+                s3s::dto::Checksum::default()
+            } else {
+                stored_checksums(&self.manifest)
+            }
         )
     }
 }

@@ -21,11 +21,12 @@ use s3s::dto::{
 };
 use s3s::{HttpResponse, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::PutOptions;
+use saltblob_core::manifest::SEALED_METADATA_KEY;
 use tokio::task::JoinHandle;
 
 use crate::attrs::{
     CHECKSUM_KEY, Conditions, ETAG_KEY, copy_source, etag_of, last_modified_of, object_metadata,
-    stored_checksums, with_checksums,
+    stored_checksums, with_checksums, with_opened,
 };
 use crate::body::Algorithm;
 use crate::keys::object_key;
@@ -101,7 +102,7 @@ pub(crate) async fn handle_copy_object(
         .get_stream_with(&src, &customer::get_options(source_customer.as_ref()))
         .await
         .map_err(|e| customer::read_failed(e, source_customer.as_ref()))?;
-    customer::check_read(&stream.manifest, source_customer.as_ref())?;
+    customer::check_read(&s3.store, &stream.manifest, source_customer.as_ref()).await?;
     Conditions {
         if_match: input.copy_source_if_match,
         if_none_match: input.copy_source_if_none_match,
@@ -127,10 +128,19 @@ pub(crate) async fn handle_copy_object(
         .sse
         .choose(&s3.store, &input.bucket, &record, asked)
         .await?;
-    let is_own = |k: &String| k == ETAG_KEY || k.starts_with(CHECKSUM_KEY) || is_sse_key(k);
+    let is_own = |k: &String| {
+        k == ETAG_KEY || k == SEALED_METADATA_KEY || k.starts_with(CHECKSUM_KEY) || is_sse_key(k)
+    };
+    // A sealed source's checksums are sealed with it: opened with the key the copy read it with.
+    let sealed_sums = s3
+        .store
+        .sealed_metadata(&src, &source, source_customer.as_ref().map(|c| &c.key))
+        .await
+        .map_err(|e| customer::read_failed(e, source_customer.as_ref()))?;
     let mut computed: Vec<Algorithm> = source
         .metadata
         .keys()
+        .chain(sealed_sums.keys())
         .filter_map(|k| Algorithm::parse(k.strip_prefix(CHECKSUM_KEY)?))
         .collect();
     computed.extend(
@@ -158,13 +168,13 @@ pub(crate) async fn handle_copy_object(
     let store = s3.store.clone();
     let put = sse.clone();
     let mut task: CopyTask = tokio::spawn(async move {
-        let manifest = body.store_object(&store, &dst, opts, &put).await?;
+        let (manifest, verified) = body.store_object(&store, &dst, opts, &put).await?;
         Ok(with_checksums!(
             CopyObjectResult {
                 e_tag: Some(etag_of(&manifest)),
                 last_modified: Some(last_modified_of(&manifest)),
             },
-            stored_checksums(&manifest)
+            stored_checksums(&with_opened(&manifest, verified))
         ))
     });
     // Known before the copy ends: its headers may be sent while it runs.

@@ -12,10 +12,13 @@ use s3s::dto::{
 };
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use saltblob_core::Manifest;
+use saltblob_core::manifest::SEALED_METADATA_KEY;
 
 use super::around::PartialContent;
 use super::select::{Selected, Selection, content_range, open};
-use crate::attrs::{Attributes, Conditions, ResponseOverrides, current_version, with_attributes};
+use crate::attrs::{
+    Attributes, Conditions, ResponseOverrides, current_version, with_attributes, with_opened,
+};
 use crate::body::BlobBody;
 use crate::error::from_store;
 use crate::keys::object_key;
@@ -119,24 +122,43 @@ struct Answer {
 }
 
 impl Checked {
-    fn answer(
+    /// The answer about `manifest`; its checksums, when asked for, opened from its sealed metadata for a sealed
+    /// version (the read gave its SSE-C key, or the store opens its SSE-KMS key).
+    ///
+    /// # Errors
+    /// As a read of the version, when its sealed metadata does not open.
+    async fn answer(
         self,
         s3: &SaltS3,
         manifest: &Manifest,
         selected: &Selected,
         range: &Range<u64>,
-    ) -> Answer {
+    ) -> S3Result<Answer> {
         let whole = matches!(self.selection, Selection::Whole);
-        Answer {
+        let checksums = whole && self.checksums;
+        let opened;
+        let shown = if checksums && manifest.metadata.contains_key(SEALED_METADATA_KEY) {
+            let customer = self.customer.as_ref().map(|c| &c.key);
+            let sealed = s3
+                .store
+                .sealed_metadata(&self.store_key, manifest, customer)
+                .await
+                .map_err(|e| customer::read_failed(e, self.customer.as_ref()))?;
+            opened = with_opened(manifest, sealed);
+            &opened
+        } else {
+            manifest
+        };
+        Ok(Answer {
             expiration: expiration_of(self.lifecycle.as_deref(), &self.key, manifest),
             content_length: i64::try_from(range.end - range.start).ok(),
             content_range: selected
                 .partial
                 .then(|| content_range(range, manifest.size)),
             parts_count: selected.parts_count,
-            attrs: Attributes::of(manifest, whole && self.checksums).overridden(self.overrides),
+            attrs: Attributes::of(shown, checksums).overridden(self.overrides),
             echo: s3.sse.read_echo(manifest, self.customer.as_ref()),
-        }
+        })
     }
 }
 
@@ -160,7 +182,9 @@ pub(crate) async fn handle_get_object(
     .await?;
     s3.record_class_of(&req.extensions, &stream.manifest);
     let range = stream.range.clone();
-    let a = checked.answer(s3, &stream.manifest, &selected, &range);
+    let a = checked
+        .answer(s3, &stream.manifest, &selected, &range)
+        .await?;
     let output = with_attributes!(
         GetObjectOutput {
             expiration: a.expiration,
@@ -189,13 +213,13 @@ pub(crate) async fn handle_head_object(
         .head(&checked.store_key)
         .await
         .map_err(from_store)?;
-    customer::check_read(&manifest, checked.customer.as_ref())?;
+    customer::check_read(&s3.store, &manifest, checked.customer.as_ref()).await?;
     checked
         .conditions
         .check(&manifest, S3ErrorCode::NotModified)?;
     let selected = checked.selection.resolve(&manifest)?;
     let range = selected.range.clone().unwrap_or(0..manifest.size);
-    let a = checked.answer(s3, &manifest, &selected, &range);
+    let a = checked.answer(s3, &manifest, &selected, &range).await?;
     let output = with_attributes!(
         HeadObjectOutput {
             expiration: a.expiration,

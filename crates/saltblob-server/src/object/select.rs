@@ -157,7 +157,7 @@ pub(super) async fn open(
             .get_stream_with(key, &opts)
             .await
             .map_err(read_failed)?;
-        customer::check_read(&stream.manifest, customer)?;
+        customer::check_read(&s3.store, &stream.manifest, customer).await?;
         conditions.check(&stream.manifest, S3ErrorCode::NotModified)?;
         let selected = selection.resolve(&stream.manifest)?;
         return Ok((stream, selected));
@@ -165,7 +165,7 @@ pub(super) async fn open(
     let mut tries = REPLACED.start();
     while tries.next_attempt().await {
         let manifest = s3.store.head(key).await.map_err(from_store)?;
-        customer::check_read(&manifest, customer)?;
+        customer::check_read(&s3.store, &manifest, customer).await?;
         conditions.check(&manifest, S3ErrorCode::NotModified)?;
         let selected = selection.resolve(&manifest)?;
         let mut opts = customer::get_options(customer);

@@ -19,7 +19,7 @@ use s3s::header::{
 };
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use saltblob_core::encryption::{CUSTOMER, CUSTOMER_KEY_NOT_APPLICABLE, CustomerKey};
-use saltblob_core::{Error, GetOptions, Manifest};
+use saltblob_core::{BlobStore, Error, GetOptions, Manifest};
 
 use super::rules::{CUSTOMER_ALGORITHM, SseConfig, header};
 use crate::error::from_store;
@@ -135,10 +135,11 @@ impl Customer {
     }
 }
 
-/// Records in a multipart upload record's `metadata` that its parts must be put with `customer`'s key.
-pub(crate) fn insert_into_upload(customer: &Customer, metadata: &mut BTreeMap<String, String>) {
+/// Records in a multipart upload record's `metadata` that its parts must be put with the customer key of
+/// `fingerprint` (its fingerprint in the store, [`BlobStore::customer_fingerprint`]).
+pub(crate) fn insert_into_upload(fingerprint: String, metadata: &mut BTreeMap<String, String>) {
     metadata.retain(|k, _| !super::rules::is_sse_key(k));
-    metadata.insert(UPLOAD_CUSTOMER_KEY.to_owned(), customer.key.id().to_owned());
+    metadata.insert(UPLOAD_CUSTOMER_KEY.to_owned(), fingerprint);
 }
 
 /// Whether the upload whose record holds `metadata` is SSE-C.
@@ -151,7 +152,8 @@ pub(crate) fn is_upload(metadata: &BTreeMap<String, String>) -> bool {
 ///
 /// # Errors
 /// `400 InvalidRequest` for a missing, another or an inapplicable key, as AWS.
-pub(crate) fn check_part(
+pub(crate) async fn check_part(
+    store: &BlobStore,
     metadata: &BTreeMap<String, String>,
     given: Option<&Customer>,
 ) -> S3Result<()> {
@@ -165,11 +167,21 @@ pub(crate) fn check_part(
             InvalidRequest,
             "The multipart upload initiate did not request encryption with customer provided keys: parts take none."
         )),
-        (Some(id), Some(c)) if *id == c.key.id() => Ok(()),
-        (Some(_), Some(_)) => Err(s3_error!(
-            InvalidRequest,
-            "The provided encryption parameters did not match the ones used originally."
-        )),
+        (Some(id), Some(c)) => {
+            // Records written before fingerprints were per store name the key by its global fingerprint.
+            let fingerprint = store
+                .customer_fingerprint(&c.key)
+                .await
+                .map_err(from_store)?;
+            if *id == fingerprint || *id == c.key.id() {
+                Ok(())
+            } else {
+                Err(s3_error!(
+                    InvalidRequest,
+                    "The provided encryption parameters did not match the ones used originally."
+                ))
+            }
+        }
     }
 }
 
@@ -197,13 +209,20 @@ pub(crate) fn not_with_sse(customer: Option<&Customer>, algorithm: Option<&str>)
 ///
 /// # Errors
 /// `400 InvalidRequest` for a missing or inapplicable key; `403 AccessDenied` for another key.
-pub(crate) fn check_read(m: &Manifest, given: Option<&Customer>) -> S3Result<()> {
+pub(crate) async fn check_read(
+    store: &BlobStore,
+    m: &Manifest,
+    given: Option<&Customer>,
+) -> S3Result<()> {
     match (m.sealed_by_customer(), given) {
         (None, None) => Ok(()),
         (Some(_), None) => Err(key_missing()),
         (None, Some(_)) => Err(not_applicable()),
-        (Some(s), Some(c)) if s.kek.name == c.key.id() => Ok(()),
-        (Some(_), Some(_)) => Err(wrong_key()),
+        (Some(s), Some(c)) => match store.customer_key_names(&c.key, &s.kek).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(wrong_key()),
+            Err(e) => Err(from_store(e)),
+        },
     }
 }
 

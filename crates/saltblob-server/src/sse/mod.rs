@@ -134,19 +134,36 @@ impl Sse {
         }
     }
 
+    /// The SSE-C key the put seals under, if any.
+    pub(crate) fn customer_key(&self) -> Option<&saltblob_core::encryption::CustomerKey> {
+        self.customer.as_ref().map(|c| &c.key)
+    }
+
     /// The server key the put seals under, if the request or its bucket's default named one.
     pub(crate) fn server_key(&self) -> Option<&str> {
         self.choice.as_ref().map(|c| c.key.as_str())
     }
 
     /// Records in a multipart upload record's `metadata` how its parts are sealed (see [`SseConfig::part`]).
-    pub(crate) fn record_in_upload(&self, metadata: &mut BTreeMap<String, String>) {
+    ///
+    /// # Errors
+    /// A store error (an SSE-C upload's record names the key by its fingerprint in `store`).
+    pub(crate) async fn record_in_upload(
+        &self,
+        store: &BlobStore,
+        metadata: &mut BTreeMap<String, String>,
+    ) -> S3Result<()> {
         if let Some(choice) = &self.choice {
             choice.insert_into_upload(metadata);
         }
         if let Some(c) = &self.customer {
-            customer::insert_into_upload(c, metadata);
+            let fingerprint = store
+                .customer_fingerprint(&c.key)
+                .await
+                .map_err(from_store)?;
+            customer::insert_into_upload(fingerprint, metadata);
         }
+        Ok(())
     }
 }
 
@@ -250,13 +267,14 @@ impl SseConfig {
     ///
     /// # Errors
     /// Those of [`Customer::of`] and [`customer::check_part`].
-    pub(crate) fn part(
+    pub(crate) async fn part(
         &self,
+        store: &BlobStore,
         upload: &BTreeMap<String, String>,
         headers: &HeaderMap,
     ) -> S3Result<Sse> {
         let customer = Customer::of_headers(self, headers, false)?;
-        customer::check_part(upload, customer.as_ref())?;
+        customer::check_part(store, upload, customer.as_ref()).await?;
         Ok(self.sse(Choice::of_upload(upload), customer))
     }
 

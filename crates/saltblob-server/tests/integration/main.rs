@@ -14,6 +14,7 @@ mod multipart;
 mod multipart_history;
 mod multipart_races;
 mod objects;
+mod sealed_metadata;
 mod serving;
 mod settings;
 mod sse;
