@@ -8,7 +8,7 @@ use saltblob::{EncryptionConfig, StoreConfig};
 use saltblob_core::conformance::encryption::TempKeyring;
 
 use crate::TestServer;
-use crate::client::{Call, Reply, base64, crc32, hex};
+use crate::client::{Call, Client, Reply, base64, crc32, hex};
 use crate::sse::sse_c;
 
 fn with_key<'a>(mut call: Call<'a>, key: &[u8]) -> Call<'a> {
@@ -28,6 +28,15 @@ fn md5_hex(bytes: &[u8]) -> String {
 
 fn crc_b64(bytes: &[u8]) -> String {
     base64(&crc32(bytes).to_be_bytes())
+}
+
+/// ListObjectsV2 of bucket `bkt`, anonymous.
+async fn anonymous_listing(c: &Client) -> Reply {
+    c.call("GET", "/bkt")
+        .query("list-type", "2")
+        .anonymous()
+        .send()
+        .await
 }
 
 /// Asserts that `what` (a response's text, or a manifest's metadata) holds none of `secrets`.
@@ -213,12 +222,7 @@ async fn sse_c_listings_show_no_value_derived_from_the_plaintext() {
     secrets.push(md5_hex(&md5s));
 
     // Anonymous ListObjectsV2: the opaque ETags, nothing else derived from the bytes.
-    let r = c
-        .call("GET", "/bkt")
-        .query("list-type", "2")
-        .anonymous()
-        .send()
-        .await;
+    let r = anonymous_listing(c).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.xml("Key").len(), 5, "{}", r.text());
     assert!(r.text().contains(&etag), "{}", r.text());
@@ -260,12 +264,7 @@ async fn sse_kms_checksums_are_sealed_and_shown_to_reads() {
         (r.status, r.header("x-amz-checksum-crc32")),
         (200, crc.as_str())
     );
-    let r: Reply = c
-        .call("GET", "/bkt")
-        .query("list-type", "2")
-        .anonymous()
-        .send()
-        .await;
+    let r = anonymous_listing(c).await;
     assert_eq!(r.status, 200, "{}", r.text());
     shows_none(&r.text(), &[md5.clone(), crc.clone()], "anonymous listing");
     stored_shows_none(&s, "s3/o/bkt/", &[md5, crc]).await;
