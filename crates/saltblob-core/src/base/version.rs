@@ -16,7 +16,8 @@ impl VersionId {
     }
 
     /// Draws a new id for the time `now_micros` (Unix µs). Ids drawn in one process strictly increase, also
-    /// within one millisecond and when the clock steps back (the id then continues from the last one).
+    /// within one millisecond and when the clock steps back (the id then continues from the last one): after an
+    /// id drawn for a later time (a test whose store clock jumped ahead), the ids drawn next carry that time.
     pub fn generate_at(now_micros: u64) -> Self {
         static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
         let millis = u128::from(now_micros / 1000) & ((1 << 48) - 1);

@@ -429,9 +429,12 @@ async fn foreign_and_read_only_files_in_the_extent_directory() {
 async fn fsck_reports_and_repairs_orphan_extent_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rocks, store) = open(dir.path());
+    // An old version, written directly: ids drawn in this process continue from the last one, which a
+    // conformance test whose store clock jumped ahead may have drawn hours in the future, and a future version
+    // is too young to repair even with a minimum age of zero.
     let orphan = BlobRef {
         key: Bytes::from_static(b"ghost"),
-        version: saltblob_core::VersionId::generate(),
+        version: saltblob_core::VersionId(1 << 80),
     };
     rocks
         .begin_chunk_records(
