@@ -2,6 +2,10 @@
 //! grace periods, fsck's minimum age, blob expiry and the time part of version ids.
 
 use std::fmt::Debug;
+
+use crate::base::version::VersionId;
+#[cfg(any(test, feature = "conformance"))]
+use crate::base::version::VersionSequence;
 #[cfg(any(test, feature = "conformance"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,6 +14,13 @@ pub trait Clock: Debug + Send + Sync {
     /// Microseconds since the Unix epoch. Clients sharing a backend must read clocks that agree to well within a
     /// third of the intent lease.
     fn now_micros(&self) -> u64;
+
+    /// Draws a new version id for `now_micros`, a time this clock gave. The system clock's ids come from the
+    /// process's sequence ([`VersionId::generate_at`]); a clock whose time is not the system's draws from a
+    /// [`VersionSequence`] of its own, so that a time it jumped to never carries over into the ids of the others.
+    fn draw_version(&self, now_micros: u64) -> VersionId {
+        VersionId::generate_at(now_micros)
+    }
 }
 
 /// The system's wall clock: the default.
@@ -34,6 +45,8 @@ impl Clock for SystemClock {
 #[derive(Debug, Default)]
 pub struct OffsetClock {
     offset_micros: AtomicU64,
+    /// The ids this clock draws: once it jumped ahead, they carry its time, which the system clock's must not.
+    versions: VersionSequence,
 }
 
 #[cfg(any(test, feature = "conformance"))]
@@ -56,6 +69,10 @@ impl Clock for OffsetClock {
         SystemClock
             .now_micros()
             .saturating_add(self.offset_micros.load(Ordering::SeqCst))
+    }
+
+    fn draw_version(&self, now_micros: u64) -> VersionId {
+        self.versions.draw(now_micros)
     }
 }
 
@@ -124,6 +141,49 @@ mod tests {
         assert!(
             r.orphans.iter().any(|o| o.removed && o.key == orphan.key),
             "old enough: {r:?}"
+        );
+    }
+
+    /// A store whose clock jumped an hour ahead draws ids of that time, and the ids of stores on the system
+    /// clock in the same process stay at the system's time (they once continued from the jumped ones: fsck then
+    /// found their orphans too young to repair, even with a minimum age of zero).
+    #[tokio::test]
+    async fn a_clock_that_jumped_ahead_keeps_its_times_out_of_the_other_stores_ids() {
+        let jumped = OffsetClock::new();
+        jumped.advance(Duration::from_secs(3600));
+        let store = BlobStore::new(
+            Arc::new(MemoryStore::new()),
+            StoreConfig::default().with_clock(jumped.clone()),
+        )
+        .expect("store");
+        let ahead = store
+            .put("k", vec![1u8; 10], &PutOptions::new())
+            .await
+            .expect("put");
+        let now_ms = crate::base::version::now_micros() / 1000;
+        assert!(
+            ahead.version.timestamp_millis() >= now_ms + 3_599_000,
+            "{ahead:?}"
+        );
+        let system = VersionId::generate();
+        assert!(
+            system.timestamp_millis() <= crate::base::version::now_micros() / 1000,
+            "{system} carries a time after now"
+        );
+        let plain =
+            BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+        let put = plain
+            .put("k", vec![1u8; 10], &PutOptions::new())
+            .await
+            .expect("put");
+        assert!(put.version.timestamp_millis() <= crate::base::version::now_micros() / 1000);
+        let next = store
+            .put("k", vec![2u8; 10], &PutOptions::new())
+            .await
+            .expect("put");
+        assert!(
+            next.version > ahead.version,
+            "the jumped clock's own ids still increase"
         );
     }
 }

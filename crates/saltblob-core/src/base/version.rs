@@ -15,25 +15,13 @@ impl VersionId {
         Self::generate_at(now_micros())
     }
 
-    /// Draws a new id for the time `now_micros` (Unix µs). Ids drawn in one process strictly increase, also
-    /// within one millisecond and when the clock steps back (the id then continues from the last one): after an
-    /// id drawn for a later time (a test whose store clock jumped ahead), the ids drawn next carry that time.
+    /// Draws a new id for the time `now_micros` (Unix µs) from the process's sequence of the system clock: ids
+    /// drawn so strictly increase, also within one millisecond and when the clock steps back (the id then
+    /// continues from the last one). A clock of its own (a test's clock that jumps ahead) draws from a
+    /// [`VersionSequence`] of its own, so that its future times never reach the ids of the system clock.
     pub fn generate_at(now_micros: u64) -> Self {
-        static LAST: std::sync::Mutex<u128> = std::sync::Mutex::new(0);
-        let millis = u128::from(now_micros / 1000) & ((1 << 48) - 1);
-        let random = rand::random::<u128>() & ((1 << 80) - 1);
-        let candidate = (millis << 80) | random;
-        let mut last = LAST
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Within the same millisecond, step by a random amount so that ids stay hard to guess.
-        let id = if candidate > *last {
-            candidate
-        } else {
-            last.saturating_add(1 + (random & 0xffff))
-        };
-        *last = id;
-        Self(id)
+        static SYSTEM: VersionSequence = VersionSequence::new();
+        SYSTEM.draw(now_micros)
     }
 
     /// Unix milliseconds at which the id was drawn.
@@ -50,6 +38,41 @@ impl VersionId {
     /// Big-endian bytes, for storage keys that must sort by version.
     pub fn to_be_bytes(self) -> [u8; 16] {
         self.0.to_be_bytes()
+    }
+}
+
+/// A sequence of strictly increasing version ids: each id drawn is greater than the one before, even within one
+/// millisecond or when the time given steps back (the id then continues from the last one).
+#[derive(Debug, Default)]
+pub struct VersionSequence {
+    last: std::sync::Mutex<u128>,
+}
+
+impl VersionSequence {
+    /// A sequence that has drawn nothing yet.
+    pub const fn new() -> Self {
+        Self {
+            last: std::sync::Mutex::new(0),
+        }
+    }
+
+    /// Draws the next id for the time `now_micros` (Unix µs).
+    pub fn draw(&self, now_micros: u64) -> VersionId {
+        let millis = u128::from(now_micros / 1000) & ((1 << 48) - 1);
+        let random = rand::random::<u128>() & ((1 << 80) - 1);
+        let candidate = (millis << 80) | random;
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Within the same millisecond, step by a random amount so that ids stay hard to guess.
+        let id = if candidate > *last {
+            candidate
+        } else {
+            last.saturating_add(1 + (random & 0xffff))
+        };
+        *last = id;
+        VersionId(id)
     }
 }
 

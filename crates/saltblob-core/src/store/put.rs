@@ -16,7 +16,6 @@ use std::sync::Arc;
 use crate::backend::{BlobRef, SinkPlan};
 use crate::base::error::{Error, Result};
 use crate::base::shown::hex;
-use crate::base::version::VersionId;
 use crate::format::codec::Codec;
 use crate::format::layout::{Layout, LayoutPolicy};
 use crate::format::manifest::{Manifest, ManifestBody, SEALED_METADATA_KEY, encode_entries};
@@ -195,7 +194,7 @@ where
     }
     let now = inner.now_micros();
     let mut manifest = Manifest {
-        version: VersionId::generate_at(now),
+        version: inner.config.clock.draw_version(now),
         size: 0,
         created_micros: now,
         expires_micros: opts.expiry(now)?,

@@ -153,7 +153,7 @@ impl BlobStore {
                 .buffer_unordered(INTENT_CONCURRENCY)
                 .try_collect::<Vec<()>>()
                 .await?;
-            manifest.version = VersionId::generate_at(inner.now_micros());
+            manifest.version = inner.config.clock.draw_version(inner.now_micros());
             let fences = Fences {
                 chunks: CommitChunks::None,
                 issue_by: Some(issue_by),

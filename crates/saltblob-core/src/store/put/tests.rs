@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::backend::ChunkStore;
 use crate::backend::memory::MemoryStore;
+use crate::base::version::VersionId;
 use crate::state::config::StoreConfig;
 use crate::store::BlobStore;
 
