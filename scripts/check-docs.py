@@ -6,7 +6,7 @@
 
 The checks:
 - README.md fits on a few screens: at most MAX_README_LINES lines.
-- Every relative link in README.md, BENCHMARKS.md and docs/**/*.md names a file or folder that exists, and a
+- Every relative link in README.md, BENCHMARKS.md, CHANGELOG.md and docs/**/*.md names a file or folder that exists, and a
   `#anchor` into a Markdown file names one of its headings (GitHub's anchor rule).
 - The README's quick start (the first ```sh block under "## Quick start") runs as written, command by command,
   in an empty directory, with the given `saltblob` first on PATH: a command that fails fails the check.
@@ -41,7 +41,7 @@ FENCE = re.compile(r"^(```|~~~)")
 
 
 def markdown_files(root: Path) -> list[Path]:
-    files = [root / "README.md", root / "BENCHMARKS.md"]
+    files = [root / "README.md", root / "BENCHMARKS.md", root / "CHANGELOG.md"]
     files += sorted((root / "docs").rglob("*.md")) if (root / "docs").is_dir() else []
     return [f for f in files if f.is_file()]
 
