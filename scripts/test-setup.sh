@@ -34,9 +34,9 @@ fake_java() {
 }
 
 # The fresh machine of this project's kind: a C/C++ toolchain, Debian's Java 17 (which brings openssl, through
-# ca-certificates) and Maven, and libclang-cpp14 (a look-alike of libclang) but neither libclang-dev nor
+# ca-certificates) and Maven, systemd, and libclang-cpp14 (a look-alike of libclang) but neither libclang-dev nor
 # libclang1-14 nor fiu-utils nor rclone.
-FRESH=(gcc g++ make maven libclang-cpp14 openjdk-17-jre-headless openssl)
+FRESH=(gcc g++ make maven libclang-cpp14 openjdk-17-jre-headless openssl systemd)
 
 # machine PKG...: the fake package database holds exactly these packages as installed, plus some in other states.
 machine() {

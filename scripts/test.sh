@@ -30,6 +30,10 @@ step module-cycles sh -c 'python3 scripts/module-cycles.py --self-test && python
 # One profile (release) for lints, tests and the CLI, so that RocksDB is compiled once.
 step lint timeout 3600 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 step build timeout 3600 cargo build --release --locked --workspace --all-targets
+# The documentation a user reads first: the README's length, every relative link of the docs, the README's quick
+# start run as written with the binary just built, the systemd unit verified (the script's self-test first: each
+# check must catch a case made to break it).
+step docs timeout 600 sh -c 'python3 scripts/check-docs.py --self-test && python3 scripts/check-docs.py --saltblob "$CARGO_TARGET_DIR/release/saltblob"'
 # The fault tests (crash loop, kills of a 200 MiB put, libfiu write/fsync failures, the extent files' faults: a
 # kill between an extent's sync and its commit, a failed fdatasync, a full disk, a file system without O_DIRECT;
 # the S3 server's disk faults: clients that declare much, send little and go away, on a loop-device file

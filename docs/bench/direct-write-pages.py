@@ -5,8 +5,8 @@ small pages against one in a transparent huge page, rounds alternating.
     direct-write-pages.py [DIR] [ROUNDS]   (defaults: the current directory, 12)
 
 A direct write is one segment per physically contiguous piece of its buffer; a device that takes fewer segments
-per request than a 1 MiB buffer has 4 KiB pages (256) gets each write split. BENCHMARKS.md, *Write buffers in
-huge pages*."""
+per request than a 1 MiB buffer has 4 KiB pages (256) gets each write split. docs/bench/journal/extents.md,
+*Write buffers in huge pages*."""
 import ctypes
 import mmap
 import os

@@ -36,7 +36,8 @@ pub const MAX_CHUNK_BYTES: u32 = 8 << 20;
 /// at most one chunk or one batch each; it also bounds one read response.
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
 /// Chunk size preferred for large blobs ([`BackendInfo::large_chunk_size`]): a row costs Cassandra about as much
-/// as tens of KiB of data, so large blobs get 1 MiB rows (measured: `BENCHMARKS.md`, "Bigger rows on Cassandra").
+/// as tens of KiB of data, so large blobs get 1 MiB rows (measured: `docs/bench/journal/cassandra.md`, "Bigger
+/// rows on Cassandra").
 pub const LARGE_CHUNK_SIZE: u32 = 1 << 20;
 /// Concurrent partition deletes of one `delete_chunks` call.
 const DELETE_CONCURRENCY: usize = 32;

@@ -1,9 +1,9 @@
 //! [`CommitGate`]: the extent files' data I/O stands back while a synced commit is pending.
 //!
 //! A small put commits with one synced write of RocksDB's log; beside huge reads and writes of extent files that
-//! commit waits in the device queue behind them (BENCHMARKS.md, *Where the small P99 goes*). The gate is the
-//! engine-queue signal of issue 23: every synced RocksDB write holds a [`Pending`] while it runs, and each
-//! extent read or write, before it is issued, waits until no synced write is pending, for at most
+//! commit waits in the device queue behind them (docs/bench/journal/isolation.md, *Where the small P99 goes*).
+//! The gate is the engine-queue signal of issue 23: every synced RocksDB write holds a [`Pending`] while it
+//! runs, and each extent read or write, before it is issued, waits until no synced write is pending, for at most
 //! [`RocksConfig::extent_yield`](crate::RocksConfig::extent_yield) (so huge values are slowed, never starved).
 //! The I/O already in flight is not recalled: the device queue holds at most `extent_io_depth` writes of one put.
 //!

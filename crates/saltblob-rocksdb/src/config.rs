@@ -116,8 +116,8 @@ pub struct RocksConfig {
     /// (`blob_gc_age_cutoff`) into new ones (RocksDB's blob garbage collection). Defaults to `false`: a gc pass
     /// that freed chunks turns it on for its own compaction when garbage passes `space_reclaim_threshold`. On
     /// all the time, it rewrote live chunks whether or not any had been freed: 160 MiB/s of compaction writes
-    /// beside small puts and bulk, whose writeback held small commits' log syncs back (BENCHMARKS.md,
-    /// *compactions that rewrite live chunks*).
+    /// beside small puts and bulk, whose writeback held small commits' log syncs back
+    /// (docs/bench/journal/isolation.md, *compactions that rewrite live chunks*).
     pub blob_gc: bool,
     /// Fraction of the oldest blob files that blob garbage collection considers. Defaults to 0.25.
     pub blob_gc_age_cutoff: f64,
@@ -137,8 +137,8 @@ pub struct RocksConfig {
     pub max_write_buffer_number: u32,
     /// Whether chunk writes of a background class (`bulk`) are RocksDB low-priority writes, which RocksDB slows
     /// down first when compaction falls behind, before it slows every write. Defaults to `false`: measured, it
-    /// kept small commits fast but cut bulk throughput under small load to a tenth (BENCHMARKS.md), a strict
-    /// priority rather than a share.
+    /// kept small commits fast but cut bulk throughput under small load to a tenth, a strict priority rather
+    /// than a share (docs/bench/journal/isolation.md, *Isolation: small operations under huge-blob load*).
     pub bulk_low_pri: bool,
     /// Bytes per second that flushes and compactions may write, auto-tuned by RocksDB up to this ceiling; 0
     /// turns the rate limiter off. Defaults to 0.
@@ -164,7 +164,7 @@ pub struct RocksConfig {
     /// extent file of their version's own under `<path>/extents/`, written once with aligned direct I/O into a
     /// file that grows with the bytes received, with RocksDB holding a 13-byte pointer per chunk (`docs/format.md`, *Extent
     /// files*); smaller puts keep RocksDB's blob files. `None` (URL value `off`): never. Defaults to 8 MiB
-    /// (measured: BENCHMARKS.md, *Extent files*).
+    /// (measured: docs/bench/journal/extents.md, *Extent files for large values*).
     pub extent_min_bytes: Option<u64>,
     /// Bytes of one write of an extent file, and of each of its I/O buffers: the device's knee, past which
     /// bigger requests gain nothing (`saltblob probe` measures it). A multiple of 4 KiB from 64 KiB to 64 MiB.
@@ -180,8 +180,8 @@ pub struct RocksConfig {
     /// Reads of `extent_read_bytes` one large get keeps in flight (1 to 64). This virtual disk reads no faster
     /// with more than 2 MiB queued, and slower with the store's whole 16 MiB in-flight window: over ten-get runs
     /// a 60 MiB get ran at 0.80–0.96 of dd's read pattern with 1 MiB reads 2 deep, 0.84–0.91 3 deep, 0.90–0.99
-    /// with 512 KiB reads 4 deep, 0.48–0.55 with 1 MiB reads 1 deep (BENCHMARKS.md, *Large gets beside dd's
-    /// read pattern*). Defaults to 4.
+    /// with 512 KiB reads 4 deep, 0.48–0.55 with 1 MiB reads 1 deep (docs/bench/journal/extents.md, *Large gets
+    /// beside dd's read pattern*). Defaults to 4.
     pub extent_read_depth: usize,
     /// Whether extent files are written and read with `O_DIRECT` (no page-cache copy). Where the file system
     /// refuses it (ramfs, some network and FUSE file systems) they fall back to buffered I/O, and the reason is
@@ -197,17 +197,17 @@ pub struct RocksConfig {
     /// The longest each extent read or write waits, before it is issued, while a synced commit is pending (so
     /// that a small put's log write does not queue in the device behind huge reads and writes); zero (URL
     /// `extent_yield_ms=0`): extent I/O never waits. At most 1 s. Defaults to 15 ms: alone it shortened the small
-    /// puts' median beside huge values but not their tail (BENCHMARKS.md, *Extent I/O standing back for synced
-    /// commits*); with [`RocksConfig::bulk_idle_io`], 5 ms took the small P99 beside bulk from 24–32 to 19–26 ms
-    /// in six runs each (*bulk extent I/O in the idle class*), and 15 ms against 5 ms took it from 18.1–28.0
-    /// (median 19.6) to 16.4–19.0 ms (median 17.4) in six runs of 20 000 samples each, at the same bulk share
-    /// (*a longer stand-back for synced commits*).
+    /// puts' median beside huge values but not their tail (docs/bench/journal/isolation.md, *Extent I/O standing
+    /// back for synced commits*); with [`RocksConfig::bulk_idle_io`], 5 ms took the small P99 beside bulk from
+    /// 24–32 to 19–26 ms in six runs each (*bulk extent I/O in the idle class*), and 15 ms against 5 ms took it
+    /// from 18.1–28.0 (median 19.6) to 16.4–19.0 ms (median 17.4) in six runs of 20 000 samples each, at the same
+    /// bulk share (*a longer stand-back for synced commits*).
     pub extent_yield: std::time::Duration,
     /// Whether the extent reads and writes of background classes (`bulk`) run in the kernel's idle I/O class
     /// (`ioprio_set(2)`), so that an I/O scheduler that honours it (`mq-deadline`, the usual one for virtual and
     /// SATA disks, or `bfq`) serves small puts' log writes and journal commits first; `none` and `kyber` ignore
     /// it. Idle requests are still served when nothing else waits, and `mq-deadline` ages them (10 s at most by
-    /// default). Defaults to `true` (BENCHMARKS.md, *bulk extent I/O in the idle class*).
+    /// default). Defaults to `true` (docs/bench/journal/isolation.md, *bulk extent I/O in the idle class*).
     pub bulk_idle_io: bool,
 }
 

@@ -50,7 +50,7 @@ const ALL_COLUMN_FAMILIES: [&str; 4] = [
 /// group holds its keys' stripes through its synced write, so two keys on one stripe wait for each other's log
 /// sync: with 64 stripes, the slowest 1% of small puts' groups beside bulk at ρ = 0.5 waited 21 ms at the mean
 /// for their stripes; with 4096 (32 KiB of locks), every paced goal at ρ = 0.5 was met in 6 of 6 runs, against
-/// 1 of 6 with 64 (BENCHMARKS.md, *compactions that rewrite live chunks*).
+/// 1 of 6 with 64 (docs/bench/journal/isolation.md, *compactions that rewrite live chunks*).
 const LOCK_STRIPES: usize = 4096;
 /// Refill period of the background rate limiter (RocksDB's default).
 const RATE_LIMIT_REFILL_MICROS: i64 = 100_000;

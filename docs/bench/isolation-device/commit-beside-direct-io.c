@@ -1,5 +1,5 @@
-// Synced commits beside O_DIRECT reads or writes of large files, at a chosen I/O priority (BENCHMARKS.md, issue 23,
-// "Bulk extent I/O in the idle class"). A paced loop appends 64 KiB to a file and fdatasyncs it (a stand-in for a
+// Synced commits beside O_DIRECT reads or writes of large files, at a chosen I/O priority (issue 23,
+// docs/bench/journal/isolation.md, "Bulk extent I/O in the idle class"). A paced loop appends 64 KiB to a file and fdatasyncs it (a stand-in for a
 // write-ahead log commit), RATE times a second, each commit timed from when it was due; beside it DEPTH threads
 // each read or write 60 MiB files in IO_KIB requests with O_DIRECT (as a large put's extent file is written, or a
 // large get's read), in DIR /root/rwexp (made and removed). The bulk threads run at I/O priority PRIO, the raw

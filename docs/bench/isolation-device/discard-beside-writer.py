@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # Synced commits beside a loop that writes and deletes large files, to tell whether the file system's online
-# discard is what stalls them (BENCHMARKS.md, issue 23, "Online discard"). A paced 64 KiB append + fdatasync loop
+# discard is what stalls them (docs/bench/journal/isolation.md, issue 23, "Online discard"). A paced 64 KiB
+# append + fdatasync loop
 # (300/s, a stand-in for a write-ahead log, each timed from when it was due) runs beside a writer of 60 MiB files
 # (posix_fallocate, 1 MiB O_DIRECT writes, fdatasync: as a put's extent file), in DIR (default /root/dexp, made
 # and removed). Usage: discard-beside-writer.py MODE SECONDS [STEP_MIB] [DIR]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # A paced 64 KiB append + fdatasync loop (260/s, a stand-in for a write-ahead log) beside a 1 MiB O_DIRECT writer
-# (BENCHMARKS.md, issue 23). Usage: fsync-beside-writer.py MODE SYNC_EVERY_MIB SECONDS [MIB_S]
+# (docs/bench/journal/isolation.md, issue 23). Usage: fsync-beside-writer.py MODE SYNC_EVERY_MIB SECONDS [MIB_S]
 #   MODE overwrite: the writer writes over the blocks of /tmp/fs/big.dat, written already (make it first:
 #                   dd if=/dev/zero of=/tmp/fs/big.dat bs=1M count=4096 oflag=direct);
 #   MODE new:       the writer writes new 60 MiB files, each pre-allocated (posix_fallocate: blocks allocated

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-# The device's own isolation (BENCHMARKS.md, issue 23): a paced mix of 4 KiB appends + fdatasync (a stand-in for
+# The device's own isolation (docs/bench/journal/isolation.md, issue 23): a paced mix of 4 KiB appends +
+# fdatasync (a stand-in for
 # a write-ahead log's commits) and 4 KiB O_DIRECT random reads, half each, timed from when each was due, first
 # alone and then beside QD threads writing 1 MiB O_DIRECT requests into pre-allocated 4 GiB files.
 # Usage: paced-small-beside-writers.py DIR RATE SECONDS QD [direct|buffered]

@@ -9,7 +9,8 @@
     thread-waits.py sum OUT FROM-TO...      per window (seconds after the first sample), cores used and
                                             seconds of run-queue wait per second, by thread name
 
-Used for BENCHMARKS.md, "Single-node Cassandra: where the tail is made": the windows were the paced phases,
+Used for docs/bench/journal/isolation.md, "Single-node Cassandra: where the tail is made": the windows were the
+paced phases,
 whose bounds show as the bench's wake-up probe thread (bench-wake-prob) starting and stopping.
 """
 import json

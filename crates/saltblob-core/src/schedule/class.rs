@@ -115,8 +115,8 @@ pub struct SchedulerConfig {
     /// Least share of time background classes may keep one request in flight, once the limit is at
     /// [`SchedulerConfig::min_limit`] and the latency of a foreground class (`interactive`) still rises: between
     /// their requests the scheduler then pauses for the time the last one took × (1 ÷ duty − 1), at most 1 s.
-    /// Background work alone never pauses. In `(0, 1]`; 1.0 turns the pauses off. Defaults to 0.25 (BENCHMARKS.md,
-    /// *Bulk work pausing below the minimum limit*).
+    /// Background work alone never pauses. In `(0, 1]`; 1.0 turns the pauses off. Defaults to 0.25
+    /// (docs/bench/journal/isolation.md, *bulk work pausing below the minimum limit*).
     pub min_bulk_duty: f64,
     /// Most requests of background classes in flight the adaptive limit goes up to, and most requests of any
     /// other class in flight. Defaults to 64.

@@ -3,8 +3,9 @@
 //! one thread per core, each at a lower OS priority ([`POOL_NICE`]). Bulk work then still uses the whole
 //! machine while interactive work is idle, and the OS runs an interactive task's worker first when both want
 //! a core, so an interactive task never waits for a worker busy hashing a 60 MiB blob. (The pool's first form,
-//! half the cores at normal priority, starved bulk work under load: BENCHMARKS.md.) Work of other classes (and
-//! with scheduling off) runs inline.
+//! half the cores at normal priority, starved bulk work under load: docs/bench/journal/isolation.md,
+//! *Isolation: small operations under huge-blob load*.) Work of other classes (and with scheduling off) runs
+//! inline.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Sender, channel};

@@ -359,9 +359,9 @@ const FREE_OFF_PATH_MIN: usize = 4 << 20;
 /// A reference to the buffer a put was given whole (`put` of a value in memory), dropped on a blocking thread
 /// when the put returns. The chunks are slices of that buffer, so without it whichever chunk task finished
 /// last would free it, and the put would wait for that: unmapping 60 MiB took 15–18 ms on the machine of
-/// BENCHMARKS.md (*Where a 60 MiB put's time goes*), a third of the put. Freeing the caller's memory is no part
-/// of making the value durable. Smaller buffers are dropped where they are, and so is a stream's read-ahead
-/// (holding it to the end would only add to the put's memory).
+/// docs/bench/journal/extents.md (*Where a 60 MiB put's time goes*), a third of the put. Freeing the caller's
+/// memory is no part of making the value durable. Smaller buffers are dropped where they are, and so is a
+/// stream's read-ahead (holding it to the end would only add to the put's memory).
 struct FreedOffPath(Option<Bytes>);
 
 impl FreedOffPath {

@@ -2,8 +2,8 @@
 //! (`ioprio_set(2)`, `IOPRIO_CLASS_IDLE`), so that an I/O scheduler that honours priorities (`mq-deadline`, `bfq`)
 //! dispatches a small put's log write and its journal commit ahead of a huge value's queued requests instead of
 //! behind them. `mq-deadline` prefers reads to writes, so without this a large get's reads held small commits
-//! back for seconds (BENCHMARKS.md, *bulk extent I/O in the idle class*). Schedulers without priorities (`none`,
-//! `kyber`) ignore it, and so do systems other than Linux.
+//! back for seconds (docs/bench/journal/isolation.md, *bulk extent I/O in the idle class*). Schedulers without
+//! priorities (`none`, `kyber`) ignore it, and so do systems other than Linux.
 //!
 //! The priority belongs to the thread that issues the I/O, and extent I/O runs on Tokio's shared blocking
 //! threads (which also run small puts' commits), so it is set around each read or write and restored after.
