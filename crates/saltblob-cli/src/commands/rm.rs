@@ -34,8 +34,8 @@ pub struct Rm {
 
 impl Command for Rm {
     fn key(&self) -> Option<&KeyArg> {
-        // The one key of `rm KEY` is checked before the store is opened; so are the others, in `run`.
-        self.keys.first()
+        // The first key is checked before the store is opened; the others, and prefixes, in `run` (also before).
+        self.keys.first().filter(|_| !self.prefix)
     }
 
     fn is_read_only(&self) -> bool {
@@ -45,6 +45,11 @@ impl Command for Rm {
     fn run<'a>(&'a self, context: &'a Context) -> LocalBoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
             for key in &self.keys {
+                if self.prefix && key.0.is_empty() {
+                    return Err(Failure::usage(
+                        "an empty prefix would delete every key of the store: refused",
+                    ));
+                }
                 saltblob::store::validate_key(key.as_ref())?;
             }
             if self.dry_run {

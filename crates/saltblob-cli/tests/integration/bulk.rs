@@ -364,3 +364,40 @@ fn sync_copies_only_what_differs_and_deletes_only_when_asked() {
     assert!(!out.join("extra.txt").exists());
     assert_eq!(tree(&out), tree(&src));
 }
+
+/// Four 128 MiB files copied in and out four at a time stay within 192 MiB resident: each transfer is
+/// streamed, none read whole into memory (that alone would take 512 MiB).
+#[test]
+fn cp_r_streams_each_transfer_within_bounded_memory() {
+    const LIMIT_MIB: f64 = 192.0;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).expect("mkdir");
+    for i in 0..4 {
+        random_file(&src.join(format!("f{i}")), 128 << 20, 100 + i);
+    }
+    let up = ok(saltblob(&store)
+        .args(["cp", "-r", "-j", "4"])
+        .arg(&src)
+        .arg("sb:m/")
+        .env("SALTBLOB_REPORT_PEAK_RSS", "1"));
+    let out = dir.path().join("out");
+    let down = ok(saltblob(&store)
+        .args(["cp", "-r", "-j", "4", "sb:m/"])
+        .arg(&out)
+        .env("SALTBLOB_REPORT_PEAK_RSS", "1"));
+    let (up_peak, down_peak) = (peak_rss_mib(&up.stderr), peak_rss_mib(&down.stderr));
+    println!(
+        "512 MiB in four files, four at a time: cp in peak {up_peak:.1} MiB, out {down_peak:.1} MiB"
+    );
+    assert_eq!(tree(&out), tree(&src));
+    assert!(
+        up_peak < LIMIT_MIB,
+        "cp into the store peaked at {up_peak:.1} MiB"
+    );
+    assert!(
+        down_peak < LIMIT_MIB,
+        "cp out of the store peaked at {down_peak:.1} MiB"
+    );
+}

@@ -52,6 +52,11 @@ fn rm_deletes_several_keys_and_prefixes_and_a_dry_run_deletes_nothing() {
         "missing",
     );
     assert_eq!(listed(&store), "c\n");
+    fails(
+        saltblob(&store).args(["rm", "--prefix", ""]),
+        2,
+        "empty prefix",
+    );
     let s = json(&ok(saltblob(&store).args(["rm", "-r", "--json", "c"])));
     assert_eq!(s["deleted"], 1, "{s}");
     assert_eq!(listed(&store), "");
