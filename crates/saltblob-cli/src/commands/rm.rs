@@ -71,10 +71,18 @@ impl Rm {
         let mut targets: Vec<Vec<u8>> = Vec::new();
         if self.prefix {
             for prefix in &self.keys {
+                let before = targets.len();
                 let mut entries = store.list_stream(prefix.as_ref());
                 while let Some(entry) = entries.next().await {
                     // A key whose manifest is damaged is listed, and deleted like the others.
                     targets.push(entry?.key.to_vec());
+                }
+                if targets.len() == before {
+                    eprintln!(
+                        "saltblob: no key starts with \"{}\"{}",
+                        prefix.shown(),
+                        sb_hint(prefix)
+                    );
                 }
             }
             targets.sort();
@@ -108,7 +116,10 @@ impl Rm {
                     Ok(None) => {
                         summary.not_found += 1;
                         if self.keys.len() > 1 || self.prefix {
-                            eprintln!("saltblob: not found: no blob with key \"{shown}\"");
+                            eprintln!(
+                                "saltblob: not found: no blob with key \"{shown}\"{}",
+                                sb_hint(&key)
+                            );
                         }
                     }
                     Err(e) => summary.fail(shown, e),
@@ -134,10 +145,13 @@ impl Rm {
         summary.outcome()?;
         if summary.not_found > 0 {
             return Err(match self.keys.as_slice() {
-                [key] => Error::NotFound {
-                    key: key.0.as_slice().into(),
+                [key] => {
+                    let mut f = Failure::from(Error::NotFound {
+                        key: key.0.as_slice().into(),
+                    });
+                    f.message.push_str(sb_hint(key));
+                    f
                 }
-                .into(),
                 _ => Failure::new(
                     Failure::NOT_FOUND,
                     format!("{} key(s) held no blob (named above)", summary.not_found),
@@ -145,6 +159,15 @@ impl Rm {
             });
         }
         Ok(())
+    }
+}
+
+/// A hint for a key written as `cp` writes a store side (`sb:KEY`): `rm` takes keys as `ls` prints them.
+fn sb_hint(key: impl AsRef<[u8]>) -> &'static str {
+    if key.as_ref().starts_with(b"sb:") {
+        " (rm takes keys as `ls` prints them, without the sb: of cp and sync)"
+    } else {
+        ""
     }
 }
 
