@@ -12,7 +12,9 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// How long a transfer runs before its bar appears.
 const DELAY: Duration = Duration::from_millis(700);
 
-/// A progress bar that stays hidden for the first [`DELAY`] and when stderr is not a terminal.
+/// A progress bar that stays hidden for the first [`DELAY`] and when stderr is not a terminal. Clones count on the
+/// same bar (the transfers of `cp` and `sync`, each with its clone).
+#[derive(Clone)]
 pub struct Progress {
     bar: ProgressBar,
     started: Instant,

@@ -154,7 +154,10 @@ async fn is_special(path: &Path) -> bool {
 /// Creates the temporary file that will replace `dest`. When `dest` is a file already, the new one gets its
 /// permission bits from the start (before any byte is written), so that a get never makes a file readable by
 /// more users than it was; otherwise the usual mode for a new file (0666 less the umask).
-async fn create_replacement(tmp: &Path, dest: &Path) -> std::io::Result<tokio::fs::File> {
+pub(crate) async fn create_replacement(
+    tmp: &Path,
+    dest: &Path,
+) -> std::io::Result<tokio::fs::File> {
     use std::os::unix::fs::PermissionsExt;
 
     let replaced = tokio::fs::metadata(dest)

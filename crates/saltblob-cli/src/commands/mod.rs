@@ -1,12 +1,16 @@
 //! The commands: one struct per command with its arguments, and its [`Command`] implementation saying which key
 //! it names, whether it only reads, and how it runs. [`Commands`] is clap's list of them, in help order, and
 //! the dispatch to them. `command.rs` holds what every command uses ([`Command`], [`Context`]); each command's
-//! file uses it and nothing of this file.
+//! file uses it and nothing of this file. The bulk commands (`cp`, `sync`, `rm` of many keys) share `bulk.rs`
+//! (the sides of a copy, local walks, the summary) and `transfer.rs` (the transfers, run a few at once).
 
+mod bulk;
 mod command;
+mod transfer;
 
 mod bench;
 mod census;
+mod cp;
 mod demo;
 mod fsck;
 mod gc;
@@ -21,6 +25,7 @@ mod relayout;
 mod reseal;
 mod rm;
 mod serve;
+mod sync;
 mod upgrade;
 mod walk;
 
@@ -35,10 +40,34 @@ pub enum Commands {
     Get(get::Get),
     /// Show the manifest of KEY's current version.
     Head(inspect::Head),
-    /// Delete KEY (its chunks are reclaimed after the grace period).
+    /// Delete keys, or with --prefix every key under prefixes (their chunks are reclaimed after the grace
+    /// period); --dry-run lists them.
     Rm(rm::Rm),
-    /// List keys starting with PREFIX (all keys when absent).
+    /// List keys starting with PREFIX (all keys when absent): names, -l details, --json lines, --delimiter
+    /// groups, --summarize totals.
     Ls(ls::Ls),
+    /// Copy files into the store and blobs out of it: one, or with -r a directory tree to and from a prefix, a
+    /// few at once (-j).
+    ///
+    /// A store side is written sb:KEY (or sb:PREFIX/), the key %-escaped as `ls` prints it (%XX a byte, %25 a
+    /// '%'); anything else is a local path (write ./sb:x for a local file named sb:x). Local names are bytes:
+    /// a name that is not UTF-8 becomes the same bytes in the key, and is printed %-escaped.
+    ///
+    /// Each transfer is streamed. A local file is written to a temporary file beside it, fsynced, then renamed:
+    /// nothing half-written is left under its name. Symlinks to files are followed; symlinks to directories are
+    /// not (so a link loop is never walked), nor are FIFOs, sockets and devices: they are named and counted as
+    /// skipped. What cannot be read is named and the rest goes on; the exit code is then 1.
+    ///
+    /// Examples: `saltblob cp -r photos sb:photos/`, `saltblob cp -r sb:photos/ restored`,
+    /// `saltblob cp report.pdf sb:docs/`, `saltblob cp sb:docs/report.pdf .`
+    Cp(cp::Cp),
+    /// Make a prefix hold what a local directory holds, or a directory what a prefix holds, copying only what
+    /// differs (size, or BLAKE3 digest); --delete removes what the source lacks; --dry-run changes nothing.
+    ///
+    /// Sides are written as for `cp` (sb:PREFIX for the store). A file and a blob are the same when their sizes
+    /// and BLAKE3 digests are (the digest `head` shows); a sealed or composed (multipart) blob has no plain
+    /// digest and is copied again. --delete deletes nothing when part of a local source could not be read.
+    Sync(sync::SyncCmd),
     /// Show how KEY is laid out: layout, chunk size, chunk count, salt count, bytes per salt.
     Describe(inspect::Describe),
     /// Store and read back a mixed-size set of blobs (bytes to 60 MiB), verify every digest, print each layout
@@ -94,6 +123,8 @@ impl Commands {
             Commands::Head(c) => c,
             Commands::Rm(c) => c,
             Commands::Ls(c) => c,
+            Commands::Cp(c) => c,
+            Commands::Sync(c) => c,
             Commands::Describe(c) => c,
             Commands::Demo(c) => c,
             Commands::ImportSalted(c) => c,

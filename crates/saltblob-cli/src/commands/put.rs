@@ -36,9 +36,14 @@ pub struct Put {
     /// Fail unless KEY's current version is this one (32 hex digits, from `head`).
     #[arg(long, value_name = "VERSION", value_parser = parse_version)]
     if_version: Option<VersionId>,
-    /// MIME type stored with the blob.
+    /// MIME type stored with the blob (`head` shows it; the S3 server answers it as Content-Type).
     #[arg(long)]
     content_type: Option<String>,
+    /// An entry of metadata stored with the blob, NAME=VALUE; repeatable (at most 8 KiB in all). `head` shows
+    /// them; the S3 server shows NAME=x-amz-meta-foo as user metadata foo. Names starting with `s3:` or
+    /// `saltblob:` are the server's and the store's own, refused here.
+    #[arg(long = "metadata", value_name = "NAME=VALUE", value_parser = parse_metadata)]
+    metadata: Vec<(String, String)>,
     /// Priority class of the put: interactive, bulk, or a class the store URL configures (classes=NAME:SHARES).
     /// Defaults to the layout's: interactive for inline and single-partition blobs, bulk for larger ones.
     #[arg(long, value_name = "CLASS", value_parser = parse_priority)]
@@ -61,6 +66,22 @@ pub struct Put {
 /// Parses a priority class name (whether the store has it is checked when the store is open).
 pub(crate) fn parse_priority(s: &str) -> Result<PriorityClass, String> {
     s.parse().map_err(|e: Error| e.to_string())
+}
+
+/// Parses `NAME=VALUE` (clap's value parser of `--metadata`).
+fn parse_metadata(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("\"{s}\" is not NAME=VALUE"))?;
+    if name.is_empty() {
+        return Err(format!("\"{s}\": the name is empty"));
+    }
+    if name.starts_with("s3:") || name.starts_with("saltblob:") {
+        return Err(format!(
+            "\"{name}\": names starting with s3: or saltblob: are reserved"
+        ));
+    }
+    Ok((name.to_owned(), value.to_owned()))
 }
 
 fn parse_codec(s: &str) -> Result<Codec, String> {
@@ -113,6 +134,12 @@ impl Put {
         }
         if let Some(ct) = &self.content_type {
             opts = opts.with_content_type(ct.clone());
+        }
+        for (name, value) in &self.metadata {
+            if opts.metadata.contains_key(name) {
+                return Err(Failure::usage(format!("--metadata {name}= is given twice")));
+            }
+            opts = opts.with_metadata(name.clone(), value.clone());
         }
         if let Some(class) = &self.priority {
             opts = opts.with_priority(class.clone());

@@ -1,6 +1,8 @@
 //! End-to-end tests of the `saltblob` binary on the embedded store (one test binary, topic modules).
 
 mod bad_input;
+mod bulk;
+mod bulk_keys;
 mod common;
 mod cql;
 mod crash;
