@@ -10,7 +10,8 @@ The checks:
   `#anchor` into a Markdown file names one of its headings (GitHub's anchor rule).
 - The README's quick start (the first ```sh block under "## Quick start") runs as written, command by command,
   in an empty directory, with the given `saltblob` first on PATH: a command that fails fails the check.
-- docs/saltblob.service passes `systemd-analyze verify` without a warning (its ExecStart pointed at the binary).
+- docs/saltblob.service passes `systemd-analyze verify` without a warning (its ExecStart pointed at the binary),
+  and is the unit docs/operations.md shows.
 
 Exit code 0 when every check passes, 1 otherwise; each failure is one line naming the file and what is wrong.
 """
@@ -163,6 +164,11 @@ def check_unit(root: Path, saltblob: Path) -> list[str]:
     if analyze is None:
         return [f"{UNIT}: systemd-analyze not found (Debian package systemd; scripts/prereqs.sh installs it)"]
     text = unit.read_text(encoding="utf-8")
+    guide = root / "docs" / "operations.md"
+    if guide.is_file():
+        shown = re.search(r"^```ini\n(.*?)^```", guide.read_text(encoding="utf-8"), re.S | re.M)
+        if shown is None or shown.group(1) != text:
+            return [f"{UNIT}: differs from the unit docs/operations.md shows (keep the two the same)"]
     if UNIT_BINARY not in text:
         return [f"{UNIT}: ExecStart does not run {UNIT_BINARY}"]
     with tempfile.TemporaryDirectory(prefix="saltblob-unit.") as tmp:
@@ -209,6 +215,10 @@ def self_test() -> int:
         ("a quick-start command that fails", tree(good_readme.replace("echo ok", "false"), good_docs), False),
         ("no quick start", tree(good_readme.replace("## Quick start", "## Later"), good_docs), False),
         ("a unit with a typo", tree(good_readme, good_docs, good_unit.replace("ExecStart=", "ExecStrat=")), False),
+        ("a unit that differs from the one the guide shows",
+         tree(good_readme, {**good_docs, "operations.md": "# Ops\n\n```ini\n[Unit]\n```\n"}), False),
+        ("a unit the guide shows as it is",
+         tree(good_readme, {**good_docs, "operations.md": f"# Ops\n\n```ini\n{good_unit}```\n"}), True),
         ("a unit with a bad value", tree(good_readme, good_docs, good_unit.replace("Type=simple", "Type=simpel")),
          False),
     ]

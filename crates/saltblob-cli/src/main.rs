@@ -46,6 +46,17 @@ struct Cli {
     #[arg(long, global = true, env = "SALTBLOB_INTENT_LEASE", value_name = "DURATION",
           value_parser = crate::human::parse_duration)]
     intent_lease: Option<std::time::Duration>,
+    /// How logs are written to stderr: text (for people) or json (one JSON object per line, for log
+    /// collectors). SALTBLOB_LOG sets which logs are written.
+    #[arg(
+        long,
+        global = true,
+        env = "SALTBLOB_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Commands,
 }
@@ -53,7 +64,7 @@ struct Cli {
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -83,19 +94,45 @@ fn main() -> ExitCode {
 /// connection attempt, which saltblob's one-line error already explains (`SALTBLOB_LOG=debug` shows them).
 const DEFAULT_LOG_FILTER: &str = "warn,s3s=off,scylla=off,saltblob_server=info";
 
-/// Logs to stderr, filtered by `SALTBLOB_LOG` (else [`DEFAULT_LOG_FILTER`]) and by [`may_log`] whatever
-/// `SALTBLOB_LOG` says.
-fn init_logging() {
-    use tracing_subscriber::layer::SubscriberExt as _;
+/// How logs are written ([`Cli::log_format`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One line of text per event.
+    Text,
+    /// One JSON object per event and line (`timestamp`, `level`, `fields`, `target`).
+    Json,
+}
+
+/// Logs to stderr in `format`, filtered by `SALTBLOB_LOG` (else [`DEFAULT_LOG_FILTER`]) and by [`may_log`]
+/// whatever `SALTBLOB_LOG` says.
+fn init_logging(format: LogFormat) {
     use tracing_subscriber::util::SubscriberInitExt as _;
-    tracing_subscriber::fmt()
-        .with_env_filter(log_filter(std::env::var("SALTBLOB_LOG").ok().as_deref()))
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: the server's access log is often a file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .finish()
-        .with(tracing_subscriber::filter::filter_fn(may_log))
-        .init();
+    // Colours only on a terminal: the server's access log is often a file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let setting = std::env::var("SALTBLOB_LOG").ok();
+    subscriber(format, setting.as_deref(), ansi, std::io::stderr).init();
+}
+
+/// The log subscriber: events in `format` (text with colours if `ansi`) to `writer`, filtered by the
+/// `SALTBLOB_LOG` `setting` and by [`may_log`].
+fn subscriber<W>(
+    format: LogFormat,
+    setting: Option<&str>,
+    ansi: bool,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(setting))
+        .with_writer(writer);
+    let may_log = tracing_subscriber::filter::filter_fn(may_log);
+    match format {
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish().with(may_log)),
+        LogFormat::Json => Box::new(builder.json().with_ansi(false).finish().with(may_log)),
+    }
 }
 
 /// The filter `SALTBLOB_LOG` (`setting`) asks for, or [`DEFAULT_LOG_FILTER`] when it is unset or invalid.
@@ -178,8 +215,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use tracing_subscriber::layer::SubscriberExt as _;
-
     use super::*;
 
     /// A log writer that keeps what it is given.
@@ -200,22 +235,23 @@ mod tests {
     }
 
     /// Whatever `SALTBLOB_LOG` enables, s3s's logs of expected signatures and whole requests are not written;
-    /// s3s's errors and saltblob's own debug logs are.
+    /// s3s's errors and saltblob's own debug logs are. In either log format.
     #[test]
     fn signatures_are_never_logged_whatever_saltblob_log_says() {
-        for setting in [
-            "trace",
-            "s3s=trace,s3s::ops::signature=trace",
-            "[check]=trace",
-        ] {
+        for (format, setting) in [LogFormat::Text, LogFormat::Json]
+            .into_iter()
+            .flat_map(|f| {
+                [
+                    "trace",
+                    "s3s=trace,s3s::ops::signature=trace",
+                    "[check]=trace",
+                ]
+                .map(|s| (f, s))
+            })
+        {
             let captured = Captured::default();
             let writer = captured.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_env_filter(log_filter(Some(setting)))
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .finish()
-                .with(tracing_subscriber::filter::filter_fn(may_log));
+            let subscriber = subscriber(format, Some(setting), false, move || writer.clone());
             tracing::subscriber::with_default(subscriber, || {
                 let span = tracing::debug_span!(target: "s3s::ops::signature", "check");
                 let _entered = span.enter();
@@ -233,8 +269,17 @@ mod tests {
             }
             assert!(
                 !log.contains("f00dfeed") && !log.contains("cafebabe"),
-                "{setting}: a signature in the log:\n{log}"
+                "{format:?} {setting}: a signature in the log:\n{log}"
             );
+            if format == LogFormat::Json {
+                for line in log.lines() {
+                    let event: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+                    assert!(
+                        event.get("level").is_some() && event.get("fields").is_some(),
+                        "{line}"
+                    );
+                }
+            }
         }
     }
 

@@ -1,13 +1,11 @@
 //! The tasks a server runs beside its accept loop, each aborted with the server ([`Aborting`]): the periodic
 //! upkeep of the store ([`upkeep`]: the multipart upload sweep, the lifecycle pass, gc) and the metrics listener
-//! ([`serve_metrics`]).
+//! ([`serve_metrics`]: metrics, health and readiness).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use saltblob_core::{BlobStore, GcOptions};
@@ -19,6 +17,7 @@ use crate::conn::TimedIo;
 use crate::lifecycle::Expirer;
 use crate::metrics::Metrics;
 use crate::multipart::sweep_expired_uploads;
+use crate::probes::Probes;
 
 /// Connections the metrics listener serves at once (more are closed at once).
 const METRICS_MAX_CONNECTIONS: usize = 16;
@@ -81,13 +80,13 @@ pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metri
     }
 }
 
-/// Serves `GET /metrics` on `listener` (HTTP/1.1) until aborted: at most [`METRICS_MAX_CONNECTIONS`] at once,
-/// each with `header_timeout` to send a request head (and to stay idle between requests) and `io_timeout` for
-/// a stalled write.
+/// Serves the metrics listener's paths on `listener` (HTTP/1.1: `GET /metrics`, `/healthz`, `/readyz`, as
+/// `probes.rs` answers them) until aborted: at most [`METRICS_MAX_CONNECTIONS`] at once, each with
+/// `header_timeout` to send a request head (and to stay idle between requests) and `io_timeout` for a stalled
+/// write.
 pub(crate) async fn serve_metrics(
     listener: TcpListener,
-    metrics: Arc<Metrics>,
-    store: BlobStore,
+    probes: Probes,
     header_timeout: Duration,
     io_timeout: Duration,
 ) {
@@ -109,27 +108,12 @@ pub(crate) async fn serve_metrics(
             drop(stream);
             continue;
         };
-        let metrics_for_service = Arc::clone(&metrics);
-        let store = store.clone();
+        let for_service = probes.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let response = if req.method() == Method::GET && req.uri().path() == "/metrics" {
-                let text = metrics_for_service.render(&store.scheduler_stats(), store.read_ahead());
-                Response::builder()
-                    .header(
-                        http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )
-                    .body(Full::new(Bytes::from(text)))
-            } else {
-                Response::builder()
-                    .status(StatusCode::NOT_FOUND)
-                    .body(Full::new(Bytes::from_static(
-                        b"only /metrics is served here\n",
-                    )))
-            };
-            async move { response }
+            let probes = for_service.clone();
+            async move { probes.answer(req.method(), req.uri().path()).await }
         });
-        let io = TimedIo::new(stream, io_timeout, Arc::clone(&metrics));
+        let io = TimedIo::new(stream, io_timeout, Arc::clone(&probes.metrics));
         let conn = builder.serve_connection(TokioIo::new(io), service);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

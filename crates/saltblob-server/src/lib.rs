@@ -26,6 +26,7 @@
 //! - `auth.rs`: access keys (a [`KeyRing`] that can be replaced while serving), their secrets for SigV4,
 //!   anonymous reads and listings per bucket, the request record (with the priority class the access log and
 //!   the latency histogram name).
+//! - `process.rs`: the process metrics (memory, CPU time, file descriptors, start time), read from `/proc/self`.
 //! - `metrics.rs`: the Prometheus metrics.
 //! - `chunked.rs`: `aws-chunked` request bodies framed before s3s decodes them (unsigned chunks streamed,
 //!   signed ones capped).
@@ -58,6 +59,8 @@
 //! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
 //! - `handler.rs`: the request handler: refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
 //!   request bodies (`aws-chunked`), calls the S3 service, gives each response its request id.
+//! - `probes.rs`: the metrics listener's answers: `/metrics`, `/healthz`, `/readyz` (the store answers, the
+//!   server is not shutting down).
 //! - `background.rs`: the tasks beside the accept loop: periodic upkeep (upload sweep, lifecycle pass, gc),
 //!   the metrics listener.
 //! - `serve.rs`: [`run`]: the accept loop under the connection cap, TLS, graceful shutdown.
@@ -81,6 +84,8 @@ mod list;
 mod metrics;
 mod multipart;
 mod object;
+mod probes;
+mod process;
 mod put_body;
 mod refusal;
 mod rereads;

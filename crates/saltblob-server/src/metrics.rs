@@ -1,5 +1,5 @@
 //! The server's metrics, written in Prometheus' text format by hand (a few counters and histograms need no
-//! metrics framework). `docs/s3.md` lists the names.
+//! metrics framework), with the build and the process figures (`process.rs`). `docs/s3.md` lists the names.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -420,6 +420,23 @@ impl Metrics {
             lines.push(format!("{name} {value}"));
             flush(&mut out, &mut lines);
         }
+
+        let name = family(
+            &mut out,
+            "saltblob_build_info",
+            "gauge",
+            "The server's version, in its label (always 1).",
+        );
+        lines.push(format!(
+            "{name}{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        ));
+        flush(&mut out, &mut lines);
+        for (name, kind, help, value) in crate::process::figures() {
+            let name = family(&mut out, name, kind, help);
+            lines.push(format!("{name} {value}"));
+            flush(&mut out, &mut lines);
+        }
         out
     }
 }
@@ -470,6 +487,11 @@ mod tests {
             "saltblob_s3_requests_in_flight 1\n",
             "saltblob_s3_connections_closed_total{reason=\"write\"} 1\n",
             "saltblob_read_ahead_bytes 5\n",
+            concat!(
+                "saltblob_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\"} 1\n"
+            ),
         ] {
             assert!(text.contains(expected), "{expected} missing from\n{text}");
         }

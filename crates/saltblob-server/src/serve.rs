@@ -20,16 +20,17 @@ use crate::config::ServerConfig;
 use crate::conn::{Activity, Deadlines, TimedIo, drive};
 use crate::handler::Handler;
 use crate::metrics::Metrics;
+use crate::probes::Probes;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval of HTTP/2 keep-alive pings, and how long a ping may go unanswered before the connection closes.
 const H2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(20));
 
-/// Serves S3 on `listener` (and, if configured, metrics on `config.metrics_listener`) from `store` until
-/// `shutdown` completes; then stops accepting, lets the requests in flight finish for up to
-/// [`ServerConfig::shutdown_timeout`], and returns. A put whose body had not ended by then is dropped before
-/// its commit: nothing of it becomes visible.
+/// Serves S3 on `listener` (and, if configured, metrics, health and readiness on `config.metrics_listener`)
+/// from `store` until `shutdown` completes; then stops accepting (and `/readyz` answers 503), lets the
+/// requests in flight finish for up to [`ServerConfig::shutdown_timeout`], and returns. A put whose body had
+/// not ended by then is dropped before its commit: nothing of it becomes visible.
 ///
 /// At most [`ServerConfig::max_connections`] connections are served at once (one more is closed as soon as it
 /// is accepted) and at most [`ServerConfig::max_requests`] requests (one more is answered `503 SlowDown`).
@@ -57,11 +58,17 @@ pub async fn run(
             Arc::clone(&metrics),
         )))
     });
+    // Sent when the server begins to shut down: connections close gracefully, and `/readyz` answers 503.
+    let (stop, stopping) = watch::channel(false);
     let _metrics_server = config.metrics_listener.take().map(|l| {
+        let probes = Probes {
+            metrics: Arc::clone(&metrics),
+            store: store.clone(),
+            stopping: stopping.clone(),
+        };
         Aborting(tokio::spawn(serve_metrics(
             l,
-            Arc::clone(&metrics),
-            store.clone(),
+            probes,
             config.first_request_timeout,
             config.io_timeout,
         )))
@@ -91,7 +98,6 @@ pub async fn run(
         metrics: Arc::clone(&metrics),
     });
     let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
-    let (stop, stopping) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

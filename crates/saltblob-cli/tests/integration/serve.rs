@@ -1,5 +1,5 @@
 //! `saltblob serve`: refuses to start without access keys or with SSE keys its store cannot seal under, serves,
-//! and stops cleanly on SIGTERM.
+//! answers health probes, writes JSON logs on request, and stops cleanly on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -188,4 +188,87 @@ fn serve_answers_s3_and_stops_on_sigterm() {
     assert!(exit.success(), "{exit}: {rest}");
     assert!(rest.contains("server stopped"), "{rest}");
     assert!(!rest.contains("s3cret"), "{rest}");
+}
+
+/// `--log-format json` writes each log event as one JSON object per line (the lines saltblob prints for people,
+/// `saltblob: …`, stay text); the metrics listener answers `/healthz` and `/readyz`.
+#[test]
+fn serve_writes_json_logs_and_answers_health_probes() {
+    let help = ok(Command::new(env!("CARGO_BIN_EXE_saltblob")).arg("--help"));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--log-format") && help.contains("SALTBLOB_LOG_FORMAT"),
+        "{help}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (port, metrics) = (free_port(), free_port());
+    let mut child = saltblob(&dir.path().join("store"))
+        .args(["serve", "--log-format", "json"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .env("SALTBLOB_LOG", "info")
+        .env_remove("SALTBLOB_LOG_FORMAT")
+        .env("SALTBLOB_ACCESS_KEY_ID", "AKID")
+        .env("SALTBLOB_SECRET_ACCESS_KEY", "s3cret")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read");
+    assert!(line.contains("serving S3 on"), "{line}");
+
+    for (path, answer) in [("/healthz", "ok\n"), ("/readyz", "ready\n")] {
+        let reply = request(
+            metrics,
+            &format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"),
+        );
+        assert!(reply.starts_with("HTTP/1.1 200"), "{path}: {reply}");
+        assert!(reply.ends_with(answer), "{path}: {reply}");
+    }
+    // An S3 request, for an access-log line.
+    let reply = request(
+        port,
+        "GET /bkt/k HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        let _ = tx.send(rest);
+    });
+    let Ok(rest) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = child.kill();
+        panic!("the server did not stop within 30 s of SIGTERM");
+    };
+    assert!(child.wait().expect("wait").success(), "{rest}");
+    let mut messages = Vec::new();
+    for line in rest.lines() {
+        if !line.starts_with('{') {
+            assert!(
+                line.starts_with("saltblob: "),
+                "not a JSON log line: {line}\n{rest}"
+            );
+            continue;
+        }
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(event["level"].is_string(), "{line}");
+        let fields = &event["fields"];
+        assert!(fields.is_object(), "{line}");
+        messages.push(fields["message"].as_str().unwrap_or_default().to_owned());
+    }
+    assert!(
+        messages.iter().any(|m| m.contains("shutting down")),
+        "{messages:?}\n{rest}"
+    );
+    assert!(messages.len() >= 2, "{messages:?}\n{rest}");
 }

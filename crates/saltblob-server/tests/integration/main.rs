@@ -6,6 +6,7 @@ mod buckets;
 mod client;
 mod disk_faults;
 mod forge;
+mod health;
 mod integrity;
 mod lifecycle;
 mod limits;
@@ -152,15 +153,22 @@ impl TestServer {
 
     /// The metrics text.
     pub async fn metrics(&self) -> String {
-        let request = http::Request::get("/metrics")
+        let reply = self.probe("GET", "/metrics").await;
+        assert_eq!(reply.status, 200);
+        reply.text()
+    }
+
+    /// The reply of the metrics listener to `method` `path` (`/metrics`, `/healthz`, `/readyz`).
+    pub async fn probe(&self, method: &str, path: &str) -> client::Reply {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
             .header("host", self.metrics_addr.to_string())
             .body(http_body_util::BodyExt::boxed(http_body_util::Full::new(
                 bytes::Bytes::new(),
             )))
             .expect("request");
-        let reply = client::send_raw(self.metrics_addr, request).await;
-        assert_eq!(reply.status, 200);
-        reply.text()
+        client::send_raw(self.metrics_addr, request).await
     }
 }
 
