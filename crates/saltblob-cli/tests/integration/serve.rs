@@ -119,6 +119,30 @@ fn serve_refuses_a_bucket_name_s3_does_not_allow_and_creates_no_store() {
     assert!(!store.exists());
 }
 
+/// Sends SIGTERM to the server `child` and returns the rest of its stderr once it closed it (the server stopped),
+/// failing after 30 s.
+fn stop_with_sigterm(
+    child: &mut std::process::Child,
+    mut stderr: BufReader<std::process::ChildStderr>,
+) -> String {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        let _ = tx.send(rest);
+    });
+    let Ok(rest) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = child.kill();
+        panic!("the server did not stop within 30 s of SIGTERM");
+    };
+    rest
+}
+
 /// One request on a fresh connection; the whole reply.
 fn request(port: u16, head: &str) -> String {
     let mut tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
@@ -169,21 +193,7 @@ fn serve_answers_s3_and_stops_on_sigterm() {
         "{reply}"
     );
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = stderr.read_to_string(&mut rest);
-        let _ = tx.send(rest);
-    });
-    let Ok(rest) = rx.recv_timeout(Duration::from_secs(30)) else {
-        let _ = child.kill();
-        panic!("the server did not stop within 30 s of SIGTERM");
-    };
+    let rest = stop_with_sigterm(&mut child, stderr);
     let exit = child.wait().expect("wait");
     assert!(exit.success(), "{exit}: {rest}");
     assert!(rest.contains("server stopped"), "{rest}");
@@ -234,21 +244,7 @@ fn serve_writes_json_logs_and_answers_health_probes() {
     );
     assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = stderr.read_to_string(&mut rest);
-        let _ = tx.send(rest);
-    });
-    let Ok(rest) = rx.recv_timeout(Duration::from_secs(30)) else {
-        let _ = child.kill();
-        panic!("the server did not stop within 30 s of SIGTERM");
-    };
+    let rest = stop_with_sigterm(&mut child, stderr);
     assert!(child.wait().expect("wait").success(), "{rest}");
     let mut messages = Vec::new();
     for line in rest.lines() {
