@@ -61,6 +61,11 @@ struct Cli {
     command: Commands,
 }
 
+/// The command line's definition, for what is made from it: shell completions and the manual page.
+pub(crate) fn cli_definition() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();

@@ -25,6 +25,7 @@ mod relayout;
 mod reseal;
 mod rm;
 mod serve;
+mod shell;
 mod sync;
 mod upgrade;
 mod walk;
@@ -112,6 +113,11 @@ pub enum Commands {
     /// Serve the store over S3 (awscli, boto3, any S3 SDK); see docs/s3.md. Stops on SIGINT or SIGTERM, letting
     /// requests in flight finish.
     Serve(serve::Serve),
+    /// Print the completion script of a shell: `saltblob completions bash > /etc/bash_completion.d/saltblob`,
+    /// `saltblob completions zsh > "${fpath[1]}/_saltblob"`, `saltblob completions fish`.
+    Completions(shell::Completions),
+    /// Print the manual page (roff): `saltblob man > saltblob.1`, then `man ./saltblob.1`.
+    Man(shell::Man),
 }
 
 impl Commands {
@@ -140,6 +146,8 @@ impl Commands {
             Commands::Rekey(c) => c,
             Commands::Upgrade(c) => c,
             Commands::Serve(c) => c,
+            Commands::Completions(c) => c,
+            Commands::Man(c) => c,
         }
     }
 }

@@ -18,3 +18,4 @@ mod planning;
 mod roundtrip;
 mod secrets;
 mod serve;
+mod shell;
