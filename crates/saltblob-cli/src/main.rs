@@ -11,6 +11,7 @@
 mod commands;
 mod failure;
 mod human;
+mod profile;
 mod progress;
 mod secret_file;
 
@@ -38,6 +39,11 @@ struct Cli {
         hide_env_values = true
     )]
     store: Option<String>,
+    /// A named store of the configuration file ($SALTBLOB_CONFIG, else ~/.config/saltblob/config.toml):
+    /// `[profiles.NAME]` with `store = "URL"` and, for a password kept off the command line, `password_file =
+    /// "FILE"` (mode 0600) or `password_env = "VARIABLE"`. Not with --store.
+    #[arg(long, global = true, env = "SALTBLOB_PROFILE", value_name = "NAME")]
+    profile: Option<String>,
     /// No progress bars.
     #[arg(long, short, global = true)]
     quiet: bool,
@@ -196,10 +202,26 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Some(lease) = cli.intent_lease {
         config = config.with_intent_lease(lease);
     }
+    let url = match (cli.store, cli.profile) {
+        (Some(_), Some(name)) => {
+            return Err(Failure::usage(format!(
+                "--store (or SALTBLOB_STORE) and --profile {name} both name a store: give one"
+            )));
+        }
+        (Some(url), None) => url,
+        (None, Some(name)) => {
+            let path = profile::config_path().ok_or_else(|| {
+                Failure::usage(format!(
+                    "--profile {name}: no configuration file (set {} or HOME)",
+                    profile::CONFIG_ENV
+                ))
+            })?;
+            profile::store_url(&path, &name).map_err(Failure::usage)?
+        }
+        (None, None) => saltblob::DEFAULT_STORE_URL.to_owned(),
+    };
     let context = Context {
-        url: cli
-            .store
-            .unwrap_or_else(|| saltblob::DEFAULT_STORE_URL.to_owned()),
+        url,
         quiet: cli.quiet,
         config,
     };

@@ -15,6 +15,7 @@ mod keys;
 mod maintenance;
 mod memory;
 mod planning;
+mod profiles;
 mod roundtrip;
 mod secrets;
 mod serve;
