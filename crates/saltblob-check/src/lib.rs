@@ -59,7 +59,7 @@ pub mod workload;
 pub use checker::{Report, Violation, ViolationKind, check, context, describe_op};
 pub use history::{
     Event, FileSink, GetResult, History, HistorySink, MemorySink, Op, OpId, OpKind, OpResult,
-    Outcome,
+    Outcome, SnapshotSink,
 };
 pub use value::{Identified, StreamVerifier, ValueId, generate, verify};
 pub use workload::{

@@ -3,11 +3,13 @@
 //!
 //! Exit codes: 0 success, 1 failure (backend, I/O), 2 invalid usage or input, 3 key not found, 4 corrupt data.
 //!
-//! Modules: [`commands`] holds one struct per command (its arguments and how it runs), [`failure`] the message
+//! Modules: [`commands`] holds one struct per command (its arguments and how it runs), [`admin`] the admin
+//! socket of `serve` (which `backup` uses), [`failure`] the message
 //! and exit code of a failed command, [`human`] parsing and printing for people, [`progress`] progress bars.
 //! This file parses the command line, checks what can be checked before the store is opened, and runs the
 //! command.
 
+mod admin;
 mod commands;
 mod failure;
 mod human;

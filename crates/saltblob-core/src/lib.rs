@@ -69,9 +69,9 @@ pub use state::config;
 pub use upkeep::{fsck, gc};
 
 pub use backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkStore, ChunkWrite, GroupChunks,
-    GroupWrite, IndexCheck, Namespace, Precondition, Previous, RangePage, RecordChange,
-    RecordWrite, RecordsPlan, ScanPlan, ScanRange, SpaceReport,
+    BackendInfo, BackupOptions, BackupReport, BlobRef, ChunkAddress, ChunkId, ChunkRecord,
+    ChunkStore, ChunkWrite, GroupChunks, GroupWrite, IndexCheck, Namespace, Precondition, Previous,
+    RangePage, RecordChange, RecordWrite, RecordsPlan, ScanPlan, ScanRange, SpaceReport,
 };
 pub use base::retry::{Backoff, Jitter, Retry};
 pub use base::shown::{escape_key, redact_url, unescape_key};

@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use saltblob_core::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, Namespace, Precondition, RECORD_CALLS_IN_FLIGHT, ReadShape,
-    RecordChange, RecordWrite, RecordsPlan, RecordsSink, SinkPlan, SinkShape, SpaceReport,
-    UnloggedSink, grouped,
+    BackendInfo, BackupOptions, BackupReport, BlobRef, ChunkAddress, ChunkId, ChunkRecord,
+    ChunkSink, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, Namespace, Precondition,
+    RECORD_CALLS_IN_FLIGHT, ReadShape, RecordChange, RecordWrite, RecordsPlan, RecordsSink,
+    SinkPlan, SinkShape, SpaceReport, UnloggedSink, grouped,
 };
 use saltblob_core::schedule::current_class;
 use saltblob_core::{Error, KeyDisplay, Result};
@@ -66,6 +66,7 @@ impl RocksStore {
         let gate = Arc::new(CommitGate::new(config.extent_yield));
         let core = Arc::new(RocksCore::open(config, Arc::clone(&gate))?);
         let extents = Arc::new(Extents::open(core.config(), Arc::clone(&gate))?);
+        crate::backup::remove_leftover_staging(&core.config().path);
         Ok(Self {
             core,
             extents,
@@ -426,6 +427,18 @@ impl ChunkStore for RocksStore {
         report.bytes_before += bytes + freed;
         report.bytes_after += bytes;
         Ok(Some(report))
+    }
+
+    /// A checkpoint of RocksDB and links of the extent files, with deletions held back meanwhile (the
+    /// `backup` module).
+    async fn backup(
+        &self,
+        dest: &std::path::Path,
+        options: &BackupOptions,
+    ) -> Result<Option<BackupReport>> {
+        crate::backup::backup(&self.core, &self.extents, dest, options)
+            .await
+            .map(Some)
     }
 }
 

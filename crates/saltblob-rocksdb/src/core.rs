@@ -286,6 +286,23 @@ impl RocksCore {
         })
     }
 
+    /// RocksDB's checkpoint of the database into the new directory `path`: memtables flushed first (unlogged
+    /// chunks included), then the tables and blob files hard-linked and the live logs copied. A failure stops
+    /// nothing (no write of the store's was refused): it is the backup's.
+    pub(crate) fn checkpoint(&self, path: &std::path::Path) -> Result<()> {
+        self.serving()?;
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(path))
+            .map_err(|e| {
+                Error::backend_caused(
+                    NAME,
+                    format!("backup: RocksDB's checkpoint into {}: {e}", path.display()),
+                    false,
+                    e,
+                )
+            })
+    }
+
     /// Checks the format marker, writing it in a new database; returns the format.
     fn check_format(&self) -> Result<u8> {
         let system = self.cf(CF_SYSTEM)?;

@@ -29,9 +29,11 @@
 //! - `extent`: extent files, the chunk records of large versions in files of their own, written with aligned
 //!   direct I/O (`extent/format.rs`: names, header, pointers; `extent/io.rs`: aligned buffers, `O_DIRECT`,
 //!   `fallocate`; `extent/writer.rs`: one version's writer).
+//! - `backup`: consistent copies of the store while it serves (a checkpoint and links of the extent files).
 //! - [`backend`]: [`RocksStore`], the [`saltblob_core::ChunkStore`] implementation on top of `core`.
 
 pub mod backend;
+mod backup;
 mod blob_files;
 mod commit_gate;
 pub mod config;

@@ -48,11 +48,16 @@ pub fn supported_schemes() -> Vec<&'static str> {
 /// The directory of an embedded store URL when that directory does not exist yet, so that read-only commands
 /// can report "not found" instead of creating an empty store.
 pub fn missing_local_store(url: &str) -> Option<std::path::PathBuf> {
+    local_store_path(url).filter(|path| !path.exists())
+}
+
+/// The directory of an embedded store URL (`rocksdb://`); `None` for other stores and invalid URLs.
+pub fn local_store_path(url: &str) -> Option<std::path::PathBuf> {
     #[cfg(feature = "rocksdb")]
     if let Ok((url, _)) = split_store_params(url, StoreConfig::default())
         && let Ok(config) = saltblob_rocksdb::RocksConfig::from_url(&url)
     {
-        return (!config.path.exists()).then_some(config.path);
+        return Some(config.path);
     }
     let _ = url;
     None

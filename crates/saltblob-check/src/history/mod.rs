@@ -26,7 +26,7 @@ use crate::value::ValueId;
 
 mod sink;
 
-pub use sink::{FILE_ATTEMPTS, FileSink, HistorySink, MemorySink};
+pub use sink::{FILE_ATTEMPTS, FileSink, HistorySink, MemorySink, SnapshotSink};
 
 /// Wall-clock Unix microseconds, never smaller than a value returned before in this process.
 pub fn now_micros() -> u64 {

@@ -8,6 +8,7 @@ mod bulk;
 mod command;
 mod transfer;
 
+mod backup;
 mod bench;
 mod census;
 mod cp;
@@ -98,6 +99,15 @@ pub enum Commands {
     /// Rewrite the blobs whose layout differs from the store's policy (or --policy), each atomically (a put
     /// conditional on the version read: a concurrent writer wins), in the bulk class; resumable with --after.
     Relayout(relayout::Relayout),
+    /// Take a consistent copy of an embedded store into a new directory DEST, which opens as a store: while
+    /// `serve` holds the store (through its admin socket) or not; --verify then fscks the copy.
+    ///
+    /// The copy holds what the store held at one instant during the command: RocksDB's checkpoint and the
+    /// extent files it refers to (deletions are held back meanwhile), the format marker and store id with them.
+    /// On the store's file system its files are hard links (instant, sharing blocks: --copy to copy them); on
+    /// another, copies. It is made beside DEST and renamed into place when complete. The keyring is not in it:
+    /// back it up apart (docs/operations.md).
+    Backup(backup::Backup),
     /// Make and change the local key provider's keyring file (encryption at rest, docs/format.md): new, add,
     /// rotate, retire, list.
     Keyring(keyring::KeyringCmd),
@@ -141,6 +151,7 @@ impl Commands {
             Commands::Census(c) => c,
             Commands::Plan(c) => c,
             Commands::Relayout(c) => c,
+            Commands::Backup(c) => c,
             Commands::Keyring(c) => c,
             Commands::Encrypt(c) => c,
             Commands::Rekey(c) => c,

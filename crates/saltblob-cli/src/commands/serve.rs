@@ -9,6 +9,7 @@ use saltblob_server::{AccessKey, KeyRing, ServerConfig, parse_credentials};
 use tokio::net::TcpListener;
 
 use super::command::{Command, Context};
+use crate::admin::{self, AdminSocket};
 use crate::failure::Failure;
 use crate::human::parse_size;
 
@@ -85,6 +86,10 @@ pub struct Serve {
     /// client that cannot create buckets (a bench, an application) finds them.
     #[arg(long, value_name = "BUCKET,...", value_delimiter = ',')]
     create_bucket: Vec<String>,
+    /// The admin socket (owner-only) through which `saltblob backup` asks this server for a backup of the store
+    /// it holds, or "none". Defaults to admin.sock in an embedded store's directory; none for a cluster store.
+    #[arg(long, value_name = "PATH|none")]
+    admin_socket: Option<String>,
 }
 
 impl Command for Serve {
@@ -216,6 +221,14 @@ impl Serve {
         )
         .await?;
         self.check_sse_keys(&store).await?;
+        // Bound once the store is held: a socket file there is a dead server's.
+        let admin_socket = match self.admin_socket.as_deref() {
+            Some("none") => None,
+            Some(path) => Some(PathBuf::from(path)),
+            None => admin::default_socket(&context.url),
+        }
+        .map(|path| AdminSocket::bind(&path))
+        .transpose()?;
         for bucket in create {
             if saltblob_server::create_bucket(&store, bucket).await? {
                 eprintln!("saltblob: created bucket {bucket}");
@@ -234,11 +247,24 @@ impl Serve {
                 .map(|a| format!(", metrics on http://{a}/metrics"))
                 .unwrap_or_default()
         );
+        if let Some(socket) = &admin_socket {
+            eprintln!(
+                "saltblob: admin socket (saltblob backup) on {}",
+                socket.path().display()
+            );
+        }
         let _reload = self
             .credentials
             .clone()
             .map(|path| tokio::spawn(reload_on_sighup(path, config.credentials.clone())));
-        saltblob_server::run(listener, config, store, shutdown_signal()).await?;
+        let admin_task = admin_socket.map(|socket| tokio::spawn(socket.serve(store.clone())));
+        let served = saltblob_server::run(listener, config, store, shutdown_signal()).await;
+        if let Some(task) = admin_task {
+            task.abort();
+            // The socket's file goes with the task.
+            let _ = task.await;
+        }
+        served?;
         eprintln!("saltblob: server stopped");
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! End-to-end tests of the `saltblob` binary on the embedded store (one test binary, topic modules).
 
+mod backup;
 mod bad_input;
 mod bulk;
 mod bulk_keys;

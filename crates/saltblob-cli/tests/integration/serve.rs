@@ -268,3 +268,79 @@ fn serve_writes_json_logs_and_answers_health_probes() {
     );
     assert!(messages.len() >= 2, "{messages:?}\n{rest}");
 }
+
+/// While `serve` holds the store, `saltblob backup` asks it through its admin socket (in the store's directory,
+/// owner-only): the copy holds every blob; the socket file goes when the server stops. With `--admin-socket
+/// none` there is no socket, and `backup` fails on the store's lock, saying so.
+#[test]
+fn backup_while_serving_goes_through_the_admin_socket() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("store");
+    let small = dir.path().join("small");
+    std::fs::write(&small, b"hello, backup").expect("write");
+    ok(saltblob(&store).args(["put", "a"]).arg(&small));
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![42u8; 20 << 20]).expect("write");
+    ok(saltblob(&store).args(["put", "big"]).arg(&big));
+
+    let serve = |extra: &[&str]| {
+        let mut child = saltblob(&store)
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(extra)
+            .env("SALTBLOB_ACCESS_KEY_ID", "AKID")
+            .env("SALTBLOB_SECRET_ACCESS_KEY", "s3cret")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        stderr.read_line(&mut line).expect("read");
+        assert!(line.contains("serving S3 on"), "{line}");
+        (child, stderr)
+    };
+
+    let (mut child, mut stderr) = serve(&[]);
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read");
+    let socket = store.join("admin.sock");
+    assert!(line.contains(&socket.display().to_string()), "{line}");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&socket)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "owner-only");
+    }
+    let dest = dir.path().join("backup");
+    let report = crate::common::json(&ok(saltblob(&store).args(["backup", "--json"]).arg(&dest)));
+    assert_eq!(report["extent_files"], 1, "{report}");
+    // A second one to the same place is refused by the server, and the answer says why.
+    fails(saltblob(&store).arg("backup").arg(&dest), 1, "it exists");
+    let rest = stop_with_sigterm(&mut child, stderr);
+    assert!(child.wait().expect("wait").success(), "{rest}");
+    assert!(!socket.exists(), "the socket file goes with the server");
+
+    let out = dir.path().join("big.out");
+    ok(saltblob(&dest).args(["get", "big", "-o"]).arg(&out));
+    assert_eq!(
+        std::fs::read(&out).expect("read"),
+        std::fs::read(&big).expect("read")
+    );
+    assert_eq!(
+        ok(saltblob(&dest).args(["get", "a"])).stdout,
+        b"hello, backup"
+    );
+
+    let (mut child, stderr) = serve(&["--admin-socket", "none"]);
+    assert!(!socket.exists());
+    fails(
+        saltblob(&store)
+            .arg("backup")
+            .arg(dir.path().join("second")),
+        1,
+        "another process has this store open",
+    );
+    let rest = stop_with_sigterm(&mut child, stderr);
+    assert!(child.wait().expect("wait").success(), "{rest}");
+}

@@ -148,6 +148,47 @@ pub struct SpaceReport {
     pub rewrote_live_data: bool,
 }
 
+/// How [`ChunkStore::backup`] makes its copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackupOptions {
+    /// Copy every file, even when the destination is on the store's file system (where the default hard-links
+    /// the engine's immutable files: instant, but sharing their blocks with the store, so that the copy guards
+    /// against mistakes and not against the loss of the device).
+    pub copy: bool,
+}
+
+impl BackupOptions {
+    /// The defaults: hard links where the file system allows them.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`BackupOptions::copy`].
+    #[must_use]
+    pub fn with_copy(mut self, copy: bool) -> Self {
+        self.copy = copy;
+        self
+    }
+}
+
+/// What [`ChunkStore::backup`] made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupReport {
+    /// The engine's files in the copy (RocksDB: tables, blob files, logs, manifest, options) and their bytes.
+    pub engine_files: u64,
+    /// Bytes of [`BackupReport::engine_files`].
+    pub engine_bytes: u64,
+    /// Extent files (the files of large versions) in the copy.
+    pub extent_files: u64,
+    /// Bytes of [`BackupReport::extent_files`].
+    pub extent_bytes: u64,
+    /// Whether the files were copied (else hard-linked: the copy shares their blocks with the store).
+    pub copied: bool,
+    /// How long the store's deletions of files were held back while the copy's instant was taken.
+    pub held: std::time::Duration,
+}
+
 /// Calls of [`ChunkStore::put_chunk_records`] a sink of chunk records wants issued at once: a version's records
 /// go into one file whose writer takes one call at a time and waits for its device writes inside the call, so
 /// more calls would only hold scheduler slots while they queue there (every request of their class, gc's record

@@ -15,9 +15,10 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, IndexCheck, Namespace, Precondition, RangePage, ReadShape,
-    RecordChange, RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
+    BackendInfo, BackupOptions, BackupReport, BlobRef, ChunkAddress, ChunkId, ChunkRecord,
+    ChunkSink, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, IndexCheck, Namespace,
+    Precondition, RangePage, ReadShape, RecordChange, RecordWrite, RecordsPlan, ScanPlan,
+    ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -192,6 +193,15 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
     async fn maintain(&self) -> Result<()> {
         self.inner().maintain().await
     }
+
+    /// [`ChunkStore::backup`].
+    async fn backup(
+        &self,
+        dest: &std::path::Path,
+        options: &BackupOptions,
+    ) -> Result<Option<BackupReport>> {
+        self.inner().backup(dest, options).await
+    }
 }
 
 /// Every layer is a [`ChunkStore`]: each method is the layer's own (its override, else the forward).
@@ -318,6 +328,14 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
 
     async fn maintain(&self) -> Result<()> {
         ChunkStoreLayer::maintain(self).await
+    }
+
+    async fn backup(
+        &self,
+        dest: &std::path::Path,
+        options: &BackupOptions,
+    ) -> Result<Option<BackupReport>> {
+        ChunkStoreLayer::backup(self, dest, options).await
     }
 }
 

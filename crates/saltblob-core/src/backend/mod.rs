@@ -30,8 +30,9 @@ use futures::stream::{BoxStream, StreamExt};
 use crate::base::error::Result;
 
 pub use self::chunks::{
-    BlobRef, ChunkAddress, ChunkBatch, ChunkId, ChunkRecord, ChunkWrite, GroupChunks,
-    RECORD_CALLS_IN_FLIGHT, ReadShape, RecordsPlan, SinkForm, SinkPlan, SinkShape, SpaceReport,
+    BackupOptions, BackupReport, BlobRef, ChunkAddress, ChunkBatch, ChunkId, ChunkRecord,
+    ChunkWrite, GroupChunks, RECORD_CALLS_IN_FLIGHT, ReadShape, RecordsPlan, SinkForm, SinkPlan,
+    SinkShape, SpaceReport,
 };
 pub use self::ranges::{IndexCheck, RangePage, ScanPlan, ScanRange};
 pub use self::records::{GroupWrite, Namespace, Precondition, Previous, RecordChange, RecordWrite};
@@ -340,6 +341,22 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     /// default does nothing.
     async fn maintain(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Takes a consistent copy of the store while it serves, into `dest`, a directory that must not exist yet
+    /// (its parent must): a store of its own, opened by the same kind of URL, that holds exactly what the store
+    /// held at one instant during the call (every write acknowledged before the call, none begun after it),
+    /// with the records of the puts in flight then as a crash would leave them (reclaimed by its first gc). The
+    /// copy is made beside the store and gets the name `dest` only when complete: nothing half-made is left under
+    /// it, whatever fails. The default, for engines that have no copy of their own (a cluster: its own snapshots,
+    /// or an export), is `None`.
+    async fn backup(
+        &self,
+        dest: &std::path::Path,
+        options: &BackupOptions,
+    ) -> Result<Option<BackupReport>> {
+        let _ = (dest, options);
+        Ok(None)
     }
 }
 

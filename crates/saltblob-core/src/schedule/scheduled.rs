@@ -11,9 +11,10 @@ use futures::stream::BoxStream;
 use super::{ClassTag, Scheduler, current_class, in_class};
 use crate::backend::layer::ChunkStoreLayer;
 use crate::backend::{
-    BackendInfo, BlobRef, ChunkAddress, ChunkId, ChunkRecord, ChunkSink, ChunkStore, ChunkWrite,
-    GroupChunks, GroupWrite, IndexCheck, Namespace, Precondition, RangePage, ReadShape,
-    RecordChange, RecordWrite, RecordsPlan, ScanPlan, ScanRange, SinkPlan, SpaceReport,
+    BackendInfo, BackupOptions, BackupReport, BlobRef, ChunkAddress, ChunkId, ChunkRecord,
+    ChunkSink, ChunkStore, ChunkWrite, GroupChunks, GroupWrite, IndexCheck, Namespace,
+    Precondition, RangePage, ReadShape, RecordChange, RecordWrite, RecordsPlan, ScanPlan,
+    ScanRange, SinkPlan, SpaceReport,
 };
 use crate::base::error::Result;
 
@@ -275,5 +276,14 @@ impl ChunkStoreLayer for ScheduledStore {
     /// Not admitted, like [`ChunkStore::reclaim_space`]: engine upkeep.
     async fn maintain(&self) -> Result<()> {
         self.backend.maintain().await
+    }
+
+    /// Not admitted: one call that the engine runs beside the traffic (its files, not requests).
+    async fn backup(
+        &self,
+        dest: &std::path::Path,
+        options: &BackupOptions,
+    ) -> Result<Option<BackupReport>> {
+        self.backend.backup(dest, options).await
     }
 }

@@ -158,7 +158,10 @@ async fn an_interrupted_pass_resumed_from_its_text_reads_every_key_exactly_once(
             );
         }
     }
-    assert!(mid_page_stops >= 3, "{mid_page_stops} of 5 stops fell inside a page");
+    assert!(
+        mid_page_stops >= 3,
+        "{mid_page_stops} of 5 stops fell inside a page"
+    );
     handled.extend(run(&store, &mut progress, &opts, None).await.handled);
     assert!(progress.is_complete());
     assert_eq!(handled.len(), keys.len(), "no key handled twice");

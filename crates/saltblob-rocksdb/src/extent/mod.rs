@@ -16,7 +16,8 @@
 //! - **Read** ([`Extents::read`]): the records asked for are read in runs, with aligned reads (direct I/O) into
 //!   one buffer per run that the chunks handed back share; a record past the end of the file (a truncated
 //!   extent) is `Corrupt`, naming the file.
-//! - **Delete** ([`Extents::remove`]): a put in progress stops writing, then the file is unlinked.
+//! - **Delete** ([`Extents::remove`]): a put in progress stops writing, then the file is unlinked. A backup
+//!   holds deletions back ([`Extents::hold_removals`]) while it takes its instant and links the files.
 //! - **Space** ([`space`]): a new extent file is refused while the file system's free space, less the put's
 //!   whole size, is below the floor ([`RocksConfig::extent_free_floor`]); a file stops growing at half of it.
 //! - **Priority** ([`priority`]): the reads and writes of background classes run in the kernel's idle I/O class,
@@ -97,6 +98,8 @@ pub(crate) struct Extents {
     freed: AtomicU64,
     /// Each read and write stands back here while a synced commit is pending.
     gate: Arc<CommitGate>,
+    /// Shared by each unlink of [`Extents::remove`], taken whole by a backup ([`Extents::hold_removals`]).
+    removals: tokio::sync::RwLock<()>,
     /// Whether the reads and writes of background classes run in the kernel's idle I/O class.
     bulk_idle_io: bool,
     /// Reads and writes issued in the idle I/O class so far.
@@ -143,9 +146,27 @@ impl Extents {
             fallback_logged: AtomicBool::new(false),
             freed: AtomicU64::new(0),
             gate,
+            removals: tokio::sync::RwLock::new(()),
             bulk_idle_io: config.bulk_idle_io,
             idle_ios: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The extent directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Waits for the unlinks in progress, then holds every later one back until the guard is dropped: a backup
+    /// holds it from before its database checkpoint until it has linked the files that checkpoint refers to.
+    pub(crate) async fn hold_removals(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.removals.write().await
+    }
+
+    /// The names of the files that puts are writing now (their writers not yet synced). A version whose file is
+    /// among them was not committed before this call: its put commits only after the writer's sync.
+    pub(crate) fn being_written(&self) -> Result<std::collections::HashSet<String>> {
+        Ok(self.writers()?.keys().map(file_name).collect())
     }
 
     /// The path of `blob`'s extent file.
@@ -327,6 +348,7 @@ impl Extents {
         }
         let path = self.path_of(blob);
         let temp = self.dir.join(temp_name(&file_name(blob)));
+        let _unlinking = self.removals.read().await;
         let freed = tokio::task::spawn_blocking(move || {
             let mut freed = 0;
             for p in [&path, &temp] {

@@ -1,5 +1,6 @@
 //! Integration tests of the embedded backend on real directories (one test binary, topic modules).
 
+mod backup;
 mod conformance;
 mod extents;
 mod fixtures;
