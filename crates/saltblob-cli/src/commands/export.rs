@@ -32,7 +32,7 @@ pub struct Export {
     #[arg(long, value_parser = parse_key)]
     prefix: Option<KeyArg>,
     /// Only keys after KEY, in key order: the last key a cut-short export or import named.
-    #[arg(long, value_parser = parse_key)]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     after: Option<KeyArg>,
     /// Replace FILE if it exists.
     #[arg(long)]
