@@ -2,10 +2,12 @@
 //! it names, whether it only reads, and how it runs. [`Commands`] is clap's list of them, in help order, and
 //! the dispatch to them. `command.rs` holds what every command uses ([`Command`], [`Context`]); each command's
 //! file uses it and nothing of this file. The bulk commands (`cp`, `sync`, `rm` of many keys) share `bulk.rs`
-//! (the sides of a copy, local walks, the summary) and `transfer.rs` (the transfers, run a few at once).
+//! (the sides of a copy, local walks, the summary) and `transfer.rs` (the transfers, run a few at once);
+//! `export` and `import` share `portable.rs` (the format of their stream).
 
 mod bulk;
 mod command;
+mod portable;
 mod transfer;
 
 mod backup;
@@ -13,9 +15,11 @@ mod bench;
 mod census;
 mod cp;
 mod demo;
+mod export;
 mod fsck;
 mod gc;
 mod get;
+mod import;
 mod import_salted;
 mod inspect;
 mod keyring;
@@ -70,6 +74,26 @@ pub enum Commands {
     /// and BLAKE3 digests are (the digest `head` shows); a sealed or composed (multipart) blob has no plain
     /// digest and is copied again. --delete deletes nothing when part of a local source could not be read.
     Sync(sync::SyncCmd),
+    /// Write every blob of the store (or under --prefix, after --after KEY, in key order) to FILE or standard
+    /// output as a portable stream, with its metadata, expiry, encryption key name and BLAKE3 digest, each blob
+    /// streamed: what `import` reads into another store (RocksDB or Cassandra). Reads only.
+    ///
+    /// Sealed blobs are written as plaintext (the store URL must give their key provider) with the name of the
+    /// key they were sealed under; a blob sealed with a customer key (SSE-C) cannot be read: it is named in the
+    /// stream and on stderr, and the exit code is then 1. FILE is written under a temporary name (mode 0600)
+    /// beside it and renamed when complete; an existing FILE only with --force.
+    ///
+    /// Examples: `saltblob --store rocksdb:///data export all.sbx`,
+    /// `saltblob --store rocksdb:///data export - | saltblob --store cql://h:9042/ks import -`
+    Export(export::Export),
+    /// Read a stream of `export` (FILE, or standard input) into the store, each blob streamed into a put whose
+    /// BLAKE3 digest is checked before it commits; sealed blobs are sealed again under the same key name.
+    ///
+    /// A key that already holds the same blob (size, metadata, key name, digest) is skipped, so running an
+    /// interrupted import again goes on where it stopped. A corrupt or truncated stream stops the import where it
+    /// is damaged (exit code 4), every blob before imported, naming the last complete key: export the rest with
+    /// `export --after KEY`. A blob the store cannot take is named and the rest goes on (exit code 1).
+    Import(import::Import),
     /// Show how KEY is laid out: layout, chunk size, chunk count, salt count, bytes per salt.
     Describe(inspect::Describe),
     /// Store and read back a mixed-size set of blobs (bytes to 60 MiB), verify every digest, print each layout
@@ -141,6 +165,8 @@ impl Commands {
             Commands::Ls(c) => c,
             Commands::Cp(c) => c,
             Commands::Sync(c) => c,
+            Commands::Export(c) => c,
+            Commands::Import(c) => c,
             Commands::Describe(c) => c,
             Commands::Demo(c) => c,
             Commands::ImportSalted(c) => c,

@@ -9,6 +9,7 @@ mod cql;
 mod crash;
 mod crash_loop;
 mod encryption;
+mod export;
 mod extent_faults;
 mod fault_injection;
 mod keyring;
