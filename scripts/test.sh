@@ -37,9 +37,10 @@ step docs timeout 600 sh -c 'python3 scripts/check-docs.py --self-test && python
 # The fault tests (crash loop, kills of a 200 MiB put, libfiu write/fsync failures, the extent files' faults: a
 # kill between an extent's sync and its commit, a failed fdatasync, a full disk, a file system without O_DIRECT;
 # the S3 server's disk faults: clients that declare much, send little and go away, on a loop-device file
-# system; hot keys and the broken backends the history checker must catch) run in a step of their own, with their figures
+# system; a full disk under load, then space freed, and ulimit -n 256 under 64 large puts and gets, both judged by
+# the history checker; hot keys and the broken backends the history checker must catch) run in a step of their own, with their figures
 # printed. Conformance on extent files and the truncated, foreign and read-only extent cases are in `tests`.
-fault_tests=(crash:: crash_loop:: fault_injection:: extent_faults:: disk_faults:: a_kill_between_extent_sync_and_commit history:: broken::)
+fault_tests=(crash:: crash_loop:: fault_injection:: extent_faults:: disk_faults:: resource_faults:: a_kill_between_extent_sync_and_commit history:: broken::)
 skips=()
 for t in "${fault_tests[@]}"; do skips+=(--skip "$t"); done
 step tests timeout 1800 cargo test --release --locked --workspace -- "${skips[@]}"

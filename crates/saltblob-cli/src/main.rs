@@ -76,6 +76,8 @@ pub(crate) fn cli_definition() -> clap::Command {
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    // Before any store opens: its shares of the open files are read from the soft limit then.
+    saltblob::fds::raise_open_files_limit();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -61,7 +61,7 @@ pub mod store;
 mod upkeep;
 
 pub use backend::{layer, memory};
-pub use base::{buffers, clock, error, units, version};
+pub use base::{buffers, clock, error, fds, units, version};
 pub use format::{codec, layout, manifest};
 pub use ledger::reclaim;
 pub use policy::{census, plan, relayout};

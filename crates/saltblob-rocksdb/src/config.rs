@@ -209,6 +209,15 @@ pub struct RocksConfig {
     /// it. Idle requests are still served when nothing else waits, and `mq-deadline` ages them (10 s at most by
     /// default). Defaults to `true` (docs/bench/journal/isolation.md, *bulk extent I/O in the idle class*).
     pub bulk_idle_io: bool,
+    /// Table and blob files RocksDB keeps open (its `max_open_files`; URL `max_open_files=`): more are opened
+    /// and closed as read. `None` (the default): a quarter of the process's open-file limit less a reserve
+    /// ([`saltblob_core::fds::FdShares`]), read when the store opens.
+    pub max_open_files: Option<u64>,
+    /// Extent files open at once, puts in progress and reads together (URL `extent_open_files=`): a new large
+    /// put past it fails at once with a retryable error (the S3 server answers 503 SlowDown), a read waits for
+    /// a file to close for up to 2 s, then fails the same way. `None` (the default): a quarter of the process's
+    /// open-file limit less a reserve ([`saltblob_core::fds::FdShares`]), read when the store opens.
+    pub extent_open_files: Option<u64>,
 }
 
 impl RocksConfig {
@@ -241,6 +250,8 @@ impl RocksConfig {
             extent_free_floor: None,
             extent_yield: DEFAULT_EXTENT_YIELD,
             bulk_idle_io: true,
+            max_open_files: None,
+            extent_open_files: None,
         }
     }
 
@@ -256,7 +267,7 @@ impl RocksConfig {
     /// `bulk_low_pri`, `background_rate_limit`, `background_priority`, `pipelined_write`, `wal_bytes_per_sync`,
     /// `unlogged_min_bytes` (bytes, or `off`), `extent_min_bytes` (bytes, or `off`), `extent_io_bytes`,
     /// `extent_io_depth`, `extent_read_bytes`, `extent_read_depth`, `extent_direct_io`, `extent_free_floor`
-    /// (bytes), `extent_yield_ms`, `bulk_idle_io`.
+    /// (bytes), `extent_yield_ms`, `bulk_idle_io`, `max_open_files`, `extent_open_files`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidUrl {
             url: url.to_owned(),
@@ -385,6 +396,16 @@ impl RocksConfig {
                 "extent_direct_io" => config.extent_direct_io = flag(k)?,
                 "extent_free_floor" => config.extent_free_floor = Some(num(k)?),
                 "bulk_idle_io" => config.bulk_idle_io = flag(k)?,
+                "max_open_files" | "extent_open_files" => {
+                    let files = v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        bad(format!("{k}={v} is not a whole number of files above 0"))
+                    })?;
+                    if k == "max_open_files" {
+                        config.max_open_files = Some(files);
+                    } else {
+                        config.extent_open_files = Some(files);
+                    }
+                }
                 "extent_yield_ms" => {
                     let ms = v
                         .parse::<u64>()
@@ -404,7 +425,8 @@ impl RocksConfig {
                          space_reclaim_threshold, max_write_buffer_number, bulk_low_pri, background_rate_limit, \
                          background_priority, pipelined_write, wal_bytes_per_sync, unlogged_min_bytes, \
                          extent_min_bytes, extent_io_bytes, extent_io_depth, extent_read_bytes, extent_read_depth, \
-                         extent_direct_io, extent_free_floor, extent_yield_ms, bulk_idle_io"
+                         extent_direct_io, extent_free_floor, extent_yield_ms, bulk_idle_io, max_open_files, \
+                         extent_open_files"
                     )));
                 }
             }
@@ -453,6 +475,13 @@ mod tests {
         assert!(c.pipelined_write);
         assert_eq!(c.wal_bytes_per_sync, 256 << 10);
         assert_eq!(c.unlogged_min_bytes, Some(8 << 20));
+        assert_eq!((c.max_open_files, c.extent_open_files), (None, None));
+        let c = RocksConfig::from_url("rocksdb:///x?max_open_files=100&extent_open_files=20")
+            .expect("open-file shares");
+        assert_eq!(
+            (c.max_open_files, c.extent_open_files),
+            (Some(100), Some(20))
+        );
 
         let c = RocksConfig::from_url(
             "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=true&background_rate_limit=67108864\
@@ -531,6 +560,8 @@ mod tests {
             ),
             ("rocksdb:///x?pipelined_write=2", "pipelined_write"),
             ("rocksdb:///x?wal_bytes_per_sync=1MiB", "wal_bytes_per_sync"),
+            ("rocksdb:///x?max_open_files=0", "max_open_files"),
+            ("rocksdb:///x?extent_open_files=many", "extent_open_files"),
             ("rocksdb:///x?unlogged_min_bytes=8MiB", "unlogged_min_bytes"),
             ("rocksdb:///x?unlogged_min_bytes=-1", "unlogged_min_bytes"),
             ("rocksdb:///x?extent_min_bytes=8MiB", "extent_min_bytes"),

@@ -22,7 +22,7 @@ use saltblob_core::{Error, Result};
 
 use crate::commit_gate::CommitGate;
 use crate::config::{BackgroundPriority, BlobCompression, RocksConfig};
-use crate::error::{self, NAME};
+use crate::error::{self, Exhausted, NAME, stops_the_store};
 use crate::{blob_files, keys};
 
 /// Format of the database layout (column families and keys); stored at first open, checked at every open.
@@ -155,6 +155,10 @@ impl RocksCore {
         db_opts.set_wal_bytes_per_sync(config.wal_bytes_per_sync);
         db_opts.set_max_total_wal_size(512 << 20);
         db_opts.set_keep_log_file_num(4);
+        let max_open_files = config
+            .max_open_files
+            .unwrap_or_else(|| saltblob_core::fds::FdShares::current().engine);
+        db_opts.set_max_open_files(i32::try_from(max_open_files).unwrap_or(i32::MAX));
         db_opts.set_enable_pipelined_write(config.pipelined_write);
         if config.background_rate_limit > 0 {
             db_opts.set_auto_tuned_ratelimiter(
@@ -276,13 +280,24 @@ impl RocksCore {
         }
     }
 
-    /// The result of an engine write, mapped; an I/O error stops the store ([`RocksCore::serving`]).
+    /// The result of an engine write, mapped. A failure that may leave the log saying something the engine
+    /// did not apply stops the store ([`RocksCore::serving`]); one that left nothing behind does not
+    /// ([`stops_the_store`]).
     fn wrote(&self, result: std::result::Result<(), rocksdb::Error>) -> Result<()> {
         result.map_err(|e| {
-            if e.kind() == rocksdb::ErrorKind::IOError {
-                let _ = self.stopped.set(e.to_string());
+            if e.kind() != rocksdb::ErrorKind::IOError {
+                return error::map(e);
             }
-            error::map(e)
+            let message = e.to_string();
+            match Exhausted::of(&message) {
+                Some(exhausted) if !stops_the_store(&message) => {
+                    exhausted.error(&self.config.path, e)
+                }
+                _ => {
+                    let _ = self.stopped.set(message);
+                    error::map(e)
+                }
+            }
         })
     }
 

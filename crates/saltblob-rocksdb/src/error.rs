@@ -18,6 +18,86 @@ pub fn map(e: rocksdb::Error) -> Error {
     Error::backend_caused(NAME, e.to_string(), retryable, e)
 }
 
+/// A resource an engine write ran out of, read from the engine's message (RocksDB's C API gives the text of
+/// an I/O error, not its errno).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exhausted {
+    /// `ENOSPC` or `EDQUOT`: the file system (or the user's quota) is full.
+    Space,
+    /// `EMFILE` or `ENFILE`: no file descriptor to open a file with.
+    Files,
+}
+
+impl Exhausted {
+    /// The resource `message` says a write ran out of, if any.
+    pub(crate) fn of(message: &str) -> Option<Self> {
+        if message.contains("No space left on device") || message.contains("Disk quota exceeded") {
+            Some(Self::Space)
+        } else if message.contains("Too many open files") {
+            Some(Self::Files)
+        } else {
+            None
+        }
+    }
+
+    /// The error of a write of the store at `path` that ran out of this resource: retryable when out of space
+    /// (RocksDB refuses writes until its own check, every 5 s, finds space and it has flushed its memtables;
+    /// measured here, that did not happen within 30 s of space freed, so the message says a reopen takes writes
+    /// again), not retryable when out of descriptors (RocksDB takes no write until reopened: its C API cannot
+    /// resume). The store does not stop: reads go on in both cases.
+    pub(crate) fn error(self, path: &std::path::Path, e: rocksdb::Error) -> Error {
+        let message = e.to_string();
+        let (text, retryable) = match self {
+            Self::Space => (
+                format!(
+                    "the file system of the store at {} is full ({message}): writes are refused until space \
+                     is freed and RocksDB has recovered, or the store is reopened; reads go on",
+                    path.display()
+                ),
+                true,
+            ),
+            Self::Files => (
+                format!(
+                    "the process ran out of file descriptors writing the store at {} ({message}): RocksDB takes \
+                     no write until the store is reopened; reads go on. Raise the open-file limit (ulimit -n) \
+                     or lower max_open_files, extent_open_files or the server's --max-connections",
+                    path.display()
+                ),
+                false,
+            ),
+        };
+        match self {
+            // An I/O error of kind `StorageFull` in the chain: the S3 server tells a full disk by it.
+            Self::Space => Error::backend_caused(
+                NAME,
+                text,
+                retryable,
+                std::io::Error::new(std::io::ErrorKind::StorageFull, e),
+            ),
+            Self::Files => Error::backend_caused(NAME, text, retryable, e),
+        }
+    }
+}
+
+/// Whether an I/O error of an engine write, by its `message`, may leave the write-ahead log saying what the
+/// engine did not apply, so that the store must stop serving until it is reopened (see `RocksCore::serving`).
+/// A failed sync leaves records whose fate is unknown and dirty pages the kernel may drop: it stops the store.
+/// A write or an open that ran out of space or descriptors leaves at most a torn record at the log's end,
+/// which recovery drops, and RocksDB takes no write after it until it has flushed its memtables and started a
+/// new log: it does not.
+pub(crate) fn stops_the_store(message: &str) -> bool {
+    let sync = [
+        "fsync",
+        "fdatasync",
+        "sync_file_range",
+        "F_FULLSYNC",
+        "msync",
+    ]
+    .iter()
+    .any(|s| message.contains(s));
+    sync || Exhausted::of(message).is_none()
+}
+
 /// Maps the failure of a blocking task (a panic inside RocksDB calls).
 pub fn join(e: tokio::task::JoinError) -> Error {
     Error::backend_caused(NAME, format!("storage task failed: {e}"), false, e)
@@ -64,5 +144,36 @@ mod tests {
         let source = e.source().expect("the engine error is kept");
         assert_eq!(source.to_string(), text);
         assert!(!e.is_retryable());
+    }
+
+    /// Running out of space or descriptors on a write or an open does not stop the store; a failed sync, and
+    /// any other I/O error, does. The messages are RocksDB's own (`env/io_posix.cc`).
+    #[test]
+    fn only_failures_that_may_leave_the_log_ahead_stop_the_store() {
+        let goes_on = [
+            "IO error: No space left on device: While appending to file: /s/000012.log: No space left on device",
+            "IO error: No space left on device: While appending to file: /s/000045.sst: No space left on device",
+            "IO error: While open a file for appending: /s/000046.log: Too many open files",
+            "IO error: While open a file for random read: /s/000012.sst: Too many open files",
+            "IO error: Disk quota exceeded: While appending to file: /s/000012.log: Disk quota exceeded",
+        ];
+        for m in goes_on {
+            assert!(!stops_the_store(m), "{m}");
+            assert!(Exhausted::of(m).is_some(), "{m}");
+        }
+        let stops = [
+            "IO error: While fdatasync: /s/000012.log: Input/output error",
+            "IO error: No space left on device: While fdatasync: /s/000012.log: No space left on device",
+            "IO error: While fsync: a directory: No space left on device",
+            "IO error: While appending to file: /s/000012.log: Input/output error",
+            "IO error: While sync_file_range returned 28: /s/000012.log: No space left on device",
+        ];
+        for m in stops {
+            assert!(stops_the_store(m), "{m}");
+        }
+        assert_eq!(
+            Exhausted::of("IO error: While open a file for appending: x: Too many open files"),
+            Some(Exhausted::Files)
+        );
     }
 }

@@ -35,7 +35,9 @@ pub struct ServerConfig {
     /// How long a shutdown waits for requests in flight before it drops them (an unfinished put then never
     /// commits). Defaults to 30 seconds.
     pub shutdown_timeout: Duration,
-    /// Connections open at once; a connection accepted beyond it is closed at once. Defaults to 1024.
+    /// Connections open at once; a connection accepted beyond it is closed at once. Defaults to 1024, or the
+    /// connections' share of the process's open-file limit when less ([`saltblob_core::fds::FdShares`]: half of
+    /// what 64 reserved descriptors leave; 96 under `ulimit -n 256`).
     pub max_connections: usize,
     /// Requests in flight at once (to the end of their response); one beyond it is answered
     /// `503 SlowDown` at once. Defaults to 512.
@@ -67,6 +69,12 @@ pub struct ServerConfig {
     pub sse_c_over_http: bool,
 }
 
+/// The default of [`ServerConfig::max_connections`]: 1024, or the connections' share of the open-file limit.
+pub fn default_max_connections() -> usize {
+    let share = saltblob_core::fds::FdShares::current().connections;
+    usize::try_from(share).unwrap_or(usize::MAX).min(1024)
+}
+
 impl ServerConfig {
     /// The defaults, with these access keys.
     pub fn new(credentials: Vec<AccessKey>) -> Self {
@@ -79,7 +87,7 @@ impl ServerConfig {
             metrics_listener: None,
             gc_every: Some(Duration::from_secs(600)),
             shutdown_timeout: Duration::from_secs(30),
-            max_connections: 1024,
+            max_connections: default_max_connections(),
             max_requests: 512,
             first_request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),

@@ -101,7 +101,7 @@ pub use saltblob_core::BlobStore;
 pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
 pub use crate::bucket::{check_bucket_name, create_bucket};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
-pub use crate::config::{ServerConfig, load_tls};
+pub use crate::config::{ServerConfig, default_max_connections, load_tls};
 pub use crate::keys::{
     BUCKET_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX,
 };

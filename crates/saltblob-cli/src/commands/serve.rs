@@ -39,9 +39,10 @@ pub struct Serve {
     /// Buckets anyone may list without signing (ListObjects, ListObjectsV2, HeadBucket), comma-separated.
     #[arg(long, value_name = "BUCKET,...", value_delimiter = ',')]
     anonymous_list: Vec<String>,
-    /// Connections served at once; one more is closed as soon as it is accepted.
-    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
-    max_connections: u32,
+    /// Connections served at once; one more is closed as soon as it is accepted. Defaults to 1024, or half of
+    /// the open-file limit less 64 when that is less (docs/operations.md, *Open files*).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
     /// Requests in flight at once; one more is answered 503 SlowDown.
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
     max_requests: u32,
@@ -156,6 +157,12 @@ impl Serve {
         Ok(())
     }
 
+    /// `--max-connections`, or its default ([`saltblob_server::default_max_connections`]).
+    fn max_connections(&self) -> usize {
+        self.max_connections
+            .map_or_else(saltblob_server::default_max_connections, |n| n as usize)
+    }
+
     /// The names of --create-bucket, checked.
     fn buckets_to_create(&self) -> Result<Vec<&str>, Failure> {
         let names: Vec<&str> = self
@@ -177,7 +184,7 @@ impl Serve {
         let mut config = ServerConfig::new(self.credentials()?)
             .with_gc_every(Some(self.gc_every))
             .with_shutdown_timeout(self.shutdown_timeout)
-            .with_caps(self.max_connections as usize, self.max_requests as usize)
+            .with_caps(self.max_connections(), self.max_requests as usize)
             .with_timeouts(
                 self.first_request_timeout,
                 self.idle_timeout,
@@ -196,7 +203,7 @@ impl Serve {
         };
         config.anonymous_read = buckets(&self.anonymous_read);
         config.anonymous_list = buckets(&self.anonymous_list);
-        raise_open_files_limit(self.max_connections);
+        warn_of_open_files_limit(self.max_connections());
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             config = config
                 .with_tls_files(cert, key)
@@ -318,42 +325,17 @@ async fn reload_on_sighup(path: PathBuf, ring: KeyRing) {
     }
 }
 
-/// Raises the soft limit on open files to the hard limit, so that `max_connections` sockets (plus the store's
-/// files) fit; warns when they may not.
-#[allow(unsafe_code)]
-fn raise_open_files_limit(max_connections: u32) {
-    #[cfg(unix)]
-    {
-        /// Files the store and the process need besides the connections (RocksDB's files, the metrics
-        /// listener, Cassandra connections).
-        const RESERVED: u64 = 512;
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit and setrlimit only read and write the struct passed, which lives on this stack.
-        let soft = unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-                return;
-            }
-            if limit.rlim_cur < limit.rlim_max {
-                let raised = libc::rlimit {
-                    rlim_cur: limit.rlim_max,
-                    rlim_max: limit.rlim_max,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                    limit.rlim_cur = limit.rlim_max;
-                }
-            }
-            limit.rlim_cur
-        };
-        let needed = u64::from(max_connections) + RESERVED;
-        if (soft as u64) < needed {
-            eprintln!(
-                "saltblob: warning: the open files limit ({soft}) is below --max-connections plus {RESERVED}; \
-                 connections may fail to be accepted (raise it with ulimit -n {needed})"
-            );
-        }
+/// Warns when `max_connections` sockets and the reserve of the store's files may not fit in the open-file
+/// limit (raised to the hard limit at start, in `main`).
+fn warn_of_open_files_limit(max_connections: usize) {
+    let limit = saltblob::fds::open_files_limit();
+    let needed = max_connections as u64 + saltblob::fds::RESERVED_FDS;
+    if limit < needed {
+        eprintln!(
+            "saltblob: warning: the open files limit ({limit}) is below --max-connections plus {}; \
+             connections may fail to be accepted (raise it with ulimit -n {needed})",
+            saltblob::fds::RESERVED_FDS
+        );
     }
 }
 

@@ -26,6 +26,7 @@
 //! Nothing in the directory is touched but files of saltblob's naming ([`format::parse_file_name`]); others
 //! are left alone and logged when listed.
 
+mod budget;
 pub(crate) mod format;
 mod io;
 mod priority;
@@ -41,6 +42,7 @@ use bytes::Bytes;
 use saltblob_core::schedule::current_class;
 use saltblob_core::{BlobRef, ChunkRecord, Error, KeyDisplay, RecordsPlan, Result};
 
+use self::budget::{FD_WAIT, FdBudget, FdPermit};
 use self::format::{Header, Named, Pointer, file_name, parse_file_name, temp_name};
 use self::io::{AlignedBuf, BufferPool, IoMode, ReadBuffers};
 pub(crate) use self::priority::IoPriority;
@@ -63,6 +65,8 @@ const READ_BUFFERS_KEPT: usize = 16;
 /// A file [`Extents::create`] made: named, its header written, its size allocated.
 struct Created {
     file: std::fs::File,
+    /// Its descriptor's place in the extent files' share.
+    permit: FdPermit,
     path: PathBuf,
     mode: IoMode,
     data_start: u64,
@@ -104,6 +108,10 @@ pub(crate) struct Extents {
     bulk_idle_io: bool,
     /// Reads and writes issued in the idle I/O class so far.
     idle_ios: Arc<AtomicU64>,
+    /// The extent files' share of the open files ([`budget`]).
+    fds: Arc<FdBudget>,
+    /// The directory, opened once for the `fsync` of each new file's name.
+    dir_handle: OnceLock<Arc<std::fs::File>>,
 }
 
 impl Extents {
@@ -149,7 +157,23 @@ impl Extents {
             removals: tokio::sync::RwLock::new(()),
             bulk_idle_io: config.bulk_idle_io,
             idle_ios: Arc::new(AtomicU64::new(0)),
+            fds: FdBudget::new(
+                config
+                    .extent_open_files
+                    .unwrap_or_else(|| saltblob_core::fds::FdShares::current().extents),
+            ),
+            dir_handle: OnceLock::new(),
         })
+    }
+
+    /// The extent directory, opened once (for the `fsync` of new names).
+    fn dir_handle(&self) -> Result<Arc<std::fs::File>> {
+        if let Some(dir) = self.dir_handle.get() {
+            return Ok(Arc::clone(dir));
+        }
+        let dir = std::fs::File::open(&self.dir)
+            .map_err(|e| dir_error(&self.dir, "cannot open the extent directory", e))?;
+        Ok(Arc::clone(self.dir_handle.get_or_init(|| Arc::new(dir))))
     }
 
     /// The extent directory.
@@ -221,6 +245,7 @@ impl Extents {
             .map_err(crate::error::join)??;
         let Created {
             file,
+            permit,
             path,
             mode,
             data_start,
@@ -243,6 +268,7 @@ impl Extents {
                 .map(|max| mode.round_up(data_start + max)),
             floor: self.floor,
             dir_sync,
+            permit,
         };
         let priority = IoPriority::of(current_class().as_ref(), self.bulk_idle_io);
         let writer = ExtentWriter::new(
@@ -259,7 +285,7 @@ impl Extents {
     }
 
     /// The blocking part of [`Extents::begin`]: returns the named file and the directory, opened for its sync.
-    fn create(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<(Created, std::fs::File)> {
+    fn create(&self, blob: &BlobRef, plan: RecordsPlan) -> Result<(Created, Arc<std::fs::File>)> {
         let name = file_name(blob);
         let path = self.dir.join(&name);
         let temp = self.dir.join(temp_name(&name));
@@ -272,9 +298,10 @@ impl Extents {
                 e,
             )
         })?;
+        let permit = self.fds.take_within(FD_WAIT)?;
         let (file, direct, why_not) =
             io::create(&temp, self.direct).map_err(|e| fail("cannot create it", e))?;
-        let made = (|| -> Result<(IoMode, u64, u64, std::fs::File)> {
+        let made = (|| -> Result<(IoMode, u64, u64, Arc<std::fs::File>)> {
             let mode = self.mode_of(&file, direct, why_not);
             let data_start = format::data_start(mode.align, blob.key.len());
             let header = Header {
@@ -305,15 +332,14 @@ impl Extents {
             std::os::unix::fs::FileExt::write_all_at(&file, buf.bytes(), 0)
                 .map_err(|e| fail("cannot write its header", e))?;
             std::fs::hard_link(&temp, &path).map_err(|e| fail("cannot name it", e))?;
-            let dir = std::fs::File::open(&self.dir)
-                .map_err(|e| dir_error(&self.dir, "cannot open the extent directory", e))?;
-            Ok((mode, data_start, allocated, dir))
+            Ok((mode, data_start, allocated, self.dir_handle()?))
         })();
         // The temporary name goes whatever happened; the final name stays for the put's clean-up.
         let _ = std::fs::remove_file(&temp);
         let (mode, data_start, allocated, dir) = made?;
         let created = Created {
             file,
+            permit,
             path,
             mode,
             data_start,
@@ -400,6 +426,7 @@ impl Extents {
             return Ok(Vec::new());
         }
         let path = self.path_of(blob);
+        let _permit = self.fds.take_within(FD_WAIT)?;
         let (file, direct) = match io::open_read(&path, self.direct) {
             Ok(opened) => opened,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

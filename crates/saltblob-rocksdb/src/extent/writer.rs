@@ -58,6 +58,8 @@ pub(crate) struct Opened {
     pub(crate) floor: super::space::Floor,
     /// The `fsync` of the directory, started once the file got its name.
     pub(crate) dir_sync: JoinHandle<io::Result<()>>,
+    /// The file's descriptor in the extent files' share.
+    pub(crate) permit: super::budget::FdPermit,
 }
 
 /// The writer of one version's extent file; see the module documentation.
@@ -77,6 +79,8 @@ pub(crate) struct ExtentWriter {
     /// What each growth must leave free.
     floor: super::space::Floor,
     state: Mutex<State>,
+    /// Its file's descriptor in the extent files' share, given back when the writer goes.
+    _permit: super::budget::FdPermit,
 }
 
 struct State {
@@ -120,6 +124,7 @@ impl ExtentWriter {
             cap,
             floor,
             dir_sync,
+            permit,
         } = opened;
         Self {
             blob,
@@ -145,6 +150,7 @@ impl ExtentWriter {
                 synced: false,
                 started: std::time::Instant::now(),
             }),
+            _permit: permit,
         }
     }
 
@@ -424,6 +430,9 @@ mod tests {
             cap: Some(4096),
             floor: super::super::space::Floor::NONE,
             dir_sync: tokio::task::spawn_blocking(|| Ok(())),
+            permit: super::super::budget::FdBudget::new(1)
+                .take_within(Duration::ZERO)
+                .expect("a descriptor"),
         };
         let blob = BlobRef {
             key: Bytes::from_static(b"k"),

@@ -220,16 +220,16 @@ fn run(program: &str, args: &[&str]) -> Result<String, String> {
 
 /// A file system of `size` bytes on a loop device, mounted on `mount`; unmounted and detached when dropped
 /// (lazily if something still holds it).
-struct LoopFs {
+pub(crate) struct LoopFs {
     device: String,
-    mount: PathBuf,
+    pub(crate) mount: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl LoopFs {
     /// An ext4 file system of `size` bytes on a loop device over a sparse file, or why it cannot be made here
     /// (not root, no loop device, no `mkfs.ext4`).
-    fn make(size: u64) -> Result<Self, String> {
+    pub(crate) fn make(size: u64) -> Result<Self, String> {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let root = status
             .lines()

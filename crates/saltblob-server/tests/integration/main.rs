@@ -15,6 +15,7 @@ mod multipart;
 mod multipart_history;
 mod multipart_races;
 mod objects;
+mod resource_faults;
 mod sealed_metadata;
 mod serving;
 mod settings;
