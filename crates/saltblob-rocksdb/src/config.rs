@@ -147,7 +147,11 @@ pub struct RocksConfig {
     pub background_priority: BackgroundPriority,
     /// Whether RocksDB pipelines write-ahead-log and memtable writes (`enable_pipelined_write`), so that a
     /// commit can enter the log while an earlier large write is still filling the memtable. The log keeps the
-    /// order of writes either way, so chunks stay at least as durable as a later commit. Defaults to `true`.
+    /// order of writes either way, so chunks stay at least as durable as a later commit. Defaults to `false`:
+    /// with it on, RocksDB 11.8 never took writes again after a log write found the disk full (its recovery
+    /// flush failed on the old log's error every 5 s); off, writes came back 5 s after space did
+    /// (`resource_faults` in the server's tests), and the isolation bench found no difference between the two
+    /// (docs/bench/journal/isolation.md, *Two engine options against the puts' wait*).
     pub pipelined_write: bool,
     /// Bytes of write-ahead log written between background syncs of it (0: none). A synced commit writes out
     /// whatever the log holds unsynced, chunks of other puts included, so this bounds what a commit waits for.
@@ -238,7 +242,7 @@ impl RocksConfig {
             bulk_low_pri: false,
             background_rate_limit: 0,
             background_priority: BackgroundPriority::LowCompaction,
-            pipelined_write: true,
+            pipelined_write: false,
             wal_bytes_per_sync: 256 << 10,
             unlogged_min_bytes: Some(DEFAULT_UNLOGGED_MIN_BYTES),
             extent_min_bytes: Some(DEFAULT_EXTENT_MIN_BYTES),
@@ -472,7 +476,7 @@ mod tests {
         assert!(!c.bulk_low_pri);
         assert_eq!(c.background_rate_limit, 0);
         assert_eq!(c.background_priority, BackgroundPriority::LowCompaction);
-        assert!(c.pipelined_write);
+        assert!(!c.pipelined_write);
         assert_eq!(c.wal_bytes_per_sync, 256 << 10);
         assert_eq!(c.unlogged_min_bytes, Some(8 << 20));
         assert_eq!((c.max_open_files, c.extent_open_files), (None, None));
@@ -485,7 +489,7 @@ mod tests {
 
         let c = RocksConfig::from_url(
             "rocksdb:///x?max_write_buffer_number=8&bulk_low_pri=true&background_rate_limit=67108864\
-             &background_priority=normal&pipelined_write=false&wal_bytes_per_sync=1048576\
+             &background_priority=normal&pipelined_write=true&wal_bytes_per_sync=1048576\
              &unlogged_min_bytes=0",
         )
         .expect("parses");
@@ -493,7 +497,7 @@ mod tests {
         assert!(c.bulk_low_pri);
         assert_eq!(c.background_rate_limit, 64 << 20);
         assert_eq!(c.background_priority, BackgroundPriority::Normal);
-        assert!(!c.pipelined_write);
+        assert!(c.pipelined_write);
         assert_eq!(c.wal_bytes_per_sync, 1 << 20);
         assert_eq!(c.unlogged_min_bytes, Some(0));
         let c = RocksConfig::from_url("rocksdb:///x?unlogged_min_bytes=off").expect("parses");

@@ -41,17 +41,16 @@ impl Exhausted {
     }
 
     /// The error of a write of the store at `path` that ran out of this resource: retryable when out of space
-    /// (RocksDB refuses writes until its own check, every 5 s, finds space and it has flushed its memtables;
-    /// measured here, that did not happen within 30 s of space freed, so the message says a reopen takes writes
-    /// again), not retryable when out of descriptors (RocksDB takes no write until reopened: its C API cannot
-    /// resume). The store does not stop: reads go on in both cases.
+    /// (RocksDB refuses writes until its own check, every 5 s, finds space, then flushes and takes them
+    /// again), not retryable when out of descriptors (RocksDB treats that as fatal and takes no write until
+    /// reopened: its C API cannot resume). The store does not stop: reads go on in both cases.
     pub(crate) fn error(self, path: &std::path::Path, e: rocksdb::Error) -> Error {
         let message = e.to_string();
         let (text, retryable) = match self {
             Self::Space => (
                 format!(
                     "the file system of the store at {} is full ({message}): writes are refused until space \
-                     is freed and RocksDB has recovered, or the store is reopened; reads go on",
+                     is freed, then taken again without a restart (RocksDB looks every 5 s); reads go on",
                     path.display()
                 ),
                 true,
