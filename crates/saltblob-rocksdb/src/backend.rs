@@ -108,6 +108,12 @@ impl RocksStore {
         self.extents.idle_ios()
     }
 
+    /// Times the engine was reopened in this process after a write ran out of file descriptors (RocksDB takes
+    /// no write after that until reopened; the store reopens it once descriptors are free).
+    pub fn engine_reopens(&self) -> u64 {
+        self.core.reopens()
+    }
+
     /// Flushes memtables and syncs the write-ahead log (for tests and orderly shutdown).
     pub fn flush(&self) -> Result<()> {
         self.core.flush()

@@ -5,8 +5,10 @@
 //! namespaces and blobs: those are the `backend` module's.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -102,9 +104,30 @@ pub(crate) enum Change {
     Delete,
 }
 
+/// How long a reopen waits for the engine calls in flight to end before it gives up, puts the engine back and
+/// tries again later ([`RocksCore::reopen_if_due`]).
+const REOPEN_DRAIN_WAIT: Duration = Duration::from_secs(5);
+/// The shortest time between two attempts to reopen the engine.
+const REOPEN_RETRY: Duration = Duration::from_secs(1);
+/// Free descriptors (below the soft limit) a reopen waits for: opening the engine takes a dozen (its lock,
+/// manifest, log, directories, the tables and blob files of the recovery's flush), and the engine's calls
+/// after it more.
+const REOPEN_FREE_FDS: u64 = 32;
+
+/// What the reopens of the engine remember ([`RocksCore::reopen_if_due`]).
+#[derive(Default)]
+struct Reopening {
+    /// When the last attempt began.
+    last_try: Option<Instant>,
+    /// Set when a reopen was refused for good: it would lose unlogged chunk writes.
+    refused: bool,
+}
+
 /// The open database and the state of its writers: lock stripes, compaction lock, unlogged-write bookkeeping.
 pub(crate) struct RocksCore {
-    db: DB,
+    /// The engine; `None` while it is being reopened ([`RocksCore::reopen_if_due`]). Each call takes a
+    /// reference for its duration.
+    db: RwLock<Option<Arc<DB>>>,
     config: RocksConfig,
     stripes: Vec<Mutex<()>>,
     hasher: RandomState,
@@ -126,6 +149,13 @@ pub(crate) struct RocksCore {
     /// The first engine write that failed with an I/O error, once one has: from then on every operation fails
     /// (see [`RocksCore::serving`]).
     stopped: OnceLock<String>,
+    /// Set when an engine write ran out of file descriptors: RocksDB takes no write after that until reopened,
+    /// which the next engine call does once descriptors are free ([`RocksCore::reopen_if_due`]).
+    reopen_wanted: AtomicBool,
+    /// Held by the call that reopens the engine.
+    reopening: Mutex<Reopening>,
+    /// Times the engine was reopened in this process.
+    reopens: AtomicU64,
 }
 
 impl RocksCore {
@@ -143,77 +173,9 @@ impl RocksCore {
                 false,
             ));
         }
-        let mut db_opts = Options::default();
-        db_opts.create_if_missing(true);
-        db_opts.create_missing_column_families(true);
-        db_opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
-        db_opts.increase_parallelism(
-            i32::try_from(std::thread::available_parallelism().map_or(2, |n| n.get())).unwrap_or(2),
-        );
-        db_opts.set_max_background_jobs(4);
-        db_opts.set_bytes_per_sync(1 << 20);
-        db_opts.set_wal_bytes_per_sync(config.wal_bytes_per_sync);
-        db_opts.set_max_total_wal_size(512 << 20);
-        db_opts.set_keep_log_file_num(4);
-        let max_open_files = config
-            .max_open_files
-            .unwrap_or_else(|| saltblob_core::fds::FdShares::current().engine);
-        db_opts.set_max_open_files(i32::try_from(max_open_files).unwrap_or(i32::MAX));
-        db_opts.set_enable_pipelined_write(config.pipelined_write);
-        if config.background_rate_limit > 0 {
-            db_opts.set_auto_tuned_ratelimiter(
-                i64::try_from(config.background_rate_limit).unwrap_or(i64::MAX),
-                RATE_LIMIT_REFILL_MICROS,
-                RATE_LIMIT_FAIRNESS,
-            );
-        }
-        if config.background_priority != BackgroundPriority::Normal {
-            let mut env = Env::new().map_err(error::map)?;
-            env.lower_thread_pool_cpu_priority();
-            env.lower_thread_pool_io_priority();
-            if config.background_priority == BackgroundPriority::Low {
-                env.lower_high_priority_thread_pool_cpu_priority();
-                env.lower_high_priority_thread_pool_io_priority();
-            }
-            db_opts.set_env(&env);
-        }
-
-        let mut chunk_opts = Options::default();
-        chunk_opts.set_enable_blob_files(true);
-        chunk_opts.set_min_blob_size(config.min_blob_size);
-        chunk_opts.set_blob_file_size(config.blob_file_size);
-        chunk_opts.set_blob_compression_type(match config.blob_compression {
-            BlobCompression::None => DBCompressionType::None,
-            BlobCompression::Lz4 => DBCompressionType::Lz4,
-            BlobCompression::Zstd => DBCompressionType::Zstd,
-        });
-        chunk_opts.set_enable_blob_gc(config.blob_gc);
-        chunk_opts.set_blob_gc_age_cutoff(config.blob_gc_age_cutoff);
-        chunk_opts.set_blob_gc_force_threshold(config.blob_gc_force_threshold);
-        chunk_opts.set_write_buffer_size(config.write_buffer_size);
-        chunk_opts.set_max_write_buffer_number(
-            i32::try_from(config.max_write_buffer_number).unwrap_or(i32::MAX),
-        );
-        chunk_opts.set_compression_type(DBCompressionType::None);
-
-        let mut small_opts = Options::default();
-        let mut table = BlockBasedOptions::default();
-        table.set_bloom_filter(10.0, false);
-        small_opts.set_block_based_table_factory(&table);
-        small_opts.set_compression_type(DBCompressionType::Lz4);
-
-        let cfs = vec![
-            ColumnFamilyDescriptor::new(CF_MANIFESTS, small_opts.clone()),
-            ColumnFamilyDescriptor::new(CF_CHUNKS, chunk_opts),
-            ColumnFamilyDescriptor::new(CF_SYSTEM, small_opts),
-        ];
-        // Listed before the open: files of earlier processes only, none that this one's flushes are writing.
-        let earlier_blob_files = blob_files::named(&config.path);
-        let db = DB::open_cf_descriptors(&db_opts, &config.path, cfs)
-            .map_err(|e| error::open(&config.path, e))?;
-        blob_files::remove_unfinished(&db, &ALL_COLUMN_FAMILIES, &earlier_blob_files);
+        let db = open_engine(&config)?;
         let core = Self {
-            db,
+            db: RwLock::new(Some(Arc::new(db))),
             config,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: RandomState::new(),
@@ -225,6 +187,9 @@ impl RocksCore {
             extents_marked: std::sync::atomic::AtomicBool::new(false),
             gate,
             stopped: OnceLock::new(),
+            reopen_wanted: AtomicBool::new(false),
+            reopening: Mutex::new(Reopening::default()),
+            reopens: AtomicU64::new(0),
         };
         let format = core.check_format()?;
         core.extents_marked
@@ -250,9 +215,11 @@ impl RocksCore {
     /// Flushes memtables and syncs the write-ahead log.
     pub(crate) fn flush(&self) -> Result<()> {
         self.serving()?;
-        self.wrote(self.db.flush_wal(true))?;
+        self.reopen_if_due();
+        let db = self.db()?;
+        self.wrote(db.flush_wal(true))?;
         for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
-            self.wrote(self.db.flush_cf(self.cf(name)?))?;
+            self.wrote(db.flush_cf(cf(&db, name)?))?;
         }
         Ok(())
     }
@@ -291,6 +258,9 @@ impl RocksCore {
             let message = e.to_string();
             match Exhausted::of(&message) {
                 Some(exhausted) if !stops_the_store(&message) => {
+                    if exhausted == Exhausted::Files {
+                        self.reopen_wanted.store(true, Ordering::Release);
+                    }
                     exhausted.error(&self.config.path, e)
                 }
                 _ => {
@@ -306,7 +276,8 @@ impl RocksCore {
     /// nothing (no write of the store's was refused): it is the backup's.
     pub(crate) fn checkpoint(&self, path: &std::path::Path) -> Result<()> {
         self.serving()?;
-        rocksdb::checkpoint::Checkpoint::new(&self.db)
+        let db = self.db()?;
+        rocksdb::checkpoint::Checkpoint::new(&db)
             .and_then(|c| c.create_checkpoint(path))
             .map_err(|e| {
                 Error::backend_caused(
@@ -320,10 +291,9 @@ impl RocksCore {
 
     /// Checks the format marker, writing it in a new database; returns the format.
     fn check_format(&self) -> Result<u8> {
-        let system = self.cf(CF_SYSTEM)?;
-        match self
-            .db
-            .get_cf(system, keys::FORMAT_MARKER_KEY)
+        let db = self.db()?;
+        match db
+            .get_cf(cf(&db, CF_SYSTEM)?, keys::FORMAT_MARKER_KEY)
             .map_err(error::map)?
         {
             None => self.write_format(DB_FORMAT).map(|()| DB_FORMAT),
@@ -344,10 +314,8 @@ impl RocksCore {
     fn write_format(&self, format: u8) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
-        self.wrote(
-            self.db
-                .put_cf_opt(self.cf(CF_SYSTEM)?, keys::FORMAT_MARKER_KEY, [format], &wo),
-        )
+        let db = self.db()?;
+        self.wrote(db.put_cf_opt(cf(&db, CF_SYSTEM)?, keys::FORMAT_MARKER_KEY, [format], &wo))
     }
 
     /// Moves the store to the format with extent files, once, before its first extent file is created.
@@ -361,13 +329,140 @@ impl RocksCore {
         Ok(())
     }
 
-    fn cf(&self, name: &str) -> Result<&ColumnFamily> {
+    /// The engine, for one call: every reference is given back before a reopen closes it. Fails, retryably,
+    /// while the engine is being reopened.
+    fn db(&self) -> Result<Arc<DB>> {
         self.db
-            .cf_handle(name)
-            .ok_or_else(|| Error::backend(NAME, format!("column family {name} is missing"), false))
+            .read()
+            .map_err(|_| Error::backend(NAME, "engine lock poisoned by a panic", false))?
+            .clone()
+            .ok_or_else(|| {
+                Error::backend(
+                    NAME,
+                    format!(
+                        "the store at {} is reopening its engine, which ran out of file descriptors; retry",
+                        self.config.path.display()
+                    ),
+                    true,
+                )
+            })
     }
 
-    /// Runs `f` on a blocking thread with the database.
+    /// Whether a reopen has taken the engine away (calls that hold it give it back soon).
+    fn engine_away(&self) -> bool {
+        self.db.read().map_or(true, |db| db.is_none())
+    }
+
+    /// Times the engine was reopened in this process after it ran out of file descriptors.
+    pub(crate) fn reopens(&self) -> u64 {
+        self.reopens.load(Ordering::Relaxed)
+    }
+
+    /// Reopens the engine if a write ran out of file descriptors (RocksDB then takes no write until reopened,
+    /// and its C API has no `Resume`), once [`REOPEN_FREE_FDS`] are free, at most every [`REOPEN_RETRY`], one
+    /// call at a time; blocking. Meanwhile, calls fail retryably. The reopen waits up to
+    /// [`REOPEN_DRAIN_WAIT`] for the calls in flight to give the engine back, closes it and opens it again:
+    /// RocksDB recovers what its log holds, as after a restart (writes it acknowledged are in the log). If the
+    /// open fails, calls fail until a later attempt succeeds.
+    ///
+    /// Unlogged chunk writes (`unlogged_min_bytes`) not yet flushed are only in the engine's memory: a reopen
+    /// would lose them while their puts, whose flush has not run yet, could go on to commit. So when any is
+    /// pending the engine is not reopened (an error is logged): its writes fail until the process reopens the
+    /// store, and those puts fail at their flush. With extent files on (the default), large puts write no
+    /// unlogged chunks.
+    pub(crate) fn reopen_if_due(&self) {
+        if !self.reopen_wanted.load(Ordering::Acquire) {
+            return;
+        }
+        // One call reopens; the others go on (and fail if they find the engine away).
+        let Ok(mut state) = self.reopening.try_lock() else {
+            return;
+        };
+        if !self.reopen_wanted.load(Ordering::Acquire)
+            || state.refused
+            || state.last_try.is_some_and(|at| at.elapsed() < REOPEN_RETRY)
+        {
+            return;
+        }
+        state.last_try = Some(Instant::now());
+        if free_descriptors().is_some_and(|free| free < REOPEN_FREE_FDS) {
+            return;
+        }
+        let path = self.config.path.display();
+        if self.unlogged_pending() {
+            state.refused = true;
+            tracing::error!(
+                store = %path,
+                "the engine ran out of file descriptors with unlogged chunk writes not yet flushed, which a \
+                 reopen would lose: it takes no write until the store is reopened (restart the process)"
+            );
+            return;
+        }
+        match self.reopen() {
+            Ok(()) => {
+                self.reopen_wanted.store(false, Ordering::Release);
+                self.reopens.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(store = %path, "reopened the engine after it ran out of file descriptors");
+            }
+            Err(e) => {
+                // The next attempt a whole REOPEN_RETRY after this one ended (its drain may have been long).
+                state.last_try = Some(Instant::now());
+                tracing::warn!(
+                    store = %path,
+                    error = %e,
+                    "could not reopen the engine after it ran out of file descriptors; trying again"
+                );
+            }
+        }
+    }
+
+    /// Whether unlogged chunk writes were made that no flush of this process has covered (a flush lock that a
+    /// panic poisoned counts as pending).
+    fn unlogged_pending(&self) -> bool {
+        self.unlogged_synced.lock().map_or(true, |synced| {
+            self.unlogged_writes.load(Ordering::SeqCst) > *synced
+        })
+    }
+
+    /// Closes the engine and opens it again ([`RocksCore::reopen_if_due`]).
+    fn reopen(&self) -> Result<()> {
+        let poisoned = || Error::backend(NAME, "engine lock poisoned by a panic", false);
+        let mut slot = self.db.write().map_err(|_| poisoned())?;
+        let Some(old) = slot.take() else {
+            // Away since an open that failed: open it now.
+            *slot = Some(Arc::new(open_engine(&self.config)?));
+            return Ok(());
+        };
+        drop(slot);
+        let put_back = |old: Arc<DB>, why: String| -> Result<()> {
+            *self.db.write().map_err(|_| poisoned())? = Some(old);
+            Err(Error::backend(NAME, why, true))
+        };
+        let started = Instant::now();
+        while Arc::strong_count(&old) > 1 {
+            if started.elapsed() > REOPEN_DRAIN_WAIT {
+                return put_back(
+                    old,
+                    format!("engine calls still in flight after {REOPEN_DRAIN_WAIT:?}"),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Unlogged writes count themselves while they hold the engine: none made since the check before the
+        // drain can be missed here (none can be made once the engine has stopped taking writes).
+        if self.unlogged_pending() {
+            return put_back(
+                old,
+                "unlogged chunk writes made during the drain, which a reopen would lose".to_owned(),
+            );
+        }
+        drop(old);
+        let reopened = open_engine(&self.config).map(Arc::new);
+        *self.db.write().map_err(|_| poisoned())? = reopened.as_ref().ok().cloned();
+        reopened.map(drop)
+    }
+
+    /// Runs `f` on a blocking thread with the database (reopened first if due: [`RocksCore::reopen_if_due`]).
     pub(crate) async fn blocking<T, F>(self: &Arc<Self>, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -375,9 +470,12 @@ impl RocksCore {
     {
         self.serving()?;
         let core = Arc::clone(self);
-        tokio::task::spawn_blocking(move || f(&core))
-            .await
-            .map_err(error::join)?
+        tokio::task::spawn_blocking(move || {
+            core.reopen_if_due();
+            f(&core)
+        })
+        .await
+        .map_err(error::join)?
     }
 
     /// The value of `key` in column family `cf_name`.
@@ -387,9 +485,9 @@ impl RocksCore {
         key: Vec<u8>,
     ) -> Result<Option<Bytes>> {
         self.blocking(move |core| {
-            Ok(core
-                .db
-                .get_cf(core.cf(cf_name)?, key)
+            let db = core.db()?;
+            Ok(db
+                .get_cf(cf(&db, cf_name)?, key)
                 .map_err(error::map)?
                 .map(Bytes::from))
         })
@@ -403,8 +501,8 @@ impl RocksCore {
         cf_name: &'static str,
         keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Bytes>>> {
-        self.db
-            .batched_multi_get_cf(self.cf(cf_name)?, keys, false)
+        let db = self.db()?;
+        db.batched_multi_get_cf(cf(&db, cf_name)?, keys, false)
             .into_iter()
             .map(|slot| {
                 slot.map(|v| v.map(|s| Bytes::copy_from_slice(&s)))
@@ -479,12 +577,12 @@ impl RocksCore {
                         .map_err(|_| Error::backend(NAME, "record lock poisoned by a panic", false))
                 })
                 .collect::<Result<Vec<MutexGuard<'_, ()>>>>()?;
+            let db = core.db()?;
             let mut batch = WriteBatch::default();
             let mut previous = Vec::with_capacity(writes.len());
             for (index, write) in writes.into_iter().enumerate() {
-                let handle = core.cf(write.cf_name)?;
-                let current = core
-                    .db
+                let handle = cf(&db, write.cf_name)?;
+                let current = db
                     .get_cf(handle, &write.key)
                     .map_err(error::map)?
                     .map(Bytes::from);
@@ -498,7 +596,7 @@ impl RocksCore {
                 previous.push(current.map_or(Previous::Absent, Previous::Value));
             }
             if !chunks.is_empty() {
-                let handle = core.cf(CF_CHUNKS)?;
+                let handle = cf(&db, CF_CHUNKS)?;
                 for (key, data) in &chunks {
                     batch.put_cf(handle, key, data);
                 }
@@ -510,7 +608,7 @@ impl RocksCore {
             let mut wo = WriteOptions::default();
             wo.set_sync(sync);
             let pending = sync.then(|| core.gate.commit());
-            core.wrote(core.db.write_opt(batch, &wo))?;
+            core.wrote(db.write_opt(batch, &wo))?;
             drop(pending);
             Ok(GroupWrite::Done(previous))
         })
@@ -532,9 +630,10 @@ impl RocksCore {
                 .as_deref()
                 .filter(|s| *s > prefix.as_slice())
                 .unwrap_or(&prefix);
+            let db = core.db()?;
             let mut out = Vec::new();
-            for item in core.db.iterator_cf(
-                core.cf(cf_name)?,
+            for item in db.iterator_cf(
+                cf(&db, cf_name)?,
                 IteratorMode::From(from, Direction::Forward),
             ) {
                 let (k, v) = item.map_err(error::map)?;
@@ -568,15 +667,32 @@ impl RocksCore {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<T>>(1024);
         let core = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
-            let handle = match core.cf(cf_name) {
+            core.reopen_if_due();
+            let db = match core.db() {
+                Ok(db) => db,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            };
+            let handle = match cf(&db, cf_name) {
                 Ok(h) => h,
                 Err(e) => {
                     let _ = tx.blocking_send(Err(e));
                     return;
                 }
             };
-            for item in core.db.iterator_cf(handle, IteratorMode::Start) {
-                let decoded = item.map_err(error::map).and_then(|(k, _)| decode(&k));
+            for item in db.iterator_cf(handle, IteratorMode::Start) {
+                // A reopen waits for the engine: give it back, saying so.
+                let decoded = if core.engine_away() {
+                    Err(Error::backend(
+                        NAME,
+                        "a scan stopped: the engine is being reopened, as it ran out of file descriptors; retry",
+                        true,
+                    ))
+                } else {
+                    item.map_err(error::map).and_then(|(k, _)| decode(&k))
+                };
                 let failed = decoded.is_err();
                 // Stop when the consumer went away or after reporting an error.
                 if tx.blocking_send(decoded).is_err() || failed {
@@ -598,9 +714,10 @@ impl RocksCore {
         end: Vec<u8>,
     ) -> Result<()> {
         self.blocking(move |core| {
+            let db = core.db()?;
             let mut batch = WriteBatch::default();
-            batch.delete_range_cf(core.cf(cf_name)?, start, end);
-            core.wrote(core.db.write_opt(batch, &WriteOptions::default()))
+            batch.delete_range_cf(cf(&db, cf_name)?, start, end);
+            core.wrote(db.write_opt(batch, &WriteOptions::default()))
         })
         .await
     }
@@ -619,20 +736,22 @@ impl RocksCore {
             self.low_pri_chunk_writes.fetch_add(1, Ordering::Relaxed);
         }
         self.blocking(move |core| {
-            let handle = core.cf(CF_CHUNKS)?;
+            let db = core.db()?;
+            let handle = cf(&db, CF_CHUNKS)?;
             let mut batch = WriteBatch::default();
             for (key, data) in &entries {
                 batch.put_cf(handle, key, data);
             }
             // Unsynced: the synced manifest commit that follows makes logged chunks durable too (one ordered
             // log); unlogged ones are made durable by `sync_unlogged` before it.
-            core.wrote(core.db.write_opt(batch, &priority.write_options(unlogged)))
+            core.wrote(db.write_opt(batch, &priority.write_options(unlogged)))?;
+            // Counted while the engine is held: a reopen, which waits for it, sees the write.
+            if unlogged {
+                core.unlogged_writes.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
         })
-        .await?;
-        if unlogged {
-            self.unlogged_writes.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
+        .await
     }
 
     /// Makes every unlogged chunk write completed so far durable: flushes the chunk memtables (and waits for
@@ -652,7 +771,8 @@ impl RocksCore {
                 }
                 // Writes completed before the flush starts are in the memtables it flushes.
                 let upto = core.unlogged_writes.load(Ordering::SeqCst);
-                core.wrote(core.db.flush_cf(core.cf(CF_CHUNKS)?))?;
+                let db = core.db()?;
+                core.wrote(db.flush_cf(cf(&db, CF_CHUNKS)?))?;
                 *covered = upto;
                 Ok(true)
             })
@@ -680,15 +800,15 @@ impl RocksCore {
     }
 
     fn reclaim_space_blocking(&self) -> Result<SpaceReport> {
-        let db = &self.db;
+        let db = self.db()?;
         let config = &self.config;
         let threshold = config.space_reclaim_threshold;
         let bytes_before = self.disk_bytes()?;
         self.wrote(db.flush_wal(true))?;
-        self.compact_all(CF_SYSTEM)?;
-        self.compact_all(CF_MANIFESTS)?;
-        self.compact_all(CF_CHUNKS)?;
-        let chunks = self.cf(CF_CHUNKS)?;
+        compact_all(&db, CF_SYSTEM)?;
+        compact_all(&db, CF_MANIFESTS)?;
+        compact_all(&db, CF_CHUNKS)?;
+        let chunks = cf(&db, CF_CHUNKS)?;
         let live = db
             .property_int_value_cf(chunks, "rocksdb.live-blob-file-size")
             .map_err(error::map)?
@@ -714,7 +834,7 @@ impl RocksCore {
                 .map_err(error::map)
             };
             on(true, 1.0)?;
-            let compacted = self.compact_all(CF_CHUNKS);
+            let compacted = compact_all(&db, CF_CHUNKS);
             let restored = on(config.blob_gc, config.blob_gc_age_cutoff);
             compacted?;
             restored?;
@@ -728,15 +848,15 @@ impl RocksCore {
 
     /// Bytes of SST and blob files of every column family.
     pub(crate) fn disk_bytes(&self) -> Result<u64> {
+        let db = self.db()?;
         let mut total = 0;
         for name in [CF_MANIFESTS, CF_CHUNKS, CF_SYSTEM] {
-            let handle = self.cf(name)?;
+            let handle = cf(&db, name)?;
             for property in [
                 "rocksdb.total-sst-files-size",
                 "rocksdb.total-blob-file-size",
             ] {
-                total += self
-                    .db
+                total += db
                     .property_int_value_cf(handle, property)
                     .map_err(error::map)?
                     .unwrap_or(0);
@@ -744,13 +864,179 @@ impl RocksCore {
         }
         Ok(total)
     }
+}
 
-    /// Compacts all of column family `name`, down to the bottommost level.
-    fn compact_all(&self, name: &str) -> Result<()> {
-        let mut opts = CompactOptions::default();
-        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
-        self.db
-            .compact_range_cf_opt(self.cf(name)?, None::<&[u8]>, None::<&[u8]>, &opts);
-        Ok(())
+/// Column family `name` of `db`.
+fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily> {
+    db.cf_handle(name)
+        .ok_or_else(|| Error::backend(NAME, format!("column family {name} is missing"), false))
+}
+
+/// Compacts all of column family `name` of `db`, down to the bottommost level.
+fn compact_all(db: &DB, name: &str) -> Result<()> {
+    let mut opts = CompactOptions::default();
+    opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+    db.compact_range_cf_opt(cf(db, name)?, None::<&[u8]>, None::<&[u8]>, &opts);
+    Ok(())
+}
+
+/// Descriptors this process may still open below its soft limit, when `/proc/self/fd` tells (none when even
+/// its listing cannot be opened for want of one).
+fn free_descriptors() -> Option<u64> {
+    let listing = match std::fs::read_dir("/proc/self/fd") {
+        Ok(listing) => listing,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => return Some(0),
+        Err(_) => return None,
+    };
+    let open = u64::try_from(listing.count()).unwrap_or(u64::MAX);
+    Some(saltblob_core::fds::open_files_limit().saturating_sub(open))
+}
+
+/// Opens the engine of the store described by `config` (creating it if missing) and removes the blob files an
+/// earlier engine of the store left unfinished.
+fn open_engine(config: &RocksConfig) -> Result<DB> {
+    let mut db_opts = Options::default();
+    db_opts.create_if_missing(true);
+    db_opts.create_missing_column_families(true);
+    db_opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+    db_opts.increase_parallelism(
+        i32::try_from(std::thread::available_parallelism().map_or(2, |n| n.get())).unwrap_or(2),
+    );
+    db_opts.set_max_background_jobs(4);
+    db_opts.set_bytes_per_sync(1 << 20);
+    db_opts.set_wal_bytes_per_sync(config.wal_bytes_per_sync);
+    db_opts.set_max_total_wal_size(512 << 20);
+    db_opts.set_keep_log_file_num(4);
+    let max_open_files = config
+        .max_open_files
+        .unwrap_or_else(|| saltblob_core::fds::FdShares::current().engine);
+    db_opts.set_max_open_files(i32::try_from(max_open_files).unwrap_or(i32::MAX));
+    db_opts.set_enable_pipelined_write(config.pipelined_write);
+    if config.background_rate_limit > 0 {
+        db_opts.set_auto_tuned_ratelimiter(
+            i64::try_from(config.background_rate_limit).unwrap_or(i64::MAX),
+            RATE_LIMIT_REFILL_MICROS,
+            RATE_LIMIT_FAIRNESS,
+        );
+    }
+    if config.background_priority != BackgroundPriority::Normal {
+        let mut env = Env::new().map_err(error::map)?;
+        env.lower_thread_pool_cpu_priority();
+        env.lower_thread_pool_io_priority();
+        if config.background_priority == BackgroundPriority::Low {
+            env.lower_high_priority_thread_pool_cpu_priority();
+            env.lower_high_priority_thread_pool_io_priority();
+        }
+        db_opts.set_env(&env);
+    }
+
+    let mut chunk_opts = Options::default();
+    chunk_opts.set_enable_blob_files(true);
+    chunk_opts.set_min_blob_size(config.min_blob_size);
+    chunk_opts.set_blob_file_size(config.blob_file_size);
+    chunk_opts.set_blob_compression_type(match config.blob_compression {
+        BlobCompression::None => DBCompressionType::None,
+        BlobCompression::Lz4 => DBCompressionType::Lz4,
+        BlobCompression::Zstd => DBCompressionType::Zstd,
+    });
+    chunk_opts.set_enable_blob_gc(config.blob_gc);
+    chunk_opts.set_blob_gc_age_cutoff(config.blob_gc_age_cutoff);
+    chunk_opts.set_blob_gc_force_threshold(config.blob_gc_force_threshold);
+    chunk_opts.set_write_buffer_size(config.write_buffer_size);
+    chunk_opts.set_max_write_buffer_number(
+        i32::try_from(config.max_write_buffer_number).unwrap_or(i32::MAX),
+    );
+    chunk_opts.set_compression_type(DBCompressionType::None);
+
+    let mut small_opts = Options::default();
+    let mut table = BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    small_opts.set_block_based_table_factory(&table);
+    small_opts.set_compression_type(DBCompressionType::Lz4);
+
+    let cfs = vec![
+        ColumnFamilyDescriptor::new(CF_MANIFESTS, small_opts.clone()),
+        ColumnFamilyDescriptor::new(CF_CHUNKS, chunk_opts),
+        ColumnFamilyDescriptor::new(CF_SYSTEM, small_opts),
+    ];
+    // Listed before the open: files of earlier engines only (another process's, or this one's before a
+    // reopen), none that this engine's flushes are writing.
+    let earlier_blob_files = blob_files::named(&config.path);
+    let db = DB::open_cf_descriptors(&db_opts, &config.path, cfs)
+        .map_err(|e| error::open(&config.path, e))?;
+    blob_files::remove_unfinished(&db, &ALL_COLUMN_FAMILIES, &earlier_blob_files);
+    Ok(db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &std::path::Path) -> Arc<RocksCore> {
+        let gate = Arc::new(CommitGate::new(Duration::from_millis(10)));
+        Arc::new(RocksCore::open(RocksConfig::new(dir), gate).expect("open"))
+    }
+
+    /// Marks a reopen as wanted, as a write that ran out of descriptors does, and lets it be tried now.
+    fn want_reopen(core: &RocksCore) {
+        core.reopen_wanted.store(true, Ordering::Release);
+        *core.reopening.lock().expect("lock") = Reopening::default();
+    }
+
+    /// A reopen waits for the calls that hold the engine, puts it back when they hold it too long (calls go on
+    /// meanwhile with it), and reopens once they are done; what was written is there after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reopen_waits_for_the_calls_in_flight_and_keeps_what_was_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let core = open(dir.path());
+        core.conditional(
+            CF_MANIFESTS,
+            b"k".to_vec(),
+            true,
+            &Precondition::None,
+            Change::Put(Bytes::from_static(b"v")),
+        )
+        .await
+        .expect("put");
+
+        // A call in flight holds the engine past the drain wait: the reopen gives up and puts it back.
+        let held = core.db().expect("engine");
+        want_reopen(&core);
+        let started = Instant::now();
+        core.reopen_if_due();
+        assert!(started.elapsed() >= REOPEN_DRAIN_WAIT, "did not wait");
+        assert_eq!(core.reopens(), 0);
+        assert!(!core.engine_away(), "the engine was not put back");
+        drop(held);
+
+        // Tried again after REOPEN_RETRY only, then done by the next call.
+        core.reopen_if_due();
+        assert_eq!(core.reopens(), 0, "tried again at once");
+        want_reopen(&core);
+        let got = core.get(CF_MANIFESTS, b"k".to_vec()).await.expect("get");
+        assert_eq!(core.reopens(), 1);
+        assert_eq!(got.as_deref(), Some(&b"v"[..]));
+        assert!(!core.reopen_wanted.load(Ordering::Acquire));
+    }
+
+    /// Unlogged chunk writes not yet flushed would be lost by a reopen: it is refused for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unlogged_writes_not_yet_flushed_refuse_the_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let core = open(dir.path());
+        core.write_chunks(vec![(b"c".to_vec(), Bytes::from_static(b"chunk"))], true)
+            .await
+            .expect("unlogged write");
+        want_reopen(&core);
+        core.reopen_if_due();
+        assert_eq!(core.reopens(), 0);
+        assert!(core.reopening.lock().expect("lock").refused);
+        // Refused for good, even once a flush has covered the write.
+        core.sync_unlogged().await.expect("flush");
+        core.reopen_wanted.store(true, Ordering::Release);
+        core.reopening.lock().expect("lock").last_try = None;
+        core.reopen_if_due();
+        assert_eq!(core.reopens(), 0);
+        assert!(!core.engine_away());
     }
 }

@@ -40,10 +40,11 @@ impl Exhausted {
         }
     }
 
-    /// The error of a write of the store at `path` that ran out of this resource: retryable when out of space
-    /// (RocksDB refuses writes until its own check, every 5 s, finds space, then flushes and takes them
-    /// again), not retryable when out of descriptors (RocksDB treats that as fatal and takes no write until
-    /// reopened: its C API cannot resume). The store does not stop: reads go on in both cases.
+    /// The error of a write of the store at `path` that ran out of this resource, retryable: out of space,
+    /// RocksDB refuses writes until its own check, every 5 s, finds space, then flushes and takes them again;
+    /// out of descriptors, RocksDB treats that as fatal and takes no write until reopened (its C API cannot
+    /// resume), which the store does itself once descriptors are free (`RocksCore::reopen_if_due`). The
+    /// store does not stop: reads go on in both cases.
     pub(crate) fn error(self, path: &std::path::Path, e: rocksdb::Error) -> Error {
         let message = e.to_string();
         let (text, retryable) = match self {
@@ -57,12 +58,13 @@ impl Exhausted {
             ),
             Self::Files => (
                 format!(
-                    "the process ran out of file descriptors writing the store at {} ({message}): RocksDB takes \
-                     no write until the store is reopened; reads go on. Raise the open-file limit (ulimit -n) \
-                     or lower max_open_files, extent_open_files or the server's --max-connections",
+                    "the process ran out of file descriptors writing the store at {} ({message}): writes are \
+                     refused until the store has reopened its engine, which it does once descriptors are free \
+                     again (checked every second); reads go on. Raise the open-file limit (ulimit -n) or lower \
+                     max_open_files, extent_open_files or the server's --max-connections",
                     path.display()
                 ),
-                false,
+                true,
             ),
         };
         match self {

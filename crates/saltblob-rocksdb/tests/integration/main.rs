@@ -2,6 +2,7 @@
 
 mod backup;
 mod conformance;
+mod descriptors;
 mod extents;
 mod fixtures;
 mod history;
