@@ -14,6 +14,29 @@ def test_create_list_head_delete_bucket(s3):
     assert s3_error(s3.head_bucket, Bucket=name) == ("404", 404)
 
 
+def test_list_buckets_pages_with_boto3s_paginator(s3):
+    """boto3's ListBuckets paginator (MaxBuckets, ContinuationToken) with a Prefix lists every bucket once, in
+    order; a BucketRegion other than the server's lists none."""
+    base = new_bucket_name()
+    names = [f"{base}-{i}" for i in range(5)]
+    for name in names:
+        s3.create_bucket(Bucket=name)
+    try:
+        pages = list(
+            s3.get_paginator("list_buckets").paginate(Prefix=base, PaginationConfig={"PageSize": 2})
+        )
+        assert [len(p["Buckets"]) for p in pages] == [2, 2, 1]
+        assert [b["Name"] for p in pages for b in p["Buckets"]] == names
+        assert all(p["Prefix"] == base for p in pages)
+        assert "ContinuationToken" not in pages[-1]
+        elsewhere = s3.list_buckets(Prefix=base, BucketRegion="ap-south-2")
+        assert elsewhere.get("Buckets", []) == []
+        assert s3_error(s3.list_buckets, MaxBuckets=10001) == ("InvalidArgument", 400)
+    finally:
+        for name in names:
+            s3.delete_bucket(Bucket=name)
+
+
 def test_missing_bucket_is_no_such_bucket(s3):
     name = new_bucket_name()
     assert s3_error(s3.get_object, Bucket=name, Key="k") == ("NoSuchBucket", 404)

@@ -24,26 +24,62 @@ use crate::keys::{BUCKET_PREFIX, bucket_key, objects_prefix};
 use crate::multipart;
 use crate::service::SaltS3;
 
-/// ListBuckets: every bucket record, in name order (one walk over the records, a page at a time).
+/// Most buckets one ListBuckets page may ask for (`max-buckets`), as AWS allows.
+const MAX_BUCKETS: i32 = 10_000;
+
+/// ListBuckets: the bucket records, in name order (one walk over the records under `prefix`, a page at a
+/// time), with AWS's paging: at most `max-buckets` (1 to 10 000; every bucket when absent), after the
+/// `continuation-token` of the previous page (the last name it listed: a page and its token stay consistent
+/// however buckets come and go between them), a token in the answer when more are left. `bucket-region` other
+/// than the server's lists nothing: every bucket is in the server's region.
 pub(crate) async fn handle_list_buckets(
     s3: &SaltS3,
-    _req: S3Request<ListBucketsInput>,
+    req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
+    let input = req.input;
+    let limit = match input.max_buckets {
+        None => usize::MAX,
+        Some(n @ 1..=MAX_BUCKETS) => usize::try_from(n).unwrap_or(usize::MAX),
+        Some(n) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "max-buckets must be between 1 and {MAX_BUCKETS}, not {n}"
+            ));
+        }
+    };
+    let prefix = input.prefix.unwrap_or_default();
+    let after = input.continuation_token.filter(|t| !t.is_empty());
     let mut buckets = Vec::new();
-    let mut records = s3.store.list_stream(BUCKET_PREFIX.as_bytes());
-    while let Some(entry) = records.try_next().await.map_err(from_store)? {
-        let name = entry.key.get(BUCKET_PREFIX.len()..).unwrap_or_default();
-        let (Ok(name), Ok(manifest)) = (std::str::from_utf8(name), entry.manifest) else {
-            continue;
-        };
-        buckets.push(Bucket {
-            name: Some(name.to_owned()),
-            creation_date: Some(last_modified_of(&manifest)),
-            bucket_region: Some(s3.region.clone()),
-        });
+    let mut continuation_token = None;
+    let other_region = input
+        .bucket_region
+        .is_some_and(|region| region != s3.region);
+    if !other_region {
+        let under = format!("{BUCKET_PREFIX}{prefix}");
+        let mut records = s3.store.list_stream(under.as_bytes());
+        while let Some(entry) = records.try_next().await.map_err(from_store)? {
+            let name = entry.key.get(BUCKET_PREFIX.len()..).unwrap_or_default();
+            let (Ok(name), Ok(manifest)) = (std::str::from_utf8(name), entry.manifest) else {
+                continue;
+            };
+            if after.as_deref().is_some_and(|after| name <= after) {
+                continue;
+            }
+            if buckets.len() == limit {
+                continuation_token = buckets.last().and_then(|b: &Bucket| b.name.clone());
+                break;
+            }
+            buckets.push(Bucket {
+                name: Some(name.to_owned()),
+                creation_date: Some(last_modified_of(&manifest)),
+                bucket_region: Some(s3.region.clone()),
+            });
+        }
     }
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
+        continuation_token,
+        prefix: (!prefix.is_empty()).then_some(prefix),
         ..ListBucketsOutput::default()
     }))
 }

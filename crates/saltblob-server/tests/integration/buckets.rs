@@ -40,6 +40,70 @@ async fn bucket_lifecycle() {
     assert_eq!(c.get("/").await.xml("Name"), ["beta"]);
 }
 
+/// ListBuckets pages as AWS does: `max-buckets`, `continuation-token` (the pages together list every bucket once,
+/// in order, even when a bucket is created between two pages), `prefix`, `bucket-region`; a `max-buckets` out of
+/// 1..=10000 is 400 InvalidArgument.
+#[tokio::test]
+async fn list_buckets_pages_by_max_buckets_and_continuation_token() {
+    let s = TestServer::start().await;
+    let c = &s.client;
+    for name in ["b-0", "b-1", "b-2", "b-3", "b-4", "other"] {
+        assert_eq!(c.call("PUT", &format!("/{name}")).send().await.status, 200);
+    }
+    let page = |token: Option<String>| async move {
+        let mut call = c
+            .call("GET", "/")
+            .query("max-buckets", "2")
+            .query("prefix", "b-");
+        if let Some(token) = &token {
+            call = call.query("continuation-token", token);
+        }
+        let reply = call.send().await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.xml("Prefix"), ["b-"]);
+        (reply.xml("Name"), reply.xml("ContinuationToken").pop())
+    };
+    let (first, token) = page(None).await;
+    assert_eq!(first, ["b-0", "b-1"]);
+    // Created between two pages, before the token: not listed by the later pages, nor twice.
+    assert_eq!(c.call("PUT", "/b-00").send().await.status, 200);
+    let (second, token) = page(Some(token.expect("a token after a full page"))).await;
+    assert_eq!(second, ["b-2", "b-3"]);
+    let (third, token) = page(Some(token.expect("a token after a full page"))).await;
+    assert_eq!(third, ["b-4"]);
+    assert_eq!(token, None, "no token after the last page");
+
+    let all = c.get("/").await;
+    assert_eq!(
+        all.xml("Name"),
+        ["b-0", "b-00", "b-1", "b-2", "b-3", "b-4", "other"]
+    );
+    assert!(all.xml("ContinuationToken").is_empty());
+    let elsewhere = c
+        .call("GET", "/")
+        .query("bucket-region", "eu-west-3")
+        .send()
+        .await;
+    assert_eq!(elsewhere.status, 200);
+    assert!(elsewhere.xml("Name").is_empty(), "{}", elsewhere.text());
+    let here = c
+        .call("GET", "/")
+        .query("bucket-region", "us-east-1")
+        .query("max-buckets", "10000")
+        .send()
+        .await;
+    assert_eq!(here.xml("Name").len(), 7, "{}", here.text());
+    for bad in ["0", "10001", "-1"] {
+        let refused = c.call("GET", "/").query("max-buckets", bad).send().await;
+        assert_eq!(
+            (refused.status, refused.code().as_str()),
+            (400, "InvalidArgument"),
+            "max-buckets={bad}: {}",
+            refused.text()
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_missing_bucket_is_no_such_bucket_for_every_operation() {
     let s = TestServer::start().await;
