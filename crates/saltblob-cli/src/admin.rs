@@ -1,13 +1,15 @@
 //! The admin socket of `saltblob serve`: a Unix socket through which a command asks the serving process to do
-//! what needs the store open, while that process holds the embedded store's lock (today: `saltblob backup`).
+//! what needs the store open, while that process holds the embedded store's lock (`saltblob backup`, `saltblob
+//! key`).
 //!
 //! - **Where**: `<store dir>/admin.sock` by default for an embedded store (`--admin-socket PATH` elsewhere,
 //!   `--admin-socket none` for none); a cluster store has none by default. The server removes it at exit.
 //! - **Who**: the socket is made readable and writable by its owner only, and the server answers only a peer
 //!   of its own user id (or root), checked with `SO_PEERCRED`.
 //! - **Protocol**: one request per connection, a line of JSON, answered by a line of JSON. A request is
-//!   `{"v":1,"op":"backup","dest":"/abs/dir","copy":false}`; an answer `{"ok":{...}}` (a backup's report, as
-//!   `saltblob backup --json` prints it) or `{"error":"message"}`. A request of another version or operation is
+//!   `{"v":1,"op":"backup","dest":"/abs/dir","copy":false}` or `{"v":1,"op":"key","action":{...}}`
+//!   (`crate::access_keys`); an answer `{"ok":{...}}` (a backup's report, as `saltblob backup --json` prints it;
+//!   a key action's outcome, as `saltblob key --json` prints it) or `{"error":"message"}`. A request of another version or operation is
 //!   answered with an error naming what this build takes.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+use crate::access_keys::KeyAction;
 use crate::failure::{Failure, one_line};
 
 /// The name of the socket in an embedded store's directory.
@@ -142,6 +145,13 @@ async fn answer(stream: UnixStream, store: &BlobStore) -> std::io::Result<()> {
                             Err(e) => json!({"error": one_line(&e)}),
                         }
                     }
+                    Ok(Op::Key(action)) => {
+                        tracing::info!("admin socket: key {}", action.to_json()["do"]);
+                        match action.run(store).await {
+                            Ok(outcome) => json!({ "ok": outcome }),
+                            Err(e) => json!({"error": one_line(&e)}),
+                        }
+                    }
                     Err(why) => json!({"error": why}),
                 },
                 Err(e) => json!({"error": format!("the request is not JSON: {e}")}),
@@ -161,6 +171,8 @@ enum Op {
         dest: PathBuf,
         options: BackupOptions,
     },
+    /// A change to (or look at) the access keys kept in the store.
+    Key(KeyAction),
 }
 
 /// The operation `request` asks for, or why it is refused.
@@ -191,8 +203,14 @@ fn request_op(request: &Value) -> Result<Op, String> {
                 options: BackupOptions::new().with_copy(copy),
             })
         }
+        Some("key") => {
+            let action = request
+                .get("action")
+                .ok_or("a key request needs \"action\"")?;
+            Ok(Op::Key(KeyAction::from_json(action)?))
+        }
         other => Err(format!(
-            "unknown operation {}: this server takes \"backup\"",
+            "unknown operation {}: this server takes \"backup\" and \"key\"",
             other.unwrap_or("(none)")
         )),
     }
@@ -225,11 +243,23 @@ pub async fn request_backup(
     dest: &Path,
     copy: bool,
 ) -> Result<Option<Value>, Failure> {
+    let request =
+        json!({"v": VERSION, "op": "backup", "dest": dest.display().to_string(), "copy": copy});
+    send(socket, &request).await
+}
+
+/// Asks the server answering on `socket` to run `action`; returns its outcome as JSON. `Ok(None)` when nothing
+/// answers there (no server holds the store).
+pub async fn request_key(socket: &Path, action: &KeyAction) -> Result<Option<Value>, Failure> {
+    let request = json!({"v": VERSION, "op": "key", "action": action.to_json()});
+    send(socket, &request).await
+}
+
+/// Sends `request` to the server answering on `socket`; its `ok` answer, `Ok(None)` when nothing answers there.
+async fn send(socket: &Path, request: &Value) -> Result<Option<Value>, Failure> {
     let Ok(mut stream) = UnixStream::connect(socket).await else {
         return Ok(None);
     };
-    let request =
-        json!({"v": VERSION, "op": "backup", "dest": dest.display().to_string(), "copy": copy});
     let fail = |why: String| {
         Failure::new(
             Failure::FAILED,
@@ -279,8 +309,19 @@ mod tests {
                 assert_eq!(dest, PathBuf::from("/x"));
                 assert!(options.copy);
             }
+            Ok(Op::Key(_)) => panic!("a backup taken for a key action"),
             Err(why) => panic!("refused: {why}"),
         }
+        match request_op(&json!({"v": 1, "op": "key", "action": {"do": "list"}})) {
+            Ok(Op::Key(action)) => assert_eq!(action, KeyAction::List),
+            Ok(Op::Backup { .. }) => panic!("a key action taken for a backup"),
+            Err(why) => panic!("refused: {why}"),
+        }
+        assert!(refused(json!({"v": 1, "op": "key"})).contains("needs \"action\""));
+        assert!(
+            refused(json!({"v": 1, "op": "key", "action": {"do": "grant"}}))
+                .contains("unknown key action")
+        );
     }
 
     /// A socket left by a dead server is replaced, a live one or a file of another kind is not, and the file

@@ -9,6 +9,7 @@
 //! This file parses the command line, checks what can be checked before the store is opened, and runs the
 //! command.
 
+mod access_keys;
 mod admin;
 mod commands;
 mod failure;

@@ -9,9 +9,14 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
+use s3s::dto::CopySource;
 use s3s::path::S3Path;
 use s3s::{S3Result, s3_error};
-use saltblob_core::PriorityClass;
+use saltblob_core::{BlobStore, Error, PriorityClass};
+
+use crate::error::from_store;
+use crate::grants::{self, Caller, Directory, KeyRecord, Need, Right};
+use crate::keys::bucket_key;
 
 /// An access key: its id and its secret (never shown by `Debug`).
 #[derive(Clone)]
@@ -128,18 +133,32 @@ impl fmt::Debug for KeyRing {
     }
 }
 
-/// The secrets of the configured access keys, for s3s's SigV4 check.
-pub(crate) struct KeyAuth(pub(crate) KeyRing);
+impl KeyRing {
+    /// Whether `id` is one of its keys.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.keys().contains_key(id)
+    }
+}
+
+/// The secrets for s3s's SigV4 check: of the server's own (root) keys first, then of the keys kept in the store.
+pub(crate) struct KeyAuth {
+    pub(crate) root: KeyRing,
+    pub(crate) stored: Arc<Directory>,
+}
 
 #[async_trait::async_trait]
 impl S3Auth for KeyAuth {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        self.0.keys().get(access_key).cloned().ok_or_else(|| {
-            s3_error!(
+        if let Some(secret) = self.root.keys().get(access_key) {
+            return Ok(secret.clone());
+        }
+        match self.stored.key(access_key).await.map_err(from_store)? {
+            Some(record) => Ok(SecretKey::from(record.secret.as_str())),
+            None => Err(s3_error!(
                 InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records."
-            )
-        })
+            )),
+        }
     }
 }
 
@@ -192,11 +211,65 @@ const ANONYMOUS_READ_OPS: [&str; 3] = ["GetObject", "HeadObject", "HeadBucket"];
 /// Operations an anonymous request may run on a bucket listed in `--anonymous-list`.
 const ANONYMOUS_LIST_OPS: [&str; 3] = ["ListObjects", "ListObjectsV2", "HeadBucket"];
 
-/// The access check: a signed request (its signature was checked by s3s) may do anything; an anonymous one
-/// only reads the buckets in `anonymous_read` and lists those in `anonymous_list`.
+/// The access check: a request signed by a root key (its signature was checked by s3s) may do anything; one
+/// signed by a key kept in the store may do what its grants allow (`grants/`); an anonymous one only reads the
+/// buckets in `anonymous_read` and lists those in `anonymous_list`.
 pub(crate) struct Access {
     pub(crate) anonymous_read: BTreeSet<String>,
     pub(crate) anonymous_list: BTreeSet<String>,
+    pub(crate) root: KeyRing,
+    pub(crate) stored: Arc<Directory>,
+    pub(crate) store: BlobStore,
+}
+
+impl Access {
+    /// Whether key `record` may run `op` on `bucket` (`None`: the request names none): its grant there, on the
+    /// bucket as it is now, and for a copy its grant on the source's bucket (`copy_source`: the header).
+    async fn allows(
+        &self,
+        record: &KeyRecord,
+        op: &str,
+        bucket: Option<&str>,
+        copy_source: Option<&str>,
+    ) -> S3Result<bool> {
+        let right = match (grants::need_of(op), bucket) {
+            (Need::Listing, None) => return Ok(true),
+            (Need::Create, Some(_)) => return Ok(record.may_create_buckets),
+            (Need::On(right), Some(_)) => right,
+            _ => return Ok(false),
+        };
+        if !self.holds(record, bucket, right).await? {
+            return Ok(false);
+        }
+        if !grants::copies(op) {
+            return Ok(true);
+        }
+        let source = copy_source.and_then(|h| CopySource::parse(h).ok());
+        match source {
+            Some(CopySource::Bucket { bucket, .. }) => {
+                self.holds(record, Some(&bucket), Right::Read).await
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Whether `record` holds at least `right` on `bucket` as it is now (a bucket that does not exist: no).
+    async fn holds(
+        &self,
+        record: &KeyRecord,
+        bucket: Option<&str>,
+        right: Right,
+    ) -> S3Result<bool> {
+        let Some(bucket) = bucket.filter(|b| record.grants.contains_key(*b)) else {
+            return Ok(false);
+        };
+        let version = match self.store.head(bucket_key(bucket)).await {
+            Ok(m) => m.version,
+            Err(Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(from_store(e)),
+        };
+        Ok(record.right_on(bucket, version).is_some_and(|r| r >= right))
+    }
 }
 
 #[async_trait::async_trait]
@@ -209,7 +282,6 @@ impl S3Access for Access {
             S3Path::Object { bucket, key } => (Some(bucket.to_string()), Some(key.to_string())),
         };
         let access_key = cx.credentials().map(|c| c.access_key.clone());
-        let signed = access_key.is_some();
         let allowed = |buckets: &BTreeSet<String>, ops: &[&str]| {
             bucket.as_ref().is_some_and(|b| buckets.contains(b)) && ops.contains(&op.as_str())
         };
@@ -223,11 +295,32 @@ impl S3Access for Access {
                 f.access_key = access_key;
             });
         }
-        if signed || anonymous_ok {
-            Ok(())
-        } else {
-            Err(s3_error!(AccessDenied, "Access Denied"))
+        let denied = || Err(s3_error!(AccessDenied, "Access Denied"));
+        let Some(id) = cx.credentials().map(|c| c.access_key.clone()) else {
+            return if anonymous_ok { Ok(()) } else { denied() };
+        };
+        if self.root.holds(&id) {
+            return Ok(());
         }
+        // Signed by a key kept in the store (s3s checked the signature with its secret).
+        let Some(record) = self.stored.key(&id).await.map_err(from_store)? else {
+            return denied();
+        };
+        let op = cx.s3_op().name();
+        let copy_source = cx
+            .headers()
+            .get("x-amz-copy-source")
+            .and_then(|v| v.to_str().ok());
+        let bucket = match cx.s3_path() {
+            S3Path::Root => None,
+            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
+        };
+        if !self.allows(&record, op, bucket, copy_source).await? {
+            tracing::debug!(access_key = %id, op, bucket, "denied: no grant");
+            return denied();
+        }
+        cx.extensions_mut().insert(Caller(record));
+        Ok(())
     }
 }
 

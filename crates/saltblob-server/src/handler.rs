@@ -26,6 +26,7 @@ use crate::body::{Passed, Watched, Watcher};
 use crate::chunked::{BodyFailed, Fault, Reframe};
 use crate::config::ServerConfig;
 use crate::conn::{Activity, StallTimer};
+use crate::grants::Directory;
 use crate::metrics::Metrics;
 use crate::refusal::{Refusal, xml_escape};
 use crate::service::SaltS3;
@@ -225,13 +226,26 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
         config.tls.is_some() || config.sse_c_over_http,
     );
     let uploads = UploadCap::new(config.max_uploads_per_bucket);
-    let mut builder =
-        S3ServiceBuilder::new(SaltS3::new(store, config.region.clone(), uploads, sse));
-    builder.set_auth(KeyAuth(config.credentials.clone()));
-    builder.set_access(Access {
+    let stored_keys = Arc::new(Directory::new(store.clone()));
+    let access = Access {
         anonymous_read: config.anonymous_read.clone(),
         anonymous_list: config.anonymous_list.clone(),
+        root: config.credentials.clone(),
+        stored: Arc::clone(&stored_keys),
+        store: store.clone(),
+    };
+    let mut builder = S3ServiceBuilder::new(SaltS3::new(
+        store,
+        config.region.clone(),
+        uploads,
+        sse,
+        Arc::clone(&stored_keys),
+    ));
+    builder.set_auth(KeyAuth {
+        root: config.credentials.clone(),
+        stored: stored_keys,
     });
+    builder.set_access(access);
     let mut s3_config = S3Config::default();
     s3_config.xml_max_body_size = XML_MAX_BODY;
     // POST object (browser forms) is refused before s3s (`guard.rs`); should one get through, s3s buffers

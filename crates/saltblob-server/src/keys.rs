@@ -7,6 +7,7 @@
 //! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart/upload.rs`) |
 //! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle/`), when it has any |
 //! | `s3/e/<bucket>` | the bucket's default encryption (`sse/`), when it has one |
+//! | `s3/k/<access key id>` | an access key kept in the store: its secret (sealed) and its grants (`grants/`) |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
 //! before any operation runs, so a bucket name never holds a `/`.
@@ -26,6 +27,14 @@ pub const LIFECYCLE_PREFIX: &str = "s3/l/";
 
 /// Prefix of the buckets' default encryption records (then `<bucket>`).
 pub const ENCRYPTION_PREFIX: &str = "s3/e/";
+
+/// Prefix of the access keys kept in the store (then the access key id).
+pub const ACCESS_KEY_PREFIX: &str = "s3/k/";
+
+/// The store key of access key `id`'s record.
+pub(crate) fn access_key_record(id: &str) -> String {
+    format!("{ACCESS_KEY_PREFIX}{id}")
+}
 
 /// The store key of `bucket`'s default encryption record.
 pub(crate) fn encryption_key(bucket: &str) -> String {

@@ -18,13 +18,15 @@
 //!
 //! # Layout
 //! Each module uses only those listed before it (a request's path runs up this list from `serve.rs`).
-//! - `keys.rs`: buckets and object keys in the store's key space; `rereads.rs`: the policies of the re-read loops.
+//! - `keys.rs`: buckets and object keys in the store's key space; `rereads.rs`: the policies of the re-read loops;
+//!   `record_reader.rs`: a cursor over a stored record being decoded.
+//! - `grants/`: access keys kept in the store (sealed), their grants per bucket, what each operation needs.
 //! - `error.rs`: saltblob's errors as S3 errors.
 //! - `refusal.rs`: a request refused before s3s sees it, and its error document.
 //! - `guard.rs`: the requests saltblob refuses (SigV2, presigned bounds, features it does not have, …), checked
 //!   before s3s sees a request.
-//! - `auth.rs`: access keys (a [`KeyRing`] that can be replaced while serving), their secrets for SigV4,
-//!   anonymous reads and listings per bucket, the request record (with the priority class the access log and
+//! - `auth.rs`: access keys (a [`KeyRing`] of root keys that can be replaced while serving, and those kept in
+//!   the store), their secrets for SigV4, each request's grant, anonymous reads and listings per bucket, the request record (with the priority class the access log and
 //!   the latency histogram name).
 //! - `process.rs`: the process metrics (memory, CPU time, file descriptors, start time), read from `/proc/self`.
 //! - `metrics.rs`: the Prometheus metrics.
@@ -76,6 +78,7 @@ mod chunked;
 mod config;
 mod conn;
 mod error;
+mod grants;
 mod guard;
 mod handler;
 mod keys;
@@ -87,6 +90,7 @@ mod object;
 mod probes;
 mod process;
 mod put_body;
+mod record_reader;
 mod refusal;
 mod rereads;
 mod s3;
@@ -102,6 +106,10 @@ pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
 pub use crate::bucket::{check_bucket_name, create_bucket};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
 pub use crate::config::{ServerConfig, default_max_connections, load_tls};
+pub use crate::grants::{
+    CACHED_FOR as GRANTS_CACHED_FOR, GrantInfo, KeyInfo, NewKey, Right, allow, create_key,
+    delete_key, deny, list_keys,
+};
 pub use crate::keys::{
     BUCKET_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX,
 };

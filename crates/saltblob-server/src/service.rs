@@ -14,6 +14,7 @@ use crate::attrs::{etag_of, precondition_failed};
 use crate::auth::record_class;
 use crate::cache::Cache;
 use crate::error::{from_store, no_such_bucket};
+use crate::grants::Directory;
 use crate::keys::bucket_key;
 use crate::lifecycle::{self, Lifecycle};
 use crate::sse::rules::SseConfig;
@@ -29,6 +30,8 @@ pub(crate) struct SaltS3 {
     pub(crate) lifecycles: Cache<Lifecycle>,
     /// Server-side encryption: the server's keys, the buckets' defaults read lately.
     pub(crate) sse: SseConfig,
+    /// The access keys kept in the store, as read lately.
+    pub(crate) stored_keys: Arc<Directory>,
 }
 
 impl SaltS3 {
@@ -38,6 +41,7 @@ impl SaltS3 {
         region: String,
         uploads: UploadCap,
         sse: SseConfig,
+        stored_keys: Arc<Directory>,
     ) -> Self {
         Self {
             store,
@@ -45,6 +49,7 @@ impl SaltS3 {
             uploads,
             lifecycles: Cache::default(),
             sse,
+            stored_keys,
         }
     }
 

@@ -22,6 +22,7 @@ mod get;
 mod import;
 mod import_salted;
 mod inspect;
+mod key;
 mod keyring;
 mod ls;
 mod plan;
@@ -135,6 +136,10 @@ pub enum Commands {
     /// Make and change the local key provider's keyring file (encryption at rest, docs/format.md): new, add,
     /// rotate, retire, list.
     Keyring(keyring::KeyringCmd),
+    /// Manage the S3 access keys kept in the store and their grants per bucket: create (prints the secret
+    /// once), allow ID BUCKET read|write|owner, deny, list, delete. The server's --credentials keys stay root
+    /// keys. Through the serving process's admin socket when one holds the store (docs/s3.md).
+    Key(key::KeyCmd),
     /// Seal the plaintext blobs under a prefix with --key NAME, each rewritten atomically (a put conditional on
     /// the version read: a concurrent writer wins); resumable with --after.
     Encrypt(reseal::Encrypt),
@@ -179,6 +184,7 @@ impl Commands {
             Commands::Relayout(c) => c,
             Commands::Backup(c) => c,
             Commands::Keyring(c) => c,
+            Commands::Key(c) => c,
             Commands::Encrypt(c) => c,
             Commands::Rekey(c) => c,
             Commands::Upgrade(c) => c,

@@ -256,7 +256,7 @@ impl Serve {
         );
         if let Some(socket) = &admin_socket {
             eprintln!(
-                "saltblob: admin socket (saltblob backup) on {}",
+                "saltblob: admin socket (saltblob backup, saltblob key) on {}",
                 socket.path().display()
             );
         }

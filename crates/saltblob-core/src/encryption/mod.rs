@@ -82,7 +82,7 @@ pub(crate) fn crypto_failed(what: &str) -> Error {
 }
 
 /// Fills `buf` from the operating system's CSPRNG.
-pub(crate) fn fill_random(buf: &mut [u8]) -> Result<()> {
+pub fn fill_random(buf: &mut [u8]) -> Result<()> {
     aws_lc_rs::rand::fill(buf).map_err(|_| crypto_failed("the system's random number generator"))
 }
 

@@ -16,10 +16,11 @@ use s3s::dto::{
     ListBucketsOutput,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{BlobStore, Error, PutCondition, PutOptions};
+use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions};
 
 use crate::attrs::last_modified_of;
 use crate::error::from_store;
+use crate::grants::{self, Caller, Right};
 use crate::keys::{BUCKET_PREFIX, bucket_key, objects_prefix};
 use crate::multipart;
 use crate::service::SaltS3;
@@ -36,6 +37,8 @@ pub(crate) async fn handle_list_buckets(
     s3: &SaltS3,
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
+    // A key kept in the store lists the buckets it holds a grant on (as they are now); a root key, every one.
+    let caller = req.extensions.get::<Caller>().cloned();
     let input = req.input;
     let limit = match input.max_buckets {
         None => usize::MAX,
@@ -62,7 +65,11 @@ pub(crate) async fn handle_list_buckets(
             let (Ok(name), Ok(manifest)) = (std::str::from_utf8(name), entry.manifest) else {
                 continue;
             };
-            if after.as_deref().is_some_and(|after| name <= after) {
+            if after.as_deref().is_some_and(|after| name <= after)
+                || caller
+                    .as_ref()
+                    .is_some_and(|c| c.0.right_on(name, manifest.version).is_none())
+            {
                 continue;
             }
             if buckets.len() == limit {
@@ -88,18 +95,43 @@ pub(crate) async fn handle_list_buckets(
 /// every other region answers `BucketAlreadyOwnedByYou`.
 const LEGACY_REGION: &str = "us-east-1";
 
-/// CreateBucket: writes the bucket record if it is absent. If it exists (every bucket belongs to the one owner
-/// all keys share): 200 in us-east-1, as AWS answers there, else `BucketAlreadyOwnedByYou` (409).
+/// CreateBucket: writes the bucket record if it is absent. If it exists: 200 in us-east-1, as AWS answers
+/// there, else `BucketAlreadyOwnedByYou` (409), to a root key (every bucket belongs to the one owner they share)
+/// or a key kept in the store that owns it; `BucketAlreadyExists` (409) to any other key. A key kept in the
+/// store (the access check let it create buckets) becomes the owner of the bucket it created.
 pub(crate) async fn handle_create_bucket(
     s3: &SaltS3,
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
+    let caller = req.extensions.get::<Caller>().cloned();
     let bucket = req.input.bucket;
     let created = Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{bucket}")),
     }));
     match put_bucket_record(&s3.store, &bucket).await {
-        Ok(_) => created,
+        Ok(record) => {
+            if let Some(Caller(key)) = caller {
+                // The caller owns what it made: should this fail, the bucket stays, owned by the root keys.
+                grants::allow(&s3.store, &key.id, &bucket, Right::Owner)
+                    .await
+                    .map_err(from_store)?;
+                s3.stored_keys.forget(&key.id);
+                tracing::debug!(access_key = %key.id, bucket, version = %record.version, "bucket created by a stored key");
+            }
+            created
+        }
+        Err(Error::AlreadyExists { .. })
+            if caller.as_ref().is_some_and(|Caller(key)| {
+                key.grants
+                    .get(&bucket)
+                    .is_none_or(|g| g.right != Right::Owner)
+            }) =>
+        {
+            Err(s3_error!(
+                BucketAlreadyExists,
+                "The requested bucket name is not available."
+            ))
+        }
         Err(Error::AlreadyExists { .. }) if s3.region == LEGACY_REGION => created,
         Err(Error::AlreadyExists { .. }) => Err(s3_error!(
             BucketAlreadyOwnedByYou,
@@ -109,14 +141,13 @@ pub(crate) async fn handle_create_bucket(
     }
 }
 
-/// Writes `bucket`'s record unless one exists (`Error::AlreadyExists` then).
-async fn put_bucket_record(store: &BlobStore, bucket: &str) -> saltblob_core::Result<()> {
+/// Writes `bucket`'s record unless one exists (`Error::AlreadyExists` then); returns the record's manifest.
+async fn put_bucket_record(store: &BlobStore, bucket: &str) -> saltblob_core::Result<Manifest> {
     let opts = PutOptions::new()
         .with_condition(PutCondition::IfAbsent)
         .with_content_type("application/x-saltblob-bucket");
     let created_at = saltblob_core::version::now_micros().to_string();
-    store.put(bucket_key(bucket), created_at, &opts).await?;
-    Ok(())
+    store.put(bucket_key(bucket), created_at, &opts).await
 }
 
 /// Whether S3 allows `name` as a bucket name; `Error::InvalidArgument` saying why not.
@@ -139,7 +170,7 @@ pub fn check_bucket_name(name: &str) -> saltblob_core::Result<()> {
 pub async fn create_bucket(store: &BlobStore, name: &str) -> saltblob_core::Result<bool> {
     check_bucket_name(name)?;
     match put_bucket_record(store, name).await {
-        Ok(()) => Ok(true),
+        Ok(_) => Ok(true),
         Err(Error::AlreadyExists { .. }) => Ok(false),
         Err(e) => Err(e),
     }

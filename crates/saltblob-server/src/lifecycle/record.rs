@@ -13,6 +13,8 @@
 
 use saltblob_core::VersionId;
 
+use crate::record_reader::Reader;
+
 use super::rules::{Lifecycle, MAX_PREFIX_LEN, MAX_RULES, Rule};
 
 /// The first bytes of a lifecycle record.
@@ -53,7 +55,7 @@ impl Lifecycle {
     /// # Errors
     /// What is wrong and at which byte offset, for anything that is not a record of format 1.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let mut r = Reader { bytes, at: 0 };
+        let mut r = Reader::new(bytes);
         if r.take(4)? != MAGIC {
             return Err("it does not start with \"SBLC\"".to_owned());
         }
@@ -100,55 +102,11 @@ impl Lifecycle {
                 enabled,
             });
         }
-        if r.at != bytes.len() {
-            return Err(format!(
-                "{} bytes after the last rule (offset {})",
-                bytes.len() - r.at,
-                r.at
-            ));
-        }
+        r.end("the last rule")?;
         Ok(Self {
             bucket_version,
             rules,
         })
-    }
-}
-
-/// A cursor over a record being decoded.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len());
-        let Some(end) = end else {
-            return Err(format!(
-                "it ends at {} bytes, inside a field of {n} bytes at offset {}",
-                self.bytes.len(),
-                self.at
-            ));
-        };
-        let taken = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(taken)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn text(&mut self, n: usize) -> Result<String, String> {
-        let at = self.at;
-        String::from_utf8(self.take(n)?.to_vec())
-            .map_err(|_| format!("text that is not UTF-8 at offset {at}"))
     }
 }
 

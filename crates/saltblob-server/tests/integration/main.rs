@@ -6,6 +6,7 @@ mod buckets;
 mod client;
 mod disk_faults;
 mod forge;
+mod grants;
 mod health;
 mod integrity;
 mod lifecycle;
