@@ -55,7 +55,7 @@ pub async fn bench(url: &str, args: &BenchArgs, quiet: bool) -> Result<BenchRepo
     if let Some(s) = args.max_salt {
         policy = policy.with_max_salt(s);
     }
-    let policy = policy.resolve_for(info.large_chunk_size);
+    let policy = policy.resolve_for(info.large_chunk_size, info.max_partition_bytes);
     let inflight = store_config
         .inflight_bytes
         .max(4 * policy.chunk_size as usize);

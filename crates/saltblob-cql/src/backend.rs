@@ -122,6 +122,7 @@ impl CqlStore {
     pub fn backend_info() -> BackendInfo {
         BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, false)
             .with_large_chunk_size(LARGE_CHUNK_SIZE)
+            .with_max_partition_bytes(saltblob_core::layout::DEFAULT_MAX_PARTITION_BYTES)
             .with_internal_retries()
             .with_late_writes()
     }

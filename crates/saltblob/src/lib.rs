@@ -115,8 +115,8 @@ pub async fn open(url: &str, config: StoreConfig) -> Result<BlobStore> {
 /// `idle_value_buffers=SIZE` ([`StoreConfig::idle_value_buffers`]), the scheduler's
 /// ([`SchedulerConfig::apply_url_param`]): `scheduler=on|off`, `priority=CLASS` (the store's
 /// default class), `classes=NAME:SHARES,…`, `concurrency=MIN-MAX`, `bulk_unit=SIZE`, `bulk_duty=SHARE` and
-/// `bulk_cpu=pool|inline`; the layout policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE` and
-/// `large_chunk_size=SIZE`; and encryption's
+/// `bulk_cpu=pool|inline`; the layout policy's ([`LayoutPolicy::apply_url_param`]): `chunk_size=SIZE`,
+/// `large_chunk_size=SIZE` and `max_partition=SIZE`; and encryption's
 /// ([`encryption::EncryptionParams`]): `encryption=local` (with `keyring=FILE`) or `encryption=aws-kms` (with
 /// `kms_endpoint=URL`, `kms_region=REGION`, `kms_ca=FILE`; crate `saltblob-kms`), `encryption_key=NAME`,
 /// `key_cache=DURATION` and `encrypt_compress=BOOL`, which set [`StoreConfig::encryption`] (the keyring is read

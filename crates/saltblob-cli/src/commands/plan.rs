@@ -250,6 +250,7 @@ impl Plan {
                 "name": c.name,
                 "fanout_threshold": c.policy.as_ref().map(|p| p.fanout_threshold),
                 "max_salt": c.policy.as_ref().map(|p| p.max_salt),
+                "max_partition_bytes": c.policy.as_ref().map(|p| p.max_partition_bytes),
                 "chunk_size": c.policy.as_ref().map(|p| p.chunk_size),
                 "large_chunk_size": c.policy.as_ref().and_then(|p| p.large_chunk_size),
                 "inline_limit": c.policy.as_ref().map(|p| p.inline_limit),
@@ -303,9 +304,11 @@ impl Plan {
     }
 }
 
-/// The store's policy as a cluster would resolve it: an unset large chunk size is the cluster backend's.
+/// The store's policy as a cluster would resolve it: an unset large chunk size and partition bound are the
+/// cluster backend's.
 fn cluster_policy(policy: LayoutPolicy) -> LayoutPolicy {
-    policy.resolve_for(CqlStore::backend_info().large_chunk_size)
+    let info = CqlStore::backend_info();
+    policy.resolve_for(info.large_chunk_size, info.max_partition_bytes)
 }
 
 /// Connects to the cql:// store named by the context, for its ring.
@@ -339,7 +342,8 @@ fn compared_policy(spec: &str, base: &LayoutPolicy) -> Result<(String, LayoutPol
     Ok((name, policy))
 }
 
-/// `name=...,fanout=SIZE,max_salt=N,chunk_size=SIZE,large_chunk_size=SIZE,inline=SIZE`, on top of `base`. Its
+/// `name=...,fanout=SIZE,max_salt=N,max_partition=SIZE,chunk_size=SIZE,large_chunk_size=SIZE,inline=SIZE`, on
+/// top of `base`. Its
 /// values are not checked against any backend: that is the caller's part (a store checks its policy as it opens).
 pub(super) fn parse_policy(
     spec: &str,
@@ -363,11 +367,12 @@ pub(super) fn parse_policy(
                     .parse()
                     .map_err(|_| bad(format!("max_salt: \"{v}\" is not a count")))?
             }
+            "max_partition" => policy.max_partition_bytes = size()?,
             "chunk_size" => policy.chunk_size = small(size()?)?,
             "large_chunk_size" => policy.large_chunk_size = Some(small(size()?)?),
             other => {
                 return Err(bad(format!(
-                    "unknown field \"{other}\"; the fields are name, fanout, inline, max_salt, chunk_size, large_chunk_size"
+                    "unknown field \"{other}\"; the fields are name, fanout, inline, max_salt, max_partition, chunk_size, large_chunk_size"
                 )));
             }
         }

@@ -26,8 +26,8 @@ pub struct Relayout {
     #[arg(long, value_parser = parse_key)]
     prefix: Option<KeyArg>,
     /// The policy to apply instead of the store's, e.g. `fanout=1MiB,max_salt=16` (fields as `plan --policy`:
-    /// fanout, inline, max_salt, chunk_size, large_chunk_size; the others are the store's), checked against this
-    /// store's backend (its largest chunk: 64 MiB embedded, 8 MiB on a cluster).
+    /// fanout, inline, max_salt, max_partition, chunk_size, large_chunk_size; the others are the store's),
+    /// checked against this store's backend (its largest chunk: 64 MiB embedded, 8 MiB on a cluster).
     #[arg(long, value_name = "SPEC")]
     policy: Option<String>,
     /// Walk in key order after KEY: the last key a previous run reported (blobs that already fit are skipped

@@ -66,6 +66,11 @@ pub struct BackendInfo {
     /// makes bigger rows faster (see [`crate::format::layout::LayoutPolicy::large_chunk_size`]). Defaults to `None`: the
     /// policy's chunk size.
     pub large_chunk_size: Option<u32>,
+    /// The most bytes one chunk partition should hold on this backend, where partitions are handled whole
+    /// (compacted, repaired, streamed: a cluster), so that huge blobs get more salts
+    /// ([`crate::format::layout::LayoutPolicy::max_partition_bytes`]). Defaults to `None`: partitions cost nothing
+    /// by their size (an embedded store), no bound.
+    pub max_partition_bytes: Option<u64>,
 }
 
 impl BackendInfo {
@@ -84,6 +89,7 @@ impl BackendInfo {
             retries_internally: false,
             late_writes: false,
             large_chunk_size: None,
+            max_partition_bytes: None,
         }
     }
 
@@ -105,6 +111,13 @@ impl BackendInfo {
     #[must_use]
     pub fn with_large_chunk_size(mut self, bytes: u32) -> Self {
         self.large_chunk_size = Some(bytes);
+        self
+    }
+
+    /// Declares the bound on a chunk partition's bytes the backend wants ([`BackendInfo::max_partition_bytes`]).
+    #[must_use]
+    pub fn with_max_partition_bytes(mut self, bytes: u64) -> Self {
+        self.max_partition_bytes = Some(bytes);
         self
     }
 

@@ -82,8 +82,9 @@ pub use records::{
     record_writes_check_preconditions, records_are_separate_per_namespace,
 };
 pub use roundtrip::{
-    compression_round_trips, describe_layouts, per_put_overrides, roundtrip_default_policy_large,
-    roundtrip_sizes, streaming_put_of_unknown_length,
+    compression_round_trips, describe_layouts, partitions_stay_within_their_bound,
+    per_put_overrides, roundtrip_default_policy_large, roundtrip_sizes,
+    streaming_put_of_unknown_length,
 };
 pub use segments::{
     a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
@@ -138,6 +139,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $attrs $run; $make;
             roundtrip_sizes, roundtrip_default_policy_large, overwrite_larger_smaller_larger, delete_then_get,
             range_reads, list_by_prefix, describe_layouts, streaming_put_of_unknown_length,
+            partitions_stay_within_their_bound,
             size_hint_mismatch_changes_nothing, conditional_puts, corrupt_chunk_is_detected,
             corrupt_manifest_is_detected, bad_input_changes_nothing, concurrent_puts_same_key,
             compression_round_trips, readers_survive_overwrite_within_grace, per_put_overrides,

@@ -232,6 +232,61 @@ pub async fn streaming_put_of_unknown_length(backend: Arc<dyn ChunkStore>) {
     assert_holds(&store, &key, &payload).await;
 }
 
+/// Chunk partitions are bounded by bytes: past `max_salt` the salt count grows with the blob, and a stream of
+/// unknown length is laid out for the store's largest blob; both read back whole and by range, and gc leaves
+/// nothing of them once deleted.
+pub async fn partitions_stay_within_their_bound(backend: Arc<dyn ChunkStore>) {
+    let cap = 16 * MIB;
+    let base = small_config();
+    let policy = base
+        .policy
+        .clone()
+        .with_single_chunk_size(MIB as u32)
+        .with_max_salt(1)
+        .with_max_partition_bytes(cap);
+    let config = base
+        .with_policy(policy)
+        .with_max_blob_size(40 * MIB)
+        .with_inflight_bytes(4 * MIB as usize);
+    let store = store(&backend, config);
+    let p = prefix("partition-bound");
+    // 20 MiB of 1 MiB chunks: 21 chunks, 16 to a partition at most, so 2 salts where max_salt gives 1.
+    let payload = data(20 * MIB as usize + 123, 9);
+    let known = format!("{p}known");
+    let m = store
+        .put(&known, payload.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    let Layout::Chunked(l) = m.layout() else {
+        panic!("{known} is not chunked: {m:?}")
+    };
+    assert_eq!((l.chunk_count, l.salt_count), (21, 2), "{l:?}");
+    assert!(l.max_partition_bytes() <= cap, "{l:?}");
+    // A stream planned for the store's largest blob (40 MiB: 3 salts).
+    let streamed = format!("{p}stream");
+    let m = store
+        .put_stream(&streamed, trickle(&payload), &PutOptions::new())
+        .await
+        .expect("put_stream");
+    let Layout::Chunked(l) = m.layout() else {
+        panic!("{streamed} is not chunked: {m:?}")
+    };
+    assert_eq!((l.chunk_count, l.salt_count), (21, 3), "{l:?}");
+    for key in [&known, &streamed] {
+        assert_holds(&store, key, &payload).await;
+        let range = 16 * MIB - 5..16 * MIB + 4101;
+        let got = store.get_range(key, range.clone()).await.expect("range");
+        assert_eq!(
+            got,
+            payload.slice(range.start as usize..range.end as usize),
+            "{key}"
+        );
+        store.delete(key).await.expect("delete");
+    }
+    let orphans = super::orphans_after_gc(&store, &p).await;
+    assert!(orphans.is_empty(), "{orphans:?}");
+}
+
 pub async fn compression_round_trips(backend: Arc<dyn ChunkStore>) {
     let store = store(&backend, small_config());
     let p = prefix("codec");

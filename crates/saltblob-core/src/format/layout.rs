@@ -8,8 +8,20 @@ use crate::format::codec::Codec;
 
 /// Smallest accepted chunk size: 4 KiB, the physical sector of common devices.
 pub const MIN_CHUNK_SIZE: u32 = 4096;
-/// Largest accepted salt count.
-pub const MAX_SALT_LIMIT: u32 = 65_536;
+/// Largest accepted salt count: 2^20, enough to keep every chunk partition within the smallest accepted
+/// [`LayoutPolicy::max_partition_bytes`] up to blobs of 16 TiB (128 TiB at the default). Builds before 2026-12-03
+/// took at most 65 536 and refuse a manifest with more (only a blob over 8 TiB has more).
+pub const MAX_SALT_LIMIT: u32 = 1 << 20;
+/// The bound on a chunk partition a cluster store asks for ([`LayoutPolicy::max_partition_bytes`]): 128 MiB
+/// (Cassandra warns about partitions from 100 MB).
+pub const DEFAULT_MAX_PARTITION_BYTES: u64 = 128 * MIB;
+/// Smallest accepted [`LayoutPolicy::max_partition_bytes`]: 16 MiB.
+pub const MIN_MAX_PARTITION_BYTES: u64 = 16 * MIB;
+/// The length a stream of unknown length is laid out for when the store sets no largest blob size
+/// ([`crate::state::config::StoreConfig::max_blob_size`]): 1 TiB. A longer stream's partitions grow past
+/// [`LayoutPolicy::max_partition_bytes`]; give its length ([`crate::state::config::PutOptions::size_hint`]) to
+/// avoid that.
+pub const STREAM_PLAN_BYTES: u64 = 1 << 40;
 /// Largest chunk size any backend takes (the embedded store's chunks are at most 64 MiB, header included). A
 /// stored layout with a larger chunk is corrupt on every backend.
 pub const MAX_CHUNK_SIZE: u32 = 64 << 20;
@@ -36,8 +48,16 @@ pub struct LayoutPolicy {
     /// ([`crate::backend::BackendInfo::large_chunk_size`]; 1 MiB on CQL) if it is larger than `chunk_size`, else
     /// `chunk_size`; a store resolves it when it opens ([`LayoutPolicy::resolve_for`]).
     pub large_chunk_size: Option<u32>,
-    /// Largest salt count for blobs above the fan-out threshold. Defaults to 100.
+    /// Salt count of blobs above the fan-out threshold (each chunk its own partition below it). Defaults to 100.
+    /// Larger blobs get more salts when [`LayoutPolicy::max_partition_bytes`] needs them.
     pub max_salt: u32,
+    /// Most bytes one chunk partition holds: the salt count grows with the blob, past
+    /// [`LayoutPolicy::max_salt`], so that no partition holds more (a cluster compacts, repairs and streams a
+    /// partition whole). `None` (the default) means the backend's bound
+    /// ([`crate::backend::BackendInfo::max_partition_bytes`]: [`DEFAULT_MAX_PARTITION_BYTES`] on CQL, none
+    /// embedded), resolved when a store opens ([`LayoutPolicy::resolve_for`]); still `None` then, no bound. At
+    /// least [`MIN_MAX_PARTITION_BYTES`] and a chunk of every size the policy uses.
+    pub max_partition_bytes: Option<u64>,
     /// Compression tried on each chunk (kept only where it shrinks the chunk). Defaults to none.
     pub codec: Codec,
 }
@@ -50,6 +70,7 @@ impl Default for LayoutPolicy {
             chunk_size: 64 * 1024,
             large_chunk_size: None,
             max_salt: 100,
+            max_partition_bytes: None,
             codec: Codec::None,
         }
     }
@@ -87,17 +108,29 @@ impl LayoutPolicy {
     }
 
     /// The policy a store uses on a backend that prefers `preferred` bytes per large chunk
-    /// ([`crate::backend::BackendInfo::large_chunk_size`]): an unset [`LayoutPolicy::large_chunk_size`] becomes
-    /// that preference when it is larger than [`LayoutPolicy::chunk_size`], else `chunk_size`.
-    pub fn resolve_for(mut self, preferred: Option<u32>) -> Self {
+    /// ([`crate::backend::BackendInfo::large_chunk_size`]) and bounds partitions to `partition_bytes`
+    /// ([`crate::backend::BackendInfo::max_partition_bytes`]): an unset [`LayoutPolicy::large_chunk_size`] becomes
+    /// that preference when it is larger than [`LayoutPolicy::chunk_size`], else `chunk_size`; an unset
+    /// [`LayoutPolicy::max_partition_bytes`] becomes the backend's bound.
+    pub fn resolve_for(mut self, preferred: Option<u32>, partition_bytes: Option<u64>) -> Self {
         if self.large_chunk_size.is_none() {
             let preferred = preferred.unwrap_or(0);
             self.large_chunk_size = Some(self.chunk_size.max(preferred));
         }
+        if self.max_partition_bytes.is_none() {
+            self.max_partition_bytes = partition_bytes;
+        }
         self
     }
 
-    /// Applies one store URL parameter if it is a layout one (`chunk_size=SIZE`, `large_chunk_size=SIZE`, sizes as
+    /// Sets [`LayoutPolicy::max_partition_bytes`].
+    pub fn with_max_partition_bytes(mut self, bytes: u64) -> Self {
+        self.max_partition_bytes = Some(bytes);
+        self
+    }
+
+    /// Applies one store URL parameter if it is a layout one (`chunk_size=SIZE`, `large_chunk_size=SIZE`,
+    /// `max_partition=SIZE`, sizes as
     /// [`crate::base::units::parse_size`] reads them); returns whether it was. Values are checked against fixed bounds by
     /// [`LayoutPolicy::validate`] when the store opens.
     ///
@@ -114,6 +147,10 @@ impl LayoutPolicy {
             })
         };
         match name {
+            "max_partition" => {
+                self.max_partition_bytes =
+                    Some(parse_size(value).map_err(|e| Error::invalid("max_partition", e))?);
+            }
             "chunk_size" => self.chunk_size = size("chunk_size")?,
             "large_chunk_size" => self.large_chunk_size = Some(size("large_chunk_size")?),
             _ => return Ok(false),
@@ -160,6 +197,17 @@ impl LayoutPolicy {
                 ),
             ));
         }
+        let largest_chunk = self.chunk_size.max(self.large_chunk_size.unwrap_or(0));
+        if let Some(bound) = self.max_partition_bytes
+            && (bound < MIN_MAX_PARTITION_BYTES || bound < u64::from(largest_chunk))
+        {
+            return Err(Error::invalid(
+                "max partition",
+                format!(
+                    "{bound} bytes; it must be at least {MIN_MAX_PARTITION_BYTES} bytes and hold a chunk ({largest_chunk} bytes)"
+                ),
+            ));
+        }
         if self.inline_limit > MAX_INLINE_LIMIT {
             return Err(Error::invalid(
                 "inline limit",
@@ -189,16 +237,44 @@ impl LayoutPolicy {
         }
         let chunk_size = self.chunk_size_for(Some(size));
         let chunk_count = size.div_ceil(u64::from(chunk_size.max(1)));
-        let salt_count = if size <= self.fanout_threshold {
+        let spread = if size <= self.fanout_threshold {
             1
         } else {
-            u32::try_from(chunk_count.min(u64::from(self.max_salt))).unwrap_or(self.max_salt)
+            u64::from(self.max_salt)
         };
+        let salt_count = spread
+            .max(self.salts_to_bound(chunk_size, chunk_count))
+            .min(chunk_count)
+            .min(u64::from(MAX_SALT_LIMIT));
         Layout::Chunked(ChunkLayout {
             chunk_size,
             chunk_count,
-            salt_count,
+            // At most MAX_SALT_LIMIT.
+            salt_count: u32::try_from(salt_count).unwrap_or(MAX_SALT_LIMIT),
         })
+    }
+
+    /// The salt count a put plans for a stream of unknown length that may grow to `ceiling` bytes (laid out as
+    /// a large blob): [`LayoutPolicy::max_salt`], or more where [`LayoutPolicy::max_partition_bytes`] needs more
+    /// at `ceiling`. Its manifest then records the lesser of this and its chunk count; chunk `i` is in salt
+    /// `i % planned`, which is the same salt.
+    pub fn stream_salt_count(&self, ceiling: u64) -> u32 {
+        let chunk_size = self.chunk_size_for(None);
+        let chunk_count = ceiling.div_ceil(u64::from(chunk_size.max(1)));
+        let salts = u64::from(self.max_salt)
+            .max(self.salts_to_bound(chunk_size, chunk_count))
+            .clamp(1, u64::from(MAX_SALT_LIMIT));
+        u32::try_from(salts).unwrap_or(MAX_SALT_LIMIT)
+    }
+
+    /// The fewest salts that keep `chunk_count` chunks of `chunk_size` within
+    /// [`LayoutPolicy::max_partition_bytes`] each (at least one chunk per salt); 0 without a bound.
+    fn salts_to_bound(&self, chunk_size: u32, chunk_count: u64) -> u64 {
+        let Some(bound) = self.max_partition_bytes else {
+            return 0;
+        };
+        let per_salt = (bound / u64::from(chunk_size.max(1))).max(1);
+        chunk_count.div_ceil(per_salt)
     }
 }
 
@@ -242,6 +318,13 @@ impl ChunkLayout {
         }
         let cs = u64::from(self.chunk_size.max(1));
         range.start / cs..(range.end - 1) / cs + 1
+    }
+
+    /// The most bytes one salt (partition) holds: the chunks of the fullest salt, whole.
+    pub fn max_partition_bytes(&self) -> u64 {
+        self.chunk_count
+            .div_ceil(u64::from(self.salt_count.max(1)))
+            .saturating_mul(u64::from(self.chunk_size))
     }
 
     /// Logical bytes stored under each salt, for a blob of `size` bytes.
@@ -416,7 +499,8 @@ mod tests {
         let cluster = plain.clone().with_large_chunk_size(MIB as u32);
         let p = LayoutPolicy::default();
         let large = |p: LayoutPolicy, info: &BackendInfo| {
-            p.resolve_for(info.large_chunk_size).large_chunk_size
+            p.resolve_for(info.large_chunk_size, info.max_partition_bytes)
+                .large_chunk_size
         };
         assert_eq!(large(p.clone(), &plain), Some(65536));
         assert_eq!(large(p.clone(), &cluster), Some(1 << 20));
@@ -492,6 +576,37 @@ mod tests {
         }
 
         #[test]
+        fn no_partition_exceeds_the_bound_up_to_10_tb(
+            size in 1u64..=10_000_000_000_000,
+            chunk_shift in 12u32..=26,
+            cap_shift in 24u32..=30,
+            max_salt in 1u32..=1000,
+            fanout_shift in 20u32..=26,
+        ) {
+            let chunk = 1u32 << chunk_shift;
+            let p = LayoutPolicy::default()
+                .with_single_chunk_size(chunk)
+                .with_max_salt(max_salt)
+                .with_fanout_threshold(1 << fanout_shift)
+                .with_max_partition_bytes(1 << cap_shift);
+            prop_assume!(p.validate(MAX_CHUNK_SIZE).is_ok());
+            if let Layout::Chunked(l) = p.layout_for(size) {
+                prop_assert!(l.max_partition_bytes() <= 1 << cap_shift, "{l:?}");
+                prop_assert!(1 <= l.salt_count && u64::from(l.salt_count) <= l.chunk_count);
+                if size > p.fanout_threshold {
+                    prop_assert!(u64::from(l.salt_count) >= l.chunk_count.min(u64::from(max_salt)));
+                }
+                // A stream of this size, planned for 10 TB, is bounded too.
+                let planned = p.stream_salt_count(10_000_000_000_000);
+                let streamed = ChunkLayout {
+                    salt_count: u32::try_from(u64::from(planned).min(l.chunk_count)).unwrap_or(planned),
+                    ..l
+                };
+                prop_assert!(streamed.max_partition_bytes() <= 1 << cap_shift, "{streamed:?}");
+            }
+        }
+
+        #[test]
         fn planned_salt_places_chunks_where_the_final_salt_count_says(planned in 1u32..300, n in 1u64..1000) {
             // A put places chunks by the salt count it planned; its manifest records fewer salts when there are
             // fewer chunks.
@@ -501,6 +616,60 @@ mod tests {
                 prop_assert_eq!(at(planned).salt_of(i), at(final_salt).salt_of(i));
             }
         }
+    }
+
+    #[test]
+    fn the_salt_count_grows_with_the_blob_to_bound_its_partitions() {
+        let unbounded = LayoutPolicy::default().with_large_chunk_size(MIB as u32);
+        assert_eq!(
+            unbounded.layout_for(1 << 40),
+            chunked(1 << 20, 1 << 20, 100),
+            "no bound unless the backend or the store asks for one"
+        );
+        assert_eq!(unbounded.stream_salt_count(STREAM_PLAN_BYTES), 100);
+        let p = unbounded.resolve_for(None, Some(DEFAULT_MAX_PARTITION_BYTES));
+        // Up to max_salt × 128 MiB (12.5 GiB), the policy as before; past it, salts grow with the blob.
+        let l = |size: u64| match p.layout_for(size) {
+            Layout::Chunked(l) => l,
+            Layout::Inline => panic!("inline"),
+        };
+        assert_eq!(l(10 << 30).salt_count, 100);
+        assert!(l(10 << 30).max_partition_bytes() <= 128 * MIB);
+        assert_eq!(l(1 << 40).salt_count, 8192);
+        assert_eq!(l(1 << 40).max_partition_bytes(), 128 * MIB);
+        assert_eq!(l(10u64.pow(13)).salt_count, 74_506);
+        // A stream of unknown length is planned for 1 TiB (or the store's largest blob).
+        assert_eq!(p.stream_salt_count(STREAM_PLAN_BYTES), 8192);
+        assert_eq!(p.stream_salt_count(MIB), 100);
+        let small = p.clone().with_max_partition_bytes(16 * MIB);
+        assert_eq!(small.stream_salt_count(1 << 40), 65_536);
+        // Bounds: at least 16 MiB, and a chunk.
+        assert!(
+            p.clone()
+                .with_max_partition_bytes(8 * MIB)
+                .validate(64 << 20)
+                .is_err()
+        );
+        let err = p
+            .clone()
+            .with_large_chunk_size(32 << 20)
+            .with_max_partition_bytes(16 * MIB)
+            .validate(64 << 20)
+            .map_err(|e| e.to_string())
+            .expect_err("a chunk larger than a partition");
+        assert!(err.contains("max partition"), "{err}");
+        let mut q = LayoutPolicy::default();
+        assert_eq!(
+            q.apply_url_param("max_partition", "256MiB").ok(),
+            Some(true)
+        );
+        assert_eq!(q.max_partition_bytes, Some(256 * MIB));
+        // The store's own bound wins over the backend's.
+        assert_eq!(
+            q.resolve_for(None, Some(DEFAULT_MAX_PARTITION_BYTES))
+                .max_partition_bytes,
+            Some(256 * MIB)
+        );
     }
 
     #[test]

@@ -111,7 +111,9 @@ impl BlobStore {
     /// A store on `backend` with `config`, which is checked against the backend's limits.
     pub fn new(backend: Arc<dyn ChunkStore>, mut config: StoreConfig) -> Result<Self> {
         let info = backend.info();
-        config.policy = config.policy.resolve_for(info.large_chunk_size);
+        config.policy = config
+            .policy
+            .resolve_for(info.large_chunk_size, info.max_partition_bytes);
         config.policy.validate(info.max_chunk_payload())?;
         if config.inflight_bytes < config.policy.chunk_size as usize {
             return Err(Error::invalid(

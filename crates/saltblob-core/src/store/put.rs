@@ -17,7 +17,7 @@ use crate::backend::{BlobRef, SinkPlan};
 use crate::base::error::{Error, Result};
 use crate::base::shown::hex;
 use crate::format::codec::Codec;
-use crate::format::layout::{Layout, LayoutPolicy};
+use crate::format::layout::{Layout, LayoutPolicy, STREAM_PLAN_BYTES};
 use crate::format::manifest::{Manifest, ManifestBody, SEALED_METADATA_KEY, encode_entries};
 use crate::ledger::intent::{IntentLease, Progress};
 use crate::schedule::{self, ClassTag, PriorityClass};
@@ -242,7 +242,7 @@ where
 
     let planned_salt = match layout {
         Some(Layout::Chunked(l)) => l.salt_count,
-        _ => policy.max_salt,
+        _ => policy.stream_salt_count(inner.config.max_blob_size.unwrap_or(STREAM_PLAN_BYTES)),
     };
     let blob = BlobRef {
         key: key.clone(),
