@@ -216,6 +216,17 @@ fn request_op(request: &Value) -> Result<Op, String> {
     }
 }
 
+/// The failure of a command sent to admin socket `socket` (named by the user) where no server answers.
+pub fn no_server_at(socket: &Path) -> Failure {
+    Failure::new(
+        Failure::FAILED,
+        format!(
+            "no server answers on the admin socket {} (is `saltblob serve` running?)",
+            socket.display()
+        ),
+    )
+}
+
 /// What to say when the store has no backup of its own.
 pub fn no_backup_of_its_own() -> String {
     "this store's backend takes no backup of its own (a cql:// store: use `saltblob export`, or the cluster's \

@@ -460,6 +460,28 @@ impl ChunkStore for CqlStore {
             .map(Some)
     }
 
+    /// A node's `now()` (`system.local`, millisecond precision) with half the round trip added: the cluster's
+    /// time as this process sees it.
+    async fn cluster_time(&self) -> Result<Option<u64>> {
+        let what = "reading the cluster's time";
+        let sent = std::time::Instant::now();
+        let rows = self
+            .cluster
+            .session
+            .query_unpaged("SELECT toUnixTimestamp(now()) FROM system.local", ())
+            .await
+            .map_err(|e| error::execution(what, e, &error::Context::default()))?
+            .into_rows_result()
+            .map_err(|e| error::shape(what, e))?;
+        // `toUnixTimestamp` gives milliseconds as a bigint.
+        let (millis,) = rows
+            .single_row::<(i64,)>()
+            .map_err(|e| error::shape(what, e))?;
+        let half_trip = u64::try_from(sent.elapsed().as_micros() / 2).unwrap_or(u64::MAX);
+        let millis = u64::try_from(millis).unwrap_or(0);
+        Ok(Some(millis.saturating_mul(1000).saturating_add(half_trip)))
+    }
+
     /// The listing index's maintenance (`listing::maintain`: splits of ranges past their bound, begun and finished
     /// by successive passes, under a lease).
     async fn maintain(&self) -> Result<()> {

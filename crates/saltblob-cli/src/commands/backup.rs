@@ -67,15 +67,7 @@ impl Backup {
         };
         let mut report = match (served, &self.admin_socket) {
             (Some(report), _) => report,
-            (None, Some(socket)) => {
-                return Err(Failure::new(
-                    Failure::FAILED,
-                    format!(
-                        "no server answers on the admin socket {} (is `saltblob serve` running?)",
-                        socket.display()
-                    ),
-                ));
-            }
+            (None, Some(socket)) => return Err(admin::no_server_at(socket)),
             (None, None) => {
                 let store = context.open().await?;
                 let options = BackupOptions::new().with_copy(self.copy);

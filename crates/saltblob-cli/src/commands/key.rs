@@ -78,12 +78,13 @@ impl Command for KeyCmd {
         matches!(self.action, Action::List)
     }
 
-    /// No store yet: no key to list; any other action needs the store (and a bucket), so it fails.
-    fn without_store(&self, dir: &Path) -> Result<(), Failure> {
+    /// No store yet (only `list` gets here): no key to list.
+    fn without_store(&self, _dir: &Path) -> Result<(), Failure> {
         if self.json {
             println!("{}", serde_json::json!({ "keys": [] }));
+        } else {
+            println!("no access key is kept in the store (there is no store yet)");
         }
-        let _ = dir;
         Ok(())
     }
 
@@ -100,15 +101,7 @@ impl Command for KeyCmd {
             };
             let outcome = match (served, &self.admin_socket) {
                 (Some(outcome), _) => outcome,
-                (None, Some(socket)) => {
-                    return Err(Failure::new(
-                        Failure::FAILED,
-                        format!(
-                            "no server answers on the admin socket {} (is `saltblob serve` running?)",
-                            socket.display()
-                        ),
-                    ));
-                }
+                (None, Some(socket)) => return Err(admin::no_server_at(socket)),
                 (None, None) => {
                     let mut outcome = Value::Null;
                     let body = async |store: &saltblob::BlobStore| {

@@ -136,9 +136,9 @@ pub enum Commands {
     /// Make and change the local key provider's keyring file (encryption at rest, docs/format.md): new, add,
     /// rotate, retire, list.
     Keyring(keyring::KeyringCmd),
-    /// Manage the S3 access keys kept in the store and their grants per bucket: create (prints the secret
-    /// once), allow ID BUCKET read|write|owner, deny, list, delete. The server's --credentials keys stay root
-    /// keys. Through the serving process's admin socket when one holds the store (docs/s3.md).
+    /// Manage the S3 access keys kept in the store and their grants per bucket: create (shows the new key's
+    /// credentials once), allow ID BUCKET read|write|owner, deny, list, delete. The server's --credentials keys
+    /// stay root keys. Through the serving process's admin socket when one holds the store (docs/s3.md).
     Key(key::KeyCmd),
     /// Seal the plaintext blobs under a prefix with --key NAME, each rewritten atomically (a put conditional on
     /// the version read: a concurrent writer wins); resumable with --after.

@@ -367,7 +367,7 @@ pub(super) fn parse_policy(
                     .parse()
                     .map_err(|_| bad(format!("max_salt: \"{v}\" is not a count")))?
             }
-            "max_partition" => policy.max_partition_bytes = size()?,
+            "max_partition" => policy.max_partition_bytes = Some(size()?),
             "chunk_size" => policy.chunk_size = small(size()?)?,
             "large_chunk_size" => policy.large_chunk_size = Some(small(size()?)?),
             other => {
@@ -638,6 +638,20 @@ mod tests {
     }
 
     #[test]
+    fn the_partition_bound_salts_blobs_past_it() {
+        // A cluster's policy lays out a 500 MiB blob below a raised fan-out threshold in 4 partitions of at most
+        // 128 MiB, not one: what the planner counts is what a put would store.
+        let policy = cluster_policy(LayoutPolicy::default().with_fanout_threshold(1 << 30));
+        match policy.layout_for(500 << 20) {
+            saltblob::Layout::Chunked(l) => {
+                assert_eq!(l.salt_count, 4, "{l:?}");
+                assert!(l.max_partition_bytes() <= 128 << 20, "{l:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn the_recommendation_is_the_lowest_threshold_under_the_target() {
         let mut census = Census::default();
         let mut add = |size: u64, n: u64| {
@@ -649,7 +663,10 @@ mod tests {
         add(100 << 10, 980);
         add(20 << 20, 15);
         add(500 << 20, 5);
-        let policy = cluster_policy(LayoutPolicy::default());
+        // The cluster's chunk size without its partition bound, so that an unsalted 500 MiB blob stays in one
+        // partition (with the bound it has 4: `the_partition_bound_salts_blobs_past_it`).
+        let info = CqlStore::backend_info();
+        let policy = LayoutPolicy::default().resolve_for(info.large_chunk_size, None);
         let model = Exposure::of_shape(&Shape::new(3, 5, 3).unwrap(), Placement::Hashed).unwrap();
         let evaluate = |b: &[(u64, Tally)]| model.over(b);
         // Unsalted: 2 partitions each (manifest + chunks), 12.96% at risk at 5 nodes per rack.

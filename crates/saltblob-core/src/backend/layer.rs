@@ -194,6 +194,11 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
         self.inner().maintain().await
     }
 
+    /// [`ChunkStore::cluster_time`].
+    async fn cluster_time(&self) -> Result<Option<u64>> {
+        self.inner().cluster_time().await
+    }
+
     /// [`ChunkStore::backup`].
     async fn backup(
         &self,
@@ -328,6 +333,10 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
 
     async fn maintain(&self) -> Result<()> {
         ChunkStoreLayer::maintain(self).await
+    }
+
+    async fn cluster_time(&self) -> Result<Option<u64>> {
+        ChunkStoreLayer::cluster_time(self).await
     }
 
     async fn backup(

@@ -349,6 +349,15 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         Ok(None)
     }
 
+    /// The cluster's time (Unix µs) as one of its nodes reads it now, for a backend that processes on several
+    /// machines share, so that decisions made by time (gc's, reclaim's) are checked against one clock: gc and
+    /// reclaim refuse to run in a process whose clock is off by more than the margin
+    /// ([`crate::base::timing::CLOCK_MARGIN_MICROS`]). Defaults to `None`: the backend's time is this machine's
+    /// (an embedded store). Its precision is the round trip that fetched it.
+    async fn cluster_time(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// The engine's own upkeep, which every gc pass runs after its reclaim pass (on CQL: the listing index's
     /// splits). Must not wait for long: what needs time is begun by one call and finished by a later one. The
     /// default does nothing.

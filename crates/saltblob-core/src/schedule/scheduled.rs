@@ -278,6 +278,12 @@ impl ChunkStoreLayer for ScheduledStore {
         self.backend.maintain().await
     }
 
+    /// Not admitted: one small read that decides whether a pass may run, which must not wait behind the
+    /// traffic it would judge.
+    async fn cluster_time(&self) -> Result<Option<u64>> {
+        self.backend.cluster_time().await
+    }
+
     /// Not admitted: one call that the engine runs beside the traffic (its files, not requests).
     async fn backup(
         &self,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::backend::{Namespace, SpaceReport};
-use crate::base::error::{KeyDisplay, Result};
+use crate::base::error::{Error, KeyDisplay, Result};
 use crate::base::timing::CLOCK_MARGIN_MICROS;
 use crate::base::units::micros;
 use crate::ledger::intent;
@@ -102,9 +102,48 @@ impl Drop for GcHandle {
     }
 }
 
+/// Checks this machine's clock against the cluster's ([`crate::backend::ChunkStore::cluster_time`]) before a
+/// pass that decides by time: off by more than [`CLOCK_MARGIN_MICROS`] (beyond the round trip's precision), gc
+/// would reclaim versions before their grace (ahead) or take over live puts' intents (far ahead), so it refuses,
+/// naming the skew. Nothing to check on a backend whose time is this machine's. The machine's clock is the
+/// system's, not the store's ([`crate::state::config::StoreConfig::clock`]): a test's clock jumped forward
+/// stands for time passing, not for a skewed machine.
+///
+/// # Errors
+/// A backend error (not retryable) naming the skew; the backend's errors reading its time.
+pub(crate) async fn check_clock(inner: &Inner, pass: &str) -> Result<()> {
+    use crate::base::clock::{Clock, SystemClock};
+    let before = SystemClock.now_micros();
+    let Some(cluster) = inner.backend.cluster_time().await? else {
+        return Ok(());
+    };
+    let after = SystemClock.now_micros();
+    let here = before / 2 + after / 2;
+    let slack = CLOCK_MARGIN_MICROS.saturating_add(after.saturating_sub(before) / 2);
+    let (off, way) = if here >= cluster {
+        (here - cluster, "ahead of")
+    } else {
+        (cluster - here, "behind")
+    };
+    if off > slack {
+        return Err(Error::backend(
+            "clock",
+            format!(
+                "{pass} refused: this process's clock is {:.1} s {way} the cluster's (the margin is {} s); \
+                 set the clock right (NTP) and run it again",
+                off as f64 / 1e6,
+                CLOCK_MARGIN_MICROS / 1_000_000
+            ),
+            false,
+        ));
+    }
+    Ok(())
+}
+
 /// One garbage collection pass; see [`crate::store::BlobStore::gc`].
 pub(crate) async fn run(store: &BlobStore, opts: &GcOptions) -> Result<GcReport> {
     let inner = &*store.inner;
+    check_clock(inner, "gc").await?;
     let now = inner.now_micros();
     let mut report = GcReport {
         dry_run: opts.dry_run,
@@ -288,6 +327,7 @@ async fn gc_intent(
 impl BlobStore {
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
     pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
+        check_clock(&self.inner, "reclaim").await?;
         let run = crate::ledger::reclaim::run(&self.inner, self.inner.now_micros(), false, b"");
         schedule::in_class(self.maintenance_class(), run).await
     }
@@ -319,7 +359,7 @@ mod tests {
     use super::*;
     use crate::backend::ChunkStore;
     use crate::backend::memory::MemoryStore;
-    use crate::base::clock::OffsetClock;
+    use crate::base::clock::{Clock, OffsetClock};
     use crate::state::config::{PutOptions, StoreConfig};
     use crate::store::BlobStore;
 
@@ -430,5 +470,97 @@ mod tests {
             intent_watermark(&store.inner).await > Some(mark),
             "the mark moved on"
         );
+    }
+
+    /// A store whose backend says the cluster's time is the real clock shifted by `cluster_ahead` µs.
+    #[derive(Debug)]
+    struct ClusterClock {
+        inner: Arc<MemoryStore>,
+        cluster_ahead: i64,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::backend::layer::ChunkStoreLayer for ClusterClock {
+        fn inner(&self) -> &dyn ChunkStore {
+            &*self.inner
+        }
+
+        async fn cluster_time(&self) -> Result<Option<u64>> {
+            let now = crate::base::clock::SystemClock.now_micros();
+            Ok(Some(now.saturating_add_signed(self.cluster_ahead)))
+        }
+    }
+
+    /// A runner whose clock is 12 minutes ahead of the cluster's would reclaim a version replaced 2 minutes
+    /// before its grace of 10 minutes ends (its clock says 12 minutes passed): gc and reclaim refuse to run
+    /// there, naming the skew, and the version keeps its chunks. Behind by as much, they refuse too; within the
+    /// margin, they run.
+    #[tokio::test]
+    async fn gc_and_reclaim_refuse_a_clock_off_the_clusters() {
+        const MINUTES_12: i64 = 12 * 60 * 1_000_000;
+        for (cluster_ahead, runner_ahead, refused) in [
+            (-MINUTES_12, Duration::from_secs(12 * 60), Some("ahead of")),
+            (MINUTES_12, Duration::ZERO, Some("behind")),
+            (30_000_000, Duration::ZERO, None),
+        ] {
+            let backend = Arc::new(MemoryStore::new());
+            let clock = OffsetClock::new();
+            let layered = Arc::new(ClusterClock {
+                inner: Arc::clone(&backend),
+                cluster_ahead,
+            });
+            let store = BlobStore::new(
+                layered,
+                StoreConfig::default()
+                    .with_grace(Duration::from_secs(10 * 60))
+                    .with_clock(clock.clone()),
+            )
+            .expect("store");
+            store
+                .put("k", vec![1u8; 100_000], &PutOptions::new())
+                .await
+                .expect("put");
+            store
+                .put("k", vec![2u8; 100_000], &PutOptions::new())
+                .await
+                .expect("overwrite");
+            let chunks = || async {
+                backend
+                    .scan_chunks()
+                    .filter_map(|c| async move { c.ok() })
+                    .count()
+                    .await
+            };
+            let before = chunks().await;
+            clock.advance(runner_ahead);
+            let gc = store.gc(&GcOptions::new()).await;
+            let reclaim = store.reclaim_due().await;
+            match refused {
+                Some(way) => {
+                    for err in [gc.map(|_| ()), reclaim.map(|_| ())] {
+                        let err = err.expect_err("refused").to_string();
+                        assert!(err.contains(way) && err.contains("margin is 60 s"), "{err}");
+                    }
+                    assert_eq!(chunks().await, before, "nothing reclaimed");
+                }
+                None => {
+                    gc.expect("gc within the margin");
+                    reclaim.expect("reclaim within the margin");
+                }
+            }
+        }
+        assert!(clock_is_checked_only_where_the_backend_has_one().await);
+    }
+
+    /// A backend without a time of its own (embedded) is not checked: gc runs whatever the clock says.
+    async fn clock_is_checked_only_where_the_backend_has_one() -> bool {
+        let clock = OffsetClock::new();
+        clock.advance(Duration::from_secs(3600));
+        let store = BlobStore::new(
+            Arc::new(MemoryStore::new()),
+            StoreConfig::default().with_clock(clock),
+        )
+        .expect("store");
+        store.gc(&GcOptions::new()).await.is_ok()
     }
 }

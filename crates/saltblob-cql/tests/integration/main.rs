@@ -15,6 +15,7 @@ use saltblob_core::conformance::Fixture;
 use saltblob_cql::{CqlConfig, CqlStore};
 
 mod classes;
+mod clock;
 mod cluster;
 mod conformance;
 mod errors;

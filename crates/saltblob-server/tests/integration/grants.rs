@@ -421,16 +421,8 @@ async fn grants_end_with_their_bucket_and_keys_end_when_deleted() {
         "{err}"
     );
     // The bucket deleted and made again: a new bucket, which the old grant does not reach.
-    for key in ["/victim/secret.txt"] {
-        assert_eq!(s.client.delete(key).await.status, 204);
-    }
-    let r = s
-        .client
-        .call("DELETE", "/victim/big")
-        .query("uploads", "")
-        .send()
-        .await;
-    let _ = r;
+    assert_eq!(s.client.delete("/victim/secret.txt").await.status, 204);
+    // Its upload in progress aborted, then the bucket is empty.
     let uploads = s
         .client
         .call("GET", "/victim")
