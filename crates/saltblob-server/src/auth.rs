@@ -315,7 +315,8 @@ impl S3Access for Access {
             S3Path::Root => None,
             S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
         };
-        if !self.allows(&record, op, bucket, copy_source).await? {
+        // What anyone may do on a bucket, a stored key may too, grant or not (as on AWS).
+        if !anonymous_ok && !self.allows(&record, op, bucket, copy_source).await? {
             tracing::debug!(access_key = %id, op, bucket, "denied: no grant");
             return denied();
         }

@@ -285,6 +285,31 @@ async fn victim_state(s: &TestServer) -> Vec<String> {
     state
 }
 
+/// A bucket open to anonymous reads (`--anonymous-read`) is open to every stored key too, as on AWS: a key without
+/// a grant on it reads what anyone may, and is still refused a write.
+#[tokio::test]
+async fn a_stored_key_reads_what_anyone_may() {
+    let ring = TempKeyring::new();
+    let config = StoreConfig::default()
+        .with_encryption(EncryptionConfig::new(ring.provider()).with_key("tenant-a"));
+    let store = saltblob::open("memory://", config).await.expect("open");
+    let s = TestServer::start_on(store, |c| c.with_anonymous_read("public")).await;
+    assert_eq!(s.client.call("PUT", "/public").send().await.status, 200);
+    assert_eq!(
+        s.client.put("/public/readme.txt", "hello").await.status,
+        200
+    );
+    let reader = stored_key(&s, "reader", false).await;
+    let r = reader.get("/public/readme.txt").await;
+    assert_eq!((r.status, r.text()), (200, "hello".to_owned()));
+    assert_eq!(reader.put("/public/other.txt", "no").await.status, 403);
+    assert_eq!(
+        s.client.get("/public/other.txt").await.status,
+        404,
+        "nothing written"
+    );
+}
+
 #[tokio::test]
 async fn a_key_without_a_grant_is_refused_every_operation_and_changes_nothing() {
     let ring = TempKeyring::new();
