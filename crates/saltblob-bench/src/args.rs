@@ -24,6 +24,14 @@ pub struct BenchArgs {
         value_name = "N,N,..."
     )]
     pub listing_sizes: Vec<u64>,
+    /// Measure gc's background work instead: how record writes spread over partitions in a mixed run, how fast a
+    /// gc pass drains the reclaim queue (16 partitions at once, and one entry at a time), duplicate chunk deletions
+    /// with three runners at once, the largest chunk partition of a 10 GiB and a 1 TiB blob (docs/scaling.md).
+    #[arg(long, conflicts_with = "listing")]
+    pub background: bool,
+    /// Keys of --background's mixed run (it queues about 1.5 times as many reclaim entries per round).
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub reclaim_queue: u64,
     /// Number of large blobs, written one at a time.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub count: u64,

@@ -80,10 +80,12 @@
 //!   isolation phases; `phases`: the phase runners and the clean-up; `stream`: the streaming put in a child
 //!   process; `ratios`: the figures of `BENCHMARKS.md`.
 //! - [`listing`]: `--listing`, the cost of listings and passes as the store grows.
+//! - [`background`]: `--background`, gc's background work at cluster scale (sharded records, shared leases).
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
 //! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
 
 mod args;
+pub mod background;
 pub mod bench;
 pub mod cpu;
 pub mod device;
@@ -114,6 +116,7 @@ mod target;
 mod wakeup;
 
 pub use args::{BenchArgs, ProbeArgs, ProbeOptions};
+pub use background::{BackgroundRun, background_bench};
 pub use bench::{BenchReport, bench};
 pub use listing::{ListingRun, listing_bench};
 pub use probe::{ProbeReport, probe};

@@ -23,7 +23,7 @@ use crate::clock::next_timestamp;
 use crate::config::CqlConfig;
 use crate::error::{self, NAME};
 use crate::listing::{self, BuildReport, BuildSteps, Directory, SplitReport};
-use crate::schema::SCHEMA_FORMAT;
+use crate::schema::{SCHEMA_FORMAT, SCHEMA_FORMAT_1};
 use crate::session::{Cluster, Formats};
 use crate::statements::{V, key_values};
 use crate::writer::{self, Lane, Throttle, WriteBudget};
@@ -132,10 +132,13 @@ impl CqlStore {
         &self.cluster.session
     }
 
-    /// Builds the listing index of the keyspace of `config` from its manifests, written by an earlier build (schema
-    /// format 1), and moves it to format 2; on a keyspace of format 2 already, with `reconcile`, repairs the index
-    /// instead (rows added for every manifest, stale rows removed). Resumable: run again after an interruption.
-    /// Stop the store's writers of format 1 first: their writes do not reach the index.
+    /// Brings the keyspace of `config`, written by an earlier build, to this build's schema format: from format 1
+    /// builds the listing index from its manifests; from format 2 there is nothing to build (the partitioned table
+    /// is created at connect; the intents and reclaim entries of format 2 stay where they are and are drained from
+    /// there). On a keyspace of this format already, repairs the index instead (rows added for every manifest,
+    /// stale rows removed), as `reconcile` asks on format 2. Resumable: run again after an interruption. Stop the
+    /// store's writers of the earlier format first: their writes do not reach the index, and their gc and fsck do
+    /// not see this format's intents.
     ///
     /// # Errors
     /// Those of connecting, and store errors (the build resumes where it stopped).
@@ -152,9 +155,19 @@ impl CqlStore {
         steps: BuildSteps,
     ) -> Result<Upgraded> {
         let (cluster, from) = Cluster::connect_to(config, Formats::Upgradable).await?;
-        let first = from != SCHEMA_FORMAT;
-        let report = listing::build(&cluster, first, reconcile || !first, steps).await?;
-        let to = if report.complete && first {
+        // Format 1 has no listing index: it is built. Format 2 lacks only the partitioned table, which the
+        // connection created: nothing to build (reconciling the index only when asked).
+        let first = from == SCHEMA_FORMAT_1;
+        let report = if first || reconcile || from == SCHEMA_FORMAT {
+            listing::build(&cluster, first, reconcile || !first, steps).await?
+        } else {
+            BuildReport {
+                complete: true,
+                ranges: cluster.read_directory().await?.entries.len(),
+                ..BuildReport::default()
+            }
+        };
+        let to = if report.complete && from != SCHEMA_FORMAT {
             cluster.write_format(SCHEMA_FORMAT).await?;
             SCHEMA_FORMAT
         } else {
@@ -359,6 +372,32 @@ impl ChunkStore for CqlStore {
             return Ok(Vec::new());
         }
         scan::scan(&self.cluster, ns, prefix, start_after, limit).await
+    }
+
+    /// One partition tombstone in the partitioned table, at a timestamp of this process's clock: a later write of
+    /// a client whose clock lags this one's may be shadowed by it (the core drops only partitions nobody writes to
+    /// any more). Refused (an internal error) for a namespace without partitions or a part of another length.
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        if ns.partition_len() == 0 || part.len() != ns.partition_len() {
+            return Err(Error::internal(
+                "drop_partition",
+                format!("{ns:?} has no partition of {} bytes", part.len()),
+            ));
+        }
+        let row = vec![
+            V::Big(next_timestamp()),
+            V::Tiny(i8::from_le_bytes([ns.tag()])),
+            V::Blob(Bytes::copy_from_slice(part)),
+        ];
+        let what = || format!("drop of a partition of {ns:?}");
+        self.cluster
+            .run(what, true, || {
+                self.cluster
+                    .session
+                    .execute_unpaged(&self.cluster.st.drop_partition, &row)
+            })
+            .await
+            .map(drop)
     }
 
     /// The ring from the driver's token map, cut into about nodes × shards × 3 token ranges (module `ranges`).

@@ -1,5 +1,6 @@
 //! Record scans: the manifests in key order through the listing index ([`crate::listing`]), their values read
-//! back; every other namespace is one partition of `records`, scanned as a range.
+//! back; every other namespace is one partition of `records`, or (a partitioned namespace) one partition of the
+//! partitioned table per scan, scanned as a range.
 
 use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -85,7 +86,10 @@ async fn scan_manifests(
     Ok(out)
 }
 
-/// Records of namespace `ns` (not the manifests) in one range read of its partition.
+/// Records of namespace `ns` (not the manifests) in one range read of one partition: the namespace's own in
+/// `records`, or, for a partitioned namespace, the partition of the partitioned table that `prefix` names (its
+/// first [`Namespace::partition_len`] bytes; a shorter prefix is refused, as the core never scans across
+/// partitions).
 async fn scan_namespace(
     cluster: &Cluster,
     ns: Namespace,
@@ -93,7 +97,29 @@ async fn scan_namespace(
     start_after: Option<&[u8]>,
     limit: usize,
 ) -> Result<Vec<(Bytes, Bytes)>> {
-    let ns_value = V::Tiny(i8::from_le_bytes([ns.tag()]));
+    let mut values = vec![V::Tiny(i8::from_le_bytes([ns.tag()]))];
+    let n = ns.partition_len();
+    let (part, prefix, start_after, statements) = if n == 0 {
+        (&[][..], prefix, start_after, &cluster.st.scan_records)
+    } else {
+        let Some((part, rest)) = prefix.split_at_checked(n) else {
+            return Err(saltblob_core::Error::internal(
+                "record scan",
+                format!(
+                    "a scan of {ns:?} with a prefix of {} bytes names no partition (of {n})",
+                    prefix.len()
+                ),
+            ));
+        };
+        values.push(V::Blob(Bytes::copy_from_slice(part)));
+        // `start_after` within the partition: one before it excludes nothing, one after it leaves nothing.
+        let after = match start_after {
+            Some(a) if a.starts_with(part) => Some(&a[n..]),
+            Some(a) if a > part => return Ok(Vec::new()),
+            _ => None,
+        };
+        (part, rest, after, &cluster.st.scan_partition)
+    };
     let lower: Option<&[u8]> = match start_after {
         Some(a) if a >= prefix => Some(a),
         _ if prefix.is_empty() => None,
@@ -102,7 +128,6 @@ async fn scan_namespace(
     let upper = prefix_successor(prefix);
     // `>=` on start_after: one extra row, dropped below if it is start_after itself.
     let fetch = i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX);
-    let mut values = vec![ns_value];
     let index = match (lower, &upper) {
         (None, None) => 0,
         (Some(_), None) => 1,
@@ -115,9 +140,7 @@ async fn scan_namespace(
     if let Some(u) = upper {
         values.push(V::Blob(Bytes::from(u)));
     }
-    let st = cluster
-        .st
-        .scan_records
+    let st = statements
         .get(index)
         .ok_or_else(|| error::malformed("record scan", "statement missing"))?;
     let what = || format!("scan of namespace {ns:?}");
@@ -141,7 +164,12 @@ async fn scan_namespace(
             continue;
         }
         if out.len() < limit {
-            out.push((k, v));
+            let key = if part.is_empty() {
+                k
+            } else {
+                Bytes::from([part, &k[..]].concat())
+            };
+            out.push((key, v));
         }
     }
     Ok(out)

@@ -15,8 +15,13 @@ use crate::error;
 pub const MANIFESTS: &str = "manifests";
 /// Table of chunks: one partition per (key, version, salt), one row per chunk.
 pub const CHUNKS: &str = "chunks";
-/// Table of internal records of the other namespaces (and the format marker), one partition per namespace.
+/// Table of internal records of the other namespaces kept in one partition each (and the format marker).
 pub const RECORDS: &str = "records";
+/// Table of internal records of the namespaces kept in partitions ([`Namespace::partition_len`]: the intents,
+/// the reclaim queue): one partition per namespace and partition, so that no one partition takes every write.
+///
+/// [`Namespace::partition_len`]: saltblob_core::backend::Namespace::partition_len
+pub const PARTITIONED: &str = "partitioned_records";
 /// The listing index: one partition per key range, its keys in order ([`crate::listing`]).
 pub const LISTING: &str = "listing";
 /// The listing index's directory: one partition, a row per range.
@@ -25,11 +30,14 @@ pub const LISTING_RANGES: &str = "listing_ranges";
 pub const LISTING_COUNTS: &str = "listing_counts";
 
 /// Format of the schema; stored in `records` under [`MARKER_NS`] / [`MARKER_KEY`] and checked at connect. Format 2
-/// added the listing index ([`LISTING`], [`LISTING_RANGES`]); a keyspace of format 1 is upgraded by
-/// `saltblob upgrade` ([`crate::CqlStore::upgrade`]), and a build of format 1 refuses one of format 2.
-pub const SCHEMA_FORMAT: u8 = 2;
+/// added the listing index ([`LISTING`], [`LISTING_RANGES`]); format 3 the sharded intents and the bucketed
+/// reclaim queue ([`PARTITIONED`]). A keyspace of an earlier format is upgraded by `saltblob upgrade`
+/// ([`crate::CqlStore::upgrade`]), and a build of an earlier format refuses one of a later one.
+pub const SCHEMA_FORMAT: u8 = 3;
 /// The format before the listing index.
 pub const SCHEMA_FORMAT_1: u8 = 1;
+/// The format before the partitioned records: intents and the reclaim queue one partition each.
+pub const SCHEMA_FORMAT_2: u8 = 2;
 /// Namespace of the format marker (tag 0xff, never a real namespace).
 pub const MARKER_NS: i8 = -1;
 /// Key of the format marker.
@@ -42,7 +50,7 @@ pub const MARKER_KEY: &[u8] = b"saltblob-format";
 pub const GC_GRACE_SECONDS: u32 = 3 * 3600;
 
 /// The `CREATE TABLE` statements, in creation order.
-pub fn table_ddl(ks: &str) -> [(&'static str, String); 6] {
+pub fn table_ddl(ks: &str) -> [(&'static str, String); 7] {
     [
         (
             MANIFESTS,
@@ -69,6 +77,16 @@ pub fn table_ddl(ks: &str) -> [(&'static str, String); 6] {
                  AND compression = {{'class': 'LZ4Compressor', 'chunk_length_in_kb': 4}} \
                  AND gc_grace_seconds = {GC_GRACE_SECONDS} \
                  AND comment = 'saltblob internal records, schema format {SCHEMA_FORMAT}'"
+            ),
+        ),
+        (
+            PARTITIONED,
+            format!(
+                "CREATE TABLE IF NOT EXISTS {ks}.{PARTITIONED} (ns tinyint, part blob, key blob, value blob, \
+                 PRIMARY KEY ((ns, part), key)) WITH CLUSTERING ORDER BY (key ASC) \
+                 AND compression = {{'class': 'LZ4Compressor', 'chunk_length_in_kb': 4}} \
+                 AND gc_grace_seconds = {GC_GRACE_SECONDS} \
+                 AND comment = 'saltblob partitioned internal records, schema format {SCHEMA_FORMAT}'"
             ),
         ),
         (
@@ -232,7 +250,10 @@ mod tests {
 
     #[test]
     fn ddl_names_keyspace_and_options() {
-        let [m, c, r, l, d, n] = table_ddl("ks");
+        let [m, c, r, p, l, d, n] = table_ddl("ks");
+        assert!(
+            p.1.contains("ks.partitioned_records") && p.1.contains("PRIMARY KEY ((ns, part), key)")
+        );
         assert!(n.1.contains("rows counter"));
         assert!(l.1.contains("PRIMARY KEY ((range), key)") && l.1.contains("present boolean"));
         assert!(d.1.contains("PRIMARY KEY ((scope), start)") && d.1.contains("source blob"));

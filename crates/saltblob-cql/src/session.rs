@@ -20,7 +20,7 @@ use scylla::statement::Consistency;
 use crate::config::{CqlConfig, validate_keyspace};
 use crate::directory::{DirectoryCache, PendingCounts};
 use crate::error::{self, Context, NAME};
-use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT, SCHEMA_FORMAT_1};
+use crate::schema::{self, MARKER_KEY, MARKER_NS, SCHEMA_FORMAT, SCHEMA_FORMAT_1, SCHEMA_FORMAT_2};
 use crate::statements::{Statements, V, key_values};
 use crate::tls;
 
@@ -58,7 +58,7 @@ pub(crate) struct Cluster {
 pub(crate) enum Formats {
     /// This build's format only (a store).
     Current,
-    /// This build's, or format 1 to upgrade ([`crate::CqlStore::upgrade`]).
+    /// This build's, or an earlier one to upgrade ([`crate::CqlStore::upgrade`]).
     Upgradable,
 }
 
@@ -244,13 +244,24 @@ impl Cluster {
                 Ok(SCHEMA_FORMAT)
             }
             Some([SCHEMA_FORMAT]) => Ok(SCHEMA_FORMAT),
-            Some([SCHEMA_FORMAT_1]) if formats == Formats::Upgradable => Ok(SCHEMA_FORMAT_1),
+            Some([old @ (SCHEMA_FORMAT_1 | SCHEMA_FORMAT_2)]) if formats == Formats::Upgradable => {
+                Ok(*old)
+            }
             Some([SCHEMA_FORMAT_1]) => Err(Error::invalid(
                 "keyspace",
                 format!(
                     "keyspace {ks} was written by an earlier saltblob (schema format {SCHEMA_FORMAT_1}, without the \
                      listing index); this build reads format {SCHEMA_FORMAT}: run `saltblob --store <URL> upgrade` once, with \
                      the store's writers stopped, to build its index (nothing else changes)"
+                ),
+            )),
+            Some([SCHEMA_FORMAT_2]) => Err(Error::invalid(
+                "keyspace",
+                format!(
+                    "keyspace {ks} was written by an earlier saltblob (schema format {SCHEMA_FORMAT_2}, intents and the \
+                     reclaim queue in one partition each); this build reads format {SCHEMA_FORMAT}: run \
+                     `saltblob --store <URL> upgrade` once, with the store's writers of the earlier build stopped (it \
+                     takes a moment: nothing is copied; what they queued is drained where it is)"
                 ),
             )),
             Some(v) => Err(Error::corrupt(

@@ -15,7 +15,9 @@ use scylla::statement::{Consistency, SerialConsistency};
 
 use crate::config::CqlConfig;
 use crate::error;
-use crate::schema::{CHUNKS, LISTING, LISTING_COUNTS, LISTING_RANGES, MANIFESTS, RECORDS};
+use crate::schema::{
+    CHUNKS, LISTING, LISTING_COUNTS, LISTING_RANGES, MANIFESTS, PARTITIONED, RECORDS,
+};
 
 /// Rows per page of a scan (of the whole manifest table, of a token range of it, of the chunk table).
 const SCAN_PAGE: i32 = 1000;
@@ -35,9 +37,15 @@ pub(crate) struct RecordStatements {
 pub(crate) struct Statements {
     pub(crate) manifests: RecordStatements,
     pub(crate) records: RecordStatements,
+    /// Those of the partitioned namespaces' table.
+    pub(crate) partitioned: RecordStatements,
     pub(crate) scan_manifest_keys: PreparedStatement,
     /// Scans of `records` by lower (>=) and upper (<) bound: [none/none, lower, upper, both].
     pub(crate) scan_records: [PreparedStatement; 4],
+    /// Scans of one partition of the partitioned table, by bound as `scan_records`.
+    pub(crate) scan_partition: [PreparedStatement; 4],
+    /// Deletes one partition of the partitioned table (a partition tombstone).
+    pub(crate) drop_partition: PreparedStatement,
     pub(crate) put_chunk: PreparedStatement,
     /// Chunks of one partition by a list of indexes (`idx IN ?`).
     pub(crate) get_chunks: PreparedStatement,
@@ -105,12 +113,21 @@ impl SerializeValue for V {
     }
 }
 
-/// The primary key values of a record.
+/// The primary key values of a record: the key; or the namespace's tag and the key; or, in a partitioned
+/// namespace, the tag, the partition (the key's first [`Namespace::partition_len`] bytes) and the rest of the key.
 pub(crate) fn key_values(ns: Namespace, key: &[u8]) -> Vec<V> {
-    let key = V::Blob(Bytes::copy_from_slice(key));
-    match ns {
-        Namespace::Manifest => vec![key],
-        _ => vec![V::Tiny(i8::from_le_bytes([ns.tag()])), key],
+    let tag = V::Tiny(i8::from_le_bytes([ns.tag()]));
+    match (ns, ns.partition_len()) {
+        (Namespace::Manifest, _) => vec![V::Blob(Bytes::copy_from_slice(key))],
+        (_, 0) => vec![tag, V::Blob(Bytes::copy_from_slice(key))],
+        (_, n) => {
+            let (part, rest) = key.split_at(n.min(key.len()));
+            vec![
+                tag,
+                V::Blob(Bytes::copy_from_slice(part)),
+                V::Blob(Bytes::copy_from_slice(rest)),
+            ]
+        }
     }
 }
 
@@ -148,10 +165,10 @@ impl Access {
 /// Every statement of a store, with what it does. The first [`RECORD_STATEMENTS`] are prepared for each record
 /// table, one per field of [`RecordStatements`] in its order: `{t}` is the table, `{cols}` its key columns,
 /// `{marks}` their bind markers and `{cond}` the condition `column = ?` on each. The others are prepared once,
-/// one per field of [`Statements`] in its order (the four record scans apart): `{manifests}`, `{records}` and
-/// `{chunks}` are the tables.
+/// one per field of [`Statements`] in its order (the four scans of records and of a partition apart):
+/// `{manifests}`, `{records}`, `{partitioned}` and `{chunks}` are the tables.
 #[rustfmt::skip]
-const TABLE: [(&str, Access); 18] = [
+const TABLE: [(&str, Access); 23] = [
     // For each record table.
     ("SELECT value FROM {t} WHERE {cond}", Access::Read),
     ("SELECT value, WRITETIME(value) FROM {t} WHERE {cond}", Access::Read),
@@ -166,6 +183,11 @@ const TABLE: [(&str, Access); 18] = [
     ("SELECT key, value FROM {records} WHERE ns = ? AND key >= ? LIMIT ?", Access::Read),
     ("SELECT key, value FROM {records} WHERE ns = ? AND key < ? LIMIT ?", Access::Read),
     ("SELECT key, value FROM {records} WHERE ns = ? AND key >= ? AND key < ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {partitioned} WHERE ns = ? AND part = ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {partitioned} WHERE ns = ? AND part = ? AND key >= ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {partitioned} WHERE ns = ? AND part = ? AND key < ? LIMIT ?", Access::Read),
+    ("SELECT key, value FROM {partitioned} WHERE ns = ? AND part = ? AND key >= ? AND key < ? LIMIT ?", Access::Read),
+    ("DELETE FROM {partitioned} USING TIMESTAMP ? WHERE ns = ? AND part = ?", Access::Write),
     ("INSERT INTO {chunks} (key, version, salt, idx, data) VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?", Access::Write),
     ("SELECT idx, data FROM {chunks} WHERE key = ? AND version = ? AND salt = ? AND idx IN ?", Access::Read),
     ("SELECT idx, data FROM {chunks} WHERE key = ? AND version = ? AND salt = ? AND idx >= ? AND idx <= ?", Access::Read),
@@ -311,24 +333,35 @@ impl Statements {
         let ks = &config.keyspace;
         let manifests = RecordStatements::prepare(session, config, MANIFESTS, &["key"]).await?;
         let records = RecordStatements::prepare(session, config, RECORDS, &["ns", "key"]).await?;
-        let [manifest_table, record_table, chunk_table] =
-            [MANIFESTS, RECORDS, CHUNKS].map(|t| format!("{ks}.{t}"));
+        let partitioned =
+            RecordStatements::prepare(session, config, PARTITIONED, &["ns", "part", "key"]).await?;
+        let [manifest_table, record_table, partitioned_table, chunk_table] =
+            [MANIFESTS, RECORDS, PARTITIONED, CHUNKS].map(|t| format!("{ks}.{t}"));
         let names = [
             ("manifests", manifest_table.as_str()),
             ("records", &record_table),
+            ("partitioned", &partitioned_table),
             ("chunks", &chunk_table),
         ];
-        // The four scans of `records`, by bound: none, lower, upper, both.
+        // The four scans of `records`, then of a partition, by bound: none, lower, upper, both.
         let [
             scan_manifest_keys,
-            scan_records @ ..,
+            r0,
+            r1,
+            r2,
+            r3,
+            p0,
+            p1,
+            p2,
+            p3,
+            drop_partition,
             put_chunk,
             get_chunks,
             get_chunk_range,
             delete_chunks,
             scan_chunks,
             scan_manifest_range,
-        ] = prepare_table::<11>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
+        ] = prepare_table::<16>(session, config, &TABLE[RECORD_STATEMENTS..], &names).await?;
         let [listing_table, ranges_table, counts_table] =
             [LISTING, LISTING_RANGES, LISTING_COUNTS].map(|t| format!("{ks}.{t}"));
         let names = [
@@ -357,8 +390,11 @@ impl Statements {
         Ok(Self {
             manifests,
             records,
+            partitioned,
             scan_manifest_keys,
-            scan_records,
+            scan_records: [r0, r1, r2, r3],
+            scan_partition: [p0, p1, p2, p3],
+            drop_partition,
             put_chunk,
             get_chunks,
             get_chunk_range,
@@ -425,9 +461,10 @@ impl SerializeValue for LimitValue<'_> {
 impl Statements {
     /// The statements of the table that holds namespace `ns`.
     pub(crate) fn records(&self, ns: Namespace) -> &RecordStatements {
-        match ns {
-            Namespace::Manifest => &self.manifests,
-            _ => &self.records,
+        match (ns, ns.partition_len()) {
+            (Namespace::Manifest, _) => &self.manifests,
+            (_, 0) => &self.records,
+            _ => &self.partitioned,
         }
     }
 }
@@ -449,6 +486,7 @@ mod tests {
         let store = [
             ("manifests", "ks.manifests"),
             ("records", "ks.records"),
+            ("partitioned", "ks.partitioned_records"),
             ("chunks", "ks.chunks"),
         ];
         let (per_record_table, per_store) = TABLE.split_at(RECORD_STATEMENTS);
@@ -473,7 +511,11 @@ mod tests {
         );
         assert_eq!(filled[7].0, "SELECT key FROM ks.manifests");
         assert_eq!(
-            filled[17].0,
+            filled[13].0,
+            "SELECT key, value FROM ks.partitioned_records WHERE ns = ? AND part = ? AND key >= ? LIMIT ?"
+        );
+        assert_eq!(
+            filled[22].0,
             "SELECT key, value FROM ks.manifests WHERE token(key) > ? AND token(key) <= ?"
         );
         let listing = [
@@ -507,5 +549,11 @@ mod tests {
             key_values(Namespace::Reclaim, b"k").as_slice(),
             [V::Tiny(1), V::Blob(_)]
         ));
+        match key_values(Namespace::ShardedIntent, b"\x07rest").as_slice() {
+            [V::Tiny(4), V::Blob(part), V::Blob(rest)] => {
+                assert_eq!((&part[..], &rest[..]), (&b"\x07"[..], &b"rest"[..]));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

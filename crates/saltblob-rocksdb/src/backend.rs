@@ -232,6 +232,13 @@ impl ChunkStore for RocksStore {
             .await
     }
 
+    /// One range deletion of the partition's keys in the system column family.
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        let start = keys::system_key(ns, part);
+        let end = keys::successor_of_prefix(&start);
+        self.core.delete_range(CF_SYSTEM, start, end).await
+    }
+
     /// The chunks go into the chunk column family's blob files, as [`ChunkStore::put_chunks`] puts them, in
     /// the group's write batch.
     async fn write_records(

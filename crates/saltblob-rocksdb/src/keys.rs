@@ -58,12 +58,36 @@ pub fn system_key(ns: Namespace, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The first key after every key that starts with `prefix` (a non-empty prefix whose first byte, a namespace
+/// tag, is below 0xff): the exclusive end of a range deletion of the prefix.
+pub fn successor_of_prefix(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only for a prefix of 0xff bytes, which no namespace tag is: past the format marker.
+    vec![u8::MAX; prefix.len() + 1]
+}
+
 /// Key of the format marker in the `system` column family (outside every namespace tag).
 pub const FORMAT_MARKER_KEY: &[u8] = b"\xffsaltblob-format";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefix_successors_bound_the_prefix() {
+        assert_eq!(successor_of_prefix(b"\x04a"), b"\x04b");
+        assert_eq!(successor_of_prefix(b"\x04a\xff\xff"), b"\x04b");
+        let start = system_key(Namespace::ReclaimBucket, &[0, 0, 0, 0, 0, 0, 0, 9, 0xff]);
+        let end = successor_of_prefix(&start);
+        let inside = [&start[..], b"any key"].concat();
+        assert!(start < end && inside < end && inside > start);
+    }
 
     #[test]
     fn chunk_keys_parse_back() {

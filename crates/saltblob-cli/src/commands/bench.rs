@@ -22,6 +22,8 @@ impl Command for Bench {
         Box::pin(async move {
             if self.args.listing {
                 saltblob_bench::listing_bench(&context.url, &self.args).await?;
+            } else if self.args.background {
+                saltblob_bench::background_bench(&context.url, &self.args).await?;
             } else {
                 saltblob_bench::bench(&context.url, &self.args, context.quiet).await?;
             }

@@ -103,6 +103,7 @@ fn print_gc(r: &GcReport, as_json: bool) {
             "in_flight_skipped": r.reclaim.in_flight,
             "undecodable_entries": r.reclaim.undecodable,
             "next_due_micros": r.reclaim.next_due_micros,
+            "shares_skipped": r.shares_skipped,
             "space": space,
         });
         println!("{v}");
@@ -128,6 +129,12 @@ fn print_gc(r: &GcReport, as_json: bool) {
         println!(
             "{tag}: {did} {} expired blob(s) (their chunks go after the grace period)",
             r.expired
+        );
+    }
+    if r.shares_skipped > 0 {
+        println!(
+            "{tag}: {} of 16 shares of the intents and the reclaim queue were held by another gc runner (left to it)",
+            r.shares_skipped
         );
     }
     if let Some(due) = r.reclaim.next_due_micros {

@@ -1,5 +1,6 @@
-//! `saltblob upgrade`: brings a cluster keyspace written by an earlier build to this build's schema format (today:
-//! builds the listing index of a format-1 keyspace), resumable; `--reconcile` repairs the index of a current one.
+//! `saltblob upgrade`: brings a cluster keyspace written by an earlier build to this build's schema format (builds
+//! the listing index of a format-1 keyspace; moves a format-2 one's marker), resumable; `--reconcile` repairs the
+//! index of a current one.
 
 use futures::future::LocalBoxFuture;
 use saltblob::cql::{CqlConfig, CqlStore, Upgraded};

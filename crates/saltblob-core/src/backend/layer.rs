@@ -97,6 +97,11 @@ pub trait ChunkStoreLayer: Send + Sync + Debug + 'static {
             .await
     }
 
+    /// [`ChunkStore::drop_partition`].
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        self.inner().drop_partition(ns, part).await
+    }
+
     /// [`ChunkStore::manifest_ranges`].
     async fn manifest_ranges(&self) -> Result<ScanPlan> {
         self.inner().manifest_ranges().await
@@ -256,6 +261,10 @@ impl<L: ChunkStoreLayer> ChunkStore for L {
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>> {
         ChunkStoreLayer::scan_records(self, ns, prefix, start_after, limit).await
+    }
+
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        ChunkStoreLayer::drop_partition(self, ns, part).await
     }
 
     async fn manifest_ranges(&self) -> Result<ScanPlan> {

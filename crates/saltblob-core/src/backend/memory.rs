@@ -265,6 +265,14 @@ impl ChunkStore for MemoryStore {
             .collect())
     }
 
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        let mut state = self.lock_for_record_write(ns)?;
+        state
+            .records
+            .retain(|(n, k), _| *n != ns || !k.starts_with(part));
+        Ok(())
+    }
+
     async fn put_chunks(&self, blob: &BlobRef, chunks: Vec<ChunkWrite>) -> Result<()> {
         self.lock()?.put_chunks(blob, chunks);
         Ok(())

@@ -14,6 +14,7 @@
 //! Uses `base/` and `format/`, nothing else.
 
 pub mod chunks;
+pub mod counting;
 pub mod deadline;
 pub mod layer;
 pub mod memory;
@@ -212,6 +213,23 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
         start_after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>>;
+
+    /// Deletes every record of partition `part` of `ns` (a namespace with a [`Namespace::partition_len`], `part`
+    /// that many bytes), in one deletion where the backend can (a partition tombstone on a cluster, a range
+    /// deletion on an engine), so that later reads of the partition do not read the deletion markers of its
+    /// records one by one. A record written to the partition after the call returned is kept. The default scans
+    /// the partition and deletes its records one at a time.
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        loop {
+            let page = self.scan_records(ns, part, None, 256).await?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            for (k, _) in page {
+                self.delete_record(ns, &k, &Precondition::None).await?;
+            }
+        }
+    }
 
     /// How a pass over every manifest splits them: disjoint ranges that hold every manifest between them, read
     /// each on its own ([`ChunkStore::scan_manifest_range`]), several at once, in no key order, and how many at

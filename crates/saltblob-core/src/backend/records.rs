@@ -4,18 +4,35 @@
 use bytes::Bytes;
 
 /// A keyspace of small records.
+///
+/// A namespace with a [`Namespace::partition_len`] keeps its records in partitions: the first that many bytes of
+/// a key name the record's partition. A cluster backend stores each partition apart (so that no one partition
+/// takes every write of the namespace), and a scan of such a namespace always gives a prefix that names one
+/// partition. Backends that keep every record in one ordered keyspace may ignore partitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Namespace {
     /// Blob key → encoded manifest of its current version. Listing by prefix scans it.
     Manifest,
-    /// Deferred deletions of superseded versions' chunks, keyed by due time.
+    /// Deferred deletions of superseded versions' chunks, keyed by due time, in one partition: written by
+    /// builds before the sharded queue ([`Namespace::ReclaimBucket`]); read and drained, no longer written.
     Reclaim,
     /// A few store-wide bookkeeping values (e.g. how far the reclaim queue has been processed).
     Meta,
-    /// Intents of puts in progress: written before a put's first chunk, renewed while it runs, removed after
-    /// its commit. An expired intent marks an abandoned put whose chunks garbage collection may reclaim.
+    /// Intents of puts in progress, keyed by version, in one partition: written by builds before the sharded
+    /// intents ([`Namespace::ShardedIntent`]); read and taken over by gc, no longer written.
     Intent,
+    /// Intents of puts in progress: written before a put's first chunk, renewed while it runs, removed after
+    /// its commit. An expired intent marks an abandoned put whose chunks garbage collection may reclaim. Key:
+    /// shard (1 byte, of the blob key's hash), version, blob key; one partition per shard.
+    ShardedIntent,
+    /// Intents of segments (parked puts, e.g. multipart parts), which live for hours: apart from the intents of
+    /// running puts so that they never hold back the intent scan's low-water mark. Sharded as
+    /// [`Namespace::ShardedIntent`].
+    ParkedIntent,
+    /// The reclaim queue: deferred deletions of superseded versions' chunks. Key: due bucket (u64), shard
+    /// (1 byte), due time, version, blob key; one partition per bucket and shard, dropped whole once drained.
+    ReclaimBucket,
 }
 
 impl Namespace {
@@ -26,6 +43,19 @@ impl Namespace {
             Namespace::Reclaim => 1,
             Namespace::Meta => 2,
             Namespace::Intent => 3,
+            Namespace::ShardedIntent => 4,
+            Namespace::ParkedIntent => 5,
+            Namespace::ReclaimBucket => 6,
+        }
+    }
+
+    /// How many leading bytes of a key name its partition: 0 for a namespace kept in one partition (on a
+    /// cluster), and for [`Namespace::Manifest`], whose every record is its own partition. Part of the format.
+    pub fn partition_len(self) -> usize {
+        match self {
+            Namespace::Manifest | Namespace::Reclaim | Namespace::Meta | Namespace::Intent => 0,
+            Namespace::ShardedIntent | Namespace::ParkedIntent => 1,
+            Namespace::ReclaimBucket => 9,
         }
     }
 }

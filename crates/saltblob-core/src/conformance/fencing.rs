@@ -40,7 +40,7 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
     });
     commit.reached().await;
     // From now on no renewal gets through: the lease runs out while the manifest write is held.
-    faulty.fail(Point::RecordWrite(Namespace::Intent), true);
+    faulty.fail(Point::RecordWrite(Namespace::ShardedIntent), true);
     clock.advance(lease + lease * 3 / 10);
     let gc = cleaner
         .gc(&GcOptions::new()
@@ -50,7 +50,7 @@ pub async fn commit_outlasting_its_lease_keeps_its_chunks(backend: Arc<dyn Chunk
         .expect("gc");
     let fsck = cleaner.fsck(&repair_now(&p)).await.expect("fsck");
     commit.release();
-    faulty.fail(Point::RecordWrite(Namespace::Intent), false);
+    faulty.fail(Point::RecordWrite(Namespace::ShardedIntent), false);
     let taken = (
         gc.abandoned_puts,
         fsck.orphans.iter().filter(|o| o.removed).count(),
@@ -181,8 +181,7 @@ pub async fn small_chunked_puts_store_nothing_before_their_commit(backend: Arc<d
         let backend = Arc::clone(&backend);
         let key = key.clone();
         async move {
-            backend
-                .scan_records(Namespace::Intent, b"", None, 100_000)
+            crate::ledger::intent::stored(&*backend, Namespace::ShardedIntent)
                 .await
                 .expect("scan intents")
                 .into_iter()
@@ -191,9 +190,9 @@ pub async fn small_chunked_puts_store_nothing_before_their_commit(backend: Arc<d
         }
     };
 
-    faulty.fail(Point::RecordWrite(Namespace::Intent), true);
+    faulty.fail(Point::RecordWrite(Namespace::ShardedIntent), true);
     let without_intents = writer.put(&key, value.clone(), &PutOptions::new()).await;
-    faulty.fail(Point::RecordWrite(Namespace::Intent), false);
+    faulty.fail(Point::RecordWrite(Namespace::ShardedIntent), false);
     let size = value.len() as u64;
     // Three chunks of 4 KiB, four to a call: what the put asks the backend's sink for.
     let plan = SinkPlan::new(4 * KIB as u32, Some(size), size, 4, true);

@@ -99,7 +99,7 @@ async fn wait_for_renewal(
     });
     for _ in 0..500 {
         let intent = backend
-            .get_record(Namespace::Intent, &record)
+            .get_record(Namespace::ShardedIntent, &record)
             .await
             .expect("read the intent")
             .and_then(|v| Intent::decode(&v).ok());
@@ -269,16 +269,15 @@ pub async fn put_without_its_lease_does_not_commit(backend: Arc<dyn ChunkStore>)
     )
     .await;
     // Do what gc does to an expired intent: take it over (here: remove it) so that the writer cannot commit.
-    let intents = backend
-        .scan_records(Namespace::Intent, b"", None, 100_000)
+    let intents = crate::ledger::intent::stored(&*backend, Namespace::ShardedIntent)
         .await
         .expect("scan intents");
     let (record, _) = intents
         .into_iter()
-        .find(|(k, _)| k.get(..16) == Some(&running.to_be_bytes()[..]))
+        .find(|(k, _)| k.get(1..17) == Some(&running.to_be_bytes()[..]))
         .expect("the running put has an intent");
     backend
-        .delete_record(Namespace::Intent, &record, &Precondition::None)
+        .delete_record(Namespace::ShardedIntent, &record, &Precondition::None)
         .await
         .expect("take over");
     // Real time for a renewal (every third of the lease) to find the intent gone and stop the writer; without
@@ -560,5 +559,121 @@ pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<d
     assert!(
         r.damaged.is_empty() && r.orphans.is_empty() && r.awaiting_reclaim == 0,
         "{r:?}"
+    );
+}
+
+/// A store written by an earlier build keeps its reclaim entries and intents in one partition each
+/// ([`Namespace::Reclaim`], [`Namespace::Intent`], keys without a shard): gc drains them as it always did. A
+/// version queued there is reclaimed; an abandoned put whose expired intent is there is taken over and its chunks
+/// reclaimed; a current blob is untouched, and nothing of the case is left in either namespace.
+pub async fn an_earlier_builds_queue_and_intents_are_drained(backend: Arc<dyn ChunkStore>) {
+    use crate::format::manifest::ManifestBody;
+    use crate::ledger::intent::legacy_intent_key;
+    use crate::ledger::reclaim::ReclaimEntry;
+
+    let p = prefix("earlier");
+    let store = store(&backend, small_config());
+    let (queued, abandoned, kept) = (
+        format!("{p}queued"),
+        format!("{p}abandoned"),
+        format!("{p}kept"),
+    );
+    let kept_data = data(100 * KIB as usize, 9);
+    store
+        .put(&kept, kept_data.clone(), &PutOptions::new())
+        .await
+        .expect("put");
+    // Two chunked versions that this build's records know nothing of: their manifests are removed by hand.
+    let mut gone = Vec::new();
+    for key in [&queued, &abandoned] {
+        let m = store
+            .put(key, data(100 * KIB as usize, 1), &PutOptions::new())
+            .await
+            .expect("put");
+        backend
+            .delete_record(Namespace::Manifest, key.as_bytes(), &Precondition::None)
+            .await
+            .expect("remove the manifest");
+        let ManifestBody::Chunked {
+            layout,
+            stored_bytes,
+            ..
+        } = &m.body
+        else {
+            panic!("{key}: 100 KiB is chunked here");
+        };
+        let blob = BlobRef {
+            key: Bytes::from(key.clone()),
+            version: m.version,
+        };
+        gone.push((blob, layout.salt_count, layout.chunk_count, *stored_bytes));
+    }
+    let hour = 3_600_000_000;
+    let now = crate::base::version::now_micros();
+    let (blob, salt_count, chunk_count, stored_bytes) = gone[0].clone();
+    let entry = ReclaimEntry {
+        due_micros: now - hour,
+        version: blob.version,
+        key: blob.key.clone(),
+        salt_count,
+        chunk_count,
+        stored_bytes,
+    };
+    let entry_key = entry.legacy_key();
+    backend
+        .put_record(
+            Namespace::Reclaim,
+            &entry_key,
+            entry.encode().1,
+            &Precondition::None,
+        )
+        .await
+        .expect("an earlier build's queue entry");
+    let (blob, salt_count, chunks, stored_bytes) = gone[1].clone();
+    let intent = Intent {
+        started_micros: now - 2 * hour,
+        expires_micros: now - hour,
+        salt_count,
+        chunks,
+        stored_bytes,
+    };
+    let intent_record = legacy_intent_key(&blob);
+    backend
+        .put_record(
+            Namespace::Intent,
+            &intent_record,
+            intent.encode(),
+            &Precondition::None,
+        )
+        .await
+        .expect("an earlier build's intent");
+    for key in [&queued, &abandoned] {
+        assert_eq!(chunks_by_version(&backend, key).await.len(), 1, "{key}");
+    }
+
+    let r = store
+        .gc(&GcOptions::new()
+            .with_prefix(p.clone())
+            .with_grace(Duration::ZERO))
+        .await
+        .expect("gc");
+    assert_eq!((r.abandoned_puts, r.reclaim.versions), (1, 2), "{r:?}");
+    for key in [&queued, &abandoned] {
+        assert!(
+            chunks_by_version(&backend, key).await.is_empty(),
+            "{key}: reclaimed"
+        );
+    }
+    assert_holds(&store, &kept, &kept_data).await;
+    assert_eq!(chunks_by_version(&backend, &kept).await.len(), 1);
+    let left = |ns, key: Vec<u8>| {
+        let backend = Arc::clone(&backend);
+        async move { backend.get_record(ns, &key).await.expect("read") }
+    };
+    assert_eq!(left(Namespace::Reclaim, entry_key).await, None, "drained");
+    assert_eq!(
+        left(Namespace::Intent, intent_record).await,
+        None,
+        "taken over"
     );
 }

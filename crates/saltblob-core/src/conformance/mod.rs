@@ -67,6 +67,7 @@ pub use fencing::{
     small_chunked_puts_store_nothing_before_their_commit,
 };
 pub use gc::{
+    an_earlier_builds_queue_and_intents_are_drained,
     expired_blobs_read_as_not_found_and_gc_reclaims_them,
     fsck_reports_damage_and_repairs_only_orphans, gc_reclaims_abandoned_puts,
     gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
@@ -80,6 +81,7 @@ pub use records::{
     record_groups_are_all_or_nothing, record_groups_carry_chunks,
     record_scan_from_before_the_prefix, record_scans_page_in_key_order,
     record_writes_check_preconditions, records_are_separate_per_namespace,
+    records_of_a_partition_scan_and_drop_apart,
 };
 pub use roundtrip::{
     compression_round_trips, describe_layouts, partitions_stay_within_their_bound,
@@ -155,7 +157,8 @@ macro_rules! conformance_suite {
             a_segment_discarded_during_its_compose_stays_with_the_composed_blob,
             a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
             a_compose_stalled_before_its_engine_write_commits_nothing,
-            expired_blobs_read_as_not_found_and_gc_reclaims_them);
+            expired_blobs_read_as_not_found_and_gc_reclaims_them,
+            an_earlier_builds_queue_and_intents_are_drained);
     };
     (@sealed $attrs:tt $make:expr) => {
         $crate::conformance_suite!(@store $attrs $crate::conformance::sealed; $make);
@@ -165,7 +168,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@store $attrs $crate::conformance::plain; $make);
         $crate::conformance_suite!(@cases $attrs $crate::conformance::plain; $make;
             record_writes_check_preconditions, record_groups_are_all_or_nothing,
-            record_groups_carry_chunks, records_are_separate_per_namespace, record_scans_page_in_key_order, record_scan_from_before_the_prefix,
+            record_groups_carry_chunks, records_are_separate_per_namespace, record_scans_page_in_key_order, record_scan_from_before_the_prefix, records_of_a_partition_scan_and_drop_apart,
             a_pass_reads_every_manifest_once_and_resumes,
             a_range_that_cannot_be_read_is_reported_and_read_on_resume,
             sealed_blobs_round_trip_and_store_no_plaintext,

@@ -616,3 +616,87 @@ pub async fn record_scan_from_before_the_prefix(backend: Arc<dyn ChunkStore>) {
         delete_all(&backend, ns, records.iter().map(|(k, _)| k).chain(&below)).await;
     }
 }
+
+/// Namespaces kept in partitions ([`Namespace::partition_len`]): records read and write by key as in any
+/// namespace, a scan with a prefix that names a partition reads that partition alone, in key order and by
+/// pages, and [`ChunkStore::drop_partition`] removes one partition's records and nothing else; a record written
+/// after the drop is kept. The partitions are of a bucket of the reclaim queue far in the future (and of a shard of
+/// the intents, by keys of their own), so that no real record shares them.
+pub async fn records_of_a_partition_scan_and_drop_apart(backend: Arc<dyn ChunkStore>) {
+    let ns = Namespace::ReclaimBucket;
+    let bucket = u64::MAX - u64::from(rand::random::<u32>());
+    let part = |shard: u8| [&bucket.to_be_bytes()[..], &[shard]].concat();
+    let records = |part: &[u8], n: usize| -> Vec<(Bytes, Bytes)> {
+        (0..n)
+            .map(|i| {
+                (
+                    b([part, format!("k{i}").as_bytes()].concat()),
+                    b(format!("v{i}")),
+                )
+            })
+            .collect()
+    };
+    let (a, c) = (part(7), part(8));
+    let (in_a, in_c) = (records(&a, 5), records(&c, 3));
+    write_all(&backend, ns, &in_a).await;
+    write_all(&backend, ns, &in_c).await;
+    assert_eq!(
+        scan(&backend, ns, &a, None, 10).await,
+        in_a,
+        "one partition, in order"
+    );
+    assert_eq!(scan_paged(&backend, ns, &a, 2).await, in_a, "by pages");
+    let k2 = [&a[..], b"k2"].concat();
+    assert_eq!(
+        scan(&backend, ns, &k2, None, 10).await,
+        in_a[2..3].to_vec(),
+        "a longer prefix"
+    );
+    assert_eq!(
+        scan(&backend, ns, &a, Some(&in_a[1].0), 10).await,
+        in_a[2..].to_vec(),
+        "after a key"
+    );
+    assert_eq!(
+        put(&backend, ns, &in_a[0].0, "again", Precondition::Absent).await,
+        RecordWrite::ConditionFailed(Some(b("v0"))),
+        "conditions hold in a partition"
+    );
+    backend.drop_partition(ns, &a).await.expect("drop");
+    assert_eq!(scan(&backend, ns, &a, None, 10).await, vec![], "dropped");
+    assert_eq!(get(&backend, ns, &in_a[0].0).await, None, "dropped");
+    assert_eq!(
+        scan(&backend, ns, &c, None, 10).await,
+        in_c,
+        "the other partition is left"
+    );
+    put(&backend, ns, &in_a[4].0, "later", Precondition::Absent).await;
+    assert_eq!(
+        get(&backend, ns, &in_a[4].0).await,
+        Some(b("later")),
+        "written after the drop"
+    );
+    delete(&backend, ns, &in_a[4].0, Precondition::None).await;
+    backend.drop_partition(ns, &c).await.expect("drop");
+    assert_eq!(scan(&backend, ns, &c, None, 10).await, vec![]);
+
+    // A shard of the intents: by keys of its own (a real intent's key is a version and a blob key).
+    let ns = Namespace::ShardedIntent;
+    let key = [&[3u8][..], record_key("part").as_bytes()].concat();
+    put(&backend, ns, &key, "i", Precondition::Absent).await;
+    assert_eq!(
+        put(&backend, ns, &key, "j", Precondition::Equals(b("i"))).await,
+        RecordWrite::Done(Previous::Value(b("i")))
+    );
+    assert_eq!(
+        scan(&backend, ns, &key, None, 10).await,
+        vec![(b(&key), b("j"))]
+    );
+    assert_eq!(
+        get(&backend, Namespace::ParkedIntent, &key).await,
+        None,
+        "another namespace"
+    );
+    delete(&backend, ns, &key, Precondition::Equals(b("j"))).await;
+    assert_eq!(get(&backend, ns, &key).await, None);
+}

@@ -343,7 +343,7 @@ pub async fn leftover_segment_intents_do_not_reclaim_a_composed_blob(backend: Ar
         async move { composer.compose(&key, &segments, &PutOptions::new()).await }
     });
     commit.reached().await;
-    faulty.fail(Point::RecordWrite(Namespace::Intent), true);
+    faulty.fail(Point::RecordWrite(Namespace::ParkedIntent), true);
     commit.release();
     compose
         .await

@@ -55,7 +55,7 @@ pub(crate) async fn is_in_flight(inner: &Inner, blob: &BlobRef) -> Result<bool> 
     }
     let intent = intent::read_record(inner, blob)
         .await?
-        .and_then(|v| Intent::decode(&v).ok());
+        .and_then(|found| Intent::decode(&found.raw).ok());
     Ok(in_flight(
         inner,
         blob.version,

@@ -167,6 +167,12 @@ impl ChunkStoreLayer for ScheduledStore {
         .await
     }
 
+    /// Admitted as a record delete is.
+    async fn drop_partition(&self, ns: Namespace, part: &[u8]) -> Result<()> {
+        self.run_record(0, self.backend.drop_partition(ns, part), |_| 0)
+            .await
+    }
+
     /// Not admitted: the backend's choice (from what it knows of its cluster), no data moved.
     async fn manifest_ranges(&self) -> Result<ScanPlan> {
         self.backend.manifest_ranges().await

@@ -49,6 +49,12 @@ pub(crate) struct Inner {
     /// The store id (`docs/format.md`, "Derived keys") once read or made: every sealed version's keys derive
     /// from it, whichever key sealed it (`store/sealing.rs`).
     pub(crate) store_id: tokio::sync::OnceCell<[u8; crate::encryption::STORE_ID_LEN]>,
+    /// The buckets of the reclaim queue whose markers this process wrote (`ledger/reclaim.rs`): each is written
+    /// once per process, not with every entry.
+    pub(crate) marked_buckets: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    /// Whether a gc pass of this process found the intents of earlier builds ([`crate::backend::Namespace::Intent`])
+    /// gone: then reads of a version's intent no longer look there (nothing writes there any more).
+    pub(crate) legacy_intents_gone: std::sync::atomic::AtomicBool,
 }
 
 /// One budget of read-ahead bytes for every read of a store: a read takes a batch's bytes from it before it
@@ -177,7 +183,7 @@ impl Inner {
     }
 
     /// Records a low-water mark in [`Namespace::Meta`]; a failure is logged (the next pass scans more).
-    pub(crate) async fn write_mark(&self, key: &'static [u8], value: &[u8]) {
+    pub(crate) async fn write_mark(&self, key: &[u8], value: &[u8]) {
         let value = Bytes::copy_from_slice(value);
         if let Err(e) = self
             .backend

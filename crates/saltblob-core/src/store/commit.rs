@@ -450,7 +450,7 @@ async fn write_group(
     queued_at: u64,
     condition: &Precondition,
 ) -> std::result::Result<RecordWrite, Failure> {
-    let mut changes = replaces.map_or_else(Vec::new, |old| {
+    let (mut changes, marked) = replaces.map_or_else(Default::default, |old| {
         reclaim::schedule_changes(inner, key, old, Some(manifest), queued_at)
     });
     let at = changes.len();
@@ -469,6 +469,9 @@ async fn write_group(
                 .await
         }
     };
+    if let Ok(GroupWrite::Done(_)) = &written {
+        reclaim::remember_marked(inner, &marked);
+    }
     match written {
         Ok(GroupWrite::Done(previous)) => previous
             .get(at)

@@ -167,6 +167,8 @@ impl BlobStore {
                 store_id: tokio::sync::OnceCell::new(),
                 config,
                 running: Arc::default(),
+                marked_buckets: std::sync::Mutex::default(),
+                legacy_intents_gone: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -277,7 +277,8 @@ where
         None
     } else {
         let group = writer.commit_group();
-        Some(IntentLease::acquire(inner, &blob, planned_salt, group, progress).await?)
+        let parked = matches!(finish, Finish::Park(_));
+        Some(IntentLease::acquire(inner, &blob, planned_salt, group, parked, progress).await?)
     };
     let written = match writer.begin().await {
         Ok(()) => {

@@ -30,7 +30,7 @@ use crate::base::units::micros;
 use crate::base::version::VersionId;
 use crate::format::layout::ChunkLayout;
 use crate::format::manifest::{Manifest, ManifestBody};
-use crate::ledger::intent::{self, Intent, intent_key};
+use crate::ledger::intent::{self, Intent, StoredIntent};
 use crate::ledger::liveness::{self, Ownership};
 use crate::ledger::reclaim;
 use crate::schedule;
@@ -469,8 +469,8 @@ async fn repair(inner: &Inner, orphans: &mut [Orphan], candidates: Vec<Candidate
             continue;
         }
         // Take the expired intent over first, so that its writer cannot claim it and commit.
-        if let Some(raw) = intent_now
-            && !intent::take_over(inner, &intent_key(&blob), raw).await?
+        if let Some(found) = intent_now
+            && !intent::take_over(inner, &found).await?
         {
             continue;
         }
@@ -593,14 +593,14 @@ async fn still_orphan(
     inner: &Inner,
     blob: &BlobRef,
     seen: Option<Intent>,
-) -> Result<Option<Option<Bytes>>> {
+) -> Result<Option<Option<StoredIntent>>> {
     if inner.running.contains(blob.version) {
         return Ok(None);
     }
     let intent_now = intent::read_record(inner, blob).await?;
     let unchanged = match (&seen, &intent_now) {
         (None, None) => true,
-        (Some(seen), Some(now)) => Intent::decode(now).ok() == Some(*seen),
+        (Some(seen), Some(now)) => Intent::decode(&now.raw).ok() == Some(*seen),
         _ => false,
     };
     let not_owned = liveness::ownership(inner, blob).await? == Ownership::NotOwned;

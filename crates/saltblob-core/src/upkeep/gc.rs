@@ -18,18 +18,24 @@ use crate::backend::{Namespace, SpaceReport};
 use crate::base::error::{Error, KeyDisplay, Result};
 use crate::base::timing::CLOCK_MARGIN_MICROS;
 use crate::base::units::micros;
-use crate::ledger::intent;
 use crate::ledger::liveness::{self, Ownership};
 use crate::ledger::reclaim::{self, ChunkSet, ReclaimReport};
+use crate::ledger::work::{self, Held};
+use crate::ledger::{intent, shards};
 use crate::schedule;
 use crate::state::Inner;
 use crate::store::BlobStore;
 use crate::store::pass::{PassEvent, PassOptions, unread_error};
 
-/// Key of the intent scan's low-water mark in [`Namespace::Meta`]: a version id (u128 LE) below which every
-/// intent has been processed, so that gc passes do not read the deletion markers (tombstones on Cassandra) of
-/// the intents of long-committed puts again and again.
-const INTENT_WATERMARK: &[u8] = b"intent-watermark";
+/// Prefix of the intent scan's low-water marks in [`Namespace::Meta`], one per share of the work (this, `/`, the
+/// share): a version id (u128 LE) below which every intent of the share's shards of [`Namespace::ShardedIntent`]
+/// has been processed, so that gc passes do not read the deletion markers
+/// (tombstones on Cassandra) of the intents of long-committed puts again and again. (Segments' intents, in
+/// [`Namespace::ParkedIntent`], live for hours: they are read whole, so that they hold no mark back.)
+const INTENT_WATERMARK: &[u8] = b"sharded-intent-watermark";
+
+/// The same mark of the single-partition [`Namespace::Intent`] of earlier builds.
+const LEGACY_INTENT_WATERMARK: &[u8] = b"intent-watermark";
 
 /// Options of one garbage collection pass.
 #[derive(Clone, Debug, Default)]
@@ -43,6 +49,9 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Only collect blobs whose key starts with this. Defaults to empty: every blob.
     pub prefix: Bytes,
+    /// Partitions of the intents and of the reclaim queue worked on at once. Defaults to 16; 1 handles one entry
+    /// at a time, as builds before the sharded queue did.
+    pub parallel: Option<usize>,
 }
 
 impl GcOptions {
@@ -68,6 +77,17 @@ impl GcOptions {
         self.prefix = prefix.into();
         self
     }
+
+    /// Sets [`GcOptions::parallel`] (at least 1).
+    pub fn with_parallel(mut self, partitions: usize) -> Self {
+        self.parallel = Some(partitions.max(1));
+        self
+    }
+
+    /// Partitions worked on at once ([`GcOptions::parallel`]).
+    pub(crate) fn partitions_at_once(&self) -> usize {
+        self.parallel.unwrap_or(PARTITIONS_AT_ONCE).max(1)
+    }
 }
 
 /// What one garbage collection pass found and freed.
@@ -90,6 +110,8 @@ pub struct GcReport {
     pub reclaim: ReclaimReport,
     /// Disk space before and after, when the backend compacts and can tell.
     pub space: Option<SpaceReport>,
+    /// Shares of the intents and the reclaim queue (16 in all) that another runner held: left to it.
+    pub shares_skipped: u64,
 }
 
 /// Stops the background garbage collector started by [`crate::store::BlobStore::spawn_gc`] when dropped.
@@ -140,35 +162,39 @@ pub(crate) async fn check_clock(inner: &Inner, pass: &str) -> Result<()> {
     Ok(())
 }
 
-/// One garbage collection pass; see [`crate::store::BlobStore::gc`].
+/// One garbage collection pass; see [`crate::store::BlobStore::gc`]. A pass over the whole store shares its work on
+/// intents and the reclaim queue with other runners by lease (`ledger/work.rs`); a dry run or a pass under a
+/// prefix does all of it.
 pub(crate) async fn run(store: &BlobStore, opts: &GcOptions) -> Result<GcReport> {
     let inner = &*store.inner;
     check_clock(inner, "gc").await?;
     let now = inner.now_micros();
+    let held = if opts.dry_run || !opts.prefix.is_empty() {
+        Held::all()
+    } else {
+        let mut runner = [0u8; 16];
+        crate::encryption::fill_random(&mut runner)?;
+        Held::take(inner, runner, now).await?
+    };
+    let outcome = pass(store, opts, &held, now).await;
+    held.release(inner).await;
+    outcome
+}
+
+/// The work of [`run`] on the shares of `held`.
+async fn pass(store: &BlobStore, opts: &GcOptions, held: &Held, now: u64) -> Result<GcReport> {
+    let inner = &*store.inner;
     let mut report = GcReport {
         dry_run: opts.dry_run,
+        shares_skipped: held.skipped(),
         ..GcReport::default()
     };
-    let watermark = intent_watermark(inner).await;
-    // Every intent at or above the mark ("after" the 16-byte version just below it).
-    let after = watermark.map(|w| Bytes::copy_from_slice(&w.saturating_sub(1).to_be_bytes()));
-    // Versions of puts started from now on are at least this (clocks may lag by the margin).
-    let mut oldest_live = (u128::from(now.saturating_sub(CLOCK_MARGIN_MICROS) / 1000)) << 80;
-    let mut pages = inner.scan(Namespace::Intent, b"", after);
-    while let Some(page) = pages.next_page().await? {
-        for (k, v) in page {
-            if k.get(16..).is_some_and(|key| key.starts_with(&opts.prefix)) {
-                let kept = gc_intent(inner, &k, &v, now, opts.dry_run, &mut report).await?;
-                if let (Ok(version), true) = (intent::parse_intent_key(&k), kept) {
-                    oldest_live = oldest_live.min(version.version.0);
-                }
-            }
-        }
-    }
-    if !opts.dry_run && opts.prefix.is_empty() && Some(oldest_live) > watermark {
-        inner
-            .write_mark(INTENT_WATERMARK, &oldest_live.to_le_bytes())
-            .await;
+    for (ns, mark) in [
+        (Namespace::ShardedIntent, Some(INTENT_WATERMARK)),
+        (Namespace::ParkedIntent, None),
+        (Namespace::Intent, Some(LEGACY_INTENT_WATERMARK)),
+    ] {
+        gc_intents(inner, ns, mark, opts, held, now, &mut report).await?;
     }
     expire(store, &opts.prefix, now, opts.dry_run, &mut report).await?;
     let config_grace = micros(inner.config.grace);
@@ -177,7 +203,8 @@ pub(crate) async fn run(store: &BlobStore, opts: &GcOptions) -> Result<GcReport>
         Some(g) => now.saturating_add(config_grace).saturating_sub(g),
         None => now,
     };
-    report.reclaim = reclaim::run(inner, cutoff, opts.dry_run, &opts.prefix).await?;
+    let at_once = opts.partitions_at_once();
+    report.reclaim = reclaim::run(inner, cutoff, opts.dry_run, &opts.prefix, held, at_once).await?;
     if !opts.dry_run && report.reclaim.versions > 0 {
         report.space = inner.backend.reclaim_space().await?;
     }
@@ -258,24 +285,152 @@ pub(crate) fn spawn(
     })))
 }
 
-/// Where the last full gc pass left the intent scan, if it recorded it.
-async fn intent_watermark(inner: &Inner) -> Option<u128> {
-    inner
-        .read_mark(INTENT_WATERMARK)
-        .await
-        .map(u128::from_le_bytes)
+/// Where the last full gc pass left the intent scan of the namespace whose mark is under `mark`, if it recorded
+/// it.
+async fn intent_watermark(inner: &Inner, mark: &[u8]) -> Option<u128> {
+    inner.read_mark(mark).await.map(u128::from_le_bytes)
+}
+
+/// Partitions of the intents and of the reclaim queue a gc pass works on at once, by default.
+pub(crate) const PARTITIONS_AT_ONCE: usize = 16;
+
+/// Handles the intents of namespace `ns` in the shards `held` holds ([`GcOptions::parallel`] partitions at once)
+/// whose blob key starts with `opts.prefix`, adding to `report`. With a low-water mark (kept under `mark`, one per
+/// share of the work), each partition is read from the mark on, and a full pass over a share moves its mark up to
+/// its oldest intent left in place (or to now less the clock margin, the oldest version a put starting from now
+/// may have). The single partition of an earlier build's namespace goes with share 0, under `mark` itself.
+async fn gc_intents(
+    inner: &Inner,
+    ns: Namespace,
+    mark: Option<&'static [u8]>,
+    opts: &GcOptions,
+    held: &Held,
+    now: u64,
+    report: &mut GcReport,
+) -> Result<()> {
+    if ns.partition_len() == 0 {
+        if held.has(0) {
+            let mark = mark.map(<[u8]>::to_vec);
+            gc_intent_share(inner, ns, mark, vec![Vec::new()], opts, held, now, report).await?;
+        }
+        return Ok(());
+    }
+    for share in 0..work::SHARES {
+        let parts: Vec<Vec<u8>> = shards::all()
+            .filter(|s| work::share_of(*s) == share && held.has(*s))
+            .map(|s| vec![s])
+            .collect();
+        if !parts.is_empty() {
+            let mark = mark.map(|m| [m, b"/", &[share]].concat());
+            gc_intent_share(inner, ns, mark, parts, opts, held, now, report).await?;
+        }
+    }
+    Ok(())
+}
+
+/// [`gc_intents`] of one share's partitions `parts`, under low-water mark `mark`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one pass's settings, passed down once"
+)]
+async fn gc_intent_share(
+    inner: &Inner,
+    ns: Namespace,
+    mark: Option<Vec<u8>>,
+    parts: Vec<Vec<u8>>,
+    opts: &GcOptions,
+    held: &Held,
+    now: u64,
+    report: &mut GcReport,
+) -> Result<()> {
+    let watermark = match &mark {
+        Some(mark) => intent_watermark(inner, mark).await,
+        None => None,
+    };
+    let mut passes = futures::stream::iter(parts.into_iter().map(|part| async move {
+        // Every intent at or above the mark ("after" the version just below it).
+        let after = watermark.map(|w| {
+            let mut after = part.clone();
+            after.extend_from_slice(&w.saturating_sub(1).to_be_bytes());
+            Bytes::from(after)
+        });
+        let mut part_report = GcReport::default();
+        let mut oldest_kept: Option<u128> = None;
+        let mut whole = true;
+        let mut seen = 0u64;
+        let mut pages = inner.scan(ns, &part, after);
+        'scan: while let Some(page) = pages.next_page().await? {
+            seen += page.len() as u64;
+            for (k, v) in page {
+                if !held.in_time(inner.now_micros()) {
+                    whole = false;
+                    break 'scan;
+                }
+                let blob = intent::parse_intent_key(ns, &k).ok();
+                if blob
+                    .as_ref()
+                    .is_some_and(|b| !b.key.starts_with(&opts.prefix))
+                {
+                    continue;
+                }
+                let kept =
+                    gc_intent(inner, ns, &k, &v, now, opts.dry_run, &mut part_report).await?;
+                if let (Some(blob), true) = (blob, kept) {
+                    oldest_kept =
+                        Some(oldest_kept.map_or(blob.version.0, |o| o.min(blob.version.0)));
+                }
+            }
+        }
+        if ns == Namespace::Intent && seen == 0 {
+            // Nothing at or above the mark, and nothing below it is live: an earlier build's intents are gone.
+            inner
+                .legacy_intents_gone
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok::<_, Error>((part_report, oldest_kept, whole))
+    }))
+    .buffer_unordered(opts.partitions_at_once());
+    // Versions of puts started from now on are at least this (clocks may lag by the margin).
+    let mut oldest_live = (u128::from(now.saturating_sub(CLOCK_MARGIN_MICROS) / 1000)) << 80;
+    let mut whole = true;
+    while let Some(part) = passes.next().await {
+        let (part_report, oldest_kept, part_whole) = part?;
+        report.add_intents(&part_report);
+        oldest_live = oldest_kept.map_or(oldest_live, |o| oldest_live.min(o));
+        whole &= part_whole;
+    }
+    if let Some(mark) = mark
+        && whole
+        && !opts.dry_run
+        && opts.prefix.is_empty()
+        && Some(oldest_live) > watermark
+    {
+        inner.write_mark(&mark, &oldest_live.to_le_bytes()).await;
+    }
+    Ok(())
+}
+
+impl GcReport {
+    /// Adds the intent counts of `other` (a pass over another partition) to these.
+    fn add_intents(&mut self, other: &GcReport) {
+        self.puts_in_flight += other.puts_in_flight;
+        self.stale_intents += other.stale_intents;
+        self.abandoned_puts += other.abandoned_puts;
+        self.abandoned_chunks += other.abandoned_chunks;
+    }
 }
 
 /// Handles one intent; returns whether it stays (a put in flight, or an intent left in place).
 async fn gc_intent(
     inner: &Inner,
+    ns: Namespace,
     k: &Bytes,
     v: &Bytes,
     now: u64,
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<bool> {
-    let (blob, intent) = match intent::decode_record(k, v) {
+    let (blob, intent) = match intent::decode_record(ns, k, v) {
         Ok(decoded) => decoded,
         Err(e) => {
             tracing::warn!("{e}, under {:?}: left in place", KeyDisplay::from(&k[..]));
@@ -292,11 +447,16 @@ async fn gc_intent(
         // Unsure what is current: leave it.
         Ownership::Unsure => return Ok(true),
     };
+    let found = intent::StoredIntent {
+        ns,
+        key: k.to_vec(),
+        raw: v.clone(),
+    };
     // Committed, or a segment of what is committed: the intent outlived its put.
     if owned {
         report.stale_intents += 1;
         if !dry_run {
-            intent::take_over(inner, k, v.clone()).await?;
+            intent::take_over(inner, &found).await?;
         }
         return Ok(dry_run);
     }
@@ -314,7 +474,7 @@ async fn gc_intent(
         stored_bytes: intent.stored_bytes,
     };
     let entry_key = reclaim::enqueue(inner, &blob, chunks, now).await?;
-    if intent::take_over(inner, k, v.clone()).await? {
+    if intent::take_over(inner, &found).await? {
         return Ok(false);
     }
     report.abandoned_puts -= 1;
@@ -328,13 +488,24 @@ impl BlobStore {
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
     pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
         check_clock(&self.inner, "reclaim").await?;
-        let run = crate::ledger::reclaim::run(&self.inner, self.inner.now_micros(), false, b"");
+        let now = self.inner.now_micros();
+        let all = Held::all();
+        let run =
+            crate::ledger::reclaim::run(&self.inner, now, false, b"", &all, PARTITIONS_AT_ONCE);
         schedule::in_class(self.maintenance_class(), run).await
     }
 
     /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
     pub async fn reclaim_all(&self) -> Result<ReclaimReport> {
-        let run = crate::ledger::reclaim::run(&self.inner, u64::MAX, false, b"");
+        let all = Held::all();
+        let run = crate::ledger::reclaim::run(
+            &self.inner,
+            u64::MAX,
+            false,
+            b"",
+            &all,
+            PARTITIONS_AT_ONCE,
+        );
         schedule::in_class(self.maintenance_class(), run).await
     }
 
@@ -389,7 +560,7 @@ mod tests {
             .await
             .expect("feed");
         backend
-            .fail_writes(&[Namespace::Intent], false)
+            .fail_writes(&[Namespace::ShardedIntent], false)
             .expect("inject");
         clock.advance(lease * 3 / 2);
         // Renewals heal, but the intent has expired: the next renewal is up to a third of the lease away.
@@ -435,14 +606,21 @@ mod tests {
             .expect("feed");
         let first = store.gc(&GcOptions::new()).await.expect("gc");
         assert_eq!(first.puts_in_flight, 1, "{first:?}");
-        let mark = intent_watermark(&store.inner)
+        let share = work::share_of(crate::ledger::shards::shard_of(b"k"));
+        let mark_key = [INTENT_WATERMARK, b"/", &[share]].concat();
+        let mark = intent_watermark(&store.inner, &mark_key)
             .await
             .expect("a mark was recorded");
         let live = backend
-            .scan_records(Namespace::Intent, b"", None, 10)
+            .scan_records(
+                Namespace::ShardedIntent,
+                &[crate::ledger::shards::shard_of(b"k")],
+                None,
+                10,
+            )
             .await
             .expect("scan");
-        let version = intent::parse_intent_key(&live[0].0)
+        let version = intent::parse_intent_key(Namespace::ShardedIntent, &live[0].0)
             .expect("intent key")
             .version;
         assert!(
@@ -467,7 +645,7 @@ mod tests {
         assert_eq!(third.reclaim.versions, 1, "{third:?}");
         assert_eq!(backend.chunk_count().expect("count"), 0);
         assert!(
-            intent_watermark(&store.inner).await > Some(mark),
+            intent_watermark(&store.inner, &mark_key).await > Some(mark),
             "the mark moved on"
         );
     }

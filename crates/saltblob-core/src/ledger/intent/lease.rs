@@ -78,6 +78,8 @@ pub(crate) struct IntentLease {
     blob: BlobRef,
     /// The entry of this put in the store's running puts, removed when the lease is dropped.
     _running: RunningGuard,
+    /// Where the intent is: [`Namespace::ShardedIntent`], or [`Namespace::ParkedIntent`] for a segment.
+    ns: Namespace,
     record_key: Vec<u8>,
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
@@ -92,12 +94,14 @@ pub(crate) struct IntentLease {
 
 impl IntentLease {
     /// Writes the intent of `blob` and starts renewing it, recording the put's `progress` at each renewal;
-    /// `commit_group`: whether the put commits with one atomic group ([`IntentLease::commits_in_group`]).
+    /// `commit_group`: whether the put commits with one atomic group ([`IntentLease::commits_in_group`]);
+    /// `parked`: whether the put is a segment's, which parks its intent ([`Namespace::ParkedIntent`]).
     pub(crate) async fn acquire(
         inner: &Inner,
         blob: &BlobRef,
         salt_count: u32,
         commit_group: bool,
+        parked: bool,
         progress: Arc<Progress>,
     ) -> Result<Self> {
         let lease = inner.config.intent_lease;
@@ -110,15 +114,15 @@ impl IntentLease {
             stored_bytes: 0,
         };
         let record_key = intent_key(blob);
+        let ns = if parked {
+            Namespace::ParkedIntent
+        } else {
+            Namespace::ShardedIntent
+        };
         // The version is new, so nothing can be there: an unconditional write is enough (and cheaper).
         inner
             .backend
-            .put_record(
-                Namespace::Intent,
-                &record_key,
-                intent.encode(),
-                &Precondition::None,
-            )
+            .put_record(ns, &record_key, intent.encode(), &Precondition::None)
             .await?;
         let running = inner.running.register(blob.version);
         let state = Arc::new(Mutex::new(LeaseState {
@@ -131,7 +135,7 @@ impl IntentLease {
         let renewer = tokio::spawn(renew(
             Arc::clone(&inner.backend),
             Arc::clone(&inner.config.clock),
-            record_key.clone(),
+            (ns, record_key.clone()),
             lease,
             Arc::clone(&state),
             Arc::clone(&writing),
@@ -142,6 +146,7 @@ impl IntentLease {
             clock: Arc::clone(&inner.config.clock),
             blob: blob.clone(),
             _running: running,
+            ns,
             record_key,
             lease,
             state,
@@ -252,7 +257,7 @@ impl IntentLease {
             let outcome = self
                 .backend
                 .put_record(
-                    Namespace::Intent,
+                    self.ns,
                     &self.record_key,
                     wanted.encode(),
                     &Precondition::Equals(current.encode()),
@@ -295,7 +300,7 @@ impl IntentLease {
             };
             let mut group = changes.clone();
             group.push(RecordChange::delete(
-                Namespace::Intent,
+                self.ns,
                 self.record_key.clone(),
                 Precondition::Equals(current.encode()),
             ));
@@ -334,7 +339,7 @@ impl IntentLease {
         }
         if let Err(e) = self
             .backend
-            .delete_record(Namespace::Intent, &self.record_key, &Precondition::None)
+            .delete_record(self.ns, &self.record_key, &Precondition::None)
             .await
         {
             tracing::warn!(
@@ -419,7 +424,7 @@ fn settle(
 async fn renew(
     backend: Arc<dyn ChunkStore>,
     clock: Arc<dyn Clock>,
-    record_key: Vec<u8>,
+    (ns, record_key): (Namespace, Vec<u8>),
     lease: Duration,
     state: Arc<Mutex<LeaseState>>,
     writing: Arc<tokio::sync::Mutex<()>>,
@@ -440,7 +445,7 @@ async fn renew(
         };
         let outcome = backend
             .put_record(
-                Namespace::Intent,
+                ns,
                 &record_key,
                 next.encode(),
                 &Precondition::Equals(current.encode()),

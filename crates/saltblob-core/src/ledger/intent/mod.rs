@@ -31,21 +31,80 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 pub(crate) use self::lease::{IntentLease, Progress};
-pub(crate) use self::record::{Intent, intent_key, parse_intent_key};
+pub(crate) use self::record::{Intent, intent_key, legacy_intent_key, parse_intent_key};
 use crate::backend::{BlobRef, Namespace, Precondition, RecordWrite};
 use crate::base::error::{Error, KeyDisplay, Result};
 use crate::base::retry::Backoff;
 use crate::base::timing::commit_hold;
 use crate::base::units::micros;
 use crate::base::version::VersionId;
+use crate::ledger::shards;
 use crate::state::Inner;
 
-/// The intent record of `blob` as stored, if there is one.
-pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<Bytes>> {
+/// An intent record as stored: where, and its raw value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StoredIntent {
+    /// Its namespace: [`Namespace::ShardedIntent`], [`Namespace::ParkedIntent`], or an earlier build's
+    /// [`Namespace::Intent`].
+    pub(crate) ns: Namespace,
+    /// Its record key.
+    pub(crate) key: Vec<u8>,
+    /// Its value as read.
+    pub(crate) raw: Bytes,
+}
+
+/// The namespaces an intent may be found in, with the key it has in each: a put's, a segment's, an earlier
+/// build's.
+fn places(blob: &BlobRef) -> [(Namespace, Vec<u8>); 3] {
+    [
+        (Namespace::ShardedIntent, intent_key(blob)),
+        (Namespace::ParkedIntent, intent_key(blob)),
+        (Namespace::Intent, legacy_intent_key(blob)),
+    ]
+}
+
+/// The intent record of `blob` as stored, if there is one: the places are read at once (an earlier build's not
+/// once gc found it empty).
+pub(crate) async fn read_record(inner: &Inner, blob: &BlobRef) -> Result<Option<StoredIntent>> {
+    let legacy_gone = legacy_gone(inner);
+    let places = places(blob)
+        .into_iter()
+        .filter(|(ns, _)| !(legacy_gone && *ns == Namespace::Intent));
+    let reads = places.map(|(ns, key)| async move {
+        let raw = inner.backend.get_record(ns, &key).await?;
+        Ok::<_, Error>(raw.map(|raw| StoredIntent { ns, key, raw }))
+    });
+    let found = futures::future::try_join_all(reads).await?;
+    Ok(found.into_iter().flatten().next())
+}
+
+/// Whether a gc pass of this process found no intent of an earlier build.
+fn legacy_gone(inner: &Inner) -> bool {
     inner
+        .legacy_intents_gone
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Where the intent of segment `blob` is: in [`Namespace::ParkedIntent`], or where an earlier build parked it
+/// (read there only when the first place holds none). The first place when neither holds it.
+async fn segment_place(inner: &Inner, blob: &BlobRef) -> Result<(Namespace, Vec<u8>)> {
+    let parked = (Namespace::ParkedIntent, intent_key(blob));
+    if inner
         .backend
-        .get_record(Namespace::Intent, &intent_key(blob))
-        .await
+        .get_record(parked.0, &parked.1)
+        .await?
+        .is_some()
+    {
+        return Ok(parked);
+    }
+    if legacy_gone(inner) {
+        return Ok(parked);
+    }
+    let legacy = (Namespace::Intent, legacy_intent_key(blob));
+    match inner.backend.get_record(legacy.0, &legacy.1).await? {
+        Some(_) => Ok(legacy),
+        None => Ok(parked),
+    }
 }
 
 /// What [`update_intent`] does with the intent it read.
@@ -56,23 +115,20 @@ enum Update<T> {
     Stop(Result<T>),
 }
 
-/// Reads the intent record under `record_key` and writes what `next` makes of it (`next` gets the decoded
+/// Reads the intent record under `record_key` of `ns` and writes what `next` makes of it (`next` gets the decoded
 /// record, `None` when there is none, and now), with a compare-and-set on the value read; reads again when the
 /// record changed in between or the write failed and may be retried. Fails with `exhausted` when the record kept
 /// changing, or with the last retryable error.
 async fn update_intent<T>(
     inner: &Inner,
-    record_key: &[u8],
+    (ns, record_key): (Namespace, Vec<u8>),
     mut next: impl FnMut(Option<Result<Intent>>, u64) -> Update<T>,
     exhausted: impl FnOnce() -> Error,
 ) -> Result<T> {
     let mut last_error = None;
     let mut tries = Backoff::INTENT_CAS.start();
     while tries.next_attempt().await {
-        let raw = inner
-            .backend
-            .get_record(Namespace::Intent, record_key)
-            .await?;
+        let raw = inner.backend.get_record(ns, &record_key).await?;
         let decoded = raw.as_ref().map(|r| Intent::decode(r));
         let (written, value) = match next(decoded, inner.now_micros()) {
             Update::Stop(outcome) => return outcome,
@@ -81,7 +137,7 @@ async fn update_intent<T>(
         let condition = raw.map_or(Precondition::Absent, Precondition::Equals);
         match inner
             .backend
-            .put_record(Namespace::Intent, record_key, written.encode(), &condition)
+            .put_record(ns, &record_key, written.encode(), &condition)
             .await
         {
             Ok(RecordWrite::Done(_)) => return Ok(value),
@@ -144,7 +200,7 @@ pub(crate) async fn claim_segment(inner: &Inner, blob: &BlobRef) -> Result<()> {
             (),
         )
     };
-    update_intent(inner, &intent_key(blob), claim, || {
+    update_intent(inner, segment_place(inner, blob).await?, claim, || {
         gone("its intent kept changing while being claimed")
     })
     .await
@@ -177,7 +233,7 @@ pub(crate) async fn end_segment_lease(inner: &Inner, blob: &BlobRef) -> Result<b
             true,
         ),
     };
-    update_intent(inner, &intent_key(blob), end, || {
+    update_intent(inner, segment_place(inner, blob).await?, end, || {
         Error::internal(
             "segment discard",
             format!(
@@ -205,33 +261,63 @@ pub(crate) async fn settle_composed(inner: &Inner, blob: &BlobRef) {
     }
 }
 
-/// Takes over the intent record under `record_key`, last seen holding `seen`: removes it with a compare-and-set,
-/// so that its writer can no longer renew it and commit. False if the writer renewed it in between (it keeps
-/// its put).
-pub(crate) async fn take_over(inner: &Inner, record_key: &[u8], seen: Bytes) -> Result<bool> {
+/// Takes over intent record `found`, as it was read: removes it with a compare-and-set, so that its writer can no
+/// longer renew it and commit. False if the writer renewed it in between (it keeps its put).
+pub(crate) async fn take_over(inner: &Inner, found: &StoredIntent) -> Result<bool> {
     let outcome = inner
         .backend
-        .delete_record(Namespace::Intent, record_key, &Precondition::Equals(seen))
+        .delete_record(
+            found.ns,
+            &found.key,
+            &Precondition::Equals(found.raw.clone()),
+        )
         .await?;
     Ok(matches!(outcome, RecordWrite::Done(_)))
 }
 
-/// Decodes an intent record (key and value) as a scan returns it.
-pub(crate) fn decode_record(k: &Bytes, v: &[u8]) -> Result<(BlobRef, Intent)> {
-    Ok((parse_intent_key(k)?, Intent::decode(v)?))
+/// Decodes an intent record of `ns` (key and value) as a scan returns it.
+pub(crate) fn decode_record(ns: Namespace, k: &Bytes, v: &[u8]) -> Result<(BlobRef, Intent)> {
+    Ok((parse_intent_key(ns, k)?, Intent::decode(v)?))
+}
+
+/// The partitions intents are kept in: each shard of the put and segment namespaces, and the one partition of an
+/// earlier build's namespace. A scan of one reads the namespace with the prefix.
+pub(crate) fn partitions() -> impl Iterator<Item = (Namespace, Vec<u8>)> {
+    [Namespace::ShardedIntent, Namespace::ParkedIntent]
+        .into_iter()
+        .flat_map(|ns| shards::all().map(move |shard| (ns, vec![shard])))
+        .chain(std::iter::once((Namespace::Intent, Vec::new())))
+}
+
+/// Every record of intent namespace `ns` as stored, partition by partition (for tests and tools).
+///
+/// # Errors
+/// The backend's.
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) async fn stored(
+    backend: &dyn crate::backend::ChunkStore,
+    ns: Namespace,
+) -> Result<Vec<(Bytes, Bytes)>> {
+    let mut out = Vec::new();
+    for (_, part) in partitions().filter(|(n, _)| *n == ns) {
+        out.extend(backend.scan_records(ns, &part, None, usize::MAX).await?);
+    }
+    Ok(out)
 }
 
 /// Every intent record that decodes, by blob (one that does not is logged and left out).
 pub(crate) async fn all(inner: &Inner) -> Result<HashMap<(Bytes, VersionId), Intent>> {
     let mut out = HashMap::new();
-    let mut pages = inner.scan(Namespace::Intent, b"", None);
-    while let Some(page) = pages.next_page().await? {
-        for (k, v) in &page {
-            match decode_record(k, v) {
-                Ok((blob, intent)) => {
-                    out.insert((blob.key, blob.version), intent);
+    for (ns, prefix) in partitions() {
+        let mut pages = inner.scan(ns, &prefix, None);
+        while let Some(page) = pages.next_page().await? {
+            for (k, v) in &page {
+                match decode_record(ns, k, v) {
+                    Ok((blob, intent)) => {
+                        out.insert((blob.key, blob.version), intent);
+                    }
+                    Err(e) => tracing::warn!("{e}, under {:?}: left out", KeyDisplay::from(&k[..])),
                 }
-                Err(e) => tracing::warn!("{e}, under {:?}: left out", KeyDisplay::from(&k[..])),
             }
         }
     }

@@ -1,16 +1,17 @@
-//! The intent record's format: its key (version, then the blob key) and its 37-byte value. Decoding fails with
+//! The intent record's format: its key (shard, version, then the blob key) and its 37-byte value. Decoding fails with
 //! [`Error::Corrupt`] naming what is wrong, as the manifest's decoder does. See `docs/format.md`.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::backend::BlobRef;
+use crate::backend::{BlobRef, Namespace};
 use crate::base::error::{Error, Result};
 use crate::base::units::micros;
 use crate::base::version::VersionId;
 use crate::format::decode::Reader;
 use crate::format::layout::MAX_SALT_LIMIT;
+use crate::ledger::shards;
 
 /// Format byte of an intent record's value.
 const INTENT_FORMAT: u8 = 1;
@@ -18,7 +19,7 @@ const INTENT_FORMAT: u8 = 1;
 /// Length of an intent record's value.
 const INTENT_LEN: usize = 37;
 
-/// An intent record. Key: version (u128 big-endian), then the blob key. Value (37 bytes, little-endian):
+/// An intent record. Key: [`intent_key`]. Value (37 bytes, little-endian):
 /// format byte 1, start (u64 Unix µs), lease expiry (u64 Unix µs), salt count (u32), chunks whose writes have
 /// started (u64, a bound of the chunk indexes stored) and the stored bytes of the writes that completed (u64),
 /// both as of the last renewal.
@@ -84,23 +85,44 @@ impl Intent {
     }
 }
 
-/// The record key of the intent of `blob`.
+/// The record key of the intent of `blob` in [`Namespace::ShardedIntent`] or [`Namespace::ParkedIntent`]: its
+/// shard ([`shards::shard_of`] of the blob key), version (u128 big-endian, so that a shard sorts by the put's
+/// start), blob key.
 pub(crate) fn intent_key(blob: &BlobRef) -> Vec<u8> {
-    let mut k = Vec::with_capacity(16 + blob.key.len());
+    let mut k = Vec::with_capacity(17 + blob.key.len());
+    k.push(shards::shard_of(&blob.key));
     k.extend_from_slice(&blob.version.to_be_bytes());
     k.extend_from_slice(&blob.key);
     k
 }
 
-/// The blob an intent record key names; fails with [`Error::Corrupt`] for a key too short to name one.
-pub(crate) fn parse_intent_key(k: &Bytes) -> Result<BlobRef> {
+/// The record key of the intent of `blob` in the single-partition [`Namespace::Intent`] of earlier builds:
+/// version, blob key.
+pub(crate) fn legacy_intent_key(blob: &BlobRef) -> Vec<u8> {
+    intent_key(blob)[1..].to_vec()
+}
+
+/// The blob an intent record key of namespace `ns` names; fails with [`Error::Corrupt`] for a key too short to
+/// name one, or whose shard is not its blob key's.
+pub(crate) fn parse_intent_key(ns: Namespace, k: &Bytes) -> Result<BlobRef> {
     let corrupt = |detail: String| Error::corrupt("intent record key", detail);
     let mut r = Reader::new(k.clone(), &corrupt);
+    let shard = match ns.partition_len() {
+        0 => None,
+        _ => Some(r.u8()?),
+    };
     let version = VersionId(r.u128_be()?);
-    Ok(BlobRef {
+    let blob = BlobRef {
         version,
         key: r.rest_nonempty()?,
-    })
+    };
+    match shard {
+        Some(shard) if shard != shards::shard_of(&blob.key) => Err(corrupt(format!(
+            "shard byte {shard} is not its blob key's ({})",
+            shards::shard_of(&blob.key)
+        ))),
+        _ => Ok(blob),
+    }
 }
 
 #[cfg(test)]
@@ -161,11 +183,24 @@ mod tests {
             key: Bytes::from_static(b"some/key"),
             version: VersionId(0x0102_0304),
         };
-        assert_eq!(
-            parse_intent_key(&Bytes::from(intent_key(&blob))).ok(),
-            Some(blob)
-        );
-        assert!(parse_intent_key(&Bytes::from_static(b"short")).is_err());
-        assert!(parse_intent_key(&Bytes::from(vec![0u8; 16])).is_err());
+        for (ns, k) in [
+            (Namespace::ShardedIntent, intent_key(&blob)),
+            (Namespace::ParkedIntent, intent_key(&blob)),
+            (Namespace::Intent, legacy_intent_key(&blob)),
+        ] {
+            assert_eq!(
+                parse_intent_key(ns, &Bytes::from(k)).ok(),
+                Some(blob.clone())
+            );
+        }
+        assert_eq!(intent_key(&blob)[0], shards::shard_of(b"some/key"));
+        let mut other_shard = intent_key(&blob);
+        other_shard[0] ^= 1;
+        let err = parse_intent_key(Namespace::ShardedIntent, &Bytes::from(other_shard))
+            .expect_err("wrong shard")
+            .to_string();
+        assert!(err.contains("is not its blob key's"), "{err}");
+        assert!(parse_intent_key(Namespace::Intent, &Bytes::from_static(b"short")).is_err());
+        assert!(parse_intent_key(Namespace::Intent, &Bytes::from(vec![0u8; 16])).is_err());
     }
 }

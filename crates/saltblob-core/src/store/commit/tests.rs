@@ -24,7 +24,7 @@ async fn a_put_that_cannot_clean_up_leaves_its_intent_to_gc() {
         .with_clock(clock.clone());
     let store = BlobStore::new(backend.clone(), config).expect("store");
     backend
-        .fail_writes(&[Namespace::Manifest, Namespace::Reclaim], true)
+        .fail_writes(&[Namespace::Manifest, Namespace::ReclaimBucket], true)
         .expect("inject");
     let failed = store
         .put("k", Bytes::from(vec![1u8; 300_000]), &PutOptions::new())
@@ -32,8 +32,7 @@ async fn a_put_that_cannot_clean_up_leaves_its_intent_to_gc() {
     assert!(failed.is_err(), "the commit failed: {failed:?}");
     backend.fail_writes(&[], false).expect("heal");
     assert!(backend.chunk_count().expect("count") > 0);
-    let intents = backend
-        .scan_records(Namespace::Intent, b"", None, 10)
+    let intents = crate::ledger::intent::stored(&*backend, Namespace::ShardedIntent)
         .await
         .expect("scan");
     assert_eq!(intents.len(), 1, "the intent stays");
@@ -127,18 +126,20 @@ impl crate::backend::layer::ChunkStoreLayer for RecordWrites {
 /// version is queued and no intent is left.
 #[tokio::test]
 async fn a_chunked_put_commits_in_one_group_where_the_backend_writes_them() {
+    // The queue's bucket is marked ("put Meta") before its first entry, once per process.
     let one_by_one = [
-        "put Intent",
-        "put Intent",
-        "put Reclaim",
+        "put ShardedIntent",
+        "put ShardedIntent",
+        "put Meta",
+        "put ReclaimBucket",
         "put Manifest",
-        "delete Intent",
+        "delete ShardedIntent",
     ];
     let with_intent = [
-        "put Intent",
-        "group [put Reclaim, put Manifest, delete Intent]",
+        "put ShardedIntent",
+        "group [put ReclaimBucket, put Meta, put Manifest, delete ShardedIntent]",
     ];
-    let with_chunks = ["group [2 chunks, put Reclaim, put Manifest]"];
+    let with_chunks = ["group [2 chunks, put ReclaimBucket, put Meta, put Manifest]"];
     // 100 000 bytes are two chunks of 64 KiB: one call of the default 1 MiB batches, two of 64 KiB ones.
     for (memory, batch_bytes, expected) in [
         (MemoryStore::new(), 1 << 20, &one_by_one[..]),
@@ -170,9 +171,10 @@ async fn a_chunked_put_commits_in_one_group_where_the_backend_writes_them() {
             .expect("replace");
         assert_eq!(backend.take(), expected);
         assert_eq!(store.get("k").await.expect("get"), value);
-        let scan = |ns| backend.inner.scan_records(ns, b"", None, 10);
-        assert_eq!(scan(Namespace::Intent).await.expect("intents").len(), 0);
-        assert_eq!(scan(Namespace::Reclaim).await.expect("queue").len(), 1);
+        let intents = crate::ledger::intent::stored(&backend.inner, Namespace::ShardedIntent);
+        assert_eq!(intents.await.expect("intents").len(), 0);
+        let queue = reclaim::stored(&backend.inner).await.expect("queue");
+        assert_eq!(queue.len(), 1);
     }
 }
 
@@ -222,7 +224,7 @@ async fn a_delete_racing_a_commit_leaves_no_orphan_after_a_crash() {
             {
                 // The process dies once the manifest is deleted: nothing more reaches the store.
                 self.backend
-                    .fail_writes(&[Namespace::Reclaim], false)
+                    .fail_writes(&[Namespace::ReclaimBucket], false)
                     .expect("inject");
             }
             out
@@ -332,13 +334,14 @@ impl crate::backend::layer::ChunkStoreLayer for QueuedFirst {
 
 /// The versions in the reclaim queue, in queue order.
 async fn queued(backend: &dyn ChunkStore) -> Vec<VersionId> {
-    let entries = backend
-        .scan_records(Namespace::Reclaim, b"", None, 1000)
-        .await
-        .unwrap();
+    let entries = reclaim::stored(backend).await.unwrap();
     entries
         .iter()
-        .map(|(k, v)| reclaim::ReclaimEntry::decode(k, v).unwrap().version)
+        .map(|(k, v)| {
+            reclaim::ReclaimEntry::decode(Namespace::ReclaimBucket, k, v)
+                .unwrap()
+                .version
+        })
         .collect()
 }
 
