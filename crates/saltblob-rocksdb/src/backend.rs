@@ -167,7 +167,7 @@ impl RocksStore {
 #[async_trait]
 impl ChunkStore for RocksStore {
     fn info(&self) -> BackendInfo {
-        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true)
+        BackendInfo::new(NAME, MAX_CHUNK_BYTES, MAX_BATCH_BYTES, true).with_exclusive()
     }
 
     /// A put of at least `extent_min_bytes` goes to an extent file of its version's own, in calls of

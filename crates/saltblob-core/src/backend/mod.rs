@@ -72,6 +72,10 @@ pub struct BackendInfo {
     /// ([`crate::format::layout::LayoutPolicy::max_partition_bytes`]). Defaults to `None`: partitions cost nothing
     /// by their size (an embedded store), no bound.
     pub max_partition_bytes: Option<u64>,
+    /// Whether one process at a time owns the store (an embedded engine holds a lock on its directory): gc then
+    /// shares its work with nobody and takes no leases (`ledger/work.rs`), so that a killed process's leases
+    /// never hold a later pass back. Defaults to `false`: several processes (or stores) may work on it at once.
+    pub exclusive: bool,
 }
 
 impl BackendInfo {
@@ -91,7 +95,15 @@ impl BackendInfo {
             late_writes: false,
             large_chunk_size: None,
             max_partition_bytes: None,
+            exclusive: false,
         }
+    }
+
+    /// Declares that one process at a time owns the store ([`BackendInfo::exclusive`]).
+    #[must_use]
+    pub fn with_exclusive(mut self) -> Self {
+        self.exclusive = true;
+        self
     }
 
     /// The largest chunk payload the backend takes: its largest chunk less the chunk header. Chunk sizes of new

@@ -8,7 +8,8 @@
 //! another takes once it has expired. A runner stops taking up new entries a clock margin before its lease ends.
 //! Leases make the work efficient, not safe: every step of a pass is safe when two runners do it at once (each
 //! takeover and removal is a compare-and-set, chunk deletions are idempotent), as when clocks differ by more than
-//! the margin.
+//! the margin. A store that one process owns ([`crate::backend::BackendInfo::exclusive`], an embedded engine) takes
+//! no leases: nobody shares its work, and a process killed mid-pass must not hold the next one back.
 
 use std::time::Duration;
 

@@ -163,13 +163,13 @@ pub(crate) async fn check_clock(inner: &Inner, pass: &str) -> Result<()> {
 }
 
 /// One garbage collection pass; see [`crate::store::BlobStore::gc`]. A pass over the whole store shares its work on
-/// intents and the reclaim queue with other runners by lease (`ledger/work.rs`); a dry run or a pass under a
-/// prefix does all of it.
+/// intents and the reclaim queue with other runners by lease (`ledger/work.rs`); a dry run, a pass under a
+/// prefix and a pass on a store one process owns ([`crate::backend::BackendInfo::exclusive`]) do all of it.
 pub(crate) async fn run(store: &BlobStore, opts: &GcOptions) -> Result<GcReport> {
     let inner = &*store.inner;
     check_clock(inner, "gc").await?;
     let now = inner.now_micros();
-    let held = if opts.dry_run || !opts.prefix.is_empty() {
+    let held = if opts.dry_run || !opts.prefix.is_empty() || inner.info.exclusive {
         Held::all()
     } else {
         let mut runner = [0u8; 16];
