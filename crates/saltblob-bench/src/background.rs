@@ -9,6 +9,10 @@
 //!   time (`GcOptions::with_parallel(1)`, as builds before the sharded queue did), in the same run;
 //! - `duplicate_deletes`: a third queue drained by three runners (three stores on one backend, as three gateways)
 //!   at once: versions whose chunks were deleted more than once;
+//! - `expiry_index_pass_s`: a gc pass that finds `expiry_blobs` (N ÷ 10) blobs whose short ttl has passed among the
+//!   N ÷ 2 live keys through the expiry index (its pass over every manifest already made that day, as in a
+//!   server's loop), beside `expiry_full_pass_s`: a pass that also reads every manifest (the CLI's `gc`), for as
+//!   many blobs;
 //! - `max_chunk_partition_bytes`: the largest chunk partition the layout policy gives a 10 GiB and a 1 TiB blob,
 //!   on this store's backend and on a cluster (CQL's bound), computed by the policy itself.
 //!
@@ -59,6 +63,16 @@ pub struct BackgroundRun {
     pub duplicate_deletes: u64,
     /// Shares (of 16) each of the three runners left to another.
     pub shares_skipped: Vec<u64>,
+    /// Blobs with a short ttl put for each expiry pass.
+    pub expiry_blobs: u64,
+    /// Of them, those the pass through the expiry index deleted.
+    pub expired_by_index: u64,
+    /// Seconds of that gc pass.
+    pub expiry_index_pass_s: f64,
+    /// Of the second batch, those the pass that also reads every manifest deleted.
+    pub expired_by_full_pass: u64,
+    /// Seconds of that gc pass.
+    pub expiry_full_pass_s: f64,
     /// The largest chunk partition of a 10 GiB and a 1 TiB blob on this backend, bytes.
     pub max_chunk_partition_bytes: [u64; 2],
     /// The same on a cluster (CQL's 128 MiB bound).
@@ -123,6 +137,15 @@ pub async fn background_bench(url: &str, args: &BenchArgs) -> Result<BackgroundR
     run.shared_versions = reports.iter().map(|r| r.reclaim.versions).sum();
     run.duplicate_deletes = deletes.values().filter(|c| **c > 1).count() as u64;
     run.shares_skipped = reports.iter().map(|r| r.shares_skipped).collect();
+
+    // Expiry among the live keys: through the index, then with the pass over every manifest.
+    let looped = GcOptions::new().with_full_expiry_every(Duration::from_secs(86_400));
+    store.gc(&looped).await?;
+    run.expiry_blobs = (n / 10).max(1);
+    (run.expired_by_index, run.expiry_index_pass_s) =
+        expire_round(&store, run.expiry_blobs, "index", &looped).await?;
+    (run.expired_by_full_pass, run.expiry_full_pass_s) =
+        expire_round(&store, run.expiry_blobs, "full", &GcOptions::new()).await?;
 
     let sizes = [10u64 << 30, 1u64 << 40];
     let largest = |policy: LayoutPolicy| {
@@ -208,6 +231,35 @@ async fn mixed_round(store: &BlobStore, n: u64, first: Vec<u64>) -> Result<()> {
         .await
 }
 
+/// Puts `count` small blobs with a one-second ttl under `tag`, waits for them to expire, and times one gc pass under
+/// `opts`: (blobs it deleted as expired, seconds).
+async fn expire_round(
+    store: &BlobStore,
+    count: u64,
+    tag: &str,
+    opts: &GcOptions,
+) -> Result<(u64, f64)> {
+    let short = PutOptions::new().with_ttl(Duration::from_secs(1));
+    stream::iter(0..count)
+        .map(|i| {
+            let (store, short) = (store.clone(), short.clone());
+            async move {
+                let key = format!("{PREFIX}ttl-{tag}/{i:09}");
+                store
+                    .put(key, Bytes::from_static(&[7; 100]), &short)
+                    .await
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<()>()
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let t = Instant::now();
+    let report = store.gc(opts).await?;
+    Ok((report.expired, t.elapsed().as_secs_f64().max(1e-9)))
+}
+
 /// One gc pass under `opts`, timed: (versions reclaimed, seconds).
 async fn drain(store: &BlobStore, opts: &GcOptions) -> Result<(u64, f64)> {
     let t = Instant::now();
@@ -234,6 +286,17 @@ fn print(run: &BackgroundRun, versions: u64, versions_1: u64) {
     println!(
         "three runners at once: {} versions reclaimed, {} deleted more than once; shares skipped {:?}",
         run.shared_versions, run.duplicate_deletes, run.shares_skipped
+    );
+    println!(
+        "expiry: {} of {} expired blobs found through the index by a {:.3} s gc pass; {} of {} by a {:.3} s pass that \
+         also reads every manifest ({:.1}x)",
+        run.expired_by_index,
+        run.expiry_blobs,
+        run.expiry_index_pass_s,
+        run.expired_by_full_pass,
+        run.expiry_blobs,
+        run.expiry_full_pass_s,
+        run.expiry_full_pass_s / run.expiry_index_pass_s.max(1e-9)
     );
     println!(
         "largest chunk partition, 10 GiB and 1 TiB blob: {:.3} and {:.3} GiB here, {:.3} and {:.3} GiB on a cluster",

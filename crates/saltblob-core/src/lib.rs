@@ -87,6 +87,7 @@ pub use fsck::{Damage, FsckOptions, FsckReport, Orphan, OrphanReason, Unverified
 pub use gc::{GcHandle, GcOptions, GcReport};
 pub use layer::ChunkStoreLayer;
 pub use layout::{ByteRange, ChunkLayout, Layout, LayoutPolicy};
+pub use ledger::turns::{MAX_TURN_NAME, MAX_TURN_TOKEN, Turn};
 pub use manifest::{Manifest, ManifestBody, Segment};
 pub use memory::MemoryStore;
 pub use reclaim::ReclaimReport;

@@ -33,20 +33,15 @@ impl Drop for Aborting {
 
 /// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
 /// whose parts' lease has passed (`multipart/`) and the objects their bucket's lifecycle expired
-/// (`lifecycle/`).
+/// (`lifecycle/`). Servers sharing a store share the work: gc by its leases, the sweep, the lifecycle pass of
+/// each bucket and gc's expiry pass by turns, so that each runs in one server per period.
 pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut expirer = Expirer::new();
     loop {
         tick.tick().await;
-        match sweep_expired_uploads(&store).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(uploads = n, "removed expired multipart uploads"),
-            Err(e) => {
-                tracing::warn!(error = %e, "sweeping expired multipart uploads failed (will retry)")
-            }
-        }
+        sweep(&store, every).await;
         match expirer.pass(&store).await {
             Ok(expired) => {
                 if expired.objects > 0 {
@@ -60,7 +55,8 @@ pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metri
             }
             Err(e) => tracing::warn!(error = %e, "the lifecycle pass failed (will retry)"),
         }
-        match store.gc(&GcOptions::new()).await {
+        let opts = GcOptions::new().with_full_expiry_every(FULL_EXPIRY_EVERY.max(every));
+        match store.gc(&opts).await {
             Ok(report) => {
                 tracing::info!(
                     reclaimed_versions = report.reclaim.versions,
@@ -79,6 +75,46 @@ pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metri
         }
     }
 }
+
+/// Removes the multipart uploads whose parts' lease has passed, when it is this server's turn: one server of
+/// those sharing the store sweeps per period `every` (`ledger/turns.rs` in saltblob-core).
+async fn sweep(store: &BlobStore, every: Duration) {
+    let turn = match store.take_turn(SWEEP_TURN, b"").await {
+        Ok(Some(turn)) => turn,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "taking the turn of the multipart sweep failed (will retry)");
+            return;
+        }
+    };
+    match sweep_expired_uploads(store).await {
+        Ok(n) => {
+            if n > 0 {
+                tracing::info!(uploads = n, "removed expired multipart uploads");
+            }
+            // A tenth early: the server whose tick comes next takes it, not the one after.
+            let next = store
+                .config()
+                .clock
+                .now_micros()
+                .saturating_add(saltblob_core::units::micros(every) / 10 * 9);
+            if let Err(e) = turn.done(next).await {
+                tracing::warn!(error = %e, "ending the turn of the multipart sweep failed");
+            }
+        }
+        Err(e) => {
+            turn.give_back().await;
+            tracing::warn!(error = %e, "sweeping expired multipart uploads failed (will retry)")
+        }
+    }
+}
+
+/// How often the loop's gc passes over every manifest for expired blobs that earlier builds put (the expiry
+/// index finds the others at every pass): once a day, in one of the servers sharing the store.
+const FULL_EXPIRY_EVERY: Duration = Duration::from_secs(86_400);
+
+/// The turn of the multipart sweep.
+const SWEEP_TURN: &str = "s3-upload-sweep";
 
 /// Serves the metrics listener's paths on `listener` (HTTP/1.1: `GET /metrics`, `/healthz`, `/readyz`, as
 /// `probes.rs` answers them) until aborted: at most [`METRICS_MAX_CONNECTIONS`] at once, each with

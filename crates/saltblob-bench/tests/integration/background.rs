@@ -34,6 +34,17 @@ async fn background_measures_every_figure_and_writes_them() {
         "{run:?}"
     );
     assert_eq!(run.shares_skipped.iter().sum::<u64>(), 32, "{run:?}");
+    // 40 blobs with a short ttl each time: all found through the index, then all by the pass over every manifest.
+    assert_eq!(run.expiry_blobs, 40);
+    assert_eq!(
+        (run.expired_by_index, run.expired_by_full_pass),
+        (40, 40),
+        "{run:?}"
+    );
+    assert!(
+        run.expiry_index_pass_s > 0.0 && run.expiry_full_pass_s > 0.0,
+        "{run:?}"
+    );
     // The cluster's bound: a 1 TiB blob in partitions of at most 128 MiB; the memory store sets none.
     assert!(
         run.max_chunk_partition_bytes_cluster[1] <= 128 << 20,
@@ -49,6 +60,8 @@ async fn background_measures_every_figure_and_writes_them() {
         "reclaim_entries_per_s_one_at_a_time",
         "duplicate_deletes",
         "max_chunk_partition_bytes",
+        "expiry_index_pass_s",
+        "expiry_full_pass_s",
     ] {
         assert!(!b[field].is_null(), "{field}: {doc}");
     }

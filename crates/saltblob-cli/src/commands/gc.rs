@@ -104,6 +104,7 @@ fn print_gc(r: &GcReport, as_json: bool) {
             "undecodable_entries": r.reclaim.undecodable,
             "next_due_micros": r.reclaim.next_due_micros,
             "shares_skipped": r.shares_skipped,
+            "full_expiry_skipped": r.full_expiry_skipped,
             "space": space,
         });
         println!("{v}");

@@ -7,6 +7,8 @@
 //! block   = length u32 | bytes | CRC32C of the bytes u32
 //! record  = 0x01 block(blob head) frame* digest (32 bytes, BLAKE3 of the data)
 //!         | 0x01 block(blob head) frame* 0xFFFFFFFF block(reason)        (the exporter could not read it all)
+//!           (after the frames that complete the data, the marker stands where the digest would: a reader tells
+//!           them apart by the digest of the data, which never starts with the marker's bytes when cut short)
 //!         | 0x02 block(left-out head)                                    (named, not exported: SSE-C, damaged)
 //! frame   = length u32 (1 to MAX_FRAME) | data | CRC32C of the data u32
 //! end     = 0xFF | blobs u64 | bytes u64 | left out u64 | CRC32C of those 24 bytes u32
@@ -529,7 +531,21 @@ impl<W: AsyncWrite + Unpin> StreamWriter<W> {
     }
 
     /// Ends the current blob without its digest: the exporter could not read the rest, for `reason`.
+    ///
+    /// # Errors
+    /// An error of the output; [`std::io::ErrorKind::InvalidInput`] (nothing written) when all the blob's data is
+    /// written and its digest starts with the abort marker's bytes (one blob in 2^32), where a reader could not
+    /// tell the marker from the digest.
     pub async fn abort_blob(&mut self, reason: &str) -> std::io::Result<()> {
+        if let Some(b) = self.blob.as_ref()
+            && b.remaining == 0
+            && b.hasher.finalize().as_bytes().get(..4) == Some(&ABORT.to_le_bytes()[..])
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a blob whose data is all written and whose digest starts with the abort marker cannot be cut short",
+            ));
+        }
         self.blob = None;
         let mut e = Enc::default();
         e.bytes16(cut(reason).as_bytes(), "the reason")
@@ -974,28 +990,17 @@ impl<R: AsyncRead + Unpin> Decoder<R> {
         }
         let key = Self::shown(&blob.key);
         if blob.remaining == 0 {
-            self.check_digest().await?;
-            return Ok(Piece::End);
+            return Ok(match self.end_of_data().await? {
+                Some(reason) => Piece::Aborted(reason),
+                None => Piece::End,
+            });
         }
         let remaining = blob.remaining;
         let len = self
             .u32(|| format!("a frame header of the data of {key}"))
             .await?;
         if len == ABORT {
-            let block = self
-                .block(|| format!("the reason blob {key} was cut short"))
-                .await?;
-            let mut d = Dec::new(&block);
-            let reason = d
-                .text16("the reason")
-                .unwrap_or_else(|e| format!("(unreadable: {e})"));
-            if let Some(b) = self.blob.as_mut() {
-                b.done = true;
-                b.aborted = Some(reason.clone());
-            }
-            self.seen.left_out += 1;
-            self.last_complete = self.blob.as_ref().map(|b| b.key.clone());
-            return Ok(Piece::Aborted(reason));
+            return Ok(Piece::Aborted(self.aborted(&key).await?));
         }
         if len == 0 || len > MAX_FRAME || u64::from(len) > remaining {
             return Err(StreamError::Corrupt {
@@ -1028,26 +1033,55 @@ impl<R: AsyncRead + Unpin> Decoder<R> {
             b.hasher.update(&data);
             b.remaining -= u64::from(len);
         }
-        if self.blob.as_ref().is_some_and(|b| b.remaining == 0) {
-            self.check_digest().await?;
+        if self.blob.as_ref().is_some_and(|b| b.remaining == 0)
+            && let Some(reason) = self.end_of_data().await?
+        {
+            // Cut short after its last frame: the data is withheld, as any blob's whose digest is not there.
+            return Ok(Piece::Aborted(reason));
         }
         Ok(Piece::Data(data.freeze()))
     }
 
-    /// Reads the current blob's digest and checks it against its data (and the head's, if any).
-    async fn check_digest(&mut self) -> Result<(), StreamError> {
+    /// Reads the reason of an abort (its marker read) and ends the current blob's record with it.
+    async fn aborted(&mut self, key: &str) -> Result<String, StreamError> {
+        let block = self
+            .block(|| format!("the reason blob {key} was cut short"))
+            .await?;
+        let mut d = Dec::new(&block);
+        let reason = d
+            .text16("the reason")
+            .unwrap_or_else(|e| format!("(unreadable: {e})"));
+        if let Some(b) = self.blob.as_mut() {
+            b.done = true;
+            b.aborted = Some(reason.clone());
+        }
+        self.seen.left_out += 1;
+        self.last_complete = self.blob.as_ref().map(|b| b.key.clone());
+        Ok(reason)
+    }
+
+    /// Reads what follows the current blob's data: its digest, checked against the data (and the head's, if
+    /// any), or an abort marker; returns the abort's reason. The writer may cut a blob short once all its data
+    /// is written (an empty blob whose read failed, a read that ran past the size), so the marker may stand
+    /// where the digest would: the two are told apart by the digest of the data read, which the writer never
+    /// cuts short when it starts with the marker's bytes.
+    async fn end_of_data(&mut self) -> Result<Option<String>, StreamError> {
         let at = self.offset;
         let Some(blob) = self.blob.as_ref() else {
-            return Ok(());
+            return Ok(None);
         };
         let key = Self::shown(&blob.key);
-        let mut stored = [0u8; 32];
-        self.fill(&mut stored, || format!("the digest of {key}"))
-            .await?;
-        let Some(blob) = self.blob.as_mut() else {
-            return Ok(());
-        };
         let computed = *blob.hasher.finalize().as_bytes();
+        let mut stored = [0u8; 32];
+        let (first, rest) = stored.split_at_mut(4);
+        self.fill(first, || format!("the digest of {key}")).await?;
+        if *first == ABORT.to_le_bytes() && computed.get(..4) != Some(first) {
+            return self.aborted(&key).await.map(Some);
+        }
+        self.fill(rest, || format!("the digest of {key}")).await?;
+        let Some(blob) = self.blob.as_mut() else {
+            return Ok(None);
+        };
         if stored != computed {
             return Err(StreamError::Corrupt {
                 at,
@@ -1074,7 +1108,7 @@ impl<R: AsyncRead + Unpin> Decoder<R> {
         self.seen.blobs += 1;
         self.seen.bytes += blob.size;
         self.last_complete = Some(blob.key.clone());
-        Ok(())
+        Ok(None)
     }
 
     /// Reads (and checks) the rest of the current blob's data, if any; says whether the record was aborted.

@@ -33,6 +33,10 @@ pub enum Namespace {
     /// The reclaim queue: deferred deletions of superseded versions' chunks. Key: due bucket (u64), shard
     /// (1 byte), due time, version, blob key; one partition per bucket and shard, dropped whole once drained.
     ReclaimBucket,
+    /// The expiry index: the blobs put with an expiry, by due time. Key: due bucket (u64), shard (1 byte), expiry
+    /// time, version, blob key, as [`Namespace::ReclaimBucket`]'s; one partition per bucket and shard, dropped
+    /// whole once drained.
+    ExpiryBucket,
 }
 
 impl Namespace {
@@ -46,6 +50,7 @@ impl Namespace {
             Namespace::ShardedIntent => 4,
             Namespace::ParkedIntent => 5,
             Namespace::ReclaimBucket => 6,
+            Namespace::ExpiryBucket => 7,
         }
     }
 
@@ -55,7 +60,7 @@ impl Namespace {
         match self {
             Namespace::Manifest | Namespace::Reclaim | Namespace::Meta | Namespace::Intent => 0,
             Namespace::ShardedIntent | Namespace::ParkedIntent => 1,
-            Namespace::ReclaimBucket => 9,
+            Namespace::ReclaimBucket | Namespace::ExpiryBucket => 9,
         }
     }
 }

@@ -11,7 +11,8 @@
 //! the pass holds (`work.rs`); a partition of a bucket that is over (no entry can be queued in it any more) and
 //! was drained whole is dropped with one partition deletion, not an entry at a time, and a bucket with nothing
 //! left loses its marker. The single-partition queue of earlier builds ([`Namespace::Reclaim`]) is drained
-//! first, as it always was.
+//! first, as it always was. The expiry index (`ledger/expiry.rs`) is a queue of the same layout ([`Queue`]),
+//! drained by the same passes ([`run_expiry`]).
 
 use std::collections::HashSet;
 
@@ -49,6 +50,45 @@ const BUCKET_MARKER: &[u8] = b"reclaim-bucket/";
 /// The value of a bucket marker: a format byte.
 const MARKER_VALUE: &[u8] = &[1];
 
+/// Prefix of the bucket markers of the expiry index, as [`BUCKET_MARKER`]'s.
+const EXPIRY_MARKER: &[u8] = b"expiry-bucket/";
+
+/// A queue bucketed by due time and sharded by blob key: the reclaim queue, or the expiry index
+/// ([`crate::ledger::expiry`]), whose keys, bucket markers and passes are laid out alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// [`Namespace::ReclaimBucket`].
+    Reclaim,
+    /// [`Namespace::ExpiryBucket`].
+    Expiry,
+}
+
+impl Queue {
+    /// The queue's namespace.
+    pub(crate) fn ns(self) -> Namespace {
+        match self {
+            Queue::Reclaim => Namespace::ReclaimBucket,
+            Queue::Expiry => Namespace::ExpiryBucket,
+        }
+    }
+
+    /// The prefix of its bucket markers in [`Namespace::Meta`].
+    fn marker_prefix(self) -> &'static [u8] {
+        match self {
+            Queue::Reclaim => BUCKET_MARKER,
+            Queue::Expiry => EXPIRY_MARKER,
+        }
+    }
+
+    /// The buckets whose markers this process wrote.
+    fn marked_here(self, inner: &Inner) -> &std::sync::Mutex<std::collections::BTreeSet<u64>> {
+        match self {
+            Queue::Reclaim => &inner.marked_buckets,
+            Queue::Expiry => &inner.marked_expiry_buckets,
+        }
+    }
+}
+
 /// Partitions of the queue read at once where a pass is not told otherwise (its own checks of other shards).
 const PARTITIONS_AT_ONCE: usize = 16;
 
@@ -73,6 +113,8 @@ pub struct ReclaimReport {
     pub undecodable: u64,
     /// Due entries left in place because a put of that version still holds a live intent.
     pub in_flight: u64,
+    /// Blobs deleted because their expiry passed, found through the expiry index (a pass over the index only).
+    pub expired: u64,
 }
 
 /// A queued deletion of one version's chunks. Record key in [`Namespace::ReclaimBucket`]: bucket (due time ÷
@@ -104,16 +146,14 @@ fn partition(bucket: u64, shard: u8) -> [u8; 9] {
 }
 
 /// The bucket of due time `due_micros`.
-fn bucket_of(due_micros: u64) -> u64 {
+pub(crate) fn bucket_of(due_micros: u64) -> u64 {
     due_micros / BUCKET_MICROS
 }
 
 impl ReclaimEntry {
     /// The entry's record key and value in [`Namespace::ReclaimBucket`].
     pub(crate) fn encode(&self) -> (Vec<u8>, Bytes) {
-        let mut k = Vec::with_capacity(33 + self.key.len());
-        k.extend_from_slice(&partition_of(self.due_micros, &self.key));
-        k.extend_from_slice(&self.legacy_key());
+        let k = bucketed_key(self.due_micros, self.version, &self.key);
         (k, self.value())
     }
 
@@ -140,22 +180,7 @@ impl ReclaimEntry {
     /// reclaim pass deletes chunks salt by salt: a damaged count must not make it loop billions of times).
     pub(crate) fn decode(ns: Namespace, k: &Bytes, v: &Bytes) -> Result<Self> {
         let corrupt = |detail: String| Error::corrupt("reclaim entry", detail);
-        let mut key = Reader::new(k.clone(), &corrupt);
-        let part = match ns.partition_len() {
-            0 => None,
-            _ => Some((key.u64_be()?, key.u8()?)),
-        };
-        let (due_micros, version) = (key.u64_be()?, VersionId(key.u128_be()?));
-        let key = key.rest_nonempty()?;
-        if let Some((bucket, shard)) = part {
-            let (due_bucket, key_shard) = (bucket_of(due_micros), shards::shard_of(&key));
-            if (bucket, shard) != (due_bucket, key_shard) {
-                return Err(corrupt(format!(
-                    "in partition (bucket {bucket}, shard {shard}), but its due time and key place it in \
-                     (bucket {due_bucket}, shard {key_shard})"
-                )));
-            }
-        }
+        let (due_micros, version, key) = entry_key(ns, k)?;
         let mut r = Reader::new(v.clone(), &corrupt);
         let format = r.u8()?;
         if format != ENTRY_FORMAT {
@@ -182,6 +207,45 @@ impl ReclaimEntry {
     }
 }
 
+/// Decodes the key of an entry of a bucketed queue (or of the [`Namespace::Reclaim`] of earlier builds, `ns`
+/// saying which): its due time, version and blob key; fails with [`Error::Corrupt`] for a key that does not decode
+/// or lies in another partition than its due time and blob key say.
+pub(crate) fn entry_key(ns: Namespace, k: &Bytes) -> Result<(u64, VersionId, Bytes)> {
+    let what = match ns {
+        Namespace::ExpiryBucket => "expiry index entry",
+        _ => "reclaim entry",
+    };
+    let corrupt = |detail: String| Error::corrupt(what, detail);
+    let mut key = Reader::new(k.clone(), &corrupt);
+    let part = match ns.partition_len() {
+        0 => None,
+        _ => Some((key.u64_be()?, key.u8()?)),
+    };
+    let (due_micros, version) = (key.u64_be()?, VersionId(key.u128_be()?));
+    let key = key.rest_nonempty()?;
+    if let Some((bucket, shard)) = part {
+        let (due_bucket, key_shard) = (bucket_of(due_micros), shards::shard_of(&key));
+        if (bucket, shard) != (due_bucket, key_shard) {
+            return Err(corrupt(format!(
+                "in partition (bucket {bucket}, shard {shard}), but its due time and key place it in \
+                 (bucket {due_bucket}, shard {key_shard})"
+            )));
+        }
+    }
+    Ok((due_micros, version, key))
+}
+
+/// The record key of an entry of a bucketed queue: its partition (bucket of `due_micros`, shard of `key`), then
+/// `due_micros` and `version` (big-endian, so that a partition sorts by due time) and `key`.
+pub(crate) fn bucketed_key(due_micros: u64, version: VersionId, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(33 + key.len());
+    k.extend_from_slice(&partition_of(due_micros, key));
+    k.extend_from_slice(&due_micros.to_be_bytes());
+    k.extend_from_slice(&version.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
 /// The chunks of one version, as a reclaim entry records them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChunkSet {
@@ -200,7 +264,7 @@ pub(crate) async fn enqueue(
     queued_at: u64,
 ) -> Result<Vec<u8>> {
     let entry = entry(inner, blob, chunks, queued_at);
-    mark_bucket(inner, bucket_of(entry.due_micros)).await?;
+    mark_bucket(inner, Queue::Reclaim, bucket_of(entry.due_micros)).await?;
     let (k, v) = entry.encode();
     inner
         .backend
@@ -209,15 +273,16 @@ pub(crate) async fn enqueue(
     Ok(k)
 }
 
-/// The key of the marker of `bucket` in [`Namespace::Meta`].
-fn marker_key(bucket: u64) -> Vec<u8> {
-    [BUCKET_MARKER, &bucket.to_be_bytes()].concat()
+/// The key of the marker of `bucket` of `queue` in [`Namespace::Meta`].
+fn marker_key(queue: Queue, bucket: u64) -> Vec<u8> {
+    [queue.marker_prefix(), &bucket.to_be_bytes()].concat()
 }
 
-/// Writes the marker of `bucket`, unless this process wrote it before: a pass finds the buckets by their markers.
-async fn mark_bucket(inner: &Inner, bucket: u64) -> Result<()> {
-    if inner
-        .marked_buckets
+/// Writes the marker of `bucket` of `queue`, unless this process wrote it before: a pass finds the buckets by
+/// their markers.
+pub(crate) async fn mark_bucket(inner: &Inner, queue: Queue, bucket: u64) -> Result<()> {
+    if queue
+        .marked_here(inner)
         .lock()
         .is_ok_and(|marked| marked.contains(&bucket))
     {
@@ -227,22 +292,23 @@ async fn mark_bucket(inner: &Inner, bucket: u64) -> Result<()> {
         .backend
         .put_record(
             Namespace::Meta,
-            &marker_key(bucket),
+            &marker_key(queue, bucket),
             Bytes::from_static(MARKER_VALUE),
             &Precondition::None,
         )
         .await?;
-    remember_marked(inner, &[bucket]);
+    remember_marked(inner, queue, &[bucket]);
     Ok(())
 }
 
-/// The buckets whose markers are set, in order.
-async fn marked(inner: &Inner) -> Result<Vec<u64>> {
+/// The buckets of `queue` whose markers are set, in order.
+async fn marked(inner: &Inner, queue: Queue) -> Result<Vec<u64>> {
     let mut out = Vec::new();
-    let mut pages = inner.scan(Namespace::Meta, BUCKET_MARKER, None);
+    let prefix = queue.marker_prefix();
+    let mut pages = inner.scan(Namespace::Meta, prefix, None);
     while let Some(page) = pages.next_page().await? {
         for (k, _) in page {
-            match <[u8; 8]>::try_from(&k[BUCKET_MARKER.len()..]) {
+            match <[u8; 8]>::try_from(&k[prefix.len()..]) {
                 Ok(b) => out.push(u64::from_be_bytes(b)),
                 Err(_) => tracing::warn!(
                     "{}: left out",
@@ -282,7 +348,7 @@ pub(crate) async fn withdraw(inner: &Inner, entry_key: &[u8]) -> Result<()> {
 /// shard of each marked bucket.
 async fn partitions(inner: &Inner) -> Result<Vec<(Namespace, Vec<u8>)>> {
     let mut out = vec![(Namespace::Reclaim, Vec::new())];
-    for bucket in marked(inner).await? {
+    for bucket in marked(inner, Queue::Reclaim).await? {
         out.extend(
             shards::all()
                 .map(|shard| (Namespace::ReclaimBucket, partition(bucket, shard).to_vec())),
@@ -300,19 +366,32 @@ async fn partitions(inner: &Inner) -> Result<Vec<(Namespace, Vec<u8>)>> {
 pub(crate) async fn stored(
     backend: &dyn crate::backend::ChunkStore,
 ) -> Result<Vec<(Bytes, Bytes)>> {
+    stored_in(backend, Queue::Reclaim).await
+}
+
+/// Every entry of `queue` as stored, in order within each partition (for tests and tools).
+///
+/// # Errors
+/// The backend's.
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) async fn stored_in(
+    backend: &dyn crate::backend::ChunkStore,
+    queue: Queue,
+) -> Result<Vec<(Bytes, Bytes)>> {
+    let prefix = queue.marker_prefix();
     let markers = backend
-        .scan_records(Namespace::Meta, BUCKET_MARKER, None, usize::MAX)
+        .scan_records(Namespace::Meta, prefix, None, usize::MAX)
         .await?;
     let mut out = Vec::new();
     for (k, _) in markers {
-        let Ok(bucket) = <[u8; 8]>::try_from(&k[BUCKET_MARKER.len()..]) else {
+        let Ok(bucket) = <[u8; 8]>::try_from(&k[prefix.len()..]) else {
             continue;
         };
         for shard in shards::all() {
             let part = partition(u64::from_be_bytes(bucket), shard);
             out.extend(
                 backend
-                    .scan_records(Namespace::ReclaimBucket, &part, None, usize::MAX)
+                    .scan_records(queue.ns(), &part, None, usize::MAX)
                     .await?,
             );
         }
@@ -385,28 +464,42 @@ pub(crate) fn schedule_changes(
             Precondition::None,
         ));
     }
+    let buckets = marker_changes(inner, Queue::Reclaim, buckets, &mut changes);
+    (changes, buckets)
+}
+
+/// Adds to `changes` the writes of the markers of `buckets` of `queue` that this process has not written before;
+/// returns those buckets, for [`remember_marked`] once the changes are written.
+pub(crate) fn marker_changes(
+    inner: &Inner,
+    queue: Queue,
+    mut buckets: Vec<u64>,
+    changes: &mut Vec<RecordChange>,
+) -> Vec<u64> {
     buckets.sort_unstable();
     buckets.dedup();
-    if let Ok(marked) = inner.marked_buckets.lock() {
+    if let Ok(marked) = queue.marked_here(inner).lock() {
         buckets.retain(|b| !marked.contains(b));
     }
     for bucket in &buckets {
         let marker = Bytes::from_static(MARKER_VALUE);
         changes.push(RecordChange::put(
             Namespace::Meta,
-            marker_key(*bucket),
+            marker_key(queue, *bucket),
             marker,
             Precondition::None,
         ));
     }
-    (changes, buckets)
+    buckets
 }
 
-/// Notes that the markers of `buckets` are written, so that this process does not write them again.
-pub(crate) fn remember_marked(inner: &Inner, buckets: &[u64]) {
-    if let (Ok(mut marked), Some(last)) = (inner.marked_buckets.lock(), buckets.iter().max()) {
-        // A pass drops the markers of buckets that are over; the writes of this process go to later ones.
-        marked.retain(|b| b.saturating_add(8) > *last);
+/// Notes that the markers of `buckets` of `queue` are written, so that this process does not write them again.
+pub(crate) fn remember_marked(inner: &Inner, queue: Queue, buckets: &[u64]) {
+    if let Ok(mut marked) = queue.marked_here(inner).lock() {
+        // A pass drops the markers of buckets that are over, where no entry goes any more: forgotten here too. (The
+        // expiry index's entries may go to buckets far ahead, each remembered until it is over.)
+        let current = bucket_of(inner.now_micros());
+        marked.retain(|b| b.saturating_add(1) >= current);
         marked.extend(buckets);
     }
 }
@@ -495,6 +588,8 @@ pub(crate) async fn run(
 ) -> Result<ReclaimReport> {
     let started = inner.now_micros();
     let pass = Pass {
+        queue: Queue::Reclaim,
+        delete_expired: None,
         inner,
         cutoff,
         dry_run,
@@ -503,40 +598,53 @@ pub(crate) async fn run(
         held,
         at_once,
     };
-    let mut report = match held.has(0) {
+    let report = match held.has(0) {
         true => pass.run_legacy().await?,
         false => ReclaimReport::default(),
     };
-    let mut future_bucket = None;
-    for bucket in marked(inner).await? {
-        if bucket.saturating_mul(BUCKET_MICROS) > cutoff {
-            future_bucket = Some(bucket);
-            break;
-        }
-        pass.drain_bucket(bucket, &mut report).await?;
-    }
-    if report.next_due_micros.is_none()
-        && let Some(bucket) = future_bucket
-    {
-        report.next_due_micros = first_due(inner, bucket).await?;
-    }
-    Ok(report)
+    pass.drain_due(report).await
 }
 
-/// The due time of the first entry of `bucket`, if it holds any.
-async fn first_due(inner: &Inner, bucket: u64) -> Result<Option<u64>> {
+/// Deletes the blobs whose expiry has passed by `now`, found through the expiry index ([`crate::ledger::expiry`]),
+/// for keys starting with `prefix` (only counting when `dry_run`), in the shards `held` holds: every due bucket of
+/// the index, drained and dropped as the reclaim queue's, each expired blob deleted by `delete`. The report counts
+/// [`ReclaimReport::expired`].
+pub(crate) async fn run_expiry<'a>(
+    inner: &'a Inner,
+    now: u64,
+    dry_run: bool,
+    prefix: &'a [u8],
+    held: &'a Held,
+    at_once: usize,
+    delete: &'a DeleteExpired<'a>,
+) -> Result<ReclaimReport> {
+    let pass = Pass {
+        queue: Queue::Expiry,
+        delete_expired: Some(delete),
+        inner,
+        cutoff: now,
+        dry_run,
+        prefix,
+        now,
+        held,
+        at_once,
+    };
+    pass.drain_due(ReclaimReport::default()).await
+}
+
+/// The due time of the first entry of `bucket` of `queue`, if it holds any.
+async fn first_due(inner: &Inner, queue: Queue, bucket: u64) -> Result<Option<u64>> {
     let firsts = futures::stream::iter(shards::all())
         .map(|shard| async move {
             let part = partition(bucket, shard);
             let page = inner
                 .backend
-                .scan_records(Namespace::ReclaimBucket, &part, None, 1)
+                .scan_records(queue.ns(), &part, None, 1)
                 .await?;
-            Ok::<_, Error>(page.first().and_then(|(k, v)| {
-                ReclaimEntry::decode(Namespace::ReclaimBucket, k, v)
-                    .ok()
-                    .map(|e| e.due_micros)
-            }))
+            Ok::<_, Error>(
+                page.first()
+                    .and_then(|(k, _)| entry_key(queue.ns(), k).ok().map(|(due, _, _)| due)),
+            )
         })
         .buffer_unordered(PARTITIONS_AT_ONCE);
     let firsts: Vec<Option<u64>> = firsts.try_collect().await?;
@@ -544,7 +652,7 @@ async fn first_due(inner: &Inner, bucket: u64) -> Result<Option<u64>> {
 }
 
 /// What a pass does with one entry.
-enum Handled {
+pub(crate) enum Handled {
     /// Its chunks are gone (or it was dropped as still current): the entry may go.
     Done,
     /// Left in place, due at this time: awaiting its commit, or held by a live put.
@@ -557,6 +665,10 @@ enum Handled {
 
 /// One reclaim pass's settings.
 struct Pass<'a> {
+    /// The queue it drains.
+    queue: Queue,
+    /// For the expiry index: how an expired blob is deleted.
+    delete_expired: Option<&'a DeleteExpired<'a>>,
     inner: &'a Inner,
     cutoff: u64,
     dry_run: bool,
@@ -570,6 +682,24 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// Drains every due bucket of the queue, adding to `report`; notes when the first entry not due is.
+    async fn drain_due(&self, mut report: ReclaimReport) -> Result<ReclaimReport> {
+        let mut future_bucket = None;
+        for bucket in marked(self.inner, self.queue).await? {
+            if bucket.saturating_mul(BUCKET_MICROS) > self.cutoff {
+                future_bucket = Some(bucket);
+                break;
+            }
+            self.drain_bucket(bucket, &mut report).await?;
+        }
+        if report.next_due_micros.is_none()
+            && let Some(bucket) = future_bucket
+        {
+            report.next_due_micros = first_due(self.inner, self.queue, bucket).await?;
+        }
+        Ok(report)
+    }
+
     /// Drains every shard of `bucket` this pass holds, `at_once` at a time, adding to `report`. When the bucket is over
     /// (its end plus the clock margin has passed, so that no entry can be queued in it any more) and due whole, a
     /// partition drained whole is dropped with one deletion, and a bucket with nothing left loses its marker.
@@ -594,7 +724,7 @@ impl Pass<'_> {
                     let page = self
                         .inner
                         .backend
-                        .scan_records(Namespace::ReclaimBucket, &part, None, 1)
+                        .scan_records(self.queue.ns(), &part, None, 1)
                         .await?;
                     Ok::<_, Error>(page.is_empty())
                 });
@@ -607,7 +737,11 @@ impl Pass<'_> {
         if over && emptied && !self.dry_run {
             self.inner
                 .backend
-                .delete_record(Namespace::Meta, &marker_key(bucket), &Precondition::None)
+                .delete_record(
+                    Namespace::Meta,
+                    &marker_key(self.queue, bucket),
+                    &Precondition::None,
+                )
                 .await?;
         }
         Ok(())
@@ -617,7 +751,7 @@ impl Pass<'_> {
     /// of a bucket that is `over`, drained whole, is dropped with one deletion; otherwise each entry done is
     /// removed.
     async fn drain_partition(&self, part: [u8; 9], over: bool) -> Result<(ReclaimReport, bool)> {
-        let ns = Namespace::ReclaimBucket;
+        let ns = self.queue.ns();
         let mut report = ReclaimReport::default();
         let mut done = Vec::new();
         let mut left = false;
@@ -645,7 +779,10 @@ impl Pass<'_> {
             self.inner.backend.drop_partition(ns, &part).await?;
         } else {
             for k in &done {
-                withdraw(self.inner, k).await?;
+                self.inner
+                    .backend
+                    .delete_record(ns, k, &Precondition::None)
+                    .await?;
             }
         }
         Ok((report, !left))
@@ -660,6 +797,10 @@ impl Pass<'_> {
         v: &Bytes,
         report: &mut ReclaimReport,
     ) -> Result<Handled> {
+        if let Some(delete) = self.delete_expired {
+            let (inner, now, dry_run, prefix) = (self.inner, self.now, self.dry_run, self.prefix);
+            return handle_expiry(inner, k, v, now, dry_run, prefix, delete, report).await;
+        }
         let entry = match ReclaimEntry::decode(ns, k, v) {
             Ok(entry) => entry,
             Err(e) => {
@@ -713,6 +854,85 @@ impl Pass<'_> {
     }
 }
 
+/// Deletes blob `key`'s expired manifest, stored as the record given, if it is still the current one; returns
+/// whether it was. gc gives the store's conditional delete (`store/delete.rs`): the ledger writes no manifest.
+pub(crate) type DeleteExpired<'a> =
+    dyn Fn(Bytes, Bytes) -> futures::future::BoxFuture<'a, Result<bool>> + Send + Sync + 'a;
+
+/// Format byte of an expiry index entry's value.
+pub(crate) const EXPIRY_ENTRY_FORMAT: u8 = 1;
+
+/// Handles expiry index entry `k`, `v` (`ledger/expiry.rs`) at `now`: deletes its blob when the blob's current manifest has expired (counting
+/// in `report`); done with it when the blob is gone, was put again without that expiry, or does not decode. Left
+/// in place: entries not due, outside `prefix`, that do not decode, and those whose version is later than the
+/// current one within the commit window (its commit may still land).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn handle_expiry(
+    inner: &Inner,
+    k: &Bytes,
+    v: &Bytes,
+    now: u64,
+    dry_run: bool,
+    prefix: &[u8],
+    delete: &DeleteExpired<'_>,
+    report: &mut ReclaimReport,
+) -> Result<Handled> {
+    let (expires, version, key) = match decode_expiry(k, v) {
+        Ok(entry) => entry,
+        Err(e) => {
+            tracing::warn!("{e}: left in place");
+            report.undecodable += 1;
+            return Ok(Handled::Skipped);
+        }
+    };
+    if expires > now {
+        // A partition is sorted by expiry: nothing after this entry is due either.
+        report.next_due_micros = Some(report.next_due_micros.map_or(expires, |d| d.min(expires)));
+        return Ok(Handled::NotDue);
+    }
+    if !key.starts_with(prefix) {
+        return Ok(Handled::Skipped);
+    }
+    let Some(raw) = inner.backend.get_record(Namespace::Manifest, &key).await? else {
+        return Ok(Handled::Done);
+    };
+    let manifest = match inner.decode_manifest(&key, &raw) {
+        Ok(m) => m,
+        // Damaged: fsck's to report, `rm`'s to remove; the index has nothing more to do with it.
+        Err(_) => return Ok(Handled::Done),
+    };
+    if !manifest.is_expired(now) {
+        if manifest.version < version && now < expires.saturating_add(COMMIT_WINDOW_MICROS) {
+            // An earlier version is current: the commit that wrote this entry may not have landed yet.
+            report.awaiting_commit += 1;
+            return Ok(Handled::Kept(expires));
+        }
+        return Ok(Handled::Done);
+    }
+    if dry_run || delete(key, raw).await? {
+        report.expired += 1;
+    }
+    Ok(Handled::Done)
+}
+
+/// Decodes an expiry index entry: expiry time, version, blob key.
+pub(crate) fn decode_expiry(
+    k: &Bytes,
+    v: &Bytes,
+) -> Result<(u64, crate::base::version::VersionId, Bytes)> {
+    let entry = entry_key(Namespace::ExpiryBucket, k)?;
+    let corrupt = |detail: String| Error::corrupt("expiry index entry", detail);
+    let mut r = Reader::new(v.clone(), &corrupt);
+    let format = r.u8()?;
+    if format != EXPIRY_ENTRY_FORMAT {
+        return Err(corrupt(format!(
+            "unknown format byte {format} (expected {EXPIRY_ENTRY_FORMAT})"
+        )));
+    }
+    r.end()?;
+    Ok(entry)
+}
+
 impl ReclaimReport {
     /// Adds what a pass over another partition did.
     fn add(&mut self, other: &ReclaimReport) {
@@ -723,6 +943,7 @@ impl ReclaimReport {
         self.awaiting_commit += other.awaiting_commit;
         self.undecodable += other.undecodable;
         self.in_flight += other.in_flight;
+        self.expired += other.expired;
         self.next_due_micros = match (self.next_due_micros, other.next_due_micros) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -52,6 +52,10 @@ pub(crate) struct Inner {
     /// The buckets of the reclaim queue whose markers this process wrote (`ledger/reclaim.rs`): each is written
     /// once per process, not with every entry.
     pub(crate) marked_buckets: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    /// The same for the buckets of the expiry index.
+    pub(crate) marked_expiry_buckets: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    /// On a store one process owns, its turns (`ledger/turns.rs`): record key → record, kept here instead.
+    pub(crate) turns: std::sync::Mutex<std::collections::HashMap<Vec<u8>, bytes::Bytes>>,
     /// Whether a gc pass of this process found the intents of earlier builds ([`crate::backend::Namespace::Intent`])
     /// gone: then reads of a version's intent no longer look there (nothing writes there any more).
     pub(crate) legacy_intents_gone: std::sync::atomic::AtomicBool,

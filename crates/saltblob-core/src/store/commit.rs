@@ -14,6 +14,9 @@
 //! asks for a commit group ([`crate::backend::SinkShape::commit_group`]), the entries and the write are one atomic
 //! group instead, and nothing is queued before.
 //!
+//! A version with an expiry gets its entry in the expiry index ([`crate::ledger::expiry`]) the same way: before
+//! the write, or in its group.
+//!
 //! On a backend whose conditional writes are cheap (those that report the replaced record), a change that
 //! expects nothing ([`Expect::Any`]) is written as a compare-and-set on the record it read and queued, and reads,
 //! queues and tries again (under [`Backoff::COMMIT_CAS`]) when another writer committed in between: what it
@@ -41,8 +44,9 @@ use crate::base::error::{Error, Result};
 use crate::base::retry::Backoff;
 use crate::base::version::VersionId;
 use crate::format::manifest::{Manifest, ManifestBody};
+use crate::ledger::expiry;
 use crate::ledger::intent::IntentLease;
-use crate::ledger::reclaim;
+use crate::ledger::reclaim::{self, Queue};
 use crate::state::Inner;
 use crate::state::config::PutCondition;
 
@@ -296,6 +300,10 @@ async fn write(
         (CommitChunks::InGroup(chunks), Some(_)) => Some(Group::Chunks(chunks)),
         _ => None,
     };
+    // A version with an expiry is in the expiry index before it can be current (in the group, where there is one).
+    if let (Some(m), None) = (new, group) {
+        expiry::index(inner, key, m).await.map_err(NotWritten)?;
+    }
     let mut tries = Backoff::COMMIT_CAS.start();
     loop {
         // A delete where reads are exact (compare-and-set backends) that finds nothing writes nothing: the
@@ -439,7 +447,7 @@ fn not_issued(e: Error) -> Failure {
 }
 
 /// The manifest write of [`write`] as one atomic group with the reclaim entries of what `replaces` names and
-/// `manifest` does not (queued at `queued_at`), and either the removal of the put's intent
+/// `manifest` does not (queued at `queued_at`), `manifest`'s expiry index entry if it has an expiry, and either the removal of the put's intent
 /// ([`IntentLease::commit_group`]) or the put's chunks; reported as the manifest write alone.
 async fn write_group(
     inner: &Inner,
@@ -453,6 +461,7 @@ async fn write_group(
     let (mut changes, marked) = replaces.map_or_else(Default::default, |old| {
         reclaim::schedule_changes(inner, key, old, Some(manifest), queued_at)
     });
+    let marked_expiry = expiry::index_changes(inner, key, manifest, &mut changes);
     let at = changes.len();
     changes.push(RecordChange::put(
         Namespace::Manifest,
@@ -470,7 +479,8 @@ async fn write_group(
         }
     };
     if let Ok(GroupWrite::Done(_)) = &written {
-        reclaim::remember_marked(inner, &marked);
+        reclaim::remember_marked(inner, Queue::Reclaim, &marked);
+        reclaim::remember_marked(inner, Queue::Expiry, &marked_expiry);
     }
     match written {
         Ok(GroupWrite::Done(previous)) => previous

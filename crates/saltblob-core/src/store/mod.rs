@@ -168,6 +168,8 @@ impl BlobStore {
                 config,
                 running: Arc::default(),
                 marked_buckets: std::sync::Mutex::default(),
+                marked_expiry_buckets: std::sync::Mutex::default(),
+                turns: std::sync::Mutex::default(),
                 legacy_intents_gone: std::sync::atomic::AtomicBool::new(false),
             }),
         })

@@ -6,7 +6,10 @@
 //! - a writer dies (or is cancelled) between its first chunk and its commit: its intent (see `intent/`)
 //!   expires. gc takes such an intent over and queues the put's chunks for reclaim.
 //!
-//! A gc pass handles the intents, then runs one reclaim pass, asks the backend to return the freed space and, for
+//! Expired blobs are found through the expiry index (`ledger/expiry.rs`), and those earlier builds put by a pass
+//! over every manifest ([`GcOptions::full_expiry_every`]).
+//!
+//! A gc pass handles the intents, deletes the expired blobs, then runs one reclaim pass, asks the backend to return the freed space and, for
 //! the whole store, runs the backend's own upkeep ([`crate::backend::ChunkStore::maintain`]).
 
 use std::time::Duration;
@@ -20,6 +23,7 @@ use crate::base::timing::CLOCK_MARGIN_MICROS;
 use crate::base::units::micros;
 use crate::ledger::liveness::{self, Ownership};
 use crate::ledger::reclaim::{self, ChunkSet, ReclaimReport};
+use crate::ledger::turns::{self, MAX_TURN_NAME, MAX_TURN_TOKEN, Turn};
 use crate::ledger::work::{self, Held};
 use crate::ledger::{intent, shards};
 use crate::schedule;
@@ -33,6 +37,9 @@ use crate::store::pass::{PassEvent, PassOptions, unread_error};
 /// (tombstones on Cassandra) of the intents of long-committed puts again and again. (Segments' intents, in
 /// [`Namespace::ParkedIntent`], live for hours: they are read whole, so that they hold no mark back.)
 const INTENT_WATERMARK: &[u8] = b"sharded-intent-watermark";
+
+/// The turn of the pass over every manifest for expired blobs ([`GcOptions::full_expiry_every`]).
+const EXPIRY_TURN: &str = "gc-expiry";
 
 /// The same mark of the single-partition [`Namespace::Intent`] of earlier builds.
 const LEGACY_INTENT_WATERMARK: &[u8] = b"intent-watermark";
@@ -52,6 +59,11 @@ pub struct GcOptions {
     /// Partitions of the intents and of the reclaim queue worked on at once. Defaults to 16; 1 handles one entry
     /// at a time, as builds before the sharded queue did.
     pub parallel: Option<usize>,
+    /// Every pass deletes the expired blobs that the expiry index holds (`ledger/expiry.rs`: every version put
+    /// with an expiry since the index exists); a pass over every manifest finds those that earlier builds put.
+    /// With this set, that pass runs once per this period in one of the runners sharing the store, by turn
+    /// ([`BlobStore::take_turn`]), as in a gateway's upkeep loop. Defaults to `None`: every gc pass makes it.
+    pub full_expiry_every: Option<Duration>,
 }
 
 impl GcOptions {
@@ -75,6 +87,12 @@ impl GcOptions {
     /// Sets [`GcOptions::prefix`].
     pub fn with_prefix(mut self, prefix: impl Into<Bytes>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`GcOptions::full_expiry_every`].
+    pub fn with_full_expiry_every(mut self, every: Duration) -> Self {
+        self.full_expiry_every = Some(every);
         self
     }
 
@@ -104,7 +122,8 @@ pub struct GcReport {
     /// Chunks the abandoned puts had written, as of their last lease renewal (a lower bound).
     pub abandoned_chunks: u64,
     /// Blobs past their expiry ([`crate::state::config::PutOptions::ttl`]): deleted, their versions queued for reclaim (freed
-    /// once the grace period has passed, as a deleted version's).
+    /// once the grace period has passed, as a deleted version's). Found through the expiry index, or by the pass
+    /// over every manifest.
     pub expired: u64,
     /// What the reclaim queue pass freed (superseded and deleted versions, and the abandoned puts once due).
     pub reclaim: ReclaimReport,
@@ -112,6 +131,9 @@ pub struct GcReport {
     pub space: Option<SpaceReport>,
     /// Shares of the intents and the reclaim queue (16 in all) that another runner held: left to it.
     pub shares_skipped: u64,
+    /// Whether the pass over every manifest for expired blobs was left to another runner or to a later pass (it
+    /// ran within its period: [`GcOptions::full_expiry_every`]). The expiry index was read all the same.
+    pub full_expiry_skipped: bool,
 }
 
 /// Stops the background garbage collector started by [`crate::store::BlobStore::spawn_gc`] when dropped.
@@ -196,14 +218,42 @@ async fn pass(store: &BlobStore, opts: &GcOptions, held: &Held, now: u64) -> Res
     ] {
         gc_intents(inner, ns, mark, opts, held, now, &mut report).await?;
     }
-    expire(store, &opts.prefix, now, opts.dry_run, &mut report).await?;
+    let at_once = opts.partitions_at_once();
+    let full_every = opts
+        .full_expiry_every
+        .filter(|_| !opts.dry_run && opts.prefix.is_empty());
+    // A dry run makes the pass over every manifest, which counts what the index holds too.
+    if !opts.dry_run {
+        let delete = |key: Bytes, raw: Bytes| -> futures::future::BoxFuture<'_, Result<bool>> {
+            Box::pin(async move { crate::store::delete::delete_expired(inner, &key, raw).await })
+        };
+        let indexed =
+            reclaim::run_expiry(inner, now, false, &opts.prefix, held, at_once, &delete).await?;
+        report.expired += indexed.expired;
+    }
+    match full_every {
+        None => expire(store, &opts.prefix, now, opts.dry_run, &mut report).await?,
+        Some(every) => match store.take_turn(EXPIRY_TURN, b"").await? {
+            None => report.full_expiry_skipped = true,
+            Some(turn) => match expire(store, &opts.prefix, now, false, &mut report).await {
+                Ok(()) => {
+                    // A tenth early: the runner whose tick comes next takes it, not the one after.
+                    let next = now.saturating_add(micros(every) / 10 * 9);
+                    turn.done(next).await?;
+                }
+                Err(e) => {
+                    turn.give_back().await;
+                    return Err(e);
+                }
+            },
+        },
+    }
     let config_grace = micros(inner.config.grace);
     let cutoff = match opts.grace.map(micros) {
         Some(0) => u64::MAX,
         Some(g) => now.saturating_add(config_grace).saturating_sub(g),
         None => now,
     };
-    let at_once = opts.partitions_at_once();
     report.reclaim = reclaim::run(inner, cutoff, opts.dry_run, &opts.prefix, held, at_once).await?;
     if !opts.dry_run && report.reclaim.versions > 0 {
         report.space = inner.backend.reclaim_space().await?;
@@ -214,7 +264,8 @@ async fn pass(store: &BlobStore, opts: &GcOptions, held: &Held, now: u64) -> Res
     Ok(report)
 }
 
-/// Deletes the blobs under `prefix` whose expiry is past, counting them: a pass over every manifest under it
+/// Deletes the blobs under `prefix` whose expiry is past, counting them: a pass over every manifest under it, for
+/// the versions earlier builds put, which the expiry index does not hold
 /// (by the backend's ranges for the whole store, in key order under a prefix; see [`BlobStore::pass`]). A
 /// range left unread after retries fails the pass once the others are done.
 async fn expire(
@@ -516,6 +567,27 @@ impl BlobStore {
         schedule::in_class(self.maintenance_class(), run(self, opts)).await
     }
 
+    /// Takes turn `name` for a task that one runner of the store should do at a time and per period, with
+    /// `token` naming what the task applies (a turn done under another token is taken again); `None` when another
+    /// runner holds the turn or did the task and its period has not ended. See `ledger/turns.rs`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name that is empty or longer than [`MAX_TURN_NAME`] bytes, or a token
+    /// longer than [`MAX_TURN_TOKEN`]; the backend's.
+    pub async fn take_turn(&self, name: &str, token: &[u8]) -> Result<Option<Turn>> {
+        if name.is_empty() || name.len() > MAX_TURN_NAME || token.len() > MAX_TURN_TOKEN {
+            return Err(Error::invalid(
+                "turn",
+                format!(
+                    "a turn's name is 1 to {MAX_TURN_NAME} bytes and its token at most {MAX_TURN_TOKEN}: got {} and {}",
+                    name.len(),
+                    token.len()
+                ),
+            ));
+        }
+        turns::take(&self.inner, name, token).await
+    }
+
     /// Runs [`BlobStore::gc`] every `every` in a background task until the handle is dropped; failures are
     /// logged and retried at the next tick. Needs a Tokio runtime.
     pub fn spawn_gc(&self, every: Duration, opts: GcOptions) -> GcHandle {
@@ -529,8 +601,11 @@ mod tests {
 
     use super::*;
     use crate::backend::ChunkStore;
+    use crate::backend::Precondition;
     use crate::backend::memory::MemoryStore;
     use crate::base::clock::{Clock, OffsetClock};
+    use crate::base::version::VersionId;
+    use crate::ledger::reclaim::Queue;
     use crate::state::config::{PutOptions, StoreConfig};
     use crate::store::BlobStore;
 
@@ -740,5 +815,173 @@ mod tests {
         )
         .expect("store");
         store.gc(&GcOptions::new()).await.is_ok()
+    }
+
+    /// Removes the expiry index entries of `keys`, as if an earlier build (without the index) had put them.
+    async fn unindex(store: &BlobStore, keys: &[String]) {
+        for key in keys {
+            let m = store.head(key.as_str()).await.expect("head");
+            let k =
+                reclaim::bucketed_key(m.expires_micros.expect("expiry"), m.version, key.as_bytes());
+            store
+                .inner
+                .backend
+                .delete_record(Namespace::ExpiryBucket, &k, &Precondition::None)
+                .await
+                .expect("delete");
+        }
+    }
+
+    /// Expired blobs are found through the expiry index by every pass, even one that leaves the pass over every
+    /// manifest to another runner ([`GcOptions::full_expiry_every`]); blobs that an earlier build put (no index
+    /// entry) are found by that pass, which runs in one runner per period, and always in a pass without the
+    /// option (the CLI's). Once their buckets are over, the index's partitions are dropped.
+    #[tokio::test]
+    async fn expired_blobs_are_found_by_the_index_and_earlier_builds_by_the_full_pass() {
+        let clock = OffsetClock::new();
+        let backend = Arc::new(MemoryStore::new());
+        let config = StoreConfig::default().with_clock(clock.clone());
+        let a = BlobStore::new(backend.clone(), config.clone()).expect("store");
+        let b = BlobStore::new(backend.clone(), config).expect("store");
+        let every = Duration::from_secs(600);
+        let looped = GcOptions::new().with_full_expiry_every(every);
+        let first = a.gc(&looped).await.expect("gc");
+        assert!(
+            !first.full_expiry_skipped,
+            "the first runner takes the turn"
+        );
+        let short = PutOptions::new().with_ttl(Duration::from_secs(60));
+        let put = |prefix: &'static str, n: usize| {
+            let a = a.clone();
+            let short = short.clone();
+            async move {
+                let mut keys = Vec::new();
+                for i in 0..n {
+                    let key = format!("{prefix}/{i}");
+                    a.put(key.as_str(), Bytes::from_static(b"x"), &short)
+                        .await
+                        .expect("put");
+                    keys.push(key);
+                }
+                keys
+            }
+        };
+        put("t", 20).await;
+        let kept = a
+            .put("kept", Bytes::from_static(b"x"), &PutOptions::new())
+            .await
+            .expect("put");
+        assert_eq!(
+            reclaim::stored_in(&*backend, Queue::Expiry)
+                .await
+                .expect("index")
+                .len(),
+            20
+        );
+        clock.advance(Duration::from_secs(61));
+        let indexed = b.gc(&looped).await.expect("gc");
+        assert_eq!((indexed.expired, indexed.full_expiry_skipped), (20, true));
+
+        let legacy = put("u", 5).await;
+        unindex(&a, &legacy).await;
+        clock.advance(Duration::from_secs(61));
+        let missed = a.gc(&looped).await.expect("gc");
+        assert_eq!((missed.expired, missed.full_expiry_skipped), (0, true));
+        assert!(
+            matches!(a.get("u/0").await, Err(Error::NotFound { .. })),
+            "expired: not served"
+        );
+        clock.advance(every);
+        let full = b.gc(&looped).await.expect("gc");
+        assert_eq!(
+            (full.expired, full.full_expiry_skipped),
+            (5, false),
+            "the next period"
+        );
+
+        let by_hand = put("v", 3).await;
+        unindex(&a, &by_hand).await;
+        clock.advance(Duration::from_secs(61));
+        let cli = a.gc(&GcOptions::new()).await.expect("gc");
+        assert_eq!((cli.expired, cli.full_expiry_skipped), (3, false));
+
+        clock.advance(Duration::from_secs(20 * 60));
+        a.gc(&looped).await.expect("gc");
+        assert!(
+            reclaim::stored_in(&*backend, Queue::Expiry)
+                .await
+                .expect("index")
+                .is_empty()
+        );
+        let markers = backend
+            .scan_records(Namespace::Meta, b"expiry-bucket/", None, 10)
+            .await
+            .expect("markers");
+        assert!(markers.is_empty(), "{markers:?}");
+        assert_eq!(a.head("kept").await.expect("kept").version, kept.version);
+    }
+
+    /// An entry whose blob was put again without an expiry, or deleted, deletes nothing; one whose version is not
+    /// current stays for the commit window (its commit may still land), then goes.
+    #[tokio::test]
+    async fn an_index_entry_deletes_only_an_expired_current_version() {
+        let clock = OffsetClock::new();
+        let backend = Arc::new(MemoryStore::new());
+        let store = BlobStore::new(
+            backend.clone(),
+            StoreConfig::default().with_clock(clock.clone()),
+        )
+        .expect("store");
+        let short = PutOptions::new().with_ttl(Duration::from_secs(60));
+        for key in ["again", "gone"] {
+            store
+                .put(key, Bytes::from_static(b"x"), &short)
+                .await
+                .expect("put");
+        }
+        store
+            .put("again", Bytes::from_static(b"y"), &PutOptions::new())
+            .await
+            .expect("put again");
+        store.delete("gone").await.expect("delete");
+        // The entry of a commit that has not landed: another version of "pending", which has no expiry.
+        let current = store
+            .put("pending", Bytes::from_static(b"z"), &PutOptions::new())
+            .await
+            .expect("put");
+        let expires = clock.now_micros() + 60_000_000;
+        backend
+            .put_record(
+                Namespace::ExpiryBucket,
+                &reclaim::bucketed_key(expires, VersionId(current.version.0 + 1), b"pending"),
+                Bytes::from_static(&[1]),
+                &Precondition::None,
+            )
+            .await
+            .expect("entry");
+        clock.advance(Duration::from_secs(61));
+        let report = store.gc(&GcOptions::new()).await.expect("gc");
+        assert_eq!(report.expired, 0, "{report:?}");
+        let left = reclaim::stored_in(&*backend, Queue::Expiry)
+            .await
+            .expect("index");
+        assert_eq!(left.len(), 1, "the pending commit's entry: {left:?}");
+        clock.advance(Duration::from_secs(20 * 60));
+        let report = store.gc(&GcOptions::new()).await.expect("gc");
+        assert_eq!(report.expired, 0, "{report:?}");
+        assert!(
+            reclaim::stored_in(&*backend, Queue::Expiry)
+                .await
+                .expect("index")
+                .is_empty()
+        );
+        assert_eq!(
+            store.get("again").await.expect("kept"),
+            Bytes::from_static(b"y")
+        );
+        assert_eq!(
+            store.get("pending").await.expect("kept"),
+            Bytes::from_static(b"z")
+        );
     }
 }

@@ -180,11 +180,30 @@ impl Expirer {
             {
                 continue;
             }
-            expire_bucket(store, &bucket, &lifecycle, now, &mut expired).await?;
+            // One runner of the store (gateway) passes over a bucket per day and set of rules: the others skip
+            // it while its turn holds (`ledger/turns.rs` in saltblob-core), and take it up if the pass fails.
+            let token = blake3::hash(&lifecycle.encode());
+            let Some(turn) = store
+                .take_turn(&turn_name(&bucket), token.as_bytes())
+                .await?
+            else {
+                continue;
+            };
+            if let Err(e) = expire_bucket(store, &bucket, &lifecycle, now, &mut expired).await {
+                turn.give_back().await;
+                return Err(e);
+            }
+            turn.done(today.saturating_add(1).saturating_mul(DAY_MICROS))
+                .await?;
             self.done.insert(bucket, (today, lifecycle));
         }
         Ok(expired)
     }
+}
+
+/// The name of the turn of `bucket`'s daily pass.
+fn turn_name(bucket: &str) -> String {
+    format!("s3-lifecycle/{bucket}")
 }
 
 /// One pass of a fresh [`Expirer`]: deletes every object whose lifecycle expiry has passed.

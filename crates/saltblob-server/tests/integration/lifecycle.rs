@@ -247,3 +247,55 @@ async fn the_servers_gc_loop_applies_the_rules() {
         "{metrics}"
     );
 }
+
+/// Two gateways on one store (two stores on one backend): a day's lifecycle pass over a bucket runs in one of
+/// them, and each expired object is deleted once; the other skips the bucket until the next day, or until the
+/// rules change.
+#[tokio::test]
+async fn one_gateway_passes_over_a_bucket_per_day() {
+    let clock = OffsetClock::new();
+    let backend = Arc::new(saltblob_core::MemoryStore::new());
+    let config = StoreConfig::default().with_clock(clock.clone());
+    let first = saltblob::BlobStore::new(backend.clone(), config.clone()).expect("store");
+    let second = saltblob::BlobStore::new(backend, config).expect("store");
+    let s = TestServer::start_on(first.clone(), |c| c).await;
+    let c = &s.client;
+    assert_eq!(c.call("PUT", "/lcb").send().await.status, 200);
+    assert_eq!(put_rules(c, "lcb", RULES).await.status, 200);
+    for i in 0..4 {
+        assert_eq!(
+            c.put(&format!("/lcb/tmp/{i}"), &b"old"[..]).await.status,
+            200
+        );
+    }
+    clock.advance(Duration::from_secs(86_400 * 2 + 1));
+    let (mut a, mut b) = (
+        saltblob_server::Expirer::new(),
+        saltblob_server::Expirer::new(),
+    );
+    let by_a = a.pass(&first).await.expect("pass");
+    let by_b = b.pass(&second).await.expect("pass");
+    assert_eq!((by_a.scanned, by_a.objects), (4, 4));
+    assert_eq!(
+        (by_b.scanned, by_b.objects),
+        (0, 0),
+        "the day's turn is taken"
+    );
+    assert_eq!(c.put("/lcb/tmp/new", &b"new"[..]).await.status, 200);
+    clock.advance(Duration::from_secs(86_400 * 2));
+    let by_b = b.pass(&second).await.expect("pass");
+    let by_a = a.pass(&first).await.expect("pass");
+    assert_eq!(
+        (by_b.scanned, by_b.objects),
+        (1, 1),
+        "the next day: whoever comes first"
+    );
+    assert_eq!((by_a.scanned, by_a.objects), (0, 0));
+    const ALL: &str = "<LifecycleConfiguration><Rule><ID>all</ID><Filter></Filter><Status>Enabled</Status>\
+        <Expiration><Days>1</Days></Expiration></Rule></LifecycleConfiguration>";
+    assert_eq!(c.put("/lcb/keep", &b"k"[..]).await.status, 200);
+    assert_eq!(put_rules(c, "lcb", ALL).await.status, 200);
+    clock.advance(Duration::from_secs(3));
+    let by_a = a.pass(&first).await.expect("pass");
+    assert_eq!(by_a.scanned, 1, "new rules: due again the same day");
+}

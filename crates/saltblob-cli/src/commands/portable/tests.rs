@@ -351,3 +351,45 @@ fn left_out_and_key_checks() {
     let long = vec![b'k'; saltblob::MAX_KEY_LEN + 1];
     assert!(decode_left_out(&encode_left_out(&long, "x").expect("encode")).is_err());
 }
+
+/// An empty blob cut short before any data: the case proptest found (a stream whose abort came where the end of an
+/// empty blob was expected).
+#[test]
+fn an_empty_blob_cut_short_round_trips() {
+    let items = vec![Item::Aborted(head(&[0], b""), Vec::new(), "cut".into())];
+    let (got, end) = runtime().block_on(async {
+        let bytes = encode(&items, 1).await;
+        decode(&bytes).await
+    });
+    assert_eq!(end.expect("complete"), totals_of(&items));
+    assert_eq!(got, items);
+}
+
+/// A blob cut short once all its data is written (a read that ran past the size): the abort stands where the
+/// digest would, and the reader hands over no byte of the last frame.
+#[test]
+fn a_blob_cut_short_after_its_data_is_read_as_cut_short() {
+    let data = b"0123456789".to_vec();
+    let bytes = runtime().block_on(async {
+        let mut w = StreamWriter::start(Vec::new(), &header())
+            .await
+            .expect("start");
+        w.begin_blob(&head(b"k", &data)).await.expect("begin");
+        w.data(&Bytes::copy_from_slice(&data[..4]))
+            .await
+            .expect("data");
+        w.data(&Bytes::copy_from_slice(&data[4..]))
+            .await
+            .expect("data");
+        w.abort_blob("read past").await.expect("abort");
+        w.finish().await.expect("finish")
+    });
+    let (got, end) = runtime().block_on(decode(&bytes));
+    let expected = vec![Item::Aborted(
+        head(b"k", &data),
+        data[..4].to_vec(),
+        "read past".into(),
+    )];
+    assert_eq!(end.expect("complete"), totals_of(&expected));
+    assert_eq!(got, expected);
+}
