@@ -92,13 +92,7 @@ async fn sweep(store: &BlobStore, every: Duration) {
             if n > 0 {
                 tracing::info!(uploads = n, "removed expired multipart uploads");
             }
-            // A tenth early: the server whose tick comes next takes it, not the one after.
-            let next = store
-                .config()
-                .clock
-                .now_micros()
-                .saturating_add(saltblob_core::units::micros(every) / 10 * 9);
-            if let Err(e) = turn.done(next).await {
+            if let Err(e) = turn.done_for(every).await {
                 tracing::warn!(error = %e, "ending the turn of the multipart sweep failed");
             }
         }

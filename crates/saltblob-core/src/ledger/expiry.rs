@@ -11,8 +11,8 @@
 //! buckets as the reclaim queue's: by shard, 16 partitions at once, in the shares a runner holds, a bucket that is
 //! over dropped with one partition deletion per shard.
 //!
-//! Versions put by builds before the index have no entry: gc's pass over every manifest still finds them, now once
-//! per period and runner by turn (`upkeep/gc.rs`).
+//! Versions put by builds before the index have no entry: gc's pass over every manifest still finds them (every
+//! `saltblob gc`; in a server's loop once a day, by turn: `upkeep/gc.rs`).
 
 use bytes::Bytes;
 

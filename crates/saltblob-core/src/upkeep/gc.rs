@@ -236,11 +236,7 @@ async fn pass(store: &BlobStore, opts: &GcOptions, held: &Held, now: u64) -> Res
         Some(every) => match store.take_turn(EXPIRY_TURN, b"").await? {
             None => report.full_expiry_skipped = true,
             Some(turn) => match expire(store, &opts.prefix, now, false, &mut report).await {
-                Ok(()) => {
-                    // A tenth early: the runner whose tick comes next takes it, not the one after.
-                    let next = now.saturating_add(micros(every) / 10 * 9);
-                    turn.done(next).await?;
-                }
+                Ok(()) => turn.done_for(every).await?,
                 Err(e) => {
                     turn.give_back().await;
                     return Err(e);
