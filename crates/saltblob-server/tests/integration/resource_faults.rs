@@ -214,7 +214,14 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_takes_them_again_without_a_r
     };
     println!("space freed: writes taken again {taken:?} after, without a restart");
     let again = body(9 * MIB, 8);
-    assert_eq!(client.put("/bkt/large", again.clone()).await.status, 200);
+    let large = client.put("/bkt/large", again.clone()).await;
+    assert_eq!(
+        large.status,
+        200,
+        "a large put {:?} after the first write was taken again: {}",
+        freed.elapsed(),
+        large.text()
+    );
     assert!(
         client.get("/bkt/large").await.body == again,
         "the large put reads back"
