@@ -8,9 +8,9 @@
 //! ([`shards`]): one partition per bucket and shard, so that no partition takes more than a shard's share of the
 //! writes. A marker per bucket in [`Namespace::Meta`] lists the buckets that may hold entries. A pass drains the
 //! due buckets, 16 partitions at once by default (`GcOptions::parallel`), in the shards whose share of the work
-//! the pass holds (`work.rs`); a partition of a bucket that is over (no entry can be queued in it any more) and
-//! was drained whole is dropped with one partition deletion, not an entry at a time, and a bucket with nothing
-//! left loses its marker. The single-partition queue of earlier builds ([`Namespace::Reclaim`]) is drained
+//! the pass holds (`work.rs`); in a pass not restricted to a prefix, a partition of a bucket that is over (no entry
+//! can be queued in it any more) and was drained whole is dropped with one partition deletion, not an entry at a
+//! time, and a bucket with nothing left loses its marker. The single-partition queue of earlier builds ([`Namespace::Reclaim`]) is drained
 //! first, as it always was. The expiry index (`ledger/expiry.rs`) is a queue of the same layout ([`Queue`]),
 //! drained by the same passes ([`run_expiry`]).
 
@@ -703,11 +703,18 @@ impl Pass<'_> {
     /// Drains every shard of `bucket` this pass holds, `at_once` at a time, adding to `report`. When the bucket is over
     /// (its end plus the clock margin has passed, so that no entry can be queued in it any more) and due whole, a
     /// partition drained whole is dropped with one deletion, and a bucket with nothing left loses its marker.
+    ///
+    /// A pass restricted to a prefix does neither: it removes its own entries one by one and leaves the bucket's
+    /// partitions and marker to an unrestricted pass, so that what it decides never rests on entries of keys it does
+    /// not read (a writer whose clock runs behind by more than the margin would otherwise lose an entry queued in
+    /// between its scan and the drop).
     async fn drain_bucket(&self, bucket: u64, report: &mut ReclaimReport) -> Result<()> {
         let end = bucket.saturating_add(1).saturating_mul(BUCKET_MICROS);
-        let over = end.saturating_add(CLOCK_MARGIN_MICROS) <= self.now && end <= self.cutoff;
+        let droppable = self.prefix.is_empty()
+            && end.saturating_add(CLOCK_MARGIN_MICROS) <= self.now
+            && end <= self.cutoff;
         let mut drains = futures::stream::iter(shards::all().filter(|s| self.held.has(*s)))
-            .map(|shard| self.drain_partition(partition(bucket, shard), over))
+            .map(|shard| self.drain_partition(partition(bucket, shard), droppable))
             .buffer_unordered(self.at_once);
         let mut emptied = true;
         while let Some(drained) = drains.next().await {
@@ -716,7 +723,7 @@ impl Pass<'_> {
             emptied &= empty;
         }
         // The other runners' shards: empty too? (A partition of theirs, dropped, reads as one tombstone.)
-        if over && emptied && !self.dry_run && !self.held.every() {
+        if droppable && emptied && !self.dry_run && !self.held.every() {
             let others = shards::all()
                 .filter(|s| !self.held.has(*s))
                 .map(|shard| async move {
@@ -734,7 +741,7 @@ impl Pass<'_> {
                 .await?;
             emptied = empty.into_iter().all(|e| e);
         }
-        if over && emptied && !self.dry_run {
+        if droppable && emptied && !self.dry_run {
             self.inner
                 .backend
                 .delete_record(
@@ -748,9 +755,13 @@ impl Pass<'_> {
     }
 
     /// Drains partition `part` of the queue; returns what it did and whether nothing is left in it. A partition
-    /// of a bucket that is `over`, drained whole, is dropped with one deletion; otherwise each entry done is
-    /// removed.
-    async fn drain_partition(&self, part: [u8; 9], over: bool) -> Result<(ReclaimReport, bool)> {
+    /// of a bucket that is `droppable` (over, in an unrestricted pass), drained whole, is dropped with one deletion;
+    /// otherwise each entry done is removed.
+    async fn drain_partition(
+        &self,
+        part: [u8; 9],
+        droppable: bool,
+    ) -> Result<(ReclaimReport, bool)> {
         let ns = self.queue.ns();
         let mut report = ReclaimReport::default();
         let mut done = Vec::new();
@@ -775,7 +786,7 @@ impl Pass<'_> {
         if self.dry_run {
             return Ok((report, false));
         }
-        if over && !left && !done.is_empty() {
+        if droppable && !left && !done.is_empty() {
             self.inner.backend.drop_partition(ns, &part).await?;
         } else {
             for k in &done {
@@ -1165,6 +1176,61 @@ mod tests {
         );
         assert_eq!(markers().await, 1, "the current bucket keeps its marker");
         assert_eq!(store.get("bucket/0").await.expect("get"), value);
+    }
+
+    /// A pass restricted to a prefix removes its own entries one by one, even in a bucket that is over: it drops no
+    /// partition and no marker, which rest on keys it does not read. The unrestricted pass after it drops both.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pass_restricted_to_a_prefix_leaves_the_bucket_to_an_unrestricted_one() {
+        use crate::backend::counting::CountingStore;
+        use crate::upkeep::gc::GcOptions;
+        let backend = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
+        let clock = crate::base::clock::OffsetClock::new();
+        let config = crate::conformance::small_config()
+            .with_grace(Duration::from_secs(600))
+            .with_clock(clock.clone());
+        let store = BlobStore::new(backend.clone(), config).expect("store");
+        let value = Bytes::from(vec![5u8; 5000]);
+        for key in ["a/0", "b/0"] {
+            for _ in 0..2 {
+                store
+                    .put(key, value.clone(), &PutOptions::new())
+                    .await
+                    .expect("put");
+            }
+        }
+        let markers = || async {
+            backend
+                .counted()
+                .scan_records(Namespace::Meta, BUCKET_MARKER, None, 100)
+                .await
+                .expect("markers")
+                .len()
+        };
+        clock.advance(Duration::from_secs(2 * 3600));
+        for prefix in ["a/", "b/"] {
+            let r = store
+                .gc(&GcOptions::new().with_prefix(prefix))
+                .await
+                .expect("gc");
+            assert_eq!(r.reclaim.versions, 1, "{prefix}: {r:?}");
+        }
+        assert!(backend.drops().is_empty(), "{:?}", backend.drops());
+        assert_eq!(
+            backend.writes_to(Namespace::ReclaimBucket),
+            4,
+            "two entries put, and removed one by one"
+        );
+        assert!(
+            stored(&**backend.counted())
+                .await
+                .expect("queue")
+                .is_empty()
+        );
+        assert_eq!(markers().await, 1, "the marker is left to a whole pass");
+
+        store.gc(&GcOptions::new()).await.expect("gc");
+        assert_eq!(markers().await, 0, "the whole pass dropped the marker");
     }
 
     fn memory_store() -> (Arc<MemoryStore>, BlobStore) {
