@@ -1101,18 +1101,39 @@ mod tests {
         }
     }
 
-    /// A bucket that is over, drained whole, goes with one partition deletion per shard that held entries (no
-    /// entry is deleted one by one) and loses its marker. Entries of a bucket that is not over (due at once under
-    /// grace 0) are removed one by one, and its marker stays.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_drained_bucket_is_dropped_whole() {
-        use crate::backend::counting::CountingStore;
-        let backend = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
+    /// A store over a counted memory store, on a clock the test moves, with a grace period of 10 minutes.
+    fn counted_store() -> (
+        Arc<crate::backend::counting::CountingStore>,
+        Arc<crate::base::clock::OffsetClock>,
+        BlobStore,
+    ) {
+        let backend = Arc::new(crate::backend::counting::CountingStore::new(Arc::new(
+            MemoryStore::new(),
+        )));
         let clock = crate::base::clock::OffsetClock::new();
         let config = crate::conformance::small_config()
             .with_grace(Duration::from_secs(600))
             .with_clock(clock.clone());
         let store = BlobStore::new(backend.clone(), config).expect("store");
+        (backend, clock, store)
+    }
+
+    /// The reclaim queue's bucket markers in `backend`.
+    async fn markers(backend: &crate::backend::counting::CountingStore) -> usize {
+        backend
+            .counted()
+            .scan_records(Namespace::Meta, BUCKET_MARKER, None, 100)
+            .await
+            .expect("markers")
+            .len()
+    }
+
+    /// A bucket that is over, drained whole, goes with one partition deletion per shard that held entries (no
+    /// entry is deleted one by one) and loses its marker. Entries of a bucket that is not over (due at once under
+    /// grace 0) are removed one by one, and its marker stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_drained_bucket_is_dropped_whole() {
+        let (backend, clock, store) = counted_store();
         let value = Bytes::from(vec![5u8; 5000]);
         let mut shards_used = HashSet::new();
         for i in 0..40 {
@@ -1125,15 +1146,7 @@ mod tests {
                     .expect("put");
             }
         }
-        let markers = || async {
-            backend
-                .counted()
-                .scan_records(Namespace::Meta, BUCKET_MARKER, None, 100)
-                .await
-                .expect("markers")
-                .len()
-        };
-        assert_eq!(markers().await, 1);
+        assert_eq!(markers(&backend).await, 1);
         clock.advance(Duration::from_secs(2 * 3600));
         let r = store
             .gc(&crate::upkeep::gc::GcOptions::new())
@@ -1151,7 +1164,7 @@ mod tests {
             40,
             "the entries' puts alone"
         );
-        assert_eq!(markers().await, 0, "the bucket's marker went");
+        assert_eq!(markers(&backend).await, 0, "the bucket's marker went");
         assert!(
             stored(&**backend.counted())
                 .await
@@ -1174,7 +1187,11 @@ mod tests {
             42,
             "put and removed"
         );
-        assert_eq!(markers().await, 1, "the current bucket keeps its marker");
+        assert_eq!(
+            markers(&backend).await,
+            1,
+            "the current bucket keeps its marker"
+        );
         assert_eq!(store.get("bucket/0").await.expect("get"), value);
     }
 
@@ -1182,14 +1199,8 @@ mod tests {
     /// partition and no marker, which rest on keys it does not read. The unrestricted pass after it drops both.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_pass_restricted_to_a_prefix_leaves_the_bucket_to_an_unrestricted_one() {
-        use crate::backend::counting::CountingStore;
         use crate::upkeep::gc::GcOptions;
-        let backend = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
-        let clock = crate::base::clock::OffsetClock::new();
-        let config = crate::conformance::small_config()
-            .with_grace(Duration::from_secs(600))
-            .with_clock(clock.clone());
-        let store = BlobStore::new(backend.clone(), config).expect("store");
+        let (backend, clock, store) = counted_store();
         let value = Bytes::from(vec![5u8; 5000]);
         for key in ["a/0", "b/0"] {
             for _ in 0..2 {
@@ -1199,14 +1210,6 @@ mod tests {
                     .expect("put");
             }
         }
-        let markers = || async {
-            backend
-                .counted()
-                .scan_records(Namespace::Meta, BUCKET_MARKER, None, 100)
-                .await
-                .expect("markers")
-                .len()
-        };
         clock.advance(Duration::from_secs(2 * 3600));
         for prefix in ["a/", "b/"] {
             let r = store
@@ -1227,10 +1230,18 @@ mod tests {
                 .expect("queue")
                 .is_empty()
         );
-        assert_eq!(markers().await, 1, "the marker is left to a whole pass");
+        assert_eq!(
+            markers(&backend).await,
+            1,
+            "the marker is left to a whole pass"
+        );
 
         store.gc(&GcOptions::new()).await.expect("gc");
-        assert_eq!(markers().await, 0, "the whole pass dropped the marker");
+        assert_eq!(
+            markers(&backend).await,
+            0,
+            "the whole pass dropped the marker"
+        );
     }
 
     fn memory_store() -> (Arc<MemoryStore>, BlobStore) {
