@@ -23,6 +23,7 @@ async fn background_measures_every_figure_and_writes_them() {
     );
     for (name, v) in [
         ("reclaim_entries_per_s", run.reclaim_entries_per_s),
+        ("partitions only", run.reclaim_entries_per_s_partitions_only),
         ("one at a time", run.reclaim_entries_per_s_one_at_a_time),
     ] {
         assert!(v.is_finite() && v > 0.0, "{name}: {run:?}");
@@ -57,6 +58,7 @@ async fn background_measures_every_figure_and_writes_them() {
     for field in [
         "busiest_partition_share",
         "reclaim_entries_per_s",
+        "reclaim_entries_per_s_partitions_only",
         "reclaim_entries_per_s_one_at_a_time",
         "duplicate_deletes",
         "max_chunk_partition_bytes",

@@ -3,6 +3,7 @@
 //! how writes spread ([`Namespace::partition_len`]) and that no version is deleted twice.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub struct CountingStore {
     writes: Mutex<HashMap<Partition, u64>>,
     drops: Mutex<Vec<Partition>>,
     chunk_deletes: Mutex<HashMap<BlobRef, u64>>,
+    /// Chunk deletions running now, and the most that ever ran at once.
+    deletes_running: AtomicUsize,
+    deletes_peak: AtomicUsize,
     delete_delay: Option<Duration>,
 }
 
@@ -56,6 +60,8 @@ impl CountingStore {
             writes: Mutex::default(),
             drops: Mutex::default(),
             chunk_deletes: Mutex::default(),
+            deletes_running: AtomicUsize::new(0),
+            deletes_peak: AtomicUsize::new(0),
             delete_delay: None,
         }
     }
@@ -119,6 +125,11 @@ impl CountingStore {
             .unwrap_or_default()
     }
 
+    /// The most chunk deletions that ran at once (since the last reset).
+    pub fn chunk_deletes_at_once(&self) -> usize {
+        self.deletes_peak.load(Ordering::Relaxed)
+    }
+
     /// Sets every count back to zero.
     pub fn reset(&self) {
         if let Ok(mut w) = self.writes.lock() {
@@ -130,6 +141,27 @@ impl CountingStore {
         if let Ok(mut d) = self.chunk_deletes.lock() {
             d.clear();
         }
+        self.deletes_peak.store(0, Ordering::Relaxed);
+    }
+}
+
+/// One call counted as running until it ends or is dropped.
+struct Running<'a> {
+    count: &'a AtomicUsize,
+    /// Calls running with this one.
+    now: usize,
+}
+
+impl<'a> Running<'a> {
+    fn start(count: &'a AtomicUsize) -> Self {
+        let now = count.fetch_add(1, Ordering::Relaxed) + 1;
+        Self { count, now }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -175,6 +207,8 @@ impl ChunkStoreLayer for CountingStore {
         if let Ok(mut deletes) = self.chunk_deletes.lock() {
             *deletes.entry(blob.clone()).or_default() += 1;
         }
+        let running = Running::start(&self.deletes_running);
+        self.deletes_peak.fetch_max(running.now, Ordering::Relaxed);
         if let Some(delay) = self.delete_delay {
             tokio::time::sleep(delay).await;
         }

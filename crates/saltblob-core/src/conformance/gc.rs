@@ -552,7 +552,7 @@ pub async fn expired_blobs_read_as_not_found_and_gc_reclaims_them(backend: Arc<d
         false,
         p.as_bytes(),
         &held,
-        16,
+        crate::ledger::reclaim::AtOnce::DEFAULT,
         &delete,
     )
     .await

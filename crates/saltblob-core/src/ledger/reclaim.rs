@@ -7,7 +7,8 @@
 //! The queue ([`Namespace::ReclaimBucket`]) is bucketed by due time ([`BUCKET_MICROS`]) and sharded by blob key
 //! ([`shards`]): one partition per bucket and shard, so that no partition takes more than a shard's share of the
 //! writes. A marker per bucket in [`Namespace::Meta`] lists the buckets that may hold entries. A pass drains the
-//! due buckets, 16 partitions at once by default (`GcOptions::parallel`), in the shards whose share of the work
+//! due buckets, 16 partitions at once by default (`GcOptions::parallel`) and 8 entries at once within each
+//! (`GcOptions::entries_at_once`, [`AtOnce`]), in the shards whose share of the work
 //! the pass holds (`work.rs`); in a pass not restricted to a prefix, a partition of a bucket that is over (no entry
 //! can be queued in it any more) and was drained whole is dropped with one partition deletion, not an entry at a
 //! time, and a bucket with nothing left loses its marker. The single-partition queue of earlier builds ([`Namespace::Reclaim`]) is drained
@@ -89,8 +90,27 @@ impl Queue {
     }
 }
 
-/// Partitions of the queue read at once where a pass is not told otherwise (its own checks of other shards).
+/// Partitions of the queue read at once where a pass is not told otherwise (its own checks of other shards), and
+/// by default ([`AtOnce::DEFAULT`]).
 const PARTITIONS_AT_ONCE: usize = 16;
+
+/// How much of a pass is in flight at once: partitions drained together, and entries handled together within each
+/// (each entry's reads and chunk deletion). Up to `partitions × entries` entries in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AtOnce {
+    /// Partitions drained at once (at least 1).
+    pub partitions: usize,
+    /// Entries of one partition handled at once (at least 1).
+    pub entries: usize,
+}
+
+impl AtOnce {
+    /// 16 partitions, 8 entries each: 128 entries in flight.
+    pub const DEFAULT: AtOnce = AtOnce {
+        partitions: PARTITIONS_AT_ONCE,
+        entries: 8,
+    };
+}
 
 /// What one reclaim pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -157,7 +177,9 @@ impl ReclaimEntry {
         (k, self.value())
     }
 
-    /// The entry's record key in the [`Namespace::Reclaim`] of earlier builds: due time, version, blob key.
+    /// The entry's record key in the [`Namespace::Reclaim`] of earlier builds: due time, version, blob key (for
+    /// tests, which queue entries as those builds did).
+    #[cfg(any(test, feature = "conformance"))]
     pub(crate) fn legacy_key(&self) -> Vec<u8> {
         let mut k = Vec::with_capacity(24 + self.key.len());
         k.extend_from_slice(&self.due_micros.to_be_bytes());
@@ -584,7 +606,7 @@ pub(crate) async fn run(
     dry_run: bool,
     prefix: &[u8],
     held: &Held,
-    at_once: usize,
+    at_once: AtOnce,
 ) -> Result<ReclaimReport> {
     let started = inner.now_micros();
     let pass = Pass {
@@ -615,7 +637,7 @@ pub(crate) async fn run_expiry<'a>(
     dry_run: bool,
     prefix: &'a [u8],
     held: &'a Held,
-    at_once: usize,
+    at_once: AtOnce,
     delete: &'a DeleteExpired<'a>,
 ) -> Result<ReclaimReport> {
     let pass = Pass {
@@ -663,6 +685,13 @@ pub(crate) enum Handled {
     NotDue,
 }
 
+/// What became of an entry of a page ([`Pass::handle_page`]).
+enum Step {
+    Handled(Handled),
+    /// Not taken up: the pass's leases are no longer in time.
+    OutOfTime,
+}
+
 /// One reclaim pass's settings.
 struct Pass<'a> {
     /// The queue it drains.
@@ -677,8 +706,8 @@ struct Pass<'a> {
     now: u64,
     /// The shards it works on.
     held: &'a Held,
-    /// Partitions drained at once.
-    at_once: usize,
+    /// Partitions drained at once, and entries handled at once in each.
+    at_once: AtOnce,
 }
 
 impl Pass<'_> {
@@ -700,7 +729,7 @@ impl Pass<'_> {
         Ok(report)
     }
 
-    /// Drains every shard of `bucket` this pass holds, `at_once` at a time, adding to `report`. When the bucket is over
+    /// Drains every shard of `bucket` this pass holds, [`AtOnce::partitions`] at a time, adding to `report`. When the bucket is over
     /// (its end plus the clock margin has passed, so that no entry can be queued in it any more) and due whole, a
     /// partition drained whole is dropped with one deletion, and a bucket with nothing left loses its marker.
     ///
@@ -715,7 +744,7 @@ impl Pass<'_> {
             && end <= self.cutoff;
         let mut drains = futures::stream::iter(shards::all().filter(|s| self.held.has(*s)))
             .map(|shard| self.drain_partition(partition(bucket, shard), droppable))
-            .buffer_unordered(self.at_once);
+            .buffer_unordered(self.at_once.partitions.max(1));
         let mut emptied = true;
         while let Some(drained) = drains.next().await {
             let (part, empty) = drained?;
@@ -768,15 +797,11 @@ impl Pass<'_> {
         let mut left = false;
         let mut pages = self.inner.scan(ns, &part, None);
         'scan: while let Some(page) = pages.next_page().await? {
-            for (k, v) in page {
-                if !self.held.in_time(self.inner.now_micros()) {
-                    left = true;
-                    break 'scan;
-                }
-                match self.handle(ns, &k, &v, &mut report).await? {
-                    Handled::Done => done.push(k),
-                    Handled::Kept(_) | Handled::Skipped => left = true,
-                    Handled::NotDue => {
+            for (k, step) in self.handle_page(ns, page, &mut report).await? {
+                match step {
+                    Step::Handled(Handled::Done) => done.push(k),
+                    Step::Handled(Handled::Kept(_) | Handled::Skipped) => left = true,
+                    Step::Handled(Handled::NotDue) | Step::OutOfTime => {
                         left = true;
                         break 'scan;
                     }
@@ -789,14 +814,56 @@ impl Pass<'_> {
         if droppable && !left && !done.is_empty() {
             self.inner.backend.drop_partition(ns, &part).await?;
         } else {
-            for k in &done {
-                self.inner
-                    .backend
-                    .delete_record(ns, k, &Precondition::None)
-                    .await?;
-            }
+            let backend = &self.inner.backend;
+            futures::stream::iter(done)
+                .map(|k| async move { backend.delete_record(ns, &k, &Precondition::None).await })
+                .buffer_unordered(self.at_once.entries.max(1))
+                .try_collect::<Vec<_>>()
+                .await?;
         }
         Ok((report, !left))
+    }
+
+    /// Handles the entries of `page` (of namespace `ns`) in order, [`AtOnce::entries`] at a time, adding to `report`:
+    /// what became of each, up to and including the first not due (nothing after it in its partition is due
+    /// either) or the first not taken up because the pass's leases are no longer in time. Entries after that one
+    /// may have been started and are dropped mid-way: deletions are idempotent and their entries stay.
+    async fn handle_page(
+        &self,
+        ns: Namespace,
+        page: Vec<(Bytes, Bytes)>,
+        report: &mut ReclaimReport,
+    ) -> Result<Vec<(Bytes, Step)>> {
+        let mut steps = futures::stream::iter(page)
+            .map(|(k, v)| self.step(ns, k, v))
+            .buffered(self.at_once.entries.max(1));
+        let mut out = Vec::new();
+        while let Some(step) = steps.next().await {
+            let (k, step, part) = step?;
+            report.add(&part);
+            let last = matches!(step, Step::Handled(Handled::NotDue) | Step::OutOfTime);
+            out.push((k, step));
+            if last {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Handles entry `k`, `v` of namespace `ns` unless the pass's leases are no longer in time; returns what became
+    /// of it and what was done.
+    async fn step(
+        &self,
+        ns: Namespace,
+        k: Bytes,
+        v: Bytes,
+    ) -> Result<(Bytes, Step, ReclaimReport)> {
+        let mut report = ReclaimReport::default();
+        if !self.held.in_time(self.inner.now_micros()) {
+            return Ok((k, Step::OutOfTime, report));
+        }
+        let handled = self.handle(ns, &k, &v, &mut report).await?;
+        Ok((k, Step::Handled(handled), report))
     }
 
     /// Handles entry `k`, `v` of namespace `ns`: deletes its version's chunks when it is due, not current and not
@@ -979,23 +1046,23 @@ impl Pass<'_> {
         let mut whole = true;
         let mut pages = inner.scan(ns, b"", after);
         'scan: while let Some(page) = pages.next_page().await? {
-            for (k, v) in page {
-                if !self.held.in_time(inner.now_micros()) {
-                    whole = false;
-                    break 'scan;
-                }
-                match self.handle(ns, &k, &v, &mut report).await? {
-                    Handled::Done if !self.dry_run => {
+            for (k, step) in self.handle_page(ns, page, &mut report).await? {
+                match step {
+                    Step::Handled(Handled::Done) if !self.dry_run => {
                         inner
                             .backend
                             .delete_record(ns, &k, &Precondition::None)
                             .await?;
                     }
-                    Handled::Done | Handled::Skipped => {}
-                    Handled::Kept(due) => {
+                    Step::Handled(Handled::Done | Handled::Skipped) => {}
+                    Step::Handled(Handled::Kept(due)) => {
                         first_kept.get_or_insert(due);
                     }
-                    Handled::NotDue => break 'scan,
+                    Step::Handled(Handled::NotDue) => break 'scan,
+                    Step::OutOfTime => {
+                        whole = false;
+                        break 'scan;
+                    }
                 }
             }
         }
@@ -1242,6 +1309,56 @@ mod tests {
             0,
             "the whole pass dropped the marker"
         );
+    }
+
+    /// Within one partition, a pass handles [`AtOnce::entries`] entries at once (8 by default), and one at a time
+    /// when told so; every version is reclaimed once either way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_of_one_partition_are_handled_at_once() {
+        use crate::backend::counting::CountingStore;
+        use crate::upkeep::gc::GcOptions;
+        let keys: Vec<String> = (0..)
+            .map(|i| format!("one-shard/{i}"))
+            .filter(|k| shards::shard_of(k.as_bytes()) == 0)
+            .take(24)
+            .collect();
+        for (entries, expected) in [(None, AtOnce::DEFAULT.entries), (Some(1), 1)] {
+            let backend = Arc::new(
+                CountingStore::new(Arc::new(MemoryStore::new()))
+                    .with_delete_delay(Duration::from_millis(20)),
+            );
+            let config = crate::conformance::small_config().with_grace(Duration::ZERO);
+            let store = BlobStore::new(backend.clone(), config).expect("store");
+            for key in &keys {
+                for seed in 0..2u8 {
+                    store
+                        .put(key, Bytes::from(vec![seed; 5000]), &PutOptions::new())
+                        .await
+                        .expect("put");
+                }
+            }
+            let mut opts = GcOptions::new().with_parallel(1);
+            if let Some(n) = entries {
+                opts = opts.with_entries_at_once(n);
+            }
+            let r = store.gc(&opts).await.expect("gc");
+            assert_eq!(r.reclaim.versions, keys.len() as u64, "{r:?}");
+            assert_eq!(
+                backend.chunk_deletes_at_once(),
+                expected,
+                "entries at once: {entries:?}"
+            );
+            assert!(
+                backend.chunk_deletes().values().all(|n| *n == 1),
+                "each version deleted once"
+            );
+            assert!(
+                stored(&**backend.counted())
+                    .await
+                    .expect("queue")
+                    .is_empty()
+            );
+        }
     }
 
     fn memory_store() -> (Arc<MemoryStore>, BlobStore) {

@@ -22,7 +22,7 @@ use crate::base::error::{Error, KeyDisplay, Result};
 use crate::base::timing::CLOCK_MARGIN_MICROS;
 use crate::base::units::micros;
 use crate::ledger::liveness::{self, Ownership};
-use crate::ledger::reclaim::{self, ChunkSet, ReclaimReport};
+use crate::ledger::reclaim::{self, AtOnce, ChunkSet, ReclaimReport};
 use crate::ledger::turns::{self, MAX_TURN_NAME, MAX_TURN_TOKEN, Turn};
 use crate::ledger::work::{self, Held};
 use crate::ledger::{intent, shards};
@@ -56,9 +56,12 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// Only collect blobs whose key starts with this. Defaults to empty: every blob.
     pub prefix: Bytes,
-    /// Partitions of the intents and of the reclaim queue worked on at once. Defaults to 16; 1 handles one entry
-    /// at a time, as builds before the sharded queue did.
+    /// Partitions of the intents, the reclaim queue and the expiry index worked on at once. Defaults to 16.
     pub parallel: Option<usize>,
+    /// Entries of one partition of the reclaim queue or the expiry index handled at once (each one's reads and
+    /// chunk deletion or blob delete). Defaults to 8; with [`GcOptions::parallel`] 1 too, a pass handles one entry
+    /// at a time, as builds before the sharded queue did.
+    pub entries_at_once: Option<usize>,
     /// Every pass deletes the expired blobs that the expiry index holds (`ledger/expiry.rs`: every version put
     /// with an expiry since the index exists); a pass over every manifest finds those that earlier builds put.
     /// With this set, that pass runs once per this period in one of the runners sharing the store, by turn
@@ -102,9 +105,26 @@ impl GcOptions {
         self
     }
 
+    /// Sets [`GcOptions::entries_at_once`] (at least 1).
+    pub fn with_entries_at_once(mut self, entries: usize) -> Self {
+        self.entries_at_once = Some(entries.max(1));
+        self
+    }
+
     /// Partitions worked on at once ([`GcOptions::parallel`]).
     pub(crate) fn partitions_at_once(&self) -> usize {
-        self.parallel.unwrap_or(PARTITIONS_AT_ONCE).max(1)
+        self.parallel.unwrap_or(AtOnce::DEFAULT.partitions).max(1)
+    }
+
+    /// Partitions and entries in flight ([`GcOptions::parallel`], [`GcOptions::entries_at_once`]).
+    pub(crate) fn at_once(&self) -> AtOnce {
+        AtOnce {
+            partitions: self.partitions_at_once(),
+            entries: self
+                .entries_at_once
+                .unwrap_or(AtOnce::DEFAULT.entries)
+                .max(1),
+        }
     }
 }
 
@@ -218,7 +238,7 @@ async fn pass(store: &BlobStore, opts: &GcOptions, held: &Held, now: u64) -> Res
     ] {
         gc_intents(inner, ns, mark, opts, held, now, &mut report).await?;
     }
-    let at_once = opts.partitions_at_once();
+    let at_once = opts.at_once();
     let full_every = opts
         .full_expiry_every
         .filter(|_| !opts.dry_run && opts.prefix.is_empty());
@@ -337,9 +357,6 @@ pub(crate) fn spawn(
 async fn intent_watermark(inner: &Inner, mark: &[u8]) -> Option<u128> {
     inner.read_mark(mark).await.map(u128::from_le_bytes)
 }
-
-/// Partitions of the intents and of the reclaim queue a gc pass works on at once, by default.
-pub(crate) const PARTITIONS_AT_ONCE: usize = 16;
 
 /// Handles the intents of namespace `ns` in the shards `held` holds ([`GcOptions::parallel`] partitions at once)
 /// whose blob key starts with `opts.prefix`, adding to `report`. With a low-water mark (kept under `mark`, one per
@@ -537,22 +554,15 @@ impl BlobStore {
         check_clock(&self.inner, "reclaim").await?;
         let now = self.inner.now_micros();
         let all = Held::all();
-        let run =
-            crate::ledger::reclaim::run(&self.inner, now, false, b"", &all, PARTITIONS_AT_ONCE);
+        let run = crate::ledger::reclaim::run(&self.inner, now, false, b"", &all, AtOnce::DEFAULT);
         schedule::in_class(self.maintenance_class(), run).await
     }
 
     /// Like [`BlobStore::reclaim_due`], but treats every queued version as due (grace period 0).
     pub async fn reclaim_all(&self) -> Result<ReclaimReport> {
         let all = Held::all();
-        let run = crate::ledger::reclaim::run(
-            &self.inner,
-            u64::MAX,
-            false,
-            b"",
-            &all,
-            PARTITIONS_AT_ONCE,
-        );
+        let run =
+            crate::ledger::reclaim::run(&self.inner, u64::MAX, false, b"", &all, AtOnce::DEFAULT);
         schedule::in_class(self.maintenance_class(), run).await
     }
 
