@@ -36,6 +36,8 @@ pub(crate) const TAG_MIXED: u64 = 4;
 pub(crate) const TAG_BACKGROUND: u64 = 5;
 /// Bytes of the stamp at the start of every value.
 const STAMP_LEN: usize = 16;
+/// Bytes of the start of a value [`check_head`] needs.
+pub(crate) const HEAD_LEN: usize = STAMP_LEN;
 
 /// `len` random bytes.
 pub(crate) fn random_bytes(len: usize) -> Bytes {
@@ -66,11 +68,24 @@ pub(crate) fn stamped(base: &Bytes, run_tag: u64, phase: u64, index: u64) -> Byt
 
 /// Checks a read: its length and its stamp (its content was verified against the manifest digest by the read).
 pub(crate) fn check(got: &Bytes, len: u64, run_tag: u64, phase: u64, index: u64) -> Outcome {
+    check_head(got.len() as u64, got, len, run_tag, phase, index)
+}
+
+/// [`check`] of a value read as a stream: `read` bytes in all, starting with `head` (at least its first
+/// [`HEAD_LEN`] bytes, or all of it when shorter).
+pub(crate) fn check_head(
+    read: u64,
+    head: &[u8],
+    len: u64,
+    run_tag: u64,
+    phase: u64,
+    index: u64,
+) -> Outcome {
     let stamp = stamp_bytes(run_tag, phase, index);
     let n = (len as usize).min(STAMP_LEN);
-    if got.len() as u64 != len {
-        Outcome::Wrong(format!("read {} bytes, {len} were written", got.len()))
-    } else if got.get(..n) != stamp.get(..n) {
+    if read != len {
+        Outcome::Wrong(format!("read {read} bytes, {len} were written"))
+    } else if head.get(..n) != stamp.get(..n) {
         Outcome::Wrong("read bytes that another write stored (stamp differs)".to_owned())
     } else {
         Outcome::Done(len)

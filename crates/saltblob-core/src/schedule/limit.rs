@@ -15,9 +15,10 @@
 //! cannot hold back an engine that runs one bulk request as fast as many (one Cassandra node, a device queue
 //! that one large write fills), so once the limit is at its minimum and the latency of a foreground class
 //! (`interactive`) still rises, the duty shrinks, down to its own floor; when that latency is back within
-//! tolerance the duty grows back to 1.0 before the limit grows. Background classes' own latency never shrinks
-//! the duty, and a foreground class counts only while it runs a load (a request in the last half second, 20 in
-//! the last one or two): bulk work alone, or beside a trickle of small requests, runs without pauses.
+//! tolerance the duty grows back to 1.0 before the limit grows. Only a foreground class's own samples shrink the
+//! duty (background samples neither do with their own latency nor repeat the foreground's last figure), and a
+//! foreground class counts only while it runs a load (a request in the last half second, 20 in the last one or
+//! two): bulk work alone, or beside a trickle of small requests, runs without pauses.
 
 use std::time::Duration;
 
@@ -184,6 +185,10 @@ impl GradientLimit {
         }
         own.last_sample = Some(now);
         own.count(at);
+        // Only a foreground load's own samples are news of its latency: a background sample must not shrink the
+        // duty again on the foreground's last figure, which may be long past (a sequence of small requests, then
+        // a large get alone: each of the get's reads would otherwise halve its own speed).
+        let foreground_sample = own.protected(at);
         let active = self
             .classes
             .iter()
@@ -202,7 +207,7 @@ impl GradientLimit {
             self.duty = 1.0;
         }
         let at_min = self.limit <= self.min + 0.5;
-        if foreground < 1.0 && at_min {
+        if foreground < 1.0 && at_min && foreground_sample {
             // Fewer requests cannot help any more: pause between them instead.
             let target = self.duty * foreground;
             self.duty =
@@ -419,6 +424,28 @@ mod tests {
             l.sample_at(INTERACTIVE, 0.050, 2, 10.0 + f64::from(i) * 0.005);
         }
         assert!(l.duty() < 0.5, "{}", l.duty());
+    }
+
+    /// Background samples do not shrink the duty on a foreground load's last latency: after the foreground's
+    /// own samples have shrunk it, a run of bulk samples within the foreground's half second leaves it where it
+    /// was (before, each one shrank it again, and a large get right after a burst of small requests ran at the
+    /// duty's floor).
+    #[test]
+    fn bulk_samples_do_not_repeat_the_foregrounds_last_figure() {
+        let mut l = with_duty(0.1);
+        l.sample_at(INTERACTIVE, 0.002, 2, 0.0);
+        for i in 1..=30 {
+            l.sample_at(INTERACTIVE, 0.050, 2, f64::from(i) * 0.001);
+        }
+        let after_foreground = l.duty();
+        assert!(
+            after_foreground < 1.0 && after_foreground > 0.1,
+            "{after_foreground}"
+        );
+        for i in 0..100 {
+            l.sample_at(BULK, 0.010, 1, 0.031 + f64::from(i) * 0.001);
+        }
+        assert_eq!(l.duty(), after_foreground);
     }
 
     #[test]
