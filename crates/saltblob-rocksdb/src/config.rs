@@ -195,8 +195,11 @@ pub struct RocksConfig {
     /// it the put is refused at once with a "No space left on device" error saying how much is free (the S3
     /// server answers 503 SlowDown); a put in progress fails when its file would grow into half of it. Small
     /// puts (in RocksDB) are not refused by it: the room below the floor is theirs and RocksDB's. `Some(0)`
-    /// (URL `extent_free_floor=0`): no floor. `None` (the default): 1 GiB, or 5% of the file system when that
-    /// is less.
+    /// (URL `extent_free_floor=0`): no floor; a floor set here keeps half of itself free as its hard floor.
+    /// `None` (the default): 1 GiB, or 5% of the file system when that is less, its hard floor half of it;
+    /// neither below [`RocksConfig::resume_free_bytes`] + 16 MiB (80 MiB by default), so that RocksDB can take
+    /// writes again once space an outside writer took is given back; a file system that reports no size (ramfs)
+    /// has none.
     pub extent_free_floor: Option<u64>,
     /// The longest each extent read or write waits, before it is issued, while a synced commit is pending (so
     /// that a small put's log write does not queue in the device behind huge reads and writes); zero (URL
@@ -223,6 +226,10 @@ pub struct RocksConfig {
     /// open-file limit less a reserve ([`saltblob_core::fds::FdShares`]), read when the store opens.
     pub extent_open_files: Option<u64>,
 }
+
+/// Size of one memtable of the column families of small records (manifests, the system records) and of the
+/// default one: RocksDB's own default, set explicitly because it sets [`RocksConfig::resume_free_bytes`].
+pub const SMALL_WRITE_BUFFER_SIZE: usize = 64 << 20;
 
 impl RocksConfig {
     /// Defaults for a database in `path`.
@@ -263,6 +270,14 @@ impl RocksConfig {
     pub fn with_sync(mut self, sync: bool) -> Self {
         self.sync = sync;
         self
+    }
+
+    /// Bytes the file system must have free before RocksDB takes writes again after a full disk stopped them:
+    /// its largest memtable ([`SMALL_WRITE_BUFFER_SIZE`], or [`RocksConfig::write_buffer_size`] when larger),
+    /// the room RocksDB reserves to flush it (its `SstFileManager` looks every 5 s). The default extent
+    /// free-space floor keeps at least this much free, with a margin.
+    pub fn resume_free_bytes(&self) -> u64 {
+        u64::try_from(SMALL_WRITE_BUFFER_SIZE.max(self.write_buffer_size)).unwrap_or(u64::MAX)
     }
 
     /// Parses `rocksdb:///absolute/path?key=value&...` (or `rocksdb://relative/path`). Keys: `sync`,

@@ -23,7 +23,7 @@ use saltblob_core::schedule::{ClassTag, current_class};
 use saltblob_core::{Error, Result};
 
 use crate::commit_gate::CommitGate;
-use crate::config::{BackgroundPriority, BlobCompression, RocksConfig};
+use crate::config::{BackgroundPriority, BlobCompression, RocksConfig, SMALL_WRITE_BUFFER_SIZE};
 use crate::error::{self, Exhausted, NAME, stops_the_store};
 use crate::{blob_files, keys};
 
@@ -261,7 +261,7 @@ impl RocksCore {
                     if exhausted == Exhausted::Files {
                         self.reopen_wanted.store(true, Ordering::Release);
                     }
-                    exhausted.error(&self.config.path, e)
+                    exhausted.error(&self.config, e)
                 }
                 _ => {
                     let _ = self.stopped.set(message);
@@ -896,6 +896,8 @@ fn free_descriptors() -> Option<u64> {
 /// earlier engine of the store left unfinished.
 fn open_engine(config: &RocksConfig) -> Result<DB> {
     let mut db_opts = Options::default();
+    // The default column family, unused: its memtable size counts in RocksDB's resume reserve.
+    db_opts.set_write_buffer_size(SMALL_WRITE_BUFFER_SIZE);
     db_opts.create_if_missing(true);
     db_opts.create_missing_column_families(true);
     db_opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
@@ -949,6 +951,7 @@ fn open_engine(config: &RocksConfig) -> Result<DB> {
     chunk_opts.set_compression_type(DBCompressionType::None);
 
     let mut small_opts = Options::default();
+    small_opts.set_write_buffer_size(SMALL_WRITE_BUFFER_SIZE);
     let mut table = BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
     small_opts.set_block_based_table_factory(&table);

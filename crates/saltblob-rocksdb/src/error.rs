@@ -5,6 +5,8 @@
 use rocksdb::ErrorKind;
 use saltblob_core::Error;
 
+use crate::config::RocksConfig;
+
 /// Backend name used in errors.
 pub const NAME: &str = "rocksdb";
 
@@ -40,19 +42,22 @@ impl Exhausted {
         }
     }
 
-    /// The error of a write of the store at `path` that ran out of this resource, retryable: out of space,
-    /// RocksDB refuses writes until its own check, every 5 s, finds space, then flushes and takes them again;
+    /// The error of a write of the store `config` describes that ran out of this resource, retryable: out of
+    /// space, RocksDB refuses writes until its own check, every 5 s, finds [`RocksConfig::resume_free_bytes`]
+    /// free, then flushes and takes them again;
     /// out of descriptors, RocksDB treats that as fatal and takes no write until reopened (its C API cannot
     /// resume), which the store does itself once descriptors are free (`RocksCore::reopen_if_due`). The
     /// store does not stop: reads go on in both cases.
-    pub(crate) fn error(self, path: &std::path::Path, e: rocksdb::Error) -> Error {
+    pub(crate) fn error(self, config: &RocksConfig, e: rocksdb::Error) -> Error {
         let message = e.to_string();
+        let path = &config.path;
         let (text, retryable) = match self {
             Self::Space => (
                 format!(
-                    "the file system of the store at {} is full ({message}): writes are refused until space \
-                     is freed, then taken again without a restart (RocksDB looks every 5 s); reads go on",
-                    path.display()
+                    "the file system of the store at {} is full ({message}): writes are refused until {} MiB \
+                     are free, then taken again without a restart (RocksDB looks every 5 s); reads go on",
+                    path.display(),
+                    config.resume_free_bytes() >> 20
                 ),
                 true,
             ),

@@ -19,8 +19,8 @@
 //!
 //! # Layout
 //! In OpenDAL's service layout. Each module uses only those listed before it (no import circles):
-//! - [`error`]: mapping of RocksDB errors (kept as the source), and the backend's name.
 //! - [`config`]: [`RocksConfig`] and its `rocksdb://` URL.
+//! - [`error`]: mapping of RocksDB errors (kept as the source), and the backend's name.
 //! - [`keys`]: storage key encoding.
 //! - `blob_files`: at open, removal of the blob files a crashed process left unfinished.
 //! - `commit_gate`: the count of synced writes in progress, for which extent I/O stands back.

@@ -19,7 +19,8 @@
 //! - **Delete** ([`Extents::remove`]): a put in progress stops writing, then the file is unlinked. A backup
 //!   holds deletions back ([`Extents::hold_removals`]) while it takes its instant and links the files.
 //! - **Space** ([`space`]): a new extent file is refused while the file system's free space, less the put's
-//!   whole size, is below the floor ([`RocksConfig::extent_free_floor`]); a file stops growing at half of it.
+//!   whole size, is below the floor ([`RocksConfig::extent_free_floor`]); a file stops growing at half of it
+//!   (by default never below what RocksDB needs free to resume writes after a full disk).
 //! - **Priority** ([`priority`]): the reads and writes of background classes run in the kernel's idle I/O class,
 //!   so that small puts' commits pass them in the device queue.
 //!
@@ -140,7 +141,11 @@ impl Extents {
                 }
             }
         }
-        let floor = Floor::of(&config.path, config.extent_free_floor);
+        let floor = Floor::of(
+            &config.path,
+            config.extent_free_floor,
+            config.resume_free_bytes(),
+        );
         Ok(Self {
             dir,
             direct: config.extent_direct_io,

@@ -3,6 +3,12 @@
 //! at half the floor, its hard floor. So large puts never fill the disk: the space below the floor stays for
 //! RocksDB (small puts, commits, flushes and compactions), and a full disk never stops the store through them.
 //!
+//! The default hard floor is never below what RocksDB must find free to take writes again after something
+//! else filled the disk ([`crate::RocksConfig::resume_free_bytes`]) plus [`RESUME_MARGIN`]: whatever large
+//! puts left free is enough for it once the other writer's space is given back. (A 512 MiB file system whose
+//! 5% floor was below RocksDB's 64 MiB stayed refusing writes after the space an outside writer took was
+//! freed, when large puts had filled the rest.)
+//!
 //! The space other puts in progress may still take is not counted against a new put: files grow with the bytes
 //! received ([`super::writer`]), so a client that declares much and sends little holds little, and counting
 //! declared sizes would let such clients refuse everyone else's puts. What they do receive is held back from the
@@ -16,6 +22,9 @@ use std::path::Path;
 pub(crate) const DEFAULT_FLOOR_BYTES: u64 = 1 << 30;
 /// The default floor as a share of the file system's size, in percent (for file systems under 20 GiB).
 pub(crate) const DEFAULT_FLOOR_PERCENT: u64 = 5;
+/// What the default hard floor keeps free beyond RocksDB's resume threshold, for the small puts, commits and
+/// log writes made once large puts stop.
+pub(crate) const RESUME_MARGIN: u64 = 16 << 20;
 
 /// What a new extent file (`admit`) and each growth of one (`hard`) must leave free on the file system.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,32 +39,47 @@ impl Floor {
     /// No floor: the file system's own `ENOSPC` is the only limit.
     pub(crate) const NONE: Self = Self { admit: 0, hard: 0 };
 
-    /// The floor of the file system at `dir`: `configured` bytes when set (0: none), else the smaller of
-    /// [`DEFAULT_FLOOR_BYTES`] and [`DEFAULT_FLOOR_PERCENT`] of its size. A file system whose size cannot be
-    /// read gets no floor (and a warning).
-    pub(crate) fn of(dir: &Path, configured: Option<u64>) -> Self {
-        let admit = match configured {
-            Some(bytes) => bytes,
+    /// The floor of the file system at `dir`: `configured` bytes when set (0: none; its hard floor half of
+    /// it), else [`Floor::default_for`] its size, RocksDB resuming writes once `resume_free` bytes are free. A
+    /// file system whose size cannot be read gets no floor (and a warning).
+    pub(crate) fn of(dir: &Path, configured: Option<u64>, resume_free: u64) -> Self {
+        let floor = match configured {
+            Some(admit) => Self {
+                admit,
+                hard: admit / 2,
+            },
             None => match rustix::fs::statvfs(dir) {
-                Ok(st) => {
-                    let total = st.f_blocks.saturating_mul(st.f_frsize);
-                    DEFAULT_FLOOR_BYTES.min(total / 100 * DEFAULT_FLOOR_PERCENT)
-                }
+                Ok(st) => Self::default_for(st.f_blocks.saturating_mul(st.f_frsize), resume_free),
                 Err(e) => {
                     tracing::warn!(
                         "cannot read the size of the file system of {}: {e}; extent files have no free-space floor",
                         dir.display()
                     );
-                    0
+                    Self::NONE
                 }
             },
         };
-        if admit == 0 {
+        if floor.admit == 0 {
             return Self::NONE;
         }
+        floor
+    }
+
+    /// The default floor of a file system of `total` bytes: the smaller of [`DEFAULT_FLOOR_BYTES`] and
+    /// [`DEFAULT_FLOOR_PERCENT`] of it, its hard floor half of that; neither below `resume_free` (what RocksDB
+    /// must find free to take writes again after a full disk) plus [`RESUME_MARGIN`]. A file system that reports
+    /// no size (ramfs: no limit, and no free blocks counted) gets none.
+    fn default_for(total: u64, resume_free: u64) -> Self {
+        if total == 0 {
+            return Self::NONE;
+        }
+        let least = resume_free.saturating_add(RESUME_MARGIN);
+        let admit = DEFAULT_FLOOR_BYTES
+            .min(total / 100 * DEFAULT_FLOOR_PERCENT)
+            .max(least);
         Self {
             admit,
-            hard: admit / 2,
+            hard: (admit / 2).max(least),
         }
     }
 
@@ -131,9 +155,37 @@ mod tests {
         );
         assert!(check(5, 10, 0, "f").is_err(), "more than is free");
         let dir = tempfile::tempdir().expect("dir");
-        let floor = Floor::of(dir.path(), None);
-        assert!(floor.admit <= DEFAULT_FLOOR_BYTES && floor.hard == floor.admit / 2);
-        assert!(Floor::of(dir.path(), Some(0)) == Floor::NONE);
+        let floor = Floor::of(dir.path(), None, 64 << 20);
+        assert!(floor.admit >= floor.hard && floor.hard >= (64 << 20) + RESUME_MARGIN);
+        assert!(Floor::of(dir.path(), Some(0), 64 << 20) == Floor::NONE);
+        let configured = Floor::of(dir.path(), Some(40 << 20), 64 << 20);
+        assert_eq!((configured.admit, configured.hard), (40 << 20, 20 << 20));
         assert!(Floor::NONE.check_admission(dir.path(), u64::MAX).is_ok());
+    }
+
+    /// Large puts leave RocksDB room to resume on a small file system, and 1 GiB (half of it hard) on a large
+    /// one.
+    #[test]
+    fn the_default_floor_leaves_room_for_rocksdb_to_resume() {
+        let resume = 64 << 20;
+        let small = Floor::default_for(512 << 20, resume);
+        assert_eq!(
+            (small.admit, small.hard),
+            (resume + RESUME_MARGIN, resume + RESUME_MARGIN),
+            "5% of 512 MiB is below what RocksDB needs free"
+        );
+        assert_eq!(
+            Floor::default_for(0, resume),
+            Floor::NONE,
+            "ramfs reports no size and no free blocks"
+        );
+        let large = Floor::default_for(100 << 30, resume);
+        assert_eq!((large.admit, large.hard), (1 << 30, 512 << 20));
+        let middle = Floor::default_for(4 << 30, resume);
+        let five_percent = (4 << 30) / 100 * 5;
+        assert_eq!(
+            (middle.admit, middle.hard),
+            (five_percent, five_percent / 2)
+        );
     }
 }
