@@ -43,7 +43,7 @@ impl Floor {
     /// it), else [`Floor::default_for`] its size, RocksDB resuming writes once `resume_free` bytes are free. A
     /// file system whose size cannot be read gets no floor (and a warning).
     pub(crate) fn of(dir: &Path, configured: Option<u64>, resume_free: u64) -> Self {
-        let floor = match configured {
+        match configured {
             Some(admit) => Self {
                 admit,
                 hard: admit / 2,
@@ -58,11 +58,7 @@ impl Floor {
                     Self::NONE
                 }
             },
-        };
-        if floor.admit == 0 {
-            return Self::NONE;
         }
-        floor
     }
 
     /// The default floor of a file system of `total` bytes: the smaller of [`DEFAULT_FLOOR_BYTES`] and
