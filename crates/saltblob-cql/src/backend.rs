@@ -500,14 +500,18 @@ impl ChunkStore for CqlStore {
     }
 
     /// A node's `now()` (`system.local`, millisecond precision) with half the round trip added: the cluster's
-    /// time as this process sees it.
+    /// time as this process sees it. gc checks it before each pass, plain writes once per 30 s.
     async fn cluster_time(&self) -> Result<Option<u64>> {
         let what = "reading the cluster's time";
+        // A read: the driver may try it again on another node when the first one is down.
+        let mut statement =
+            scylla::statement::Statement::new("SELECT toUnixTimestamp(now()) FROM system.local");
+        statement.set_is_idempotent(true);
         let sent = std::time::Instant::now();
         let rows = self
             .cluster
             .session
-            .query_unpaged("SELECT toUnixTimestamp(now()) FROM system.local", ())
+            .query_unpaged(statement, ())
             .await
             .map_err(|e| error::execution(what, e, &error::Context::default()))?
             .into_rows_result()

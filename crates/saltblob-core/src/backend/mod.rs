@@ -380,10 +380,11 @@ pub trait ChunkStore: Send + Sync + Debug + 'static {
     }
 
     /// The cluster's time (Unix µs) as one of its nodes reads it now, for a backend that processes on several
-    /// machines share, so that decisions made by time (gc's, reclaim's) are checked against one clock: gc and
-    /// reclaim refuse to run in a process whose clock is off by more than the margin
-    /// ([`crate::base::timing::CLOCK_MARGIN_MICROS`]). Defaults to `None`: the backend's time is this machine's
-    /// (an embedded store). Its precision is the round trip that fetched it.
+    /// machines share, so that decisions made by time (gc's, reclaim's) and plain writes' timestamps are checked
+    /// against one clock: gc, reclaim and plain writes refuse to run in a process whose clock is off by more than
+    /// the margin ([`crate::base::timing::CLOCK_MARGIN_MICROS`]; `state/skew.rs`). Defaults to `None`: the
+    /// backend's time is this machine's (an embedded store), and it is asked once. Its precision is the round trip
+    /// that fetched it.
     async fn cluster_time(&self) -> Result<Option<u64>> {
         Ok(None)
     }

@@ -1,12 +1,14 @@
 //! A store's configuration and the state every protocol of it shares ([`Inner`]): the backend behind the
 //! scheduler and what it can do, the configuration ([`config`]), the puts running in this process
-//! (`running.rs`); manifest reads, the one paged scan over [`ChunkStore::scan_records`], the low-water marks kept
-//! in [`Namespace::Meta`], and the size and retries of one chunk batch. The protocols above (`ledger/`, the API
+//! (`running.rs`), this process's clock against the cluster's (`skew.rs`); manifest reads, the one paged scan
+//! over [`ChunkStore::scan_records`], the low-water marks kept in [`Namespace::Meta`], and the size and retries
+//! of one chunk batch. The protocols above (`ledger/`, the API
 //! in [`crate::store`], gc and fsck) write their own records through [`Inner::backend`]; this folder uses only
 //! `base/`, [`crate::encryption`], `format/`, [`crate::backend`] and [`crate::schedule`].
 
 pub mod config;
 pub(crate) mod running;
+pub(crate) mod skew;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +61,8 @@ pub(crate) struct Inner {
     /// Whether a gc pass of this process found the intents of earlier builds ([`crate::backend::Namespace::Intent`])
     /// gone: then reads of a version's intent no longer look there (nothing writes there any more).
     pub(crate) legacy_intents_gone: std::sync::atomic::AtomicBool,
+    /// This process's clock against the cluster's, for plain writes ([`skew::WriteClock`]).
+    pub(crate) write_clock: skew::WriteClock,
 }
 
 /// One budget of read-ahead bytes for every read of a store: a read takes a batch's bytes from it before it

@@ -22,7 +22,8 @@
 //! queues and tries again (under [`Backoff::COMMIT_CAS`]) when another writer committed in between: what it
 //! replaces is always queued first. Elsewhere (CQL, where a condition costs a Paxos round) it is written plainly,
 //! and a version committed in between is queued after the write; a process that dies in that moment leaves it to
-//! `fsck --repair`.
+//! `fsck --repair`. There the write wins by its client timestamp, so a process whose clock is off the cluster's
+//! by more than the margin refuses it, naming the skew, before anything is written ([`crate::state::skew`]).
 //!
 //! A put's chunks are the commit's too ([`CommitChunks`]): chunks written under an intent lease are settled when
 //! the commit ends (committed, deleted, or queued for reclaim when the outcome is unknown) and the lease ended;
@@ -264,6 +265,14 @@ async fn write(
     fences: &Fences,
 ) -> std::result::Result<Changed, Failure> {
     use Failure::NotWritten;
+    // A plain write wins by its timestamp where the backend does not compare (CQL): not with a skewed clock.
+    if expect == Expect::Any {
+        inner
+            .write_clock
+            .check(&*inner.backend)
+            .await
+            .map_err(NotWritten)?;
+    }
     let expect = match pin(inner, key, expect).await.map_err(NotWritten)? {
         Ok(pinned) => pinned,
         Err(current) => return Ok(Changed::Refused { current }),

@@ -171,6 +171,7 @@ impl BlobStore {
                 marked_expiry_buckets: std::sync::Mutex::default(),
                 turns: std::sync::Mutex::default(),
                 legacy_intents_gone: std::sync::atomic::AtomicBool::new(false),
+                write_clock: crate::state::skew::WriteClock::default(),
             }),
         })
     }

@@ -28,6 +28,7 @@ use crate::ledger::work::{self, Held};
 use crate::ledger::{intent, shards};
 use crate::schedule;
 use crate::state::Inner;
+use crate::state::skew;
 use crate::store::BlobStore;
 use crate::store::pass::{PassEvent, PassOptions, unread_error};
 
@@ -166,50 +167,12 @@ impl Drop for GcHandle {
     }
 }
 
-/// Checks this machine's clock against the cluster's ([`crate::backend::ChunkStore::cluster_time`]) before a
-/// pass that decides by time: off by more than [`CLOCK_MARGIN_MICROS`] (beyond the round trip's precision), gc
-/// would reclaim versions before their grace (ahead) or take over live puts' intents (far ahead), so it refuses,
-/// naming the skew. Nothing to check on a backend whose time is this machine's. The machine's clock is the
-/// system's, not the store's ([`crate::state::config::StoreConfig::clock`]): a test's clock jumped forward
-/// stands for time passing, not for a skewed machine.
-///
-/// # Errors
-/// A backend error (not retryable) naming the skew; the backend's errors reading its time.
-pub(crate) async fn check_clock(inner: &Inner, pass: &str) -> Result<()> {
-    use crate::base::clock::{Clock, SystemClock};
-    let before = SystemClock.now_micros();
-    let Some(cluster) = inner.backend.cluster_time().await? else {
-        return Ok(());
-    };
-    let after = SystemClock.now_micros();
-    let here = before / 2 + after / 2;
-    let slack = CLOCK_MARGIN_MICROS.saturating_add(after.saturating_sub(before) / 2);
-    let (off, way) = if here >= cluster {
-        (here - cluster, "ahead of")
-    } else {
-        (cluster - here, "behind")
-    };
-    if off > slack {
-        return Err(Error::backend(
-            "clock",
-            format!(
-                "{pass} refused: this process's clock is {:.1} s {way} the cluster's (the margin is {} s); \
-                 set the clock right (NTP) and run it again",
-                off as f64 / 1e6,
-                CLOCK_MARGIN_MICROS / 1_000_000
-            ),
-            false,
-        ));
-    }
-    Ok(())
-}
-
 /// One garbage collection pass; see [`crate::store::BlobStore::gc`]. A pass over the whole store shares its work on
 /// intents and the reclaim queue with other runners by lease (`ledger/work.rs`); a dry run, a pass under a
 /// prefix and a pass on a store one process owns ([`crate::backend::BackendInfo::exclusive`]) do all of it.
 pub(crate) async fn run(store: &BlobStore, opts: &GcOptions) -> Result<GcReport> {
     let inner = &*store.inner;
-    check_clock(inner, "gc").await?;
+    skew::check(&*inner.backend, "gc").await?;
     let now = inner.now_micros();
     let held = if opts.dry_run || !opts.prefix.is_empty() || inner.info.exclusive {
         Held::all()
@@ -551,7 +514,7 @@ async fn gc_intent(
 impl BlobStore {
     /// Deletes the chunks of every replaced or deleted version whose grace period has passed.
     pub async fn reclaim_due(&self) -> Result<ReclaimReport> {
-        check_clock(&self.inner, "reclaim").await?;
+        skew::check(&*self.inner.backend, "reclaim").await?;
         let now = self.inner.now_micros();
         let all = Held::all();
         let run = crate::ledger::reclaim::run(&self.inner, now, false, b"", &all, AtOnce::DEFAULT);
@@ -735,7 +698,7 @@ mod tests {
     #[derive(Debug)]
     struct ClusterClock {
         inner: Arc<MemoryStore>,
-        cluster_ahead: i64,
+        cluster_ahead: std::sync::atomic::AtomicI64,
     }
 
     #[async_trait::async_trait]
@@ -746,7 +709,10 @@ mod tests {
 
         async fn cluster_time(&self) -> Result<Option<u64>> {
             let now = crate::base::clock::SystemClock.now_micros();
-            Ok(Some(now.saturating_add_signed(self.cluster_ahead)))
+            let ahead = self
+                .cluster_ahead
+                .load(std::sync::atomic::Ordering::Relaxed);
+            Ok(Some(now.saturating_add_signed(ahead)))
         }
     }
 
@@ -766,10 +732,10 @@ mod tests {
             let clock = OffsetClock::new();
             let layered = Arc::new(ClusterClock {
                 inner: Arc::clone(&backend),
-                cluster_ahead,
+                cluster_ahead: 0.into(),
             });
             let store = BlobStore::new(
-                layered,
+                Arc::clone(&layered) as Arc<dyn ChunkStore>,
                 StoreConfig::default()
                     .with_grace(Duration::from_secs(10 * 60))
                     .with_clock(clock.clone()),
@@ -791,6 +757,10 @@ mod tests {
                     .await
             };
             let before = chunks().await;
+            // The writes agreed with the cluster's clock (a skewed writer refuses: `state/skew.rs`).
+            layered
+                .cluster_ahead
+                .store(cluster_ahead, std::sync::atomic::Ordering::Relaxed);
             clock.advance(runner_ahead);
             let gc = store.gc(&GcOptions::new()).await;
             let reclaim = store.reclaim_due().await;

@@ -2,7 +2,7 @@
 //! in a process whose clock is off the cluster's by more than the margin (a runner 12 minutes ahead would reclaim
 //! versions before their grace, and take over live puts' intents). A test cannot move this machine's clock, so
 //! the skew is made by a layer that reads the node's time and moves it back 12 minutes, while the store's clock
-//! jumps 12 minutes forward (the replaced version then looks due).
+//! jumps 12 minutes forward (the replaced version then looks due). A writer as far off refuses plain writes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +43,7 @@ impl ChunkStoreLayer for ClusterBehind {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a cluster: set TEST_CQL=host:port and pass --include-ignored"]
-async fn gc_and_reclaim_refuse_a_clock_twelve_minutes_ahead_of_the_clusters() {
+async fn gc_reclaim_and_writes_refuse_a_clock_twelve_minutes_ahead_of_the_clusters() {
     let backend = Arc::new(connect("").await);
     let node = ChunkStore::cluster_time(&*backend)
         .await
@@ -96,8 +96,32 @@ async fn gc_and_reclaim_refuse_a_clock_twelve_minutes_ahead_of_the_clusters() {
         .expect_err("12 minutes ahead")
         .to_string();
     assert!(err.contains("reclaim refused"), "{err}");
+    // A writer started with its clock 12 minutes ahead would win last-write-wins over the next 12 minutes of
+    // other writers' puts: its plain puts and deletes are refused before anything is written.
+    let writer = BlobStore::new(behind.clone(), small_config()).expect("store");
+    for (what, outcome) in [
+        (
+            "put",
+            writer
+                .put(&key, data(100_000, 3), &PutOptions::new())
+                .await
+                .map(drop),
+        ),
+        ("delete", writer.delete(&key).await.map(drop)),
+    ] {
+        let err = outcome.expect_err(what).to_string();
+        assert!(
+            err.contains("write refused") && err.contains("ahead of the cluster's"),
+            "{what}: {err}"
+        );
+    }
     assert_eq!(
         store.get(&key).await.expect("the current version reads"),
         data(100_000, 2)
     );
+    behind.skewed.store(false, Ordering::Relaxed);
+    writer
+        .put(&key, data(100_000, 3), &PutOptions::new())
+        .await
+        .expect("in step again, the next write is taken");
 }

@@ -104,6 +104,8 @@ impl IntentLease {
         parked: bool,
         progress: Arc<Progress>,
     ) -> Result<Self> {
+        // An intent written by a lagging clock would sit below gc's low-water mark, never found again.
+        inner.write_clock.check(&*inner.backend).await?;
         let lease = inner.config.intent_lease;
         let now = inner.now_micros();
         let intent = Intent {
