@@ -6,7 +6,8 @@
 //! Content-Type is the manifest's content type; user metadata `x-amz-meta-<name>` is stored under the key
 //! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
 //! `s3:etag` (hex MD5), `s3:checksum-<algorithm>` (base64, as sent or computed), `s3:cache-control`,
-//! `s3:content-disposition`, `s3:content-encoding`, `s3:content-language`. Multipart upload records keep the
+//! `s3:content-disposition`, `s3:content-encoding` (without `aws-chunked`, the request body's framing),
+//! `s3:content-language`, `s3:expires` (the `Expires` header, an HTTP date). Multipart upload records keep the
 //! object's attributes to be in the same keys (`multipart/upload.rs`). A sealed version keeps its MD5 and
 //! checksums sealed (`saltblob:sealed`, [`saltblob_core::manifest::SEALED_METADATA_KEY`]), opened only for a
 //! request that may read it ([`with_opened`]); its ETag is opaque ([`sealed_etag`]).
@@ -96,11 +97,17 @@ impl StoredHeaders {
         ]
     }
 
-    /// Writes the headers that are set into `metadata`, each under `s3:<name>`.
+    /// Writes the headers that are set into `metadata`, each under `s3:<name>`. `aws-chunked` is the framing
+    /// of the request's body, not an encoding of the object: it is left out of Content-Encoding (and a
+    /// Content-Encoding of only `aws-chunked` is not stored), as S3 stores it.
     pub(crate) fn insert_into(&self, metadata: &mut BTreeMap<String, String>) {
         for (name, value) in Self::NAMES.iter().zip(self.values()) {
+            let value = match value {
+                Some(v) if *name == "content-encoding" => without_aws_chunked(v),
+                other => other.clone(),
+            };
             if let Some(value) = value {
-                metadata.insert(format!("s3:{name}"), value.clone());
+                metadata.insert(format!("s3:{name}"), value);
             }
         }
     }
@@ -114,6 +121,38 @@ impl StoredHeaders {
             content_language: get("content-language"),
         }
     }
+}
+
+/// `encoding` (a Content-Encoding) without its `aws-chunked` codings; `None` when nothing else is left.
+fn without_aws_chunked(encoding: &str) -> Option<String> {
+    let kept: Vec<&str> = encoding
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(","))
+}
+
+/// Metadata key of the `Expires` header of an object, as an HTTP date.
+const EXPIRES_KEY: &str = "s3:expires";
+
+/// Stores `expires` (an object's `Expires` header) in `metadata`.
+pub(crate) fn insert_expires(expires: Option<&Timestamp>, metadata: &mut BTreeMap<String, String>) {
+    let mut date = Vec::new();
+    if let Some(e) = expires
+        && e.format(TimestampFormat::HttpDate, &mut date).is_ok()
+        && let Ok(date) = String::from_utf8(date)
+    {
+        metadata.insert(EXPIRES_KEY.to_owned(), date);
+    }
+}
+
+/// The `Expires` header stored with `m`, if any (a value that does not parse, which this server never
+/// writes, is left out).
+fn expires_of(m: &Manifest) -> Option<Timestamp> {
+    m.metadata
+        .get(EXPIRES_KEY)
+        .and_then(|d| Timestamp::parse(TimestampFormat::HttpDate, d).ok())
 }
 
 /// The manifest metadata of user metadata `user`.
@@ -137,7 +176,7 @@ pub(crate) fn user_metadata(user: Option<Metadata>) -> S3Result<BTreeMap<String,
 
 /// The manifest metadata an S3 input with user metadata and the standard headers (PutObjectInput,
 /// CopyObjectInput, CreateMultipartUploadInput) sets: [`user_metadata`] of its `metadata`, then its
-/// [`StoredHeaders`]; moves those fields out of `$input`.
+/// [`StoredHeaders`] and `Expires`; moves those fields out of `$input`.
 macro_rules! object_metadata {
     ($input:ident) => {
         $crate::attrs::user_metadata($input.metadata).map(|mut metadata| {
@@ -148,6 +187,7 @@ macro_rules! object_metadata {
                 content_language: $input.content_language,
             }
             .insert_into(&mut metadata);
+            $crate::attrs::insert_expires($input.expires.as_ref(), &mut metadata);
             metadata
         })
     };
@@ -344,7 +384,7 @@ pub(crate) struct Attributes {
     pub metadata: Option<Metadata>,
     pub headers: StoredHeaders,
     pub checksums: s3s::dto::Checksum,
-    /// `Expires`: only ever set by a `response-expires` override (the header is not stored).
+    /// `Expires`: as stored with the object, or a `response-expires` override.
     pub expires: Option<Timestamp>,
     /// The checksums' type, when there are checksums (see [`CHECKSUM_TYPE_KEY`]).
     pub checksum_type: Option<s3s::dto::ChecksumType>,
@@ -377,7 +417,7 @@ impl Attributes {
             metadata: user_metadata_of(m),
             headers: StoredHeaders::from_manifest(m),
             checksums,
-            expires: None,
+            expires: expires_of(m),
             checksum_type,
         }
     }
@@ -398,7 +438,7 @@ impl Attributes {
             content_encoding: headers.content_encoding.or(self.headers.content_encoding),
             content_language: headers.content_language.or(self.headers.content_language),
         };
-        self.expires = expires;
+        self.expires = expires.or(self.expires);
         self
     }
 }

@@ -13,11 +13,12 @@
 //!    `SignedHeaders`: else `400 AuthorizationHeaderMalformed`.
 //! 5. `versionId` other than `null` on GET, HEAD and DELETE (objects have no versions; `null` is the current
 //!    object): `400 InvalidArgument`.
-//! 6. Server-side encryption headers on a GET or HEAD (`x-amz-server-side-encryption`, `-aws-kms-key-id`:
+//! 6. An empty `Content-MD5` (which s3s would read as none): `400 InvalidDigest`, as AWS.
+//! 7. Server-side encryption headers on a GET or HEAD (`x-amz-server-side-encryption`, `-aws-kms-key-id`:
 //!    encryption is chosen by the put, `sse/`): `400 InvalidArgument`, as AWS. On other requests, the same
 //!    (or `-bucket-key-enabled`) as a query parameter: `501 NotImplemented` (s3s reads a put's SSE from its
 //!    headers only; it would be dropped).
-//! 7. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
+//! 8. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
 //!    parameter: server-side encryption with an encryption context (`x-amz-server-side-encryption-context`:
 //!    the key providers take none) and with customer keys in the query string (SSE-C, `-customer-*`, is taken
 //!    in headers only: `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
@@ -160,6 +161,22 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
             StatusCode::BAD_REQUEST,
             "Invalid version id specified",
         ));
+    }
+
+    // s3s reads an empty header as no header: an empty Content-MD5 would be a write checked against nothing.
+    if headers
+        .get_all("content-md5")
+        .iter()
+        .any(|v| v.as_bytes().trim_ascii().is_empty())
+    {
+        return Some(
+            Refusal::new(
+                "InvalidDigest",
+                StatusCode::BAD_REQUEST,
+                "The Content-MD5 you specified is not valid.",
+            )
+            .naming("Content-MD5"),
+        );
     }
 
     if matches!(*method, Method::GET | Method::HEAD)
@@ -452,6 +469,13 @@ mod tests {
             assert_eq!(
                 refused(Method::GET, "/b/k", &[("authorization", &auth)]),
                 malformed
+            );
+        }
+        for empty in ["", "  "] {
+            assert_eq!(
+                refused(Method::PUT, "/b/k", &[("content-md5", empty)]),
+                Some(("InvalidDigest".to_owned(), 400)),
+                "{empty:?}"
             );
         }
         let sigv2 = Some(("InvalidRequest".to_owned(), 400));

@@ -25,6 +25,7 @@ use crate::attrs::{NULL_VERSION, etag_of, last_modified_of};
 use crate::error::from_store;
 use crate::keys::objects_prefix;
 use crate::service::SaltS3;
+use crate::settings::owner;
 
 /// Most keys (and common prefixes) one response lists, as S3.
 const MAX_KEYS: usize = 1000;
@@ -341,6 +342,21 @@ impl Page {
         self.show(Some(self.prefix.clone()))
     }
 
+    /// The Prefix ListObjects v1 echoes: as sent, even with `encoding-type=url`, as AWS does (botocore decodes
+    /// v1's Delimiter, Marker, NextMarker and names, not its Prefix); encoded only when it holds a character
+    /// XML 1.0 cannot carry.
+    fn v1_prefix(&self) -> String {
+        let xml_safe = self
+            .prefix
+            .chars()
+            .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r'));
+        if xml_safe {
+            self.prefix.clone()
+        } else {
+            url_encode(&self.prefix)
+        }
+    }
+
     fn max_keys(&self) -> Option<i32> {
         i32::try_from(self.max_keys).ok()
     }
@@ -354,8 +370,14 @@ impl Page {
         self.listing.next.as_ref().and_then(Position::marker)
     }
 
-    /// The objects, as ListObjects and ListObjectsV2 show them (ListObjectVersions adds their version).
-    fn objects(&mut self) -> Vec<Object> {
+    /// A delimiter as the response shows it: an empty one is no delimiter, and is not echoed (as S3).
+    fn delimiter(&self, delimiter: Option<String>) -> Option<String> {
+        self.show(delimiter.filter(|d| !d.is_empty()))
+    }
+
+    /// The objects, as ListObjects and ListObjectsV2 show them (ListObjectVersions adds their version), with
+    /// their owner when `with_owner` (always in v1; in v2 with `fetch-owner=true`).
+    fn objects(&mut self, with_owner: bool) -> Vec<Object> {
         std::mem::take(&mut self.listing.objects)
             .into_iter()
             .map(|(key, m)| Object {
@@ -366,6 +388,7 @@ impl Page {
                 storage_class: Some(ObjectStorageClass::from_static(
                     ObjectStorageClass::STANDARD,
                 )),
+                owner: with_owner.then(owner),
                 ..Object::default()
             })
             .collect()
@@ -403,13 +426,13 @@ pub(crate) async fn handle_list_objects_v2(
         |_, _| (after, false),
     )
     .await?;
-    let objects = page.objects();
+    let objects = page.objects(input.fetch_owner == Some(true));
     let prefixes = page.prefixes();
     let key_count = objects.len() + prefixes.len();
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
         prefix: page.prefix(),
-        delimiter: page.show(input.delimiter),
+        delimiter: page.delimiter(input.delimiter),
         max_keys: page.max_keys(),
         key_count: i32::try_from(key_count).ok(),
         is_truncated: page.truncated(),
@@ -443,14 +466,15 @@ pub(crate) async fn handle_list_objects(
     .await?;
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
-        prefix: page.prefix(),
-        delimiter: page.show(input.delimiter),
-        marker: page.show(input.marker),
+        prefix: Some(page.v1_prefix()),
+        delimiter: page.delimiter(input.delimiter),
+        // Echoed even when not sent (empty), as S3 does.
+        marker: page.show(Some(input.marker.unwrap_or_default())),
         max_keys: page.max_keys(),
         is_truncated: page.truncated(),
         next_marker: page.show(page.next_marker()),
         encoding_type: input.encoding_type,
-        contents: Some(page.objects()),
+        contents: Some(page.objects(true)),
         common_prefixes: Some(page.prefixes()),
         ..ListObjectsOutput::default()
     }))
@@ -493,7 +517,7 @@ pub(crate) async fn handle_list_object_versions(
         .then(|| NULL_VERSION.to_owned())
         .filter(|_| next_key_marker.is_some());
     let versions = page
-        .objects()
+        .objects(true)
         .into_iter()
         .map(|o| ObjectVersion {
             key: o.key,
@@ -505,13 +529,14 @@ pub(crate) async fn handle_list_object_versions(
             storage_class: Some(ObjectVersionStorageClass::from_static(
                 ObjectVersionStorageClass::STANDARD,
             )),
+            owner: o.owner,
             ..ObjectVersion::default()
         })
         .collect();
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
         prefix: page.prefix(),
-        delimiter: page.show(input.delimiter),
+        delimiter: page.delimiter(input.delimiter),
         key_marker: page.show(input.key_marker),
         version_id_marker: input.version_id_marker,
         max_keys: page.max_keys(),

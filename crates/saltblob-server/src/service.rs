@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use futures::TryStreamExt;
+use s3s::S3Result;
 use s3s::dto::ETagCondition;
-use s3s::{S3Result, s3_error};
 use saltblob_core::{BlobStore, Error, Manifest, PutCondition};
 
 use crate::attrs::{etag_of, precondition_failed};
@@ -93,40 +93,42 @@ impl SaltS3 {
     }
 
     /// The store condition of a conditional put (PutObject, CopyObject's destination, CompleteMultipartUpload):
-    /// `If-None-Match: *` writes only a new key; `If-Match: ETAG` (or `*`) only over the version that has that
-    /// ETag (the version is pinned, so a concurrent overwrite fails the put instead of being replaced). Both
-    /// together are evaluated in RFC 9110's order (If-Match first): they never both hold.
+    /// `If-None-Match: *` writes only a new key; `If-None-Match: ETAG` only a new key or over a version with
+    /// another ETag; `If-Match: ETAG` (or `*`) only over the version that has that ETag. The version read is
+    /// pinned (or the key's absence), so a concurrent write fails the put instead of being replaced. Both
+    /// together are evaluated in RFC 9110's order (If-Match first).
     ///
     /// # Errors
     /// `NoSuchKey` (404) for `If-Match` on a key that holds nothing, as AWS answers; `PreconditionFailed` (412)
-    /// when a condition does not hold; `NotImplemented` for an `If-None-Match` other than `*` (S3 takes no
-    /// other on a write).
+    /// when a condition does not hold.
     pub(crate) async fn put_condition(
         &self,
         key: &str,
         if_match: Option<&ETagCondition>,
         if_none_match: Option<&ETagCondition>,
     ) -> S3Result<PutCondition> {
-        if if_none_match.is_some_and(|c| !c.is_any()) {
-            return Err(s3_error!(
-                NotImplemented,
-                "A write takes If-None-Match: * only (write only a new key)"
-            ));
+        match (if_match, if_none_match) {
+            (None, None) => return Ok(PutCondition::None),
+            (None, Some(ETagCondition::Any)) => return Ok(PutCondition::IfAbsent),
+            _ => {}
         }
-        let Some(condition) = if_match else {
-            return Ok(if if_none_match.is_some() {
-                PutCondition::IfAbsent
-            } else {
-                PutCondition::None
-            });
+        let current = match self.store.head(key).await {
+            Ok(m) => m,
+            // If-None-Match: ETAG holds for a key that holds nothing: write only while it still does.
+            Err(Error::NotFound { .. }) if if_match.is_none() => return Ok(PutCondition::IfAbsent),
+            Err(e) => return Err(from_store(e)),
         };
-        let current = self.store.head(key).await.map_err(from_store)?;
-        let matches = match condition {
-            ETagCondition::Any => true,
-            ETagCondition::ETag(etag) => etag.value() == etag_of(&current).value(),
+        let etag = etag_of(&current);
+        let holds = match if_match {
+            None | Some(ETagCondition::Any) => true,
+            Some(ETagCondition::ETag(wanted)) => wanted.value() == etag.value(),
+        } && match if_none_match {
+            None => true,
+            // The key holds a version, so `If-None-Match: *` fails whatever If-Match says.
+            Some(ETagCondition::Any) => false,
+            Some(ETagCondition::ETag(unwanted)) => unwanted.value() != etag.value(),
         };
-        // The key holds a version, so `If-None-Match: *` fails whatever If-Match says.
-        if !matches || if_none_match.is_some() {
+        if !holds {
             return Err(precondition_failed());
         }
         Ok(PutCondition::IfVersion(current.version))

@@ -32,7 +32,8 @@ use crate::service::SaltS3;
 /// The owner of every bucket and object (all access keys share one owner), as ACLs name it.
 pub(crate) const OWNER_ID: &str = "saltblob";
 
-fn owner() -> Owner {
+/// The owner every bucket and object has, as ACLs and listings show it.
+pub(crate) fn owner() -> Owner {
     Owner {
         display_name: Some(OWNER_ID.to_owned()),
         id: Some(OWNER_ID.to_owned()),

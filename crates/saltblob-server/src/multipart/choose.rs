@@ -33,14 +33,21 @@ impl Listed {
     /// # Errors
     /// As [`choose_parts`] and [`plan`] check.
     pub(super) fn plan(&self, upload: &Upload, stored: &[StoredPart]) -> S3Result<ComposeRecord> {
-        let chosen = choose_parts(&self.parts, stored, upload.checksum)?;
-        plan(self, upload, &chosen)
+        let (chosen, unsummed) = choose_parts(&self.parts, stored, upload.checksum)?;
+        plan(self, upload, &chosen, unsummed)
     }
 }
 
 /// The compose record of `chosen` for `req`: the segments, the multipart ETag, and (for an upload with a
-/// checksum) the object's checksum, after the checks of the request's own checksum and size.
-fn plan(req: &Listed, upload: &Upload, chosen: &[&StoredPart]) -> S3Result<ComposeRecord> {
+/// checksum) the object's checksum, after the checks of the request's own checksum and size. `unsummed`: the
+/// first part listed without the checksum a composite upload needs; refused (`InvalidRequest`) after the
+/// object's checksum, if sent, was found to match (a wrong one is `BadDigest` first, as S3 answers).
+fn plan(
+    req: &Listed,
+    upload: &Upload,
+    chosen: &[&StoredPart],
+    unsummed: Option<i32>,
+) -> S3Result<ComposeRecord> {
     let mut metadata = BTreeMap::new();
     let parts_etag = multipart_etag(chosen.iter().map(|p| p.md5_hex()));
     if chosen.iter().any(|p| p.segment.sealing.is_some()) {
@@ -75,6 +82,9 @@ fn plan(req: &Listed, upload: &Upload, chosen: &[&StoredPart]) -> S3Result<Compo
                     "The {} you specified did not match the calculated checksum.",
                     c.algorithm.name()
                 ));
+            }
+            if let Some(number) = unsummed {
+                return Err(c.missing_in_complete(number));
             }
             checksum::object_metadata(c, &value, &mut metadata);
         }
@@ -114,14 +124,15 @@ fn invalid_part(number: i32) -> S3Error {
 
 /// The stored parts a CompleteMultipartUpload lists, checked as S3 does: part numbers ascending
 /// (`InvalidPartOrder`), each uploaded with the ETag given (`InvalidPart`), each checksum given equal to the
-/// part's (`InvalidPart`), each listed with the upload's checksum when it is composite (`InvalidRequest`),
-/// each but the last at least 5 MiB (`EntityTooSmall`).
+/// part's (`InvalidPart`), each but the last at least 5 MiB (`EntityTooSmall`). Also returns the first part
+/// listed without the upload's checksum when it is composite ([`plan`] refuses it, `InvalidRequest`).
 fn choose_parts<'a>(
     listed: &[CompletedPart],
     stored: &'a [StoredPart],
     checksum: Option<UploadChecksum>,
-) -> S3Result<Vec<&'a StoredPart>> {
+) -> S3Result<(Vec<&'a StoredPart>, Option<i32>)> {
     let mut chosen: Vec<&StoredPart> = Vec::with_capacity(listed.len());
+    let mut unsummed = None;
     for part in listed {
         let number = part.part_number.unwrap_or(0);
         if chosen.last().is_some_and(|p| p.number >= number) {
@@ -152,7 +163,7 @@ fn choose_parts<'a>(
             && c.kind == checksum::Kind::Composite
             && sent.iter().all(|(a, v)| *a != c.algorithm || v.is_none())
         {
-            return Err(c.missing_in_complete(number));
+            unsummed = unsummed.or(Some(number));
         }
         for (algorithm, value) in sent {
             if let (Some(sent), Some(stored)) = (value, checksum_of(&found.manifest, algorithm))
@@ -179,5 +190,5 @@ fn choose_parts<'a>(
         e.set_status_code(http::StatusCode::BAD_REQUEST);
         return Err(e);
     }
-    Ok(chosen)
+    Ok((chosen, unsummed))
 }

@@ -24,7 +24,8 @@ use crate::sse::customer::{self, Customer};
 /// bytes.
 ///
 /// # Errors
-/// `InvalidArgument`: another form, or a range not within the source.
+/// `InvalidArgument`: another form, or a first offset past the last; `InvalidRange` (416): a range that ends
+/// past the source, as S3 answers.
 fn copy_range(value: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
     let parsed = value
         .trim()
@@ -37,10 +38,16 @@ fn copy_range(value: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
             "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"
         ));
     };
-    if first > last || last >= size {
+    if first > last {
         return Err(s3_error!(
             InvalidArgument,
             "Range specified is not valid for source object of size: {size}"
+        ));
+    }
+    if last >= size {
+        return Err(s3_error!(
+            InvalidRange,
+            "The requested range is not satisfiable: the source object holds {size} bytes"
         ));
     }
     Ok(first..last + 1)
@@ -158,14 +165,9 @@ mod tests {
     fn copy_ranges_are_first_to_last_within_the_source() {
         assert_eq!(copy_range("bytes=0-9", 10).expect("whole"), 0..10);
         assert_eq!(copy_range("bytes=5-5", 10).expect("one byte"), 5..6);
-        for bad in [
-            "bytes=0-10",
-            "bytes=5-4",
-            "bytes=-5",
-            "bytes=3-",
-            "0-3",
-            "bytes=a-b",
-        ] {
+        let e = copy_range("bytes=0-10", 10).expect_err("past the end");
+        assert_eq!(e.code(), &S3ErrorCode::InvalidRange);
+        for bad in ["bytes=5-4", "bytes=-5", "bytes=3-", "0-3", "bytes=a-b"] {
             let e = copy_range(bad, 10).expect_err(bad);
             assert_eq!(e.code(), &S3ErrorCode::InvalidArgument, "{bad}");
         }

@@ -3,7 +3,7 @@
 
 use std::ops::Range as Bytes;
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue};
 use s3s::dto::Range;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
 use saltblob_core::{BlobStream, Manifest, ManifestBody};
@@ -62,8 +62,8 @@ impl Selection {
     /// part count; an object uploaded in one piece has one part, the whole object.
     ///
     /// # Errors
-    /// `InvalidRange` (416, with `Content-Range: bytes */SIZE`) for an unsatisfiable range; `InvalidPartNumber`
-    /// (416) for a part past the last.
+    /// `InvalidRange` (416, with `Content-Range: bytes */SIZE`) for an unsatisfiable range; `InvalidPart`
+    /// (400) for a part past the last.
     pub(super) fn resolve(&self, m: &Manifest) -> S3Result<Selected> {
         let all = Selected {
             range: None,
@@ -130,14 +130,13 @@ fn invalid_range(size: u64) -> S3Error {
     e
 }
 
-/// `InvalidPartNumber` (416), S3's answer to a part number past the object's last part.
+/// `InvalidPart` (400), S3's answer to a part number past the object's last part (AWS documents
+/// `InvalidPartNumber`, 416, but answers this; ceph/s3-tests' `test_*_get_part` expect it).
 fn invalid_part_number() -> S3Error {
-    let mut e = S3Error::with_message(
-        S3ErrorCode::Custom("InvalidPartNumber".into()),
-        "The requested partnumber is not satisfiable",
-    );
-    e.set_status_code(StatusCode::RANGE_NOT_SATISFIABLE);
-    e
+    s3_error!(
+        InvalidPart,
+        "One or more of the specified parts could not be found: the part number is past the object's last part"
+    )
 }
 
 /// Opens object `key` for reading with the request's SSE-C key `customer` (`sse/customer.rs`) after checking

@@ -400,6 +400,56 @@ async fn max_keys_zero_is_empty_and_not_truncated() {
     }
 }
 
+/// What a listing echoes as S3 does: v1 always carries `Marker` (empty when none was sent) and each object's
+/// `Owner`; v2 the owner only with `fetch-owner=true`; an empty delimiter is no delimiter and is not echoed.
+#[tokio::test]
+async fn listings_echo_marker_owner_and_delimiter_as_s3() {
+    let s = TestServer::with_bucket("bkt").await;
+    assert_eq!(s.client.put("/bkt/a/b", &b"v"[..]).await.status, 200);
+    let v1 = |params: &'static [(&'static str, &'static str)]| {
+        let mut call = s.client.call("GET", "/bkt");
+        for (k, v) in params {
+            call = call.query(k, v);
+        }
+        call.send()
+    };
+    for params in [&[][..], &[("marker", "")][..]] {
+        let r = v1(params).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(
+            r.text().contains("<Marker></Marker>") || r.text().contains("<Marker/>"),
+            "{params:?}: {}",
+            r.text()
+        );
+        assert_eq!(
+            r.xml("ID"),
+            ["saltblob"],
+            "v1 lists the owner: {}",
+            r.text()
+        );
+    }
+    let r = v1(&[("delimiter", "")]).await;
+    assert_eq!(r.xml("Key"), ["a/b"], "an empty delimiter groups nothing");
+    assert!(!r.text().contains("<Delimiter"), "{}", r.text());
+    let r = v1(&[("delimiter", "/")]).await;
+    assert_eq!(r.xml("Delimiter"), ["/"]);
+    // v1's Prefix is echoed as sent even with encoding-type=url (botocore does not decode it); names are encoded.
+    let r = v1(&[("prefix", "a/\n"), ("encoding-type", "url")]).await;
+    assert!(r.text().contains("<Prefix>a/\n</Prefix>"), "{}", r.text());
+
+    let r = list(&s, &[]).await;
+    assert!(
+        !r.text().contains("<Owner>"),
+        "v2 without fetch-owner: {}",
+        r.text()
+    );
+    let r = list(&s, &[("fetch-owner", "true")]).await;
+    assert_eq!(r.xml("ID"), ["saltblob"], "{}", r.text());
+    let r = list(&s, &[("delimiter", "")]).await;
+    assert_eq!(r.xml("Key"), ["a/b"]);
+    assert!(!r.text().contains("<Delimiter"), "{}", r.text());
+}
+
 /// ListObjectVersions on a bucket without versioning: every object once, as version `null`, the latest; prefix,
 /// delimiter, key-marker and max-keys as ListObjects; version-id-marker only `null`, with a key marker.
 #[tokio::test]
