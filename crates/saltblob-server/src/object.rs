@@ -1,6 +1,6 @@
 //! Object operations: PutObject (streamed, verified; `x-amz-expiration` under a bucket lifecycle rule),
 //! DeleteObject(s) (conditional deletes), GetObject and HeadObject (`read.rs`: ranges, parts, conditionals,
-//! `response-*` overrides, `x-amz-expiration`) and CopyObject (`copy.rs`: a streamed get → put, kept alive
+//! `response-*` overrides, `x-amz-expiration`), GetObjectAttributes (`attributes.rs`) and CopyObject (`copy.rs`: a streamed get → put, kept alive
 //! while it runs). How the attributes sit in the manifest is `attrs.rs`; how a body is verified and stored is
 //! `put_body.rs`; which bytes a GET or HEAD selects is `select.rs`; the request and response adjustments made
 //! around s3s ([`call`]) are `around.rs`.
@@ -9,6 +9,7 @@
 //! current object, any other is `InvalidArgument` ([`crate::attrs::current_version`]).
 
 mod around;
+mod attributes;
 mod copy;
 mod read;
 mod select;
@@ -21,6 +22,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::{Error, PutOptions};
 
 pub(crate) use self::around::call;
+pub(crate) use self::attributes::handle_get_object_attributes;
 pub(crate) use self::copy::handle_copy_object;
 pub(crate) use self::read::{handle_get_object, handle_head_object};
 use crate::attrs::{

@@ -16,15 +16,15 @@ use s3s::dto::{
     GetBucketOwnershipControlsInput, GetBucketOwnershipControlsOutput, GetBucketPolicyInput,
     GetBucketPolicyOutput, GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput,
     GetBucketTaggingInput, GetBucketTaggingOutput, GetBucketVersioningInput,
-    GetBucketVersioningOutput, GetObjectAclInput, GetObjectAclOutput, GetObjectInput,
-    GetObjectLockConfigurationInput, GetObjectLockConfigurationOutput, GetObjectOutput,
-    GetObjectTaggingInput, GetObjectTaggingOutput, GetPublicAccessBlockInput,
-    GetPublicAccessBlockOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput,
-    HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
-    ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
-    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
-    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketEncryptionInput,
-    PutBucketEncryptionOutput, PutBucketLifecycleConfigurationInput,
+    GetBucketVersioningOutput, GetObjectAclInput, GetObjectAclOutput, GetObjectAttributesInput,
+    GetObjectAttributesOutput, GetObjectInput, GetObjectLockConfigurationInput,
+    GetObjectLockConfigurationOutput, GetObjectOutput, GetObjectTaggingInput,
+    GetObjectTaggingOutput, GetPublicAccessBlockInput, GetPublicAccessBlockOutput, HeadBucketInput,
+    HeadBucketOutput, HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
+    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
+    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutBucketAclInput, PutBucketAclOutput,
+    PutBucketEncryptionInput, PutBucketEncryptionOutput, PutBucketLifecycleConfigurationInput,
     PutBucketLifecycleConfigurationOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput,
     PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
@@ -90,6 +90,13 @@ impl S3 for SaltS3 {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         object::handle_get_object(self, req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        object::handle_get_object_attributes(self, req).await
     }
 
     async fn head_object(

@@ -427,8 +427,9 @@ pub(crate) enum Need {
 }
 
 /// Operations that only read (objects, listings, bucket settings).
-const READ_OPS: [&str; 22] = [
+const READ_OPS: [&str; 23] = [
     "HeadBucket",
+    "GetObjectAttributes",
     "GetBucketLocation",
     "GetBucketVersioning",
     "GetObject",

@@ -9,13 +9,16 @@
 //! - a CopyObject still running when its response starts gets the body that keeps the connection alive until
 //!   the copy ends (`copy.rs`);
 //! - a HeadObject of a range or a part answers 206, as AWS (s3s 0.14 sends a HEAD's status as 200 whatever the
-//!   handler says): the handler marks its response with [`PartialContent`].
+//!   handler says): the handler marks its response with [`PartialContent`];
+//! - a GetObjectAttributes response carries its ETag unquoted, as AWS (s3s quotes every ETag in XML): the
+//!   handler marks its response with [`UnquotedETag`].
 
 use http::{Method, header};
 use s3s::dto::Range;
 use s3s::service::S3Service;
 use s3s::{HttpError, HttpRequest, HttpResponse};
 
+use super::attributes::UnquotedETag;
 use super::copy;
 
 /// Calls `service` with `req`, adjusted as the module doc says, and adjusts its response.
@@ -36,7 +39,26 @@ pub(crate) async fn call(
     {
         *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
     }
+    if response.extensions_mut().remove::<UnquotedETag>().is_some() {
+        unquote_etag(&mut response);
+    }
     Ok(response)
+}
+
+/// Takes the quotes s3s put around the `ETag` of `response`'s XML body off (a body s3s made whole, as it makes
+/// every XML one).
+fn unquote_etag(response: &mut HttpResponse) {
+    let Some(body) = response.body().bytes() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return;
+    };
+    let unquoted = text
+        .replace("<ETag>\"", "<ETag>")
+        .replace("\"</ETag>", "</ETag>");
+    response.headers_mut().remove(header::CONTENT_LENGTH);
+    *response.body_mut() = s3s::Body::from(unquoted);
 }
 
 /// Marks a response (in its extensions) whose status must be 206 Partial Content.

@@ -84,6 +84,12 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
             attempt("GetBucketVersioning", "GET", &bucket).q("versioning", ""),
         ),
         (Read, attempt("GetObject", "GET", &object)),
+        (
+            Read,
+            attempt("GetObjectAttributes", "GET", &object)
+                .q("attributes", "")
+                .h("x-amz-object-attributes", "ETag,ObjectSize"),
+        ),
         (Read, attempt("HeadObject", "HEAD", &object)),
         (Read, attempt("ListObjects", "GET", &bucket)),
         (

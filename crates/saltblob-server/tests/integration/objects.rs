@@ -511,6 +511,78 @@ async fn multipart_object(c: &crate::client::Client, path: &str, parts: &[&[u8]]
     done.xml("ETag")[0].trim_matches('"').to_owned()
 }
 
+/// GetObjectAttributes: the attributes asked for (ETag unquoted, the checksum and its type, the size, the
+/// storage class); the parts of a multipart object, paged; no parts for an object put in one piece; an unknown
+/// attribute is refused.
+#[tokio::test]
+async fn get_object_attributes_answers_what_is_asked() {
+    let s = TestServer::with_bucket("bkt").await;
+    let c = &s.client;
+    let attributes = |path: &'static str, asked: &'static str| {
+        c.call("GET", path)
+            .query("attributes", "")
+            .header("x-amz-object-attributes", asked)
+    };
+    let put = c
+        .call("PUT", "/bkt/one")
+        .header(
+            "x-amz-checksum-sha256",
+            "LCa0a2j/xo/5m0U8HTBBNBNCLXBkg7+g+YpeiGJm564=",
+        )
+        .body(&b"foo"[..])
+        .send()
+        .await;
+    assert_eq!(put.status, 200, "{}", put.text());
+    let r = attributes(
+        "/bkt/one",
+        "ETag,Checksum,ObjectParts,StorageClass,ObjectSize",
+    )
+    .send()
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.xml("ETag"), [md5_hex(b"foo")], "unquoted: {}", r.text());
+    assert_eq!(r.xml("ObjectSize"), ["3"]);
+    assert_eq!(r.xml("StorageClass"), ["STANDARD"]);
+    assert_eq!(
+        r.xml("ChecksumSHA256"),
+        ["LCa0a2j/xo/5m0U8HTBBNBNCLXBkg7+g+YpeiGJm564="]
+    );
+    assert_eq!(r.xml("ChecksumType"), ["FULL_OBJECT"]);
+    assert!(!r.text().contains("ObjectParts"), "{}", r.text());
+    let only = attributes("/bkt/one", "ObjectSize").send().await;
+    assert_eq!(only.xml("ObjectSize"), ["3"]);
+    assert!(only.xml("ETag").is_empty(), "{}", only.text());
+
+    let part = vec![7u8; 5 << 20];
+    let etag = multipart_object(c, "/bkt/mp", &[&part, &part, &part, b"tail"]).await;
+    let r = attributes("/bkt/mp", "ETag,ObjectParts")
+        .header("x-amz-max-parts", "1")
+        .header("x-amz-part-number-marker", "2")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.xml("ETag"), [etag]);
+    assert_eq!(r.xml("PartsCount"), ["4"], "{}", r.text());
+    assert_eq!(r.xml("PartNumber"), ["3"]);
+    assert_eq!(r.xml("IsTruncated"), ["true"]);
+    assert_eq!(r.xml("NextPartNumberMarker"), ["3"]);
+    let rest = attributes("/bkt/mp", "ObjectParts")
+        .header("x-amz-part-number-marker", "3")
+        .send()
+        .await;
+    assert_eq!(rest.xml("PartNumber"), ["4"]);
+    assert_eq!(rest.xml("Size"), ["4"]);
+    assert_eq!(rest.xml("IsTruncated"), ["false"]);
+
+    let bad = attributes("/bkt/one", "Size").send().await;
+    assert_eq!((bad.status, bad.code().as_str()), (400, "InvalidArgument"));
+    let missing = attributes("/bkt/none", "ETag").send().await;
+    assert_eq!(
+        (missing.status, missing.code().as_str()),
+        (404, "NoSuchKey")
+    );
+}
+
 /// The parts of a multipart object by `partNumber` (206, `Content-Range`, `x-amz-mp-parts-count`), past the last
 /// `InvalidPart` (400); an object put in one piece has one part, itself.
 #[tokio::test]
