@@ -30,6 +30,9 @@ pub(crate) struct Rule {
     pub days: u32,
     /// `Status` Enabled; a disabled rule is kept and shown but expires nothing.
     pub enabled: bool,
+    /// Whether the prefix was given as the older top-level `Prefix` (not in a `Filter`): the rule is shown as
+    /// it was given, as S3 shows it.
+    pub legacy_prefix: bool,
 }
 
 /// A bucket's lifecycle configuration, as stored.
@@ -85,7 +88,8 @@ impl Lifecycle {
         })
     }
 
-    /// The rules as S3 shows them: a `Filter` with the prefix, the ID, the status and `Expiration` in days.
+    /// The rules as S3 shows them: the prefix as given (a `Filter` with it, or the older `Prefix`), the ID, the
+    /// status and `Expiration` in days.
     pub(crate) fn to_config(&self) -> Vec<LifecycleRule> {
         self.rules
             .iter()
@@ -94,7 +98,7 @@ impl Lifecycle {
                     days: i32::try_from(r.days).ok(),
                     ..LifecycleExpiration::default()
                 }),
-                filter: Some(LifecycleRuleFilter {
+                filter: (!r.legacy_prefix).then(|| LifecycleRuleFilter {
                     prefix: Some(r.prefix.clone()),
                     ..LifecycleRuleFilter::default()
                 }),
@@ -105,7 +109,7 @@ impl Lifecycle {
                 abort_incomplete_multipart_upload: None,
                 noncurrent_version_expiration: None,
                 noncurrent_version_transitions: None,
-                prefix: None,
+                prefix: r.legacy_prefix.then(|| r.prefix.clone()),
                 transitions: None,
             })
             .collect()
@@ -163,6 +167,7 @@ fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
             ));
         }
     };
+    let legacy_prefix = rule.filter.is_none();
     let prefix = match (rule.filter, rule.prefix) {
         (Some(_), Some(_)) => {
             return Err(s3_error!(
@@ -240,6 +245,7 @@ fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
         prefix,
         days,
         enabled,
+        legacy_prefix,
     })
 }
 
@@ -303,6 +309,7 @@ pub(crate) mod tests {
             prefix: prefix.to_owned(),
             days,
             enabled,
+            legacy_prefix: false,
         }
     }
 
@@ -428,14 +435,25 @@ pub(crate) mod tests {
         let mut legacy = s3_rule(None, 1);
         legacy.filter = None;
         legacy.prefix = Some("old/".to_owned());
-        assert!(
-            Lifecycle::from_config(
-                BucketLifecycleConfiguration {
-                    rules: vec![legacy]
-                },
-                VersionId(1)
-            )
-            .is_ok()
+        let shown = Lifecycle::from_config(
+            BucketLifecycleConfiguration {
+                rules: vec![legacy, s3_rule(Some("new/"), 2)],
+            },
+            VersionId(1),
+        )
+        .expect("a legacy Prefix")
+        .to_config();
+        // Each rule is shown as given: the older top-level Prefix, or a Filter.
+        assert_eq!(
+            (shown[0].prefix.as_deref(), shown[0].filter.is_none()),
+            (Some("old/"), true)
+        );
+        assert_eq!(
+            (
+                shown[1].prefix.as_deref(),
+                shown[1].filter.as_ref().and_then(|f| f.prefix.as_deref())
+            ),
+            (None, Some("new/"))
         );
         let mut status = s3_rule(None, 1);
         status.status = ExpirationStatus::from("enabled".to_owned());

@@ -78,6 +78,31 @@ async fn rules_are_kept_shown_and_expire_objects_at_midnight_after_their_days() 
     assert_eq!(got.xml("Prefix"), ["tmp/", "logs/"]);
     assert_eq!(got.xml("Status"), ["Enabled", "Disabled"]);
     assert_eq!(got.xml("Days"), ["1", "30"]);
+    // A rule given the older top-level Prefix is shown as given, beside one given a Filter.
+    let legacy = put_rules(
+        c,
+        "lcb",
+        "<LifecycleConfiguration>\
+<Rule><ID>old</ID><Prefix>old/</Prefix><Status>Enabled</Status><Expiration><Days>3</Days></Expiration></Rule>\
+<Rule><ID>new</ID><Filter><Prefix>new/</Prefix></Filter><Status>Enabled</Status><Expiration><Days>4</Days></Expiration></Rule>\
+</LifecycleConfiguration>",
+    )
+    .await;
+    assert_eq!(legacy.status, 200, "{}", legacy.text());
+    let got = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    let text = got.text();
+    assert!(
+        text.contains("<ID>old</ID><Prefix>old/</Prefix>")
+            || text.contains("<Prefix>old/</Prefix><Status>"),
+        "{text}"
+    );
+    assert!(!text.contains("<Filter><Prefix>old/"), "{text}");
+    assert!(
+        text.contains("<Filter><Prefix>new/</Prefix></Filter>"),
+        "{text}"
+    );
+    let put = put_rules(c, "lcb", RULES).await;
+    assert_eq!(put.status, 200, "{}", put.text());
 
     let put = c.put("/lcb/tmp/a", &b"short-lived"[..]).await;
     assert_eq!(put.status, 200);
