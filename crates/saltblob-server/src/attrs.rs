@@ -123,14 +123,19 @@ impl StoredHeaders {
     }
 }
 
-/// `encoding` (a Content-Encoding) without its `aws-chunked` codings; `None` when nothing else is left.
+/// `encoding` (a Content-Encoding) without its `aws-chunked` codings (the others joined by `, `); as sent when
+/// it has none; `None` when nothing else is left.
 fn without_aws_chunked(encoding: &str) -> Option<String> {
+    let is_framing = |c: &str| c.trim().eq_ignore_ascii_case("aws-chunked");
+    if !encoding.split(',').any(is_framing) {
+        return Some(encoding.to_owned());
+    }
     let kept: Vec<&str> = encoding
         .split(',')
         .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+        .filter(|c| !c.is_empty() && !is_framing(c))
         .collect();
-    (!kept.is_empty()).then(|| kept.join(","))
+    (!kept.is_empty()).then(|| kept.join(", "))
 }
 
 /// Metadata key of the `Expires` header of an object, as an HTTP date.
@@ -505,5 +510,26 @@ impl DeleteConditions {
             .size
             .is_none_or(|s| u64::try_from(s).is_ok_and(|s| s == m.size));
         etag && modified && size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_chunked_is_taken_out_of_a_content_encoding_and_the_rest_kept() {
+        for (sent, stored) in [
+            ("gzip", Some("gzip")),
+            ("deflate, gzip", Some("deflate, gzip")),
+            ("deflate,gzip", Some("deflate,gzip")),
+            ("gzip, aws-chunked", Some("gzip")),
+            ("aws-chunked, gzip", Some("gzip")),
+            ("deflate, AWS-CHUNKED, gzip", Some("deflate, gzip")),
+            ("aws-chunked", None),
+            ("aws-chunked, aws-chunked", None),
+        ] {
+            assert_eq!(without_aws_chunked(sent).as_deref(), stored, "{sent}");
+        }
     }
 }

@@ -192,6 +192,21 @@ async fn expires_is_kept_and_aws_chunked_is_not_a_stored_encoding() {
     assert_eq!(only.status, 200, "{}", only.text());
     let got = c.call("HEAD", "/bkt/plain").send().await;
     assert_eq!(got.header("content-encoding"), "");
+    let two = c
+        .call("PUT", "/bkt/two")
+        .header("content-encoding", "deflate, gzip")
+        .body(&b"v"[..])
+        .send()
+        .await;
+    assert_eq!(two.status, 200, "{}", two.text());
+    assert_eq!(
+        c.call("HEAD", "/bkt/two")
+            .send()
+            .await
+            .header("content-encoding"),
+        "deflate, gzip",
+        "kept as sent"
+    );
     assert_eq!(got.header("expires"), "", "none was sent");
 
     let copied = c
