@@ -126,14 +126,37 @@ fn invalid_part(number: i32) -> S3Error {
 /// (`InvalidPartOrder`), each uploaded with the ETag given (`InvalidPart`), each checksum given equal to the
 /// part's (`InvalidPart`), each but the last at least 5 MiB (`EntityTooSmall`). Also returns the first part
 /// listed without the upload's checksum when it is composite ([`plan`] refuses it, `InvalidRequest`).
+///
+/// A part number listed several times in a row (a client that listed a part and then its upload again) names
+/// the one part stored under it: the entry with its ETag is the one checked, as RGW takes it.
 fn choose_parts<'a>(
     listed: &[CompletedPart],
     stored: &'a [StoredPart],
     checksum: Option<UploadChecksum>,
 ) -> S3Result<(Vec<&'a StoredPart>, Option<i32>)> {
-    let mut chosen: Vec<&StoredPart> = Vec::with_capacity(listed.len());
-    let mut unsummed = None;
+    let names_stored = |part: &CompletedPart| {
+        let number = part.part_number.unwrap_or(0);
+        part.e_tag.as_ref().is_some_and(|etag| {
+            stored
+                .iter()
+                .any(|p| p.number == number && etag.value().trim_matches('"') == p.md5_hex())
+        })
+    };
+    let mut entries: Vec<&CompletedPart> = Vec::with_capacity(listed.len());
     for part in listed {
+        match entries.last_mut() {
+            Some(previous)
+                if previous.part_number == part.part_number && !names_stored(previous) =>
+            {
+                *previous = part;
+            }
+            Some(previous) if previous.part_number == part.part_number => {}
+            _ => entries.push(part),
+        }
+    }
+    let mut chosen: Vec<&StoredPart> = Vec::with_capacity(entries.len());
+    let mut unsummed = None;
+    for part in entries {
         let number = part.part_number.unwrap_or(0);
         if chosen.last().is_some_and(|p| p.number >= number) {
             return Err(s3_error!(

@@ -134,7 +134,7 @@ async fn parts_compose_into_one_object_without_copying() {
     let id = create(c, path).await;
     let (p1, p2, p3) = (part(6 * MIB, 1), part(5 * MIB, 2), part(1234, 3));
     let e3 = upload(c, path, &id, 3, &p3).await;
-    let _first = upload(c, path, &id, 1, &part(5 * MIB, 9)).await;
+    let first = upload(c, path, &id, 1, &part(5 * MIB, 9)).await;
     let e1 = upload(c, path, &id, 1, &p1).await;
     let e2 = upload(c, path, &id, 2, &p2).await;
 
@@ -151,7 +151,8 @@ async fn parts_compose_into_one_object_without_copying() {
 
     let key = b"s3/o/bkt/movie.mp4";
     let before = stored_chunks(&s, key).await;
-    let r = complete(c, path, &id, &[(1, &e1), (2, &e2), (3, &e3)]).await;
+    // Part 1 listed twice, with the ETag of its first upload and of the one stored: the stored one is taken.
+    let r = complete(c, path, &id, &[(1, &first), (1, &e1), (2, &e2), (3, &e3)]).await;
     assert_eq!(r.status, 200, "complete: {}", r.text());
     let etag = r.xml("ETag").pop().expect("etag").replace("&quot;", "\"");
     assert!(etag.trim_matches('"').ends_with("-3"), "{etag}");
@@ -219,6 +220,10 @@ async fn bad_completions_commit_nothing_and_abort_leaves_nothing() {
         (vec![(2, e2.as_str()), (1, e1.as_str())], "InvalidPartOrder"),
         (vec![(1, e1.as_str()), (3, e2.as_str())], "InvalidPart"),
         (vec![(1, e2.as_str()), (2, e2.as_str())], "InvalidPart"),
+        (
+            vec![(1, e2.as_str()), (1, e2.as_str()), (2, e2.as_str())],
+            "InvalidPart",
+        ),
     ] {
         let r = complete(c, path, &id, &parts).await;
         assert_eq!(r.code(), code, "{parts:?}: {}", r.text());
