@@ -1,7 +1,7 @@
 """Object semantics at their edges, through boto3 as a real client sends them: conditional deletes and puts, parts
 of multipart objects by number, ranges of empty objects and ranges that do not parse, response header overrides
-on presigned links, the calls tools make around the data (GetBucketLocation, GetBucketVersioning, CreateBucket of
-an owned bucket), and CopyObject's fresh ETag of a multipart source."""
+on presigned links, GetObjectAttributes, the calls tools make around the data (GetBucketLocation,
+GetBucketVersioning, CreateBucket of an owned bucket), and CopyObject's fresh ETag of a multipart source."""
 
 import urllib.request
 
@@ -77,6 +77,30 @@ def test_get_and_head_by_part_number(s3, bucket):
     head = s3.head_object(Bucket=bucket, Key="mp", PartNumber=1)
     assert (head["PartsCount"], head["ContentLength"]) == (2, len(one))
     assert s3_error(s3.get_object, Bucket=bucket, Key="mp", PartNumber=3) == ("InvalidPart", 400)
+
+
+def test_get_object_attributes(s3, bucket):
+    put = s3.put_object(Bucket=bucket, Key="one", Body=b"foo", ChecksumAlgorithm="SHA256")
+    got = s3.get_object_attributes(
+        Bucket=bucket, Key="one", ObjectAttributes=["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"]
+    )
+    assert got["ETag"] == put["ETag"].strip('"')
+    assert (got["ObjectSize"], got["StorageClass"]) == (3, "STANDARD")
+    assert got["Checksum"]["ChecksumSHA256"] == put["ChecksumSHA256"]
+    assert "ObjectParts" not in got
+    one, two = pattern_bytes(5 * MIB, seed=4), pattern_bytes(10, seed=5)
+    done = multipart(s3, bucket, "mp", [one, one, two])
+    page = s3.get_object_attributes(
+        Bucket=bucket, Key="mp", ObjectAttributes=["ETag", "ObjectParts"], MaxParts=1, PartNumberMarker=1
+    )
+    assert page["ETag"] == done["ETag"].strip('"')
+    parts = page["ObjectParts"]
+    assert (parts["TotalPartsCount"], parts["IsTruncated"], parts["NextPartNumberMarker"]) == (3, True, 2)
+    assert [(p["PartNumber"], p["Size"]) for p in parts["Parts"]] == [(2, len(one))]
+    assert s3_error(s3.get_object_attributes, Bucket=bucket, Key="none", ObjectAttributes=["ETag"]) == (
+        "NoSuchKey",
+        404,
+    )
 
 
 def test_copy_of_a_multipart_object_gets_the_md5_of_its_bytes(s3, bucket):

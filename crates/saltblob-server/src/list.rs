@@ -343,8 +343,8 @@ impl Page {
     }
 
     /// The Prefix ListObjects v1 echoes: as sent, even with `encoding-type=url`, as AWS does (botocore decodes
-    /// v1's Delimiter, Marker, NextMarker and names, not its Prefix); encoded only when it holds a character
-    /// XML 1.0 cannot carry.
+    /// v1's Delimiter, Marker, NextMarker and names, not its Prefix); with `encoding-type=url`, encoded only
+    /// when it holds a character XML 1.0 cannot carry.
     fn v1_prefix(&self) -> String {
         let xml_safe = self
             .prefix
@@ -353,7 +353,7 @@ impl Page {
         if xml_safe {
             self.prefix.clone()
         } else {
-            url_encode(&self.prefix)
+            self.names.show(self.prefix.clone())
         }
     }
 
