@@ -20,6 +20,7 @@ SALTBLOB_PREREQS=(
   "build libclang-dev libclang.so and clang's headers, which bindgen loads to generate RocksDB's bindings"
   "test fiu-utils fiu-run and fiu-ctrl, which inject write and fsync failures in the fault-injection test"
   "test rclone rclone, a real S3 client the S3 server's tests run (tests/s3/test_rclone.py)"
+  "test chromium a real browser, whose pages use the S3 server through CORS (tests/s3/test_cors_browser.py)"
   "test systemd systemd-analyze, which verifies the systemd unit of docs/operations.md (scripts/check-docs.py)"
   "cassandra maven mvn, which fetches Cassandra's jars from Maven Central"
   "cassandra openssl the openssl tool, which signs the test nodes' TLS certificates and writes them as PEM"

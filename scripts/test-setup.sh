@@ -35,7 +35,7 @@ fake_java() {
 
 # The fresh machine of this project's kind: a C/C++ toolchain, Debian's Java 17 (which brings openssl, through
 # ca-certificates) and Maven, systemd, and libclang-cpp14 (a look-alike of libclang) but neither libclang-dev nor
-# libclang1-14 nor fiu-utils nor rclone.
+# libclang1-14 nor fiu-utils nor rclone nor chromium.
 FRESH=(gcc g++ make maven libclang-cpp14 openjdk-17-jre-headless openssl systemd)
 
 # machine PKG...: the fake package database holds exactly these packages as installed, plus some in other states.
@@ -77,13 +77,13 @@ PATH="$scratch/java17:$PATH"
 
 machine "${FRESH[@]}"
 expect "fresh machine (libclang-cpp14 only): the build asks for libclang-dev" "libclang-dev" build
-expect "fresh machine: the tests ask for fiu-utils and rclone" "fiu-utils rclone" test
+expect "fresh machine: the tests ask for fiu-utils, rclone and chromium" "fiu-utils rclone chromium" test
 expect "fresh machine: Cassandra needs nothing more" "" cassandra
 
 machine "${FRESH[@]}" libclang1-14 libclang-common-14-dev
 expect "libclang1-14 and clang's headers without libclang-dev: still asks for libclang-dev" "libclang-dev" build
 
-machine "${FRESH[@]}" libclang-dev fiu-utils rclone
+machine "${FRESH[@]}" libclang-dev fiu-utils rclone chromium
 expect "everything installed: asks for nothing" "" build test cassandra
 
 # Each Debian prerequisite alone missing: exactly that one is asked for, by its group.
@@ -92,13 +92,13 @@ for entry in "${SALTBLOB_PREREQS[@]}"; do
   pkg=${entry#* }
   pkg=${pkg%% *}
   others=()
-  for p in "${FRESH[@]}" libclang-dev fiu-utils rclone; do [ "$p" = "$pkg" ] || others+=("$p"); done
+  for p in "${FRESH[@]}" libclang-dev fiu-utils rclone chromium; do [ "$p" = "$pkg" ] || others+=("$p"); done
   machine "${others[@]}"
   expect "$pkg missing: the $group set-up asks for it" "$pkg" "$group"
   expect "$pkg missing: the other groups do not" "" $(printf '%s\n' build test cassandra | grep -vx "$group")
 done
 
-machine "${FRESH[@]}" libclang-dev fiu-utils rclone
+machine "${FRESH[@]}" libclang-dev fiu-utils rclone chromium
 echo "gcc deinstall ok config-files" >>"$FAKE_DPKG_DB"
 sed -i '/^gcc install/d' "$FAKE_DPKG_DB"
 expect "a removed package (configuration files left) counts as missing" "gcc" build
@@ -108,10 +108,10 @@ expect "a package known to apt but not installed counts as missing" "fiu-utils" 
 
 # rclone is decided by its package too: an `rclone` on PATH that no Debian package installed (a download, another
 # version) is not what the tests were written against, and does not count.
-machine "${FRESH[@]}" libclang-dev fiu-utils
 mkdir -p "$scratch/rclone-bin"
 printf '#!/bin/sh\necho "rclone v1.99.0"\n' >"$scratch/rclone-bin/rclone"
 chmod +x "$scratch/rclone-bin/rclone"
+machine "${FRESH[@]}" libclang-dev fiu-utils chromium
 PATH="$scratch/rclone-bin:$PATH" expect "an rclone binary on PATH without the rclone package: asks for rclone" "rclone" test
 echo "rclone install ok half-configured" >>"$FAKE_DPKG_DB"
 expect "a half-configured rclone package counts as missing" "rclone" test
@@ -133,7 +133,7 @@ cpu_case "no flags line: both missing" x86_64 "model name	: unknown" "sse4_2 pcl
 cpu_case "another architecture: nothing asked" aarch64 "Features	: fp asimd crc32" ""
 
 # Java 17 is decided by running the candidates cassandra.sh would run.
-machine "${FRESH[@]}" libclang-dev fiu-utils rclone
+machine "${FRESH[@]}" libclang-dev fiu-utils rclone chromium
 PATH="$scratch/java11:$PATH" expect "only Java 11 on PATH: asks for openjdk-17-jre-headless" "openjdk-17-jre-headless" cassandra
 PATH="$scratch/java11:$PATH" JAVA_HOME="$scratch/jdk17" expect "JAVA_HOME without a java: asks for it" \
   "openjdk-17-jre-headless" cassandra
@@ -148,7 +148,8 @@ out=$(SALTBLOB_SETUP_DRY_RUN=1 prereq_ensure build test 2>&1)
 if grep -qx "== installing libclang-dev (Debian package): libclang.so and clang's headers, which bindgen loads to generate RocksDB's bindings" <<<"$out" \
   && grep -q "^== installing fiu-utils (Debian package): " <<<"$out" \
   && grep -qx "== installing rclone (Debian package): rclone, a real S3 client the S3 server's tests run (tests/s3/test_rclone.py)" <<<"$out" \
-  && [ "$(wc -l <<<"$out")" = 3 ]; then
+  && grep -q "^== installing chromium (Debian package): " <<<"$out" \
+  && [ "$(wc -l <<<"$out")" = 4 ]; then
   echo "ok   the set-up prints one line per package it installs, with the reason"
   passed=$((passed + 1))
 else

@@ -193,6 +193,11 @@ impl RequestRecord {
         }
     }
 
+    /// Records the operation, for a request s3s does not run.
+    pub(crate) fn set_op(&self, op: &str) {
+        self.update(|f| op.clone_into(&mut f.op));
+    }
+
     /// Records the class the request's blob I/O ran in.
     pub(crate) fn set_class(&self, class: PriorityClass) {
         self.update(|f| f.class = Some(class));

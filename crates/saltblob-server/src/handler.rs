@@ -1,7 +1,7 @@
-//! [`Handler`], the request handler every connection serves with: it refuses what saltblob does not serve
-//! (`guard.rs`), sheds requests beyond the cap, counts the request body and fails it when it stalls, frames
-//! `aws-chunked` bodies (`chunked.rs`), calls the S3 service, gives each response its request id, and hands the
-//! response to its access log (`access_log.rs`).
+//! [`Handler`], the request handler every connection serves with: it answers CORS preflights (`cors/`), refuses
+//! what saltblob does not serve (`guard.rs`), sheds requests beyond the cap, counts the request body and fails it when it stalls, frames
+//! `aws-chunked` bodies (`chunked.rs`), calls the S3 service, gives each response its request id (and a browser's
+//! its bucket's CORS headers), and hands the response to its access log (`access_log.rs`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -11,7 +11,7 @@ use std::task::Context;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use http::{HeaderValue, Request, Response, StatusCode, Version};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body::Body as HttpBody;
 use hyper::body::Incoming;
 use s3s::StdError;
@@ -26,6 +26,7 @@ use crate::body::{Passed, Watched, Watcher};
 use crate::chunked::{BodyFailed, Fault, Reframe};
 use crate::config::ServerConfig;
 use crate::conn::{Activity, StallTimer};
+use crate::cors::{self, BrowserRequest, CorsRules};
 use crate::grants::Directory;
 use crate::metrics::Metrics;
 use crate::refusal::{Refusal, xml_escape};
@@ -52,14 +53,18 @@ pub(crate) struct Handler {
     activity: Option<Arc<Activity>>,
     /// How long a request body may stop arriving.
     io_timeout: Duration,
+    /// The buckets' CORS rules, for preflights and the answers to browsers.
+    cors: Arc<CorsRules>,
 }
 
 impl Handler {
     /// The handler of a server with `config` on `store`, counting into `metrics`.
     pub(crate) fn new(config: &ServerConfig, store: BlobStore, metrics: Arc<Metrics>) -> Self {
+        let cors = Arc::new(CorsRules::new(store.clone()));
         Self {
             default_class: store.default_class(),
-            service: s3_service(config, store),
+            service: s3_service(config, store, Arc::clone(&cors)),
+            cors,
             metrics,
             peer: None,
             requests: Arc::new(Semaphore::new(config.max_requests.max(1))),
@@ -109,6 +114,20 @@ impl Handler {
         // HTTP/1.1 must close a connection whose request body is left unread (HTTP/2 resets the stream).
         let http1 = req.version() < Version::HTTP_2;
         let unread_body = !req.body().is_end_stream();
+        if req.method() == Method::OPTIONS {
+            // A browser's preflight: unsigned, answered from the bucket's CORS rules before anything else.
+            log.record.set_op("PreflightCors");
+            let response = match cors::preflight(&self.cors, &req).await {
+                Ok(headers) => {
+                    let mut response = Response::new(s3s::Body::empty());
+                    response.headers_mut().extend(headers);
+                    response
+                }
+                Err(refusal) => refusal_response(&refusal, &request_id),
+            };
+            return self.finish(response, log, &request_id, http1 && unread_body);
+        }
+        let browser = BrowserRequest::of(&req);
         let refusal = guard::check(req.method(), req.uri(), req.headers()).or_else(|| {
             match Arc::clone(&self.requests).try_acquire_owned() {
                 Ok(permit) => {
@@ -136,11 +155,25 @@ impl Handler {
             }
         };
         let mut response = response;
+        if let Some(browser) = browser {
+            browser.answer(&self.cors, response.headers_mut()).await;
+        }
+        self.finish(response, log, &request_id, http1 && close)
+    }
+
+    /// `response` given its request id (and `Connection: close` if `close`), logged by `log` when it ends.
+    fn finish(
+        &self,
+        mut response: Response<s3s::Body>,
+        mut log: RequestLog,
+        request_id: &str,
+        close: bool,
+    ) -> Response<LoggedBody> {
         log.status = response.status().as_u16();
-        if let Ok(id) = HeaderValue::from_str(&request_id) {
+        if let Ok(id) = HeaderValue::from_str(request_id) {
             response.headers_mut().insert("x-amz-request-id", id);
         }
-        if http1 && close {
+        if close {
             response
                 .headers_mut()
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -217,8 +250,8 @@ impl hyper::service::Service<Request<Incoming>> for Handler {
     }
 }
 
-/// The s3s service: our operations, our access keys and access check.
-fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
+/// The s3s service: our operations (with the buckets' `cors` rules), our access keys and access check.
+fn s3_service(config: &ServerConfig, store: BlobStore, cors: Arc<CorsRules>) -> S3Service {
     let sse = SseConfig::new(
         &store,
         config.sse_s3_key.clone(),
@@ -240,6 +273,7 @@ fn s3_service(config: &ServerConfig, store: BlobStore) -> S3Service {
         uploads,
         sse,
         Arc::clone(&stored_keys),
+        cors,
     ));
     builder.set_auth(KeyAuth {
         root: config.credentials.clone(),

@@ -7,6 +7,7 @@
 //! | `s3/u/<bucket>/…` | multipart uploads in progress (`multipart/upload.rs`) |
 //! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle/`), when it has any |
 //! | `s3/e/<bucket>` | the bucket's default encryption (`sse/`), when it has one |
+//! | `s3/c/<bucket>` | the bucket's CORS rules (`cors/`), when it has any |
 //! | `s3/k/<access key id>` | an access key kept in the store: its secret (sealed) and its grants (`grants/`) |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
@@ -28,6 +29,9 @@ pub const LIFECYCLE_PREFIX: &str = "s3/l/";
 /// Prefix of the buckets' default encryption records (then `<bucket>`).
 pub const ENCRYPTION_PREFIX: &str = "s3/e/";
 
+/// Prefix of the buckets' CORS records (then `<bucket>`).
+pub const CORS_PREFIX: &str = "s3/c/";
+
 /// Prefix of the access keys kept in the store (then the access key id).
 pub const ACCESS_KEY_PREFIX: &str = "s3/k/";
 
@@ -39,6 +43,11 @@ pub(crate) fn access_key_record(id: &str) -> String {
 /// The store key of `bucket`'s default encryption record.
 pub(crate) fn encryption_key(bucket: &str) -> String {
     format!("{ENCRYPTION_PREFIX}{bucket}")
+}
+
+/// The store key of `bucket`'s CORS record.
+pub(crate) fn cors_key(bucket: &str) -> String {
+    format!("{CORS_PREFIX}{bucket}")
 }
 
 /// The store key of `bucket`'s lifecycle record.

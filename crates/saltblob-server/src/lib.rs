@@ -38,6 +38,8 @@
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
 //!   stored headers), the conditional headers checked against them, a copy's source.
 //! - `cache.rs`: a bucket setting read lately, kept for a moment.
+//! - `cors/`: bucket CORS rules: their record, the answer to a browser's preflight and the headers of the
+//!   answers to its requests.
 //! - `lifecycle/`: bucket lifecycle rules: their record, when they expire an object, the expiry pass.
 //! - `sse/`: server-side encryption: each request's choice, made once from its headers (the key a put seals
 //!   under: its headers, the bucket's default, the server's keys; SSE-C), what responses say about it, the
@@ -56,10 +58,10 @@
 //! - `multipart/`: multipart upload; its records and their typed state, the part, complete and abort protocol,
 //!   the sweep.
 //! - `bucket/`: bucket operations, and the bucket settings saltblob keeps (lifecycle rules, default
-//!   encryption).
+//!   encryption, CORS rules).
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
 //! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
-//! - `handler.rs`: the request handler: refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
+//! - `handler.rs`: the request handler: answers CORS preflights (`cors/`), refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
 //!   request bodies (`aws-chunked`), calls the S3 service, gives each response its request id.
 //! - `probes.rs`: the metrics listener's answers: `/metrics`, `/healthz`, `/readyz` (the store answers, the
 //!   server is not shutting down).
@@ -77,6 +79,7 @@ mod cache;
 mod chunked;
 mod config;
 mod conn;
+mod cors;
 mod error;
 mod grants;
 mod guard;
@@ -111,7 +114,8 @@ pub use crate::grants::{
     delete_key, deny, list_keys,
 };
 pub use crate::keys::{
-    BUCKET_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX, OBJECT_PREFIX,
+    BUCKET_PREFIX, CORS_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX,
+    OBJECT_PREFIX,
 };
 pub use crate::lifecycle::{Expired, Expirer, expire_objects};
 pub use crate::multipart::{FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY};

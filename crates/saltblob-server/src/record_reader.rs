@@ -1,6 +1,8 @@
 //! A cursor over a record the server stores (a lifecycle record, an access key record) being decoded: every
 //! failure says what broke and at which byte offset.
 
+use saltblob_core::VersionId;
+
 /// A cursor over a record being decoded.
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
@@ -27,6 +29,48 @@ impl<'a> Reader<'a> {
         let taken = &self.bytes[self.at..end];
         self.at = end;
         Ok(taken)
+    }
+
+    /// Fails unless the record starts with `magic` (read from the start).
+    pub(crate) fn magic(&mut self, magic: &[u8; 4]) -> Result<(), String> {
+        if self.take(4)? == magic {
+            Ok(())
+        } else {
+            Err(format!(
+                "it does not start with \"{}\"",
+                String::from_utf8_lossy(magic)
+            ))
+        }
+    }
+
+    /// The head every bucket setting's record starts with (lifecycle rules, CORS rules): `magic`, a format byte
+    /// among `formats` (one or two), the bucket record's version (u128) and a rule count (u16) of 1 to
+    /// `max_rules`. Returns the format, the version and the count.
+    pub(crate) fn bucket_setting_head(
+        &mut self,
+        magic: &[u8; 4],
+        formats: &[u8],
+        max_rules: usize,
+    ) -> Result<(u8, VersionId, usize), String> {
+        self.magic(magic)?;
+        let format = self.u8()?;
+        if !formats.contains(&format) {
+            let known = match formats {
+                [one] => format!("format {one}"),
+                [first, second] => format!("formats {first} and {second}"),
+                _ => format!("formats {formats:?}"),
+            };
+            return Err(format!("format {format}; this server reads {known}"));
+        }
+        let version = VersionId(u128::from_le_bytes(self.array()?));
+        let count_at = self.at;
+        let count = usize::from(u16::from_le_bytes(self.array()?));
+        if !(1..=max_rules).contains(&count) {
+            return Err(format!(
+                "{count} rules at offset {count_at}; 1 to {max_rules} are stored"
+            ));
+        }
+        Ok((format, version, count))
     }
 
     /// The next `N` bytes, as an array.

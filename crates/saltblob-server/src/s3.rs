@@ -1,36 +1,38 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
-//! operations in `bucket/` (with the bucket's lifecycle rules and default encryption), object operations in
+//! operations in `bucket/` (with the bucket's lifecycle rules, default encryption and CORS rules), object operations in
 //! `object/`, listings in `list.rs`, multipart upload in `multipart/`, the settings saltblob does not keep
-//! (ACLs, policy, CORS, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
+//! (ACLs, policy, tags, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
     CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput, CreateBucketInput,
     CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput,
-    DeleteBucketEncryptionInput, DeleteBucketEncryptionOutput, DeleteBucketInput,
-    DeleteBucketLifecycleInput, DeleteBucketLifecycleOutput, DeleteBucketOutput, DeleteObjectInput,
-    DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput,
-    GetBucketAclOutput, GetBucketCorsInput, GetBucketCorsOutput, GetBucketEncryptionInput,
-    GetBucketEncryptionOutput, GetBucketLifecycleConfigurationInput,
-    GetBucketLifecycleConfigurationOutput, GetBucketLocationInput, GetBucketLocationOutput,
-    GetBucketOwnershipControlsInput, GetBucketOwnershipControlsOutput, GetBucketPolicyInput,
-    GetBucketPolicyOutput, GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput,
-    GetBucketTaggingInput, GetBucketTaggingOutput, GetBucketVersioningInput,
-    GetBucketVersioningOutput, GetObjectAclInput, GetObjectAclOutput, GetObjectAttributesInput,
-    GetObjectAttributesOutput, GetObjectInput, GetObjectLockConfigurationInput,
-    GetObjectLockConfigurationOutput, GetObjectOutput, GetObjectTaggingInput,
-    GetObjectTaggingOutput, GetPublicAccessBlockInput, GetPublicAccessBlockOutput, HeadBucketInput,
-    HeadBucketOutput, HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
-    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
-    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutBucketAclInput, PutBucketAclOutput,
-    PutBucketEncryptionInput, PutBucketEncryptionOutput, PutBucketLifecycleConfigurationInput,
-    PutBucketLifecycleConfigurationOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput,
-    PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+    DeleteBucketCorsInput, DeleteBucketCorsOutput, DeleteBucketEncryptionInput,
+    DeleteBucketEncryptionOutput, DeleteBucketInput, DeleteBucketLifecycleInput,
+    DeleteBucketLifecycleOutput, DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput,
+    DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput, GetBucketAclOutput,
+    GetBucketCorsInput, GetBucketCorsOutput, GetBucketEncryptionInput, GetBucketEncryptionOutput,
+    GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput,
+    GetBucketLocationInput, GetBucketLocationOutput, GetBucketOwnershipControlsInput,
+    GetBucketOwnershipControlsOutput, GetBucketPolicyInput, GetBucketPolicyOutput,
+    GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput, GetBucketTaggingInput,
+    GetBucketTaggingOutput, GetBucketVersioningInput, GetBucketVersioningOutput, GetObjectAclInput,
+    GetObjectAclOutput, GetObjectAttributesInput, GetObjectAttributesOutput, GetObjectInput,
+    GetObjectLockConfigurationInput, GetObjectLockConfigurationOutput, GetObjectOutput,
+    GetObjectTaggingInput, GetObjectTaggingOutput, GetPublicAccessBlockInput,
+    GetPublicAccessBlockOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput,
+    HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
+    ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
+    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
+    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketCorsInput,
+    PutBucketCorsOutput, PutBucketEncryptionInput, PutBucketEncryptionOutput,
+    PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput, PutObjectAclInput,
+    PutObjectAclOutput, PutObjectInput, PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput,
+    UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
-use crate::bucket::{encryption, lifecycle};
+use crate::bucket::{cors, encryption, lifecycle};
 use crate::service::SaltS3;
 use crate::{bucket, list, multipart, object, settings};
 
@@ -249,13 +251,21 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketCorsInput>,
     ) -> S3Result<S3Response<GetBucketCorsOutput>> {
-        settings::not_set(
-            self,
-            &req.input.bucket,
-            "NoSuchCORSConfiguration",
-            "The CORS configuration does not exist",
-        )
-        .await
+        cors::handle_get(self, req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        cors::handle_put(self, req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        cors::handle_delete(self, req).await
     }
 
     async fn get_bucket_lifecycle_configuration(

@@ -13,6 +13,7 @@ use saltblob_core::{BlobStore, Error, Manifest, PutCondition};
 use crate::attrs::{etag_of, precondition_failed};
 use crate::auth::record_class;
 use crate::cache::Cache;
+use crate::cors::CorsRules;
 use crate::error::{from_store, no_such_bucket};
 use crate::grants::Directory;
 use crate::keys::bucket_key;
@@ -32,16 +33,19 @@ pub(crate) struct SaltS3 {
     pub(crate) sse: SseConfig,
     /// The access keys kept in the store, as read lately.
     pub(crate) stored_keys: Arc<Directory>,
+    /// The buckets' CORS rules, as read lately (shared with the request handler).
+    pub(crate) cors: Arc<CorsRules>,
 }
 
 impl SaltS3 {
-    /// The service on `store`, in `region`, with the upload cap and encryption settings given.
+    /// The service on `store`, in `region`, with the upload cap, encryption settings and CORS rules given.
     pub(crate) fn new(
         store: BlobStore,
         region: String,
         uploads: UploadCap,
         sse: SseConfig,
         stored_keys: Arc<Directory>,
+        cors: Arc<CorsRules>,
     ) -> Self {
         Self {
             store,
@@ -50,6 +54,7 @@ impl SaltS3 {
             lifecycles: Cache::default(),
             sse,
             stored_keys,
+            cors,
         }
     }
 

@@ -10,11 +10,12 @@
 //!   puts back the ACL it read when it copies); any other is `400 AccessControlListNotSupported` (canned ACLs
 //!   and `x-amz-grant-*` headers are refused by `guard.rs` before the body is read).
 //! - GetBucketRequestPayment: `BucketOwner`. GetObjectTagging: an empty tag set.
-//! - No policy, CORS, tag set, public access block or object lock configuration: AWS's 404 for each
-//!   (`NoSuchBucketPolicy`, `NoSuchCORSConfiguration`, `NoSuchTagSet`, `NoSuchPublicAccessBlockConfiguration`,
+//! - No policy, tag set, public access block or object lock configuration: AWS's 404 for each
+//!   (`NoSuchBucketPolicy`, `NoSuchTagSet`, `NoSuchPublicAccessBlockConfiguration`,
 //!   `ObjectLockConfigurationNotFoundError`), through [`not_set`]. (Lifecycle rules are kept: `lifecycle/`;
-//!   default encryption too: `sse/`, whose GetBucketEncryption answers a bucket without one with [`not_set`]'s
-//!   `ServerSideEncryptionConfigurationNotFoundError` rather than claim the default encryption AWS applies.)
+//!   CORS rules: `cors/`; default encryption too: `sse/`, whose GetBucketEncryption answers a bucket without one
+//!   with [`not_set`]'s `ServerSideEncryptionConfigurationNotFoundError` rather than claim the default
+//!   encryption AWS applies.)
 
 use s3s::dto::{
     AccessControlPolicy, GetBucketAclInput, GetBucketAclOutput, GetBucketOwnershipControlsInput,

@@ -2,9 +2,10 @@
 //! read before they work (GetBucketLocation, GetBucketVersioning). A bucket is a small record (`keys.rs`); its
 //! version's creation time is the bucket's.
 //!
-//! The bucket settings saltblob keeps have their operations beside: `lifecycle.rs` (lifecycle rules) and
-//! `encryption.rs` (default encryption); those it does not keep are `settings.rs`'s.
+//! The bucket settings saltblob keeps have their operations beside: `lifecycle.rs` (lifecycle rules),
+//! `encryption.rs` (default encryption) and `cors.rs` (CORS rules); those it does not keep are `settings.rs`'s.
 
+pub(crate) mod cors;
 pub(crate) mod encryption;
 pub(crate) mod lifecycle;
 
@@ -233,5 +234,6 @@ pub(crate) async fn handle_delete_bucket(
         .map_err(from_store)?;
     lifecycle::forget_bucket(s3, &bucket).await;
     encryption::forget_bucket(s3, &bucket).await;
+    cors::forget_bucket(s3, &bucket).await;
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }

@@ -153,9 +153,7 @@ impl KeyRecord {
     /// What is wrong and at which byte offset, for anything that is not a record of format 1.
     pub(crate) fn decode(id: &str, bytes: &[u8]) -> Result<Self, String> {
         let mut r = Reader::new(bytes);
-        if r.take(4)? != MAGIC {
-            return Err("it does not start with \"SBAK\"".to_owned());
-        }
+        r.magic(MAGIC)?;
         let format = r.u8()?;
         if format != FORMAT {
             return Err(format!(

@@ -13,8 +13,6 @@
 //! read it), format 2 once one gives the older `Prefix`. Nothing follows the last rule; a record that breaks any
 //! of this is reported as corrupt with what broke and where, and its bucket's objects are then never expired.
 
-use saltblob_core::VersionId;
-
 use crate::record_reader::Reader;
 
 use super::rules::{Lifecycle, MAX_PREFIX_LEN, MAX_RULES, Rule};
@@ -68,22 +66,8 @@ impl Lifecycle {
     /// What is wrong and at which byte offset, for anything that is not a record of format 1 or 2.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut r = Reader::new(bytes);
-        if r.take(4)? != MAGIC {
-            return Err("it does not start with \"SBLC\"".to_owned());
-        }
-        let format = r.u8()?;
-        if format != FORMAT_FILTERS && format != FORMAT_FORMS {
-            return Err(format!(
-                "format {format}; this server reads formats {FORMAT_FILTERS} and {FORMAT_FORMS}"
-            ));
-        }
-        let bucket_version = VersionId(u128::from_le_bytes(r.array()?));
-        let count = usize::from(u16::from_le_bytes(r.array()?));
-        if !(1..=MAX_RULES).contains(&count) {
-            return Err(format!(
-                "{count} rules at offset 21; 1 to {MAX_RULES} are stored"
-            ));
-        }
+        let (format, bucket_version, count) =
+            r.bucket_setting_head(MAGIC, &[FORMAT_FILTERS, FORMAT_FORMS], MAX_RULES)?;
         let mut rules = Vec::with_capacity(count);
         for _ in 0..count {
             let status_at = r.at;
@@ -135,6 +119,8 @@ impl Lifecycle {
 
 #[cfg(test)]
 mod tests {
+    use saltblob_core::VersionId;
+
     use super::*;
     use crate::lifecycle::rules::tests::rule;
 

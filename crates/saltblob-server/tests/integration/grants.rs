@@ -72,6 +72,8 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
     let encryption = "<ServerSideEncryptionConfiguration><Rule><ApplyServerSideEncryptionByDefault>\
         <SSEAlgorithm>AES256</SSEAlgorithm></ApplyServerSideEncryptionByDefault></Rule>\
         </ServerSideEncryptionConfiguration>";
+    let cors = "<CORSConfiguration><CORSRule><AllowedMethod>GET</AllowedMethod>\
+        <AllowedOrigin>*</AllowedOrigin></CORSRule></CORSConfiguration>";
     use Right::{Owner, Read, Write};
     vec![
         (Read, attempt("HeadBucket", "HEAD", &bucket)),
@@ -227,6 +229,16 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
                 .q("acl", "")
                 .h("x-amz-acl", "private"),
         ),
+        (
+            Owner,
+            attempt("PutBucketCors", "PUT", &bucket)
+                .q("cors", "")
+                .b(cors),
+        ),
+        (
+            Owner,
+            attempt("DeleteBucketCors", "DELETE", &bucket).q("cors", ""),
+        ),
     ]
 }
 
@@ -276,6 +288,7 @@ async fn victim_state(s: &TestServer) -> Vec<String> {
         ("/victim", ("uploads", "")),
         ("/victim", ("lifecycle", "")),
         ("/victim", ("encryption", "")),
+        ("/victim", ("cors", "")),
     ] {
         let r = s
             .client

@@ -4,6 +4,7 @@
 mod auth;
 mod buckets;
 mod client;
+mod cors;
 mod disk_faults;
 mod forge;
 mod grants;
