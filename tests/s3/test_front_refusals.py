@@ -1,7 +1,7 @@
 """What the server does not do, refused as AWS refuses it, through boto3 as applications call it: server-side
 encryption on a store without a key provider (SSE-KMS, SSE-S3, also on copies and multipart uploads), SSE-C over
 plain HTTP, object lock, ACLs other than private,
-tagging, version ids, presigned URLs valid for more than 7 days; and in every case nothing is stored (before, the
+version ids, presigned URLs valid for more than 7 days; and in every case nothing is stored (before, the
 server answered 200 and dropped the header: an "encrypted" object was stored in plaintext, a "locked" one could
 be deleted)."""
 
@@ -34,9 +34,8 @@ def assert_absent(s3, bucket, key):
             "ObjectLockRetainUntilDate": datetime.datetime(2099, 1, 1, tzinfo=datetime.timezone.utc),
         },
         {"ObjectLockLegalHoldStatus": "ON"},
-        {"Tagging": "team=backup&tier=cold"},
     ],
-    ids=["sse-kms", "sse-kms-bucket-key", "sse-s3", "object-lock", "legal-hold", "tagging"],
+    ids=["sse-kms", "sse-kms-bucket-key", "sse-s3", "object-lock", "legal-hold"],
 )
 def test_put_with_an_unsupported_feature_is_not_implemented_and_stores_nothing(s3, bucket, extra):
     assert s3_error(s3.put_object, Bucket=bucket, Key="k", Body=b"believed protected", **extra) == (

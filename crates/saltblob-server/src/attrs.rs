@@ -7,7 +7,7 @@
 //! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
 //! `s3:etag` (hex MD5), `s3:checksum-<algorithm>` (base64, as sent or computed), `s3:cache-control`,
 //! `s3:content-disposition`, `s3:content-encoding` (without `aws-chunked`, the request body's framing),
-//! `s3:content-language`, `s3:expires` (the `Expires` header, an HTTP date). Multipart upload records keep the
+//! `s3:content-language`, `s3:expires` (the `Expires` header, an HTTP date), `s3:tagging` (the tags: `tagging.rs`). Multipart upload records keep the
 //! object's attributes to be in the same keys (`multipart/upload.rs`). A sealed version keeps its MD5 and
 //! checksums sealed (`saltblob:sealed`, [`saltblob_core::manifest::SEALED_METADATA_KEY`]), opened only for a
 //! request that may read it ([`with_opened`]); its ETag is opaque ([`sealed_etag`]).
@@ -181,10 +181,11 @@ pub(crate) fn user_metadata(user: Option<Metadata>) -> S3Result<BTreeMap<String,
 
 /// The manifest metadata an S3 input with user metadata and the standard headers (PutObjectInput,
 /// CopyObjectInput, CreateMultipartUploadInput) sets: [`user_metadata`] of its `metadata`, then its
-/// [`StoredHeaders`] and `Expires`; moves those fields out of `$input`.
+/// [`StoredHeaders`], `Expires` and tags (`x-amz-tagging`, checked: `InvalidTag`); moves those fields out of
+/// `$input` (but the tags).
 macro_rules! object_metadata {
     ($input:ident) => {
-        $crate::attrs::user_metadata($input.metadata).map(|mut metadata| {
+        $crate::attrs::user_metadata($input.metadata).and_then(|mut metadata| {
             $crate::attrs::StoredHeaders {
                 cache_control: $input.cache_control,
                 content_disposition: $input.content_disposition,
@@ -193,7 +194,11 @@ macro_rules! object_metadata {
             }
             .insert_into(&mut metadata);
             $crate::attrs::insert_expires($input.expires.as_ref(), &mut metadata);
-            metadata
+            if let Some(tags) = $input.tagging.as_deref() {
+                $crate::tagging::Tags::from_header(tags, $crate::tagging::MAX_OBJECT_TAGS)?
+                    .store_in(&mut metadata);
+            }
+            Ok(metadata)
         })
     };
 }

@@ -21,8 +21,8 @@
 //! 8. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
 //!    parameter: server-side encryption with an encryption context (`x-amz-server-side-encryption-context`:
 //!    the key providers take none) and with customer keys in the query string (SSE-C, `-customer-*`, is taken
-//!    in headers only: `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tagging
-//!    (`x-amz-tagging`, `x-amz-tagging-directive` other than `COPY`): `501 NotImplemented`; ACLs (`x-amz-acl`
+//!    in headers only: `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tags in
+//!    the query string (`x-amz-tagging`, `x-amz-tagging-directive`: taken in headers only): `501 NotImplemented`; ACLs (`x-amz-acl`
 //!    other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`): `400 AccessControlListNotSupported`,
 //!    as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in its body is decided by
 //!    `settings.rs`, which reads it: AWS takes one that only grants the owner `FULL_CONTROL`.)
@@ -31,6 +31,7 @@
 
 use http::{HeaderMap, Method, StatusCode, Uri};
 
+use crate::percent;
 use crate::refusal::Refusal;
 
 /// The longest a presigned URL may be valid, as on AWS: 7 days.
@@ -242,8 +243,8 @@ fn check_feature(name: &str, value: &str, in_query: bool) -> Option<Refusal> {
         && (in_query || !is_customer_header(name));
     let lock = name.starts_with("x-amz-object-lock-")
         || (name == "x-amz-bucket-object-lock-enabled" && value.eq_ignore_ascii_case("true"));
-    let tagging = name == "x-amz-tagging"
-        || (name == "x-amz-tagging-directive" && !value.eq_ignore_ascii_case("COPY"));
+    // Tags are taken in headers (s3s reads them from there: in the query they would be dropped).
+    let tagging = in_query && (name == "x-amz-tagging" || name == "x-amz-tagging-directive");
     if sse || lock || tagging {
         return Some(Refusal::not_implemented(name));
     }
@@ -352,32 +353,9 @@ fn parse_query(query: &str) -> Vec<(String, String)> {
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k), percent_decode(v))
+            (percent::decode(k, false), percent::decode(v, false))
         })
         .collect()
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b, hex) {
-            (b'%', Some(decoded)) => {
-                out.push(decoded);
-                i += 3;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -530,8 +508,6 @@ mod tests {
             ),
             ("x-amz-object-lock-legal-hold", "ON"),
             ("x-amz-bucket-object-lock-enabled", "true"),
-            ("x-amz-tagging", "a=b"),
-            ("x-amz-tagging-directive", "REPLACE"),
         ] {
             assert_eq!(
                 refused(Method::PUT, "/b/k", &[header]),
@@ -563,6 +539,15 @@ mod tests {
             presigned("60", cred, "host")
         );
         assert_eq!(refused(Method::PUT, &sse_put_query, &[]), not_implemented);
+        // Tags in headers are for the operations to check; in a presigned URL's query they are refused.
+        for header in [
+            ("x-amz-tagging", "a=b"),
+            ("x-amz-tagging-directive", "REPLACE"),
+        ] {
+            assert_eq!(refused(Method::PUT, "/b/k", &[header]), None, "{header:?}");
+        }
+        let tags_query = format!("{}&x-amz-tagging=a%3Db", presigned("60", cred, "host"));
+        assert_eq!(refused(Method::PUT, &tags_query, &[]), not_implemented);
         assert_eq!(
             refused(Method::GET, &sse_put_query, &[]),
             Some(("InvalidArgument".to_owned(), 400))
@@ -597,6 +582,5 @@ mod tests {
                 && xml.contains("<RequestId>ABC&lt;1&gt;</RequestId>"),
             "{xml}"
         );
-        assert_eq!(percent_decode("a%2Fb%zz+"), "a/b%zz+");
     }
 }

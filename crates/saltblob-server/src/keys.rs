@@ -8,6 +8,7 @@
 //! | `s3/l/<bucket>` | the bucket's lifecycle rules (`lifecycle/`), when it has any |
 //! | `s3/e/<bucket>` | the bucket's default encryption (`sse/`), when it has one |
 //! | `s3/c/<bucket>` | the bucket's CORS rules (`cors/`), when it has any |
+//! | `s3/t/<bucket>` | the bucket's tags (`bucket/tagging.rs`), when it has any |
 //! | `s3/k/<access key id>` | an access key kept in the store: its secret (sealed) and its grants (`grants/`) |
 //!
 //! Bucket names are checked by s3s against S3's rules (3–63 characters, lowercase letters, digits, `.`, `-`)
@@ -32,6 +33,9 @@ pub const ENCRYPTION_PREFIX: &str = "s3/e/";
 /// Prefix of the buckets' CORS records (then `<bucket>`).
 pub const CORS_PREFIX: &str = "s3/c/";
 
+/// Prefix of the buckets' tagging records (then `<bucket>`).
+pub const TAGGING_PREFIX: &str = "s3/t/";
+
 /// Prefix of the access keys kept in the store (then the access key id).
 pub const ACCESS_KEY_PREFIX: &str = "s3/k/";
 
@@ -48,6 +52,11 @@ pub(crate) fn encryption_key(bucket: &str) -> String {
 /// The store key of `bucket`'s CORS record.
 pub(crate) fn cors_key(bucket: &str) -> String {
     format!("{CORS_PREFIX}{bucket}")
+}
+
+/// The store key of `bucket`'s tagging record.
+pub(crate) fn tagging_key(bucket: &str) -> String {
+    format!("{TAGGING_PREFIX}{bucket}")
 }
 
 /// The store key of `bucket`'s lifecycle record.

@@ -19,7 +19,7 @@
 //! # Layout
 //! Each module uses only those listed before it (a request's path runs up this list from `serve.rs`).
 //! - `keys.rs`: buckets and object keys in the store's key space; `rereads.rs`: the policies of the re-read loops;
-//!   `record_reader.rs`: a cursor over a stored record being decoded.
+//!   `record_reader.rs`: a cursor over a stored record being decoded; `percent.rs`: percent-encoding.
 //! - `grants/`: access keys kept in the store (sealed), their grants per bucket, what each operation needs.
 //! - `error.rs`: saltblob's errors as S3 errors.
 //! - `refusal.rs`: a request refused before s3s sees it, and its error document.
@@ -35,6 +35,7 @@
 //! - `conn.rs`: connection limits: the first-request and idle deadlines, the write stall timeout.
 //! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
 //!   end; blob streams as response bodies; HTTP bodies watched as their frames pass.
+//! - `tagging.rs`: tag sets (an object's in its manifest, a bucket's in its record), checked as AWS checks them.
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
 //!   stored headers), the conditional headers checked against them, a copy's source.
 //! - `cache.rs`: a bucket setting read lately, kept for a moment.
@@ -58,7 +59,7 @@
 //! - `multipart/`: multipart upload; its records and their typed state, the part, complete and abort protocol,
 //!   the sweep.
 //! - `bucket/`: bucket operations, and the bucket settings saltblob keeps (lifecycle rules, default
-//!   encryption, CORS rules).
+//!   encryption, CORS rules, tags).
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
 //! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
 //! - `handler.rs`: the request handler: answers CORS preflights (`cors/`), refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
@@ -90,6 +91,7 @@ mod list;
 mod metrics;
 mod multipart;
 mod object;
+mod percent;
 mod probes;
 mod process;
 mod put_body;
@@ -101,6 +103,7 @@ mod serve;
 mod service;
 mod settings;
 mod sse;
+mod tagging;
 mod upload_cap;
 
 pub use saltblob_core::BlobStore;
@@ -115,7 +118,7 @@ pub use crate::grants::{
 };
 pub use crate::keys::{
     BUCKET_PREFIX, CORS_PREFIX, ENCRYPTION_PREFIX, LIFECYCLE_PREFIX, MULTIPART_PREFIX,
-    OBJECT_PREFIX,
+    OBJECT_PREFIX, TAGGING_PREFIX,
 };
 pub use crate::lifecycle::{Expired, Expirer, expire_objects};
 pub use crate::multipart::{FINISHED_KEPT, PART_LEASE, UPLOAD_IDLE_EXPIRY};

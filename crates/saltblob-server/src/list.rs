@@ -24,6 +24,7 @@ use saltblob_core::manifest::hex;
 use crate::attrs::{NULL_VERSION, etag_of, last_modified_of};
 use crate::error::from_store;
 use crate::keys::objects_prefix;
+use crate::percent;
 use crate::service::SaltS3;
 use crate::settings::owner;
 
@@ -142,15 +143,7 @@ fn v1_marker_position(marker: &str, prefix: &str, delimiter: Option<&str>) -> Po
 
 /// `s` percent-encoded as S3 does for `encoding-type=url`: every byte but unreserved characters and `/`.
 pub(crate) fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent::encode(s, b"/")
 }
 
 /// The names in a listing, URL-encoded when the client asked for it.

@@ -32,7 +32,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Fails unless the record starts with `magic` (read from the start).
-    pub(crate) fn magic(&mut self, magic: &[u8; 4]) -> Result<(), String> {
+    fn magic(&mut self, magic: &[u8; 4]) -> Result<(), String> {
         if self.take(4)? == magic {
             Ok(())
         } else {
@@ -41,6 +41,21 @@ impl<'a> Reader<'a> {
                 String::from_utf8_lossy(magic)
             ))
         }
+    }
+
+    /// The head of every record: `magic`, then a format byte among `formats` (one or two), which it returns.
+    pub(crate) fn head(&mut self, magic: &[u8; 4], formats: &[u8]) -> Result<u8, String> {
+        self.magic(magic)?;
+        let format = self.u8()?;
+        if !formats.contains(&format) {
+            let known = match formats {
+                [one] => format!("format {one}"),
+                [first, second] => format!("formats {first} and {second}"),
+                _ => format!("formats {formats:?}"),
+            };
+            return Err(format!("format {format}; this server reads {known}"));
+        }
+        Ok(format)
     }
 
     /// The head every bucket setting's record starts with (lifecycle rules, CORS rules): `magic`, a format byte
@@ -52,16 +67,7 @@ impl<'a> Reader<'a> {
         formats: &[u8],
         max_rules: usize,
     ) -> Result<(u8, VersionId, usize), String> {
-        self.magic(magic)?;
-        let format = self.u8()?;
-        if !formats.contains(&format) {
-            let known = match formats {
-                [one] => format!("format {one}"),
-                [first, second] => format!("formats {first} and {second}"),
-                _ => format!("formats {formats:?}"),
-            };
-            return Err(format!("format {format}; this server reads {known}"));
-        }
+        let format = self.head(magic, formats)?;
         let version = VersionId(u128::from_le_bytes(self.array()?));
         let count_at = self.at;
         let count = usize::from(u16::from_le_bytes(self.array()?));

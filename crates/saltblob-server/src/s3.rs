@@ -1,7 +1,7 @@
 //! Dispatch: the `s3s::S3` implementation of [`SaltS3`], each operation a call to its handler — bucket
 //! operations in `bucket/` (with the bucket's lifecycle rules, default encryption and CORS rules), object operations in
 //! `object/`, listings in `list.rs`, multipart upload in `multipart/`, the settings saltblob does not keep
-//! (ACLs, policy, tags, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
+//! (ACLs, policy, …) in `settings.rs`. Every other S3 operation answers `NotImplemented` (s3s's default).
 
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
@@ -9,26 +9,28 @@ use s3s::dto::{
     CreateBucketOutput, CreateMultipartUploadInput, CreateMultipartUploadOutput,
     DeleteBucketCorsInput, DeleteBucketCorsOutput, DeleteBucketEncryptionInput,
     DeleteBucketEncryptionOutput, DeleteBucketInput, DeleteBucketLifecycleInput,
-    DeleteBucketLifecycleOutput, DeleteBucketOutput, DeleteObjectInput, DeleteObjectOutput,
-    DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput, GetBucketAclOutput,
-    GetBucketCorsInput, GetBucketCorsOutput, GetBucketEncryptionInput, GetBucketEncryptionOutput,
-    GetBucketLifecycleConfigurationInput, GetBucketLifecycleConfigurationOutput,
-    GetBucketLocationInput, GetBucketLocationOutput, GetBucketOwnershipControlsInput,
-    GetBucketOwnershipControlsOutput, GetBucketPolicyInput, GetBucketPolicyOutput,
-    GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput, GetBucketTaggingInput,
-    GetBucketTaggingOutput, GetBucketVersioningInput, GetBucketVersioningOutput, GetObjectAclInput,
-    GetObjectAclOutput, GetObjectAttributesInput, GetObjectAttributesOutput, GetObjectInput,
-    GetObjectLockConfigurationInput, GetObjectLockConfigurationOutput, GetObjectOutput,
-    GetObjectTaggingInput, GetObjectTaggingOutput, GetPublicAccessBlockInput,
-    GetPublicAccessBlockOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput,
-    HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListMultipartUploadsInput,
-    ListMultipartUploadsOutput, ListObjectVersionsInput, ListObjectVersionsOutput,
-    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, ListPartsInput,
-    ListPartsOutput, PutBucketAclInput, PutBucketAclOutput, PutBucketCorsInput,
-    PutBucketCorsOutput, PutBucketEncryptionInput, PutBucketEncryptionOutput,
-    PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput, PutObjectAclInput,
-    PutObjectAclOutput, PutObjectInput, PutObjectOutput, UploadPartCopyInput, UploadPartCopyOutput,
-    UploadPartInput, UploadPartOutput,
+    DeleteBucketLifecycleOutput, DeleteBucketOutput, DeleteBucketTaggingInput,
+    DeleteBucketTaggingOutput, DeleteObjectInput, DeleteObjectOutput, DeleteObjectTaggingInput,
+    DeleteObjectTaggingOutput, DeleteObjectsInput, DeleteObjectsOutput, GetBucketAclInput,
+    GetBucketAclOutput, GetBucketCorsInput, GetBucketCorsOutput, GetBucketEncryptionInput,
+    GetBucketEncryptionOutput, GetBucketLifecycleConfigurationInput,
+    GetBucketLifecycleConfigurationOutput, GetBucketLocationInput, GetBucketLocationOutput,
+    GetBucketOwnershipControlsInput, GetBucketOwnershipControlsOutput, GetBucketPolicyInput,
+    GetBucketPolicyOutput, GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput,
+    GetBucketTaggingInput, GetBucketTaggingOutput, GetBucketVersioningInput,
+    GetBucketVersioningOutput, GetObjectAclInput, GetObjectAclOutput, GetObjectAttributesInput,
+    GetObjectAttributesOutput, GetObjectInput, GetObjectLockConfigurationInput,
+    GetObjectLockConfigurationOutput, GetObjectOutput, GetObjectTaggingInput,
+    GetObjectTaggingOutput, GetPublicAccessBlockInput, GetPublicAccessBlockOutput, HeadBucketInput,
+    HeadBucketOutput, HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput,
+    ListMultipartUploadsInput, ListMultipartUploadsOutput, ListObjectVersionsInput,
+    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutBucketAclInput, PutBucketAclOutput,
+    PutBucketCorsInput, PutBucketCorsOutput, PutBucketEncryptionInput, PutBucketEncryptionOutput,
+    PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput,
+    PutBucketTaggingInput, PutBucketTaggingOutput, PutObjectAclInput, PutObjectAclOutput,
+    PutObjectInput, PutObjectOutput, PutObjectTaggingInput, PutObjectTaggingOutput,
+    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
@@ -231,7 +233,21 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-        settings::handle_get_object_tagging(self, req).await
+        object::tagging::handle_get(self, req).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        object::tagging::handle_put(self, req).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        object::tagging::handle_delete(self, req).await
     }
 
     async fn get_bucket_policy(
@@ -293,13 +309,21 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketTaggingInput>,
     ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
-        settings::not_set(
-            self,
-            &req.input.bucket,
-            "NoSuchTagSet",
-            "The TagSet does not exist",
-        )
-        .await
+        bucket::tagging::handle_get(self, req).await
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        bucket::tagging::handle_put(self, req).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        bucket::tagging::handle_delete(self, req).await
     }
 
     async fn get_public_access_block(

@@ -9,20 +9,20 @@
 //!   `private` or `bucket-owner-full-control`, or a body whose every grant is the owner's `FULL_CONTROL`, as s3cmd
 //!   puts back the ACL it read when it copies); any other is `400 AccessControlListNotSupported` (canned ACLs
 //!   and `x-amz-grant-*` headers are refused by `guard.rs` before the body is read).
-//! - GetBucketRequestPayment: `BucketOwner`. GetObjectTagging: an empty tag set.
-//! - No policy, tag set, public access block or object lock configuration: AWS's 404 for each
-//!   (`NoSuchBucketPolicy`, `NoSuchTagSet`, `NoSuchPublicAccessBlockConfiguration`,
+//! - GetBucketRequestPayment: `BucketOwner`.
+//! - No policy, public access block or object lock configuration: AWS's 404 for each
+//!   (`NoSuchBucketPolicy`, `NoSuchPublicAccessBlockConfiguration`,
 //!   `ObjectLockConfigurationNotFoundError`), through [`not_set`]. (Lifecycle rules are kept: `lifecycle/`;
-//!   CORS rules: `cors/`; default encryption too: `sse/`, whose GetBucketEncryption answers a bucket without one
+//!   CORS rules: `cors/`; tags: `tagging.rs`; default encryption too: `sse/`, whose GetBucketEncryption answers a bucket without one
 //!   with [`not_set`]'s `ServerSideEncryptionConfigurationNotFoundError` rather than claim the default
 //!   encryption AWS applies.)
 
 use s3s::dto::{
     AccessControlPolicy, GetBucketAclInput, GetBucketAclOutput, GetBucketOwnershipControlsInput,
     GetBucketOwnershipControlsOutput, GetBucketRequestPaymentInput, GetBucketRequestPaymentOutput,
-    GetObjectAclInput, GetObjectAclOutput, GetObjectTaggingInput, GetObjectTaggingOutput, Grant,
-    Grantee, ObjectOwnership, Owner, OwnershipControls, OwnershipControlsRule, Payer, Permission,
-    PutBucketAclInput, PutBucketAclOutput, PutObjectAclInput, PutObjectAclOutput, Type,
+    GetObjectAclInput, GetObjectAclOutput, Grant, Grantee, ObjectOwnership, Owner,
+    OwnershipControls, OwnershipControlsRule, Payer, Permission, PutBucketAclInput,
+    PutBucketAclOutput, PutObjectAclInput, PutObjectAclOutput, Type,
 };
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
@@ -129,19 +129,6 @@ pub(crate) async fn handle_get_bucket_request_payment(
     s3.require_bucket(&req.input.bucket).await?;
     Ok(S3Response::new(GetBucketRequestPaymentOutput {
         payer: Some(Payer::from_static(Payer::BUCKET_OWNER)),
-    }))
-}
-
-/// GetObjectTagging: an empty tag set (tags are never stored; `x-amz-tagging` is refused by `guard.rs`);
-/// `NoSuchKey` for a missing object.
-pub(crate) async fn handle_get_object_tagging(
-    s3: &SaltS3,
-    req: S3Request<GetObjectTaggingInput>,
-) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-    require_object(s3, &req.input.bucket, &req.input.key).await?;
-    Ok(S3Response::new(GetObjectTaggingOutput {
-        tag_set: Vec::new(),
-        version_id: None,
     }))
 }
 

@@ -97,8 +97,8 @@ pub use segments::{
     leftover_segment_intents_do_not_reclaim_a_composed_blob,
 };
 pub use versions::{
-    concurrent_puts_same_key, delete_then_get, overwrite_larger_smaller_larger,
-    readers_survive_overwrite_within_grace,
+    concurrent_puts_same_key, delete_then_get, metadata_changes_in_place_on_the_version_named,
+    overwrite_larger_smaller_larger, readers_survive_overwrite_within_grace,
 };
 
 /// A backend for one case, and whatever must live as long as it (a temporary directory, a server).
@@ -158,7 +158,8 @@ macro_rules! conformance_suite {
             a_compose_landing_after_a_second_compose_was_replaced_keeps_its_chunks,
             a_compose_stalled_before_its_engine_write_commits_nothing,
             expired_blobs_read_as_not_found_and_gc_reclaims_them,
-            an_earlier_builds_queue_and_intents_are_drained);
+            an_earlier_builds_queue_and_intents_are_drained,
+            metadata_changes_in_place_on_the_version_named);
     };
     (@sealed $attrs:tt $make:expr) => {
         $crate::conformance_suite!(@store $attrs $crate::conformance::sealed; $make);

@@ -180,3 +180,67 @@ pub async fn readers_survive_overwrite_within_grace(backend: Arc<dyn ChunkStore>
     }
     assert_holds(&patient, &key, &data(2000, 3)).await;
 }
+
+/// [`crate::store::BlobStore::update_metadata`]: a version's metadata changes in place (same version, creation
+/// time and bytes; its chunks are never reclaimed for it), and only the version named, as it was read.
+pub async fn metadata_changes_in_place_on_the_version_named(backend: Arc<dyn ChunkStore>) {
+    let store = store(&backend, small_config());
+    let key = format!("{}k", prefix("metadata"));
+    let payload = data(70_000, 7);
+    let v1 = store
+        .put(
+            &key,
+            payload.clone(),
+            &PutOptions::new().with_metadata("a", "1"),
+        )
+        .await
+        .expect("put");
+    let changed = store
+        .update_metadata(&key, v1.version, |m| {
+            m.remove("a");
+            m.insert("tags".into(), "k=v".into());
+        })
+        .await
+        .expect("update");
+    let head = store.head(&key).await.expect("head");
+    assert_eq!(head, changed);
+    assert_eq!(
+        (head.version, head.created_micros, head.size),
+        (v1.version, v1.created_micros, v1.size)
+    );
+    assert_eq!(
+        head.metadata.into_iter().collect::<Vec<_>>(),
+        [("tags".to_owned(), "k=v".to_owned())]
+    );
+    store.reclaim_due().await.expect("reclaim");
+    if matches!(v1.body, ManifestBody::Chunked { .. }) {
+        assert!(
+            chunk_present(&backend, &key, &v1, 0).await,
+            "its chunks stay"
+        );
+    }
+    assert_holds(&store, &key, &payload).await;
+    // Too much metadata: refused, nothing written.
+    let r = store
+        .update_metadata(&key, v1.version, |m| {
+            m.insert("big".into(), "x".repeat(9000));
+        })
+        .await;
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    assert_eq!(store.head(&key).await.expect("head").metadata.len(), 1);
+    // Another version than the one named: refused, whether it came before or after.
+    let v2 = store
+        .put(&key, data(100, 8), &PutOptions::new())
+        .await
+        .expect("overwrite");
+    match store.update_metadata(&key, v1.version, |_| {}).await {
+        Err(Error::PreconditionFailed {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (v1.version, Some(v2.version))),
+        other => panic!("expected PreconditionFailed, got {other:?}"),
+    }
+    assert!(store.head(&key).await.expect("head").metadata.is_empty());
+    store.delete(&key).await.expect("delete");
+    let r = store.update_metadata(&key, v2.version, |_| {}).await;
+    assert!(matches!(r, Err(Error::NotFound { .. })), "{r:?}");
+}

@@ -45,7 +45,12 @@ pub(crate) async fn delete_expired(inner: &Inner, key: &Bytes, raw: Bytes) -> Re
 }
 
 /// The error of a delete of `version` that found `current` instead.
-fn version_error(inner: &Inner, key: &Bytes, version: VersionId, current: Option<&Bytes>) -> Error {
+pub(crate) fn version_error(
+    inner: &Inner,
+    key: &Bytes,
+    version: VersionId,
+    current: Option<&Bytes>,
+) -> Error {
     let not_found = || Error::NotFound {
         key: key.as_ref().into(),
     };

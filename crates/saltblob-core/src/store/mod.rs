@@ -11,7 +11,8 @@
 //! - `delete.rs`: a delete, a conditional delete, the delete of an expired blob;
 //! - `read.rs`: a read: its preamble, then streaming ([`BlobStream`]);
 //! - this file, the API; then `segments.rs` (segments and their composition: multipart uploads),
-//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys), `sealed_metadata.rs` (what a
+//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys), `metadata.rs` (a version's
+//!   user metadata changed in place), `sealed_metadata.rs` (what a
 //!   sealed version keeps sealed beside its chunks, customer key fingerprints) and [`pass`] (passes over every
 //!   manifest, by the backend's ranges, resumable), which add methods to [`BlobStore`].
 //!
@@ -23,6 +24,7 @@ pub(crate) mod commit;
 pub(crate) mod delete;
 mod digest;
 mod key;
+mod metadata;
 pub mod pass;
 mod pieces;
 pub(crate) mod put;

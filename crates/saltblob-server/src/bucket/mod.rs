@@ -3,11 +3,12 @@
 //! version's creation time is the bucket's.
 //!
 //! The bucket settings saltblob keeps have their operations beside: `lifecycle.rs` (lifecycle rules),
-//! `encryption.rs` (default encryption) and `cors.rs` (CORS rules); those it does not keep are `settings.rs`'s.
+//! `encryption.rs` (default encryption), `cors.rs` (CORS rules) and `tagging.rs` (tags); those it does not keep are `settings.rs`'s.
 
 pub(crate) mod cors;
 pub(crate) mod encryption;
 pub(crate) mod lifecycle;
+pub(crate) mod tagging;
 
 use futures::TryStreamExt;
 use s3s::dto::{
@@ -235,5 +236,6 @@ pub(crate) async fn handle_delete_bucket(
     lifecycle::forget_bucket(s3, &bucket).await;
     encryption::forget_bucket(s3, &bucket).await;
     cors::forget_bucket(s3, &bucket).await;
+    tagging::forget_bucket(s3, &bucket).await;
     Ok(S3Response::new(DeleteBucketOutput::default()))
 }

@@ -454,7 +454,7 @@ const READ_OPS: [&str; 23] = [
 ];
 
 /// Operations that write or delete objects.
-const WRITE_OPS: [&str; 10] = [
+const WRITE_OPS: [&str; 12] = [
     "PutObject",
     "DeleteObject",
     "DeleteObjects",
@@ -465,6 +465,8 @@ const WRITE_OPS: [&str; 10] = [
     "CompleteMultipartUpload",
     "AbortMultipartUpload",
     "PutObjectAcl",
+    "PutObjectTagging",
+    "DeleteObjectTagging",
 ];
 
 /// What operation `op` (s3s's name for it) needs of a key kept in the store: anything not named as a read or

@@ -153,13 +153,7 @@ impl KeyRecord {
     /// What is wrong and at which byte offset, for anything that is not a record of format 1.
     pub(crate) fn decode(id: &str, bytes: &[u8]) -> Result<Self, String> {
         let mut r = Reader::new(bytes);
-        r.magic(MAGIC)?;
-        let format = r.u8()?;
-        if format != FORMAT {
-            return Err(format!(
-                "format {format}; this server reads format {FORMAT}"
-            ));
-        }
+        r.head(MAGIC, &[FORMAT])?;
         let flags = r.u8()?;
         if flags & !MAY_CREATE_BUCKETS != 0 {
             return Err(format!("unknown flags {flags:#04x} at offset 5"));

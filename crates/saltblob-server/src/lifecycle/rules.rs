@@ -268,14 +268,7 @@ pub(crate) fn expiration_header(rule: &Rule, at_micros: u64) -> String {
         Ok(()) => String::from_utf8_lossy(&date).into_owned(),
         Err(_) => String::new(),
     };
-    let mut id = String::with_capacity(rule.id.len());
-    for b in rule.id.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            id.push(char::from(b));
-        } else {
-            id.push_str(&format!("%{b:02X}"));
-        }
-    }
+    let id = crate::percent::encode(&rule.id, b"");
     format!("expiry-date=\"{date}\", rule-id=\"{id}\"")
 }
 

@@ -18,6 +18,7 @@ use http::HeaderMap;
 use http_body::{Body as HttpBody, Frame};
 use s3s::dto::{
     CopyObjectInput, CopyObjectOutput, CopyObjectResult, ETagCondition, MetadataDirective,
+    TaggingDirective,
 };
 use s3s::{HttpResponse, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::PutOptions;
@@ -34,6 +35,7 @@ use crate::put_body::{MAX_PUT_BYTES, PutBody};
 use crate::service::SaltS3;
 use crate::sse::customer;
 use crate::sse::rules::is_sse_key;
+use crate::tagging::{MAX_OBJECT_TAGS, Tags};
 
 /// How long a copy may run before its response starts and is kept alive.
 const HEAD_AFTER: Duration = Duration::from_secs(1);
@@ -89,6 +91,26 @@ pub(crate) async fn handle_copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let replace_tags = match input
+        .tagging_directive
+        .as_ref()
+        .map(TaggingDirective::as_str)
+    {
+        None | Some(TaggingDirective::COPY) => false,
+        Some(TaggingDirective::REPLACE) => true,
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Unknown tagging directive: {other}"
+            ));
+        }
+    };
+    // The tags are the source's (`x-amz-tagging-directive: COPY`, the default) or the request's (`REPLACE`),
+    // whatever the metadata directive.
+    let tags = match input.tagging.as_deref() {
+        Some(header) if replace_tags => Tags::from_header(header, MAX_OBJECT_TAGS)?,
+        _ => Tags::default(),
+    };
     let asked = s3.sse.asked(&req.headers)?;
     let source_customer = s3.sse.reader(&req.headers, true)?;
     if src == dst && !replace && !asked.any() {
@@ -163,6 +185,11 @@ pub(crate) async fn handle_copy_object(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         opts.content_type = source.content_type.clone();
+    }
+    if replace_tags {
+        tags.store_in(&mut opts.metadata);
+    } else {
+        Tags::of(&source).store_in(&mut opts.metadata);
     }
     let body = PutBody::copied(stream, computed);
     let store = s3.store.clone();

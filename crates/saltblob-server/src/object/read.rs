@@ -26,6 +26,7 @@ use crate::lifecycle::{Lifecycle, expiration_of};
 use crate::service::SaltS3;
 use crate::sse::Echo;
 use crate::sse::customer::{self, Customer};
+use crate::tagging::tag_count_of;
 
 /// What a GetObject or HeadObject asks for: the fields both inputs have, moved out of either by [`read_of!`].
 struct Read {
@@ -192,6 +193,7 @@ pub(crate) async fn handle_get_object(
             content_length: a.content_length,
             content_range: a.content_range,
             parts_count: a.parts_count,
+            tag_count: tag_count_of(&stream.manifest),
             body: Some(StreamingBlob::new(BlobBody::new(stream))),
         },
         a.attrs
@@ -231,6 +233,12 @@ pub(crate) async fn handle_head_object(
         a.attrs
     );
     let mut response = a.echo.respond(output);
+    // s3s's HeadObjectOutput has no field for it.
+    if let Some(n) = tag_count_of(&manifest) {
+        response
+            .headers
+            .insert("x-amz-tagging-count", http::HeaderValue::from(n));
+    }
     if selected.partial {
         response.extensions.insert(PartialContent);
     }

@@ -438,7 +438,8 @@ async fn feature_headers_are_refused_and_nothing_is_stored() {
             "NotImplemented",
         ),
         ("x-amz-object-lock-legal-hold", "ON", 501, "NotImplemented"),
-        ("x-amz-tagging", "team=a", 501, "NotImplemented"),
+        // A tag set refused (the system's keys): nothing stored either.
+        ("x-amz-tagging", "aws:team=a", 400, "InvalidTag"),
         (
             "x-amz-acl",
             "public-read-write",

@@ -72,6 +72,7 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
     let encryption = "<ServerSideEncryptionConfiguration><Rule><ApplyServerSideEncryptionByDefault>\
         <SSEAlgorithm>AES256</SSEAlgorithm></ApplyServerSideEncryptionByDefault></Rule>\
         </ServerSideEncryptionConfiguration>";
+    let tags = "<Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag></TagSet></Tagging>";
     let cors = "<CORSConfiguration><CORSRule><AllowedMethod>GET</AllowedMethod>\
         <AllowedOrigin>*</AllowedOrigin></CORSRule></CORSConfiguration>";
     use Right::{Owner, Read, Write};
@@ -236,6 +237,26 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
                 .b(cors),
         ),
         (
+            Write,
+            attempt("PutObjectTagging", "PUT", &object)
+                .q("tagging", "")
+                .b(tags),
+        ),
+        (
+            Write,
+            attempt("DeleteObjectTagging", "DELETE", &object).q("tagging", ""),
+        ),
+        (
+            Owner,
+            attempt("PutBucketTagging", "PUT", &bucket)
+                .q("tagging", "")
+                .b(tags),
+        ),
+        (
+            Owner,
+            attempt("DeleteBucketTagging", "DELETE", &bucket).q("tagging", ""),
+        ),
+        (
             Owner,
             attempt("DeleteBucketCors", "DELETE", &bucket).q("cors", ""),
         ),
@@ -289,6 +310,8 @@ async fn victim_state(s: &TestServer) -> Vec<String> {
         ("/victim", ("lifecycle", "")),
         ("/victim", ("encryption", "")),
         ("/victim", ("cors", "")),
+        ("/victim", ("tagging", "")),
+        ("/victim/secret.txt", ("tagging", "")),
     ] {
         let r = s
             .client

@@ -22,6 +22,7 @@ mod sealed_metadata;
 mod serving;
 mod settings;
 mod sse;
+mod tagging;
 mod tls;
 
 use std::net::SocketAddr;
