@@ -4,13 +4,14 @@
 //! ([`copy_source`]).
 //!
 //! Content-Type is the manifest's content type; user metadata `x-amz-meta-<name>` is stored under the key
-//! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be:
-//! `s3:etag` (hex MD5), `s3:checksum-<algorithm>` (base64, as sent or computed), `s3:cache-control`,
+//! `x-amz-meta-<name>`; the server's own attributes under `s3:` keys, which no user metadata key can be: `s3:etag`
+//! (hex MD5), `s3:checksum-<algorithm>` (base64, as sent or computed), `s3:cache-control`,
 //! `s3:content-disposition`, `s3:content-encoding` (without `aws-chunked`, the request body's framing),
-//! `s3:content-language`, `s3:expires` (the `Expires` header, an HTTP date), `s3:tagging` (the tags: `tagging.rs`). Multipart upload records keep the
-//! object's attributes to be in the same keys (`multipart/upload.rs`). A sealed version keeps its MD5 and
-//! checksums sealed (`saltblob:sealed`, [`saltblob_core::manifest::SEALED_METADATA_KEY`]), opened only for a
-//! request that may read it ([`with_opened`]); its ETag is opaque ([`sealed_etag`]).
+//! `s3:content-language`, `s3:expires` (the `Expires` header, an HTTP date), `s3:tagging` (the tags: `tagging.rs`).
+//! Multipart upload records keep the object's attributes to be in the same keys (`multipart/upload.rs`). A sealed
+//! version keeps its MD5 and checksums sealed (`saltblob:sealed`,
+//! [`saltblob_core::manifest::SEALED_METADATA_KEY`]), opened only for a request that may read it ([`with_opened`]);
+//! its ETag is opaque ([`sealed_etag`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

@@ -18,14 +18,15 @@
 //!    encryption is chosen by the put, `sse/`): `400 InvalidArgument`, as AWS. On other requests, the same
 //!    (or `-bucket-key-enabled`) as a query parameter: `501 NotImplemented` (s3s reads a put's SSE from its
 //!    headers only; it would be dropped).
-//! 8. Features saltblob does not have, named by a header or by the same name as a presigned URL's query
-//!    parameter: server-side encryption with an encryption context (`x-amz-server-side-encryption-context`:
-//!    the key providers take none) and with customer keys in the query string (SSE-C, `-customer-*`, is taken
-//!    in headers only: `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tags in
-//!    the query string (`x-amz-tagging`, `x-amz-tagging-directive`: taken in headers only): `501 NotImplemented`; ACLs (`x-amz-acl`
-//!    other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`): `400 AccessControlListNotSupported`,
-//!    as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in its body is decided by
-//!    `settings.rs`, which reads it: AWS takes one that only grants the owner `FULL_CONTROL`.)
+//! 8. Features saltblob does not have, named by a header or by the same name as a presigned URL's query parameter:
+//!    server-side encryption with an encryption context (`x-amz-server-side-encryption-context`: the key providers
+//!    take none) and with customer keys in the query string (SSE-C, `-customer-*`, is taken in headers only:
+//!    `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tags in
+//!    the query string (`x-amz-tagging`, `x-amz-tagging-directive`: taken in headers only): `501 NotImplemented`;
+//!    ACLs (`x-amz-acl` other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`):
+//!    `400 AccessControlListNotSupported`, as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in
+//!    its body is decided by `settings.rs`, which reads it: AWS takes one that only grants the owner
+//!    `FULL_CONTROL`.)
 //!
 //! A refusal's message is fixed text: it never holds a key, a path or anything of the store.
 

@@ -1,7 +1,8 @@
-//! [`Handler`], the request handler every connection serves with: it answers CORS preflights (`cors/`), refuses
-//! what saltblob does not serve (`guard.rs`), sheds requests beyond the cap, counts the request body and fails it when it stalls, frames
-//! `aws-chunked` bodies (`chunked.rs`), calls the S3 service, gives each response its request id (and a browser's
-//! its bucket's CORS headers), and hands the response to its access log (`access_log.rs`).
+//! [`Handler`], the request handler every connection serves with: it sheds requests beyond the cap, answers
+//! CORS preflights (`cors/`), refuses what saltblob does not serve (`guard.rs`), counts the request body and
+//! fails it when it stalls, frames `aws-chunked` bodies (`chunked.rs`), calls the S3 service, gives each response
+//! its request id (and a browser's its bucket's CORS headers), and hands the response to its access log
+//! (`access_log.rs`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -115,35 +116,25 @@ impl Handler {
         let http1 = req.version() < Version::HTTP_2;
         let unread_body = !req.body().is_end_stream();
         if req.method() == Method::OPTIONS {
-            // A browser's preflight: unsigned, answered from the bucket's CORS rules before anything else.
+            // A browser's preflight: unsigned, answered from the bucket's CORS rules before anything else (but
+            // the cap: it reads the store too).
             log.record.set_op("PreflightCors");
-            let response = match cors::preflight(&self.cors, &req).await {
-                Ok(headers) => {
-                    let mut response = Response::new(s3s::Body::empty());
-                    response.headers_mut().extend(headers);
-                    response
-                }
-                Err(refusal) => refusal_response(&refusal, &request_id),
+            let response = match self.admit(&mut log) {
+                Some(refusal) => refusal_response(&refusal, &request_id),
+                None => match cors::preflight(&self.cors, &req).await {
+                    Ok(headers) => {
+                        let mut response = Response::new(s3s::Body::empty());
+                        response.headers_mut().extend(headers);
+                        response
+                    }
+                    Err(refusal) => refusal_response(&refusal, &request_id),
+                },
             };
             return self.finish(response, log, &request_id, http1 && unread_body);
         }
         let browser = BrowserRequest::of(&req);
-        let refusal = guard::check(req.method(), req.uri(), req.headers()).or_else(|| {
-            match Arc::clone(&self.requests).try_acquire_owned() {
-                Ok(permit) => {
-                    log._permit = Some(permit);
-                    None
-                }
-                Err(_) => {
-                    self.metrics.request_shed();
-                    Some(Refusal::new(
-                        "SlowDown",
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "Please reduce your request rate.",
-                    ))
-                }
-            }
-        });
+        let refusal =
+            guard::check(req.method(), req.uri(), req.headers()).or_else(|| self.admit(&mut log));
         let (response, close) = match refusal {
             Some(refusal) => {
                 tracing::debug!(code = refusal.code, header = ?refusal.header, "request refused");
@@ -159,6 +150,25 @@ impl Handler {
             browser.answer(&self.cors, response.headers_mut()).await;
         }
         self.finish(response, log, &request_id, http1 && close)
+    }
+
+    /// Takes a permit of the request cap for the request `log` logs (it holds it until its response ends); when
+    /// none is left, the request is shed: `503 SlowDown`.
+    fn admit(&self, log: &mut RequestLog) -> Option<Refusal> {
+        match Arc::clone(&self.requests).try_acquire_owned() {
+            Ok(permit) => {
+                log._permit = Some(permit);
+                None
+            }
+            Err(_) => {
+                self.metrics.request_shed();
+                Some(Refusal::new(
+                    "SlowDown",
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Please reduce your request rate.",
+                ))
+            }
+        }
     }
 
     /// `response` given its request id (and `Connection: close` if `close`), logged by `log` when it ends.

@@ -62,8 +62,9 @@
 //!   encryption, CORS rules, tags).
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
 //! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
-//! - `handler.rs`: the request handler: answers CORS preflights (`cors/`), refuses (`guard.rs`), sheds requests beyond the cap, counts and frames
-//!   request bodies (`aws-chunked`), calls the S3 service, gives each response its request id.
+//! - `handler.rs`: the request handler: answers CORS preflights (`cors/`), refuses (`guard.rs`), sheds requests
+//!   beyond the cap, counts and frames request bodies (`aws-chunked`), calls the S3 service, gives each response
+//!   its request id.
 //! - `probes.rs`: the metrics listener's answers: `/metrics`, `/healthz`, `/readyz` (the store answers, the
 //!   server is not shutting down).
 //! - `background.rs`: the tasks beside the accept loop: periodic upkeep (upload sweep, lifecycle pass, gc),

@@ -1,9 +1,9 @@
 //! Object operations: PutObject (streamed, verified; `x-amz-expiration` under a bucket lifecycle rule),
 //! DeleteObject(s) (conditional deletes), GetObject and HeadObject (`read.rs`: ranges, parts, conditionals,
-//! `response-*` overrides, `x-amz-expiration`), GetObjectAttributes (`attributes.rs`), CopyObject (`copy.rs`: a streamed get → put, kept alive
-//! while it runs) and Put/Get/DeleteObjectTagging (`tagging.rs`). How the attributes sit in the manifest is `attrs.rs`; how a body is verified and stored is
-//! `put_body.rs`; which bytes a GET or HEAD selects is `select.rs`; the request and response adjustments made
-//! around s3s ([`call`]) are `around.rs`.
+//! `response-*` overrides, `x-amz-expiration`), GetObjectAttributes (`attributes.rs`), CopyObject (`copy.rs`: a
+//! streamed get → put, kept alive while it runs) and Put/Get/DeleteObjectTagging (`tagging.rs`). How the attributes
+//! sit in the manifest is `attrs.rs`; how a body is verified and stored is `put_body.rs`; which bytes a GET or HEAD
+//! selects is `select.rs`; the request and response adjustments made around s3s ([`call`]) are `around.rs`.
 //!
 //! Objects have one version each, `null` (buckets have no versioning): a `versionId` of `null` names the
 //! current object, any other is `InvalidArgument` ([`crate::attrs::current_version`]).

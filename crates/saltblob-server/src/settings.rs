@@ -10,12 +10,11 @@
 //!   puts back the ACL it read when it copies); any other is `400 AccessControlListNotSupported` (canned ACLs
 //!   and `x-amz-grant-*` headers are refused by `guard.rs` before the body is read).
 //! - GetBucketRequestPayment: `BucketOwner`.
-//! - No policy, public access block or object lock configuration: AWS's 404 for each
-//!   (`NoSuchBucketPolicy`, `NoSuchPublicAccessBlockConfiguration`,
-//!   `ObjectLockConfigurationNotFoundError`), through [`not_set`]. (Lifecycle rules are kept: `lifecycle/`;
-//!   CORS rules: `cors/`; tags: `tagging.rs`; default encryption too: `sse/`, whose GetBucketEncryption answers a bucket without one
-//!   with [`not_set`]'s `ServerSideEncryptionConfigurationNotFoundError` rather than claim the default
-//!   encryption AWS applies.)
+//! - No policy, public access block or object lock configuration: AWS's 404 for each (`NoSuchBucketPolicy`,
+//!   `NoSuchPublicAccessBlockConfiguration`, `ObjectLockConfigurationNotFoundError`), through [`not_set`].
+//!   (Lifecycle rules are kept: `lifecycle/`; CORS rules: `cors/`; tags: `tagging.rs`; default encryption too:
+//!   `sse/`, whose GetBucketEncryption answers a bucket without one with [`not_set`]'s
+//!   `ServerSideEncryptionConfigurationNotFoundError` rather than claim the default encryption AWS applies.)
 
 use s3s::dto::{
     AccessControlPolicy, GetBucketAclInput, GetBucketAclOutput, GetBucketOwnershipControlsInput,

@@ -3,7 +3,8 @@
 //! version's creation time is the bucket's.
 //!
 //! The bucket settings saltblob keeps have their operations beside: `lifecycle.rs` (lifecycle rules),
-//! `encryption.rs` (default encryption), `cors.rs` (CORS rules) and `tagging.rs` (tags); those it does not keep are `settings.rs`'s.
+//! `encryption.rs` (default encryption), `cors.rs` (CORS rules) and `tagging.rs` (tags); those it does not keep
+//! are `settings.rs`'s.
 
 pub(crate) mod cors;
 pub(crate) mod encryption;

@@ -4,7 +4,8 @@
 //! Record format 1 (little-endian):
 //!
 //! ```text
-//! magic "SBTG" | format u8 (1) | bucket record version u128 | the tags as x-amz-tagging carries them (UTF-8, to the end)
+//! magic "SBTG" | format u8 (1) | bucket record version u128
+//! | the tags as x-amz-tagging carries them (UTF-8, to the end)
 //! ```
 //!
 //! A record that breaks this is logged as corrupt and read as no tags.

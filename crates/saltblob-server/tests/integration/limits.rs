@@ -292,7 +292,8 @@ async fn connections_beyond_the_cap_are_not_served() {
     assert!(served, "a freed slot is not reused");
 }
 
-/// Requests beyond `max_requests` are answered `503 SlowDown` at once; the ones in flight are unharmed.
+/// Requests beyond `max_requests` (CORS preflights too) are answered `503 SlowDown` at once; the ones in flight
+/// are unharmed.
 #[tokio::test]
 async fn requests_beyond_the_cap_are_answered_slow_down() {
     let s = TestServer::start_with(StoreKind::Memory, |c| c.with_caps(100, 2)).await;
@@ -321,6 +322,24 @@ async fn requests_beyond_the_cap_are_answered_slow_down() {
         r.text()
     );
     assert_eq!(r.xml("RequestId").len(), 1);
+    // A browser's preflight (unsigned, answered before the S3 service) is held to the cap too.
+    let r = tokio::time::timeout(
+        forge::PROMPT,
+        s.client
+            .call("OPTIONS", "/bkt/a")
+            .anonymous()
+            .header("origin", "https://app.example")
+            .header("access-control-request-method", "GET")
+            .send(),
+    )
+    .await
+    .expect("at once");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "SlowDown"),
+        "{}",
+        r.text()
+    );
     for (tx, put) in puts {
         tx.send(Bytes::from_static(b"cd")).await.expect("send");
         drop(tx);
@@ -329,7 +348,7 @@ async fn requests_beyond_the_cap_are_answered_slow_down() {
     assert_eq!(s.client.get("/bkt/a").await.body.as_ref(), b"abcd");
     assert_eq!(
         figure(&s.metrics().await, "saltblob_s3_requests_shed_total"),
-        1
+        2
     );
 }
 
