@@ -1,8 +1,8 @@
 """s3cmd (from PyPI, tests/s3/requirements.txt) against the server: put and get of small files and of a file
 above its multipart chunk size (lowered to 5 MiB, so 12 MiB is three parts), each verified byte for byte and by
 s3cmd's own MD5 check; ls, la and du; cp and mv (CopyObject); sync up with --delete-removed and back; del and rb;
-and the refusals a user of its options meets: server-side encryption (501 NotImplemented), public ACLs (400
-AccessControlListNotSupported), with nothing stored.
+public ACLs (`--acl-public`, `setacl`) read back by unsigned requests; and the refusals a user of its options
+meets: server-side encryption (501 NotImplemented), with nothing stored.
 
 s3cmd signs with SigV4 and a SHA-256 of every body (no aws-chunked), sends `x-amz-meta-s3cmd-attrs`, and asks a
 bucket's location before most calls. Its configuration file is written here (path style, plain HTTP, one retry);
@@ -10,6 +10,8 @@ no ~/.s3cfg is read. A retry would show as "Retrying" or "Waiting" in its stderr
 
 import os
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -120,7 +122,7 @@ def test_ls_la_du_and_info(s3cmd, s3, bucket):
     assert info["File size"] == "5" and info["ACL"] == "saltblob: FULL_CONTROL", info
     info = info_fields(s3cmd("info", f"s3://{bucket}"))
     assert info["Location"] == REGION, info
-    assert info["Payer"] == "BucketOwner" and info["Ownership"] == "BucketOwnerEnforced", info
+    assert info["Payer"] == "BucketOwner" and info["Ownership"] == "BucketOwnerPreferred", info
     assert info["ACL"] == "saltblob: FULL_CONTROL", info
     assert info["Policy"] == "none" and info["CORS"] == "none" and info["Versioning"] == "none", info
 
@@ -170,9 +172,8 @@ def test_sync_up_with_delete_and_back_then_rb(s3cmd, s3, tmp_path):
     [
         (["--server-side-encryption"], "NotImplemented", "501"),
         (["--server-side-encryption", "--server-side-encryption-kms-id=alias/backups"], "NotImplemented", "501"),
-        (["--acl-public"], "AccessControlListNotSupported", "400"),
     ],
-    ids=["sse-s3", "sse-kms", "acl-public"],
+    ids=["sse-s3", "sse-kms"],
 )
 @pytest.mark.parametrize("size", [10 * KIB, 6 * MIB], ids=["single", "multipart"])
 def test_refused_options_store_nothing(s3cmd, s3, bucket, tmp_path, option, code, status, size):
@@ -186,14 +187,33 @@ def test_refused_options_store_nothing(s3cmd, s3, bucket, tmp_path, option, code
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
-@pytest.mark.parametrize("target", ["bucket", "object"])
-def test_setacl_public_is_refused(s3cmd, s3, bucket, target):
-    # s3cmd reads the ACL (owner FULL_CONTROL), adds the public grant and puts it back: refused as on an AWS
-    # bucket with ACLs disabled. (Before, reading the ACL answered 501 NotImplemented.)
-    s3.put_object(Bucket=bucket, Key="k", Body=b"private")
-    uri = f"s3://{bucket}/k" if target == "object" else f"s3://{bucket}"
-    exit_code, _, err = s3cmd.run("setacl", "--acl-public", uri)
-    assert exit_code != 0
-    assert "400 (AccessControlListNotSupported)" in err, err[-2000:]
-    info = info_fields(s3cmd("info", uri))
-    assert info["ACL"] == "saltblob: FULL_CONTROL", info
+def anonymous_status(server, path):
+    """The status of an unsigned GET of `path` on the server."""
+    try:
+        with urllib.request.urlopen(server.endpoint + path, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_acl_public_opens_to_unsigned_reads_and_acl_private_closes(s3cmd, s3, server, bucket, tmp_path):
+    src = tmp_path / "open.bin"
+    write_pattern_file(src, 10 * KIB, seed=43)
+    s3cmd("put", "--acl-public", str(src), f"s3://{bucket}/open.bin")
+    s3.put_object(Bucket=bucket, Key="closed", Body=b"private")
+    assert anonymous_status(server, f"/{bucket}/open.bin") == 200
+    assert anonymous_status(server, f"/{bucket}/closed") == 403
+    assert anonymous_status(server, f"/{bucket}?list-type=2") == 403
+    # setacl reads the ACL, adds or drops everyone's READ and puts the policy back.
+    s3cmd("setacl", "--acl-private", f"s3://{bucket}/open.bin")
+    assert anonymous_status(server, f"/{bucket}/open.bin") == 403
+    s3cmd("setacl", "--acl-public", f"s3://{bucket}/closed")
+    assert anonymous_status(server, f"/{bucket}/closed") == 200
+    info = s3cmd("info", f"s3://{bucket}/closed")
+    assert "*anon*: READ" in info and "saltblob: FULL_CONTROL" in info, info
+    s3cmd("setacl", "--acl-public", f"s3://{bucket}")
+    assert anonymous_status(server, f"/{bucket}?list-type=2") == 200
+    s3cmd("setacl", "--acl-private", f"s3://{bucket}")
+    assert anonymous_status(server, f"/{bucket}?list-type=2") == 403
+
+

@@ -182,8 +182,8 @@ pub(crate) fn user_metadata(user: Option<Metadata>) -> S3Result<BTreeMap<String,
 
 /// The manifest metadata an S3 input with user metadata and the standard headers (PutObjectInput,
 /// CopyObjectInput, CreateMultipartUploadInput) sets: [`user_metadata`] of its `metadata`, then its
-/// [`StoredHeaders`], `Expires` and tags (`x-amz-tagging`, checked: `InvalidTag`); moves those fields out of
-/// `$input` (but the tags).
+/// [`StoredHeaders`], `Expires`, tags (`x-amz-tagging`, checked: `InvalidTag`) and canned ACL (`x-amz-acl`);
+/// moves those fields out of `$input` (but the tags and the ACL).
 macro_rules! object_metadata {
     ($input:ident) => {
         $crate::attrs::user_metadata($input.metadata).and_then(|mut metadata| {
@@ -199,6 +199,8 @@ macro_rules! object_metadata {
                 $crate::tagging::Tags::from_header(tags, $crate::tagging::MAX_OBJECT_TAGS)?
                     .store_in(&mut metadata);
             }
+            $crate::acl::Canned::asked($input.acl.as_ref().map(|a| a.as_str()))?
+                .store_in(&mut metadata);
             Ok(metadata)
         })
     };

@@ -14,9 +14,10 @@ use s3s::path::S3Path;
 use s3s::{S3Result, s3_error};
 use saltblob_core::{BlobStore, Error, PriorityClass};
 
+use crate::acl::{self, Canned, Requester};
 use crate::error::from_store;
 use crate::grants::{self, Caller, Directory, KeyRecord, Need, Right};
-use crate::keys::bucket_key;
+use crate::keys::{bucket_key, object_key};
 
 /// An access key: its id and its secret (never shown by `Debug`).
 #[derive(Clone)]
@@ -218,7 +219,8 @@ const ANONYMOUS_LIST_OPS: [&str; 3] = ["ListObjects", "ListObjectsV2", "HeadBuck
 
 /// The access check: a request signed by a root key (its signature was checked by s3s) may do anything; one
 /// signed by a key kept in the store may do what its grants allow (`grants/`); an anonymous one only reads the
-/// buckets in `anonymous_read` and lists those in `anonymous_list`.
+/// buckets in `anonymous_read` and lists those in `anonymous_list`. Besides, the canned ACLs of buckets and
+/// objects let anyone, or any signed key, do what they open (`acl.rs`).
 pub(crate) struct Access {
     pub(crate) anonymous_read: BTreeSet<String>,
     pub(crate) anonymous_list: BTreeSet<String>,
@@ -229,17 +231,20 @@ pub(crate) struct Access {
 
 impl Access {
     /// Whether key `record` may run `op` on `bucket` (`None`: the request names none): its grant there, on the
-    /// bucket as it is now, and for a copy its grant on the source's bucket (`copy_source`: the header).
+    /// bucket as it is now (`owner` when the request `opens` what it writes with an ACL), and for a copy its
+    /// grant on the source's bucket (`copy_source`: the header).
     async fn allows(
         &self,
         record: &KeyRecord,
         op: &str,
         bucket: Option<&str>,
         copy_source: Option<&str>,
+        opens: bool,
     ) -> S3Result<bool> {
         let right = match (grants::need_of(op), bucket) {
             (Need::Listing, None) => return Ok(true),
             (Need::Create, Some(_)) => return Ok(record.may_create_buckets),
+            (Need::On(_), Some(_)) if opens => Right::Owner,
             (Need::On(right), Some(_)) => right,
             _ => return Ok(false),
         };
@@ -275,6 +280,52 @@ impl Access {
         };
         Ok(record.right_on(bucket, version).is_some_and(|r| r >= right))
     }
+
+    /// Whether the canned ACLs let `who` run `op` without a grant (`acl.rs`): the object's ACL for a read of
+    /// object `key` (the bucket's when there is no such object), else the ACL of `bucket` as it is now. Nothing
+    /// is let in on a bucket that does not exist.
+    async fn acl_allows(
+        &self,
+        who: Requester,
+        op: &str,
+        bucket: Option<&str>,
+        key: Option<&str>,
+    ) -> S3Result<bool> {
+        let Some(bucket) = bucket else {
+            return Ok(false);
+        };
+        if acl::OBJECT_READ_OPS.contains(&op) {
+            let Some(Ok(store_key)) = key.map(|k| object_key(bucket, k)) else {
+                return Ok(false);
+            };
+            // A missing object: those who may list the bucket may learn so (404), as on AWS.
+            let acl = match self.acl_of(&store_key).await? {
+                Some(acl) => Some(acl),
+                None => self.acl_of(&bucket_key(bucket)).await?,
+            };
+            return Ok(acl.is_some_and(|a| a.lets_read(who)));
+        }
+        let lets = if acl::BUCKET_READ_OPS.contains(&op) {
+            Canned::lets_read
+        } else if acl::BUCKET_WRITE_OPS.contains(&op) {
+            Canned::lets_write
+        } else {
+            return Ok(false);
+        };
+        Ok(self
+            .acl_of(&bucket_key(bucket))
+            .await?
+            .is_some_and(|a| lets(a, who)))
+    }
+
+    /// The canned ACL of the bucket record or object stored under `store_key`; `None` when it does not exist.
+    async fn acl_of(&self, store_key: &str) -> S3Result<Option<Canned>> {
+        match self.store.head(store_key).await {
+            Ok(m) => Ok(Some(Canned::of(&m))),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(from_store(e)),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -301,8 +352,26 @@ impl S3Access for Access {
             });
         }
         let denied = || Err(s3_error!(AccessDenied, "Access Denied"));
+        // A write that opens what it writes with a canned ACL (`acl.rs`) needs `owner`; no ACL lets one in.
+        let opens = matches!(
+            cx.s3_op().name(),
+            "PutObject" | "CopyObject" | "CreateMultipartUpload"
+        ) && cx
+            .headers()
+            .get("x-amz-acl")
+            .and_then(|v| v.to_str().ok())
+            .and_then(Canned::parse)
+            .is_some_and(Canned::opens);
         let Some(id) = cx.credentials().map(|c| c.access_key.clone()) else {
-            return if anonymous_ok { Ok(()) } else { denied() };
+            if anonymous_ok {
+                return Ok(());
+            }
+            let (op, bucket, key) = names(cx);
+            return if !opens && self.acl_allows(Requester::Anyone, op, bucket, key).await? {
+                Ok(())
+            } else {
+                denied()
+            };
         };
         if self.root.holds(&id) {
             return Ok(());
@@ -311,23 +380,33 @@ impl S3Access for Access {
         let Some(record) = self.stored.key(&id).await.map_err(from_store)? else {
             return denied();
         };
-        let op = cx.s3_op().name();
         let copy_source = cx
             .headers()
             .get("x-amz-copy-source")
             .and_then(|v| v.to_str().ok());
-        let bucket = match cx.s3_path() {
-            S3Path::Root => None,
-            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => Some(&**bucket),
-        };
-        // What anyone may do on a bucket, a stored key may too, grant or not (as on AWS).
-        if !anonymous_ok && !self.allows(&record, op, bucket, copy_source).await? {
+        let (op, bucket, key) = names(cx);
+        // What anyone may do on a bucket, a stored key may too, grant or not (as on AWS); and what the ACLs let
+        // any signed key do.
+        let allowed = anonymous_ok
+            || self.allows(&record, op, bucket, copy_source, opens).await?
+            || !opens && self.acl_allows(Requester::Signed, op, bucket, key).await?;
+        if !allowed {
             tracing::debug!(access_key = %id, op, bucket, "denied: no grant");
             return denied();
         }
         cx.extensions_mut().insert(Caller(record));
         Ok(())
     }
+}
+
+/// The operation, bucket and object key of the request `cx` checks.
+fn names<'a>(cx: &'a S3AccessContext<'_>) -> (&'a str, Option<&'a str>, Option<&'a str>) {
+    let (bucket, key) = match cx.s3_path() {
+        S3Path::Root => (None, None),
+        S3Path::Bucket { bucket } => (Some(&**bucket), None),
+        S3Path::Object { bucket, key } => (Some(&**bucket), Some(&**key)),
+    };
+    (cx.s3_op().name(), bucket, key)
 }
 
 #[cfg(test)]

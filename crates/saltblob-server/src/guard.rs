@@ -23,15 +23,15 @@
 //!    take none) and with customer keys in the query string (SSE-C, `-customer-*`, is taken in headers only:
 //!    `sse/customer.rs`), object lock (`x-amz-object-lock-*`, `x-amz-bucket-object-lock-enabled: true`) and tags in
 //!    the query string (`x-amz-tagging`, `x-amz-tagging-directive`: taken in headers only): `501 NotImplemented`;
-//!    ACLs (`x-amz-acl` other than `private` or `bucket-owner-full-control`, `x-amz-grant-*`):
-//!    `400 AccessControlListNotSupported`, as AWS for a bucket whose ACLs are disabled. (A `PUT ?acl` whose ACL is in
-//!    its body is decided by `settings.rs`, which reads it: AWS takes one that only grants the owner
-//!    `FULL_CONTROL`.)
+//!    ACLs other than the canned ones saltblob keeps (`acl.rs`: `x-amz-acl` `aws-exec-read`,
+//!    `log-delivery-write` or anything else; any `x-amz-grant-*`): `400 AccessControlListNotSupported`. (A
+//!    `PUT ?acl` whose ACL is in its body is decided by `acl.rs`, which reads it.)
 //!
 //! A refusal's message is fixed text: it never holds a key, a path or anything of the store.
 
 use http::{HeaderMap, Method, StatusCode, Uri};
 
+use crate::acl::{Canned, UNSUPPORTED_MESSAGE};
 use crate::percent;
 use crate::refusal::Refusal;
 
@@ -44,8 +44,6 @@ const SIGV2_MESSAGE: &str =
 /// AWS's message for a request naming a feature it does not implement.
 const NOT_IMPLEMENTED_MESSAGE: &str =
     "A header you provided implies functionality that is not implemented";
-/// AWS's message for an ACL sent to a bucket whose ACLs are disabled.
-const ACL_MESSAGE: &str = "The bucket does not allow ACLs";
 /// The server-side encryption headers a put takes (`sse/`) and a GET or HEAD refuses.
 const SSE_PUT_HEADERS: [&str; 2] = [
     "x-amz-server-side-encryption",
@@ -94,7 +92,7 @@ impl Refusal {
         Self::new(
             "AccessControlListNotSupported",
             StatusCode::BAD_REQUEST,
-            ACL_MESSAGE,
+            UNSUPPORTED_MESSAGE,
         )
         .naming(header)
     }
@@ -249,11 +247,8 @@ fn check_feature(name: &str, value: &str, in_query: bool) -> Option<Refusal> {
     if sse || lock || tagging {
         return Some(Refusal::not_implemented(name));
     }
-    let acl = (name == "x-amz-acl"
-        && !["private", "bucket-owner-full-control"]
-            .iter()
-            .any(|ok| value.eq_ignore_ascii_case(ok)))
-        || name.starts_with("x-amz-grant-");
+    let acl =
+        (name == "x-amz-acl" && Canned::parse(value).is_none()) || name.starts_with("x-amz-grant-");
     acl.then(|| Refusal::acl(name))
 }
 
@@ -555,8 +550,9 @@ mod tests {
         );
         let acl = Some(("AccessControlListNotSupported".to_owned(), 400));
         for header in [
-            ("x-amz-acl", "public-read"),
-            ("x-amz-acl", "public-read-write"),
+            ("x-amz-acl", "aws-exec-read"),
+            ("x-amz-acl", "log-delivery-write"),
+            ("x-amz-acl", "Public-Read"),
             (
                 "x-amz-grant-read",
                 "uri=\"http://acs.amazonaws.com/groups/global/AllUsers\"",
@@ -566,10 +562,16 @@ mod tests {
             assert_eq!(refused(Method::PUT, "/b/k", &[header]), acl, "{header:?}");
         }
         assert_eq!(
-            refused(Method::PUT, "/b/k?acl", &[("x-amz-acl", "public-read")]),
+            refused(Method::PUT, "/b/k?acl", &[("x-amz-acl", "aws-exec-read")]),
             acl
         );
-        // An ACL in the body is for settings.rs to read.
+        // The canned ACLs saltblob keeps pass; an ACL in the body is for acl.rs to read.
+        for canned in ["public-read", "public-read-write", "authenticated-read"] {
+            assert_eq!(
+                refused(Method::PUT, "/b/k?acl", &[("x-amz-acl", canned)]),
+                None
+            );
+        }
         assert_eq!(refused(Method::PUT, "/b/k?acl", &[]), None);
     }
 

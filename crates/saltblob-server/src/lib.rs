@@ -21,6 +21,7 @@
 //! - `keys.rs`: buckets and object keys in the store's key space; `rereads.rs`: the policies of the re-read loops;
 //!   `record_reader.rs`: a cursor over a stored record being decoded; `percent.rs`: percent-encoding.
 //! - `grants/`: access keys kept in the store (sealed), their grants per bucket, what each operation needs.
+//! - `acl.rs`: canned ACLs (a bucket's in its record, an object's in its manifest): what they open to whom.
 //! - `error.rs`: saltblob's errors as S3 errors.
 //! - `refusal.rs`: a request refused before s3s sees it, and its error document.
 //! - `guard.rs`: the requests saltblob refuses (SigV2, presigned bounds, features it does not have, …), checked
@@ -72,6 +73,7 @@
 //! - `serve.rs`: [`run`]: the accept loop under the connection cap, TLS, graceful shutdown.
 
 mod access_log;
+mod acl;
 mod attrs;
 mod auth;
 mod background;

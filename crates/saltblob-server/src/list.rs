@@ -21,12 +21,12 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::Manifest;
 use saltblob_core::manifest::hex;
 
+use crate::acl::owner;
 use crate::attrs::{NULL_VERSION, etag_of, last_modified_of};
 use crate::error::from_store;
 use crate::keys::objects_prefix;
 use crate::percent;
 use crate::service::SaltS3;
-use crate::settings::owner;
 
 /// Most keys (and common prefixes) one response lists, as S3.
 const MAX_KEYS: usize = 1000;

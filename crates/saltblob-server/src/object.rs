@@ -8,6 +8,7 @@
 //! Objects have one version each, `null` (buckets have no versioning): a `versionId` of `null` names the
 //! current object, any other is `InvalidArgument` ([`crate::attrs::current_version`]).
 
+pub(crate) mod acl;
 mod around;
 mod attributes;
 mod copy;

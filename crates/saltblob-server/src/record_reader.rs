@@ -1,7 +1,49 @@
-//! A cursor over a record the server stores (a lifecycle record, an access key record) being decoded: every
-//! failure says what broke and at which byte offset.
+//! A record the server stores (a bucket setting's, an access key's): read from the store ([`read_optional`],
+//! [`read_setting`]) and decoded with a cursor ([`Reader`]) whose every failure says what broke and at which byte
+//! offset.
 
-use saltblob_core::VersionId;
+use bytes::Bytes;
+use saltblob_core::{BlobStore, Error, VersionId};
+
+/// The bytes stored under `key`; `None` when there are none.
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn read_optional(
+    store: &BlobStore,
+    key: &str,
+) -> saltblob_core::Result<Option<Bytes>> {
+    match store.get(key).await {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The setting record of `bucket` stored under `key`, decoded by `decode`; `None` when there is none, or when it
+/// does not decode: then it is logged as a corrupt `what` record, saying what that means (`consequence`).
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn read_setting<T>(
+    store: &BlobStore,
+    bucket: &str,
+    key: &str,
+    what: &str,
+    consequence: &str,
+    decode: impl FnOnce(&[u8]) -> Result<T, String>,
+) -> saltblob_core::Result<Option<T>> {
+    let Some(bytes) = read_optional(store, key).await? else {
+        return Ok(None);
+    };
+    match decode(&bytes) {
+        Ok(setting) => Ok(Some(setting)),
+        Err(why) => {
+            tracing::warn!(bucket, key, why, "corrupt {what} record: {consequence}");
+            Ok(None)
+        }
+    }
+}
 
 /// A cursor over a record being decoded.
 pub(crate) struct Reader<'a> {

@@ -205,14 +205,14 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketAclInput>,
     ) -> S3Result<S3Response<GetBucketAclOutput>> {
-        settings::handle_get_bucket_acl(self, req).await
+        bucket::acl::handle_get(self, req).await
     }
 
     async fn get_object_acl(
         &self,
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
-        settings::handle_get_object_acl(self, req).await
+        object::acl::handle_get(self, req).await
     }
 
     async fn get_bucket_ownership_controls(
@@ -377,13 +377,13 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<PutBucketAclInput>,
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
-        settings::handle_put_bucket_acl(self, req).await
+        bucket::acl::handle_put(self, req).await
     }
 
     async fn put_object_acl(
         &self,
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
-        settings::handle_put_object_acl(self, req).await
+        object::acl::handle_put(self, req).await
     }
 }

@@ -1,25 +1,30 @@
 //! [`SaltS3`], the S3 service's state: the store, the region, and what the modules below keep for the
 //! handlers above (the upload cap, the lifecycle rules and the encryption settings read lately); and the store
-//! checks that handlers of more than one kind share: the bucket check (with its lifecycle rules), whether a
-//! prefix holds anything, a conditional put's store condition, and the priority class a request is labelled with.
+//! checks that handlers of more than one kind share: the bucket check (with its lifecycle rules), a change of a
+//! record's or an object's metadata in place, whether a prefix holds anything, a conditional put's store condition, and the priority class a request is labelled with.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use s3s::S3Result;
 use s3s::dto::ETagCondition;
+use s3s::{S3Result, s3_error};
 use saltblob_core::{BlobStore, Error, Manifest, PutCondition};
 
-use crate::attrs::{etag_of, precondition_failed};
+use crate::attrs::{current_version, etag_of, precondition_failed};
 use crate::auth::record_class;
 use crate::cache::Cache;
 use crate::cors::CorsRules;
 use crate::error::{from_store, no_such_bucket};
 use crate::grants::Directory;
-use crate::keys::bucket_key;
+use crate::keys::{bucket_key, object_key};
 use crate::lifecycle::{self, Lifecycle};
 use crate::sse::rules::SseConfig;
 use crate::upload_cap::UploadCap;
+
+/// How many times a change in place ([`SaltS3::change_in_place`]) is tried when writers keep replacing what it
+/// changes.
+const IN_PLACE_ATTEMPTS: usize = 3;
 
 /// The S3 service on one store.
 pub(crate) struct SaltS3 {
@@ -70,6 +75,23 @@ impl SaltS3 {
         }
     }
 
+    /// The manifest of object `key` of `bucket` as it is now, for an operation on its `versionId` (none or
+    /// `null`: the current object).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for another version id; `NoSuchBucket`, `NoSuchKey`; the store's.
+    pub(crate) async fn current_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<Manifest> {
+        current_version(version_id)?;
+        self.require_bucket(bucket).await?;
+        let store_key = object_key(bucket, key)?;
+        self.store.head(store_key).await.map_err(from_store)
+    }
+
     /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
     ///
     /// # Errors
@@ -84,6 +106,37 @@ impl SaltS3 {
         let (record, lifecycle) = futures::try_join!(self.require_bucket(bucket), lifecycle)?;
         let lifecycle = lifecycle.filter(|l| l.bucket_version == record.version);
         Ok((record, lifecycle))
+    }
+
+    /// Applies `change` to the metadata of the current version of `store_key` (an object, a bucket record), in
+    /// place ([`BlobStore::update_metadata`]: the version, its ETag and Last-Modified stay, as S3 keeps them when
+    /// tags or an ACL change). A writer that replaces it between the read and the write wins; the change is then
+    /// made on the version it wrote, up to [`IN_PLACE_ATTEMPTS`] times.
+    ///
+    /// # Errors
+    /// The store's (`NotFound` for a missing key: the caller names it); `OperationAborted` (409) when writers
+    /// replaced it every time.
+    pub(crate) async fn change_in_place(
+        &self,
+        store_key: &str,
+        change: impl Fn(&mut BTreeMap<String, String>),
+    ) -> S3Result<Manifest> {
+        for _ in 0..IN_PLACE_ATTEMPTS {
+            let manifest = self.store.head(store_key).await.map_err(from_store)?;
+            match self
+                .store
+                .update_metadata(store_key, manifest.version, &change)
+                .await
+            {
+                Ok(changed) => return Ok(changed),
+                Err(Error::PreconditionFailed { .. }) => continue,
+                Err(e) => return Err(from_store(e)),
+            }
+        }
+        Err(s3_error!(
+            OperationAborted,
+            "The object was replaced while it was being changed; please try again."
+        ))
     }
 
     /// Whether anything is stored under `prefix`.

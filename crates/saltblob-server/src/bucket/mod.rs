@@ -3,9 +3,11 @@
 //! version's creation time is the bucket's.
 //!
 //! The bucket settings saltblob keeps have their operations beside: `lifecycle.rs` (lifecycle rules),
-//! `encryption.rs` (default encryption), `cors.rs` (CORS rules) and `tagging.rs` (tags); those it does not keep
+//! `encryption.rs` (default encryption), `cors.rs` (CORS rules), `tagging.rs` (tags) and `acl.rs` (the canned
+//! ACL, kept in the bucket record; CreateBucket takes one too); those it does not keep
 //! are `settings.rs`'s.
 
+pub(crate) mod acl;
 pub(crate) mod cors;
 pub(crate) mod encryption;
 pub(crate) mod lifecycle;
@@ -21,6 +23,7 @@ use s3s::dto::{
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions};
 
+use crate::acl::Canned;
 use crate::attrs::last_modified_of;
 use crate::error::from_store;
 use crate::grants::{self, Caller, Right};
@@ -111,7 +114,8 @@ pub(crate) async fn handle_create_bucket(
     let created = Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{bucket}")),
     }));
-    match put_bucket_record(&s3.store, &bucket).await {
+    let acl = Canned::asked(req.input.acl.as_ref().map(|a| a.as_str()))?;
+    match put_bucket_record(&s3.store, &bucket, acl).await {
         Ok(record) => {
             if let Some(Caller(key)) = caller {
                 // The caller owns what it made: should this fail, the bucket stays, owned by the root keys.
@@ -144,11 +148,17 @@ pub(crate) async fn handle_create_bucket(
     }
 }
 
-/// Writes `bucket`'s record unless one exists (`Error::AlreadyExists` then); returns the record's manifest.
-async fn put_bucket_record(store: &BlobStore, bucket: &str) -> saltblob_core::Result<Manifest> {
-    let opts = PutOptions::new()
+/// Writes `bucket`'s record, with canned ACL `acl`, unless one exists (`Error::AlreadyExists` then); returns the
+/// record's manifest.
+async fn put_bucket_record(
+    store: &BlobStore,
+    bucket: &str,
+    acl: Canned,
+) -> saltblob_core::Result<Manifest> {
+    let mut opts = PutOptions::new()
         .with_condition(PutCondition::IfAbsent)
         .with_content_type("application/x-saltblob-bucket");
+    acl.store_in(&mut opts.metadata);
     let created_at = saltblob_core::version::now_micros().to_string();
     store.put(bucket_key(bucket), created_at, &opts).await
 }
@@ -172,7 +182,7 @@ pub fn check_bucket_name(name: &str) -> saltblob_core::Result<()> {
 /// `Error::InvalidArgument`.
 pub async fn create_bucket(store: &BlobStore, name: &str) -> saltblob_core::Result<bool> {
     check_bucket_name(name)?;
-    match put_bucket_record(store, name).await {
+    match put_bucket_record(store, name, Canned::Private).await {
         Ok(_) => Ok(true),
         Err(Error::AlreadyExists { .. }) => Ok(false),
         Err(e) => Err(e),

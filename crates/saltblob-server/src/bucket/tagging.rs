@@ -15,11 +15,12 @@ use s3s::dto::{
     GetBucketTaggingOutput, PutBucketTaggingInput, PutBucketTaggingOutput,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{Error, PutOptions, VersionId};
+use saltblob_core::{PutOptions, VersionId};
 
 use crate::error::from_store;
 use crate::keys::tagging_key;
 use crate::record_reader::Reader;
+use crate::record_reader::read_setting;
 use crate::service::SaltS3;
 use crate::tagging::{MAX_BUCKET_TAGS, Tags};
 
@@ -58,23 +59,17 @@ pub(crate) async fn handle_get(
     let bucket = req.input.bucket;
     let record = s3.require_bucket(&bucket).await?;
     let key = tagging_key(&bucket);
-    let bytes = match s3.store.get(&key).await {
-        Ok(bytes) => Some(bytes),
-        Err(Error::NotFound { .. }) => None,
-        Err(e) => return Err(from_store(e)),
-    };
-    let tags = bytes.and_then(|b| match decode(&b) {
-        Ok((version, tags)) => (version == record.version).then_some(tags),
-        Err(why) => {
-            tracing::warn!(
-                bucket,
-                key,
-                why,
-                "corrupt bucket tagging record: read as no tags"
-            );
-            None
-        }
-    });
+    let stored = read_setting(
+        &s3.store,
+        &bucket,
+        &key,
+        "bucket tagging",
+        "read as no tags",
+        decode,
+    )
+    .await
+    .map_err(from_store)?;
+    let tags = stored.and_then(|(version, tags)| (version == record.version).then_some(tags));
     match tags {
         Some(tags) => Ok(S3Response::new(GetBucketTaggingOutput {
             tag_set: tags.to_dto(),

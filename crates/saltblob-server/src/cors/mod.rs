@@ -24,6 +24,7 @@ use saltblob_core::{BlobStore, Error, PutOptions};
 pub(crate) use self::rules::Cors;
 use crate::cache::Cache;
 use crate::keys::{bucket_key, cors_key};
+use crate::record_reader::read_setting;
 use crate::refusal::Refusal;
 
 /// The content type of CORS records.
@@ -77,23 +78,8 @@ impl CorsRules {
     /// The store's.
     pub(crate) async fn stored(&self, bucket: &str) -> saltblob_core::Result<Option<Cors>> {
         let key = cors_key(bucket);
-        let bytes = match self.store.get(&key).await {
-            Ok(bytes) => bytes,
-            Err(Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        match Cors::decode(&bytes) {
-            Ok(c) => Ok(Some(c)),
-            Err(why) => {
-                tracing::warn!(
-                    bucket,
-                    key,
-                    why,
-                    "corrupt CORS record: no browser request is allowed"
-                );
-                Ok(None)
-            }
-        }
+        let consequence = "no browser request is allowed";
+        read_setting(&self.store, bucket, &key, "CORS", consequence, Cors::decode).await
     }
 
     /// Writes `cors` as `bucket`'s record.

@@ -26,6 +26,7 @@ pub(crate) use self::rules::Lifecycle;
 use self::rules::{DAY_MICROS, expiration_header};
 use crate::error::from_store;
 use crate::keys::{BUCKET_PREFIX, lifecycle_key, objects_prefix};
+use crate::record_reader::read_setting;
 
 /// The content type of lifecycle records.
 const CONTENT_TYPE: &str = "application/x-saltblob-lifecycle";
@@ -37,23 +38,17 @@ const CONTENT_TYPE: &str = "application/x-saltblob-lifecycle";
 /// The store's.
 pub(crate) async fn read_record(store: &BlobStore, bucket: &str) -> S3Result<Option<Lifecycle>> {
     let key = lifecycle_key(bucket);
-    let bytes = match store.get(&key).await {
-        Ok(bytes) => bytes,
-        Err(Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(from_store(e)),
-    };
-    match Lifecycle::decode(&bytes) {
-        Ok(l) => Ok(Some(l)),
-        Err(why) => {
-            tracing::warn!(
-                bucket,
-                key,
-                why,
-                "corrupt lifecycle record: its rules are not applied"
-            );
-            Ok(None)
-        }
-    }
+    let what = "lifecycle";
+    read_setting(
+        store,
+        bucket,
+        &key,
+        what,
+        "its rules are not applied",
+        Lifecycle::decode,
+    )
+    .await
+    .map_err(from_store)
 }
 
 /// The lifecycle of the bucket whose record is `bucket_record`, read from the store now.

@@ -25,6 +25,7 @@ use saltblob_core::PutOptions;
 use saltblob_core::manifest::SEALED_METADATA_KEY;
 use tokio::task::JoinHandle;
 
+use crate::acl::Canned;
 use crate::attrs::{
     CHECKSUM_KEY, Conditions, ETAG_KEY, copy_source, etag_of, last_modified_of, object_metadata,
     stored_checksums, with_checksums, with_opened,
@@ -80,7 +81,7 @@ pub(crate) async fn handle_copy_object(
     s3: &SaltS3,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
-    let input = req.input;
+    let mut input = req.input;
     let (src_bucket, src_key) = copy_source(&input.copy_source)?;
     let (if_match, if_none_match) = destination_conditions(&req.headers)?;
     s3.require_bucket(src_bucket).await?;
@@ -106,11 +107,12 @@ pub(crate) async fn handle_copy_object(
         }
     };
     // The tags are the source's (`x-amz-tagging-directive: COPY`, the default) or the request's (`REPLACE`),
-    // whatever the metadata directive.
-    let tags = match input.tagging.as_deref() {
-        Some(header) if replace_tags => Tags::from_header(header, MAX_OBJECT_TAGS)?,
+    // whatever the metadata directive; the ACL is the request's (`private` without one), never the source's.
+    let tags = match input.tagging.take() {
+        Some(header) if replace_tags => Tags::from_header(&header, MAX_OBJECT_TAGS)?,
         _ => Tags::default(),
     };
+    let acl = Canned::asked(input.acl.take().as_ref().map(|a| a.as_str()))?;
     let asked = s3.sse.asked(&req.headers)?;
     let source_customer = s3.sse.reader(&req.headers, true)?;
     if src == dst && !replace && !asked.any() {
@@ -191,6 +193,7 @@ pub(crate) async fn handle_copy_object(
     } else {
         Tags::of(&source).store_in(&mut opts.metadata);
     }
+    acl.store_in(&mut opts.metadata);
     let body = PutBody::copied(stream, computed);
     let store = s3.store.clone();
     let put = sse.clone();

@@ -36,6 +36,7 @@ use self::rules::{Algorithm, BucketDefault, Choice, Request, SseConfig};
 use crate::cache::Cache;
 use crate::error::{from_store, key_not_found};
 use crate::keys::encryption_key;
+use crate::record_reader::read_optional;
 
 /// The content type of default encryption records.
 const CONTENT_TYPE: &str = "application/x-saltblob-encryption";
@@ -51,10 +52,8 @@ pub(crate) async fn read_default(
     bucket: &str,
 ) -> S3Result<Option<BucketDefault>> {
     let key = encryption_key(bucket);
-    let bytes = match store.get(&key).await {
-        Ok(bytes) => bytes,
-        Err(Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(from_store(e)),
+    let Some(bytes) = read_optional(store, &key).await.map_err(from_store)? else {
+        return Ok(None);
     };
     // Fails closed: a put that may have been meant to be sealed is refused rather than stored in plaintext.
     BucketDefault::decode(&bytes).map(Some).map_err(|why| {

@@ -364,7 +364,7 @@ async fn version_ids_other_than_null_are_refused() {
 
 /// Every header that asks for a feature saltblob does not have is refused with AWS's error, and nothing is
 /// stored: server-side encryption with an encryption context, object lock, tagging (501 NotImplemented, naming
-/// the header), ACLs other than private (400 AccessControlListNotSupported); SSE-S3 and SSE-KMS on a store
+/// the header), ACLs other than the canned ones kept (400 AccessControlListNotSupported); SSE-S3 and SSE-KMS on a store
 /// without a key provider (501 NotImplemented, from the handler; a key id without `aws:kms` 400
 /// InvalidArgument); SSE-C on a server without TLS (400 InvalidRequest, as AWS over plain HTTP). A presigned URL
 /// carrying an SSE-C parameter is refused too (501). (Before, each was stored and the header dropped: F2.)
@@ -442,7 +442,7 @@ async fn feature_headers_are_refused_and_nothing_is_stored() {
         ("x-amz-tagging", "aws:team=a", 400, "InvalidTag"),
         (
             "x-amz-acl",
-            "public-read-write",
+            "log-delivery-write",
             400,
             "AccessControlListNotSupported",
         ),
@@ -495,7 +495,7 @@ async fn feature_headers_are_refused_and_nothing_is_stored() {
     let r = c
         .call("PUT", "/bkt/ok")
         .query("acl", "")
-        .header("x-amz-acl", "public-read")
+        .header("x-amz-acl", "aws-exec-read")
         .send()
         .await;
     is_error(&r, 400, "AccessControlListNotSupported");

@@ -12,8 +12,8 @@ use crate::client::{Client, Reply};
 use crate::{ACCESS_KEY, TestServer};
 
 /// One request, as an attacker sends it.
-struct Attempt {
-    op: &'static str,
+pub(crate) struct Attempt {
+    pub(crate) op: &'static str,
     method: &'static str,
     path: String,
     query: Vec<(&'static str, String)>,
@@ -49,7 +49,15 @@ impl Attempt {
     }
 
     async fn send(&self, client: &Client) -> Reply {
+        self.send_as(client, false).await
+    }
+
+    /// Sends it signed by `client`, or with no signature when `anonymous`.
+    pub(crate) async fn send_as(&self, client: &Client, anonymous: bool) -> Reply {
         let mut call = client.call(self.method, &self.path);
+        if anonymous {
+            call = call.anonymous();
+        }
         for (k, v) in &self.query {
             call = call.query(k, v);
         }
@@ -62,7 +70,7 @@ impl Attempt {
 
 /// Every operation the server implements on bucket `b` (object `b/secret.txt`, multipart upload `upload` of
 /// `b/big`), but ListBuckets and CreateBucket (tried apart), with the right each needs.
-fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
+pub(crate) fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
     let bucket = format!("/{b}");
     let object = format!("/{b}/secret.txt");
     let big = format!("/{b}/big");
@@ -201,7 +209,7 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
             Write,
             attempt("PutObjectAcl", "PUT", &object)
                 .q("acl", "")
-                .h("x-amz-acl", "private"),
+                .h("x-amz-acl", "public-read"),
         ),
         (Owner, attempt("DeleteBucket", "DELETE", &bucket)),
         (
@@ -228,7 +236,7 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
             Owner,
             attempt("PutBucketAcl", "PUT", &bucket)
                 .q("acl", "")
-                .h("x-amz-acl", "private"),
+                .h("x-amz-acl", "public-read"),
         ),
         (
             Owner,
@@ -265,7 +273,7 @@ fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
 
 /// A server on a store sealed under `ring`'s tenant-a, with bucket `victim` holding `secret.txt` and a multipart
 /// upload of `big` in progress (its id returned), all made by the root key.
-async fn victim(ring: &TempKeyring) -> (TestServer, String) {
+pub(crate) async fn victim(ring: &TempKeyring) -> (TestServer, String) {
     let config = StoreConfig::default()
         .with_encryption(EncryptionConfig::new(ring.provider()).with_key("tenant-a"));
     let store = saltblob::open("memory://", config).await.expect("open");
@@ -290,7 +298,7 @@ async fn victim(ring: &TempKeyring) -> (TestServer, String) {
 }
 
 /// A client signing with a key kept in the store, made with `may_create_buckets`.
-async fn stored_key(s: &TestServer, name: &str, may_create_buckets: bool) -> Client {
+pub(crate) async fn stored_key(s: &TestServer, name: &str, may_create_buckets: bool) -> Client {
     let key = saltblob_server::create_key(&s.store, name, may_create_buckets, None)
         .await
         .expect("create key");
@@ -302,7 +310,7 @@ async fn stored_key(s: &TestServer, name: &str, may_create_buckets: bool) -> Cli
 }
 
 /// What the root key sees of bucket `victim`: its objects, the secret's bytes, the uploads, its settings.
-async fn victim_state(s: &TestServer) -> Vec<String> {
+pub(crate) async fn victim_state(s: &TestServer) -> Vec<String> {
     let mut state = Vec::new();
     for (path, query) in [
         ("/victim", ("list-type", "2")),
@@ -312,6 +320,8 @@ async fn victim_state(s: &TestServer) -> Vec<String> {
         ("/victim", ("cors", "")),
         ("/victim", ("tagging", "")),
         ("/victim/secret.txt", ("tagging", "")),
+        ("/victim", ("acl", "")),
+        ("/victim/secret.txt", ("acl", "")),
     ] {
         let r = s
             .client
@@ -320,7 +330,13 @@ async fn victim_state(s: &TestServer) -> Vec<String> {
             .send()
             .await;
         // The request ids and dates differ from call to call.
-        state.push(format!("{} {:?} {:?}", r.status, r.xml("Key"), r.code()));
+        state.push(format!(
+            "{} {:?} {:?} {:?}",
+            r.status,
+            r.xml("Key"),
+            r.xml("URI"),
+            r.code()
+        ));
     }
     let r = s.client.get("/victim/secret.txt").await;
     state.push(format!("{} {}", r.status, r.text()));

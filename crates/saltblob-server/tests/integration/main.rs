@@ -1,6 +1,7 @@
 //! Integration tests of the S3 server: an in-process server on 127.0.0.1:0 over a temporary embedded store (or
 //! the memory backend), driven by a small SigV4-signing client (`client.rs`).
 
+mod acl;
 mod auth;
 mod buckets;
 mod client;
