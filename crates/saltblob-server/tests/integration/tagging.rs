@@ -169,6 +169,16 @@ async fn copies_and_multipart_uploads_carry_tags_as_directed() {
     assert!(tags_of(c, "/tagbkt/untagged").await.is_empty());
     let r = copy("/tagbkt/bad", Some("MOVE"), None).await;
     assert_eq!((r.status, r.code().as_str()), (400, "InvalidArgument"));
+    // A header COPY ignores is not checked, whatever the metadata directive.
+    let r = c
+        .call("PUT", "/tagbkt/ignored")
+        .header("x-amz-copy-source", "tagbkt/src")
+        .header("x-amz-metadata-directive", "REPLACE")
+        .header("x-amz-tagging", "aws:reserved=1")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(tags_of(c, "/tagbkt/ignored").await, ["a=1"]);
     // A multipart upload's tags are the object's.
     let r = c
         .call("POST", "/tagbkt/big")
