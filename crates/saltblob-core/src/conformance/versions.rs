@@ -146,9 +146,12 @@ pub async fn readers_survive_overwrite_within_grace(backend: Arc<dyn ChunkStore>
         .put(&key, data(2000, 2), &PutOptions::new())
         .await
         .expect("overwrite");
+    // The pass leaves this overwrite's entry waiting out its grace. (It may reclaim other cases' entries that are
+    // due: a backend shared by the suite, as the Cassandra keyspace, has one reclaim queue. The whole read of the
+    // old version below is what shows that its chunks were kept.)
     let report = patient.reclaim_due().await.expect("reclaim");
     assert!(
-        report.next_due_micros.is_some() && report.versions == 0,
+        report.next_due_micros.is_some(),
         "grace period respected: {report:?}"
     );
     while let Some(piece) = stream.next().await {
