@@ -1,7 +1,8 @@
 //! [`SaltS3`], the S3 service's state: the store, the region, and what the modules below keep for the
 //! handlers above (the upload cap, the lifecycle rules and the encryption settings read lately); and the store
-//! checks that handlers of more than one kind share: the bucket check (with its lifecycle rules), a change of a
-//! record's or an object's metadata in place, whether a prefix holds anything, a conditional put's store condition, and the priority class a request is labelled with.
+//! checks that handlers of more than one kind share: the bucket check (with its lifecycle rules), an object as it
+//! is now, a change of its metadata in place, whether a prefix holds anything, a conditional put's store
+//! condition, and the priority class a request is labelled with.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -108,14 +109,13 @@ impl SaltS3 {
         Ok((record, lifecycle))
     }
 
-    /// Applies `change` to the metadata of the current version of `store_key` (an object, a bucket record), in
-    /// place ([`BlobStore::update_metadata`]: the version, its ETag and Last-Modified stay, as S3 keeps them when
-    /// tags or an ACL change). A writer that replaces it between the read and the write wins; the change is then
-    /// made on the version it wrote, up to [`IN_PLACE_ATTEMPTS`] times.
+    /// Applies `change` to the metadata of the current version of object `store_key`, in place
+    /// ([`BlobStore::update_metadata`]: the version, its ETag and Last-Modified stay, as S3 keeps them when tags
+    /// or an ACL change). A writer that replaces the object between the read and the write wins; the change is
+    /// then made on the version it wrote, up to [`IN_PLACE_ATTEMPTS`] times.
     ///
     /// # Errors
-    /// The store's (`NotFound` for a missing key: the caller names it); `OperationAborted` (409) when writers
-    /// replaced it every time.
+    /// `NoSuchKey`; the store's; `OperationAborted` (409) when writers replaced it every time.
     pub(crate) async fn change_in_place(
         &self,
         store_key: &str,

@@ -2,10 +2,11 @@
 //! the record keeps its version, so the grants bound to it still hold.
 
 use s3s::dto::{GetBucketAclInput, GetBucketAclOutput, PutBucketAclInput, PutBucketAclOutput};
-use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3Request, S3Response, S3Result};
+use saltblob_core::Error;
 
 use crate::acl::Canned;
-use crate::error::no_such_bucket;
+use crate::error::{from_store, no_such_bucket};
 use crate::keys::bucket_key;
 use crate::service::SaltS3;
 
@@ -26,18 +27,24 @@ pub(crate) async fn handle_put(
     req: S3Request<PutBucketAclInput>,
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
     let input = req.input;
-    s3.require_bucket(&input.bucket).await?;
+    let record = s3.require_bucket(&input.bucket).await?;
     let canned = Canned::requested(
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
     )?;
+    // On the bucket record the access check judged: a bucket deleted and made again in between (by anyone) is
+    // another bucket, which this request's grant does not reach.
     match s3
-        .change_in_place(&bucket_key(&input.bucket), |m| canned.store_in(m))
+        .store
+        .update_metadata(bucket_key(&input.bucket), record.version, |m| {
+            canned.store_in(m)
+        })
         .await
     {
         Ok(_) => Ok(S3Response::new(PutBucketAclOutput {})),
-        // Deleted in between.
-        Err(e) if *e.code() == S3ErrorCode::NoSuchKey => Err(no_such_bucket(&input.bucket)),
-        Err(e) => Err(e),
+        Err(Error::NotFound { .. } | Error::PreconditionFailed { .. }) => {
+            Err(no_such_bucket(&input.bucket))
+        }
+        Err(e) => Err(from_store(e)),
     }
 }
