@@ -94,6 +94,9 @@ pub use reclaim::ReclaimReport;
 pub use relayout::Relaid;
 pub use schedule::{ClassStats, PriorityClass, SchedulerConfig, SchedulerStats};
 pub use store::pass::{PassEntry, PassEvent, PassOptions, PassPage, PassProgress, RangeState};
-pub use store::{BlobStore, BlobStream, Description, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed};
+pub use store::{
+    BlobStore, BlobStream, Description, KeyVersion, ListEntry, ListPage, MAX_KEY_LEN, Rekeyed,
+    RemovedVersion,
+};
 pub use units::{KIB, MIB, parse_duration, parse_size};
 pub use version::{ParseVersionError, VersionId};

@@ -37,6 +37,10 @@ pub enum Namespace {
     /// time, version, blob key, as [`Namespace::ReclaimBucket`]'s; one partition per bucket and shard, dropped
     /// whole once drained.
     ExpiryBucket,
+    /// Kept versions: the manifest records of versions a put asked to keep when it replaced them (S3's bucket
+    /// versioning). Key: partition (the first 8 bytes of the blob key's BLAKE3 hash), blob key, version id
+    /// (u128 big-endian); one partition per key (but for hash collisions). See `ledger/kept.rs`.
+    Kept,
 }
 
 impl Namespace {
@@ -51,6 +55,7 @@ impl Namespace {
             Namespace::ParkedIntent => 5,
             Namespace::ReclaimBucket => 6,
             Namespace::ExpiryBucket => 7,
+            Namespace::Kept => 8,
         }
     }
 
@@ -61,6 +66,7 @@ impl Namespace {
             Namespace::Manifest | Namespace::Reclaim | Namespace::Meta | Namespace::Intent => 0,
             Namespace::ShardedIntent | Namespace::ParkedIntent => 1,
             Namespace::ReclaimBucket | Namespace::ExpiryBucket => 9,
+            Namespace::Kept => 8,
         }
     }
 }

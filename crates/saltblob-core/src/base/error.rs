@@ -65,6 +65,14 @@ pub enum Error {
         /// The key looked up.
         key: KeyDisplay,
     },
+    /// A read or removal named a version the key neither holds nor keeps ([`crate::store::BlobStore::versions`]).
+    #[error("no version {version} of key \"{key}\": it is neither current nor kept")]
+    VersionNotFound {
+        /// The key looked up.
+        key: KeyDisplay,
+        /// The version named.
+        version: VersionId,
+    },
     /// A put with `if_absent` found a committed version.
     #[error("already exists: key \"{key}\" already holds {}", fmt_current(.current))]
     AlreadyExists {

@@ -25,6 +25,7 @@ pub mod failures;
 pub mod faults;
 pub mod fencing;
 pub mod gc;
+pub mod kept;
 pub mod keyring;
 pub mod passes;
 pub mod reads;
@@ -71,6 +72,11 @@ pub use gc::{
     expired_blobs_read_as_not_found_and_gc_reclaims_them,
     fsck_reports_damage_and_repairs_only_orphans, gc_reclaims_abandoned_puts,
     gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
+};
+pub use kept::{
+    a_kept_copy_of_the_current_version_is_that_version, concurrent_keeping_puts_keep_every_version,
+    kept_versions_read_back_and_outlive_gc_and_fsck,
+    removing_versions_reclaims_them_and_promotes_the_newest_kept,
 };
 pub use passes::{
     a_pass_reads_every_manifest_once_and_resumes,
@@ -159,7 +165,11 @@ macro_rules! conformance_suite {
             a_compose_stalled_before_its_engine_write_commits_nothing,
             expired_blobs_read_as_not_found_and_gc_reclaims_them,
             an_earlier_builds_queue_and_intents_are_drained,
-            metadata_changes_in_place_on_the_version_named);
+            metadata_changes_in_place_on_the_version_named,
+            kept_versions_read_back_and_outlive_gc_and_fsck,
+            removing_versions_reclaims_them_and_promotes_the_newest_kept,
+            a_kept_copy_of_the_current_version_is_that_version,
+            concurrent_keeping_puts_keep_every_version);
     };
     (@sealed $attrs:tt $make:expr) => {
         $crate::conformance_suite!(@store $attrs $crate::conformance::sealed; $make);

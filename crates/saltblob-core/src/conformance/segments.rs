@@ -30,7 +30,7 @@ async fn gc_now(store: &crate::store::BlobStore, prefix: &str) -> crate::upkeep:
 }
 
 /// Writes `parts` as segments of `key`, each claimable for `lease`.
-async fn put_segments(
+pub(super) async fn put_segments(
     store: &crate::store::BlobStore,
     key: &str,
     parts: &[Bytes],

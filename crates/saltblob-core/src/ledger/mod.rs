@@ -1,5 +1,5 @@
 //! The store's records beside its manifests, and the rules that read them: the intent a chunked put holds while
-//! it writes (`intent/`), the reclaim queue of replaced, deleted and abandoned versions and the pass that drains
+//! it writes (`intent/`), the versions kept past their replacement (`kept.rs`), the reclaim queue of replaced, deleted and abandoned versions and the pass that drains
 //! it ([`reclaim`]), the expiry index of versions put with a ttl (`expiry.rs`), how they spread over partitions
 //! (`shards.rs`), how runners share gc's work on them by lease (`work.rs`) and take turns at periodic tasks
 //! (`turns.rs`), and the one rule of whether a version's chunks are still needed (`liveness.rs`).
@@ -9,6 +9,7 @@
 
 pub(crate) mod expiry;
 pub(crate) mod intent;
+pub(crate) mod kept;
 pub(crate) mod liveness;
 pub mod reclaim;
 pub(crate) mod shards;

@@ -216,6 +216,11 @@ pub struct PutOptions {
     /// read of it must give it again ([`GetOptions::customer_key`]). The store needs no key provider for it, and
     /// never stores the key. Not with [`PutOptions::encryption_key`]. Defaults to none.
     pub customer_key: Option<crate::encryption::CustomerKey>,
+    /// Keep the version this put replaces, readable by its id ([`crate::store::BlobStore::versions`],
+    /// [`GetOptions::version`]), instead of reclaiming it after the grace period; it stays until
+    /// [`crate::store::BlobStore::remove_version`] removes it (S3's bucket versioning). A put that replaces
+    /// nothing, or a manifest that does not decode, keeps nothing. Defaults to `false`.
+    pub keep_replaced: bool,
 }
 
 /// Metadata a streaming put learns only from its body, shared between the reader that computes it and the put
@@ -274,6 +279,12 @@ impl PutOptions {
     /// Sets [`PutOptions::condition`].
     pub fn with_condition(mut self, condition: PutCondition) -> Self {
         self.condition = condition;
+        self
+    }
+
+    /// Sets [`PutOptions::keep_replaced`].
+    pub fn with_keep_replaced(mut self, keep: bool) -> Self {
+        self.keep_replaced = keep;
         self
     }
 
@@ -369,6 +380,9 @@ pub struct GetOptions {
     /// or with another, such a read fails with [`crate::base::error::Error::KeyUnavailable`] (provider `customer`) before any
     /// chunk is fetched. Ignored by versions sealed otherwise, and by plaintext ones. Defaults to none.
     pub customer_key: Option<crate::encryption::CustomerKey>,
+    /// The version to read: the current one or a kept one ([`PutOptions::keep_replaced`]); another fails with
+    /// [`crate::base::error::Error::VersionNotFound`]. Defaults to the current version.
+    pub version: Option<crate::base::version::VersionId>,
 }
 
 impl GetOptions {
@@ -392,6 +406,12 @@ impl GetOptions {
     /// Sets [`GetOptions::customer_key`].
     pub fn with_customer_key(mut self, key: crate::encryption::CustomerKey) -> Self {
         self.customer_key = Some(key);
+        self
+    }
+
+    /// Sets [`GetOptions::version`].
+    pub fn with_version(mut self, version: crate::base::version::VersionId) -> Self {
+        self.version = Some(version);
         self
     }
 }

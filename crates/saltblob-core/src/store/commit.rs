@@ -14,6 +14,12 @@
 //! asks for a commit group ([`crate::backend::SinkShape::commit_group`]), the entries and the write are one atomic
 //! group instead, and nothing is queued before.
 //!
+//! A put that keeps what it replaces ([`Change::PutKeeping`], S3's versioned buckets) writes the replaced
+//! manifest's record into the kept versions ([`crate::ledger::kept`]) where the rule queues it for reclaim: before
+//! the write, or in its group; and keeps, after the write, a version another writer committed in between. It is
+//! always written as a compare-and-set on the record it read and kept, on CQL too (a Paxos round per keeping
+//! put), so that no version committed in between goes unkept.
+//!
 //! A version with an expiry gets its entry in the expiry index ([`crate::ledger::expiry`]) the same way: before
 //! the write, or in its group.
 //!
@@ -47,6 +53,7 @@ use crate::base::version::VersionId;
 use crate::format::manifest::{Manifest, ManifestBody};
 use crate::ledger::expiry;
 use crate::ledger::intent::IntentLease;
+use crate::ledger::kept;
 use crate::ledger::reclaim::{self, Queue};
 use crate::state::Inner;
 use crate::state::config::PutCondition;
@@ -56,6 +63,9 @@ use crate::state::config::PutCondition;
 pub(crate) enum Change<'a> {
     /// Makes this manifest current.
     Put(&'a Manifest),
+    /// Makes this manifest current and keeps the version it replaces ([`crate::ledger::kept`]) instead of
+    /// queueing it for reclaim.
+    PutKeeping(&'a Manifest),
     /// Removes the key's manifest.
     Delete,
 }
@@ -64,10 +74,25 @@ impl Change<'_> {
     /// The manifest the change writes, `None` for a delete.
     fn manifest(&self) -> Option<&Manifest> {
         match self {
-            Change::Put(m) => Some(m),
+            Change::Put(m) | Change::PutKeeping(m) => Some(m),
             Change::Delete => None,
         }
     }
+
+    /// Whether the change keeps `old`, the version it replaces, at `now` (Unix µs): a put asked to, and `old` is
+    /// another version, not expired (an expired blob is gone: kept, it would come back).
+    fn keeps(&self, old: &Manifest, now: u64) -> bool {
+        matches!(self, Change::PutKeeping(m) if m.version != old.version) && !old.is_expired(now)
+    }
+}
+
+/// The current manifest a change replaces, as read before its write: decoded, the record's bytes, and whether
+/// the change keeps it ([`Change::keeps`]) or queues it for reclaim.
+#[derive(Clone, Copy)]
+struct Replacing<'a> {
+    manifest: &'a Manifest,
+    record: &'a Bytes,
+    keep: bool,
 }
 
 /// What a change expects of the key's current record; the check and the write are one atomic step.
@@ -295,7 +320,10 @@ async fn write(
     };
     let new = change.manifest();
     let written_version = new.map(|m| m.version);
-    let cas = expect == Pinned::Any && inner.info.reports_previous;
+    // A keeping put compares and sets even where a condition costs a Paxos round (CQL): a version another writer
+    // committed in between would otherwise be replaced without being kept.
+    let keeping = matches!(change, Change::PutKeeping(_));
+    let cas = expect == Pinned::Any && (inner.info.reports_previous || keeping);
     let lease = match &fences.chunks {
         CommitChunks::Leased(lease) => Some(lease),
         CommitChunks::None | CommitChunks::InGroup(_) => None,
@@ -324,10 +352,24 @@ async fn write(
             .as_ref()
             .and_then(|b| inner.decode_manifest(key, b).ok());
         let queued_at = inner.now_micros();
-        if let (Some(old), None) = (&before, group) {
-            reclaim::schedule(inner, key, old, new)
+        let replacing = match (&before, &raw) {
+            (Some(manifest), Some(record)) => Some(Replacing {
+                manifest,
+                record,
+                keep: change.keeps(manifest, queued_at),
+            }),
+            _ => None,
+        };
+        match (replacing, group) {
+            (Some(old), None) if old.keep => {
+                kept::keep(inner, key, old.manifest.version, old.record.clone())
+                    .await
+                    .map_err(NotWritten)?;
+            }
+            (Some(old), None) => reclaim::schedule(inner, key, old.manifest, new)
                 .await
-                .map_err(NotWritten)?;
+                .map_err(NotWritten)?,
+            _ => {}
         }
         check_fences(inner, key, written_version, lease, fences.issue_by).map_err(NotWritten)?;
         let attempt = if cas && tries.next_attempt().await {
@@ -341,7 +383,7 @@ async fn write(
         let by = issue_deadline(inner, key, written_version, fences.issue_by);
         let outcome = match (new, group) {
             (Some(m), Some(group)) => {
-                let call = write_group(inner, group, key, m, before.as_ref(), queued_at, &attempt);
+                let call = write_group(inner, group, key, m, replacing, queued_at, &attempt);
                 unchecked(inner, deadline::within(by, call).await)?
             }
             (Some(m), None) => {
@@ -357,10 +399,12 @@ async fn write(
                 unchecked(inner, deadline::within(by, call).await).map_err(not_issued)?
             }
         };
-        let replaced = match outcome {
-            RecordWrite::Done(Previous::Value(bytes)) => inner.decode_manifest(key, &bytes).ok(),
-            RecordWrite::Done(Previous::Absent) => None,
-            RecordWrite::Done(Previous::Unknown) => before.clone(),
+        let (replaced, replaced_record) = match outcome {
+            RecordWrite::Done(Previous::Value(bytes)) => {
+                (inner.decode_manifest(key, &bytes).ok(), Some(bytes))
+            }
+            RecordWrite::Done(Previous::Absent) => (None, None),
+            RecordWrite::Done(Previous::Unknown) => (before.clone(), raw.clone()),
             // Another writer committed since the read: queue what it committed and try again.
             RecordWrite::ConditionFailed(current) if attempt != condition => {
                 raw = current;
@@ -368,15 +412,33 @@ async fn write(
             }
             RecordWrite::ConditionFailed(current) => return Ok(Changed::Refused { current }),
         };
-        reclaim::queue_replaced(
-            inner,
-            key,
-            written_version,
-            replaced.as_ref(),
-            before.as_ref(),
-            queued_at,
-        )
-        .await;
+        match (&change, replaced.as_ref(), replaced_record) {
+            // Another writer's version committed in between is kept too (its writer queued nothing for it).
+            (Change::PutKeeping(_), Some(old), Some(record)) => {
+                let other = Some(old.version) != before.as_ref().map(|b| b.version);
+                if change.keeps(old, inner.now_micros()) && other {
+                    let kept = kept::keep(inner, key, old.version, record).await;
+                    if let Err(e) = kept {
+                        tracing::warn!(
+                            "could not keep version {} replaced by a concurrent commit: {e}",
+                            old.version
+                        );
+                    }
+                }
+            }
+            (Change::PutKeeping(_), _, _) => {}
+            _ => {
+                reclaim::queue_replaced(
+                    inner,
+                    key,
+                    written_version,
+                    replaced.as_ref(),
+                    before.as_ref(),
+                    queued_at,
+                )
+                .await
+            }
+        }
         return Ok(Changed::Written {
             replaced: replaced.map(Box::new),
         });
@@ -456,20 +518,26 @@ fn not_issued(e: Error) -> Failure {
 }
 
 /// The manifest write of [`write`] as one atomic group with the reclaim entries of what `replaces` names and
-/// `manifest` does not (queued at `queued_at`), `manifest`'s expiry index entry if it has an expiry, and either the removal of the put's intent
+/// `manifest` does not (queued at `queued_at`) or, where the change keeps it, its kept record, `manifest`'s
+/// expiry index entry if it has an expiry, and either the removal of the put's intent
 /// ([`IntentLease::commit_group`]) or the put's chunks; reported as the manifest write alone.
 async fn write_group(
     inner: &Inner,
     group: Group<'_>,
     key: &Bytes,
     manifest: &Manifest,
-    replaces: Option<&Manifest>,
+    replaces: Option<Replacing<'_>>,
     queued_at: u64,
     condition: &Precondition,
 ) -> std::result::Result<RecordWrite, Failure> {
-    let (mut changes, marked) = replaces.map_or_else(Default::default, |old| {
-        reclaim::schedule_changes(inner, key, old, Some(manifest), queued_at)
-    });
+    let (mut changes, marked) = match replaces {
+        Some(old) if old.keep => (
+            vec![kept::change(key, old.manifest.version, old.record.clone())],
+            Default::default(),
+        ),
+        Some(old) => reclaim::schedule_changes(inner, key, old.manifest, Some(manifest), queued_at),
+        None => Default::default(),
+    };
     let marked_expiry = expiry::index_changes(inner, key, manifest, &mut changes);
     let at = changes.len();
     changes.push(RecordChange::put(

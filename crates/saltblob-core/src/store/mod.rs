@@ -11,7 +11,8 @@
 //! - `delete.rs`: a delete, a conditional delete, the delete of an expired blob;
 //! - `read.rs`: a read: its preamble, then streaming ([`BlobStream`]);
 //! - this file, the API; then `segments.rs` (segments and their composition: multipart uploads),
-//!   `reseal.rs` (sealing plaintext blobs, re-wrapping sealed ones' data keys), `metadata.rs` (a version's
+//!   `kept_versions.rs` (a key's kept versions listed and removed), `reseal.rs` (sealing plaintext blobs,
+//!   re-wrapping sealed ones' data keys), `metadata.rs` (a version's
 //!   user metadata changed in place), `sealed_metadata.rs` (what a
 //!   sealed version keeps sealed beside its chunks, customer key fingerprints) and [`pass`] (passes over every
 //!   manifest, by the backend's ranges, resumable), which add methods to [`BlobStore`].
@@ -23,6 +24,7 @@ pub(crate) mod chunk_writer;
 pub(crate) mod commit;
 pub(crate) mod delete;
 mod digest;
+mod kept_versions;
 mod key;
 mod metadata;
 pub mod pass;
@@ -41,6 +43,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 
+pub use self::kept_versions::{KeyVersion, RemovedVersion};
 pub use self::key::{MAX_KEY_LEN, validate_key};
 pub use self::pieces::StreamReader;
 use self::put::{Finish, PutPlan};
@@ -344,7 +347,8 @@ impl BlobStore {
     }
 
     /// Deletes `key`; returns the version it held, or `None` if it held none. The deleted version's chunks are
-    /// reclaimed after the grace period.
+    /// reclaimed after the grace period; the key's kept versions ([`PutOptions::keep_replaced`]) stay, each
+    /// until [`BlobStore::remove_version`].
     ///
     /// # Errors
     /// [`Error::InvalidKey`], [`Error::Backend`]; a manifest that does not decode is deleted, not an error.

@@ -227,15 +227,7 @@ where
             None => (*digest.as_bytes(), ManifestBody::Inline(head)),
         };
         if let Finish::Commit = finish {
-            commit_put(
-                inner,
-                &key,
-                &manifest,
-                opts.condition,
-                expect,
-                Fences::none(),
-            )
-            .await?;
+            commit_put(inner, &key, &manifest, opts, expect, Fences::none()).await?;
         }
         return Ok(manifest);
     }
@@ -342,7 +334,7 @@ where
     match (finish, chunks) {
         (Finish::Commit, chunks) => {
             let fences = Fences::chunks(chunks);
-            commit_put(inner, &key, &manifest, opts.condition, expect, fences).await?
+            commit_put(inner, &key, &manifest, opts, expect, fences).await?
         }
         // A failure leaves the intent to expire at its last renewal, after which gc reclaims the chunks.
         (Finish::Park(until), CommitChunks::Leased(lease)) => lease.park(until).await?,
@@ -491,24 +483,33 @@ pub(crate) async fn check_condition(
 }
 
 /// Commits `manifest` as the current version of `key` under the put's pinned `expect` and `fences` (see
-/// [`commit::change_manifest`]).
+/// [`commit::change_manifest`]), keeping the version it replaces when `opts` say so
+/// ([`PutOptions::keep_replaced`]).
 ///
 /// # Errors
 /// Those of [`commit::change_manifest`]; [`Error::AlreadyExists`] or [`Error::PreconditionFailed`] when the
-/// put's `condition` no longer holds.
+/// put's condition no longer holds.
 pub(crate) async fn commit_put(
     inner: &Inner,
     key: &Bytes,
     manifest: &Manifest,
-    condition: PutCondition,
+    opts: &PutOptions,
     expect: Pinned,
     fences: Fences,
 ) -> Result<()> {
-    match commit::change_manifest(inner, key, Change::Put(manifest), expect.into(), fences).await? {
+    let change = if opts.keep_replaced {
+        Change::PutKeeping(manifest)
+    } else {
+        Change::Put(manifest)
+    };
+    match commit::change_manifest(inner, key, change, expect.into(), fences).await? {
         Changed::Written { .. } => Ok(()),
-        Changed::Refused { current } => {
-            Err(condition_error(inner, key, condition, current.as_ref()))
-        }
+        Changed::Refused { current } => Err(condition_error(
+            inner,
+            key,
+            opts.condition,
+            current.as_ref(),
+        )),
     }
 }
 

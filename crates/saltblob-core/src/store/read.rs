@@ -24,6 +24,8 @@ use crate::encryption::seal::VersionKeys;
 use crate::format::codec::{ChunkPlace, Opener, decode_owned_chunk};
 use crate::format::layout::ChunkLayout;
 use crate::format::manifest::{Manifest, ManifestBody, Segment, hex};
+use crate::ledger::kept;
+use crate::ledger::liveness::{self, Ownership};
 use crate::schedule::{ClassTag, PriorityClass, cpu, current_class, in_class};
 use crate::state::config::GetOptions;
 use crate::state::{BudgetHeld, Inner, ReadBudget};
@@ -80,7 +82,7 @@ impl BlobStream {
 pub(crate) async fn open(inner: &Arc<Inner>, key: Bytes, opts: &GetOptions) -> Result<BlobStream> {
     let sched = &inner.sched;
     let manifest_class = sched.choose(opts.priority.as_ref(), PriorityClass::interactive())?;
-    let manifest = in_class(manifest_class, inner.current_manifest(&key)).await?;
+    let manifest = in_class(manifest_class, kept::manifest_of(inner, &key, opts.version)).await?;
     let customer = opts.customer_key.as_ref();
     if customer.is_some() && manifest.sealed_by_customer().is_none() {
         return Err(Error::invalid(
@@ -536,13 +538,11 @@ fn decode_batch(
 /// The error for a chunk that is not there: the version was replaced and reclaimed during the read, or the
 /// chunk is lost.
 async fn missing_chunk(inner: &Inner, blob: &BlobRef, id: ChunkId) -> Error {
-    match inner.read_manifest(&blob.key).await {
-        Ok(current) if !current.as_ref().is_some_and(|m| m.owns(blob.version)) => {
-            Error::VersionReclaimed {
-                key: blob.key[..].into(),
-                version: blob.version,
-            }
-        }
+    match liveness::ownership(inner, blob).await {
+        Ok(Ownership::NotOwned) => Error::VersionReclaimed {
+            key: blob.key[..].into(),
+            version: blob.version,
+        },
         _ => Error::MissingChunk {
             key: blob.key[..].into(),
             version: blob.version,

@@ -91,7 +91,8 @@ impl BlobStore {
     /// Commits, under `key`, the blob made of `segments` in order (each written by [`BlobStore::put_segment`]
     /// under the same key), without copying their bytes; returns its manifest. Its digest is BLAKE3 of the
     /// segments' digests (each segment's own digest is verified when it is read whole). Condition, content
-    /// type and metadata come from `opts`. Once committed, the blob owns the segments' chunks; on error nothing
+    /// type, metadata and whether the version it replaces is kept ([`PutOptions::keep_replaced`]) come from
+    /// `opts`. Once committed, the blob owns the segments' chunks; on error nothing
     /// is committed and the segments stay claimable until their leases end (a retry may succeed).
     ///
     /// A segment may be discarded ([`BlobStore::discard_segment`]) while a compose of it runs, by this process
@@ -158,7 +159,7 @@ impl BlobStore {
                 chunks: CommitChunks::None,
                 issue_by: Some(issue_by),
             };
-            put::commit_put(inner, &key, &manifest, opts.condition, expect, fences).await?;
+            put::commit_put(inner, &key, &manifest, opts, expect, fences).await?;
             stream::iter(chunked)
                 .map(|blob| async move { intent::settle_composed(inner, &blob).await })
                 .buffer_unordered(INTENT_CONCURRENCY)

@@ -31,6 +31,7 @@ use crate::base::version::VersionId;
 use crate::format::layout::ChunkLayout;
 use crate::format::manifest::{Manifest, ManifestBody};
 use crate::ledger::intent::{self, Intent, StoredIntent};
+use crate::ledger::kept;
 use crate::ledger::liveness::{self, Ownership};
 use crate::ledger::reclaim;
 use crate::schedule;
@@ -194,8 +195,9 @@ impl Stored {
 /// Chunks of a committed version stored outside its layout: how many, and the first one listed (salt, index).
 type Strays = (u64, (u32, u64));
 
-/// The committed versions of one key, as its current manifest has them: each version its chunks lie under, with
-/// its layout (`None`: inline). Empty when the key has no manifest, or one that does not decode.
+/// The committed versions of one key, as its current manifest and its kept versions have them: each version
+/// its chunks lie under, with its layout (`None`: inline). Empty when the key has no manifest nor kept version,
+/// or only ones that do not decode.
 type Committed = Arc<HashMap<VersionId, Option<ChunkLayout>>>;
 
 /// One thing the chunk listing found: a chunk (salt, index) of a version, or (`None`) a file of the version's own.
@@ -278,12 +280,23 @@ impl ChunkSide {
     }
 }
 
-/// The committed versions of `key` ([`Committed`]), from its manifest as stored now (expired or not).
+/// The committed versions of `key` ([`Committed`]), from its manifest as stored now (expired or not) and its kept
+/// versions.
 async fn committed_versions(inner: &Inner, key: &Bytes) -> Result<Committed> {
     let mut committed = HashMap::new();
     let record = inner.backend.get_record(Namespace::Manifest, key).await?;
-    // A manifest that does not decode refers to nothing (the manifest pass reports it).
-    if let Some(m) = record.and_then(|r| inner.decode_manifest(key, &r).ok()) {
+    let kept = kept::list(inner, key)
+        .await?
+        .0
+        .into_iter()
+        .map(|k| k.record);
+    // A manifest that does not decode refers to nothing (the manifest pass reports it; `--repair` re-checks an
+    // orphan's ownership, which such a manifest holds).
+    for m in record
+        .into_iter()
+        .chain(kept)
+        .filter_map(|r| inner.decode_manifest(key, &r).ok())
+    {
         // A segmented version's chunks lie under its segments' versions.
         for segment in m.segments() {
             let layout = match segment.body {
