@@ -30,8 +30,8 @@ const USER_META: &str = "x-amz-meta-";
 pub(crate) const ETAG_KEY: &str = "s3:etag";
 /// Prefix of the metadata keys of stored checksums.
 pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
-/// The version id of every object: buckets here have no versioning, so each key holds one version, `null`, as
-/// S3 names the version of an object written while versioning was never enabled.
+/// The version id of an object written while its bucket's versioning was never enabled or was suspended, as S3
+/// names it (`versioning.rs`).
 pub(crate) const NULL_VERSION: &str = "null";
 
 /// Metadata key of the checksum type of an object composed by a multipart upload (`COMPOSITE` or
@@ -54,9 +54,18 @@ pub(crate) fn current_version(version_id: Option<&str>) -> S3Result<()> {
 /// The bucket and key of a copy's source (`x-amz-copy-source`), whose version may only be `null`.
 ///
 /// # Errors
-/// `NotImplemented` for a source that is not `bucket/key` (an access point); as [`current_version`] for its
-/// version.
+/// As [`versioned_copy_source`]; as [`current_version`] for its version.
 pub(crate) fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
+    let (bucket, key, version_id) = versioned_copy_source(source)?;
+    current_version(version_id)?;
+    Ok((bucket, key))
+}
+
+/// The bucket, key and version id (if any) of a copy's source (`x-amz-copy-source`).
+///
+/// # Errors
+/// `NotImplemented` for a source that is not `bucket/key` (an access point).
+pub(crate) fn versioned_copy_source(source: &CopySource) -> S3Result<(&str, &str, Option<&str>)> {
     let CopySource::Bucket {
         bucket,
         key,
@@ -68,8 +77,7 @@ pub(crate) fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
             "Only copy sources of the form bucket/key are supported"
         ));
     };
-    current_version(version_id.as_deref())?;
-    Ok((bucket, key))
+    Ok((bucket, key, version_id.as_deref()))
 }
 
 /// The standard headers stored as `s3:<name>` metadata.

@@ -9,6 +9,10 @@ use saltblob_core::Error;
 pub(crate) fn from_store(e: Error) -> S3Error {
     let (code, message) = match &e {
         Error::NotFound { .. } => (S3ErrorCode::NoSuchKey, "The specified key does not exist."),
+        Error::VersionNotFound { .. } => (
+            S3ErrorCode::NoSuchVersion,
+            "The specified version does not exist.",
+        ),
         Error::InvalidKey { .. } => (S3ErrorCode::KeyTooLongError, "Your key is too long"),
         Error::InvalidArgument {
             what: "metadata" | "content type",

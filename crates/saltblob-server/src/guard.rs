@@ -11,8 +11,8 @@
 //!    `403 AuthorizationQueryParametersError`.
 //! 4. SigV4 header authentication: the credential scope's service `s3`, `host` and `x-amz-date` among
 //!    `SignedHeaders`: else `400 AuthorizationHeaderMalformed`.
-//! 5. `versionId` other than `null` on GET, HEAD and DELETE (objects have no versions; `null` is the current
-//!    object): `400 InvalidArgument`.
+//! 5. A `versionId` on GET, HEAD and DELETE that is neither `null` nor a version id of ours (32 hex digits,
+//!    `versioning.rs`): `400 InvalidArgument`.
 //! 6. An empty `Content-MD5` (which s3s would read as none): `400 InvalidDigest`, as AWS.
 //! 7. Server-side encryption headers on a GET or HEAD (`x-amz-server-side-encryption`, `-aws-kms-key-id`:
 //!    encryption is chosen by the put, `sse/`): `400 InvalidArgument`, as AWS. On other requests, the same
@@ -30,6 +30,7 @@
 //! A refusal's message is fixed text: it never holds a key, a path or anything of the store.
 
 use http::{HeaderMap, Method, StatusCode, Uri};
+use saltblob_core::VersionId;
 
 use crate::acl::{Canned, UNSUPPORTED_MESSAGE};
 use crate::percent;
@@ -154,7 +155,7 @@ pub(crate) fn check(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<R
     }
 
     if matches!(*method, Method::GET | Method::HEAD | Method::DELETE)
-        && param("versionId").is_some_and(|v| v != "null")
+        && param("versionId").is_some_and(|v| v != "null" && v.parse::<VersionId>().is_err())
     {
         return Some(Refusal::new(
             "InvalidArgument",

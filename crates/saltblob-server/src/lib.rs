@@ -40,6 +40,8 @@
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
 //!   stored headers), the conditional headers checked against them, a copy's source.
 //! - `cache.rs`: a bucket setting read lately, kept for a moment.
+//! - `versioning.rs`: bucket versioning on the store's kept versions: a bucket's state, version ids, delete
+//!   markers, a request's `versionId`, deletes of a version.
 //! - `cors/`: bucket CORS rules: their record, the answer to a browser's preflight and the headers of the
 //!   answers to its requests.
 //! - `lifecycle/`: bucket lifecycle rules: their record, when they expire an object, the expiry pass.
@@ -60,7 +62,7 @@
 //! - `multipart/`: multipart upload; its records and their typed state, the part, complete and abort protocol,
 //!   the sweep.
 //! - `bucket/`: bucket operations, and the bucket settings saltblob keeps (lifecycle rules, default
-//!   encryption, CORS rules, tags).
+//!   encryption, CORS rules, tags, versioning).
 //! - `s3.rs`: dispatch: the `s3s::S3` implementation, each operation a call to its handler.
 //! - `access_log.rs`: each request's access-log line and metrics, written when its response ends.
 //! - `handler.rs`: the request handler: answers CORS preflights (`cors/`), refuses (`guard.rs`), sheds requests
@@ -108,6 +110,7 @@ mod settings;
 mod sse;
 mod tagging;
 mod upload_cap;
+mod versioning;
 
 pub use saltblob_core::BlobStore;
 

@@ -13,20 +13,21 @@
 
 use bytes::Bytes;
 use s3s::dto::{
-    CommonPrefix, EncodingType, ListObjectVersionsInput, ListObjectVersionsOutput,
-    ListObjectsInput, ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object,
-    ObjectStorageClass, ObjectVersion, ObjectVersionStorageClass,
+    CommonPrefix, DeleteMarkerEntry, EncodingType, ListObjectVersionsInput,
+    ListObjectVersionsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, Object, ObjectStorageClass, ObjectVersion, ObjectVersionStorageClass,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::Manifest;
 use saltblob_core::manifest::hex;
+use saltblob_core::{KeyVersion, Manifest};
 
 use crate::acl::owner;
-use crate::attrs::{NULL_VERSION, etag_of, last_modified_of};
+use crate::attrs::{etag_of, last_modified_of};
 use crate::error::from_store;
 use crate::keys::objects_prefix;
 use crate::percent;
 use crate::service::SaltS3;
+use crate::versioning::{Named, is_delete_marker, version_id_of};
 
 /// Most keys (and common prefixes) one response lists, as S3.
 const MAX_KEYS: usize = 1000;
@@ -84,6 +85,21 @@ struct Query<'a> {
     /// Whether a resume position must be text (ListObjects v1 and ListObjectVersions, whose markers are): such
     /// a listing does not stop at its budget on a key that is not UTF-8, but reads on to the next one that is.
     text_positions: bool,
+    /// Whether keys whose current version is a delete marker are listed (ListObjectVersions), or left out.
+    delete_markers: bool,
+}
+
+/// Where a listing resumes, and what it lists ([`Query`]'s fields of the same names).
+struct Resume {
+    after: Option<Position>,
+    text_positions: bool,
+    delete_markers: bool,
+}
+
+/// What ListObjects v1 and ListObjectVersions resume after: a text marker, and whether delete markers are listed.
+struct Marker<'a> {
+    key: Option<&'a str>,
+    delete_markers: bool,
 }
 
 /// The position just past every key that starts with `prefix` (no UTF-8 key continues with a 0xFF byte).
@@ -210,6 +226,7 @@ async fn list(s3: &SaltS3, query: Query<'_>) -> S3Result<Listing> {
             });
             let manifest = match (common, entry.manifest) {
                 (Some(_), _) => None,
+                (None, Ok(m)) if !query.delete_markers && is_delete_marker(&m) => continue,
                 (None, Ok(m)) => Some(m),
                 (None, Err(e)) => {
                     tracing::warn!(error = %e, "listing skips an object whose manifest is damaged");
@@ -271,11 +288,15 @@ impl Page {
         delimiter: Option<&str>,
         max_keys_asked: Option<i32>,
         encoding: Option<&EncodingType>,
-        after: impl FnOnce(&str, Option<&str>) -> (Option<Position>, bool),
+        resume: impl FnOnce(&str, Option<&str>) -> Resume,
     ) -> S3Result<Self> {
         let prefix = prefix.unwrap_or_default().to_owned();
         let max_keys = max_keys(max_keys_asked)?;
-        let (after, text_positions) = after(&prefix, delimiter);
+        let Resume {
+            after,
+            text_positions,
+            delete_markers,
+        } = resume(&prefix, delimiter);
         let listing = list(
             s3,
             Query {
@@ -285,6 +306,7 @@ impl Page {
                 after,
                 max_keys,
                 text_positions,
+                delete_markers,
             },
         )
         .await?;
@@ -303,16 +325,18 @@ impl Page {
         bucket: &str,
         prefix: Option<&str>,
         delimiter: Option<&str>,
-        marker: Option<&str>,
+        marker: Marker<'_>,
         max_keys_asked: Option<i32>,
         encoding: Option<&EncodingType>,
     ) -> S3Result<Self> {
         let delimiter = delimiter.filter(|d| !d.is_empty());
-        let after = |prefix: &str, delimiter: Option<&str>| {
-            let after = marker
+        let after = |prefix: &str, delimiter: Option<&str>| Resume {
+            after: marker
+                .key
                 .filter(|m| !m.is_empty())
-                .map(|m| v1_marker_position(m, prefix, delimiter));
-            (after, true)
+                .map(|m| v1_marker_position(m, prefix, delimiter)),
+            text_positions: true,
+            delete_markers: marker.delete_markers,
         };
         Self::read(
             s3,
@@ -416,7 +440,11 @@ pub(crate) async fn handle_list_objects_v2(
         input.delimiter.as_deref(),
         input.max_keys,
         input.encoding_type.as_ref(),
-        |_, _| (after, false),
+        |_, _| Resume {
+            after,
+            text_positions: false,
+            delete_markers: false,
+        },
     )
     .await?;
     let objects = page.objects(input.fetch_owner == Some(true));
@@ -452,7 +480,10 @@ pub(crate) async fn handle_list_objects(
         &input.bucket,
         input.prefix.as_deref(),
         input.delimiter.as_deref(),
-        input.marker.as_deref(),
+        Marker {
+            key: input.marker.as_deref(),
+            delete_markers: false,
+        },
         input.max_keys,
         input.encoding_type.as_ref(),
     )
@@ -473,59 +504,66 @@ pub(crate) async fn handle_list_objects(
     }))
 }
 
-/// ListObjectVersions of a bucket without versioning: every object is its one version, `null`, the latest.
-/// `key-marker` resumes as a v1 marker does; `version-id-marker` may only be `null` (the one version of the
-/// key marker, so the listing resumes after that key) and needs a key marker.
+/// ListObjectVersions: every version of each key listed, newest first (`versions.rs` of the store: the current
+/// one, then the kept ones), delete markers apart; after `version-id-marker`, the rest of `key-marker`'s versions
+/// first. A page holds at most `max-keys` keys, each with all of its versions.
 pub(crate) async fn handle_list_object_versions(
     s3: &SaltS3,
     req: S3Request<ListObjectVersionsInput>,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
     let input = req.input;
     s3.require_bucket(&input.bucket).await?;
-    match (&input.key_marker, input.version_id_marker.as_deref()) {
-        (_, None | Some("")) => {}
+    let version_marker = match (&input.key_marker, input.version_id_marker.as_deref()) {
+        (_, None | Some("")) => None,
         (None, Some(_)) => {
             return Err(s3_error!(
                 InvalidArgument,
                 "A version-id marker cannot be specified without a key marker."
             ));
         }
-        (Some(_), Some(NULL_VERSION)) => {}
-        (Some(_), Some(_)) => {
-            return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
-        }
-    }
+        (Some(key), Some(v)) => Some((key.clone(), Named::parse(v).map(|_| v.to_owned())?)),
+    };
     let mut page = Page::after_marker(
         s3,
         &input.bucket,
         input.prefix.as_deref(),
         input.delimiter.as_deref(),
-        input.key_marker.as_deref(),
+        Marker {
+            key: input.key_marker.as_deref(),
+            delete_markers: true,
+        },
         input.max_keys,
         input.encoding_type.as_ref(),
     )
     .await?;
+    let base = objects_prefix(&input.bucket);
+    let mut listed = Versions::default();
+    if let Some((key, after)) = &version_marker {
+        let all = s3
+            .store
+            .versions(format!("{base}{key}"))
+            .await
+            .map_err(from_store)?;
+        let rest = all
+            .into_iter()
+            .skip_while(|v| {
+                !v.manifest
+                    .as_ref()
+                    .is_ok_and(|m| version_id_of(m) == *after)
+            })
+            .skip(1);
+        listed.add(&page.names, key, rest);
+    }
+    for (key, _) in std::mem::take(&mut page.listing.objects) {
+        let all = s3
+            .store
+            .versions(format!("{base}{key}"))
+            .await
+            .map_err(from_store)?;
+        listed.add(&page.names, &key, all.into_iter());
+    }
     let next_key_marker = page.next_marker();
-    let next_version_id_marker = matches!(page.listing.next, Some(Position::Key(_)))
-        .then(|| NULL_VERSION.to_owned())
-        .filter(|_| next_key_marker.is_some());
-    let versions = page
-        .objects(true)
-        .into_iter()
-        .map(|o| ObjectVersion {
-            key: o.key,
-            version_id: Some(NULL_VERSION.to_owned()),
-            is_latest: Some(true),
-            size: o.size,
-            e_tag: o.e_tag,
-            last_modified: o.last_modified,
-            storage_class: Some(ObjectVersionStorageClass::from_static(
-                ObjectVersionStorageClass::STANDARD,
-            )),
-            owner: o.owner,
-            ..ObjectVersion::default()
-        })
-        .collect();
+    let next_version_id_marker = listed.last.clone().filter(|_| next_key_marker.is_some());
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
         prefix: page.prefix(),
@@ -537,10 +575,61 @@ pub(crate) async fn handle_list_object_versions(
         next_key_marker: page.show(next_key_marker),
         next_version_id_marker,
         encoding_type: input.encoding_type,
-        versions: Some(versions),
+        versions: Some(listed.versions),
+        delete_markers: Some(listed.markers),
         common_prefixes: Some(page.prefixes()),
         ..ListObjectVersionsOutput::default()
     }))
+}
+
+/// The versions and delete markers a ListObjectVersions response shows, and the version id of the last one.
+#[derive(Default)]
+struct Versions {
+    versions: Vec<ObjectVersion>,
+    markers: Vec<DeleteMarkerEntry>,
+    last: Option<String>,
+}
+
+impl Versions {
+    /// Adds `versions` of `key` (its name shown as `names` say), newest first; a version whose record does not
+    /// decode is left out (logged).
+    fn add(&mut self, names: &Names, key: &str, versions: impl Iterator<Item = KeyVersion>) {
+        for v in versions {
+            let m = match v.manifest {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ListObjectVersions skips a version whose manifest is damaged");
+                    continue;
+                }
+            };
+            let version_id = version_id_of(&m);
+            self.last = Some(version_id.clone());
+            let key = Some(names.show(key.to_owned()));
+            if is_delete_marker(&m) {
+                self.markers.push(DeleteMarkerEntry {
+                    key,
+                    version_id: Some(version_id),
+                    is_latest: Some(v.current),
+                    last_modified: Some(last_modified_of(&m)),
+                    owner: Some(owner()),
+                });
+            } else {
+                self.versions.push(ObjectVersion {
+                    key,
+                    version_id: Some(version_id),
+                    is_latest: Some(v.current),
+                    size: i64::try_from(m.size).ok(),
+                    e_tag: Some(etag_of(&m)),
+                    last_modified: Some(last_modified_of(&m)),
+                    storage_class: Some(ObjectVersionStorageClass::from_static(
+                        ObjectVersionStorageClass::STANDARD,
+                    )),
+                    owner: Some(owner()),
+                    ..ObjectVersion::default()
+                });
+            }
+        }
+    }
 }
 
 #[cfg(test)]

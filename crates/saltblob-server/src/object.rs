@@ -5,8 +5,8 @@
 //! sit in the manifest is `attrs.rs`; how a body is verified and stored is `put_body.rs`; which bytes a GET or HEAD
 //! selects is `select.rs`; the request and response adjustments made around s3s ([`call`]) are `around.rs`.
 //!
-//! Objects have one version each, `null` (buckets have no versioning): a `versionId` of `null` names the
-//! current object, any other is `InvalidArgument` ([`crate::attrs::current_version`]).
+//! In a bucket with versioning (`versioning.rs`) a write keeps the version it replaces and a delete writes a
+//! delete marker or removes the version it names; in one that never had it, each key holds one version, `null`.
 
 pub(crate) mod acl;
 mod around;
@@ -21,21 +21,22 @@ use s3s::dto::{
     ObjectIdentifier, PutObjectInput, PutObjectOutput,
 };
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::{Error, PutOptions};
+use saltblob_core::{Error, PutCondition, PutOptions};
 
 pub(crate) use self::around::call;
 pub(crate) use self::attributes::handle_get_object_attributes;
 pub(crate) use self::copy::handle_copy_object;
 pub(crate) use self::read::{handle_get_object, handle_head_object};
 use crate::attrs::{
-    DeleteConditions, current_version, etag_of, object_metadata, precondition_failed,
-    stored_checksums, with_checksums, with_opened,
+    DeleteConditions, etag_of, object_metadata, precondition_failed, stored_checksums,
+    with_checksums, with_opened,
 };
 use crate::error::from_store;
 use crate::keys::object_key;
 use crate::lifecycle::expiration_of;
 use crate::put_body::put_body;
 use crate::service::SaltS3;
+use crate::versioning::{self, State};
 
 /// Most keys one DeleteObjects request may name, as S3.
 const MAX_DELETE_OBJECTS: usize = 1000;
@@ -61,13 +62,17 @@ pub(crate) async fn handle_put_object(
     );
     opts.metadata = metadata;
     opts.content_type = input.content_type;
+    let versioning = State::of(&record);
+    versioning.prepare(&mut opts);
     let (manifest, verified) = body.store_object(&s3.store, &key, opts, &sse).await?;
     s3.record_class_of(&req.extensions, &manifest);
+    let version_id = versioning.after_write(&s3.store, &key, &manifest).await?;
     let output = with_checksums!(
         PutObjectOutput {
             expiration: expiration_of(lifecycle.as_deref(), &input.key, &manifest),
             e_tag: Some(etag_of(&manifest)),
             size: i64::try_from(manifest.size).ok(),
+            version_id: version_id,
         },
         stored_checksums(&with_opened(&manifest, verified))
     );
@@ -119,32 +124,96 @@ pub(crate) async fn handle_delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
-    s3.require_bucket(&input.bucket).await?;
+    let record = s3.require_bucket(&input.bucket).await?;
     let key = object_key(&input.bucket, &input.key)?;
     let conditions = DeleteConditions {
         etag: input.if_match,
         last_modified: input.if_match_last_modified_time,
         size: input.if_match_size,
     };
-    delete_object(s3, &key, &conditions).await?;
+    let deleted = delete_in(
+        s3,
+        State::of(&record),
+        &key,
+        input.version_id.as_deref(),
+        &conditions,
+    )
+    .await?;
     Ok(S3Response::new(DeleteObjectOutput {
-        version_id: input.version_id,
+        version_id: deleted.version_id,
+        delete_marker: deleted.delete_marker.then_some(true),
         ..DeleteObjectOutput::default()
     }))
 }
 
-/// One DeleteObjects entry: its version (only `null`), then the delete under its `ETag`, `LastModifiedTime`
-/// and `Size` conditions.
-async fn delete_entry(s3: &SaltS3, bucket: &str, object: &ObjectIdentifier) -> S3Result<()> {
-    current_version(object.version_id.as_deref())?;
+/// Deletes object `key` of a bucket in versioning state `state`. With no version named in a bucket that never had
+/// versioning, as [`delete_object`] (under its conditions). Otherwise as [`versioning::delete`]: the named version
+/// removed, or a delete marker written; the conditions, if any, judge the named version or the current one (a
+/// delete marker or a missing key is `NoSuchKey`), and the marker is then pinned on the current version judged.
+async fn delete_in(
+    s3: &SaltS3,
+    state: State,
+    key: &str,
+    version_id: Option<&str>,
+    conditions: &DeleteConditions,
+) -> S3Result<versioning::Deleted> {
+    if version_id.is_none() && state == State::Unversioned {
+        delete_object(s3, key, conditions).await?;
+        return Ok(versioning::Deleted::default());
+    }
+    if !conditions.any() {
+        return versioning::delete(&s3.store, state, key, version_id).await;
+    }
+    // The conditions judge the version named, or the current one (over which the marker is pinned).
+    let version = versioning::read_version(&s3.store, key, version_id).await?;
+    let judged = match version {
+        Some(v) => s3.store.head_version(key, v).await,
+        None => s3.store.head(key).await,
+    };
+    let judged = match judged {
+        Ok(m) if !versioning::is_delete_marker(&m) => m,
+        Ok(_) | Err(Error::NotFound { .. } | Error::VersionNotFound { .. }) => {
+            return Err(from_store(Error::NotFound {
+                key: key.as_bytes().into(),
+            }));
+        }
+        Err(e) => return Err(from_store(e)),
+    };
+    if !conditions.hold_for(&judged) {
+        return Err(precondition_failed());
+    }
+    if version.is_some() {
+        return versioning::delete(&s3.store, state, key, version_id).await;
+    }
+    let condition = PutCondition::IfVersion(judged.version);
+    match versioning::put_marker(&s3.store, state, key, condition).await {
+        Ok(marker) => Ok(versioning::Deleted {
+            version_id: Some(versioning::version_id_of(&marker)),
+            delete_marker: true,
+        }),
+        // Replaced since it was judged: the conditions held for a version that is no longer current.
+        Err(Error::PreconditionFailed { .. } | Error::NotFound { .. }) => {
+            Err(precondition_failed())
+        }
+        Err(e) => Err(from_store(e)),
+    }
+}
+
+/// One DeleteObjects entry, as a DeleteObject of its key and version under its `ETag`, `LastModifiedTime` and
+/// `Size` conditions.
+async fn delete_entry(
+    s3: &SaltS3,
+    bucket: &str,
+    state: State,
+    object: &ObjectIdentifier,
+) -> S3Result<versioning::Deleted> {
     let key = object_key(bucket, &object.key)?;
     let conditions = DeleteConditions {
         etag: object.e_tag.clone().map(s3s::dto::ETagCondition::ETag),
         last_modified: object.last_modified_time.clone(),
         size: object.size,
     };
-    delete_object(s3, &key, &conditions).await
+    delete_in(s3, state, &key, object.version_id.as_deref(), &conditions).await
 }
 
 /// DeleteObjects: deletes up to [`MAX_DELETE_OBJECTS`] keys, reporting each failure on its own.
@@ -153,7 +222,7 @@ pub(crate) async fn handle_delete_objects(
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let input = req.input;
-    s3.require_bucket(&input.bucket).await?;
+    let state = State::of(&s3.require_bucket(&input.bucket).await?);
     if input.delete.objects.len() > MAX_DELETE_OBJECTS {
         return Err(s3_error!(
             MalformedXML,
@@ -164,12 +233,13 @@ pub(crate) async fn handle_delete_objects(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for object in input.delete.objects {
-        match delete_entry(s3, &input.bucket, &object).await {
-            Ok(()) if quiet => {}
-            Ok(()) => deleted.push(DeletedObject {
+        match delete_entry(s3, &input.bucket, state, &object).await {
+            Ok(_) if quiet => {}
+            Ok(d) => deleted.push(DeletedObject {
                 key: Some(object.key),
+                delete_marker: d.delete_marker.then_some(true),
+                delete_marker_version_id: d.version_id.clone().filter(|_| d.delete_marker),
                 version_id: object.version_id,
-                ..DeletedObject::default()
             }),
             Err(e) => errors.push(entry_error(&e, object)),
         }

@@ -28,9 +28,10 @@ use s3s::dto::{
     ListObjectsV2Output, ListPartsInput, ListPartsOutput, PutBucketAclInput, PutBucketAclOutput,
     PutBucketCorsInput, PutBucketCorsOutput, PutBucketEncryptionInput, PutBucketEncryptionOutput,
     PutBucketLifecycleConfigurationInput, PutBucketLifecycleConfigurationOutput,
-    PutBucketTaggingInput, PutBucketTaggingOutput, PutObjectAclInput, PutObjectAclOutput,
-    PutObjectInput, PutObjectOutput, PutObjectTaggingInput, PutObjectTaggingOutput,
-    UploadPartCopyInput, UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
+    PutBucketTaggingInput, PutBucketTaggingOutput, PutBucketVersioningInput,
+    PutBucketVersioningOutput, PutObjectAclInput, PutObjectAclOutput, PutObjectInput,
+    PutObjectOutput, PutObjectTaggingInput, PutObjectTaggingOutput, UploadPartCopyInput,
+    UploadPartCopyOutput, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Request, S3Response, S3Result};
 
@@ -79,7 +80,14 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<GetBucketVersioningInput>,
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-        bucket::handle_get_bucket_versioning(self, req).await
+        bucket::versioning::handle_get(self, req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        bucket::versioning::handle_put(self, req).await
     }
 
     async fn put_object(

@@ -22,6 +22,7 @@ use crate::keys::{bucket_key, object_key};
 use crate::lifecycle::{self, Lifecycle};
 use crate::sse::rules::SseConfig;
 use crate::upload_cap::UploadCap;
+use crate::versioning;
 
 /// How many times a change in place ([`SaltS3::change_in_place`]) is tried when writers keep replacing what it
 /// changes.
@@ -90,7 +91,9 @@ impl SaltS3 {
         current_version(version_id)?;
         self.require_bucket(bucket).await?;
         let store_key = object_key(bucket, key)?;
-        self.store.head(store_key).await.map_err(from_store)
+        let current = self.store.head(&store_key).await.map_err(from_store)?;
+        versioning::refuse_marker(&current, false)?;
+        Ok(current)
     }
 
     /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
@@ -176,6 +179,15 @@ impl SaltS3 {
             Err(Error::NotFound { .. }) if if_match.is_none() => return Ok(PutCondition::IfAbsent),
             Err(e) => return Err(from_store(e)),
         };
+        // A delete marker is no object: If-Match fails as on a missing key; If-None-Match holds, pinned on it.
+        if versioning::is_delete_marker(&current) {
+            return match if_match {
+                Some(_) => Err(from_store(Error::NotFound {
+                    key: key.as_bytes().into(),
+                })),
+                None => Ok(PutCondition::IfVersion(current.version)),
+            };
+        }
         let etag = etag_of(&current);
         let holds = match if_match {
             None | Some(ETagCondition::Any) => true,

@@ -12,13 +12,13 @@ pub(crate) mod cors;
 pub(crate) mod encryption;
 pub(crate) mod lifecycle;
 pub(crate) mod tagging;
+pub(crate) mod versioning;
 
 use futures::TryStreamExt;
 use s3s::dto::{
     Bucket, BucketLocationConstraint, CreateBucketInput, CreateBucketOutput, DeleteBucketInput,
-    DeleteBucketOutput, GetBucketLocationInput, GetBucketLocationOutput, GetBucketVersioningInput,
-    GetBucketVersioningOutput, HeadBucketInput, HeadBucketOutput, ListBucketsInput,
-    ListBucketsOutput,
+    DeleteBucketOutput, GetBucketLocationInput, GetBucketLocationOutput, HeadBucketInput,
+    HeadBucketOutput, ListBucketsInput, ListBucketsOutput,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions};
@@ -212,16 +212,6 @@ pub(crate) async fn handle_get_bucket_location(
     Ok(S3Response::new(GetBucketLocationOutput {
         location_constraint,
     }))
-}
-
-/// GetBucketVersioning: buckets here have never had versioning, so the configuration is empty (no `Status`),
-/// as AWS answers for a bucket whose versioning was never enabled.
-pub(crate) async fn handle_get_bucket_versioning(
-    s3: &SaltS3,
-    req: S3Request<GetBucketVersioningInput>,
-) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-    s3.require_bucket(&req.input.bucket).await?;
-    Ok(S3Response::new(GetBucketVersioningOutput::default()))
 }
 
 /// DeleteBucket: when the bucket holds no object, aborts its multipart uploads (as S3 does) and deletes the

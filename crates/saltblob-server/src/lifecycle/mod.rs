@@ -20,13 +20,14 @@ use std::collections::HashMap;
 
 use futures::TryStreamExt;
 use s3s::S3Result;
-use saltblob_core::{BlobStore, Error, Manifest, PutOptions};
+use saltblob_core::{BlobStore, Error, Manifest, PutCondition, PutOptions};
 
 pub(crate) use self::rules::Lifecycle;
 use self::rules::{DAY_MICROS, expiration_header};
 use crate::error::from_store;
-use crate::keys::{BUCKET_PREFIX, lifecycle_key, objects_prefix};
+use crate::keys::{BUCKET_PREFIX, bucket_key, lifecycle_key, objects_prefix};
 use crate::record_reader::read_setting;
+use crate::versioning;
 
 /// The content type of lifecycle records.
 const CONTENT_TYPE: &str = "application/x-saltblob-lifecycle";
@@ -218,6 +219,12 @@ async fn expire_bucket(
     expired: &mut Expired,
 ) -> saltblob_core::Result<()> {
     let objects = objects_prefix(bucket);
+    // In a bucket with versioning an expiry writes a delete marker, as S3's: the object's versions stay.
+    let state = match store.head(bucket_key(bucket)).await {
+        Ok(record) => versioning::State::of(&record),
+        Err(Error::NotFound { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
     for prefix in lifecycle.scanned_prefixes() {
         let scanned = format!("{objects}{prefix}");
         let mut listing = store.list_stream(scanned.as_bytes());
@@ -234,10 +241,20 @@ async fn expire_bucket(
             let Some((_, at)) = lifecycle.expiry(key, m.created_micros) else {
                 continue;
             };
-            if at > now {
+            if at > now || versioning::is_delete_marker(&m) {
                 continue;
             }
-            match store.delete_version(&entry.key, m.version).await {
+            let deleted = match state {
+                versioning::State::Unversioned => store.delete_version(&entry.key, m.version).await,
+                state => {
+                    let store_key = String::from_utf8_lossy(&entry.key);
+                    let condition = PutCondition::IfVersion(m.version);
+                    versioning::put_marker(store, state, &store_key, condition)
+                        .await
+                        .map(drop)
+                }
+            };
+            match deleted {
                 Ok(()) => {
                     expired.objects += 1;
                     expired.bytes += m.size;

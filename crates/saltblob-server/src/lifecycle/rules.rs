@@ -150,7 +150,7 @@ fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
         return refused("NoncurrentVersionTransition");
     }
     if rule.noncurrent_version_expiration.is_some() {
-        return refused("NoncurrentVersionExpiration (buckets have no versioning)");
+        return refused("NoncurrentVersionExpiration (not implemented yet)");
     }
     if rule.abort_incomplete_multipart_upload.is_some() {
         return refused(
@@ -215,7 +215,7 @@ fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
         return refused("Expiration Date (give Days)");
     }
     if expiration.expired_object_delete_marker == Some(true) {
-        return refused("Expiration ExpiredObjectDeleteMarker (buckets have no versioning)");
+        return refused("Expiration ExpiredObjectDeleteMarker (not implemented yet)");
     }
     let days = match expiration.days.map(u32::try_from) {
         Some(Ok(days)) if days > 0 => days,

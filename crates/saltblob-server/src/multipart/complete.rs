@@ -40,6 +40,7 @@ use crate::error::from_store;
 use crate::keys::object_key;
 use crate::rereads::{MARK_COMPLETED, UPLOAD_RECORD};
 use crate::service::SaltS3;
+use crate::versioning::State as Versioning;
 
 /// How long the request waits for the complete before it answers 200 at once and sends the result when it is
 /// there (S3 does the same: whitespace keeps the connection alive, and an error may then come with the 200).
@@ -57,12 +58,16 @@ struct Request {
     /// The SSE-C key the request gives: an SSE-C upload with a checksum needs it, to open its parts' checksums
     /// and seal the object's (as AWS asks for it then).
     customer: Option<CustomerKey>,
+    /// The bucket's versioning state.
+    versioning: Versioning,
 }
 
 /// What a complete answers.
 struct Done {
     etag: String,
     checksum: Option<(UploadChecksum, String)>,
+    /// The version id of the object this complete committed, in a bucket that has versioning.
+    version_id: Option<String>,
 }
 
 /// CompleteMultipartUpload: see the module doc.
@@ -71,7 +76,7 @@ pub(crate) async fn handle_complete_multipart_upload(
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
-    s3.require_bucket(&input.bucket).await?;
+    let versioning = Versioning::of(&s3.require_bucket(&input.bucket).await?);
     let object = object_key(&input.bucket, &input.key)?;
     check_upload_id(&input.upload_id)?;
     let listed = input
@@ -125,6 +130,7 @@ pub(crate) async fn handle_complete_multipart_upload(
             size: input.mpu_object_size,
         },
         condition,
+        versioning,
     };
     // What the object's encryption will be, as the upload chose it (known before the compose: the response's
     // headers may be sent while it runs).
@@ -171,6 +177,7 @@ fn output(req: &Request, done: Done) -> CompleteMultipartUploadOutput {
         key: Some(req.key.clone()),
         e_tag: Some(ETag::Strong(done.etag)),
         location: Some(format!("/{}/{}", req.bucket, req.key)),
+        version_id: done.version_id,
         ..CompleteMultipartUploadOutput::default()
     };
     if let Some((c, value)) = done.checksum {
@@ -450,6 +457,7 @@ fn done_of(checksum: Option<UploadChecksum>, record: &ComposeRecord) -> Done {
     Done {
         etag: record.metadata.get(ETAG_KEY).cloned().unwrap_or_default(),
         checksum,
+        version_id: None,
     }
 }
 
@@ -478,16 +486,25 @@ async fn compose(
     opts.metadata = completing.object_metadata();
     opts.metadata.extend(record.metadata.clone());
     opts.content_type = completing.manifest.content_type.clone();
+    req.versioning.prepare(&mut opts);
     match store.compose(&req.object, &record.segments, &opts).await {
         Ok(manifest) => {
             let checksum = completing.checksum;
             finish(store, &req.bucket, &req.object, completing, record).await?;
+            let version_id = req
+                .versioning
+                .after_write(store, &req.object, &manifest)
+                .await?;
             tracing::debug!(
                 size = manifest.size,
                 segments = record.segments.len(),
                 "multipart upload completed"
             );
-            Ok((done_of(checksum, record), Some(manifest)))
+            let done = Done {
+                version_id,
+                ..done_of(checksum, record)
+            };
+            Ok((done, Some(manifest)))
         }
         Err(e) => {
             if committed(store, &req.object, record).await.unwrap_or(false) {

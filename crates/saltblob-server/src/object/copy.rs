@@ -27,8 +27,8 @@ use tokio::task::JoinHandle;
 
 use crate::acl::Canned;
 use crate::attrs::{
-    CHECKSUM_KEY, Conditions, ETAG_KEY, copy_source, etag_of, last_modified_of, object_metadata,
-    stored_checksums, with_checksums, with_opened,
+    CHECKSUM_KEY, Conditions, ETAG_KEY, etag_of, last_modified_of, object_metadata,
+    stored_checksums, versioned_copy_source, with_checksums, with_opened,
 };
 use crate::body::Algorithm;
 use crate::keys::object_key;
@@ -37,6 +37,7 @@ use crate::service::SaltS3;
 use crate::sse::customer;
 use crate::sse::rules::is_sse_key;
 use crate::tagging::{MAX_OBJECT_TAGS, Tags};
+use crate::versioning::{self, State};
 
 /// How long a copy may run before its response starts and is kept alive.
 const HEAD_AFTER: Duration = Duration::from_secs(1);
@@ -44,7 +45,7 @@ const HEAD_AFTER: Duration = Duration::from_secs(1);
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// The outcome of a copy's task.
-type CopyTask = JoinHandle<S3Result<CopyObjectResult>>;
+type CopyTask = JoinHandle<S3Result<(CopyObjectResult, Option<String>)>>;
 
 /// A copy still running when its response started, handed from the handler to [`keep_alive_body`] in the
 /// response's extensions (which must be `Clone`: the task is taken out once).
@@ -82,12 +83,13 @@ pub(crate) async fn handle_copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let mut input = req.input;
-    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = versioned_copy_source(&input.copy_source)?;
     let (if_match, if_none_match) = destination_conditions(&req.headers)?;
     s3.require_bucket(src_bucket).await?;
     let record = s3.require_bucket(&input.bucket).await?;
     let src = object_key(src_bucket, src_key)?;
     let dst = object_key(&input.bucket, &input.key)?;
+    let src_version = versioning::read_version(&s3.store, &src, src_version).await?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -121,11 +123,14 @@ pub(crate) async fn handle_copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
         ));
     }
+    let mut read = customer::get_options(source_customer.as_ref());
+    read.version = src_version;
     let stream = s3
         .store
-        .get_stream_with(&src, &customer::get_options(source_customer.as_ref()))
+        .get_stream_with(&src, &read)
         .await
         .map_err(|e| customer::read_failed(e, source_customer.as_ref()))?;
+    versioning::refuse_marker(&stream.manifest, src_version.is_some())?;
     customer::check_read(&s3.store, &stream.manifest, source_customer.as_ref()).await?;
     Conditions {
         if_match: input.copy_source_if_match,
@@ -153,7 +158,11 @@ pub(crate) async fn handle_copy_object(
         .choose(&s3.store, &input.bucket, &record, asked)
         .await?;
     let is_own = |k: &String| {
-        k == ETAG_KEY || k == SEALED_METADATA_KEY || k.starts_with(CHECKSUM_KEY) || is_sse_key(k)
+        k == ETAG_KEY
+            || k == SEALED_METADATA_KEY
+            || k.starts_with(CHECKSUM_KEY)
+            || is_sse_key(k)
+            || versioning::is_own_key(k)
     };
     // A sealed source's checksums are sealed with it: opened with the key the copy read it with.
     let sealed_sums = s3
@@ -194,27 +203,38 @@ pub(crate) async fn handle_copy_object(
         Tags::of(&source).store_in(&mut opts.metadata);
     }
     acl.store_in(&mut opts.metadata);
+    let state = State::of(&record);
+    state.prepare(&mut opts);
+    let copy_source_version_id = src_version.map(|_| versioning::version_id_of(&source));
     let body = PutBody::copied(stream, computed);
     let store = s3.store.clone();
     let put = sse.clone();
     let mut task: CopyTask = tokio::spawn(async move {
         let (manifest, verified) = body.store_object(&store, &dst, opts, &put).await?;
-        Ok(with_checksums!(
+        let version_id = state.after_write(&store, &dst, &manifest).await?;
+        let result = with_checksums!(
             CopyObjectResult {
                 e_tag: Some(etag_of(&manifest)),
                 last_modified: Some(last_modified_of(&manifest)),
             },
             stored_checksums(&with_opened(&manifest, verified))
-        ))
+        );
+        Ok((result, version_id))
     });
-    // Known before the copy ends: its headers may be sent while it runs.
+    // Known before the copy ends: its headers may be sent while it runs (then without the version id).
     if let Ok(joined) = tokio::time::timeout(HEAD_AFTER, &mut task).await {
+        let (result, version_id) = joined.map_err(task_failed)??;
         return Ok(sse.echo.respond(CopyObjectOutput {
-            copy_object_result: Some(joined.map_err(task_failed)??),
+            copy_object_result: Some(result),
+            version_id,
+            copy_source_version_id,
             ..CopyObjectOutput::default()
         }));
     }
-    let mut response = sse.echo.respond(CopyObjectOutput::default());
+    let mut response = sse.echo.respond(CopyObjectOutput {
+        copy_source_version_id,
+        ..CopyObjectOutput::default()
+    });
     response
         .extensions
         .insert(RunningCopy(Arc::new(Mutex::new(Some(task)))));
@@ -297,7 +317,9 @@ impl HttpBody for KeepAlive {
         };
         if let Poll::Ready(joined) = task.poll_unpin(cx) {
             this.task = None;
-            let outcome = joined.map_err(task_failed).and_then(|r| r);
+            let outcome = joined
+                .map_err(task_failed)
+                .and_then(|r| r.map(|(result, _)| result));
             if let Err(e) = &outcome {
                 tracing::info!(code = e.code().as_str(), "a kept-alive copy failed");
             }

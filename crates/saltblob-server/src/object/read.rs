@@ -11,22 +11,22 @@ use s3s::dto::{
     ChecksumMode, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, StreamingBlob,
 };
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
-use saltblob_core::Manifest;
 use saltblob_core::manifest::SEALED_METADATA_KEY;
+use saltblob_core::{Manifest, VersionId};
 
 use super::around::PartialContent;
-use super::select::{Selected, Selection, content_range, open};
+use super::select::{Selected, Selection, content_range, head, open};
 use crate::attrs::{
-    Attributes, Conditions, ResponseOverrides, current_version, with_attributes, with_opened,
+    Attributes, Conditions, NULL_VERSION, ResponseOverrides, with_attributes, with_opened,
 };
 use crate::body::BlobBody;
-use crate::error::from_store;
 use crate::keys::object_key;
 use crate::lifecycle::{Lifecycle, expiration_of};
 use crate::service::SaltS3;
 use crate::sse::Echo;
 use crate::sse::customer::{self, Customer};
 use crate::tagging::tag_count_of;
+use crate::versioning::{self, Named, State};
 
 /// What a GetObject or HeadObject asks for: the fields both inputs have, moved out of either by [`read_of!`].
 struct Read {
@@ -84,17 +84,23 @@ struct Checked {
     /// The SSE-C key the request gives.
     customer: Option<Customer>,
     lifecycle: Option<Arc<Lifecycle>>,
+    /// The version the request names (`None`: the current one).
+    version: Option<VersionId>,
+    /// Whether the bucket has (or had) versioning: the response names the version read.
+    versioned: bool,
 }
 
 impl Read {
-    /// The preamble both reads share: the overrides (only for a `signed` request), the version (only `null`),
+    /// The preamble both reads share: the overrides (only for a `signed` request), the version (`versioning.rs`),
     /// the bucket (with its lifecycle), the key, the selection, and the SSE-C key of the request's `headers`, in
     /// that order.
     async fn check(self, s3: &SaltS3, signed: bool, headers: &HeaderMap) -> S3Result<Checked> {
         self.overrides.check(signed)?;
-        current_version(self.version_id.as_deref())?;
-        let (_, lifecycle) = s3.bucket_and_lifecycle(&self.bucket).await?;
+        Named::of(self.version_id.as_deref())?;
+        let (record, lifecycle) = s3.bucket_and_lifecycle(&self.bucket).await?;
         let store_key = object_key(&self.bucket, &self.key)?;
+        let version =
+            versioning::read_version(&s3.store, &store_key, self.version_id.as_deref()).await?;
         let selection = Selection::of(self.range, self.part_number)?;
         let customer = s3.sse.reader(headers, false)?;
         Ok(Checked {
@@ -108,7 +114,17 @@ impl Read {
                 .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED),
             customer,
             lifecycle,
+            version,
+            versioned: State::of(&record) != State::Unversioned,
         })
+    }
+}
+
+impl Checked {
+    /// The version id a response about `manifest` names: in a bucket that has or had versioning.
+    fn version_id(&self, manifest: &Manifest) -> Option<String> {
+        let shown = self.versioned || versioning::version_id_of(manifest) != NULL_VERSION;
+        shown.then(|| versioning::version_id_of(manifest))
     }
 }
 
@@ -179,9 +195,12 @@ pub(crate) async fn handle_get_object(
         &checked.selection,
         &checked.conditions,
         checked.customer.as_ref(),
+        checked.version,
     )
     .await?;
+    versioning::refuse_marker(&stream.manifest, checked.version.is_some())?;
     s3.record_class_of(&req.extensions, &stream.manifest);
+    let version_id = checked.version_id(&stream.manifest);
     let range = stream.range.clone();
     let a = checked
         .answer(s3, &stream.manifest, &selected, &range)
@@ -194,6 +213,7 @@ pub(crate) async fn handle_get_object(
             content_range: a.content_range,
             parts_count: a.parts_count,
             tag_count: tag_count_of(&stream.manifest),
+            version_id: version_id,
             body: Some(StreamingBlob::new(BlobBody::new(stream))),
         },
         a.attrs
@@ -210,12 +230,10 @@ pub(crate) async fn handle_head_object(
     let checked = read_of!(input)
         .check(s3, req.credentials.is_some(), &req.headers)
         .await?;
-    let manifest = s3
-        .store
-        .head(&checked.store_key)
-        .await
-        .map_err(from_store)?;
+    let manifest = head(s3, &checked.store_key, checked.version).await?;
+    versioning::refuse_marker(&manifest, checked.version.is_some())?;
     customer::check_read(&s3.store, &manifest, checked.customer.as_ref()).await?;
+    let version_id = checked.version_id(&manifest);
     checked
         .conditions
         .check(&manifest, S3ErrorCode::NotModified)?;
@@ -229,6 +247,7 @@ pub(crate) async fn handle_head_object(
             content_length: a.content_length,
             content_range: a.content_range,
             parts_count: a.parts_count,
+            version_id: version_id,
         },
         a.attrs
     );

@@ -6,7 +6,7 @@ use std::ops::Range as Bytes;
 use http::{HeaderMap, HeaderValue};
 use s3s::dto::Range;
 use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
-use saltblob_core::{BlobStream, Manifest, ManifestBody};
+use saltblob_core::{BlobStream, Manifest, ManifestBody, VersionId};
 
 use crate::attrs::Conditions;
 use crate::error::from_store;
@@ -139,18 +139,30 @@ fn invalid_part_number() -> S3Error {
     )
 }
 
-/// Opens object `key` for reading with the request's SSE-C key `customer` (`sse/customer.rs`) after checking
-/// `conditions`: the bytes `selection` names, read from the version they were resolved against.
+/// The manifest of object `key`: of `version` when named (current or kept), else the current one.
+pub(super) async fn head(s3: &SaltS3, key: &str, version: Option<VersionId>) -> S3Result<Manifest> {
+    match version {
+        Some(v) => s3.store.head_version(key, v).await,
+        None => s3.store.head(key).await,
+    }
+    .map_err(from_store)
+}
+
+/// Opens object `key` (its `version` when named, else its current one) for reading with the request's SSE-C key
+/// `customer` (`sse/customer.rs`) after checking `conditions`: the bytes `selection` names, read from the
+/// version they were resolved against.
 pub(super) async fn open(
     s3: &SaltS3,
     key: &str,
     selection: &Selection,
     conditions: &Conditions,
     customer: Option<&Customer>,
+    version: Option<VersionId>,
 ) -> S3Result<(BlobStream, Selected)> {
     let read_failed = |e| customer::read_failed(e, customer);
     if let Selection::Whole = selection {
-        let opts = customer::get_options(customer);
+        let mut opts = customer::get_options(customer);
+        opts.version = version;
         let stream = s3
             .store
             .get_stream_with(key, &opts)
@@ -163,12 +175,13 @@ pub(super) async fn open(
     }
     let mut tries = REPLACED.start();
     while tries.next_attempt().await {
-        let manifest = s3.store.head(key).await.map_err(from_store)?;
+        let manifest = head(s3, key, version).await?;
         customer::check_read(&s3.store, &manifest, customer).await?;
         conditions.check(&manifest, S3ErrorCode::NotModified)?;
         let selected = selection.resolve(&manifest)?;
         let mut opts = customer::get_options(customer);
         opts.range = selected.range.clone().map(Into::into);
+        opts.version = version;
         match s3.store.get_stream_with(key, &opts).await {
             Ok(stream) if stream.manifest.version == manifest.version => {
                 return Ok((stream, selected));

@@ -268,6 +268,12 @@ pub(crate) fn every_operation(b: &str, upload: &str) -> Vec<(Right, Attempt)> {
             Owner,
             attempt("DeleteBucketCors", "DELETE", &bucket).q("cors", ""),
         ),
+        (
+            Owner,
+            attempt("PutBucketVersioning", "PUT", &bucket)
+                .q("versioning", "")
+                .b("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>"),
+        ),
     ]
 }
 
@@ -322,6 +328,7 @@ pub(crate) async fn victim_state(s: &TestServer) -> Vec<String> {
         ("/victim/secret.txt", ("tagging", "")),
         ("/victim", ("acl", "")),
         ("/victim/secret.txt", ("acl", "")),
+        ("/victim", ("versioning", "")),
     ] {
         let r = s
             .client
@@ -331,10 +338,11 @@ pub(crate) async fn victim_state(s: &TestServer) -> Vec<String> {
             .await;
         // The request ids and dates differ from call to call.
         state.push(format!(
-            "{} {:?} {:?} {:?}",
+            "{} {:?} {:?} {:?} {:?}",
             r.status,
             r.xml("Key"),
             r.xml("URI"),
+            r.xml("Status"),
             r.code()
         ));
     }

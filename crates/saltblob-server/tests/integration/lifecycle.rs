@@ -324,3 +324,45 @@ async fn one_gateway_passes_over_a_bucket_per_day() {
     let by_a = a.pass(&first).await.expect("pass");
     assert_eq!(by_a.scanned, 1, "new rules: due again the same day");
 }
+
+/// In a bucket with versioning an expiry writes a delete marker, as S3's: the versions stay, readable by id, and
+/// the next pass leaves the marker alone.
+#[tokio::test]
+async fn in_a_versioned_bucket_an_expiry_writes_a_delete_marker() {
+    let (s, clock) = clocked(None).await;
+    let c = &s.client;
+    let r = crate::versioning::set_versioning(c, "lcb", "Enabled").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(put_rules(c, "lcb", RULES).await.status, 200);
+    let v1 = c
+        .put("/lcb/tmp/a", &b"one"[..])
+        .await
+        .header("x-amz-version-id")
+        .to_owned();
+    let v2 = c
+        .put("/lcb/tmp/a", &b"two"[..])
+        .await
+        .header("x-amz-version-id")
+        .to_owned();
+    clock.advance(Duration::from_secs(86_400 * 3));
+    let expired = saltblob_server::expire_objects(&s.store)
+        .await
+        .expect("pass");
+    assert_eq!(expired.objects, 1);
+    let r = c.get("/lcb/tmp/a").await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (404, "true"));
+    for (v, body) in [(&v1, "one"), (&v2, "two")] {
+        let r = c
+            .call("GET", "/lcb/tmp/a")
+            .query("versionId", v)
+            .send()
+            .await;
+        assert_eq!(r.text(), body);
+    }
+    let again = saltblob_server::expire_objects(&s.store)
+        .await
+        .expect("pass");
+    assert_eq!(again.objects, 0, "a delete marker does not expire");
+    let listed = c.call("GET", "/lcb").query("versions", "").send().await;
+    assert_eq!(listed.xml("VersionId").len(), 3, "{}", listed.text());
+}

@@ -25,6 +25,7 @@ mod settings;
 mod sse;
 mod tagging;
 mod tls;
+mod versioning;
 
 use std::net::SocketAddr;
 use std::time::Duration;

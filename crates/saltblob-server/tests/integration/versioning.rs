@@ -1,0 +1,289 @@
+//! Bucket versioning on the store's kept versions: version ids on writes, reads by id, delete markers,
+//! deletes of a version, ListObjectVersions, the `null` version of a suspended bucket, copies of a version.
+
+use std::time::Duration;
+
+use saltblob_core::GcOptions;
+
+use crate::TestServer;
+use crate::client::{Client, Reply};
+
+/// Sets the bucket's versioning status.
+pub(crate) async fn set_versioning(c: &Client, bucket: &str, status: &str) -> Reply {
+    c.call("PUT", &format!("/{bucket}"))
+        .query("versioning", "")
+        .body(format!(
+            "<VersioningConfiguration><Status>{status}</Status></VersioningConfiguration>"
+        ))
+        .send()
+        .await
+}
+
+/// The bucket's versioning status, empty when never set.
+async fn versioning_of(c: &Client, bucket: &str) -> Vec<String> {
+    let r = c
+        .call("GET", &format!("/{bucket}"))
+        .query("versioning", "")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.xml("Status")
+}
+
+async fn get_version(c: &Client, path: &str, version: &str) -> Reply {
+    c.call("GET", path).query("versionId", version).send().await
+}
+
+/// (VersionId, IsLatest) of every version ListObjectVersions shows, and of every delete marker.
+async fn listed_versions(
+    c: &Client,
+    bucket: &str,
+) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let r = c
+        .call("GET", &format!("/{bucket}"))
+        .query("versions", "")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    let section = |tag: &str| -> Vec<(String, String)> {
+        text.split(&format!("<{tag}>"))
+            .skip(1)
+            .map(|s| {
+                let field = |f: &str| {
+                    s.split(&format!("<{f}>"))
+                        .nth(1)
+                        .and_then(|x| x.split(&format!("</{f}>")).next())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                (field("VersionId"), field("IsLatest"))
+            })
+            .collect()
+    };
+    (section("Version"), section("DeleteMarker"))
+}
+
+#[tokio::test]
+async fn a_versioned_bucket_keeps_every_version_and_deletes_with_markers() {
+    let s = TestServer::with_bucket("vbkt").await;
+    let c = &s.client;
+    assert!(versioning_of(c, "vbkt").await.is_empty(), "never enabled");
+    let r = c.put("/vbkt/k", "zero").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-amz-version-id"),
+        "",
+        "no version ids before versioning"
+    );
+    assert_eq!(set_versioning(c, "vbkt", "Enabled").await.status, 200);
+    assert_eq!(versioning_of(c, "vbkt").await, ["Enabled"]);
+
+    let v1 = c
+        .put("/vbkt/k", "one")
+        .await
+        .header("x-amz-version-id")
+        .to_owned();
+    let v2 = c
+        .put("/vbkt/k", "two")
+        .await
+        .header("x-amz-version-id")
+        .to_owned();
+    assert_eq!((v1.len(), v2.len()), (32, 32), "{v1} {v2}");
+    assert_ne!(v1, v2);
+    let current = c.get("/vbkt/k").await;
+    assert_eq!(
+        (current.text(), current.header("x-amz-version-id")),
+        ("two".to_owned(), v2.as_str())
+    );
+    assert_eq!(get_version(c, "/vbkt/k", &v1).await.text(), "one");
+    assert_eq!(get_version(c, "/vbkt/k", "null").await.text(), "zero");
+    let head = c
+        .call("HEAD", "/vbkt/k")
+        .query("versionId", &v1)
+        .send()
+        .await;
+    assert_eq!((head.status, head.header("content-length")), (200, "3"));
+    // gc with no grace takes none of them.
+    s.store
+        .gc(&GcOptions::new().with_grace(Duration::ZERO))
+        .await
+        .expect("gc");
+    assert_eq!(get_version(c, "/vbkt/k", &v1).await.text(), "one");
+    let (versions, markers) = listed_versions(c, "vbkt").await;
+    let t = |v: &str, l: &str| (v.to_owned(), l.to_owned());
+    assert_eq!(
+        versions,
+        [t(&v2, "true"), t(&v1, "false"), t("null", "false")]
+    );
+    assert!(markers.is_empty());
+
+    // A delete writes a marker: the object is gone from GET and listings, its versions stay.
+    let r = c.delete("/vbkt/k").await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (204, "true"));
+    let marker = r.header("x-amz-version-id").to_owned();
+    assert_eq!(marker.len(), 32);
+    let r = c.get("/vbkt/k").await;
+    assert_eq!((r.status, r.code().as_str()), (404, "NoSuchKey"));
+    assert_eq!(r.header("x-amz-delete-marker"), "true");
+    assert_eq!(get_version(c, "/vbkt/k", &marker).await.status, 405);
+    let listing = c.call("GET", "/vbkt").query("list-type", "2").send().await;
+    assert!(listing.xml("Key").is_empty(), "{}", listing.text());
+    let (versions, markers) = listed_versions(c, "vbkt").await;
+    assert_eq!(markers, [t(&marker, "true")]);
+    assert_eq!(versions.len(), 3);
+    assert_eq!(get_version(c, "/vbkt/k", &v2).await.text(), "two");
+
+    // Deleting the marker brings the object back; deleting a version removes it.
+    let r = c
+        .call("DELETE", "/vbkt/k")
+        .query("versionId", &marker)
+        .send()
+        .await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (204, "true"));
+    assert_eq!(c.get("/vbkt/k").await.text(), "two");
+    let r = c
+        .call("DELETE", "/vbkt/k")
+        .query("versionId", &v1)
+        .send()
+        .await;
+    assert_eq!((r.status, r.header("x-amz-version-id")), (204, v1.as_str()));
+    let r = get_version(c, "/vbkt/k", &v1).await;
+    assert_eq!((r.status, r.code().as_str()), (404, "NoSuchVersion"));
+    assert_eq!(
+        listed_versions(c, "vbkt").await.0,
+        [t(&v2, "true"), t("null", "false")]
+    );
+
+    // Version ids that are not ours.
+    for bad in ["v2", "abc", "NULL"] {
+        let r = get_version(c, "/vbkt/k", bad).await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "InvalidArgument"),
+            "{bad}"
+        );
+        let r = c
+            .call("DELETE", "/vbkt/k")
+            .query("versionId", bad)
+            .send()
+            .await;
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "InvalidArgument"),
+            "{bad}"
+        );
+    }
+
+    // A copy of a version.
+    let r = c
+        .call("PUT", "/vbkt/copy")
+        .header("x-amz-copy-source", &format!("/vbkt/k?versionId={v2}"))
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-copy-source-version-id"), v2);
+    assert_eq!(r.header("x-amz-version-id").len(), 32);
+    assert_eq!(c.get("/vbkt/copy").await.text(), "two");
+
+    // Suspended: a write is the null version, replacing the earlier null one and keeping the rest.
+    assert_eq!(set_versioning(c, "vbkt", "Suspended").await.status, 200);
+    assert_eq!(versioning_of(c, "vbkt").await, ["Suspended"]);
+    let r = c.put("/vbkt/k", "three").await;
+    assert_eq!(
+        r.header("x-amz-version-id"),
+        "",
+        "a write there names no version, as S3"
+    );
+    assert_eq!(get_version(c, "/vbkt/k", "null").await.text(), "three");
+    assert_eq!(
+        listed_versions(c, "vbkt").await.0.len(),
+        3,
+        "copy, k null, k v2"
+    );
+    assert_eq!(c.put("/vbkt/k", "four").await.status, 200);
+    assert_eq!(get_version(c, "/vbkt/k", &v2).await.text(), "two");
+    assert_eq!(get_version(c, "/vbkt/k", "null").await.text(), "four");
+
+    // Not empty while versions are kept; empty once they are removed.
+    let r = c.delete("/vbkt/k").await;
+    assert_eq!(r.header("x-amz-version-id"), "null", "a null delete marker");
+    for (path, version) in [("/vbkt/k", "null"), ("/vbkt/k", v2.as_str())] {
+        let r = c
+            .call("DELETE", path)
+            .query("versionId", version)
+            .send()
+            .await;
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    let copy = listed_versions(c, "vbkt").await.0;
+    assert_eq!(copy.len(), 1, "{copy:?}");
+    let r = c
+        .call("DELETE", "/vbkt/copy")
+        .query("versionId", &copy[0].0)
+        .send()
+        .await;
+    assert_eq!(r.status, 204);
+    let (versions, markers) = listed_versions(c, "vbkt").await;
+    assert!(
+        versions.is_empty() && markers.is_empty(),
+        "{versions:?} {markers:?}"
+    );
+    assert_eq!(c.delete("/vbkt").await.status, 204);
+}
+
+#[tokio::test]
+async fn conditional_deletes_in_a_versioned_bucket_judge_the_version_they_name() {
+    let s = TestServer::with_bucket("cbkt").await;
+    let c = &s.client;
+    assert_eq!(set_versioning(c, "cbkt", "Enabled").await.status, 200);
+    let first = c.put("/cbkt/k", "first").await;
+    let v1 = first.header("x-amz-version-id").to_owned();
+    let etag1 = first.header("etag").to_owned();
+    let second = c.put("/cbkt/k", "second!").await;
+    let etag2 = second.header("etag").to_owned();
+    // The current version judged: a wrong ETag or size refuses, the right one writes a marker.
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .header("if-match", &etag1)
+        .send()
+        .await;
+    assert_eq!(r.status, 412, "{}", r.text());
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .header("x-amz-if-match-size", "5")
+        .send()
+        .await;
+    assert_eq!(r.status, 412, "{}", r.text());
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .header("if-match", &etag2)
+        .send()
+        .await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (204, "true"));
+    assert_eq!(c.get("/cbkt/k").await.status, 404);
+    // Over a marker, a condition finds no object.
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .header("if-match", &etag2)
+        .send()
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (404, "NoSuchKey"));
+    // A named version judged: only its own ETag removes it.
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .query("versionId", &v1)
+        .header("if-match", &etag2)
+        .send()
+        .await;
+    assert_eq!(r.status, 412, "{}", r.text());
+    assert_eq!(get_version(c, "/cbkt/k", &v1).await.text(), "first");
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .query("versionId", &v1)
+        .header("if-match", &etag1)
+        .send()
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(get_version(c, "/cbkt/k", &v1).await.status, 404);
+}
