@@ -26,6 +26,15 @@ pub(crate) const UPLOAD_RECORD: Backoff = Backoff::new(8, Duration::from_millis(
 pub(crate) const MARK_COMPLETED: Backoff =
     Backoff::new(8, Duration::from_millis(50)).with_jitter(Jitter::Full);
 
+/// A change of a bucket record in place (its ACL, its versioning) that another change of the record overtook:
+/// 16 attempts, each reading the record again, after waits growing from up to 1 ms to at most 50 ms (clients
+/// that set a bucket's ACL from many threads at once, as ceph/s3-tests' `test_bucket_concurrent_set_canned_acl`
+/// does with 50).
+pub(crate) const BUCKET_RECORD: Backoff = Backoff::new(16, Duration::from_millis(1))
+    .growing(2)
+    .capped(Duration::from_millis(50))
+    .with_jitter(Jitter::Full);
+
 /// The upload sweep reading an upload again after another request moved it on (an abort, a complete): 3 reads,
 /// at once.
 pub(crate) const SWEEP: Backoff = Backoff::new(3, Duration::ZERO);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::TryStreamExt;
 use s3s::dto::ETagCondition;
 use s3s::{S3Result, s3_error};
-use saltblob_core::{BlobStore, Error, Manifest, PutCondition};
+use saltblob_core::{BlobStore, Error, Manifest, PutCondition, VersionId};
 
 use crate::attrs::{current_version, etag_of, precondition_failed};
 use crate::auth::record_class;
@@ -20,6 +20,7 @@ use crate::error::{from_store, no_such_bucket};
 use crate::grants::Directory;
 use crate::keys::{bucket_key, object_key};
 use crate::lifecycle::{self, Lifecycle};
+use crate::rereads::BUCKET_RECORD;
 use crate::sse::rules::SseConfig;
 use crate::upload_cap::UploadCap;
 use crate::versioning;
@@ -139,6 +140,44 @@ impl SaltS3 {
         Err(s3_error!(
             OperationAborted,
             "The object was replaced while it was being changed; please try again."
+        ))
+    }
+
+    /// Applies `change` to the metadata of the record of `bucket` in place, on the record version `version` the
+    /// access check judged (a bucket deleted and made again in between is another bucket, which the request's
+    /// grant does not reach): the record keeps its version, so grants bound to it still hold. Another change of
+    /// the same record in between (a concurrent PutBucketAcl, say) is retried ([`BUCKET_RECORD`]).
+    ///
+    /// # Errors
+    /// `NoSuchBucket` when the bucket is gone or is another one; `OperationAborted` (409) when other changes won
+    /// every time; the store's.
+    pub(crate) async fn change_bucket_in_place(
+        &self,
+        bucket: &str,
+        version: VersionId,
+        change: impl Fn(&mut BTreeMap<String, String>),
+    ) -> S3Result<()> {
+        let mut tries = BUCKET_RECORD.start();
+        while tries.next_attempt().await {
+            match self
+                .store
+                .update_metadata(bucket_key(bucket), version, &change)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // The same record, changed in place by another request since it was read.
+                Err(Error::PreconditionFailed {
+                    expected, actual, ..
+                }) if actual == Some(expected) => continue,
+                Err(Error::NotFound { .. } | Error::PreconditionFailed { .. }) => {
+                    return Err(no_such_bucket(bucket));
+                }
+                Err(e) => return Err(from_store(e)),
+            }
+        }
+        Err(s3_error!(
+            OperationAborted,
+            "The bucket was changed while this request changed it; please try again."
         ))
     }
 

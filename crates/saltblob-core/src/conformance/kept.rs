@@ -49,6 +49,18 @@ fn case(backend: &Arc<dyn ChunkStore>, name: &str) -> (String, BlobStore, String
     (p, store, key, PutOptions::new().with_keep_replaced(true))
 }
 
+/// fsck of the keys under `p` finds no damage and no orphan.
+async fn assert_fsck_clean(store: &BlobStore, p: &str) {
+    let report = store
+        .fsck(&FsckOptions::new().with_prefix(p.to_owned()))
+        .await
+        .expect("fsck");
+    assert!(
+        report.damaged.is_empty() && report.orphans.is_empty(),
+        "{report:?}"
+    );
+}
+
 /// gc with no grace over `p`: everything due is reclaimed now.
 async fn gc_now(store: &BlobStore, p: &str) {
     let opts = GcOptions::new()
@@ -300,14 +312,7 @@ pub async fn a_kept_copy_of_the_current_version_is_that_version(backend: Arc<dyn
         !stored.contains_key(&current.version) && stored.contains_key(&old.version),
         "{stored:?}"
     );
-    let report = store
-        .fsck(&FsckOptions::new().with_prefix(p.clone()))
-        .await
-        .expect("fsck");
-    assert!(
-        report.damaged.is_empty() && report.orphans.is_empty(),
-        "{report:?}"
-    );
+    assert_fsck_clean(&store, &p).await;
 }
 
 pub async fn concurrent_keeping_puts_keep_every_version(backend: Arc<dyn ChunkStore>) {
@@ -342,12 +347,41 @@ pub async fn concurrent_keeping_puts_keep_every_version(backend: Arc<dyn ChunkSt
             value
         );
     }
-    let report = store
-        .fsck(&FsckOptions::new().with_prefix(p.clone()))
-        .await
-        .expect("fsck");
-    assert!(
-        report.damaged.is_empty() && report.orphans.is_empty(),
-        "{report:?}"
-    );
+    assert_fsck_clean(&store, &p).await;
+}
+
+pub async fn concurrent_removals_of_every_version_leave_none(backend: Arc<dyn ChunkStore>) {
+    let (p, store, key, keep) = case(&backend, "kept-removals");
+    for round in 0..3u64 {
+        let mut versions = Vec::new();
+        for i in 0..6u64 {
+            let m = store
+                .put(&key, data(3000, round * 10 + i), &keep)
+                .await
+                .expect("put");
+            versions.push(m.version);
+        }
+        // Every version removed at once, as S3 clients empty a versioned bucket: the current one's removal
+        // makes a kept one current while that one is being removed.
+        let removals = versions.iter().map(|v| {
+            let (store, key, v) = (store.clone(), key.clone(), *v);
+            tokio::spawn(async move {
+                match store.remove_version(&key, v).await {
+                    Ok(_) | Err(Error::VersionNotFound { .. }) => {}
+                    Err(e) => panic!("remove {v}: {e}"),
+                }
+            })
+        });
+        for r in futures::future::join_all(removals).await {
+            r.expect("task");
+        }
+        let left = listed(&store, &key).await;
+        assert!(
+            left.is_empty(),
+            "round {round}: removed versions came back: {left:?}"
+        );
+        assert!(matches!(store.get(&key).await, Err(Error::NotFound { .. })));
+    }
+    gc_now(&store, &p).await;
+    assert!(chunks_by_version(&backend, &key).await.is_empty());
 }

@@ -89,6 +89,10 @@ impl BlobStore {
     /// reclaimed after the grace period, as a delete's. The replacement is a compare-and-set on the manifest
     /// read (a lightweight transaction on the cluster backend): a put committed in between is never undone.
     ///
+    /// Removals of one key's versions may run at once: a removal that made a kept version current while another
+    /// removed that kept version (or the other way round) removes it again as the current one, so that no
+    /// removed version comes back. Returns what was removed first.
+    ///
     /// # Errors
     /// [`Error::InvalidKey`], [`Error::VersionNotFound`] (neither current nor kept), [`Error::Corrupt`] (the
     /// kept version does not decode: nothing is removed), [`Error::Backend`]; [`Error::PreconditionFailed`]
@@ -99,39 +103,60 @@ impl BlobStore {
         version: VersionId,
     ) -> Result<RemovedVersion> {
         let key = validate_key(key.as_ref())?;
+        let (removed, mut again) = self.remove_once(&key, version).await?;
+        for _ in 0..REMOVE_ATTEMPTS {
+            let Some(v) = again else { break };
+            again = match self.remove_once(&key, v).await {
+                Ok((_, next)) => next,
+                // Removed by the other removal meanwhile.
+                Err(Error::VersionNotFound { .. }) => None,
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(removed)
+    }
+
+    /// One removal of version `version` of a validated `key` (see [`BlobStore::remove_version`]); with it, a
+    /// version that a concurrent removal removed but that this one finds current, to be removed again.
+    async fn remove_once(
+        &self,
+        key: &Bytes,
+        version: VersionId,
+    ) -> Result<(RemovedVersion, Option<VersionId>)> {
         let inner = &self.inner;
         for _ in 0..REMOVE_ATTEMPTS {
-            let raw = inner.backend.get_record(Namespace::Manifest, &key).await?;
+            let raw = inner.backend.get_record(Namespace::Manifest, key).await?;
             let current = raw
                 .as_ref()
-                .and_then(|r| inner.decode_manifest(&key, r).ok());
+                .and_then(|r| inner.decode_manifest(key, r).ok());
             let (Some(raw), Some(current)) = (raw, current.filter(|m| m.version == version)) else {
-                return self.remove_kept(&key, version).await;
+                return self.remove_kept(key, version).await;
             };
-            let newest = kept::list(inner, &key)
+            let newest = kept::list(inner, key)
                 .await?
                 .without(Some(version))
                 .into_iter()
                 .rev()
-                .find_map(|k| kept::decode(inner, &key, &k).ok());
+                .find_map(|k| kept::decode(inner, key, &k).ok());
             let change = match &newest {
                 Some(m) => Change::Put(m),
                 None => Change::Delete,
             };
             let expect = Expect::Record(raw);
-            match commit::change_manifest(inner, &key, change, expect, Fences::none()).await? {
+            match commit::change_manifest(inner, key, change, expect, Fences::none()).await? {
                 Changed::Written { .. } => {}
                 Changed::Refused { .. } => continue,
             }
             // A kept copy of the removed version (left by a commit that failed after keeping it) goes too.
-            kept::forget(inner, &key, current.version).await?;
-            return Ok(match newest {
-                Some(m) => {
-                    kept::forget(inner, &key, m.version).await?;
-                    RemovedVersion::CurrentPromoting(m.version)
-                }
-                None => RemovedVersion::Current,
-            });
+            kept::forget(inner, key, current.version).await?;
+            let Some(m) = newest else {
+                return Ok((RemovedVersion::Current, None));
+            };
+            // Made current: no longer kept. Gone already, it was removed meanwhile: remove it again.
+            let removed_meanwhile = kept::read(inner, key, m.version).await?.is_none();
+            kept::forget(inner, key, m.version).await?;
+            let again = removed_meanwhile.then_some(m.version);
+            return Ok((RemovedVersion::CurrentPromoting(m.version), again));
         }
         Err(Error::PreconditionFailed {
             key: key.as_ref().into(),
@@ -141,8 +166,13 @@ impl BlobStore {
     }
 
     /// Removes kept version `version` of `key`: its chunks queued for reclaim first (the reclaim pass leaves
-    /// them while the record keeps them), then the record.
-    async fn remove_kept(&self, key: &Bytes, version: VersionId) -> Result<RemovedVersion> {
+    /// them while the record keeps them), then the record; then, if a concurrent removal made it current
+    /// meanwhile, names it to be removed again.
+    async fn remove_kept(
+        &self,
+        key: &Bytes,
+        version: VersionId,
+    ) -> Result<(RemovedVersion, Option<VersionId>)> {
         let inner = &self.inner;
         let Some(record) = kept::read(inner, key, version).await? else {
             return Err(Error::VersionNotFound {
@@ -153,6 +183,11 @@ impl BlobStore {
         let manifest = kept::decode(inner, key, &KeptRecord { version, record })?;
         reclaim::schedule(inner, key, &manifest, None).await?;
         kept::forget(inner, key, version).await?;
-        Ok(RemovedVersion::Kept)
+        let promoted = match inner.read_manifest(key).await {
+            Ok(current) => current.is_some_and(|m| m.version == version),
+            Err(e) if e.is_corruption() => false,
+            Err(e) => return Err(e),
+        };
+        Ok((RemovedVersion::Kept, promoted.then_some(version)))
     }
 }

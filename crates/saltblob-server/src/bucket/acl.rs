@@ -1,14 +1,10 @@
 //! Get/PutBucketAcl: a bucket's canned ACL (`acl.rs`), kept in its bucket record's metadata and changed in place:
 //! the record keeps its version, so the grants bound to it still hold.
 
+use crate::acl::Canned;
+use crate::service::SaltS3;
 use s3s::dto::{GetBucketAclInput, GetBucketAclOutput, PutBucketAclInput, PutBucketAclOutput};
 use s3s::{S3Request, S3Response, S3Result};
-use saltblob_core::Error;
-
-use crate::acl::Canned;
-use crate::error::{from_store, no_such_bucket};
-use crate::keys::bucket_key;
-use crate::service::SaltS3;
 
 /// GetBucketAcl: the owner's `FULL_CONTROL` and the grants of the bucket's canned ACL.
 pub(crate) async fn handle_get(
@@ -32,19 +28,7 @@ pub(crate) async fn handle_put(
         input.acl.as_ref().map(|a| a.as_str()),
         input.access_control_policy.as_ref(),
     )?;
-    // On the bucket record the access check judged: a bucket deleted and made again in between (by anyone) is
-    // another bucket, which this request's grant does not reach.
-    match s3
-        .store
-        .update_metadata(bucket_key(&input.bucket), record.version, |m| {
-            canned.store_in(m)
-        })
-        .await
-    {
-        Ok(_) => Ok(S3Response::new(PutBucketAclOutput {})),
-        Err(Error::NotFound { .. } | Error::PreconditionFailed { .. }) => {
-            Err(no_such_bucket(&input.bucket))
-        }
-        Err(e) => Err(from_store(e)),
-    }
+    s3.change_bucket_in_place(&input.bucket, record.version, |m| canned.store_in(m))
+        .await?;
+    Ok(S3Response::new(PutBucketAclOutput {}))
 }

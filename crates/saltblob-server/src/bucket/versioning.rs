@@ -1,17 +1,13 @@
 //! Get/PutBucketVersioning: a bucket's versioning state (`versioning.rs`), kept in its bucket record's metadata
 //! and changed in place, as its ACL: the record keeps its version, so the grants bound to it still hold.
 
+use crate::service::SaltS3;
+use crate::versioning::{STATE_KEY, State};
 use s3s::dto::{
     BucketVersioningStatus, GetBucketVersioningInput, GetBucketVersioningOutput,
     PutBucketVersioningInput, PutBucketVersioningOutput,
 };
 use s3s::{S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::Error;
-
-use crate::error::{from_store, no_such_bucket};
-use crate::keys::bucket_key;
-use crate::service::SaltS3;
-use crate::versioning::{STATE_KEY, State};
 
 /// PutBucketVersioning: `Enabled` or `Suspended`, kept in the bucket record in place (as its ACL). MFA delete
 /// is refused (`NotImplemented`).
@@ -39,19 +35,11 @@ pub(crate) async fn handle_put(
         }
     };
     // Suspending a bucket that never had versioning makes it Suspended, as S3 shows it.
-    match s3
-        .store
-        .update_metadata(bucket_key(&input.bucket), record.version, |m| {
-            m.insert(STATE_KEY.to_owned(), status.to_owned());
-        })
-        .await
-    {
-        Ok(_) => Ok(S3Response::new(PutBucketVersioningOutput {})),
-        Err(Error::NotFound { .. } | Error::PreconditionFailed { .. }) => {
-            Err(no_such_bucket(&input.bucket))
-        }
-        Err(e) => Err(from_store(e)),
-    }
+    s3.change_bucket_in_place(&input.bucket, record.version, |m| {
+        m.insert(STATE_KEY.to_owned(), status.to_owned());
+    })
+    .await?;
+    Ok(S3Response::new(PutBucketVersioningOutput {}))
 }
 
 /// GetBucketVersioning: the bucket's state; no `Status` for a bucket that never had versioning, as AWS.

@@ -382,3 +382,38 @@ async fn policies_and_create_bucket_set_canned_acls_and_nothing_else() {
     );
     assert_eq!(root.call("HEAD", "/other").send().await.status, 404);
 }
+
+/// Concurrent changes of one bucket's ACL and versioning (changes of its record in place) all succeed: one that
+/// finds the record changed by another since its read tries again (they answered `NoSuchBucket` before).
+#[tokio::test]
+async fn concurrent_changes_of_a_bucket_record_all_succeed() {
+    let s = crate::TestServer::with_bucket("busy").await;
+    let changes = (0..16).map(|i| {
+        let c = s.client.clone();
+        async move {
+            let r = if i % 2 == 0 {
+                c.call("PUT", "/busy")
+                    .query("acl", "")
+                    .header(
+                        "x-amz-acl",
+                        if i % 4 == 0 { "public-read" } else { "private" },
+                    )
+                    .send()
+                    .await
+            } else {
+                crate::versioning::set_versioning(&c, "busy", "Enabled").await
+            };
+            (r.status, r.text())
+        }
+    });
+    for (status, text) in futures::future::join_all(changes).await {
+        assert_eq!(status, 200, "{text}");
+    }
+    let r = s
+        .client
+        .call("GET", "/busy")
+        .query("versioning", "")
+        .send()
+        .await;
+    assert_eq!(r.xml("Status"), ["Enabled"]);
+}
