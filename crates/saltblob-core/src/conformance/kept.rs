@@ -385,3 +385,81 @@ pub async fn concurrent_removals_of_every_version_leave_none(backend: Arc<dyn Ch
     gc_now(&store, &p).await;
     assert!(chunks_by_version(&backend, &key).await.is_empty());
 }
+
+/// [`BlobStore::update_version_metadata`]: a kept version's metadata changes in place (its id, bytes and
+/// creation time stay; the other versions are untouched), as the current one's does; a version the key does not
+/// have is `VersionNotFound`; a kept version made current carries its changed metadata.
+pub async fn kept_versions_change_their_metadata_in_place(backend: Arc<dyn ChunkStore>) {
+    let (p, store, key, keep) = case(&backend, "kept-metadata");
+    let mut tagged = keep.clone();
+    tagged.metadata.insert("tag".to_owned(), "one".to_owned());
+    let v1 = store
+        .put(&key, data(70_000, 1), &tagged)
+        .await
+        .expect("put");
+    let v2 = store.put(&key, data(30, 2), &keep).await.expect("put");
+
+    let changed = store
+        .update_version_metadata(&key, v1.version, |m| {
+            m.insert("acl".to_owned(), "public-read".to_owned());
+        })
+        .await
+        .expect("change a kept version");
+    assert_eq!(
+        (changed.version, changed.created_micros, changed.size),
+        (v1.version, v1.created_micros, v1.size)
+    );
+    let read = store.head_version(&key, v1.version).await.expect("head");
+    assert_eq!(
+        read.metadata.get("acl").map(String::as_str),
+        Some("public-read")
+    );
+    assert_eq!(read.metadata.get("tag").map(String::as_str), Some("one"));
+    assert_eq!(
+        read_version(&store, &key, v1.version).await.expect("read"),
+        data(70_000, 1),
+        "the bytes stay"
+    );
+    let current = store.head(&key).await.expect("head");
+    assert_eq!(
+        (current.version, current.metadata.get("acl")),
+        (v2.version, None)
+    );
+    store
+        .update_version_metadata(&key, v2.version, |m| {
+            m.insert("acl".to_owned(), "private".to_owned());
+        })
+        .await
+        .expect("change the current version");
+    let current = store.head(&key).await.expect("head");
+    assert_eq!(
+        current.metadata.get("acl").map(String::as_str),
+        Some("private")
+    );
+    assert!(matches!(
+        store
+            .update_version_metadata(&key, VersionId(v2.version.0 + 1), |_| {})
+            .await,
+        Err(Error::VersionNotFound { .. })
+    ));
+
+    // Promoted, it carries the change; gc and fsck keep it whole.
+    assert_eq!(
+        store
+            .remove_version(&key, v2.version)
+            .await
+            .expect("remove"),
+        RemovedVersion::CurrentPromoting(v1.version)
+    );
+    let current = store.head(&key).await.expect("head");
+    assert_eq!(
+        (
+            current.version,
+            current.metadata.get("acl").map(String::as_str)
+        ),
+        (v1.version, Some("public-read"))
+    );
+    gc_now(&store, &p).await;
+    assert_eq!(store.get(&key).await.expect("get"), data(70_000, 1));
+    assert_fsck_clean(&store, &p).await;
+}

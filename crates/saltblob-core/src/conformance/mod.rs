@@ -75,7 +75,7 @@ pub use gc::{
 };
 pub use kept::{
     a_kept_copy_of_the_current_version_is_that_version, concurrent_keeping_puts_keep_every_version,
-    concurrent_removals_of_every_version_leave_none,
+    concurrent_removals_of_every_version_leave_none, kept_versions_change_their_metadata_in_place,
     kept_versions_read_back_and_outlive_gc_and_fsck,
     removing_versions_reclaims_them_and_promotes_the_newest_kept,
 };
@@ -171,7 +171,8 @@ macro_rules! conformance_suite {
             removing_versions_reclaims_them_and_promotes_the_newest_kept,
             a_kept_copy_of_the_current_version_is_that_version,
             concurrent_keeping_puts_keep_every_version,
-            concurrent_removals_of_every_version_leave_none);
+            concurrent_removals_of_every_version_leave_none,
+            kept_versions_change_their_metadata_in_place);
     };
     (@sealed $attrs:tt $make:expr) => {
         $crate::conformance_suite!(@store $attrs $crate::conformance::sealed; $make);

@@ -15,7 +15,7 @@
 
 use bytes::Bytes;
 
-use crate::backend::{Namespace, Precondition, RecordChange};
+use crate::backend::{Namespace, Precondition, RecordChange, RecordWrite};
 use crate::base::error::{Error, KeyDisplay, Result};
 use crate::base::version::VersionId;
 use crate::format::manifest::Manifest;
@@ -97,6 +97,30 @@ pub(crate) async fn forget(inner: &Inner, key: &[u8], version: VersionId) -> Res
         )
         .await
         .map(drop)
+}
+
+/// Replaces the kept record of version `version` of `key` by `new` if it is still `old`: `Err` with the record
+/// found instead when it is not (`None`: removed meanwhile).
+pub(crate) async fn replace(
+    inner: &Inner,
+    key: &[u8],
+    version: VersionId,
+    old: Bytes,
+    new: Bytes,
+) -> Result<std::result::Result<(), Option<Bytes>>> {
+    let written = inner
+        .backend
+        .put_record(
+            Namespace::Kept,
+            &record_key(key, version),
+            new,
+            &Precondition::Equals(old),
+        )
+        .await?;
+    Ok(match written {
+        RecordWrite::Done(_) => Ok(()),
+        RecordWrite::ConditionFailed(found) => Err(found),
+    })
 }
 
 /// The record of kept version `version` of `key`, if kept.

@@ -152,10 +152,14 @@ impl BlobStore {
             let Some(m) = newest else {
                 return Ok((RemovedVersion::Current, None));
             };
-            // Made current: no longer kept. Gone already, it was removed meanwhile: remove it again.
-            let removed_meanwhile = kept::read(inner, key, m.version).await?.is_none();
-            kept::forget(inner, key, m.version).await?;
-            let again = removed_meanwhile.then_some(m.version);
+            // Made current, its kept record stays, a kept copy of the current version (`KeptVersions::without`):
+            // a keeping put that replaces it meanwhile writes that record again, and a read by version that looked
+            // for the current one before the promotion still finds it. It goes when the version is removed. Gone
+            // already, the version was removed meanwhile: remove it again.
+            let again = kept::read(inner, key, m.version)
+                .await?
+                .is_none()
+                .then_some(m.version);
             return Ok((RemovedVersion::CurrentPromoting(m.version), again));
         }
         Err(Error::PreconditionFailed {
