@@ -33,33 +33,14 @@ pub(crate) const CHECKSUM_KEY: &str = "s3:checksum-";
 /// The version id of an object written while its bucket's versioning was never enabled or was suspended, as S3
 /// names it (`versioning.rs`).
 pub(crate) const NULL_VERSION: &str = "null";
+/// Metadata key of a delete marker (`versioning.rs`).
+pub(crate) const DELETE_MARKER_KEY: &str = "s3:delete-marker";
 
 /// Metadata key of the checksum type of an object composed by a multipart upload (`COMPOSITE` or
 /// `FULL_OBJECT`); an object without it has full-object checksums.
 pub(crate) const CHECKSUM_TYPE_KEY: &str = "s3:checksum-type";
 /// Most bytes of user metadata (names and values) an object may carry, as S3 allows.
 const MAX_USER_METADATA: usize = 2048;
-
-/// Checks a request's `versionId`: `null` (or none) is the object's one version, the current object.
-///
-/// # Errors
-/// `InvalidArgument` (400) for any other version id, as S3 answers for a version that cannot exist.
-pub(crate) fn current_version(version_id: Option<&str>) -> S3Result<()> {
-    match version_id {
-        None | Some(NULL_VERSION) => Ok(()),
-        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
-    }
-}
-
-/// The bucket and key of a copy's source (`x-amz-copy-source`), whose version may only be `null`.
-///
-/// # Errors
-/// As [`versioned_copy_source`]; as [`current_version`] for its version.
-pub(crate) fn copy_source(source: &CopySource) -> S3Result<(&str, &str)> {
-    let (bucket, key, version_id) = versioned_copy_source(source)?;
-    current_version(version_id)?;
-    Ok((bucket, key))
-}
 
 /// The bucket, key and version id (if any) of a copy's source (`x-amz-copy-source`).
 ///
@@ -512,11 +493,15 @@ impl DeleteConditions {
         self.etag.is_some() || self.last_modified.is_some() || self.size.is_some()
     }
 
-    /// Whether every condition given holds for `m` (an ETag of `*` holds for any version).
+    /// Whether every condition given holds for `m` (an ETag of `*` holds for any version; a delete marker, marked
+    /// by [`DELETE_MARKER_KEY`] in its metadata, has no ETag another matches).
     pub(crate) fn hold_for(&self, m: &Manifest) -> bool {
+        let marker = m.metadata.contains_key(DELETE_MARKER_KEY);
         let etag = self.etag.as_ref().is_none_or(|c| match c {
             ETagCondition::Any => true,
-            ETagCondition::ETag(e) => e.value() == "*" || e.value() == etag_of(m).value(),
+            ETagCondition::ETag(e) => {
+                e.value() == "*" || (!marker && e.value() == etag_of(m).value())
+            }
         });
         let modified = self
             .last_modified

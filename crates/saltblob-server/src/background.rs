@@ -14,9 +14,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::conn::TimedIo;
-use crate::lifecycle::Expirer;
+use crate::lifecycle::{Days, Expirer};
 use crate::metrics::Metrics;
-use crate::multipart::sweep_expired_uploads;
+use crate::multipart::{abort_due_uploads, sweep_expired_uploads};
 use crate::probes::Probes;
 
 /// Connections the metrics listener serves at once (more are closed at once).
@@ -33,22 +33,25 @@ impl Drop for Aborting {
 
 /// Runs gc on `store` every `every`, recording each pass in `metrics`, after removing the multipart uploads
 /// whose parts' lease has passed (`multipart/`) and the objects their bucket's lifecycle expired
-/// (`lifecycle/`). Servers sharing a store share the work: gc by its leases, the sweep, the lifecycle pass of
+/// (`lifecycle/`: expired objects and versions; incomplete uploads, by `multipart/`), a day lasting `days`.
+/// Servers sharing a store share the work: gc by its leases, the sweep, the lifecycle pass of
 /// each bucket and gc's expiry pass by turns, so that each runs in one server per period.
-pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metrics>) {
+pub(crate) async fn upkeep(store: BlobStore, every: Duration, days: Days, metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut expirer = Expirer::new();
+    let mut expirer = Expirer::with_days(days, abort_due_uploads);
     loop {
         tick.tick().await;
         sweep(&store, every).await;
         match expirer.pass(&store).await {
             Ok(expired) => {
-                if expired.objects > 0 {
+                if expired.objects + expired.versions + expired.uploads > 0 {
                     tracing::info!(
                         objects = expired.objects,
                         bytes = expired.bytes,
-                        "deleted objects expired by their bucket's lifecycle"
+                        versions = expired.versions,
+                        uploads = expired.uploads,
+                        "expired what bucket lifecycle rules made due (objects, noncurrent versions, lone delete markers, incomplete uploads)"
                     );
                 }
                 metrics.lifecycle_expired(expired.objects);
@@ -74,6 +77,12 @@ pub(crate) async fn upkeep(store: BlobStore, every: Duration, metrics: Arc<Metri
             }
         }
     }
+}
+
+/// A fresh lifecycle [`Expirer`] as the server's loop runs it, days of `day` long: it also aborts the incomplete
+/// multipart uploads rules made due.
+pub fn lifecycle_expirer(day: Duration) -> Expirer {
+    Expirer::with_days(Days::of_length(day), abort_due_uploads)
 }
 
 /// Removes the multipart uploads whose parts' lease has passed, when it is this server's turn: one server of

@@ -32,6 +32,10 @@ pub struct ServerConfig {
     pub metrics_listener: Option<TcpListener>,
     /// How often the server runs a gc pass on the store; `None` never. Defaults to 10 minutes.
     pub gc_every: Option<Duration>,
+    /// The length of a lifecycle day for the lifecycle pass: rules' days count these, and expiries fall at their
+    /// ends (midnight UTC). Defaults to 24 hours; shorter only to test lifecycle rules (as RGW's
+    /// `rgw_lc_debug_interval`); `x-amz-expiration` headers still count 24-hour days.
+    pub lifecycle_day: Duration,
     /// How long a shutdown waits for requests in flight before it drops them (an unfinished put then never
     /// commits). Defaults to 30 seconds.
     pub shutdown_timeout: Duration,
@@ -86,6 +90,7 @@ impl ServerConfig {
             tls: None,
             metrics_listener: None,
             gc_every: Some(Duration::from_secs(600)),
+            lifecycle_day: Duration::from_secs(86_400),
             shutdown_timeout: Duration::from_secs(30),
             max_connections: default_max_connections(),
             max_requests: 512,
@@ -136,6 +141,12 @@ impl ServerConfig {
         self
     }
 
+    /// Makes a lifecycle day last `day` (at least a second), to test lifecycle rules.
+    pub fn with_lifecycle_day(mut self, day: Duration) -> Self {
+        self.lifecycle_day = day.max(Duration::from_secs(1));
+        self
+    }
+
     /// Serves TLS with the certificate and key read from PEM files ([`load_tls`]).
     ///
     /// # Errors
@@ -179,6 +190,7 @@ impl fmt::Debug for ServerConfig {
             .field("tls", &self.tls.is_some())
             .field("metrics_listener", &self.metrics_listener)
             .field("gc_every", &self.gc_every)
+            .field("lifecycle_day", &self.lifecycle_day)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_requests", &self.max_requests)

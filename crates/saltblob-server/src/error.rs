@@ -5,14 +5,14 @@
 use s3s::{S3Error, S3ErrorCode};
 use saltblob_core::Error;
 
+/// S3's message of `NoSuchVersion`.
+pub(crate) const NO_SUCH_VERSION: &str = "The specified version does not exist.";
+
 /// The S3 error for a failed store operation on an object.
 pub(crate) fn from_store(e: Error) -> S3Error {
     let (code, message) = match &e {
         Error::NotFound { .. } => (S3ErrorCode::NoSuchKey, "The specified key does not exist."),
-        Error::VersionNotFound { .. } => (
-            S3ErrorCode::NoSuchVersion,
-            "The specified version does not exist.",
-        ),
+        Error::VersionNotFound { .. } => (S3ErrorCode::NoSuchVersion, NO_SUCH_VERSION),
         Error::InvalidKey { .. } => (S3ErrorCode::KeyTooLongError, "Your key is too long"),
         Error::InvalidArgument {
             what: "metadata" | "content type",

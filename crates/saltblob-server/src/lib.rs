@@ -115,6 +115,7 @@ mod versioning;
 pub use saltblob_core::BlobStore;
 
 pub use crate::auth::{AccessKey, KeyRing, parse_credentials};
+pub use crate::background::lifecycle_expirer;
 pub use crate::bucket::{check_bucket_name, create_bucket};
 pub use crate::chunked::{MAX_SIGNED_CHUNK, REFRAME_MAX};
 pub use crate::config::{ServerConfig, default_max_connections, load_tls};

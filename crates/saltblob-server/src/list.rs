@@ -506,7 +506,8 @@ pub(crate) async fn handle_list_objects(
 
 /// ListObjectVersions: every version of each key listed, newest first (`versions.rs` of the store: the current
 /// one, then the kept ones), delete markers apart; after `version-id-marker`, the rest of `key-marker`'s versions
-/// first. A page holds at most `max-keys` keys, each with all of its versions.
+/// first. A page holds at most `max-keys` versions, delete markers and common prefixes, as S3's: one that stops
+/// within a key's versions (or before the page's last key) resumes after its last version.
 pub(crate) async fn handle_list_object_versions(
     s3: &SaltS3,
     req: S3Request<ListObjectVersionsInput>,
@@ -537,7 +538,11 @@ pub(crate) async fn handle_list_object_versions(
     )
     .await?;
     let base = objects_prefix(&input.bucket);
-    let mut listed = Versions::default();
+    let mut listed = Versions {
+        budget: page.max_keys.saturating_sub(page.listing.prefixes.len()),
+        ..Versions::default()
+    };
+    let mut cut: Option<String> = None;
     if let Some((key, after)) = &version_marker {
         let all = s3
             .store
@@ -552,15 +557,30 @@ pub(crate) async fn handle_list_object_versions(
                     .is_ok_and(|m| version_id_of(m) == *after)
             })
             .skip(1);
-        listed.add(&page.names, key, rest);
+        if !listed.add(&page.names, key, rest) {
+            cut = Some(key.clone());
+        }
     }
-    for (key, _) in std::mem::take(&mut page.listing.objects) {
+    let keys = std::mem::take(&mut page.listing.objects);
+    for (i, (key, _)) in keys.iter().enumerate() {
+        if cut.is_some() {
+            break;
+        }
         let all = s3
             .store
             .versions(format!("{base}{key}"))
             .await
             .map_err(from_store)?;
-        listed.add(&page.names, &key, all.into_iter());
+        let whole = listed.add(&page.names, key, all.into_iter());
+        // The budget spent within this key's versions, or with keys of the page left: resume after its last.
+        if !whole || (listed.full() && i + 1 < keys.len()) {
+            cut = Some(key.clone());
+        }
+    }
+    if let Some(key) = &cut {
+        page.listing.prefixes.retain(|p| p < key);
+        page.listing.truncated = true;
+        page.listing.next = Some(Position::Key(key.clone().into_bytes()));
     }
     let next_key_marker = page.next_marker();
     let next_version_id_marker = listed.last.clone().filter(|_| next_key_marker.is_some());
@@ -588,13 +608,29 @@ struct Versions {
     versions: Vec<ObjectVersion>,
     markers: Vec<DeleteMarkerEntry>,
     last: Option<String>,
+    /// How many versions and markers the response may hold.
+    budget: usize,
 }
 
 impl Versions {
-    /// Adds `versions` of `key` (its name shown as `names` say), newest first; a version whose record does not
-    /// decode is left out (logged).
-    fn add(&mut self, names: &Names, key: &str, versions: impl Iterator<Item = KeyVersion>) {
-        for v in versions {
+    /// Whether the response holds all it may.
+    fn full(&self) -> bool {
+        self.versions.len() + self.markers.len() >= self.budget
+    }
+
+    /// Adds `versions` of `key` (its name shown as `names` say), newest first, while the budget lasts; a version
+    /// whose record does not decode is left out (logged). Returns whether it added them all.
+    fn add(
+        &mut self,
+        names: &Names,
+        key: &str,
+        versions: impl Iterator<Item = KeyVersion>,
+    ) -> bool {
+        let mut versions = versions.peekable();
+        while let Some(v) = versions.next() {
+            if self.full() {
+                return false;
+            }
             let m = match v.manifest {
                 Ok(m) => m,
                 Err(e) => {
@@ -628,7 +664,11 @@ impl Versions {
                     ..ObjectVersion::default()
                 });
             }
+            if self.full() && versions.peek().is_some() {
+                return false;
+            }
         }
+        true
     }
 }
 

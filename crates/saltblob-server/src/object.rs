@@ -81,36 +81,27 @@ pub(crate) async fn handle_put_object(
 
 /// Deletes object `key` if `conditions` hold for its current version: that version and no later one (the
 /// store's conditional delete). Without conditions, deletes whatever the key holds (a missing key too, as S3).
+/// A key that holds nothing is `Ok` under any condition: nothing to delete, 204, as AWS's API reference
+/// documents ("if the ETag matches or if the object doesn't exist") and RGW answers.
 ///
 /// # Errors
-/// `PreconditionFailed` (412) when a condition does not hold; `NoSuchKey` (404) when an ETag condition was
-/// given and the key holds nothing (AWS's answer; the size and time conditions alone hold for a missing key).
+/// `PreconditionFailed` (412) when a condition does not hold for the current version.
 async fn delete_object(s3: &SaltS3, key: &str, conditions: &DeleteConditions) -> S3Result<()> {
     if !conditions.any() {
         s3.store.delete(key).await.map_err(from_store)?;
         return Ok(());
     }
-    let missing = || {
-        if conditions.etag.is_some() {
-            Err(from_store(Error::NotFound {
-                key: key.as_bytes().into(),
-            }))
-        } else {
-            Ok(())
-        }
-    };
     let current = match s3.store.head(key).await {
         Ok(m) => m,
-        Err(Error::NotFound { .. }) => return missing(),
+        Err(Error::NotFound { .. }) => return Ok(()),
         Err(e) => return Err(from_store(e)),
     };
     if !conditions.hold_for(&current) {
         return Err(precondition_failed());
     }
     match s3.store.delete_version(key, current.version).await {
-        Ok(()) => Ok(()),
         // Deleted since the head: as if it had been missing.
-        Err(Error::NotFound { .. }) => missing(),
+        Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
         // Replaced since the head: the conditions held for a version that is no longer current.
         Err(Error::PreconditionFailed { .. }) => Err(precondition_failed()),
         Err(e) => Err(from_store(e)),
@@ -149,7 +140,8 @@ pub(crate) async fn handle_delete_object(
 /// Deletes object `key` of a bucket in versioning state `state`. With no version named in a bucket that never had
 /// versioning, as [`delete_object`] (under its conditions). Otherwise as [`versioning::delete`]: the named version
 /// removed, or a delete marker written; the conditions, if any, judge the named version or the current one (a
-/// delete marker or a missing key is `NoSuchKey`), and the marker is then pinned on the current version judged.
+/// delete marker too, whose ETag only `*` matches; a missing key or version holds nothing to delete, 204), and
+/// the marker is then pinned on the current version judged.
 async fn delete_in(
     s3: &SaltS3,
     state: State,
@@ -164,18 +156,21 @@ async fn delete_in(
     if !conditions.any() {
         return versioning::delete(&s3.store, state, key, version_id).await;
     }
-    // The conditions judge the version named, or the current one (over which the marker is pinned).
+    // The conditions judge the version named, or the current one (over which the marker is pinned). A version
+    // or key that holds nothing is deleted already (204, as `delete_object`); a current delete marker is judged
+    // as a version (`*` holds for it, no ETag does), so a second marker is written only over it.
     let version = versioning::read_version(&s3.store, key, version_id).await?;
     let judged = match version {
         Some(v) => s3.store.head_version(key, v).await,
         None => s3.store.head(key).await,
     };
     let judged = match judged {
-        Ok(m) if !versioning::is_delete_marker(&m) => m,
-        Ok(_) | Err(Error::NotFound { .. } | Error::VersionNotFound { .. }) => {
-            return Err(from_store(Error::NotFound {
-                key: key.as_bytes().into(),
-            }));
+        Ok(m) => m,
+        Err(Error::NotFound { .. } | Error::VersionNotFound { .. }) => {
+            return Ok(versioning::Deleted {
+                version_id: version_id.map(str::to_owned),
+                delete_marker: false,
+            });
         }
         Err(e) => return Err(from_store(e)),
     };

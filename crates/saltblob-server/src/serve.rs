@@ -55,6 +55,7 @@ pub async fn run(
         Aborting(tokio::spawn(upkeep(
             store.clone(),
             every,
+            crate::lifecycle::Days::of_length(config.lifecycle_day),
             Arc::clone(&metrics),
         )))
     });

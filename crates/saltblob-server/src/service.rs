@@ -12,7 +12,7 @@ use s3s::dto::ETagCondition;
 use s3s::{S3Result, s3_error};
 use saltblob_core::{BlobStore, Error, Manifest, PutCondition, VersionId};
 
-use crate::attrs::{current_version, etag_of, precondition_failed};
+use crate::attrs::{etag_of, precondition_failed};
 use crate::auth::record_class;
 use crate::cache::Cache;
 use crate::cors::CorsRules;
@@ -78,23 +78,30 @@ impl SaltS3 {
         }
     }
 
-    /// The manifest of object `key` of `bucket` as it is now, for an operation on its `versionId` (none or
-    /// `null`: the current object).
+    /// The manifest of the version of object `key` of `bucket` that `version_id` names (none: the current one;
+    /// `null` or a version id, [`versioning::Named`]), with the bucket's versioning state.
     ///
     /// # Errors
-    /// `InvalidArgument` for another version id; `NoSuchBucket`, `NoSuchKey`; the store's.
-    pub(crate) async fn current_object(
+    /// `InvalidArgument` for a version id that is not one; `NoSuchBucket`, `NoSuchKey` (with
+    /// `x-amz-delete-marker` when the current version is a marker), `NoSuchVersion`, `405` for a delete marker
+    /// named; the store's.
+    pub(crate) async fn object_version(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
-    ) -> S3Result<Manifest> {
-        current_version(version_id)?;
-        self.require_bucket(bucket).await?;
+    ) -> S3Result<(Manifest, versioning::State)> {
+        let named = versioning::Named::of(version_id)?;
+        let state = versioning::State::of(&self.require_bucket(bucket).await?);
         let store_key = object_key(bucket, key)?;
-        let current = self.store.head(&store_key).await.map_err(from_store)?;
-        versioning::refuse_marker(&current, false)?;
-        Ok(current)
+        let version = versioning::read_named(&self.store, &store_key, named).await?;
+        let manifest = match version {
+            Some(v) => self.store.head_version(&store_key, v).await,
+            None => self.store.head(&store_key).await,
+        }
+        .map_err(from_store)?;
+        versioning::refuse_marker(&manifest, version.is_some())?;
+        Ok((manifest, state))
     }
 
     /// The record of `bucket` and its lifecycle, read together (the lifecycle possibly from the cache).
@@ -141,6 +148,42 @@ impl SaltS3 {
             OperationAborted,
             "The object was replaced while it was being changed; please try again."
         ))
+    }
+
+    /// Applies `change` in place to the version of object `store_key` that `version_id` names: none, as
+    /// [`SaltS3::change_in_place`]; a named one, current or noncurrent ([`BlobStore::update_version_metadata`]).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a version id that is not one; `NoSuchVersion`; `405` for a delete marker named;
+    /// `OperationAborted` (409) when other changes of the version won every time; the store's.
+    pub(crate) async fn change_version_in_place(
+        &self,
+        store_key: &str,
+        version_id: Option<&str>,
+        change: impl Fn(&mut BTreeMap<String, String>),
+    ) -> S3Result<Manifest> {
+        let Some(version) = versioning::read_version(&self.store, store_key, version_id).await?
+        else {
+            return self.change_in_place(store_key, change).await;
+        };
+        let named = self
+            .store
+            .head_version(store_key, version)
+            .await
+            .map_err(from_store)?;
+        versioning::refuse_marker(&named, true)?;
+        match self
+            .store
+            .update_version_metadata(store_key, version, &change)
+            .await
+        {
+            Ok(changed) => Ok(changed),
+            Err(Error::PreconditionFailed { .. }) => Err(s3_error!(
+                OperationAborted,
+                "The version was changed while it was being changed; please try again."
+            )),
+            Err(e) => Err(from_store(e)),
+        }
     }
 
     /// Applies `change` to the metadata of the record of `bucket` in place, on the record version `version` the

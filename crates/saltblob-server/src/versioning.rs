@@ -23,15 +23,14 @@ use saltblob_core::{
     BlobStore, Error, KeyVersion, Manifest, PutCondition, PutOptions, RemovedVersion, VersionId,
 };
 
+pub(crate) use crate::attrs::DELETE_MARKER_KEY;
 use crate::attrs::{NULL_VERSION, last_modified_of};
-use crate::error::from_store;
+use crate::error::{NO_SUCH_VERSION, from_store};
 
 /// Metadata key of a bucket record: the bucket's versioning state.
 pub(crate) const STATE_KEY: &str = "s3:versioning";
 /// Metadata key of an object version written while versioning was enabled: its version id is its own.
 pub(crate) const VERSIONED_KEY: &str = "s3:versioned";
-/// Metadata key of a delete marker.
-pub(crate) const DELETE_MARKER_KEY: &str = "s3:delete-marker";
 
 /// A bucket's versioning state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +51,8 @@ impl State {
         }
     }
 
-    /// Whether writes keep what they replace.
-    fn keeps(self) -> bool {
+    /// Whether writes keep what they replace (the bucket has or had versioning).
+    pub(crate) fn keeps(self) -> bool {
         self != State::Unversioned
     }
 
@@ -138,6 +137,12 @@ pub(crate) fn is_delete_marker(m: &Manifest) -> bool {
     m.metadata.contains_key(DELETE_MARKER_KEY)
 }
 
+/// The version id a response about version `m` names: in a bucket that has or had versioning (`versioned`), or
+/// when `m` has an id of its own.
+pub(crate) fn shown_version_id(versioned: bool, m: &Manifest) -> Option<String> {
+    (versioned || is_versioned(m)).then(|| version_id_of(m))
+}
+
 /// The S3 version id of version `m`: its store version id, or `null`.
 pub(crate) fn version_id_of(m: &Manifest) -> String {
     if is_versioned(m) {
@@ -205,7 +210,19 @@ pub(crate) async fn read_version(
     store_key: &str,
     version_id: Option<&str>,
 ) -> S3Result<Option<VersionId>> {
-    match Named::of(version_id)? {
+    read_named(store, store_key, Named::of(version_id)?).await
+}
+
+/// The version `named` (parsed already; `None`: the current one), resolved for `store_key`.
+///
+/// # Errors
+/// `NoSuchVersion` (404) for a `null` version the key does not have; the store's.
+pub(crate) async fn read_named(
+    store: &BlobStore,
+    store_key: &str,
+    named: Option<Named>,
+) -> S3Result<Option<VersionId>> {
+    match named {
         None => Ok(None),
         Some(named) => match named.resolve(store, store_key).await? {
             Some(v) => Ok(Some(v)),
@@ -216,7 +233,7 @@ pub(crate) async fn read_version(
 
 /// `NoSuchVersion` (404).
 fn no_such_version() -> S3Error {
-    s3_error!(NoSuchVersion, "The specified version does not exist.")
+    S3Error::with_message(s3s::S3ErrorCode::NoSuchVersion, NO_SUCH_VERSION)
 }
 
 /// Refuses a GET or HEAD of delete marker `m`: `404 NoSuchKey` when it is the current version read by default,
@@ -245,6 +262,17 @@ pub(crate) fn refuse_marker(m: &Manifest, named: bool) -> S3Result<()> {
     }
     error.set_headers(headers);
     Err(error)
+}
+
+/// Error `e` of a GET or HEAD of a key's current version, with `x-amz-delete-marker: false` when it is
+/// `NoSuchKey`: the key holds nothing, not a delete marker (as RGW answers; SDKs read the header when present).
+pub(crate) fn not_a_marker(mut e: S3Error) -> S3Error {
+    if *e.code() == s3s::S3ErrorCode::NoSuchKey {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-amz-delete-marker", HeaderValue::from_static("false"));
+        e.set_headers(headers);
+    }
+    e
 }
 
 /// Last-Modified of `m` as an HTTP date.

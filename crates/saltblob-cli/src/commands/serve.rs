@@ -64,6 +64,11 @@ pub struct Serve {
     /// Run a gc pass, after deleting the objects bucket lifecycle rules expired, every DURATION (e.g. 10m); 0 never.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::human::parse_duration)]
     gc_every: Duration,
+    /// The length of a day for the lifecycle pass (rules' Days, NoncurrentDays and DaysAfterInitiation count
+    /// these; x-amz-expiration headers still count 24 hours). Only to test lifecycle rules, as RGW's
+    /// rgw_lc_debug_interval: e.g. 10s with --gc-every 1s.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::human::parse_duration, hide_short_help = true)]
+    lifecycle_day: Duration,
     /// How long a shutdown (SIGINT, SIGTERM) waits for requests in flight; unfinished puts never commit.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::human::parse_duration)]
     shutdown_timeout: Duration,
@@ -183,6 +188,7 @@ impl Serve {
         let create = self.buckets_to_create()?;
         let mut config = ServerConfig::new(self.credentials()?)
             .with_gc_every(Some(self.gc_every))
+            .with_lifecycle_day(self.lifecycle_day)
             .with_shutdown_timeout(self.shutdown_timeout)
             .with_caps(self.max_connections(), self.max_requests as usize)
             .with_timeouts(

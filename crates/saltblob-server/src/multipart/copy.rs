@@ -4,14 +4,15 @@
 
 use s3s::dto::{CopyPartResult, ETag, UploadPartCopyInput, UploadPartCopyOutput};
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
-use saltblob_core::BlobStream;
+use saltblob_core::{BlobStream, VersionId};
 
 use super::part::{Target, store_part};
 use super::parts::StoredPart;
 use super::upload::{State, Upload, no_such_upload};
 use super::{MAX_PART_SIZE, check_part_number};
 use crate::attrs::{
-    Conditions, copy_source, last_modified_of, stored_checksums, with_checksums, with_opened,
+    Conditions, last_modified_of, stored_checksums, versioned_copy_source, with_checksums,
+    with_opened,
 };
 use crate::error::from_store;
 use crate::keys::object_key;
@@ -19,6 +20,7 @@ use crate::put_body::PutBody;
 use crate::rereads::REPLACED;
 use crate::service::SaltS3;
 use crate::sse::customer::{self, Customer};
+use crate::versioning;
 
 /// The bytes `x-amz-copy-source-range` names (`bytes=first-last`, both offsets included) in a source of `size`
 /// bytes.
@@ -62,7 +64,7 @@ pub(crate) async fn handle_upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
     check_part_number(input.part_number)?;
-    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = versioned_copy_source(&input.copy_source)?;
     s3.require_bucket(src_bucket).await?;
     s3.require_bucket(&input.bucket).await?;
     let upload = Upload::read(&s3.store, &input.bucket, &input.key, &input.upload_id).await?;
@@ -71,6 +73,8 @@ pub(crate) async fn handle_upload_part_copy(
     }
     let src = object_key(src_bucket, src_key)?;
     let key = object_key(&input.bucket, &input.key)?;
+    let named = src_version.is_some();
+    let src_version = versioning::read_version(&s3.store, &src, src_version).await?;
     let conditions = Conditions {
         if_match: input.copy_source_if_match,
         if_none_match: input.copy_source_if_none_match,
@@ -82,14 +86,13 @@ pub(crate) async fn handle_upload_part_copy(
         .part(&s3.store, &upload.manifest.metadata, &req.headers)
         .await?;
     let source_customer = s3.sse.reader(&req.headers, true)?;
-    let stream = open_source(
-        s3,
-        &src,
-        input.copy_source_range.as_deref(),
-        &conditions,
-        source_customer.as_ref(),
-    )
-    .await?;
+    let source = Source {
+        key: &src,
+        version: src_version,
+        range: input.copy_source_range.as_deref(),
+    };
+    let stream = open_source(s3, &source, &conditions, source_customer.as_ref()).await?;
+    let copy_source_version_id = named.then(|| versioning::version_id_of(&stream.manifest));
     let len = stream.range.end - stream.range.start;
     let computed = upload.checksum.map(|c| c.algorithm).into_iter().collect();
     let body = PutBody::copied(stream, computed);
@@ -113,25 +116,39 @@ pub(crate) async fn handle_upload_part_copy(
     );
     Ok(sse.echo.respond(UploadPartCopyOutput {
         copy_part_result: Some(result),
+        copy_source_version_id,
         ..UploadPartCopyOutput::default()
     }))
 }
 
-/// Opens the bytes of source `src` to copy, with the copy source's SSE-C key `customer`: `range` of it
-/// (`x-amz-copy-source-range`) or all of it, read from the version whose conditions were checked.
+/// What UploadPartCopy reads: a version of a source object (`None`: its current one) and the range asked
+/// for (`x-amz-copy-source-range`; none: all of it).
+struct Source<'a> {
+    key: &'a str,
+    version: Option<VersionId>,
+    range: Option<&'a str>,
+}
+
+/// Opens the bytes of `source` to copy, with the copy source's SSE-C key `customer`, read from the version whose
+/// conditions were checked (a delete marker is no source: `NoSuchKey`, or `405` when named).
 async fn open_source(
     s3: &SaltS3,
-    src: &str,
-    range: Option<&str>,
+    source: &Source<'_>,
     conditions: &Conditions,
     customer: Option<&Customer>,
 ) -> S3Result<BlobStream> {
+    let src = source.key;
     let mut tries = REPLACED.start();
     while tries.next_attempt().await {
-        let manifest = s3.store.head(src).await.map_err(from_store)?;
+        let manifest = match source.version {
+            Some(v) => s3.store.head_version(src, v).await,
+            None => s3.store.head(src).await,
+        }
+        .map_err(from_store)?;
+        versioning::refuse_marker(&manifest, source.version.is_some())?;
         customer::check_read(&s3.store, &manifest, customer).await?;
         conditions.check(&manifest, S3ErrorCode::PreconditionFailed)?;
-        let bytes = match range {
+        let bytes = match source.range {
             Some(r) => copy_range(r, manifest.size)?,
             None => 0..manifest.size,
         };
@@ -143,7 +160,8 @@ async fn open_source(
                 ),
             ));
         }
-        let opts = customer::get_options(customer).with_range(bytes);
+        let mut opts = customer::get_options(customer).with_range(bytes);
+        opts.version = source.version;
         match s3.store.get_stream_with(src, &opts).await {
             Ok(stream) if stream.manifest.version == manifest.version => return Ok(stream),
             // Replaced between the head and the read: check it again.

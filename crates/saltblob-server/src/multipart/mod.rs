@@ -60,7 +60,7 @@ pub(crate) use self::copy::handle_upload_part_copy;
 pub(crate) use self::create::handle_create_multipart_upload;
 pub(crate) use self::listing::{handle_list_multipart_uploads, handle_list_parts};
 pub(crate) use self::part::handle_upload_part;
-pub(crate) use self::sweep::{abort_all_uploads, sweep_expired_uploads};
+pub(crate) use self::sweep::{abort_all_uploads, abort_due_uploads, sweep_expired_uploads};
 
 /// How long a part stays claimable after it was written: a part older than this is refused at completion
 /// (`InvalidPart`) and gc reclaims it. Thirty days.

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use futures::TryStreamExt;
+use futures::future::BoxFuture;
 use s3s::{S3ErrorCode, S3Result, s3_error};
 use saltblob_core::units::micros;
 use saltblob_core::{BlobStore, ListEntry};
@@ -16,6 +17,7 @@ use super::upload::{self, State, Upload};
 use super::{FINISHED_KEPT, UPLOAD_IDLE_EXPIRY, complete, completing_window, now};
 use crate::error::from_store;
 use crate::keys::{MULTIPART_PREFIX, object_key, uploads_prefix};
+use crate::lifecycle::{Days, Lifecycle};
 use crate::rereads::SWEEP;
 
 /// What the sweep or a bucket deletion does with one upload record.
@@ -189,4 +191,54 @@ async fn remove_finished(
 pub(crate) async fn abort_all_uploads(store: &BlobStore, bucket: &str) -> S3Result<()> {
     sweep_bucket(store, bucket, Sweep::All).await?;
     Ok(())
+}
+
+/// Aborts the open multipart uploads of `bucket` that `lifecycle`'s `AbortIncompleteMultipartUpload` made due
+/// by `now` (days counted from each upload's initiation, in days `days`); returns how many it aborted. The
+/// records stay until the sweep removes them, as after an AbortMultipartUpload. The lifecycle pass's
+/// [`crate::lifecycle::AbortUploads`].
+pub(crate) fn abort_due_uploads<'a>(
+    store: &'a BlobStore,
+    bucket: &'a str,
+    lifecycle: &'a Lifecycle,
+    now: u64,
+    days: Days,
+) -> BoxFuture<'a, S3Result<u64>> {
+    Box::pin(async move {
+        let records = upload::upload_records(bucket);
+        let mut entries = store.list_stream(records.as_bytes());
+        let mut aborted = 0;
+        while let Some(ListEntry { key, manifest }) =
+            entries.try_next().await.map_err(from_store)?
+        {
+            let (Some(id), Ok(manifest)) = (upload::parse_upload_key(bucket, &key), manifest)
+            else {
+                continue;
+            };
+            let initiated = upload::initiated_millis(id).saturating_mul(1000);
+            let upload = match Upload::decode(store, id, &key, manifest).await {
+                Ok(upload) if upload.state == State::Open => upload,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(bucket, upload = id, error = %e, "the lifecycle pass skips an upload record it could not read");
+                    continue;
+                }
+            };
+            if !lifecycle.abort_due(&upload.key, initiated, now, days) {
+                continue;
+            }
+            let object = object_key(bucket, &upload.key)?;
+            match abort(store, bucket, &object, upload).await {
+                Ok(aborting) => {
+                    finish_abort(store, bucket, &object, &aborting).await;
+                    aborted += 1;
+                }
+                // Completed or aborted meanwhile.
+                Err(e) => {
+                    tracing::debug!(error = %e, "an upload moved on while the lifecycle pass aborted it");
+                }
+            }
+        }
+        Ok(aborted)
+    })
 }

@@ -5,19 +5,18 @@ use s3s::dto::{GetObjectAclInput, GetObjectAclOutput, PutObjectAclInput, PutObje
 use s3s::{S3Request, S3Response, S3Result};
 
 use crate::acl::{Canned, may_open};
-use crate::attrs::current_version;
 use crate::keys::object_key;
 use crate::service::SaltS3;
 
-/// GetObjectAcl: the owner's `FULL_CONTROL` and the grants of the object's canned ACL; `NoSuchKey` for a
-/// missing object.
+/// GetObjectAcl: the owner's `FULL_CONTROL` and the grants of the canned ACL of the object's version named
+/// (`versionId`) or current one; `NoSuchKey` for a missing object, `NoSuchVersion` for a missing version.
 pub(crate) async fn handle_get(
     s3: &SaltS3,
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let input = req.input;
-    let manifest = s3
-        .current_object(&input.bucket, &input.key, input.version_id.as_deref())
+    let (manifest, _) = s3
+        .object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
     let (owner, grants) = Canned::of(&manifest).to_policy();
     Ok(S3Response::new(GetObjectAclOutput {
@@ -29,13 +28,13 @@ pub(crate) async fn handle_get(
 
 /// PutObjectAcl: sets the object's canned ACL, given by `x-amz-acl` or as the policy GetObjectAcl shows for one
 /// (`AccessControlListNotSupported` for any other). One that opens the object needs `owner` on the bucket of a
-/// key kept in the store (the access check asked for `write`).
+/// key kept in the store (the access check asked for `write`). A `versionId` must name the current version
+/// (`NotImplemented` for a noncurrent one).
 pub(crate) async fn handle_put(
     s3: &SaltS3,
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let input = &req.input;
-    current_version(input.version_id.as_deref())?;
     let record = s3.require_bucket(&input.bucket).await?;
     let canned = Canned::requested(
         input.acl.as_ref().map(|a| a.as_str()),
@@ -44,9 +43,8 @@ pub(crate) async fn handle_put(
     if canned.opens() {
         may_open(&req, &input.bucket, record.version)?;
     }
-    s3.change_in_place(&object_key(&input.bucket, &input.key)?, |m| {
-        canned.store_in(m)
-    })
-    .await?;
+    let key = object_key(&input.bucket, &input.key)?;
+    s3.change_version_in_place(&key, input.version_id.as_deref(), |m| canned.store_in(m))
+        .await?;
     Ok(S3Response::new(PutObjectAclOutput::default()))
 }

@@ -1,7 +1,7 @@
 //! GetObjectAttributes: what HeadObject tells of an object, chosen by `x-amz-object-attributes` (`ETag`,
 //! `Checksum`, `ObjectParts`, `StorageClass`, `ObjectSize`), with the parts of a multipart object paged by
-//! `x-amz-max-parts` and `x-amz-part-number-marker`. The version read is the current one (`versionId` only `null`); an
-//! object sealed with a customer key needs that key, as a GET does.
+//! `x-amz-max-parts` and `x-amz-part-number-marker`. The version read is the one `versionId` names, else the current
+//! one; an object sealed with a customer key needs that key, as a GET does.
 
 use std::collections::BTreeSet;
 
@@ -13,11 +13,11 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 use saltblob_core::ManifestBody;
 use saltblob_core::manifest::SEALED_METADATA_KEY;
 
-use crate::attrs::{Attributes, current_version, etag_of, last_modified_of, with_opened};
-use crate::error::from_store;
+use crate::attrs::{Attributes, etag_of, last_modified_of, with_opened};
 use crate::keys::object_key;
 use crate::service::SaltS3;
 use crate::sse::customer;
+use crate::versioning::shown_version_id;
 
 /// Most parts one response lists, and the default of `max-parts`, as S3.
 const MAX_PARTS: i32 = 1000;
@@ -27,7 +27,8 @@ const MAX_PARTS: i32 = 1000;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct UnquotedETag;
 
-/// GetObjectAttributes: the attributes asked for, of the current version of the object.
+/// GetObjectAttributes: the attributes asked for, of the object's version named (`versionId`) or current one,
+/// and its version id in a bucket that has or had versioning.
 ///
 /// # Errors
 /// `InvalidArgument` for an attribute S3 does not name, or `x-amz-max-parts`/`-part-number-marker` out of range; as
@@ -46,11 +47,11 @@ pub(crate) async fn handle_get_object_attributes(
             "max-parts must be between 0 and {MAX_PARTS} and part-number-marker between 0 and 10000"
         ));
     }
-    current_version(input.version_id.as_deref())?;
-    s3.require_bucket(&input.bucket).await?;
-    let key = object_key(&input.bucket, &input.key)?;
     let given = s3.sse.reader(&req.headers, false)?;
-    let manifest = s3.store.head(&key).await.map_err(from_store)?;
+    let key = object_key(&input.bucket, &input.key)?;
+    let (manifest, state) = s3
+        .object_version(&input.bucket, &input.key, input.version_id.as_deref())
+        .await?;
     customer::check_read(&s3.store, &manifest, given.as_ref()).await?;
 
     let checksum = if wanted.contains(ObjectAttributes::CHECKSUM) {
@@ -95,6 +96,7 @@ pub(crate) async fn handle_get_object_attributes(
             .contains(ObjectAttributes::STORAGE_CLASS)
             .then(|| StorageClass::from_static(StorageClass::STANDARD)),
         last_modified: Some(last_modified_of(&manifest)),
+        version_id: shown_version_id(state.keeps(), &manifest),
         ..GetObjectAttributesOutput::default()
     };
     let mut response = s3.sse.read_echo(&manifest, given.as_ref()).respond(output);

@@ -10,15 +10,13 @@ use http::HeaderMap;
 use s3s::dto::{
     ChecksumMode, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, StreamingBlob,
 };
-use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use saltblob_core::manifest::SEALED_METADATA_KEY;
 use saltblob_core::{Manifest, VersionId};
 
 use super::around::PartialContent;
 use super::select::{Selected, Selection, content_range, head, open};
-use crate::attrs::{
-    Attributes, Conditions, NULL_VERSION, ResponseOverrides, with_attributes, with_opened,
-};
+use crate::attrs::{Attributes, Conditions, ResponseOverrides, with_attributes, with_opened};
 use crate::body::BlobBody;
 use crate::keys::object_key;
 use crate::lifecycle::{Lifecycle, expiration_of};
@@ -96,11 +94,10 @@ impl Read {
     /// that order.
     async fn check(self, s3: &SaltS3, signed: bool, headers: &HeaderMap) -> S3Result<Checked> {
         self.overrides.check(signed)?;
-        Named::of(self.version_id.as_deref())?;
+        let named = Named::of(self.version_id.as_deref())?;
         let (record, lifecycle) = s3.bucket_and_lifecycle(&self.bucket).await?;
         let store_key = object_key(&self.bucket, &self.key)?;
-        let version =
-            versioning::read_version(&s3.store, &store_key, self.version_id.as_deref()).await?;
+        let version = versioning::read_named(&s3.store, &store_key, named).await?;
         let selection = Selection::of(self.range, self.part_number)?;
         let customer = s3.sse.reader(headers, false)?;
         Ok(Checked {
@@ -123,8 +120,7 @@ impl Read {
 impl Checked {
     /// The version id a response about `manifest` names: in a bucket that has or had versioning.
     fn version_id(&self, manifest: &Manifest) -> Option<String> {
-        let shown = self.versioned || versioning::version_id_of(manifest) != NULL_VERSION;
-        shown.then(|| versioning::version_id_of(manifest))
+        versioning::shown_version_id(self.versioned, manifest)
     }
 }
 
@@ -179,6 +175,16 @@ impl Checked {
     }
 }
 
+/// Error `e` of a read of `version` (`None`: the current one), said not to be a delete marker when the key holds
+/// nothing.
+fn unnamed_missing(e: S3Error, version: Option<VersionId>) -> S3Error {
+    if version.is_none() {
+        versioning::not_a_marker(e)
+    } else {
+        e
+    }
+}
+
 /// GetObject: the object, a range of it or one of its parts, after its conditional headers; the `response-*`
 /// overrides replace the headers they name.
 pub(crate) async fn handle_get_object(
@@ -197,7 +203,8 @@ pub(crate) async fn handle_get_object(
         checked.customer.as_ref(),
         checked.version,
     )
-    .await?;
+    .await
+    .map_err(|e| unnamed_missing(e, checked.version))?;
     versioning::refuse_marker(&stream.manifest, checked.version.is_some())?;
     s3.record_class_of(&req.extensions, &stream.manifest);
     let version_id = checked.version_id(&stream.manifest);
@@ -230,7 +237,9 @@ pub(crate) async fn handle_head_object(
     let checked = read_of!(input)
         .check(s3, req.credentials.is_some(), &req.headers)
         .await?;
-    let manifest = head(s3, &checked.store_key, checked.version).await?;
+    let manifest = head(s3, &checked.store_key, checked.version)
+        .await
+        .map_err(|e| unnamed_missing(e, checked.version))?;
     versioning::refuse_marker(&manifest, checked.version.is_some())?;
     customer::check_read(&s3.store, &manifest, checked.customer.as_ref()).await?;
     let version_id = checked.version_id(&manifest);

@@ -8,10 +8,10 @@ use s3s::dto::{
 };
 use s3s::{S3Request, S3Response, S3Result};
 
-use crate::attrs::current_version;
 use crate::keys::object_key;
 use crate::service::SaltS3;
 use crate::tagging::{MAX_OBJECT_TAGS, Tags};
+use crate::versioning::shown_version_id;
 
 /// PutObjectTagging: replaces the object's tags, once checked.
 pub(crate) async fn handle_put(
@@ -19,9 +19,15 @@ pub(crate) async fn handle_put(
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
     let tags = Tags::from_dto(input.tagging.tag_set, MAX_OBJECT_TAGS)?;
-    set_tags(s3, &input.bucket, &input.key, &tags).await?;
+    set_tags(
+        s3,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+        &tags,
+    )
+    .await?;
     Ok(S3Response::new(PutObjectTaggingOutput::default()))
 }
 
@@ -31,12 +37,12 @@ pub(crate) async fn handle_get(
     req: S3Request<GetObjectTaggingInput>,
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let input = req.input;
-    let manifest = s3
-        .current_object(&input.bucket, &input.key, input.version_id.as_deref())
+    let (manifest, state) = s3
+        .object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .await?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: Tags::of(&manifest).to_dto(),
-        version_id: None,
+        version_id: shown_version_id(state.keeps(), &manifest),
     }))
 }
 
@@ -46,18 +52,33 @@ pub(crate) async fn handle_delete(
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
-    set_tags(s3, &input.bucket, &input.key, &Tags::default()).await?;
+    let none = Tags::default();
+    set_tags(
+        s3,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+        &none,
+    )
+    .await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
 }
 
-/// Sets the tags of the object's current version to `tags`, in place ([`SaltS3::change_in_place`]).
+/// Sets the tags of the object's current version (or the version `version_id` names, which must be the current
+/// one) to `tags`, in place ([`SaltS3::change_version_in_place`]).
 ///
 /// # Errors
-/// `NoSuchBucket`, `NoSuchKey`; `OperationAborted` (409) when writers replaced the object every time.
-async fn set_tags(s3: &SaltS3, bucket: &str, key: &str, tags: &Tags) -> S3Result<()> {
+/// `NoSuchBucket`, `NoSuchKey`, `NoSuchVersion`; `NotImplemented` for a noncurrent version; `OperationAborted`
+/// (409) when writers replaced the object every time.
+async fn set_tags(
+    s3: &SaltS3,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    tags: &Tags,
+) -> S3Result<()> {
     s3.require_bucket(bucket).await?;
-    s3.change_in_place(&object_key(bucket, key)?, |m| tags.store_in(m))
+    s3.change_version_in_place(&object_key(bucket, key)?, version_id, |m| tags.store_in(m))
         .await?;
     Ok(())
 }

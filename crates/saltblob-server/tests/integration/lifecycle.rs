@@ -201,10 +201,11 @@ async fn what_is_not_applied_is_refused_and_the_rules_in_force_stay() {
         ),
         (
             "<LifecycleConfiguration><Rule><ID>t</ID><Filter><Tag><Key>k</Key><Value>v</Value></Tag></Filter>\
-             <Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule></LifecycleConfiguration>",
-            501,
-            "NotImplemented",
-            "Filter Tag",
+             <Status>Enabled</Status><Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker>\
+             </Expiration></Rule></LifecycleConfiguration>",
+            400,
+            "InvalidRequest",
+            "tags",
         ),
         (
             "<LifecycleConfiguration><Rule><ID>t</ID><Filter></Filter><Status>Enabled</Status>\
@@ -365,4 +366,115 @@ async fn in_a_versioned_bucket_an_expiry_writes_a_delete_marker() {
     assert_eq!(again.objects, 0, "a delete marker does not expire");
     let listed = c.call("GET", "/lcb").query("versions", "").send().await;
     assert_eq!(listed.xml("VersionId").len(), 3, "{}", listed.text());
+}
+
+/// Every action but transitions, in a versioned bucket: noncurrent versions removed after their days but the
+/// newest kept, a delete marker removed once it is alone, an expiry only of objects that pass the tag and size
+/// filter (and `x-amz-expiration` only on them), incomplete uploads aborted after their days.
+#[tokio::test]
+async fn noncurrent_versions_lone_markers_filters_and_uploads_follow_their_rules() {
+    const ALL: &str = "<LifecycleConfiguration>\
+<Rule><ID>nc</ID><Filter><Prefix>v/</Prefix></Filter><Status>Enabled</Status>\
+<NoncurrentVersionExpiration><NoncurrentDays>2</NoncurrentDays><NewerNoncurrentVersions>1</NewerNoncurrentVersions>\
+</NoncurrentVersionExpiration></Rule>\
+<Rule><ID>dm</ID><Filter><Prefix>m/</Prefix></Filter><Status>Enabled</Status>\
+<Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>\
+<NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration></Rule>\
+<Rule><ID>big</ID><Filter><And><Prefix>s/</Prefix><Tag><Key>k</Key><Value>v</Value></Tag>\
+<ObjectSizeGreaterThan>3</ObjectSizeGreaterThan></And></Filter><Status>Enabled</Status>\
+<Expiration><Days>1</Days></Expiration></Rule>\
+<Rule><ID>mp</ID><Filter><Prefix>up/</Prefix></Filter><Status>Enabled</Status>\
+<AbortIncompleteMultipartUpload><DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule>\
+</LifecycleConfiguration>";
+    let (s, clock) = clocked(None).await;
+    let c = &s.client;
+    let r = crate::versioning::set_versioning(c, "lcb", "Enabled").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = put_rules(c, "lcb", ALL).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let shown = c.call("GET", "/lcb").query("lifecycle", "").send().await;
+    assert_eq!(
+        shown.xml("ID"),
+        ["nc", "dm", "big", "mp"],
+        "{}",
+        shown.text()
+    );
+    assert_eq!(shown.xml("NewerNoncurrentVersions"), ["1"]);
+    assert_eq!(shown.xml("ObjectSizeGreaterThan"), ["3"]);
+
+    let mut v = Vec::new();
+    for body in ["1", "2", "3", "4"] {
+        let r = c.put("/lcb/v/a", body.as_bytes()).await;
+        v.push(r.header("x-amz-version-id").to_owned());
+    }
+    assert_eq!(c.put("/lcb/m/a", &b"gone"[..]).await.status, 200);
+    assert_eq!(c.call("DELETE", "/lcb/m/a").send().await.status, 204);
+    for (key, body, tagged) in [
+        ("s/big", "0123456789", true),
+        ("s/small", "01", true),
+        ("s/untagged", "0123456789", false),
+    ] {
+        let mut put = c
+            .call("PUT", &format!("/lcb/{key}"))
+            .body(body.as_bytes().to_vec());
+        if tagged {
+            put = put.header("x-amz-tagging", "k=v");
+        }
+        assert_eq!(put.send().await.status, 200, "{key}");
+    }
+    assert!(
+        c.call("HEAD", "/lcb/s/big")
+            .send()
+            .await
+            .header("x-amz-expiration")
+            .contains("rule-id=\"big\"")
+    );
+    assert_eq!(
+        c.call("HEAD", "/lcb/s/small")
+            .send()
+            .await
+            .header("x-amz-expiration"),
+        ""
+    );
+    for key in ["up/x", "other/y"] {
+        let r = c
+            .call("POST", &format!("/lcb/{key}"))
+            .query("uploads", "")
+            .send()
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    clock.advance(Duration::from_secs(86_400 * 4));
+    let mut expirer = saltblob_server::lifecycle_expirer(Duration::from_secs(86_400));
+    let done = expirer.pass(&s.store).await.expect("pass");
+    assert_eq!(
+        (done.objects, done.versions, done.uploads),
+        (1, 4, 1),
+        "s/big; v/a's two oldest, m/a's version and its lone marker; up/x"
+    );
+    let listed = c
+        .call("GET", "/lcb")
+        .query("versions", "")
+        .query("prefix", "v/")
+        .send()
+        .await;
+    assert_eq!(
+        listed.xml("VersionId"),
+        [v[3].clone(), v[2].clone()],
+        "the newest noncurrent one stays"
+    );
+    let listed = c
+        .call("GET", "/lcb")
+        .query("versions", "")
+        .query("prefix", "m/")
+        .send()
+        .await;
+    assert!(listed.xml("Key").is_empty(), "{}", listed.text());
+    let r = c.get("/lcb/s/big").await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (404, "true"));
+    assert_eq!(c.get("/lcb/s/small").await.status, 200);
+    assert_eq!(c.get("/lcb/s/untagged").await.status, 200);
+    let uploads = c.call("GET", "/lcb").query("uploads", "").send().await;
+    assert_eq!(uploads.xml("Key"), ["other/y"], "{}", uploads.text());
 }

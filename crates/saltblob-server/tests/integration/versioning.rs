@@ -262,13 +262,33 @@ async fn conditional_deletes_in_a_versioned_bucket_judge_the_version_they_name()
         .await;
     assert_eq!((r.status, r.header("x-amz-delete-marker")), (204, "true"));
     assert_eq!(c.get("/cbkt/k").await.status, 404);
-    // Over a marker, a condition finds no object.
+    // Over a marker, the marker is judged: no ETag matches it, `*` and its size 0 do (another marker).
     let r = c
         .call("DELETE", "/cbkt/k")
         .header("if-match", &etag2)
         .send()
         .await;
-    assert_eq!((r.status, r.code().as_str()), (404, "NoSuchKey"));
+    assert_eq!((r.status, r.code().as_str()), (412, "PreconditionFailed"));
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .header("x-amz-if-match-size", "0")
+        .send()
+        .await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (204, "true"));
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .header("if-match", "*")
+        .send()
+        .await;
+    assert_eq!((r.status, r.header("x-amz-delete-marker")), (204, "true"));
+    // A version the key does not have: nothing to delete, whatever the condition.
+    let r = c
+        .call("DELETE", "/cbkt/k")
+        .query("versionId", "0123456789abcdef0123456789abcdef")
+        .header("if-match", "\"nope\"")
+        .send()
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text());
     // A named version judged: only its own ETag removes it.
     let r = c
         .call("DELETE", "/cbkt/k")
@@ -286,4 +306,164 @@ async fn conditional_deletes_in_a_versioned_bucket_judge_the_version_they_name()
         .await;
     assert_eq!(r.status, 204, "{}", r.text());
     assert_eq!(get_version(c, "/cbkt/k", &v1).await.status, 404);
+}
+
+/// The object operations that take a `versionId`: GetObjectAttributes, GetObjectTagging and GetObjectAcl read the
+/// version named (a kept one too), PutObjectAcl and PutObjectTagging change it in place (a kept one too),
+/// UploadPartCopy copies it; a key that holds nothing answers 404 with `x-amz-delete-marker: false`.
+#[tokio::test]
+async fn the_object_operations_read_the_version_they_name() {
+    let s = TestServer::with_bucket("nbkt").await;
+    let c = &s.client;
+    assert_eq!(set_versioning(c, "nbkt", "Enabled").await.status, 200);
+    let first = c
+        .call("PUT", "/nbkt/k")
+        .header("x-amz-tagging", "a=1")
+        .body("first")
+        .send()
+        .await;
+    let v1 = first.header("x-amz-version-id").to_owned();
+    let v2 = c
+        .put("/nbkt/k", "second!")
+        .await
+        .header("x-amz-version-id")
+        .to_owned();
+
+    let r = c
+        .call("GET", "/nbkt/k")
+        .query("attributes", "")
+        .query("versionId", &v1)
+        .header("x-amz-object-attributes", "ObjectSize")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.xml("ObjectSize"), ["5"]);
+    assert_eq!(r.header("x-amz-version-id"), v1);
+    let tags = |v: String| {
+        c.call("GET", "/nbkt/k")
+            .query("tagging", "")
+            .query("versionId", &v)
+            .send()
+    };
+    let r = tags(v1.clone()).await;
+    assert_eq!(
+        (r.xml("Key"), r.header("x-amz-version-id")),
+        (vec!["a".to_owned()], v1.as_str())
+    );
+    assert!(tags(v2.clone()).await.xml("Key").is_empty());
+
+    let acl = |v: &str, method: &'static str| {
+        let call = c
+            .call(method, "/nbkt/k")
+            .query("acl", "")
+            .query("versionId", v);
+        if method == "PUT" {
+            call.header("x-amz-acl", "public-read")
+        } else {
+            call
+        }
+    };
+    let r = acl(&v1, "PUT").send().await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(acl(&v1, "GET").send().await.text().contains("AllUsers"));
+    assert!(
+        !acl(&v2, "GET").send().await.text().contains("AllUsers"),
+        "the other version keeps its ACL"
+    );
+    let r = acl(&v2, "PUT").send().await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(acl(&v2, "GET").send().await.text().contains("AllUsers"));
+    // The kept version changed in place keeps its bytes.
+    assert_eq!(get_version(c, "/nbkt/k", &v1).await.text(), "first");
+    let r = c
+        .call("PUT", "/nbkt/k")
+        .query("tagging", "")
+        .query("versionId", &v2)
+        .body("<Tagging><TagSet><Tag><Key>b</Key><Value>2</Value></Tag></TagSet></Tagging>")
+        .send()
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(tags(v2.clone()).await.xml("Key"), ["b"]);
+
+    let created = c
+        .call("POST", "/nbkt/dst")
+        .query("uploads", "")
+        .send()
+        .await;
+    let upload = created.xml("UploadId").remove(0);
+    let part = c
+        .call("PUT", "/nbkt/dst")
+        .query("partNumber", "1")
+        .query("uploadId", &upload)
+        .header("x-amz-copy-source", &format!("/nbkt/k?versionId={v1}"))
+        .send()
+        .await;
+    assert_eq!(part.status, 200, "{}", part.text());
+    assert_eq!(part.header("x-amz-copy-source-version-id"), v1);
+    let etag = part.xml("ETag").remove(0);
+    let done = c
+        .call("POST", "/nbkt/dst")
+        .query("uploadId", &upload)
+        .body(format!(
+            "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>"
+        ))
+        .send()
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(c.get("/nbkt/dst").await.text(), "first");
+
+    for method in ["GET", "HEAD"] {
+        let r = c.call(method, "/nbkt/missing").send().await;
+        assert_eq!(
+            (r.status, r.header("x-amz-delete-marker")),
+            (404, "false"),
+            "{method}"
+        );
+    }
+}
+
+/// ListObjectVersions' `max-keys` counts versions and markers, as S3's: a page that stops within a key's versions
+/// resumes after its last one (NextKeyMarker and NextVersionIdMarker), and the pages together list each version
+/// once.
+#[tokio::test]
+async fn version_listings_page_by_version() {
+    let s = TestServer::with_bucket("pbkt").await;
+    let c = &s.client;
+    assert_eq!(set_versioning(c, "pbkt", "Enabled").await.status, 200);
+    for (key, body) in [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1"), ("c", "1")] {
+        assert_eq!(c.put(&format!("/pbkt/{key}"), body).await.status, 200);
+    }
+    assert_eq!(c.delete("/pbkt/c").await.status, 204);
+    let mut markers: (Option<String>, Option<String>) = (None, None);
+    let mut seen = Vec::new();
+    for page in 0.. {
+        assert!(page < 10, "the pages never end");
+        let mut call = c
+            .call("GET", "/pbkt")
+            .query("versions", "")
+            .query("max-keys", "2");
+        if let (Some(k), Some(v)) = &markers {
+            call = call.query("key-marker", k).query("version-id-marker", v);
+        }
+        let r = call.send().await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let ids = r.xml("VersionId");
+        assert!(ids.len() <= 2, "{}", r.text());
+        seen.extend(r.xml("Key").into_iter().zip(ids));
+        if r.xml("IsTruncated") != ["true"] {
+            break;
+        }
+        markers = (
+            r.xml("NextKeyMarker").pop(),
+            r.xml("NextVersionIdMarker").pop(),
+        );
+    }
+    let keys: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    // Versions are listed before markers within a page, so compare as sets per key.
+    let count = |k: &str| keys.iter().filter(|x| **x == k).count();
+    assert_eq!((count("a"), count("b"), count("c")), (3, 1, 2), "{seen:?}");
+    let mut ids: Vec<&String> = seen.iter().map(|(_, v)| v).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "each version once: {seen:?}");
 }
