@@ -12,6 +12,8 @@
 //!   hold, and reports it refused, like a lightweight transaction whose outcome was misread →
 //!   [`crate::ViolationKind::Refused`] (or [`crate::ViolationKind::Corrupt`] when the refused put already
 //!   deleted its chunks).
+//! - [`DropsKept`]: sometimes acknowledges the write of a kept-version record without doing it, so that a
+//!   keeping put loses the version it replaced → [`crate::ViolationKind::LostVersion`].
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -25,8 +27,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use saltblob_core::backend::{ChunkSink, SinkPlan, without_commit_groups};
 use saltblob_core::{
-    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, Manifest, Namespace,
-    Precondition, Previous, RecordWrite, Result,
+    BlobRef, ChunkRecord, ChunkStore, ChunkStoreLayer, ChunkWrite, GroupChunks, GroupWrite,
+    Manifest, Namespace, Precondition, Previous, RecordChange, RecordWrite, Result,
 };
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -424,6 +426,88 @@ impl ChunkStoreLayer for RefusedButApplied {
     }
 }
 
+/// Loses kept versions: with probability `p`, a write of a kept-version record ([`Namespace::Kept`], the
+/// record a keeping put writes instead of queuing the replaced version for reclaim) returns success without
+/// being performed, alone or in an atomic group (where the rest of the group is written). The version the put
+/// replaced is then neither kept nor reclaimed: reads of it by id find no such version.
+#[derive(Debug)]
+pub struct DropsKept {
+    inner: Arc<dyn ChunkStore>,
+    coin: Coin,
+}
+
+impl DropsKept {
+    /// Wraps `inner`; a kept-version record write is dropped with probability `p` (seeded by `seed`).
+    pub fn new(inner: Arc<dyn ChunkStore>, p: f64, seed: u64) -> Self {
+        Self {
+            inner,
+            coin: Coin::new(p, seed),
+        }
+    }
+
+    /// Kept-version record writes dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.coin.heads()
+    }
+}
+
+#[async_trait]
+impl ChunkStoreLayer for DropsKept {
+    fn inner(&self) -> &dyn ChunkStore {
+        self.inner.as_ref()
+    }
+
+    async fn put_record(
+        &self,
+        ns: Namespace,
+        key: &[u8],
+        value: Bytes,
+        cond: &Precondition,
+    ) -> Result<RecordWrite> {
+        if ns == Namespace::Kept && self.coin.flip() {
+            return Ok(RecordWrite::Done(Previous::Absent));
+        }
+        self.inner.put_record(ns, key, value, cond).await
+    }
+
+    async fn write_records(
+        &self,
+        changes: Vec<RecordChange>,
+        chunks: Option<GroupChunks>,
+    ) -> Result<GroupWrite> {
+        // The dropped changes' positions, to report the rest of the group where the caller put it.
+        let mut dropped = Vec::new();
+        let mut kept = Vec::with_capacity(changes.len());
+        for (i, change) in changes.into_iter().enumerate() {
+            if change.ns == Namespace::Kept && change.value.is_some() && self.coin.flip() {
+                dropped.push(i);
+            } else {
+                kept.push(change);
+            }
+        }
+        if dropped.is_empty() {
+            return self.inner.write_records(kept, chunks).await;
+        }
+        Ok(match self.inner.write_records(kept, chunks).await? {
+            GroupWrite::Done(mut previous) => {
+                for i in dropped {
+                    previous.insert(i.min(previous.len()), Previous::Absent);
+                }
+                GroupWrite::Done(previous)
+            }
+            GroupWrite::ConditionFailed { index, current } => {
+                let mut index = index;
+                for i in dropped {
+                    if i <= index {
+                        index += 1;
+                    }
+                }
+                GroupWrite::ConditionFailed { index, current }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -552,6 +636,46 @@ mod tests {
             .await
             .expect("put");
         assert_eq!(s.get("k").await.expect("fresh read"), vec![1u8; 10]);
+    }
+
+    #[tokio::test]
+    async fn drops_kept_loses_the_versions_keeping_puts_replace() {
+        use saltblob_core::GetOptions;
+
+        let wrapper = Arc::new(DropsKept::new(Arc::new(MemoryStore::new()), 1.0, 0));
+        let s = store(wrapper.clone());
+        let keep = PutOptions::new().with_keep_replaced(true);
+        let first = s
+            .put("k", vec![1u8; 5000], &PutOptions::new())
+            .await
+            .expect("put");
+        s.put("k", vec![2u8; 10], &keep)
+            .await
+            .expect("acknowledged");
+        assert_eq!(wrapper.dropped(), 1);
+        let read = s
+            .get_with("k", &GetOptions::new().with_version(first.version))
+            .await;
+        assert!(
+            matches!(read, Err(Error::VersionNotFound { .. })),
+            "{read:?}"
+        );
+        assert_eq!(s.get("k").await.expect("current"), vec![2u8; 10]);
+        // Never dropped with probability 0.
+        let s = store(Arc::new(DropsKept::new(
+            Arc::new(MemoryStore::new()),
+            0.0,
+            0,
+        )));
+        let first = s
+            .put("k", vec![1u8; 5000], &PutOptions::new())
+            .await
+            .expect("put");
+        s.put("k", vec![2u8; 10], &keep).await.expect("put");
+        let read = s
+            .get_with("k", &GetOptions::new().with_version(first.version))
+            .await;
+        assert_eq!(read.expect("kept"), vec![1u8; 5000]);
     }
 
     #[tokio::test]

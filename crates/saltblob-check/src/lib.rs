@@ -16,7 +16,9 @@
 //!   unless a barrier recorded that its process is gone.
 //! - **Workload** ([`workload`]): concurrent clients doing random puts, gets and deletes on a few hot keys,
 //!   with sizes at the layout's boundaries; [`workload::final_reads`] reads every key once at the end or after
-//!   a crash.
+//!   a crash. *Keeping clients* ([`workload::Keeping`], off by default) also put keeping the version replaced,
+//!   record the version each acknowledged put created, read versions by id and remove them;
+//!   [`workload::final_version_reads`] reads every recorded version once.
 //! - **Checker** ([`checker`]): acknowledged writes (ok puts and deletes) must be respected; failed and
 //!   indeterminate ones may or may not have happened. For every successful get:
 //!   - it must have returned exactly one whole value that some put wrote to that key (else *torn* or
@@ -27,10 +29,27 @@
 //!   - NotFound is wrong if an acknowledged put completed before the get began and no delete could have
 //!     taken effect after it (else *lost*);
 //!   - a corruption error is always a violation (*corrupt*).
+//!
+//!   Kept versions: a version V is known by the acknowledged put P that reported creating it. V is *destroyed*
+//!   only by a removal of V, or by a plain (non-keeping) put or a delete while V is current; V stops being
+//!   current when any put or delete replaces it, and becomes current again only when a removal of the current
+//!   version promotes it. A plain put or delete may destroy V unless *shielded*: an acknowledged keeping put
+//!   began after P ended and completed before it began, and no removal could have taken effect between the two.
+//!   For every successful get by version:
+//!   - a value must be exactly P's (else *wrong version*);
+//!   - no such version is wrong if P completed before the get began and nothing that may have destroyed V
+//!     (a removal of V of any outcome but one that found no such version, an unshielded plain put or delete
+//!     that ended after P began) began before the get ended (else *lost version*);
+//!   - P's value is wrong after an acknowledged removal that found V completed before the get began, unless
+//!     another removal that may have promoted V before it was removed was still running when the get began
+//!     (else *resurrected*; plain gets of P's value too);
+//!   - a plain get's value that the stale rule would flag is accepted when a keeping put may have kept it and a
+//!     removal may have promoted it after every write the stale rule names; a removal may leave the key empty,
+//!     as a delete does, for the lost rule.
 //! - **Scenarios** ([`scenario`]): ready-made checked loads the backends' suites share (hot keys with a
-//!   background gc).
+//!   background gc; keeping clients with a background gc).
 //! - **Broken backends** ([`broken`]): wrappers that commit the manifest before the chunks, serve stale
-//!   manifests or lose acknowledged commits, to show that the checker catches each.
+//!   manifests, lose acknowledged commits or drop kept-version records, to show that the checker catches each.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -63,5 +82,6 @@ pub use history::{
 };
 pub use value::{Identified, StreamVerifier, ValueId, generate, verify};
 pub use workload::{
-    Client, OpMix, SizeMix, Stats, Stop, WorkloadConfig, final_reads, key_set, run,
+    Client, Keeping, OpMix, SizeMix, Stats, Stop, VersionLog, WorkloadConfig, final_reads,
+    final_version_reads, key_set, run,
 };

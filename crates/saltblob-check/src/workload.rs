@@ -6,18 +6,27 @@
 //! ([`crate::value::generate`]). The invocation is recorded before the operation starts and the completion
 //! after it ends, so the recorded interval contains the real one. Reads are verified as they stream in
 //! ([`StreamVerifier`]), so even huge values take bounded memory.
+//!
+//! **Keeping clients** ([`WorkloadConfig::keeping`], off by default): puts that keep the version they replace
+//! (`PutOptions::keep_replaced`), every put's completion recording the version it created; gets by a version
+//! some acknowledged put of the run created; removals of such versions ([`Keeping`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use saltblob_core::{BlobStore, Error, LayoutPolicy, PutCondition, PutOptions};
+use saltblob_core::{
+    BlobStore, Error, GetOptions, LayoutPolicy, PutCondition, PutOptions, RemovedVersion, VersionId,
+};
 use serde::Serialize;
 
-use crate::history::{Event, GetResult, HistorySink, OpId, OpKind, OpResult, Outcome, now_micros};
+use crate::history::{
+    Event, GetResult, History, HistorySink, OpId, OpKind, OpResult, Outcome, now_micros,
+};
 use crate::value::{Identified, StreamVerifier, ValueId, generate, to_hex};
 
 /// The value sizes a workload picks from, uniformly.
@@ -125,6 +134,123 @@ impl Stop {
     }
 }
 
+/// The versions acknowledged puts created, by key, in the order their puts completed: what keeping clients
+/// read and remove by id. Clones share them.
+#[derive(Clone, Debug, Default)]
+pub struct VersionLog(Arc<Mutex<HashMap<String, Vec<VersionId>>>>);
+
+impl VersionLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The versions the acknowledged puts of `history` reported creating ([`OpResult::PutVersion`]), by
+    /// completion time; completions whose version does not parse are left out.
+    pub fn from_history(history: &History) -> Self {
+        let mut created: Vec<(u64, &str, VersionId)> = history
+            .ops
+            .iter()
+            .filter_map(|op| {
+                let version = op.created_version()?.parse().ok()?;
+                Some((op.end, op.kind.key(), version))
+            })
+            .collect();
+        created.sort_unstable();
+        let log = Self::new();
+        for (_, key, version) in created {
+            log.record(key, version);
+        }
+        log
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<VersionId>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records that an acknowledged put created `version` of `key`.
+    pub fn record(&self, key: &str, version: VersionId) {
+        self.lock().entry(key.to_owned()).or_default().push(version);
+    }
+
+    /// Every version recorded, by key, then in recording order.
+    pub fn all(&self) -> Vec<(String, VersionId)> {
+        let mut all: Vec<(String, VersionId)> = self
+            .lock()
+            .iter()
+            .flat_map(|(k, vs)| vs.iter().map(move |v| (k.clone(), *v)))
+            .collect();
+        // Versions are time-ordered: within a key this is the recording order, up to concurrent puts.
+        all.sort();
+        all
+    }
+
+    /// How many versions are recorded.
+    pub fn len(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A version of `key`: half the time one of its 8 newest, else any; `None` when it has none.
+    fn pick(&self, key: &str, rng: &mut StdRng) -> Option<VersionId> {
+        let log = self.lock();
+        let versions = log.get(key).filter(|v| !v.is_empty())?;
+        let from = if rng.random_bool(0.5) {
+            versions.len().saturating_sub(8)
+        } else {
+            0
+        };
+        versions
+            .get(rng.random_range(from..versions.len()))
+            .copied()
+    }
+}
+
+/// What keeping clients do beside [`WorkloadConfig::mix`] (see [`WorkloadConfig::keeping`]).
+#[derive(Clone, Debug)]
+pub struct Keeping {
+    /// Percentage (0 to 100) of puts that keep the version they replace; the others replace it without
+    /// keeping it. Defaults to 75.
+    pub keep_percent: u32,
+    /// Whether conditional puts keep too, as often as the others; when false they never keep. Defaults to
+    /// true.
+    pub keep_conditional: bool,
+    /// Weight of gets by version (a version of the key from [`Keeping::versions`]; a plain get when the key
+    /// has none yet), on [`OpMix`]'s scale. Defaults to 30.
+    pub get_version: u32,
+    /// Weight of removals of a version (picked as for gets by version; a plain get when the key has none yet).
+    /// Defaults to 10.
+    pub remove_version: u32,
+    /// Where the clients record the versions their acknowledged puts created, and pick versions from.
+    /// Defaults to an empty log.
+    pub versions: VersionLog,
+    /// Whether removals may name the key's current version, which makes the newest kept version current.
+    /// When false, a removal first lists the key's versions (`BlobStore::versions`, not an operation of the
+    /// history) and is done only if the version picked is listed as kept: no removal then names a current
+    /// version, so no version is ever made current again and a kept version stays kept until removed.
+    /// Defaults to true.
+    pub remove_current: bool,
+}
+
+impl Default for Keeping {
+    fn default() -> Self {
+        Self {
+            keep_percent: 75,
+            keep_conditional: true,
+            get_version: 30,
+            remove_version: 10,
+            versions: VersionLog::new(),
+            remove_current: true,
+        }
+    }
+}
+
 /// What a workload does. Each client runs until the first of: `duration` elapsed, `ops_per_client`
 /// operations done, `stop` raised. With neither limit set it runs until stopped.
 #[derive(Clone, Debug)]
@@ -147,6 +273,9 @@ pub struct WorkloadConfig {
     pub put_options: PutOptions,
     /// Raised to stop the clients early.
     pub stop: Stop,
+    /// Keeping clients: puts that keep what they replace, gets and removals by version ([`Keeping`]).
+    /// Defaults to `None`: no version is recorded, read or removed.
+    pub keeping: Option<Keeping>,
 }
 
 impl WorkloadConfig {
@@ -162,6 +291,7 @@ impl WorkloadConfig {
             seed: 0,
             put_options: PutOptions::new(),
             stop: Stop::new(),
+            keeping: None,
         }
     }
 }
@@ -180,6 +310,8 @@ pub struct Stats {
     pub gets: u64,
     /// Deletes done.
     pub deletes: u64,
+    /// Removals of a version done.
+    pub removals: u64,
     /// Operations that returned without error.
     pub ok: u64,
     /// Operations that returned an error.
@@ -199,9 +331,10 @@ pub struct Stats {
 impl Stats {
     fn count(&mut self, kind: &OpKind, outcome: &Outcome) {
         match kind {
-            OpKind::Put { .. } => self.puts += 1,
-            OpKind::Get { .. } => self.gets += 1,
+            OpKind::Put { .. } | OpKind::PutKeeping { .. } => self.puts += 1,
+            OpKind::Get { .. } | OpKind::GetVersion { .. } => self.gets += 1,
             OpKind::Delete { .. } => self.deletes += 1,
+            OpKind::RemoveVersion { .. } => self.removals += 1,
         }
         match outcome {
             Outcome::Ok(r) => {
@@ -225,6 +358,7 @@ impl Stats {
         self.puts += other.puts;
         self.gets += other.gets;
         self.deletes += other.deletes;
+        self.removals += other.removals;
         self.ok += other.ok;
         self.failed += other.failed;
         self.refused += other.refused;
@@ -251,7 +385,11 @@ impl std::fmt::Display for Stats {
             self.corrupt,
             self.refused,
             self.elapsed
-        )
+        )?;
+        if self.removals > 0 {
+            write!(f, "; {} version removals", self.removals)?;
+        }
+        Ok(())
     }
 }
 
@@ -267,6 +405,7 @@ pub struct Client {
     seq: u64,
     stats: Stats,
     put_options: PutOptions,
+    versions: Option<VersionLog>,
 }
 
 impl Client {
@@ -279,7 +418,16 @@ impl Client {
             seq: 0,
             stats: Stats::default(),
             put_options: PutOptions::new(),
+            versions: None,
         }
+    }
+
+    /// Records in `log` the version each acknowledged put creates, and records it in the history too
+    /// ([`OpResult::PutVersion`]).
+    #[must_use]
+    pub fn with_versions(mut self, log: VersionLog) -> Self {
+        self.versions = Some(log);
+        self
     }
 
     /// Uses `opts` for every put.
@@ -329,6 +477,16 @@ impl Client {
         self.put_with(key, len, &opts).await
     }
 
+    /// Puts a fresh value of `len` bytes under `key`, keeping the version it replaces
+    /// ([`OpKind::PutKeeping`]); its completion records the version it created.
+    pub async fn put_keeping(&mut self, key: &str, len: u64) -> Outcome {
+        let opts = self.put_options.clone().with_keep_replaced(true);
+        self.put_with(key, len, &opts).await
+    }
+
+    /// A put with `opts`: recorded as [`OpKind::PutKeeping`] when they keep what it replaces, else as
+    /// [`OpKind::Put`]; an acknowledged one records the version it created when it keeps or when the client
+    /// has a [`VersionLog`].
     async fn put_with(&mut self, key: &str, len: u64, opts: &PutOptions) -> Outcome {
         let id = ValueId {
             writer: self.id,
@@ -339,12 +497,28 @@ impl Client {
             id,
             usize::try_from(len).unwrap_or(usize::MAX),
         );
-        let (op, kind) = self.begin(OpKind::Put {
-            key: key.to_owned(),
-            id,
-            len,
+        let key_owned = key.to_owned();
+        let (op, kind) = self.begin(if opts.keep_replaced {
+            OpKind::PutKeeping {
+                key: key_owned,
+                id,
+                len,
+            }
+        } else {
+            OpKind::Put {
+                key: key_owned,
+                id,
+                len,
+            }
         });
+        let mut created = None;
         let outcome = match self.store.put(key, value, opts).await {
+            Ok(m) if opts.keep_replaced || self.versions.is_some() => {
+                created = Some(m.version);
+                Outcome::Ok(OpResult::PutVersion {
+                    version: m.version.to_string(),
+                })
+            }
             Ok(_) => Outcome::Ok(OpResult::Put),
             Err(e @ (Error::AlreadyExists { .. } | Error::PreconditionFailed { .. })) => {
                 Outcome::Refused {
@@ -353,20 +527,30 @@ impl Client {
             }
             Err(e) => failed(&e),
         };
-        self.end(op, &kind, outcome)
+        let outcome = self.end(op, &kind, outcome);
+        // Logged once the completion is recorded: a get by this version begins after it.
+        if let (Some(log), Some(version)) = (&self.versions, created) {
+            log.record(key, version);
+        }
+        outcome
     }
 
     /// A conditional put of a fresh value: reads `key`'s current version, then puts on the condition that it is
     /// still that version (or that the key is still absent). Another writer in between makes the store refuse
     /// it ([`Outcome::Refused`]), and the checker then verifies that its value never shows.
     pub async fn put_conditional(&mut self, key: &str, len: u64) -> Outcome {
+        let opts = self.put_options.clone();
+        self.put_conditional_with(key, len, opts).await
+    }
+
+    async fn put_conditional_with(&mut self, key: &str, len: u64, opts: PutOptions) -> Outcome {
         let condition = match self.store.head(key).await {
             Ok(m) => PutCondition::IfVersion(m.version),
             Err(Error::NotFound { .. }) => PutCondition::IfAbsent,
             // Nothing was written: not an operation of the history.
             Err(e) => return failed(&e),
         };
-        let opts = self.put_options.clone().with_condition(condition);
+        let opts = opts.with_condition(condition);
         self.put_with(key, len, &opts).await
     }
 
@@ -375,8 +559,60 @@ impl Client {
         let (op, kind) = self.begin(OpKind::Get {
             key: key.to_owned(),
         });
-        let outcome = match read_verified(&self.store, key).await {
+        let outcome = match read_verified(&self.store, key, &GetOptions::new()).await {
             Ok(r) => Outcome::Ok(OpResult::Get(r)),
+            Err(e) => failed(&e),
+        };
+        self.end(op, &kind, outcome)
+    }
+
+    /// Reads the whole value of version `version` of `key`, verifying it as it streams in; no such version
+    /// (`Error::VersionNotFound`) is recorded as [`GetResult::NotFound`].
+    pub async fn get_version(&mut self, key: &str, version: VersionId) -> Outcome {
+        let (op, kind) = self.begin(OpKind::GetVersion {
+            key: key.to_owned(),
+            version: version.to_string(),
+        });
+        let opts = GetOptions::new().with_version(version);
+        let outcome = match read_verified(&self.store, key, &opts).await {
+            Ok(r) => Outcome::Ok(OpResult::Get(r)),
+            Err(Error::VersionNotFound { .. }) => Outcome::Ok(OpResult::Get(GetResult::NotFound)),
+            Err(e) => failed(&e),
+        };
+        self.end(op, &kind, outcome)
+    }
+
+    /// Removes version `version` of `key` if it is kept, not current: lists the key's versions first (not an
+    /// operation of the history), and does nothing (returns `None`) when the listing fails or does not show
+    /// `version` as kept.
+    pub async fn remove_kept_version(&mut self, key: &str, version: VersionId) -> Option<Outcome> {
+        let listed = self.store.versions(key).await.ok()?;
+        listed
+            .iter()
+            .any(|v| v.version == version && !v.current)
+            .then_some(())?;
+        Some(self.remove_version(key, version).await)
+    }
+
+    /// Removes version `version` of `key`; no such version (`Error::VersionNotFound`) is recorded as a removal
+    /// that found nothing.
+    pub async fn remove_version(&mut self, key: &str, version: VersionId) -> Outcome {
+        let (op, kind) = self.begin(OpKind::RemoveVersion {
+            key: key.to_owned(),
+            version: version.to_string(),
+        });
+        let outcome = match self.store.remove_version(key, version).await {
+            Ok(removed) => Outcome::Ok(OpResult::RemoveVersion {
+                found: true,
+                promoted: match removed {
+                    RemovedVersion::CurrentPromoting(v) => Some(v.to_string()),
+                    RemovedVersion::Kept | RemovedVersion::Current => None,
+                },
+            }),
+            Err(Error::VersionNotFound { .. }) => Outcome::Ok(OpResult::RemoveVersion {
+                found: false,
+                promoted: None,
+            }),
             Err(e) => failed(&e),
         };
         self.end(op, &kind, outcome)
@@ -404,9 +640,13 @@ fn failed(e: &Error) -> Outcome {
     }
 }
 
-/// Reads `key` (the whole value, digest verified by the store) and identifies what was read.
-async fn read_verified(store: &BlobStore, key: &str) -> Result<GetResult, Error> {
-    let mut stream = match store.get_stream(key).await {
+/// Reads `key` as `opts` say (the whole value, digest verified by the store) and identifies what was read.
+async fn read_verified(
+    store: &BlobStore,
+    key: &str,
+    opts: &GetOptions,
+) -> Result<GetResult, Error> {
+    let mut stream = match store.get_stream_with(key, opts).await {
         Ok(s) => s,
         Err(Error::NotFound { .. }) => return Ok(GetResult::NotFound),
         Err(e) => return Err(e),
@@ -445,13 +685,20 @@ pub async fn run(store: BlobStore, config: &WorkloadConfig, sink: Arc<dyn Histor
     for n in 0..config.clients {
         let mut client = Client::new(store.clone(), Arc::clone(&sink))
             .with_put_options(config.put_options.clone());
+        if let Some(keeping) = &config.keeping {
+            client = client.with_versions(keeping.versions.clone());
+        }
         let config = config.clone();
         let seed = config
             .seed
             .wrapping_add((n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         tasks.spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
-            let total = config.mix.total();
+            let (get_version, remove_version) = config
+                .keeping
+                .as_ref()
+                .map_or((0, 0), |k| (k.get_version, k.remove_version));
+            let total = config.mix.total() + get_version + remove_version;
             let mut done = 0u64;
             while !config.stop.is_stopped()
                 && config.ops_per_client.is_none_or(|max| done < max)
@@ -461,16 +708,46 @@ pub async fn run(store: BlobStore, config: &WorkloadConfig, sink: Arc<dyn Histor
             {
                 let key = &config.keys[rng.random_range(0..config.keys.len())];
                 let roll = rng.random_range(0..total);
-                if roll < config.mix.put {
+                let mix = config.mix;
+                if roll < mix.put {
                     let len = config.sizes.pick(&mut rng);
-                    client.put(key, len).await;
-                } else if roll < config.mix.put + config.mix.get {
+                    if keeps(config.keeping.as_ref(), &mut rng) {
+                        client.put_keeping(key, len).await;
+                    } else {
+                        client.put(key, len).await;
+                    }
+                } else if roll < mix.put + mix.get {
                     client.get(key).await;
-                } else if roll < config.mix.put + config.mix.get + config.mix.delete {
+                } else if roll < mix.put + mix.get + mix.delete {
                     client.delete(key).await;
-                } else {
+                } else if roll < mix.total() {
                     let len = config.sizes.pick(&mut rng);
-                    client.put_conditional(key, len).await;
+                    let keeping = config.keeping.as_ref().filter(|k| k.keep_conditional);
+                    let keep = keeps(keeping, &mut rng);
+                    let opts = client.put_options.clone();
+                    let opts = if keep {
+                        opts.with_keep_replaced(true)
+                    } else {
+                        opts
+                    };
+                    client.put_conditional_with(key, len, opts).await;
+                } else {
+                    let log = config.keeping.as_ref().map(|k| &k.versions);
+                    let picked = log.and_then(|log| log.pick(key, &mut rng));
+                    match picked {
+                        Some(v) if roll < mix.total() + get_version => {
+                            client.get_version(key, v).await;
+                        }
+                        Some(v) if config.keeping.as_ref().is_none_or(|k| k.remove_current) => {
+                            client.remove_version(key, v).await;
+                        }
+                        Some(v) => {
+                            client.remove_kept_version(key, v).await;
+                        }
+                        None => {
+                            client.get(key).await;
+                        }
+                    }
                 }
                 done += 1;
                 // Operations on an in-memory store may never suspend: let the timer and other tasks run.
@@ -490,13 +767,37 @@ pub async fn run(store: BlobStore, config: &WorkloadConfig, sink: Arc<dyn Histor
     stats
 }
 
+/// Whether a put of keeping clients keeps what it replaces ([`Keeping::keep_percent`]); never without them.
+fn keeps(keeping: Option<&Keeping>, rng: &mut StdRng) -> bool {
+    keeping.is_some_and(|k| rng.random_range(0..100) < k.keep_percent)
+}
+
 /// Reads every key once, in order, with a fresh client, recording the gets in `sink` (after a crash or at
-/// the end of a run, so that the final state is checked too).
+/// the end of a run, so that the final state is checked too). The versions keeping clients recorded are read
+/// by [`final_version_reads`].
 pub async fn final_reads(store: BlobStore, keys: &[String], sink: Arc<dyn HistorySink>) -> Stats {
     let started = Instant::now();
     let mut client = Client::new(store, sink);
     for key in keys {
         client.get(key).await;
+    }
+    let mut stats = client.stats;
+    stats.elapsed = started.elapsed();
+    stats
+}
+
+/// Reads every version of `versions` (e.g. [`VersionLog::all`], or [`VersionLog::from_history`] after a
+/// crash) once by its id, in order, with a fresh client, recording the gets in `sink`: every version that was
+/// neither removed nor replaced without being kept must still read back whole.
+pub async fn final_version_reads(
+    store: BlobStore,
+    versions: &[(String, VersionId)],
+    sink: Arc<dyn HistorySink>,
+) -> Stats {
+    let started = Instant::now();
+    let mut client = Client::new(store, sink);
+    for (key, version) in versions {
+        client.get_version(key, *version).await;
     }
     let mut stats = client.stats;
     stats.elapsed = started.elapsed();
@@ -603,6 +904,121 @@ mod tests {
         println!("{report}");
         assert!(report.is_clean(), "{report:?}");
         assert_eq!(report.gets_with_value, 5);
+    }
+
+    #[tokio::test]
+    async fn keeping_clients_record_versions_and_read_and_remove_them() {
+        let sink = MemorySink::new();
+        let log = VersionLog::new();
+        let mut c = Client::new(store(), Arc::new(sink.clone())).with_versions(log.clone());
+        for (len, keep) in [(10, false), (5000, true)] {
+            let outcome = if keep {
+                c.put_keeping("a", len).await
+            } else {
+                c.put("a", len).await
+            };
+            assert!(
+                matches!(outcome, Outcome::Ok(OpResult::PutVersion { .. })),
+                "{outcome:?}"
+            );
+        }
+        let all = log.all();
+        assert_eq!(all.len(), 2);
+        let (v1, v2) = (all[0].1, all[1].1);
+        assert!(v1 < v2);
+        match c.get_version("a", v1).await {
+            Outcome::Ok(OpResult::Get(GetResult::Value { len: 10, .. })) => {}
+            other => panic!("kept version: {other:?}"),
+        }
+        assert_eq!(
+            c.remove_version("a", v2).await,
+            Outcome::Ok(OpResult::RemoveVersion {
+                found: true,
+                promoted: Some(v1.to_string())
+            })
+        );
+        match c.get("a").await {
+            Outcome::Ok(OpResult::Get(GetResult::Value { len: 10, .. })) => {}
+            other => panic!("promoted version: {other:?}"),
+        }
+        assert_eq!(
+            c.remove_version("a", v2).await,
+            Outcome::Ok(OpResult::RemoveVersion {
+                found: false,
+                promoted: None
+            })
+        );
+        assert_eq!(
+            c.get_version("a", v2).await,
+            Outcome::Ok(OpResult::Get(GetResult::NotFound))
+        );
+        assert_eq!((c.stats().removals, c.stats().puts), (2, 2));
+        let history = sink.history();
+        let kinds: Vec<&str> = history.ops.iter().map(|op| op.kind.name()).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                "put",
+                "put_keeping",
+                "get_version",
+                "remove_version",
+                "get",
+                "remove_version",
+                "get_version"
+            ]
+        );
+        let report = check(&history);
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(VersionLog::from_history(&history).all(), all);
+        // Without a log, only keeping puts record their version.
+        let mut plain = Client::new(store(), Arc::new(MemorySink::new()));
+        assert_eq!(plain.put("b", 1).await, Outcome::Ok(OpResult::Put));
+        assert!(matches!(
+            plain.put_keeping("b", 1).await,
+            Outcome::Ok(OpResult::PutVersion { .. })
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keeping_workloads_read_and_remove_versions_and_check_clean() {
+        let sink = MemorySink::new();
+        let mut config = WorkloadConfig::new(key_set("k", 2));
+        config.ops_per_client = Some(150);
+        config.duration = None;
+        config.sizes = SizeMix::fixed([0, 16, 1000, 5000]);
+        // Removals of kept versions only: removing current ones races in the store (see
+        // `crate::scenario::kept_versions_with_promotions`).
+        config.keeping = Some(Keeping {
+            remove_current: false,
+            ..Keeping::default()
+        });
+        let log = config
+            .keeping
+            .as_ref()
+            .map(|k| k.versions.clone())
+            .unwrap_or_default();
+        let s = store();
+        let mut stats = run(s.clone(), &config, Arc::new(sink.clone())).await;
+        stats.merge(&final_version_reads(s, &log.all(), Arc::new(sink.clone())).await);
+        println!("{stats}");
+        let history = sink.history();
+        let count = |name: &str| {
+            history
+                .ops
+                .iter()
+                .filter(|op| op.kind.name() == name)
+                .count()
+        };
+        assert!(
+            count("put_keeping") > 0
+                && count("get_version") > log.len()
+                && count("remove_version") > 0,
+            "{stats}"
+        );
+        assert!(count("put") > 0, "some puts do not keep");
+        let report = check(&history);
+        println!("{report}");
+        assert!(report.is_clean(), "{:#?}", report.violations);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

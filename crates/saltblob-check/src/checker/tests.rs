@@ -480,8 +480,9 @@ fn summary_line_has_every_count() {
     h.delete(40, None);
     assert_eq!(
         h.report().to_string(),
-        "ops 3 (puts 1, gets 1, deletes 1): ok 2, failed 0, refused 0, indeterminate 1; violations: \
-         lost 1, torn 0, stale 0, corrupt 0, unknown 0, future 0, refused 0"
+        "ops 3 (puts 1, gets 1, deletes 1, removals 0): ok 2, failed 0, refused 0, indeterminate 1; \
+         violations: lost 1, torn 0, stale 0, corrupt 0, unknown 0, future 0, refused 0, wrong_version 0, \
+         lost_version 0, resurrected 0"
     );
     let json = serde_json::to_string(&h.report()).expect("serializes");
     assert!(json.contains("\"kind\":\"lost\""), "{json}");
@@ -598,4 +599,307 @@ fn a_value_put_by_several_operations_takes_the_most_favourable_one() {
     put_again(&mut h, r, 0, Some((20, refused)));
     h.get_value(30, 40, r);
     assert_eq!(h.kinds(), vec![ViolationKind::Refused]);
+}
+
+// Kept versions. Versions are opaque strings to the checker: "v1", "v2"…
+
+impl H {
+    /// A put of a whole value (len 100) reporting version `version` when acknowledged; keeping or plain.
+    fn put_version(
+        &mut self,
+        keep: bool,
+        version: &str,
+        at: u64,
+        done: Option<(u64, bool)>,
+    ) -> ValueId {
+        let id = ValueId {
+            writer: W,
+            seq: self.next,
+        };
+        let (key, len) = (K.to_owned(), 100);
+        let kind = if keep {
+            OpKind::PutKeeping { key, id, len }
+        } else {
+            OpKind::Put { key, id, len }
+        };
+        let done = done.map(|(t, ok)| {
+            let outcome = if ok {
+                Outcome::Ok(OpResult::PutVersion {
+                    version: version.into(),
+                })
+            } else {
+                failed()
+            };
+            (t, outcome)
+        });
+        self.op(kind, at, done);
+        id
+    }
+
+    fn get_version(&mut self, version: &str, at: u64, done: u64, result: GetResult) {
+        let kind = OpKind::GetVersion {
+            key: K.into(),
+            version: version.into(),
+        };
+        self.op(kind, at, Some((done, Outcome::Ok(OpResult::Get(result)))));
+    }
+
+    fn get_version_value(&mut self, version: &str, at: u64, done: u64, id: ValueId) {
+        self.get_version(version, at, done, whole(id));
+    }
+
+    /// A removal of `version`: `Some(Some(found))` acknowledged, `Some(None)` failed, `None` indeterminate.
+    fn remove(&mut self, version: &str, at: u64, done: Option<(u64, Option<bool>)>) {
+        let kind = OpKind::RemoveVersion {
+            key: K.into(),
+            version: version.into(),
+        };
+        let done = done.map(|(t, found)| {
+            let outcome = match found {
+                Some(found) => Outcome::Ok(OpResult::RemoveVersion {
+                    found,
+                    promoted: None,
+                }),
+                None => failed(),
+            };
+            (t, outcome)
+        });
+        self.op(kind, at, done);
+    }
+}
+
+fn whole(id: ValueId) -> GetResult {
+    GetResult::Value {
+        id: Some(id),
+        len: 100,
+        small_bytes_hex: None,
+    }
+}
+
+#[test]
+fn kept_versions_read_back_and_promotions_are_fine() {
+    let mut h = H::default();
+    let a = h.put_version(false, "v1", 0, Some((10, true)));
+    let b = h.put_version(true, "v2", 20, Some((30, true)));
+    h.get_version_value("v1", 40, 50, a);
+    h.get_version_value("v2", 40, 50, b);
+    h.get_value(40, 50, b);
+    // Removing the current version makes the kept one current again.
+    h.remove("v2", 60, Some((70, Some(true))));
+    h.get_value(80, 90, a);
+    h.get_version_value("v1", 80, 90, a);
+    h.get_version("v2", 80, 90, GetResult::NotFound);
+    // A removal that found nothing changed nothing; an unknown version is not judged.
+    h.remove("v2", 100, Some((110, Some(false))));
+    h.get_version("v9", 120, 130, GetResult::NotFound);
+    h.get_version_value("v9", 120, 130, a);
+    // Removing the last version empties the key.
+    h.remove("v1", 140, Some((150, Some(true))));
+    h.get(160, 170, GetResult::NotFound);
+    h.get_version("v1", 160, 170, GetResult::NotFound);
+    let r = h.report();
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!((r.removals, r.gets), (3, 10));
+}
+
+#[test]
+fn a_version_read_as_another_value_is_flagged() {
+    let mut h = H::default();
+    let a = h.put_version(false, "v1", 0, Some((10, true)));
+    let b = h.put_version(true, "v2", 20, Some((30, true)));
+    h.get_version_value("v1", 40, 50, b);
+    h.get_version("v2", 40, 50, small(&generate(K.as_bytes(), b, 5)));
+    h.get_version_value("v2", 40, 50, b);
+    h.get_version_value("v1", 40, 50, a);
+    assert_eq!(
+        h.kinds(),
+        vec![ViolationKind::WrongVersion, ViolationKind::WrongVersion]
+    );
+}
+
+fn small(bytes: &[u8]) -> GetResult {
+    GetResult::Value {
+        id: None,
+        len: bytes.len() as u64,
+        small_bytes_hex: Some(to_hex(bytes)),
+    }
+}
+
+#[test]
+fn a_kept_version_not_found_is_lost() {
+    let mut h = H::default();
+    h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    h.get_version("v1", 40, 50, GetResult::NotFound);
+    h.get_version("v2", 40, 50, GetResult::NotFound);
+    // Before its put completed, a version may not exist yet.
+    h.get_version("v2", 25, 50, GetResult::NotFound);
+    assert_eq!(
+        h.kinds(),
+        vec![ViolationKind::LostVersion, ViolationKind::LostVersion]
+    );
+    // A plain put after the keeping one replaces v2, not the kept v1.
+    let mut h = H::default();
+    h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    h.put_version(false, "v3", 40, Some((50, true)));
+    h.delete(60, Some((70, true)));
+    h.get_version("v1", 80, 90, GetResult::NotFound);
+    h.get_version("v2", 80, 90, GetResult::NotFound);
+    h.get_version("v3", 80, 90, GetResult::NotFound);
+    assert_eq!(h.kinds(), vec![ViolationKind::LostVersion]);
+}
+
+#[test]
+fn a_version_not_found_is_fine_when_it_may_be_destroyed() {
+    // Replaced without keeping: by a plain put, a delete, of any outcome, or concurrent with the keeping put.
+    for destroyer in 0..4 {
+        let mut h = H::default();
+        h.put_version(false, "v1", 0, Some((10, true)));
+        match destroyer {
+            0 => {
+                h.put_version(false, "v2", 20, Some((30, true)));
+            }
+            1 => h.delete(20, Some((30, false))),
+            2 => h.delete(20, None),
+            _ => {
+                h.put_version(true, "v2", 20, Some((40, true)));
+                h.put(30, Some((50, true)));
+            }
+        }
+        h.get_version("v1", 60, 70, GetResult::NotFound);
+        assert!(h.kinds().is_empty(), "destroyer {destroyer}");
+    }
+    // Removed, by a removal of any outcome but one that found nothing, begun before the get ended.
+    for (done, clean) in [
+        (Some((30, Some(true))), true),
+        (Some((30, None)), true),
+        (None, true),
+        (Some((30, Some(false))), false),
+    ] {
+        let mut h = H::default();
+        h.put_version(false, "v1", 0, Some((10, true)));
+        h.put_version(true, "v2", 12, Some((14, true)));
+        h.remove("v1", 20, done);
+        h.get_version("v1", 15, 25, GetResult::NotFound);
+        assert_eq!(h.kinds().is_empty(), clean, "{done:?}");
+    }
+    // A kept version made current again by a removal, then replaced by a plain put: destroyed.
+    let mut h = H::default();
+    h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    h.remove("v2", 40, Some((50, Some(true))));
+    h.put_version(false, "v3", 60, Some((70, true)));
+    h.get_version("v1", 80, 90, GetResult::NotFound);
+    assert!(h.kinds().is_empty());
+    // v3 kept by a keeping put after the removal was over, then a plain put: shielded, v3 stays.
+    h.put_version(true, "v4", 100, Some((110, true)));
+    h.put(120, Some((130, true)));
+    h.get_version("v3", 140, 150, GetResult::NotFound);
+    assert_eq!(h.kinds(), vec![ViolationKind::LostVersion]);
+}
+
+#[test]
+fn a_removed_version_read_back_is_resurrected() {
+    let mut h = H::default();
+    let a = h.put_version(false, "v1", 0, Some((10, true)));
+    let b = h.put_version(true, "v2", 20, Some((30, true)));
+    h.remove("v1", 40, Some((50, Some(true))));
+    h.get_version_value("v1", 60, 70, a);
+    // Concurrent with the removal, either answer is fine.
+    h.get_version_value("v1", 45, 70, a);
+    // A plain get of a removed current version's value, too.
+    h.remove("v2", 80, Some((90, Some(true))));
+    h.get_value(100, 110, b);
+    assert_eq!(
+        h.kinds(),
+        vec![ViolationKind::Resurrected, ViolationKind::Resurrected]
+    );
+    // Another removal in flight since before the removal completed may have promoted it for a while.
+    let mut h = H::default();
+    let a = h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    h.remove("v2", 35, Some((80, Some(true))));
+    h.remove("v1", 40, Some((50, Some(true))));
+    h.get_version_value("v1", 60, 70, a);
+    assert!(h.kinds().is_empty());
+    h.get_version_value("v1", 90, 100, a);
+    assert_eq!(h.kinds(), vec![ViolationKind::Resurrected]);
+}
+
+#[test]
+fn plain_gets_accept_promoted_values_only_after_a_removal() {
+    // Kept by a keeping put, no removal: reading the replaced value is still stale.
+    let mut h = H::default();
+    let a = h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    h.get_value(40, 50, a);
+    assert_eq!(h.kinds(), vec![ViolationKind::Stale]);
+    // A removal (of the current version) that may follow every acknowledged write may have promoted it.
+    h.remove("v2", 60, Some((65, Some(true))));
+    h.get_value(70, 80, a);
+    assert_eq!(h.kinds(), vec![ViolationKind::Stale]);
+    // An acknowledged write after that removal ended: stale again.
+    h.put_version(true, "v3", 90, Some((100, true)));
+    h.get_value(110, 120, a);
+    assert_eq!(h.kinds(), vec![ViolationKind::Stale, ViolationKind::Stale]);
+    // Without any keeping put, a removal promotes nothing: stale.
+    let mut h = H::default();
+    let a = h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(false, "v2", 20, Some((30, true)));
+    h.remove("v2", 40, Some((50, Some(true))));
+    h.get_value(60, 70, a);
+    assert_eq!(h.kinds(), vec![ViolationKind::Stale]);
+    // A removal may leave the key empty: NotFound is fine after one, lost without.
+    let mut h = H::default();
+    h.put_version(false, "v1", 0, Some((10, true)));
+    h.get(20, 30, GetResult::NotFound);
+    h.remove("v1", 40, None);
+    h.get(50, 60, GetResult::NotFound);
+    h.remove("v1", 35, Some((45, Some(false))));
+    assert_eq!(h.kinds(), vec![ViolationKind::Lost]);
+}
+
+#[test]
+fn version_gets_are_checked_for_torn_corrupt_and_future_reads() {
+    let mut h = H::default();
+    h.put_version(true, "v1", 0, Some((10, true)));
+    h.get_version(
+        "v1",
+        20,
+        30,
+        GetResult::Torn {
+            reason: "mixed".into(),
+            len: 100,
+        },
+    );
+    let kind = OpKind::GetVersion {
+        key: K.into(),
+        version: "v1".into(),
+    };
+    let corrupt = Outcome::Failed {
+        error: "checksum mismatch".into(),
+        corrupt: true,
+    };
+    h.op(kind, 20, Some((30, corrupt)));
+    // Indeterminate and failed gets are not judged.
+    h.op(
+        OpKind::GetVersion {
+            key: K.into(),
+            version: "v1".into(),
+        },
+        20,
+        None,
+    );
+    // A version whose put began after the get ended.
+    let late = h.put_version(true, "v2", 100, Some((110, true)));
+    h.get_version_value("v2", 40, 50, late);
+    assert_eq!(
+        h.kinds(),
+        vec![
+            ViolationKind::Torn,
+            ViolationKind::Corrupt,
+            ViolationKind::Future
+        ]
+    );
 }

@@ -78,23 +78,73 @@ pub enum OpKind {
         /// The key.
         key: String,
     },
+    /// Writes the value `id` of `len` bytes under `key` as [`OpKind::Put`] does, keeping the version it
+    /// replaces (`saltblob_core::PutOptions::keep_replaced`): that version stays readable by its id until a
+    /// removal ([`OpKind::RemoveVersion`]).
+    PutKeeping {
+        /// The key.
+        key: String,
+        /// The value written.
+        id: ValueId,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// Reads the whole value of version `version` of `key`, current or kept
+    /// (`saltblob_core::GetOptions::version`). A successful get that found no such version records
+    /// [`GetResult::NotFound`].
+    GetVersion {
+        /// The key.
+        key: String,
+        /// The version, as `saltblob_core::VersionId` displays it (an acknowledged put's
+        /// [`OpResult::PutVersion`]).
+        version: String,
+    },
+    /// Removes version `version` of `key` (`saltblob_core::BlobStore::remove_version`): a kept version goes;
+    /// the current one is replaced by the newest kept version, or deleted when none is kept.
+    RemoveVersion {
+        /// The key.
+        key: String,
+        /// The version, as `saltblob_core::VersionId` displays it.
+        version: String,
+    },
 }
 
 impl OpKind {
     /// The key the operation is on.
     pub fn key(&self) -> &str {
         match self {
-            OpKind::Put { key, .. } | OpKind::Get { key } | OpKind::Delete { key } => key,
+            OpKind::Put { key, .. }
+            | OpKind::PutKeeping { key, .. }
+            | OpKind::Get { key }
+            | OpKind::GetVersion { key, .. }
+            | OpKind::Delete { key }
+            | OpKind::RemoveVersion { key, .. } => key,
         }
     }
 
-    /// `put`, `get` or `delete`.
+    /// `put`, `put_keeping`, `get`, `get_version`, `delete` or `remove_version`.
     pub fn name(&self) -> &'static str {
         match self {
             OpKind::Put { .. } => "put",
+            OpKind::PutKeeping { .. } => "put_keeping",
             OpKind::Get { .. } => "get",
+            OpKind::GetVersion { .. } => "get_version",
             OpKind::Delete { .. } => "delete",
+            OpKind::RemoveVersion { .. } => "remove_version",
         }
+    }
+
+    /// The value a put (keeping or not) writes and its length; `None` for other operations.
+    pub fn put_value(&self) -> Option<(ValueId, u64)> {
+        match self {
+            OpKind::Put { id, len, .. } | OpKind::PutKeeping { id, len, .. } => Some((*id, *len)),
+            _ => None,
+        }
+    }
+
+    /// Whether it is a read: [`OpKind::Get`] or [`OpKind::GetVersion`].
+    pub fn is_read(&self) -> bool {
+        matches!(self, OpKind::Get { .. } | OpKind::GetVersion { .. })
     }
 }
 
@@ -136,6 +186,21 @@ pub enum OpResult {
     },
     /// A get returned.
     Get(GetResult),
+    /// A put was acknowledged and reported the version it created (recorded by keeping clients; an
+    /// acknowledged put may record [`OpResult::Put`] instead, naming no version).
+    PutVersion {
+        /// The version, as `saltblob_core::VersionId` displays it.
+        version: String,
+    },
+    /// A removal of a version returned: `found` is false when the key neither held nor kept that version
+    /// (`saltblob_core::Error::VersionNotFound`), and the removal then changed nothing.
+    RemoveVersion {
+        /// Whether the version was there and is removed.
+        found: bool,
+        /// The version made current in place of the removed current one, if any (informational, not checked).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        promoted: Option<String>,
+    },
 }
 
 /// How a completed operation ended.
@@ -220,6 +285,14 @@ impl Op {
     /// Whether it was a conditional put refused by its condition.
     pub fn is_refused(&self) -> bool {
         matches!(self.outcome, Some(Outcome::Refused { .. }))
+    }
+
+    /// The version an acknowledged put reported creating ([`OpResult::PutVersion`]).
+    pub fn created_version(&self) -> Option<&str> {
+        match &self.outcome {
+            Some(Outcome::Ok(OpResult::PutVersion { version })) => Some(version),
+            _ => None,
+        }
     }
 }
 
@@ -467,6 +540,105 @@ mod tests {
         }
         let (parsed, malformed, truncated) = History::parse_events(&text);
         assert_eq!((parsed, malformed, truncated), (events, 0, 0));
+    }
+
+    /// Histories written before kept versions were recorded parse as they did; the events of keeping clients
+    /// round-trip.
+    #[test]
+    fn old_lines_parse_and_kept_version_events_round_trip() {
+        let old = concat!(
+            r#"{"ev":"invoke","op":{"client":1,"seq":0},"at":10,"kind":{"put":{"key":"k","id":{"writer":1,"seq":0},"len":4}}}"#,
+            "\n",
+            r#"{"ev":"complete","op":{"client":1,"seq":0},"at":20,"outcome":{"ok":"put"}}"#,
+            "\n",
+            r#"{"ev":"invoke","op":{"client":1,"seq":1},"at":30,"kind":{"delete":{"key":"k"}}}"#,
+            "\n",
+            r#"{"ev":"complete","op":{"client":1,"seq":1},"at":40,"outcome":{"ok":{"delete":{"found":true}}}}"#,
+            "\n",
+        );
+        let (events, malformed, truncated) = History::parse_events(old.as_bytes());
+        assert_eq!((malformed, truncated), (0, 0));
+        assert_eq!(
+            events[1],
+            complete(1, 0, 20, Outcome::Ok(OpResult::Put)),
+            "{events:?}"
+        );
+        let h = History::from_events(events);
+        assert_eq!(h.ops.len(), 2);
+        assert_eq!(h.ops[0].created_version(), None);
+
+        let events = vec![
+            invoke(
+                2,
+                0,
+                1,
+                OpKind::PutKeeping {
+                    key: "k".into(),
+                    id: ValueId { writer: 2, seq: 0 },
+                    len: 3,
+                },
+            ),
+            complete(
+                2,
+                0,
+                2,
+                Outcome::Ok(OpResult::PutVersion {
+                    version: "0123abcd".into(),
+                }),
+            ),
+            invoke(
+                2,
+                1,
+                3,
+                OpKind::GetVersion {
+                    key: "k".into(),
+                    version: "0123abcd".into(),
+                },
+            ),
+            invoke(
+                2,
+                2,
+                4,
+                OpKind::RemoveVersion {
+                    key: "k".into(),
+                    version: "0123abcd".into(),
+                },
+            ),
+            complete(
+                2,
+                2,
+                5,
+                Outcome::Ok(OpResult::RemoveVersion {
+                    found: true,
+                    promoted: Some("00ff".into()),
+                }),
+            ),
+            complete(
+                2,
+                3,
+                6,
+                Outcome::Ok(OpResult::RemoveVersion {
+                    found: false,
+                    promoted: None,
+                }),
+            ),
+        ];
+        let mut text = Vec::new();
+        for e in &events {
+            text.extend(serde_json::to_vec(e).expect("serializes"));
+            text.push(b'\n');
+        }
+        let line = String::from_utf8_lossy(&text);
+        assert!(
+            line.contains(r#""outcome":{"ok":{"remove_version":{"found":false}}}"#),
+            "{line}"
+        );
+        let (parsed, malformed, truncated) = History::parse_events(&text);
+        assert_eq!((parsed, malformed, truncated), (events, 0, 0));
+        let h = History::parse(&text);
+        assert_eq!(h.ops[0].created_version(), Some("0123abcd"));
+        assert!(h.ops[0].kind.put_value().is_some() && !h.ops[0].kind.is_read());
+        assert!(h.ops[1].kind.is_read());
     }
 
     #[test]
