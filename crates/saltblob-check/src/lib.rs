@@ -34,7 +34,8 @@
 //!   only by a removal of V, or by a plain (non-keeping) put or a delete while V is current; V stops being
 //!   current when any put or delete replaces it, and becomes current again only when a removal of the current
 //!   version promotes it. A plain put or delete may destroy V unless *shielded*: an acknowledged keeping put
-//!   began after P ended and completed before it began, and no removal could have taken effect between the two.
+//!   began after P ended and completed before it began, and no removal that may promote (all but those found
+//!   to promote nothing) could have taken effect between the two.
 //!   For every successful get by version:
 //!   - a value must be exactly P's (else *wrong version*);
 //!   - no such version is wrong if P completed before the get began and nothing that may have destroyed V

@@ -21,12 +21,15 @@
 //! known by the acknowledged put P that reported creating it ([`OpResult::PutVersion`]). V stays readable by
 //! its id until it is *destroyed*: removed ([`OpKind::RemoveVersion`] of V), or replaced while current by a
 //! plain put or a delete. V is current from P on until any put or delete replaces it, and again whenever a
-//! removal of the current version promotes it (the newest kept version becomes current). So a plain put or
-//! delete X (of any outcome but refused, other than P) **may destroy** V unless it is *shielded*: an
-//! acknowledged keeping put K was invoked after P ended and completed before X was invoked (V was no longer
-//! current after K), and no removal (of any outcome, but one that found no such version) invoked before X
-//! ended ended after K was invoked (none could have promoted V back before X). Gets by version
-//! ([`OpKind::GetVersion`]) of a V no recorded put created are not judged; the others:
+//! removal of the current version promotes it (the newest kept version becomes current). A removal **may
+//! promote** unless it found no such version or was acknowledged as promoting nothing
+//! ([`OpResult::RemoveVersion::promoted`] `None`) and overlapped no removal that may promote (one that finds
+//! the version it removed made current by another removes it again, promoting). A plain put or delete X (of any
+//! outcome but refused, other than P) **may destroy** V unless it is *shielded*: an acknowledged keeping put K
+//! was invoked after P ended and completed before X was invoked (V was no longer current after K), and no
+//! removal that may promote, invoked before X ended, ended after K was invoked (none could have made V current
+//! again before X). Gets by version ([`OpKind::GetVersion`]) of a V no recorded put created are not judged;
+//! the others:
 //!
 //! - [`ViolationKind::WrongVersion`]: a value that is not exactly P's (value id and length, or the bytes of a
 //!   small value).
@@ -34,17 +37,17 @@
 //!   nothing invoked before the get completed may have destroyed V: no removal of V (of any outcome, but one
 //!   that found no such version) and no unshielded plain put or delete that ended after P was invoked.
 //! - [`ViolationKind::Resurrected`]: P's value although a removal of V that found it was acknowledged before
-//!   the get was invoked, unless another removal (of any outcome, but one that found no such version) invoked
-//!   before that one completed ended after the get was invoked: it may have promoted V just before that one
-//!   removed it, and be about to remove it again (`BlobStore::remove_version` on concurrent removals). Plain
-//!   gets of P's value are judged by the same rule.
+//!   the get was invoked, unless a removal that may promote, invoked before that one completed, ended after
+//!   the get was invoked: it may have promoted V just before that one removed it, and be about to remove it
+//!   again (`BlobStore::remove_version` on concurrent removals). Plain gets of P's value are judged by the same
+//!   rule.
 //! - [`ViolationKind::Torn`], [`ViolationKind::Corrupt`] and [`ViolationKind::Future`] as for plain gets.
 //!
 //! A plain get may return a value certainly replaced (the *stale* rule above) if its version may have been
 //! promoted back since: it is not stale when a keeping put (of any outcome but refused) that ended after P
-//! was invoked was invoked before the get completed, and a removal (of any outcome, but one that found no
-//! such version) invoked before the get completed ended after every acknowledged write the stale rule
-//! names was invoked. Without keeping puts and removals, the rules for plain gets are those above, unchanged.
+//! was invoked was invoked before the get completed, and a removal that may promote, invoked before the get
+//! completed, ended after every acknowledged write the stale rule names was invoked. Without keeping puts and
+//! removals, the rules for plain gets are those above, unchanged.
 //!
 //! A value may have been written by several puts: a small value matches every put of the same bytes, and a
 //! whole value may be put by several operations on purpose (an S3 CompleteMultipartUpload sent again, each
@@ -274,7 +277,7 @@ struct KeyIndex<'a> {
     created: HashMap<&'a str, &'a Op>,
     /// Removals of each version, of any outcome.
     removals: HashMap<&'a str, Vec<&'a Op>>,
-    /// Removals that may have taken effect (all but those that found no such version): (invocation, end).
+    /// Removals that may have promoted a kept version ([`may_promote`]): (invocation, end).
     promoters: PrefixMax,
     /// Keeping puts of any outcome but refused: (invocation, end).
     keeping: PrefixMax,
@@ -292,6 +295,44 @@ fn may_remove(op: &Op) -> bool {
             op.outcome,
             Some(Outcome::Ok(OpResult::RemoveVersion { found: false, .. }))
         )
+}
+
+/// The (invocation, end) of those of `removals` (one key's, each of which may have taken effect) that may have
+/// made a kept version current: one that reported a promotion ([`OpResult::RemoveVersion::promoted`]), one
+/// that failed or is indeterminate, and one acknowledged as promoting nothing that overlapped (through a chain
+/// of overlapping removals) one of those, as it may have found the version it removed made current by the
+/// other meanwhile and removed it again, promoting another (`BlobStore::remove_version`).
+fn may_promote(mut removals: Vec<&Op>) -> Vec<(u64, u64)> {
+    removals.sort_by_key(|r| r.invoke);
+    let direct = |r: &Op| {
+        !matches!(
+            r.outcome,
+            Some(Outcome::Ok(OpResult::RemoveVersion { promoted: None, .. }))
+        )
+    };
+    let mut out = Vec::new();
+    let mut group: Vec<(u64, u64)> = Vec::new();
+    let (mut group_end, mut group_promotes) = (0, false);
+    for r in removals {
+        if !group.is_empty() && r.invoke > group_end {
+            if group_promotes {
+                out.append(&mut group);
+            }
+            group.clear();
+            group_promotes = false;
+        }
+        group_end = if group.is_empty() {
+            r.end
+        } else {
+            group_end.max(r.end)
+        };
+        group_promotes |= direct(r);
+        group.push((r.invoke, r.end));
+    }
+    if group_promotes {
+        out.append(&mut group);
+    }
+    out
 }
 
 /// Whether `op` is a plain put or delete that may have taken effect (any outcome but refused).
@@ -341,7 +382,7 @@ fn index(history: &History) -> HashMap<&str, KeyIndex<'_>> {
                         ix.removals.entry(version.as_str()).or_default().push(op);
                         if may_remove(op) {
                             deletes.push((op.invoke, op.end));
-                            promoters.push((op.invoke, op.end));
+                            promoters.push(*op);
                         }
                     }
                     OpKind::Get { .. } | OpKind::GetVersion { .. } => {}
@@ -350,7 +391,7 @@ fn index(history: &History) -> HashMap<&str, KeyIndex<'_>> {
             ix.acked_writes = PrefixMax::new(acked_writes);
             ix.acked_puts = PrefixMax::new(acked_puts);
             ix.deletes = PrefixMax::new(deletes);
-            ix.promoters = PrefixMax::new(promoters);
+            ix.promoters = PrefixMax::new(may_promote(promoters));
             ix.keeping = PrefixMax::new(keeping);
             ix.acked_keeping = PrefixMax::new(acked_keeping);
             ix.writes = writes;

@@ -648,7 +648,21 @@ impl H {
         self.get_version(version, at, done, whole(id));
     }
 
-    /// A removal of `version`: `Some(Some(found))` acknowledged, `Some(None)` failed, `None` indeterminate.
+    /// An acknowledged removal of the current version `version` that made `promoted` current.
+    fn promote(&mut self, version: &str, at: u64, done: u64, promoted: &str) {
+        let kind = OpKind::RemoveVersion {
+            key: K.into(),
+            version: version.into(),
+        };
+        let outcome = Outcome::Ok(OpResult::RemoveVersion {
+            found: true,
+            promoted: Some(promoted.into()),
+        });
+        self.op(kind, at, Some((done, outcome)));
+    }
+
+    /// A removal of `version`: `Some(Some(found))` acknowledged (promoting nothing), `Some(None)` failed, `None`
+    /// indeterminate.
     fn remove(&mut self, version: &str, at: u64, done: Option<(u64, Option<bool>)>) {
         let kind = OpKind::RemoveVersion {
             key: K.into(),
@@ -685,7 +699,7 @@ fn kept_versions_read_back_and_promotions_are_fine() {
     h.get_version_value("v2", 40, 50, b);
     h.get_value(40, 50, b);
     // Removing the current version makes the kept one current again.
-    h.remove("v2", 60, Some((70, Some(true))));
+    h.promote("v2", 60, 70, "v1");
     h.get_value(80, 90, a);
     h.get_version_value("v1", 80, 90, a);
     h.get_version("v2", 80, 90, GetResult::NotFound);
@@ -788,7 +802,7 @@ fn a_version_not_found_is_fine_when_it_may_be_destroyed() {
     let mut h = H::default();
     h.put_version(false, "v1", 0, Some((10, true)));
     h.put_version(true, "v2", 20, Some((30, true)));
-    h.remove("v2", 40, Some((50, Some(true))));
+    h.promote("v2", 40, 50, "v1");
     h.put_version(false, "v3", 60, Some((70, true)));
     h.get_version("v1", 80, 90, GetResult::NotFound);
     assert!(h.kinds().is_empty());
@@ -819,7 +833,7 @@ fn a_removed_version_read_back_is_resurrected() {
     let mut h = H::default();
     let a = h.put_version(false, "v1", 0, Some((10, true)));
     h.put_version(true, "v2", 20, Some((30, true)));
-    h.remove("v2", 35, Some((80, Some(true))));
+    h.promote("v2", 35, 80, "v1");
     h.remove("v1", 40, Some((50, Some(true))));
     h.get_version_value("v1", 60, 70, a);
     assert!(h.kinds().is_empty());
@@ -836,7 +850,7 @@ fn plain_gets_accept_promoted_values_only_after_a_removal() {
     h.get_value(40, 50, a);
     assert_eq!(h.kinds(), vec![ViolationKind::Stale]);
     // A removal (of the current version) that may follow every acknowledged write may have promoted it.
-    h.remove("v2", 60, Some((65, Some(true))));
+    h.promote("v2", 60, 65, "v1");
     h.get_value(70, 80, a);
     assert_eq!(h.kinds(), vec![ViolationKind::Stale]);
     // An acknowledged write after that removal ended: stale again.
@@ -902,4 +916,35 @@ fn version_gets_are_checked_for_torn_corrupt_and_future_reads() {
             ViolationKind::Future
         ]
     );
+}
+
+#[test]
+fn removals_that_promoted_nothing_do_not_unshield() {
+    let mut h = H::default();
+    h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    // A removal of a kept version, acknowledged as promoting nothing, between the keeping put and a plain put.
+    h.put_version(true, "v3", 32, Some((34, true)));
+    h.remove("v2", 40, Some((50, Some(true))));
+    h.put(60, Some((70, true)));
+    h.get_version("v1", 80, 90, GetResult::NotFound);
+    assert_eq!(h.kinds(), vec![ViolationKind::LostVersion]);
+    // The same with a removal that reported a promotion overlapping it: it may have promoted v1 in a chain.
+    let mut h = H::default();
+    h.put_version(false, "v1", 0, Some((10, true)));
+    h.put_version(true, "v2", 20, Some((30, true)));
+    h.put_version(true, "v3", 32, Some((34, true)));
+    h.remove("v2", 40, Some((50, Some(true))));
+    let kind = OpKind::RemoveVersion {
+        key: K.into(),
+        version: "v3".into(),
+    };
+    let promoted = Outcome::Ok(OpResult::RemoveVersion {
+        found: true,
+        promoted: Some("v9".into()),
+    });
+    h.op(kind, 5, Some((45, promoted)));
+    h.put(60, Some((70, true)));
+    h.get_version("v1", 80, 90, GetResult::NotFound);
+    assert!(h.kinds().is_empty());
 }

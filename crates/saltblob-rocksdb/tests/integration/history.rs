@@ -73,7 +73,7 @@ async fn kept_versions_outlive_gc_and_removed_ones_stay_removed() {
 
 /// The same load with removals of current versions, which make kept versions current again: the store's
 /// promotions race with keeping puts and gets by version (`kept_versions_with_promotions`), which the checker
-/// reports as lost and resurrected versions. Ignored until the store fixes them.
+/// reports as lost and resurrected versions (not every run hits one). Ignored until the store fixes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "store bug: promotions race with keeping puts and gets by version (see kept_versions_with_promotions)"]
 async fn kept_versions_with_promotions_are_clean() {
@@ -95,12 +95,12 @@ async fn kept_versions_with_promotions_are_clean() {
     outcome.assert_clean("rocksdb, kept versions with promotions");
 }
 
-/// The same load on RocksDB wrapped so that a third of the kept-version records are silently not written: the
+/// The same load on RocksDB wrapped so that half of the kept-version records are silently not written: the
 /// checker must report the versions that keeping puts lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kept_versions_dropped_by_the_backend_are_caught() {
     let fixture = crate::conformance::fixture().await;
-    let broken = Arc::new(DropsKept::new(Arc::clone(&fixture.backend), 0.3, 1));
+    let broken = Arc::new(DropsKept::new(Arc::clone(&fixture.backend), 0.5, 1));
     let store = BlobStore::new(
         broken.clone(),
         small_config().with_grace(Duration::from_millis(300)),
