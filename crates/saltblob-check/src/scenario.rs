@@ -157,16 +157,48 @@ pub async fn kept_versions(
     max_size: u64,
     duration: Duration,
 ) -> Outcome {
-    keeping_load(store, prefix, keys, clients, max_size, duration, false).await
+    keeping_load(
+        store,
+        prefix,
+        keys,
+        clients,
+        max_size,
+        duration,
+        Load::Mixed,
+    )
+    .await
+}
+
+/// [`kept_versions`] where every write keeps what it replaces (no plain put or delete), as S3's versioned buckets
+/// write, and no version is removed: kept versions must outlive gc and read back whole. For Cassandra, where two
+/// store races show otherwise (not fixed yet): a mix of plain puts (plain writes) and keeping ones
+/// (compare-and-sets) on one key has lost a kept version in some runs (not explained yet); and a keeping put that
+/// retries its compare-and-set leaves the kept record of the version it read first, which brings back a version
+/// removed in between (*resurrected*, as [`kept_versions_with_promotions`] shows).
+pub async fn kept_versions_keeping_only(
+    store: &BlobStore,
+    prefix: &str,
+    keys: usize,
+    clients: usize,
+    max_size: u64,
+    duration: Duration,
+) -> Outcome {
+    keeping_load(
+        store,
+        prefix,
+        keys,
+        clients,
+        max_size,
+        duration,
+        Load::KeepingOnly,
+    )
+    .await
 }
 
 /// [`kept_versions`] with removals that may name the current version, so that kept versions are made current
-/// again (promoted), and with conditional puts that keep. The store races there (histories checked here show
-/// each):
-/// - a promotion forgets the kept record of the version it made current after its compare-and-set, so a keeping
-///   put that replaced (and kept) that version in between loses it (*lost version*);
-/// - a get by version reads the manifest, then the kept record, and may miss a version promoted in between
-///   (*lost version*);
+/// again (promoted), and with conditional puts that keep. The store race there (histories checked here show it;
+/// two more, a promotion losing a version a keeping put kept meanwhile and a get by version missing a version
+/// being promoted, were fixed by leaving the promoted version's kept record in place):
 /// - a keeping put writes the kept record of the version it read before its commit; refused (its condition) or
 ///   retried (its compare-and-set on the cluster), that record stays, and brings back the version if a removal
 ///   removed it in between (*resurrected*).
@@ -178,10 +210,22 @@ pub async fn kept_versions_with_promotions(
     max_size: u64,
     duration: Duration,
 ) -> Outcome {
-    keeping_load(store, prefix, keys, clients, max_size, duration, true).await
+    keeping_load(store, prefix, keys, clients, max_size, duration, Load::Racy).await
 }
 
-/// The load of [`kept_versions`]; with removals of current versions and keeping conditional puts when `racy`.
+/// Which writes a keeping load makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// Keeping puts (75%) and plain ones, plain deletes, removals of kept versions only, conditional puts that
+    /// keep nothing.
+    Mixed,
+    /// Every write keeps (puts, conditional puts); no plain delete; no removal.
+    KeepingOnly,
+    /// [`Load::Mixed`] with removals of current versions and conditional puts that keep.
+    Racy,
+}
+
+/// The load of [`kept_versions`] and its variants, as `kind` says.
 async fn keeping_load(
     store: &BlobStore,
     prefix: &str,
@@ -189,8 +233,10 @@ async fn keeping_load(
     clients: usize,
     max_size: u64,
     duration: Duration,
-    racy: bool,
+    kind: Load,
 ) -> Outcome {
+    let racy = kind == Load::Racy;
+    let keeping_only = kind == Load::KeepingOnly;
     let sink = MemorySink::new();
     let keys = key_set(prefix, keys);
     let mut load = WorkloadConfig::new(keys.clone());
@@ -199,14 +245,14 @@ async fn keeping_load(
     load.mix = OpMix {
         put: 25,
         get: 15,
-        delete: 5,
+        delete: if keeping_only { 0 } else { 5 },
         conditional_put: 5,
     };
     let keeping = Keeping {
-        keep_percent: 75,
+        keep_percent: if keeping_only { 100 } else { 75 },
         get_version: 35,
-        remove_version: 15,
-        keep_conditional: racy,
+        remove_version: if keeping_only { 0 } else { 15 },
+        keep_conditional: racy || keeping_only,
         remove_current: racy,
         ..Keeping::default()
     };
