@@ -65,8 +65,8 @@ pub struct Serve {
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::human::parse_duration)]
     gc_every: Duration,
     /// The length of a day for the lifecycle pass (rules' Days, NoncurrentDays and DaysAfterInitiation count
-    /// these; x-amz-expiration headers still count 24 hours). Only to test lifecycle rules, as RGW's
-    /// rgw_lc_debug_interval: e.g. 10s with --gc-every 1s.
+    /// these, exactly when shortened; x-amz-expiration headers still count 24 hours). Only to test lifecycle
+    /// rules, as RGW's rgw_lc_debug_interval: e.g. 10s with --gc-every 1s.
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::human::parse_duration, hide_short_help = true)]
     lifecycle_day: Duration,
     /// How long a shutdown (SIGINT, SIGTERM) waits for requests in flight; unfinished puts never commit.
