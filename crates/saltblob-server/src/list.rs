@@ -558,12 +558,17 @@ pub(crate) async fn handle_list_object_versions(
             })
             .skip(1);
         if !listed.add(&page.names, key, rest) {
-            cut = Some(key.clone());
+            cut = listed.last_key.clone();
         }
     }
     let keys = std::mem::take(&mut page.listing.objects);
     for (i, (key, _)) in keys.iter().enumerate() {
         if cut.is_some() {
+            break;
+        }
+        if listed.full() {
+            // Filled by the rest of the key marker's versions: resume after them.
+            cut = listed.last_key.clone();
             break;
         }
         let all = s3
@@ -572,9 +577,10 @@ pub(crate) async fn handle_list_object_versions(
             .await
             .map_err(from_store)?;
         let whole = listed.add(&page.names, key, all.into_iter());
-        // The budget spent within this key's versions, or with keys of the page left: resume after its last.
+        // The budget spent within this key's versions, or with keys of the page left: resume after the last
+        // version listed (of this key, or of the one before when none of this key's fit).
         if !whole || (listed.full() && i + 1 < keys.len()) {
-            cut = Some(key.clone());
+            cut = listed.last_key.clone();
         }
     }
     if let Some(key) = &cut {
@@ -608,6 +614,8 @@ struct Versions {
     versions: Vec<ObjectVersion>,
     markers: Vec<DeleteMarkerEntry>,
     last: Option<String>,
+    /// The key of the last one (as stored, not as shown).
+    last_key: Option<String>,
     /// How many versions and markers the response may hold.
     budget: usize,
 }
@@ -640,6 +648,7 @@ impl Versions {
             };
             let version_id = version_id_of(&m);
             self.last = Some(version_id.clone());
+            self.last_key = Some(key.to_owned());
             let key = Some(names.show(key.to_owned()));
             if is_delete_marker(&m) {
                 self.markers.push(DeleteMarkerEntry {

@@ -434,6 +434,14 @@ async fn version_listings_page_by_version() {
         assert_eq!(c.put(&format!("/pbkt/{key}"), body).await.status, 200);
     }
     assert_eq!(c.delete("/pbkt/c").await.status, 204);
+    // Pages of 1 end within a key and exactly at the end of a key marker's rest; of 2 and 3, at key ends too.
+    for max_keys in ["1", "2", "3"] {
+        pages_list_each_version_once(c, max_keys).await;
+    }
+}
+
+/// Pages through bucket `pbkt`'s versions `max_keys` at a time: each of the six versions and markers once.
+async fn pages_list_each_version_once(c: &Client, max_keys: &str) {
     let mut markers: (Option<String>, Option<String>) = (None, None);
     let mut seen = Vec::new();
     for page in 0.. {
@@ -441,14 +449,14 @@ async fn version_listings_page_by_version() {
         let mut call = c
             .call("GET", "/pbkt")
             .query("versions", "")
-            .query("max-keys", "2");
+            .query("max-keys", max_keys);
         if let (Some(k), Some(v)) = &markers {
             call = call.query("key-marker", k).query("version-id-marker", v);
         }
         let r = call.send().await;
         assert_eq!(r.status, 200, "{}", r.text());
         let ids = r.xml("VersionId");
-        assert!(ids.len() <= 2, "{}", r.text());
+        assert!(ids.len() <= max_keys.parse().unwrap_or(0), "{}", r.text());
         seen.extend(r.xml("Key").into_iter().zip(ids));
         if r.xml("IsTruncated") != ["true"] {
             break;
@@ -461,9 +469,17 @@ async fn version_listings_page_by_version() {
     let keys: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
     // Versions are listed before markers within a page, so compare as sets per key.
     let count = |k: &str| keys.iter().filter(|x| **x == k).count();
-    assert_eq!((count("a"), count("b"), count("c")), (3, 1, 2), "{seen:?}");
+    assert_eq!(
+        (count("a"), count("b"), count("c")),
+        (3, 1, 2),
+        "max-keys {max_keys}: {seen:?}"
+    );
     let mut ids: Vec<&String> = seen.iter().map(|(_, v)| v).collect();
     ids.sort();
     ids.dedup();
-    assert_eq!(ids.len(), 6, "each version once: {seen:?}");
+    assert_eq!(
+        ids.len(),
+        6,
+        "each version once, max-keys {max_keys}: {seen:?}"
+    );
 }
