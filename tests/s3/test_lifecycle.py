@@ -57,24 +57,43 @@ def test_objects_under_an_enabled_rule_say_when_they_expire(s3, bucket):
         assert "Expiration" not in s3.head_object(Bucket=bucket, Key=key)
 
 
-def test_what_is_not_applied_is_refused_by_name(s3, bucket):
+def test_what_is_not_applied_is_refused_and_the_rest_is_kept(s3, bucket):
     s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=RULES)
     refused = [
-        {"ID": "t", "Filter": {"Prefix": "a/"}, "Status": "Enabled", "Transitions": [{"Days": 30, "StorageClass": "GLACIER"}]},
-        {"ID": "t", "Filter": {"Tag": {"Key": "k", "Value": "v"}}, "Status": "Enabled", "Expiration": {"Days": 1}},
-        {"ID": "t", "Filter": {}, "Status": "Enabled", "Expiration": {"Date": datetime.datetime(2030, 1, 1)}},
-        {"ID": "t", "Filter": {}, "Status": "Enabled", "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 3}},
+        (
+            {"ID": "t", "Filter": {"Prefix": "a/"}, "Status": "Enabled", "Transitions": [{"Days": 30, "StorageClass": "GLACIER"}]},
+            ("NotImplemented", 501),
+        ),
+        ({"ID": "t", "Filter": {}, "Status": "Enabled", "Expiration": {"Days": 0}}, ("InvalidArgument", 400)),
+        (
+            {"ID": "t", "Filter": {}, "Status": "Enabled", "Expiration": {"Date": datetime.datetime(2030, 1, 1, 12)}},
+            ("InvalidArgument", 400),
+        ),
+        (
+            {"ID": "t", "Filter": {"Tag": {"Key": "k", "Value": "v"}}, "Status": "Enabled",
+             "Expiration": {"ExpiredObjectDeleteMarker": True}},
+            ("InvalidRequest", 400),
+        ),
     ]
-    for rule in refused:
+    for rule, answer in refused:
         assert s3_error(
             s3.put_bucket_lifecycle_configuration, Bucket=bucket, LifecycleConfiguration={"Rules": [rule]}
-        ) == ("NotImplemented", 501), rule
-    bad_days = {"ID": "t", "Filter": {}, "Status": "Enabled", "Expiration": {"Days": 0}}
-    assert s3_error(
-        s3.put_bucket_lifecycle_configuration, Bucket=bucket, LifecycleConfiguration={"Rules": [bad_days]}
-    ) == ("InvalidArgument", 400)
+        ) == answer, rule
     # The rules in force stay.
     assert [r["ID"] for r in s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]] == ["tmp", "old logs"]
+    # Tags, dates, noncurrent versions and multipart aborts are applied, and shown as given.
+    applied = [
+        {"ID": "tag", "Filter": {"Tag": {"Key": "k", "Value": "v"}}, "Status": "Enabled", "Expiration": {"Days": 1}},
+        {"ID": "date", "Filter": {}, "Status": "Enabled", "Expiration": {"Date": datetime.datetime(2030, 1, 1)}},
+        {"ID": "abort", "Filter": {}, "Status": "Enabled", "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 3}},
+        {"ID": "nc", "Filter": {"Prefix": "v/"}, "Status": "Enabled", "NoncurrentVersionExpiration": {"NoncurrentDays": 2}},
+    ]
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": applied})
+    shown = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert [r["ID"] for r in shown] == ["tag", "date", "abort", "nc"]
+    assert shown[0]["Filter"] == {"Tag": {"Key": "k", "Value": "v"}}
+    assert shown[2]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 3}
+    assert shown[3]["NoncurrentVersionExpiration"]["NoncurrentDays"] == 2
 
 
 def test_awscli_puts_gets_and_deletes_rules(aws, bucket, tmp_path):
