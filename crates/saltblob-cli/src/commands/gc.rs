@@ -102,6 +102,7 @@ fn print_gc(r: &GcReport, as_json: bool) {
             "awaiting_commit": r.reclaim.awaiting_commit,
             "in_flight_skipped": r.reclaim.in_flight,
             "undecodable_entries": r.reclaim.undecodable,
+            "removal_markers": r.reclaim.removal_markers,
             "next_due_micros": r.reclaim.next_due_micros,
             "shares_skipped": r.shares_skipped,
             "full_expiry_skipped": r.full_expiry_skipped,
@@ -130,6 +131,12 @@ fn print_gc(r: &GcReport, as_json: bool) {
         println!(
             "{tag}: {did} {} expired blob(s) (their chunks go after the grace period)",
             r.expired
+        );
+    }
+    if r.reclaim.removal_markers > 0 {
+        println!(
+            "{tag}: deleted {} removal marker(s) of kept versions",
+            r.reclaim.removal_markers
         );
     }
     if r.shares_skipped > 0 {

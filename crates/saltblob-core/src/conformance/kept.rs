@@ -11,6 +11,7 @@ use super::gc::chunks_by_version;
 use super::segments::put_segments;
 use super::{data, prefix, repair_now, small_config, store};
 use crate::backend::{ChunkStore, Namespace};
+use crate::base::clock::OffsetClock;
 use crate::base::error::Error;
 use crate::base::version::VersionId;
 use crate::ledger::kept;
@@ -462,4 +463,74 @@ pub async fn kept_versions_change_their_metadata_in_place(backend: Arc<dyn Chunk
     gc_now(&store, &p).await;
     assert_eq!(store.get(&key).await.expect("get"), data(70_000, 1));
     assert_fsck_clean(&store, &p).await;
+}
+
+/// A put that read a version as current keeps it with a record issued before the version was replaced and
+/// removed, which lands after the removal (its commit then fails or retries): the version stays removed, gc
+/// reclaims it, and fsck finds nothing. The removal's marker stays twenty minutes (past any such record), then the
+/// reclaim pass deletes it with that record. The clock is the test clock, jumped past that.
+pub async fn a_removed_version_stays_removed_when_an_earlier_kept_record_lands(
+    backend: Arc<dyn ChunkStore>,
+) {
+    let p = prefix("kept-late");
+    let key = format!("{p}doc");
+    let clock = OffsetClock::new();
+    let store = store(&backend, small_config().with_clock(clock.clone()));
+    let keep = PutOptions::new().with_keep_replaced(true);
+    let old = store.put(&key, data(50_000, 1), &keep).await.expect("put");
+    let record = backend
+        .get_record(Namespace::Manifest, key.as_bytes())
+        .await
+        .expect("read")
+        .expect("manifest");
+    let current = store.put(&key, data(20, 2), &keep).await.expect("put");
+    assert_eq!(
+        store
+            .remove_version(&key, old.version)
+            .await
+            .expect("remove"),
+        RemovedVersion::Kept
+    );
+    // The late record of the put that read `old` as current.
+    kept::keep(&store.inner, key.as_bytes(), old.version, record)
+        .await
+        .expect("late keep");
+    assert!(matches!(
+        read_version(&store, &key, old.version).await,
+        Err(Error::VersionNotFound { .. })
+    ));
+    assert!(matches!(
+        store.remove_version(&key, old.version).await,
+        Err(Error::VersionNotFound { .. })
+    ));
+    assert_eq!(listed(&store, &key).await, vec![(current.version, true)]);
+    gc_now(&store, &p).await;
+    let stored = chunks_by_version(&backend, &key).await;
+    assert!(!stored.contains_key(&old.version), "reclaimed: {stored:?}");
+    assert_fsck_clean(&store, &p).await;
+
+    // The marker stays until the pass finds it twenty minutes old, then goes with the late record.
+    let markers = |r: crate::upkeep::gc::GcReport| r.reclaim.removal_markers;
+    let gc = GcOptions::new().with_prefix(p.clone());
+    assert_eq!(markers(store.gc(&gc).await.expect("gc")), 0);
+    clock.advance(Duration::from_secs(21 * 60));
+    assert_eq!(markers(store.gc(&gc).await.expect("gc")), 1);
+    let left = backend
+        .scan_records(
+            Namespace::Kept,
+            &kept::record_key(key.as_bytes(), old.version),
+            None,
+            10,
+        )
+        .await
+        .expect("scan");
+    assert!(
+        left.is_empty(),
+        "the late record went with the marker: {left:?}"
+    );
+    assert!(matches!(
+        read_version(&store, &key, old.version).await,
+        Err(Error::VersionNotFound { .. })
+    ));
+    assert_eq!(store.get(&key).await.expect("get"), data(20, 2));
 }

@@ -74,9 +74,10 @@ pub use gc::{
     gc_reclaims_replaced_and_deleted_versions, put_without_its_lease_does_not_commit,
 };
 pub use kept::{
-    a_kept_copy_of_the_current_version_is_that_version, concurrent_keeping_puts_keep_every_version,
-    concurrent_removals_of_every_version_leave_none, kept_versions_change_their_metadata_in_place,
-    kept_versions_read_back_and_outlive_gc_and_fsck,
+    a_kept_copy_of_the_current_version_is_that_version,
+    a_removed_version_stays_removed_when_an_earlier_kept_record_lands,
+    concurrent_keeping_puts_keep_every_version, concurrent_removals_of_every_version_leave_none,
+    kept_versions_change_their_metadata_in_place, kept_versions_read_back_and_outlive_gc_and_fsck,
     removing_versions_reclaims_them_and_promotes_the_newest_kept,
 };
 pub use passes::{
@@ -172,7 +173,8 @@ macro_rules! conformance_suite {
             a_kept_copy_of_the_current_version_is_that_version,
             concurrent_keeping_puts_keep_every_version,
             concurrent_removals_of_every_version_leave_none,
-            kept_versions_change_their_metadata_in_place);
+            kept_versions_change_their_metadata_in_place,
+            a_removed_version_stays_removed_when_an_earlier_kept_record_lands);
     };
     (@sealed $attrs:tt $make:expr) => {
         $crate::conformance_suite!(@store $attrs $crate::conformance::sealed; $make);

@@ -28,6 +28,7 @@ use crate::base::version::VersionId;
 use crate::format::decode::Reader;
 use crate::format::layout::MAX_SALT_LIMIT;
 use crate::format::manifest::{Manifest, ManifestBody};
+use crate::ledger::kept::{self, Burial};
 use crate::ledger::liveness::{self, Ownership};
 use crate::ledger::shards;
 use crate::ledger::work::Held;
@@ -35,6 +36,9 @@ use crate::state::Inner;
 
 /// Format byte of a reclaim entry's value.
 const ENTRY_FORMAT: u8 = 1;
+/// Format byte of the value of a removal marker's entry ([`REMOVAL_ENTRY`]): the byte alone. An earlier build
+/// reports such an entry as undecodable and leaves it in place.
+const MARKER_ENTRY_FORMAT: u8 = 2;
 
 /// Key of the low-water mark of the queue of earlier builds ([`Namespace::Reclaim`]) in [`Namespace::Meta`]: a
 /// due time (u64 LE, Unix µs).
@@ -135,13 +139,16 @@ pub struct ReclaimReport {
     pub in_flight: u64,
     /// Blobs deleted because their expiry passed, found through the expiry index (a pass over the index only).
     pub expired: u64,
+    /// Removal markers of kept versions deleted (`BlobStore::remove_version` leaves one for twenty minutes).
+    pub removal_markers: u64,
 }
 
 /// A queued deletion of one version's chunks. Record key in [`Namespace::ReclaimBucket`]: bucket (due time ÷
 /// [`BUCKET_MICROS`], u64 big-endian) and shard ([`shards::shard_of`] of the blob key), which name its partition,
 /// then due time (u64 big-endian, so that a partition sorts by due time), version (u128 big-endian), blob key. In
 /// the [`Namespace::Reclaim`] of earlier builds, the key lacks the bucket and shard. Value: format byte 1, salt
-/// count (u32 LE), chunk count (u64 LE), stored bytes (u64 LE).
+/// count (u32 LE), chunk count (u64 LE), stored bytes (u64 LE); or format byte 2 alone, the entry of a kept
+/// version's removal marker ([`REMOVAL_ENTRY`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ReclaimEntry {
     pub(crate) due_micros: u64,
@@ -188,7 +195,20 @@ impl ReclaimEntry {
         k
     }
 
+    /// Whether this is the entry of a kept version's removal marker ([`REMOVAL_ENTRY`]), not of chunks.
+    pub(crate) fn is_removal_marker(&self) -> bool {
+        let chunks = ChunkSet {
+            salt_count: self.salt_count,
+            chunk_count: self.chunk_count,
+            stored_bytes: self.stored_bytes,
+        };
+        chunks == REMOVAL_ENTRY
+    }
+
     fn value(&self) -> Bytes {
+        if self.is_removal_marker() {
+            return Bytes::from_static(&[MARKER_ENTRY_FORMAT]);
+        }
         let mut v = Vec::with_capacity(21);
         v.push(ENTRY_FORMAT);
         v.extend_from_slice(&self.salt_count.to_le_bytes());
@@ -205,6 +225,17 @@ impl ReclaimEntry {
         let (due_micros, version, key) = entry_key(ns, k)?;
         let mut r = Reader::new(v.clone(), &corrupt);
         let format = r.u8()?;
+        if format == MARKER_ENTRY_FORMAT {
+            r.end()?;
+            return Ok(Self {
+                due_micros,
+                version,
+                key,
+                salt_count: REMOVAL_ENTRY.salt_count,
+                chunk_count: REMOVAL_ENTRY.chunk_count,
+                stored_bytes: REMOVAL_ENTRY.stored_bytes,
+            });
+        }
         if format != ENTRY_FORMAT {
             return Err(corrupt(format!(
                 "unknown format byte {format} (expected {ENTRY_FORMAT})"
@@ -275,6 +306,16 @@ pub(crate) struct ChunkSet {
     pub(crate) chunk_count: u64,
     pub(crate) stored_bytes: u64,
 }
+
+/// The chunks the reclaim entry of a kept version's removal marker names: none, and a salt count of 0, which no
+/// chunk entry has. Stored as value format [`MARKER_ENTRY_FORMAT`]; the pass deletes the marker once it may go
+/// ([`kept::bury`]) and deletes no chunk. Due once the marker may go, [`kept::MARKER_HOLD_MICROS`] after the
+/// removal (or after the grace period, if longer).
+pub(crate) const REMOVAL_ENTRY: ChunkSet = ChunkSet {
+    salt_count: 0,
+    chunk_count: 0,
+    stored_bytes: 0,
+};
 
 /// Queues the chunks `chunks` of `blob` for deletion after the grace period counted from `queued_at`: the one
 /// writer of reclaim entries (but for [`schedule_changes`]). Marks the entry's bucket first. Returns the entry's
@@ -347,8 +388,13 @@ async fn marked(inner: &Inner, queue: Queue) -> Result<Vec<u64>> {
 
 /// The entry that queues `chunks` of `blob`, due the grace period after `queued_at`.
 fn entry(inner: &Inner, blob: &BlobRef, chunks: ChunkSet, queued_at: u64) -> ReclaimEntry {
+    let mut wait = micros(inner.config.grace);
+    if chunks == REMOVAL_ENTRY {
+        // Due once the marker may go.
+        wait = wait.max(kept::MARKER_HOLD_MICROS);
+    }
     ReclaimEntry {
-        due_micros: queued_at.saturating_add(micros(inner.config.grace)),
+        due_micros: queued_at.saturating_add(wait),
         version: blob.version,
         key: blob.key.clone(),
         salt_count: chunks.salt_count,
@@ -899,6 +945,21 @@ impl Pass<'_> {
         if !entry.key.starts_with(self.prefix) {
             return Ok(Handled::Skipped);
         }
+        if entry.is_removal_marker() {
+            // A removal marker's entry (kept.rs): the marker goes once it may.
+            if self.dry_run {
+                return Ok(Handled::Done);
+            }
+            let burial = kept::bury(self.inner, &entry.key, entry.version, self.now).await?;
+            return Ok(match burial {
+                Burial::HeldUntil(due) => Handled::Kept(due),
+                Burial::Buried => {
+                    report.removal_markers += 1;
+                    Handled::Done
+                }
+                Burial::NoMarker => Handled::Done,
+            });
+        }
         let blob = BlobRef {
             key: entry.key.clone(),
             version: entry.version,
@@ -1022,6 +1083,7 @@ impl ReclaimReport {
         self.undecodable += other.undecodable;
         self.in_flight += other.in_flight;
         self.expired += other.expired;
+        self.removal_markers += other.removal_markers;
         self.next_due_micros = match (self.next_due_micros, other.next_due_micros) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1103,7 +1165,9 @@ mod tests {
         fn arbitrary_records_never_panic(k in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60), v in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30)) {
             for ns in [Namespace::Reclaim, Namespace::ReclaimBucket] {
                 if let Ok(e) = ReclaimEntry::decode(ns, &Bytes::from(k.clone()), &Bytes::from(v.clone())) {
-                    proptest::prop_assert!((1..=MAX_SALT_LIMIT).contains(&e.salt_count) && !e.key.is_empty());
+                    proptest::prop_assert!(
+                        (e.is_removal_marker() || (1..=MAX_SALT_LIMIT).contains(&e.salt_count)) && !e.key.is_empty()
+                    );
                 }
             }
         }
@@ -1135,6 +1199,19 @@ mod tests {
             ..e.clone()
         };
         assert!(k < later.encode().0);
+        // A removal marker's entry: the format byte alone, and no chunks.
+        let marker = ReclaimEntry {
+            salt_count: REMOVAL_ENTRY.salt_count,
+            chunk_count: 0,
+            stored_bytes: 0,
+            ..e.clone()
+        };
+        let (mk, mv) = marker.encode();
+        assert_eq!(&mv[..], &[MARKER_ENTRY_FORMAT]);
+        let decoded = ReclaimEntry::decode(ns, &Bytes::from(mk.clone()), &mv).expect("decodes");
+        assert!(decoded.is_removal_marker() && decoded == marker);
+        assert!(ReclaimEntry::decode(ns, &Bytes::from(mk), &Bytes::from_static(&[2, 0])).is_err());
+        assert!(!e.is_removal_marker());
         let next_bucket = ReclaimEntry {
             due_micros: BUCKET_MICROS + 1,
             ..e.clone()

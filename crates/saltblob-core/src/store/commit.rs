@@ -298,6 +298,11 @@ async fn write(
             .await
             .map_err(NotWritten)?;
     }
+    // When the record the change replaces was read: now (by `pin`, or below), unless the caller pinned it earlier.
+    let mut read_at = match expect {
+        Expect::Record(_) => 0,
+        _ => inner.now_micros(),
+    };
     let expect = match pin(inner, key, expect).await.map_err(NotWritten)? {
         Ok(pinned) => pinned,
         Err(current) => return Ok(Changed::Refused { current }),
@@ -348,6 +353,24 @@ async fn write(
         if cas && raw.is_none() && new.is_none() {
             return Ok(Changed::Written { replaced: None });
         }
+        // A kept record written apart from the commit is issued soon after the read of what it keeps, so that a
+        // removal's marker outlasts it (`ledger/kept.rs`): read long ago, the version may have been replaced and
+        // removed since. Read it again.
+        let late = inner.now_micros() > read_at.saturating_add(kept::KEEP_ISSUE_MICROS);
+        if keeping && group.is_none() && raw.is_some() && late {
+            let current = inner
+                .backend
+                .get_record(Namespace::Manifest, key)
+                .await
+                .map_err(NotWritten)?;
+            read_at = inner.now_micros();
+            if current != raw {
+                if !cas {
+                    return Ok(Changed::Refused { current });
+                }
+                raw = current;
+            }
+        }
         let before = raw
             .as_ref()
             .and_then(|b| inner.decode_manifest(key, b).ok());
@@ -362,8 +385,17 @@ async fn write(
         };
         match (replacing, group) {
             (Some(old), None) if old.keep => {
-                kept::keep(inner, key, old.manifest.version, old.record.clone())
+                let by = IssueBy::new(
+                    read_at.saturating_add(kept::KEEP_ISSUE_MICROS),
+                    Arc::clone(&inner.config.clock),
+                    key.clone(),
+                    old.manifest.version,
+                    "the version it keeps was read too long ago (it may have been removed since)",
+                );
+                let call = kept::keep(inner, key, old.manifest.version, old.record.clone());
+                deadline::within(Some(by), call)
                     .await
+                    .output
                     .map_err(NotWritten)?;
             }
             (Some(old), None) => reclaim::schedule(inner, key, old.manifest, new)
@@ -408,6 +440,7 @@ async fn write(
             // Another writer committed since the read: queue what it committed and try again.
             RecordWrite::ConditionFailed(current) if attempt != condition => {
                 raw = current;
+                read_at = inner.now_micros();
                 continue;
             }
             RecordWrite::ConditionFailed(current) => return Ok(Changed::Refused { current }),

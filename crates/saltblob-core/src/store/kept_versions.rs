@@ -5,12 +5,13 @@
 
 use bytes::Bytes;
 
-use crate::backend::Namespace;
+use crate::backend::{BlobRef, Namespace};
 use crate::base::error::{Error, Result};
 use crate::base::version::VersionId;
 use crate::format::manifest::Manifest;
 use crate::ledger::kept::{self, KeptRecord};
 use crate::ledger::reclaim;
+use crate::state::Inner;
 use crate::store::commit::{self, Change, Changed, Expect, Fences};
 use crate::store::{BlobStore, validate_key};
 
@@ -147,8 +148,9 @@ impl BlobStore {
                 Changed::Written { .. } => {}
                 Changed::Refused { .. } => continue,
             }
-            // A kept copy of the removed version (left by a commit that failed after keeping it) goes too.
-            kept::forget(inner, key, current.version).await?;
+            // A kept copy of the removed version (left by a commit that failed after keeping it) goes too, and
+            // so does one that a put that read it current issues after this removal.
+            unkeep(inner, key, current.version).await?;
             let Some(m) = newest else {
                 return Ok((RemovedVersion::Current, None));
             };
@@ -186,7 +188,7 @@ impl BlobStore {
         };
         let manifest = kept::decode(inner, key, &KeptRecord { version, record })?;
         reclaim::schedule(inner, key, &manifest, None).await?;
-        kept::forget(inner, key, version).await?;
+        unkeep(inner, key, version).await?;
         let promoted = match inner.read_manifest(key).await {
             Ok(current) => current.is_some_and(|m| m.version == version),
             Err(e) if e.is_corruption() => false,
@@ -194,4 +196,16 @@ impl BlobStore {
         };
         Ok((RemovedVersion::Kept, promoted.then_some(version)))
     }
+}
+
+/// Removes version `version` of `key` from the kept versions: queues the reclaim entry of its removal marker, then
+/// writes the marker and deletes its kept record (`ledger/kept.rs`), so that a kept record a put issued before the
+/// removal does not bring it back.
+async fn unkeep(inner: &Inner, key: &Bytes, version: VersionId) -> Result<()> {
+    let blob = BlobRef {
+        key: key.clone(),
+        version,
+    };
+    reclaim::enqueue(inner, &blob, reclaim::REMOVAL_ENTRY, inner.now_micros()).await?;
+    kept::remove(inner, key, version).await
 }

@@ -71,11 +71,10 @@ async fn kept_versions_outlive_gc_and_removed_ones_stay_removed() {
     assert_eq!(orphans, vec![], "no orphan after gc");
 }
 
-/// The same load with removals of current versions, which make kept versions current again: the store's
-/// promotions race with keeping puts and gets by version (`kept_versions_with_promotions`), which the checker
-/// reports as lost and resurrected versions (not every run hits one). Ignored until the store fixes them.
+/// The same load with removals of current versions, which make kept versions current again, and conditional puts
+/// that keep (`kept_versions_with_promotions`): promotions race with keeping puts, gets by version and refused
+/// keeping puts, and no version may be lost or come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "store bug: promotions race with keeping puts and gets by version (see kept_versions_with_promotions)"]
 async fn kept_versions_with_promotions_are_clean() {
     let fixture = crate::conformance::fixture().await;
     let store = BlobStore::new(
