@@ -513,7 +513,11 @@ fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
             "{name}: {element} is not supported; saltblob has one storage class"
         ))
     };
-    if rule.transitions.as_ref().is_some_and(|t| !t.is_empty()) {
+    if let Some(transitions) = rule.transitions.as_ref().filter(|t| !t.is_empty()) {
+        // A value S3 refuses is refused as S3 does (400) before the element is (501).
+        for date in transitions.iter().filter_map(|t| t.date.as_ref()) {
+            midnight(date, &format!("{name}: Transition"))?;
+        }
         return refused("Transition");
     }
     if rule
@@ -627,7 +631,7 @@ fn checked_rule(rule: LifecycleRule, n: usize) -> S3Result<Rule> {
     })
 }
 
-/// An `Expiration` `Date` in Unix microseconds.
+/// A rule's `Date` (of its `Expiration`, or of a `Transition`) in Unix microseconds.
 ///
 /// # Errors
 /// `InvalidArgument` for a date before the epoch or not at midnight UTC, as S3.
@@ -946,6 +950,21 @@ pub(crate) mod tests {
             message.contains("Transition") && message.contains("Rule 1"),
             "{message}"
         );
+        // A transition S3 would refuse for its value is refused for it (400), as S3 does, before the element (501).
+        let mut late = s3_rule(None, 1);
+        late.transitions = Some(vec![s3s::dto::Transition {
+            date: Some(timestamp(20_220_927_000_000)),
+            ..s3s::dto::Transition::default()
+        }]);
+        let (code, message) = refused(vec![late]);
+        assert_eq!(code, "InvalidArgument", "{message}");
+        assert!(message.contains("Transition"), "{message}");
+        let mut at_midnight = s3_rule(None, 1);
+        at_midnight.transitions = Some(vec![s3s::dto::Transition {
+            date: Some(timestamp(DAY_MICROS * 19_000)),
+            ..s3s::dto::Transition::default()
+        }]);
+        assert_eq!(refused(vec![at_midnight]).0, "NotImplemented");
     }
 
     #[test]
