@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use saltblob_core::{BlobStore, GcOptions};
 
-use crate::checker::{Report, Violation, check, context, describe_op};
+use crate::checker::{Report, Violation, ViolationKind, check, context, describe_op};
 use crate::history::{History, MemorySink, Op, OpKind};
 use crate::workload::{
     Keeping, OpMix, SizeMix, Stats, VersionLog, WorkloadConfig, final_reads, final_version_reads,
@@ -47,6 +47,17 @@ impl Outcome {
             self.stats.puts > 0 && self.stats.gets_with_value > 0,
             "{label}: the load did no work: {}",
             self.stats
+        );
+    }
+
+    /// Prints the verdict under `label`, then panics unless the checker found at least one violation of `kind`:
+    /// for tests of a deliberately broken backend.
+    pub fn assert_caught(&self, label: &str, kind: ViolationKind) {
+        println!("{label}: checker: {}", self.report.summary());
+        assert!(
+            self.report.count(kind) > 0,
+            "{label}: not caught: {}",
+            self.report.summary()
         );
     }
 }
@@ -284,7 +295,6 @@ async fn keeping_load(
 mod tests {
     use super::*;
     use crate::broken::DropsKept;
-    use crate::checker::ViolationKind;
     use saltblob_core::MemoryStore;
     use saltblob_core::conformance::small_config;
 
@@ -330,15 +340,7 @@ mod tests {
         let broken = Arc::new(DropsKept::new(Arc::new(MemoryStore::new()), 0.3, 7));
         let s = store(broken.clone());
         let outcome = kept_versions(&s, "kept/", 2, 6, 100 << 10, Duration::from_secs(2)).await;
-        println!(
-            "memory, kept records dropped ({}): checker: {}",
-            broken.dropped(),
-            outcome.report.summary()
-        );
-        assert!(
-            outcome.report.count(ViolationKind::LostVersion) > 0,
-            "not caught: {}",
-            outcome.report.summary()
-        );
+        let label = format!("memory, kept records dropped ({})", broken.dropped());
+        outcome.assert_caught(&label, ViolationKind::LostVersion);
     }
 }

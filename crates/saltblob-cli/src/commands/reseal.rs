@@ -108,11 +108,8 @@ impl Command for Rekey {
             let store = context.open().await?;
             let store = &store;
             self.walk
-                .run("rekey", store, context.quiet, |key, manifest| async move {
-                    // A multipart blob's segments are sealed each; its own manifest has no block.
-                    if manifest.sealed_by().is_none() {
-                        return Ok("plaintext");
-                    }
+                .run("rekey", store, context.quiet, |key, _| async move {
+                    // Each key is read, a plaintext one too: its kept versions may be sealed.
                     Ok(match store.rekey(&key).await? {
                         Rekeyed::Rewrapped { .. } => "re-wrapped",
                         Rekeyed::Current => "current already",

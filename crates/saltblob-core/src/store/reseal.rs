@@ -4,12 +4,16 @@
 //! (Sealing a plaintext blob is a rewrite: [`BlobStore::encrypt`], beside [`BlobStore::relayout`].) Also
 //! [`BlobStore::check_encryption_key`], which tells whether puts can seal under a key now.
 
+use bytes::Bytes;
+
 use crate::backend::Namespace;
 use crate::base::error::{KeyDisplay, Result};
 use crate::base::version::VersionId;
 use crate::encryption::{KekRef, Sealing};
-use crate::format::manifest::ManifestBody;
+use crate::format::manifest::{Manifest, ManifestBody};
+use crate::ledger::kept;
 use crate::schedule::{self, PriorityClass};
+use crate::state::Inner;
 use crate::store::BlobStore;
 use crate::store::commit::{self, Change, Changed, Expect, Fences};
 use crate::store::sealing;
@@ -27,9 +31,9 @@ pub enum Rekeyed {
         /// The key version that wraps it now.
         to: KekRef,
     },
-    /// Its data key is wrapped by its key's current version already.
+    /// Its data key (and those of its kept versions) is wrapped by its key's current version already.
     Current,
-    /// Plaintext: nothing to re-wrap (`saltblob encrypt` seals it: [`BlobStore::encrypt`]).
+    /// Plaintext, and no kept version needed re-wrapping (`saltblob encrypt` seals it: [`BlobStore::encrypt`]).
     Plaintext,
     /// Replaced, deleted or re-wrapped by someone else in between: left as they made it.
     LostToAWriter,
@@ -49,13 +53,17 @@ impl BlobStore {
         sealing::check_key(&self.inner, name).await
     }
 
-    /// Re-wraps the data key of `key`'s current version under the current version of the key that wrapped it,
-    /// when another version did: only the manifest changes (a compare-and-set on the bytes read), so that the
-    /// older key version can then be retired. The key commitment is checked first, with the data key as opened.
+    /// Re-wraps the data keys of `key`'s current version and of its kept versions
+    /// ([`crate::state::config::PutOptions::keep_replaced`]) under the current version of the key that wrapped
+    /// each, when another version did: only the manifest changes (a compare-and-set on the bytes read; a kept
+    /// version's record likewise), so that the older key version can then be retired. The key commitment is
+    /// checked first, with the data key as opened. Returns what became of the current version, or
+    /// [`Rekeyed::Rewrapped`] when only kept versions were re-wrapped; a kept version changed or removed in
+    /// between is left as it was made.
     ///
     /// # Errors
     /// [`Error::KeyUnavailable`] (the store has no provider, or it cannot open or wrap the key), [`Error::Corrupt`]
-    /// (the manifest does not decode or fails its commitment), [`Error::Backend`].
+    /// (the manifest or a kept record does not decode or fails its commitment), [`Error::Backend`].
     pub async fn rekey(&self, key: impl AsRef<[u8]>) -> Result<Rekeyed> {
         let key = validate_key(key.as_ref())?;
         let class = self
@@ -66,82 +74,131 @@ impl BlobStore {
             .flatten();
         schedule::in_class(class, async {
             let inner = &self.inner;
-            let Some(bytes) = inner.backend.get_record(Namespace::Manifest, &key).await? else {
-                return Ok(Rekeyed::Skipped("gone before it was read"));
+            let bytes = inner.backend.get_record(Namespace::Manifest, &key).await?;
+            let current = match &bytes {
+                Some(bytes) => Some(inner.decode_manifest(&key, bytes)?),
+                None => None,
             };
-            let manifest = inner.decode_manifest(&key, &bytes)?;
-            if manifest.is_expired(inner.now_micros()) {
-                return Ok(Rekeyed::Skipped("expired"));
-            }
-            // The version's own sealing, or its segments' (a multipart blob's parts are sealed each).
-            let mut rekeyed = manifest.clone();
-            let mut sealings: Vec<(VersionId, &mut Sealing)> = match &mut rekeyed.body {
-                ManifestBody::Segmented(segments) => segments
-                    .iter_mut()
-                    .filter_map(|s| Some((s.version, s.sealing.as_mut()?)))
-                    .collect(),
-                _ => rekeyed
-                    .sealing
-                    .as_mut()
-                    .map(|s| (manifest.version, s))
-                    .into_iter()
-                    .collect(),
+            let mut outcome = match (&current, bytes) {
+                (None, _) | (_, None) => Rekeyed::Skipped("gone before it was read"),
+                (Some(m), _) if m.is_expired(inner.now_micros()) => Rekeyed::Skipped("expired"),
+                (Some(m), Some(bytes)) => match rewrap(inner, &key, m).await? {
+                    Rewrap::Moved { manifest, from, to } => {
+                        // The same version: the commit queues nothing for reclaim.
+                        let expect = Expect::Record(bytes);
+                        let change = Change::Put(&manifest);
+                        match commit::change_manifest(inner, &key, change, expect, Fences::none())
+                            .await?
+                        {
+                            Changed::Written { .. } => {
+                                tracing::debug!(
+                                    "rekeyed \"{}\" version {}: {from} -> {to}",
+                                    KeyDisplay::from(&key[..]),
+                                    m.version,
+                                );
+                                Rekeyed::Rewrapped { from, to }
+                            }
+                            Changed::Refused { .. } => Rekeyed::LostToAWriter,
+                        }
+                    }
+                    Rewrap::Same(same) => same,
+                },
             };
-            if sealings.is_empty() {
-                return Ok(Rekeyed::Plaintext);
-            }
-            if sealings
-                .iter()
-                .any(|(_, s)| s.kek.provider == crate::encryption::CUSTOMER)
-            {
-                return Ok(Rekeyed::Skipped(
-                    "sealed under a customer key, which only its holder has",
-                ));
-            }
-            let mut moved = None;
-            for (version, old) in sealings.iter_mut() {
-                // Opens the data key and checks the commitment; without a provider, says what to fix.
-                sealing::open(inner, &key, *version, old, None).await?;
-                let Some(keys) = &inner.keys else {
-                    return Ok(Rekeyed::Skipped("no key provider"));
+            let kept = kept::list(inner, &key)
+                .await?
+                .without(current.as_ref().map(|m| m.version));
+            for k in kept {
+                let m = kept::decode(inner, &key, &k)?;
+                let Rewrap::Moved { manifest, from, to } = rewrap(inner, &key, &m).await? else {
+                    continue;
                 };
-                let store_id = sealing::store_id(inner, false).await?;
-                let dek = keys.cache.open(&old.kek, &old.wrapped, &store_id).await?;
-                let wrapped = crate::encryption::recordable(
-                    keys.config
-                        .provider
-                        .wrap_store_data_key(&old.kek.name, &dek, &store_id)
-                        .await?,
-                )?;
-                if wrapped.kek != old.kek {
-                    moved = Some((old.kek.clone(), wrapped.kek.clone()));
-                    old.kek = wrapped.kek.clone();
-                    old.wrapped = wrapped.wrapped.clone();
+                let replaced = kept::replace(inner, &key, k.version, k.record, manifest.encode());
+                if replaced.await?.is_ok() {
+                    tracing::debug!(
+                        "rekeyed \"{}\" kept version {}: {from} -> {to}",
+                        KeyDisplay::from(&key[..]),
+                        k.version,
+                    );
+                    if !matches!(outcome, Rekeyed::Rewrapped { .. } | Rekeyed::LostToAWriter) {
+                        outcome = Rekeyed::Rewrapped { from, to };
+                    }
                 }
             }
-            drop(sealings);
-            let Some((from, to)) = moved else {
-                return Ok(Rekeyed::Current);
-            };
-            // The same version: the commit queues nothing for reclaim.
-            let expect = Expect::Record(bytes);
-            let change = Change::Put(&rekeyed);
-            Ok(
-                match commit::change_manifest(inner, &key, change, expect, Fences::none()).await? {
-                    Changed::Written { .. } => {
-                        tracing::debug!(
-                            "rekeyed \"{}\" version {}: {from} -> {to}",
-                            KeyDisplay::from(&key[..]),
-                            manifest.version,
-                        );
-                        Rekeyed::Rewrapped { from, to }
-                    }
-                    Changed::Refused { .. } => Rekeyed::LostToAWriter,
-                },
-            )
+            Ok(outcome)
         })
         .await
     }
+}
+
+/// What [`rewrap`] makes of one version.
+enum Rewrap {
+    /// Re-wrapped: the version's manifest with its data keys wrapped by `to` (it was by `from`).
+    Moved {
+        manifest: Box<Manifest>,
+        from: KekRef,
+        to: KekRef,
+    },
+    /// Nothing to change: [`Rekeyed::Current`], [`Rekeyed::Plaintext`] or [`Rekeyed::Skipped`].
+    Same(Rekeyed),
+}
+
+/// `manifest` (a version of `key`) with the data keys of its sealing, or of its segments' (a multipart blob's
+/// parts are sealed each), wrapped by the current version of their key.
+async fn rewrap(inner: &Inner, key: &Bytes, manifest: &Manifest) -> Result<Rewrap> {
+    let mut rekeyed = manifest.clone();
+    let mut sealings: Vec<(VersionId, &mut Sealing)> = match &mut rekeyed.body {
+        ManifestBody::Segmented(segments) => segments
+            .iter_mut()
+            .filter_map(|s| Some((s.version, s.sealing.as_mut()?)))
+            .collect(),
+        _ => rekeyed
+            .sealing
+            .as_mut()
+            .map(|s| (manifest.version, s))
+            .into_iter()
+            .collect(),
+    };
+    if sealings.is_empty() {
+        return Ok(Rewrap::Same(Rekeyed::Plaintext));
+    }
+    if sealings
+        .iter()
+        .any(|(_, s)| s.kek.provider == crate::encryption::CUSTOMER)
+    {
+        return Ok(Rewrap::Same(Rekeyed::Skipped(
+            "sealed under a customer key, which only its holder has",
+        )));
+    }
+    let mut moved = None;
+    for (version, old) in sealings.iter_mut() {
+        // Opens the data key and checks the commitment; without a provider, says what to fix.
+        sealing::open(inner, key, *version, old, None).await?;
+        let Some(keys) = &inner.keys else {
+            return Ok(Rewrap::Same(Rekeyed::Skipped("no key provider")));
+        };
+        let store_id = sealing::store_id(inner, false).await?;
+        let dek = keys.cache.open(&old.kek, &old.wrapped, &store_id).await?;
+        let wrapped = crate::encryption::recordable(
+            keys.config
+                .provider
+                .wrap_store_data_key(&old.kek.name, &dek, &store_id)
+                .await?,
+        )?;
+        if wrapped.kek != old.kek {
+            moved = Some((old.kek.clone(), wrapped.kek.clone()));
+            old.kek = wrapped.kek.clone();
+            old.wrapped = wrapped.wrapped.clone();
+        }
+    }
+    drop(sealings);
+    Ok(match moved {
+        Some((from, to)) => Rewrap::Moved {
+            manifest: Box::new(rekeyed),
+            from,
+            to,
+        },
+        None => Rewrap::Same(Rekeyed::Current),
+    })
 }
 
 #[cfg(test)]
@@ -291,5 +348,48 @@ mod tests {
         assert_eq!(v3.get("multi").await.unwrap(), whole);
         assert_eq!(v3.get("small").await.unwrap(), small);
         assert_eq!(v3.get("big").await.unwrap(), big);
+    }
+
+    /// Kept versions (a versioned bucket's) sealed under the old key version are re-wrapped too, also under a
+    /// plaintext current version (a delete marker): after `rekey`, retiring the old version leaves every version
+    /// readable by its id. A removed version is left alone.
+    #[tokio::test]
+    async fn rekey_rewraps_kept_versions_too() {
+        use crate::state::config::GetOptions;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let mut ring = Keyring::create(&path).unwrap();
+        ring.add("t", 1).unwrap();
+        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let v1 = keyed(&backend, &path);
+        let keep = PutOptions::new().with_keep_replaced(true);
+        let values = [data(100, 1), data(50_000, 2), data(20, 3)];
+        let mut versions = Vec::new();
+        for value in &values {
+            versions.push(v1.put("doc", value.clone(), &keep).await.unwrap().version);
+        }
+        v1.remove_version("doc", versions[2]).await.unwrap();
+        // A plaintext current version over them, as a delete marker is.
+        let plain = BlobStore::new(Arc::clone(&backend), small_config()).unwrap();
+        plain.put("doc", Bytes::new(), &keep).await.unwrap();
+
+        ring.rotate("t", 2).unwrap();
+        let v2 = keyed(&backend, &path);
+        match v2.rekey("doc").await.unwrap() {
+            Rekeyed::Rewrapped { from, to } => assert_eq!((from.version, to.version), (1, 2)),
+            other => panic!("kept versions: {other:?}"),
+        }
+        assert_eq!(v2.rekey("doc").await.unwrap(), Rekeyed::Plaintext);
+        let mut ring = Keyring::open(&path).unwrap();
+        ring.retire("t", 1).unwrap();
+        let v2 = keyed(&backend, &path);
+        for (version, value) in versions.iter().zip(&values).take(2) {
+            let opts = GetOptions::new().with_version(*version);
+            assert_eq!(&v2.get_with("doc", &opts).await.unwrap(), value);
+        }
+        assert!(matches!(
+            v2.head_version("doc", versions[2]).await,
+            Err(Error::VersionNotFound { .. })
+        ));
     }
 }

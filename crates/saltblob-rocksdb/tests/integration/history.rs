@@ -42,15 +42,7 @@ async fn a_manifest_committed_before_its_chunks_is_caught() {
     let broken = saltblob_check::broken::ManifestFirst::new(Arc::clone(&fixture.backend));
     let store = BlobStore::new(Arc::new(broken), small_config()).expect("store");
     let outcome = hot_keys(&store, "broken/", 1, 8, 300 << 10, Duration::from_secs(3)).await;
-    println!(
-        "rocksdb, manifest before chunks: checker: {}",
-        outcome.report.summary()
-    );
-    assert!(
-        outcome.report.count(ViolationKind::Corrupt) > 0,
-        "not caught: {}",
-        outcome.report.summary()
-    );
+    outcome.assert_caught("rocksdb, manifest before chunks", ViolationKind::Corrupt);
 }
 
 /// Keeping clients on a few hot keys (puts that keep what they replace, gets and removals by version id) while a
@@ -114,14 +106,6 @@ async fn kept_versions_dropped_by_the_backend_are_caught() {
         Duration::from_secs(3),
     )
     .await;
-    println!(
-        "rocksdb, {} kept records dropped: checker: {}",
-        broken.dropped(),
-        outcome.report.summary()
-    );
-    assert!(
-        outcome.report.count(ViolationKind::LostVersion) > 0,
-        "not caught: {}",
-        outcome.report.summary()
-    );
+    let label = format!("rocksdb, {} kept records dropped", broken.dropped());
+    outcome.assert_caught(&label, ViolationKind::LostVersion);
 }
