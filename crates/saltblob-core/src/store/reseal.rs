@@ -240,13 +240,23 @@ mod tests {
         assert!(store.list("").await.unwrap().is_empty(), "nothing written");
     }
 
-    #[tokio::test]
-    async fn rekey_rewraps_under_the_current_version_so_the_old_one_can_be_retired() {
+    /// A keyring holding key `t` version 1 (in a directory that lives as long as the value), and an empty store.
+    fn ring_of_t() -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        Keyring,
+        Arc<dyn ChunkStore>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keys");
         let mut ring = Keyring::create(&path).unwrap();
         ring.add("t", 1).unwrap();
-        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        (dir, path, ring, Arc::new(MemoryStore::new()))
+    }
+
+    #[tokio::test]
+    async fn rekey_rewraps_under_the_current_version_so_the_old_one_can_be_retired() {
+        let (dir, path, mut ring, backend) = ring_of_t();
         let v1 = keyed(&backend, &path);
         let (small, big) = (data(100, 1), data(50_000, 2));
         let before = [
@@ -356,11 +366,7 @@ mod tests {
     #[tokio::test]
     async fn rekey_rewraps_kept_versions_too() {
         use crate::state::config::GetOptions;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("keys");
-        let mut ring = Keyring::create(&path).unwrap();
-        ring.add("t", 1).unwrap();
-        let backend: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let (_dir, path, mut ring, backend) = ring_of_t();
         let v1 = keyed(&backend, &path);
         let keep = PutOptions::new().with_keep_replaced(true);
         let values = [data(100, 1), data(50_000, 2), data(20, 3)];
