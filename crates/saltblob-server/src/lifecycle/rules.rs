@@ -181,8 +181,8 @@ impl Lifecycle {
     ///
     /// # Errors
     /// `MalformedXML` for no rule, a bad `Status`, a rule with both or neither of `Filter` and `Prefix`, an
-    /// `Expiration` with not exactly one of `Days`, `Date` and `ExpiredObjectDeleteMarker`, or a `Filter` with
-    /// `And` beside another element; `InvalidRequest` for more than 1000 rules, a rule without an action, tags
+    /// `Expiration` with not exactly one of `Days`, `Date` and `ExpiredObjectDeleteMarker`; `InvalidRequest` for
+    /// more than 1000 rules, a rule without an action, tags
     /// beside `ExpiredObjectDeleteMarker` or `AbortIncompleteMultipartUpload`; `InvalidArgument` for days under 1,
     /// a `Date` not at midnight UTC, `NewerNoncurrentVersions` outside 1–100, sizes that leave nothing, an ID over
     /// 255 bytes or used twice, a prefix over 1024 bytes, a bad tag; `NotImplemented` naming transitions.
@@ -443,41 +443,41 @@ fn checked_filter(
                 filter.object_size_greater_than.is_some(),
                 filter.object_size_less_than.is_some(),
             ];
-            if let Some(and) = filter.and {
-                if tops.iter().any(|t| *t) {
-                    return Err(s3_error!(
-                        MalformedXML,
-                        "{name}: a Filter with And holds nothing else"
-                    ));
+            let tops_given = tops.iter().any(|t| *t);
+            let mut shown = 0;
+            for (given, bit) in tops.iter().zip([
+                shown::PREFIX,
+                shown::TAG,
+                shown::SIZE_GREATER,
+                shown::SIZE_LESS,
+            ]) {
+                if *given {
+                    shown |= bit;
                 }
-                let tags = Tags::from_dto(and.tags.unwrap_or_default(), MAX_OBJECT_TAGS)?;
-                Filter {
-                    prefix: and.prefix.unwrap_or_default(),
-                    tags: tags.0,
-                    size_greater: size_bound(and.object_size_greater_than, name)?,
-                    size_less: size_bound(and.object_size_less_than, name)?,
-                    shown: shown::AND,
-                }
-            } else {
-                let tags = Tags::from_dto(filter.tag.into_iter().collect(), 1)?;
-                let mut shown = 0;
-                for (given, bit) in tops.iter().zip([
-                    shown::PREFIX,
-                    shown::TAG,
-                    shown::SIZE_GREATER,
-                    shown::SIZE_LESS,
-                ]) {
-                    if *given {
-                        shown |= bit;
+            }
+            let top = Filter {
+                prefix: filter.prefix.unwrap_or_default(),
+                tags: Tags::from_dto(filter.tag.into_iter().collect(), 1)?.0,
+                size_greater: size_bound(filter.object_size_greater_than, name)?,
+                size_less: size_bound(filter.object_size_less_than, name)?,
+                // An empty Filter is shown with an empty Prefix.
+                shown: if shown == 0 { shown::PREFIX } else { shown },
+            };
+            match filter.and {
+                None => top,
+                Some(and) => {
+                    let and = Filter {
+                        prefix: and.prefix.unwrap_or_default(),
+                        tags: Tags::from_dto(and.tags.unwrap_or_default(), MAX_OBJECT_TAGS)?.0,
+                        size_greater: size_bound(and.object_size_greater_than, name)?,
+                        size_less: size_bound(and.object_size_less_than, name)?,
+                        shown: shown::AND,
+                    };
+                    if tops_given {
+                        both(top, and, name)?
+                    } else {
+                        and
                     }
-                }
-                Filter {
-                    prefix: filter.prefix.unwrap_or_default(),
-                    tags: tags.0,
-                    size_greater: size_bound(filter.object_size_greater_than, name)?,
-                    size_less: size_bound(filter.object_size_less_than, name)?,
-                    // An empty Filter is shown with an empty Prefix.
-                    shown: if shown == 0 { shown::PREFIX } else { shown },
                 }
             }
         }
@@ -499,6 +499,56 @@ fn checked_filter(
     }
     f.shown &= shown::ALL;
     Ok(f)
+}
+
+/// The filter of a `Filter` that gives `And` beside other elements: every condition of both applies, shown as one
+/// `And`. RGW takes such a filter so (ceph/s3-tests' `*_tags2` cases); AWS refuses it (`MalformedXML`).
+///
+/// # Errors
+/// `InvalidArgument` when nothing could pass it (two prefixes neither of which starts with the other, a tag key
+/// given two values) or it names more than [`MAX_OBJECT_TAGS`] tags.
+fn both(top: Filter, and: Filter, name: &str) -> S3Result<Filter> {
+    let prefix = if top.prefix.starts_with(&and.prefix) {
+        top.prefix
+    } else if and.prefix.starts_with(&top.prefix) {
+        and.prefix
+    } else {
+        return Err(s3_error!(
+            InvalidArgument,
+            "{name}: the Filter's Prefix and its And's Prefix leave no key"
+        ));
+    };
+    let mut tags = top.tags;
+    for (k, v) in and.tags {
+        match tags.iter().find(|(key, _)| *key == k) {
+            Some((_, value)) if *value != v => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "{name}: the Filter gives tag {k:?} two values: no object passes it"
+                ));
+            }
+            Some(_) => {}
+            None => tags.push((k, v)),
+        }
+    }
+    if tags.len() > MAX_OBJECT_TAGS {
+        return Err(s3_error!(
+            InvalidArgument,
+            "{name}: the Filter names {} tags; at most {MAX_OBJECT_TAGS}",
+            tags.len()
+        ));
+    }
+    let size_less = match (top.size_less, and.size_less) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(Filter {
+        prefix,
+        tags,
+        size_greater: top.size_greater.max(and.size_greater),
+        size_less,
+        shown: shown::AND,
+    })
 }
 
 /// Rule number `n` (from 1) of a configuration, checked.
@@ -965,6 +1015,60 @@ pub(crate) mod tests {
             ..s3s::dto::Transition::default()
         }]);
         assert_eq!(refused(vec![at_midnight]).0, "NotImplemented");
+    }
+
+    /// A `Filter` with `And` beside other elements (ceph/s3-tests' `*_tags2`): every condition applies, shown as
+    /// one `And`; one that nothing could pass is refused.
+    #[test]
+    fn an_and_beside_other_filter_elements_applies_them_all() {
+        let tag = |k: &str, v: &str| Tag {
+            key: Some(k.to_owned()),
+            value: Some(v.to_owned()),
+        };
+        let rule = |prefix: &str, top: Tag, and_prefix: &str, and_tags: Vec<Tag>| {
+            let mut r = s3_rule(None, 1);
+            r.filter = Some(LifecycleRuleFilter {
+                prefix: Some(prefix.to_owned()),
+                tag: Some(top),
+                object_size_less_than: Some(100),
+                and: Some(LifecycleRuleAndOperator {
+                    prefix: Some(and_prefix.to_owned()),
+                    tags: Some(and_tags),
+                    object_size_greater_than: Some(2),
+                    object_size_less_than: Some(50),
+                }),
+                ..LifecycleRuleFilter::default()
+            });
+            r
+        };
+        let l = accepted(vec![rule(
+            "days1/",
+            tag("tom", "sawyer"),
+            "days1",
+            vec![tag("huck", "finn"), tag("tom", "sawyer")],
+        )]);
+        let f = &l.rules[0].filter;
+        assert_eq!(
+            (f.prefix.as_str(), f.size_greater, f.size_less, f.shown),
+            ("days1/", Some(2), Some(50), shown::AND)
+        );
+        assert_eq!(
+            f.tags,
+            vec![
+                ("tom".to_owned(), "sawyer".to_owned()),
+                ("huck".to_owned(), "finn".to_owned())
+            ]
+        );
+        let shown = l.rules[0].to_config().filter.expect("filter");
+        assert!(shown.prefix.is_none() && shown.tag.is_none(), "{shown:?}");
+        let and = shown.and.expect("shown as one And");
+        assert_eq!(and.prefix.as_deref(), Some("days1/"));
+        assert_eq!(and.tags.map(|t| t.len()), Some(2));
+
+        let (code, message) = refused(vec![rule("a/", tag("t", "1"), "b/", vec![])]);
+        assert_eq!(code, "InvalidArgument", "{message}");
+        let (code, message) = refused(vec![rule("a/", tag("t", "1"), "a", vec![tag("t", "2")])]);
+        assert_eq!(code, "InvalidArgument", "{message}");
     }
 
     #[test]
