@@ -104,10 +104,9 @@ impl BlobStore {
                     Rewrap::Same(same) => same,
                 },
             };
-            let kept = kept::list(inner, &key)
-                .await?
-                .without(current.as_ref().map(|m| m.version));
-            for k in kept {
+            // Every kept record, the kept copy of the current version a promotion leaves too (it is read by id
+            // once a plain put replaces that version).
+            for k in kept::list(inner, &key).await?.0 {
                 let m = kept::decode(inner, &key, &k)?;
                 let Rewrap::Moved { manifest, from, to } = rewrap(inner, &key, &m).await? else {
                     continue;
@@ -397,5 +396,33 @@ mod tests {
             v2.head_version("doc", versions[2]).await,
             Err(Error::VersionNotFound { .. })
         ));
+    }
+
+    /// The kept copy of the current version that a promotion leaves is re-wrapped too: a plain put over that
+    /// version leaves the copy readable by id, under the new key version.
+    #[tokio::test]
+    async fn rekey_rewraps_the_kept_copy_of_a_promoted_version() {
+        use crate::state::config::GetOptions;
+        let (_dir, path, mut ring, backend) = ring_of_t();
+        let v1 = keyed(&backend, &path);
+        let keep = PutOptions::new().with_keep_replaced(true);
+        let first = v1.put("copy", data(30_000, 1), &keep).await.unwrap();
+        let second = v1.put("copy", data(10, 2), &keep).await.unwrap();
+        v1.remove_version("copy", second.version).await.unwrap();
+
+        ring.rotate("t", 2).unwrap();
+        let v2 = keyed(&backend, &path);
+        assert!(matches!(
+            v2.rekey("copy").await.unwrap(),
+            Rekeyed::Rewrapped { .. }
+        ));
+        v2.put("copy", data(5, 3), &PutOptions::new())
+            .await
+            .unwrap();
+        let mut ring = Keyring::open(&path).unwrap();
+        ring.retire("t", 1).unwrap();
+        let v2 = keyed(&backend, &path);
+        let opts = GetOptions::new().with_version(first.version);
+        assert_eq!(v2.get_with("copy", &opts).await.unwrap(), data(30_000, 1));
     }
 }
