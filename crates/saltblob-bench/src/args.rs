@@ -29,6 +29,11 @@ pub struct BenchArgs {
     /// with three runners at once, the largest chunk partition of a 10 GiB and a 1 TiB blob (docs/scaling.md).
     #[arg(long, conflicts_with = "listing")]
     pub background: bool,
+    /// Measure a put through S3 instead: each of --count rounds puts one blob of MIB MiB directly and through an
+    /// in-process `saltblob serve` with object_store's S3 client (one PutObject signed, one unsigned, one
+    /// multipart upload of 16 MiB parts), and reports each S3 way's throughput ÷ the direct put's.
+    #[arg(long, value_name = "MIB", conflicts_with_all = ["listing", "background"])]
+    pub s3_put: Option<u64>,
     /// Keys of --background's mixed run (it queues about 1.5 times as many reclaim entries per round).
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub reclaim_queue: u64,

@@ -143,7 +143,8 @@ pub struct Knee {
     pub gains_percent: Vec<f64>,
 }
 
-fn io_error(context: String, e: io::Error) -> Error {
+/// `e` as saltblob's I/O error, its message prefixed with `context`.
+pub(crate) fn io_error(context: String, e: io::Error) -> Error {
     Error::Io(io::Error::new(e.kind(), format!("{context}: {e}")))
 }
 

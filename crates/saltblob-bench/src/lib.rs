@@ -81,6 +81,7 @@
 //!   process; `ratios`: the figures of `BENCHMARKS.md`.
 //! - [`listing`]: `--listing`, the cost of listings and passes as the store grows.
 //! - [`background`]: `--background`, gc's background work at cluster scale (sharded records, shared leases).
+//! - [`s3_put`]: `--s3-put`, a put through the S3 server beside the same put made directly.
 //! - [`report`]: the text output; [`plot`]: the SVG chart.
 //! - [`bench`](mod@bench) and [`probe`](mod@probe): the two commands, which run the above in order and print.
 
@@ -109,6 +110,8 @@ mod results;
 mod rows;
 #[cfg(feature = "s3")]
 mod s3;
+#[cfg(feature = "s3")]
+pub mod s3_put;
 mod scheduler_trace;
 pub mod stats;
 mod stream;
@@ -120,4 +123,6 @@ pub use background::{BackgroundRun, background_bench};
 pub use bench::{BenchReport, bench};
 pub use listing::{ListingRun, listing_bench};
 pub use probe::{ProbeReport, probe};
+#[cfg(feature = "s3")]
+pub use s3_put::{S3PutRun, s3_put_bench};
 pub use stats::{Latency, PhaseReport};

@@ -31,6 +31,8 @@ use serde_json::json;
 
 use crate::args::BenchArgs;
 use crate::output::write_output;
+#[cfg(feature = "s3")]
+use crate::s3::Served;
 
 /// Puts per fill batch (then the index's maintenance runs, on a cluster).
 const FILL_BATCH: u64 = 50_000;
@@ -225,7 +227,7 @@ pub async fn listing_bench(url: &str, args: &BenchArgs) -> Result<Vec<ListingRun
         saltblob::redact_url(url)
     );
     #[cfg(feature = "s3")]
-    let server = Served::start(store.clone()).await?;
+    let server = Served::start(store.clone(), BUCKET).await?;
     // What the store held before (the bucket's record among it): counted in every pass and listing.
     let before = store
         .list_stream(b"")
@@ -358,39 +360,9 @@ fn run_line(r: &ListingRun) -> String {
     )
 }
 
-/// `saltblob serve` in this process on a loopback port, over the bench's store, and an S3 client of it.
-#[cfg(feature = "s3")]
-struct Served {
-    client: crate::s3::S3Target,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
+/// The listings `--listing` times through the in-process server.
 #[cfg(feature = "s3")]
 impl Served {
-    async fn start(store: BlobStore) -> Result<Self> {
-        use saltblob_server::{AccessKey, ServerConfig};
-        const AKID: &str = "bench-listing";
-        const SECRET: &str = "bench-listing-secret";
-        saltblob_server::create_bucket(&store, BUCKET).await?;
-        let io = |e: std::io::Error| {
-            saltblob::Error::backend("bench", format!("loopback listener: {e}"), false)
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(io)?;
-        let addr = listener.local_addr().map_err(io)?;
-        let config = ServerConfig::new(vec![AccessKey::new(AKID, SECRET)]);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(saltblob_server::run(listener, config, store, async move {
-            let _ = stopped.await;
-        }));
-        let client = crate::s3::S3Target::open(&format!(
-            "s3+http://{addr}/{BUCKET}?aws_access_key_id={AKID}&aws_secret_access_key={SECRET}"
-        ))?;
-        Ok(Self { client, stop, task })
-    }
-
     /// ListObjectsV2's first page of `keys` keys (object_store asks 1000 at a time, and a page only when its
     /// stream needs more).
     async fn first_page(&self, keys: usize) -> Result<()> {
@@ -434,10 +406,5 @@ impl Served {
                 ),
             ))
         }
-    }
-
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
     }
 }

@@ -207,6 +207,58 @@ impl S3Target {
     }
 }
 
+/// `saltblob serve` in this process on a loopback port, over a bench's store, with one bucket, and an S3 client
+/// of it (signed payloads, object_store's default).
+pub(crate) struct Served {
+    pub(crate) client: S3Target,
+    /// The client's URL, for [`Served::client_with`].
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    /// Creates `bucket` in `store` and serves the store on 127.0.0.1, port 0.
+    pub(crate) async fn start(store: saltblob::BlobStore, bucket: &str) -> Result<Self> {
+        use saltblob_server::{AccessKey, ServerConfig};
+        const AKID: &str = "bench";
+        const SECRET: &str = "bench-secret";
+        saltblob_server::create_bucket(&store, bucket).await?;
+        let io =
+            |e: std::io::Error| Error::backend("bench", format!("loopback listener: {e}"), false);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(io)?;
+        let addr = listener.local_addr().map_err(io)?;
+        let config = ServerConfig::new(vec![AccessKey::new(AKID, SECRET)]);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(saltblob_server::run(listener, config, store, async move {
+            let _ = stopped.await;
+        }));
+        let url = format!(
+            "s3+http://{addr}/{bucket}?aws_access_key_id={AKID}&aws_secret_access_key={SECRET}"
+        );
+        let client = S3Target::open(&url)?;
+        Ok(Self {
+            client,
+            url,
+            stop,
+            task,
+        })
+    }
+
+    /// Another client of the server, with object_store settings `query` (`KEY=VALUE&…`) added.
+    pub(crate) fn client_with(&self, query: &str) -> Result<S3Target> {
+        S3Target::open(&format!("{}&{query}", self.url))
+    }
+
+    /// Stops the server and waits for it.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// The client's error as saltblob's: a missing object is `NotFound`, a refused condition `PreconditionFailed`,
 /// anything else a backend error that may succeed if retried (the bench only counts it).
 fn from_client(e: object_store::Error) -> Error {

@@ -22,6 +22,8 @@ impl Command for Bench {
         Box::pin(async move {
             if self.args.listing {
                 saltblob_bench::listing_bench(&context.url, &self.args).await?;
+            } else if let Some(mib) = self.args.s3_put {
+                saltblob_bench::s3_put_bench(&context.url, &self.args, mib).await?;
             } else if self.args.background {
                 saltblob_bench::background_bench(&context.url, &self.args).await?;
             } else {
