@@ -34,8 +34,10 @@
 //! - `chunked.rs`: `aws-chunked` request bodies framed before s3s decodes them (unsigned chunks streamed,
 //!   signed ones capped).
 //! - `conn.rs`: connection limits: the first-request and idle deadlines, the write stall timeout.
+//! - `md5.rs`: MD5 (ETags, Content-MD5) through aws-lc's assembly: the crate's only `unsafe` code.
 //! - `body.rs`: request bodies read as an `AsyncRead` that verifies Content-MD5 and `x-amz-checksum-*` at its
-//!   end; blob streams as response bodies; HTTP bodies watched as their frames pass.
+//!   end, hashed on a thread of their own past their first MiB; blob streams as response bodies; HTTP bodies
+//!   watched as their frames pass.
 //! - `tagging.rs`: tag sets (an object's in its manifest, a bucket's in its record), checked as AWS checks them.
 //! - `attrs.rs`: an object's S3 attributes in its manifest (ETag, Last-Modified, checksums, user metadata,
 //!   stored headers), the conditional headers checked against them, a copy's source.
@@ -93,6 +95,7 @@ mod handler;
 mod keys;
 mod lifecycle;
 mod list;
+mod md5;
 mod metrics;
 mod multipart;
 mod object;
