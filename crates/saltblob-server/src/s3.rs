@@ -171,14 +171,14 @@ impl S3 for SaltS3 {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        multipart::handle_upload_part(self, req).await
+        multipart::as_part_work(self, multipart::handle_upload_part(self, req)).await
     }
 
     async fn upload_part_copy(
         &self,
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-        multipart::handle_upload_part_copy(self, req).await
+        multipart::as_part_work(self, multipart::handle_upload_part_copy(self, req)).await
     }
 
     async fn complete_multipart_upload(

@@ -42,6 +42,18 @@ const MAX_BULK_PAUSE: Duration = Duration::from_secs(1);
 
 tokio::task_local! {
     static CURRENT: ClassTag;
+    /// The class of the operations of a scope ([`in_scope`]) that name none.
+    static SCOPE: PriorityClass;
+}
+
+/// Runs `fut` with `class` as the class of each operation in it (on this task) that names none, and `tag`
+/// (`class`'s, `None` when scheduling is off) as the class of its requests no operation covers.
+pub(crate) async fn in_scope<F: Future>(
+    class: PriorityClass,
+    tag: Option<ClassTag>,
+    fut: F,
+) -> F::Output {
+    SCOPE.scope(class, in_class(tag, fut)).await
 }
 
 /// The class a backend request runs in, as a backend sees it through [`current_class`].
@@ -226,8 +238,8 @@ impl Scheduler {
             })
     }
 
-    /// The class an operation runs in: the one it names, else the store's default, else `by_layout` (see
-    /// [`PriorityClass::for_layout`]). `None` when scheduling is off.
+    /// The class an operation runs in: the one it names, else its scope's ([`in_scope`]), else the store's
+    /// default, else `by_layout` (see [`PriorityClass::for_layout`]). `None` when scheduling is off.
     pub(crate) fn choose(
         &self,
         named: Option<&PriorityClass>,
@@ -238,15 +250,17 @@ impl Scheduler {
         Ok(self.enabled().then_some(tag))
     }
 
-    /// The class `named`, else the store's default, else `by_layout`, whether scheduling is on or off.
+    /// The class `named`, else the scope's, else the store's default, else `by_layout`, whether scheduling is
+    /// on or off.
     pub(crate) fn resolve(
         &self,
         named: Option<&PriorityClass>,
         by_layout: PriorityClass,
     ) -> PriorityClass {
         named
-            .or(self.config.default_class.as_ref())
             .cloned()
+            .or_else(|| SCOPE.try_with(Clone::clone).ok())
+            .or_else(|| self.config.default_class.clone())
             .unwrap_or(by_layout)
     }
 

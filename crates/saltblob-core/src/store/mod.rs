@@ -437,6 +437,19 @@ impl BlobStore {
         })
     }
 
+    /// Runs `fut` with `class` as the class of every operation of this store in it, on this task, that names
+    /// none (before the store's default class and the layout's), and of the requests no operation covers: the
+    /// bookkeeping of a large operation made of several (a server's multipart part: its records) then counts as
+    /// that operation's work, not as a foreground load for the scheduler to protect. Work spawned on other tasks
+    /// is not in the scope.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a class the scheduler does not know.
+    pub async fn in_class<F: Future>(&self, class: PriorityClass, fut: F) -> Result<F::Output> {
+        let tag = self.inner.sched.choose(Some(&class), class.clone())?;
+        Ok(crate::schedule::in_scope(class, tag, fut).await)
+    }
+
     /// The class the reads of `manifest`'s blob run in when the operation names none: the store's default class
     /// (`priority=`), else by its layout ([`PriorityClass::for_layout`]). What a server reports as the class a
     /// request of this blob ran in.

@@ -115,6 +115,64 @@ async fn class_of_is_the_store_default_else_the_layout() {
     }
 }
 
+/// In a scope of `in_class`, an operation that names no class runs in the scope's (a small put in `bulk`), one
+/// that names one in its own; outside the scope, the layout decides again.
+#[tokio::test]
+async fn in_class_scopes_the_operations_that_name_no_class() {
+    let store =
+        BlobStore::new(Arc::new(MemoryStore::new()), StoreConfig::default()).expect("store");
+    let admitted = |store: &BlobStore, name: &str| {
+        store
+            .scheduler_stats()
+            .classes
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.admitted)
+    };
+    let small = PutOptions::new();
+    let (bulk_before, interactive_before) =
+        (admitted(&store, "bulk"), admitted(&store, "interactive"));
+    store
+        .in_class(PriorityClass::bulk(), async {
+            store.put("scoped", &b"v"[..], &small).await.expect("put");
+        })
+        .await
+        .expect("a known class");
+    let bulk_scoped = admitted(&store, "bulk");
+    assert!(bulk_scoped > bulk_before, "the scoped put ran in bulk");
+    assert_eq!(
+        admitted(&store, "interactive"),
+        interactive_before,
+        "and nothing of it in interactive"
+    );
+
+    let named = PutOptions::new().with_priority(PriorityClass::interactive());
+    store
+        .in_class(PriorityClass::bulk(), async {
+            store.put("named", &b"v"[..], &named).await.expect("put");
+        })
+        .await
+        .expect("a known class");
+    assert!(
+        admitted(&store, "interactive") > interactive_before,
+        "a named class wins"
+    );
+
+    let interactive_now = admitted(&store, "interactive");
+    store.put("outside", &b"v"[..], &small).await.expect("put");
+    assert!(
+        admitted(&store, "interactive") > interactive_now,
+        "outside, by layout"
+    );
+
+    let err = store
+        .in_class(PriorityClass::new("nightly").expect("a good name"), async {
+        })
+        .await
+        .expect_err("an unknown class");
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+}
+
 /// An expired manifest in a full page of the scan does not end the listing early (it did when the listing
 /// counted the entries it kept to tell a full page).
 #[tokio::test]

@@ -62,6 +62,24 @@ pub(crate) use self::listing::{handle_list_multipart_uploads, handle_list_parts}
 pub(crate) use self::part::handle_upload_part;
 pub(crate) use self::sweep::{abort_all_uploads, abort_due_uploads, sweep_expired_uploads};
 
+/// Runs a part's request (UploadPart, UploadPartCopy) with `bulk` as the class of each store operation in it that
+/// names none. Its records (the upload's, the segment's, the part's) are the part's bookkeeping: in the default
+/// class, the records of eight parts at once made a foreground load for the scheduler, whose pauses then held the
+/// parts back (a 256 MiB upload of 16 MiB parts, 8 at once: 264–312 MiB/s, against 421 with the pauses off;
+/// docs/bench/journal/s3.md).
+///
+/// # Errors
+/// The request's; an `InternalError` if the store has no `bulk` class.
+pub(crate) async fn as_part_work<T>(
+    s3: &crate::service::SaltS3,
+    request: impl std::future::Future<Output = S3Result<T>>,
+) -> S3Result<T> {
+    s3.store
+        .in_class(saltblob_core::PriorityClass::bulk(), request)
+        .await
+        .map_err(crate::error::from_store)?
+}
+
 /// How long a part stays claimable after it was written: a part older than this is refused at completion
 /// (`InvalidPart`) and gc reclaims it. Thirty days.
 pub const PART_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
