@@ -174,9 +174,10 @@ pub struct RocksConfig {
     /// bigger requests gain nothing (`saltblob probe` measures it). A multiple of 4 KiB from 64 KiB to 64 MiB.
     /// Defaults to 1 MiB.
     pub extent_io_bytes: usize,
-    /// Writes of one extent file in flight at once (1 to 64): the depth at the probe's knee. The store keeps
-    /// `extent_io_depth + 1` write buffers of `extent_io_bytes`, each in transparent huge pages of its own (2 MiB
-    /// for the default 1 MiB). Defaults to 4.
+    /// Writes of one extent file in flight at once (1 to 64): the depth at the probe's knee. Each file being
+    /// written uses `extent_io_depth + 1` write buffers of `extent_io_bytes`, each in transparent huge pages of its
+    /// own (2 MiB for the default 1 MiB); the store keeps, idle, those of up to four files written at once.
+    /// Defaults to 4.
     pub extent_io_depth: usize,
     /// Bytes of chunk records per read of a large get (one aligned read each; same accepted values as
     /// `extent_io_bytes`). Defaults to 512 KiB.

@@ -81,6 +81,13 @@ pub(crate) struct Wanted {
     pub(crate) pointer: Pointer,
 }
 
+/// Writers whose buffers the pool keeps when idle: a writer uses `extent_io_depth + 1` buffers, and the parts
+/// of a multipart upload (or concurrent large puts) write several files at once. Past what the pool keeps, each
+/// new buffer faults in fresh pages (a 2 MiB huge page per 1 MiB buffer), which cost a multipart upload of 16 MiB
+/// parts, 8 at once, about 13% of its CPU (docs/bench/journal/s3.md). The pool only holds buffers once in use
+/// together, so a single writer's store keeps `extent_io_depth + 1` as before.
+const WRITERS_BUFFERED: usize = 4;
+
 /// The extent files of one store; see the module documentation.
 pub(crate) struct Extents {
     dir: PathBuf,
@@ -260,7 +267,11 @@ impl Extents {
         let pool = Arc::clone(self.pool.get_or_init(|| {
             let align = usize::try_from(mode.align).unwrap_or(4096);
             let len = usize::try_from(mode.round_up(self.io_bytes as u64)).unwrap_or(self.io_bytes);
-            Arc::new(BufferPool::new(len, align, self.depth + 1))
+            Arc::new(BufferPool::new(
+                len,
+                align,
+                (self.depth + 1) * WRITERS_BUFFERED,
+            ))
         }));
         let opened = Opened {
             file,
